@@ -1,0 +1,65 @@
+# Two commands matter: `make run` and `make test`. Each sets up what it needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+TOOLS  := .tools
+BUF_VERSION := 1.75.0
+BUF    := $(TOOLS)/node_modules/.bin/buf
+LISTEN ?= 127.0.0.1:7700
+DATA   ?= .electric
+
+.PHONY: run test lint proto proto-check buf-lint buf-breaking pytest bench typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+$(BUF):
+	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(TOOLS) && npm install --silent --prefix $(TOOLS) --no-save --no-audit --no-fund @bufbuild/buf@$(BUF_VERSION); \
+	else echo "buf: skipped, Node.js/npm not found (buf is installed from npm)"; fi
+
+run: $(STAMP)
+	$(VENV)/bin/electric server --listen $(LISTEN) --data $(DATA)
+
+proto: $(STAMP)
+	$(PY) scripts/genproto.py
+
+proto-check: $(STAMP)
+	$(PY) scripts/genproto.py --check
+
+buf-lint: $(BUF)
+	@if [ -x $(BUF) ]; then $(BUF) lint && echo "buf lint: clean"; \
+	else echo "buf lint: skipped, Node.js/npm not found"; fi
+
+# Compares proto/ with main's once main has protos; skipped before that.
+buf-breaking: $(BUF)
+	@if [ ! -x $(BUF) ]; then echo "buf breaking: skipped, Node.js/npm not found"; \
+	elif ! git rev-parse --verify --quiet main >/dev/null || \
+	     [ -z "$$(git ls-tree -r --name-only main -- proto 2>/dev/null)" ]; then \
+	  echo "buf breaking: skipped, main has no protos yet"; \
+	else $(BUF) breaking --against '.git#branch=main' && echo "buf breaking: compatible with main"; fi
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy electric_sdk server/electric_server
+
+lint: $(STAMP) buf-lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy electric_sdk server/electric_server
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest
+
+test: lint buf-breaking proto-check pytest
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
