@@ -81,8 +81,12 @@ def main() -> int:
             for name in sorted(set(want) | set(have)):
                 if want.get(name) != have.get(name):
                     diff = difflib.unified_diff(
-                        have.get(name, "").splitlines(), want.get(name, "").splitlines(),
-                        f"committed/{name}", f"generated/{name}", lineterm="", n=1,
+                        have.get(name, "").splitlines(),
+                        want.get(name, "").splitlines(),
+                        f"committed/{name}",
+                        f"generated/{name}",
+                        lineterm="",
+                        n=1,
                     )
                     print("\n".join(list(diff)[:40]))
             print("electric_sdk/_proto drifted from proto/: run `make proto` and commit", file=sys.stderr)

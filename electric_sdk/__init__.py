@@ -1,0 +1,3 @@
+"""electric: Unix-style lifecycle signals for long-running agents."""
+
+__version__ = "0.1.0"

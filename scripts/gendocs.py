@@ -1,0 +1,257 @@
+"""Generate the lifecycle parts of docs/signals.md from electric_sdk/lifecycle.py.
+
+`python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
+the state table (`electric_sdk.lifecycle.markdown_table()`, verbatim) and a
+Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`. Each block
+sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
+`<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
+kept as it is. If the page does not exist yet it is created from a starter
+page. `python scripts/gendocs.py --check` writes nothing and exits 1 if the
+page is stale, so drift between the lifecycle table and its docs fails CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "signals.md"
+if str(ROOT) not in sys.path:  # run as a script from a checkout: import the SDK from it
+    sys.path.insert(0, str(ROOT))
+
+from electric_sdk.lifecycle import (  # noqa: E402
+    RUNTIME_TRANSITIONS,
+    TABLE,
+    TERMINAL_STATES,
+    State,
+    markdown_table,
+)
+
+TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
+DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
+END = "<!-- END GENERATED -->"
+_ANY_BEGIN = "<!-- BEGIN GENERATED"
+
+
+class MarkerError(ValueError):
+    """The page's generated-block markers are missing, duplicated or unbalanced."""
+
+
+def mermaid_diagram() -> str:
+    """A Mermaid stateDiagram-v2 of every transition, from TABLE and RUNTIME_TRANSITIONS.
+
+    Upper-case labels are signals (the server writes the transition); lower-case
+    labels are the causes of the transitions the runtime or the reaper writes.
+    """
+    edges: dict[tuple[State, State], list[str]] = {}
+    for state, row in TABLE.items():
+        for signal, c in row.items():
+            if c.new_state is not None:
+                edges.setdefault((state, c.new_state), []).append(signal.value)
+    for (previous, new), causes in RUNTIME_TRANSITIONS.items():
+        edges.setdefault((previous, new), []).extend(sorted(causes))
+    targets = {new for _, new in edges}
+    lines = ["stateDiagram-v2"]
+    lines += [f"    [*] --> {s.value}" for s in State if s not in targets and s not in TERMINAL_STATES]
+    lines += [f"    {a.value} --> {b.value}: {', '.join(labels)}" for (a, b), labels in edges.items()]
+    lines += [f"    {s.value} --> [*]" for s in State if s in TERMINAL_STATES]
+    return "\n".join(lines) + "\n"
+
+
+def blocks() -> dict[str, str]:
+    """Each generated block's BEGIN marker and the text that goes between the markers."""
+    return {
+        TABLE_BEGIN: markdown_table(),
+        DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
+    }
+
+
+def _splice(text: str, begin: str, body: str) -> str:
+    start = text.find(begin)
+    if start < 0:
+        raise MarkerError(f"marker {begin!r} not found")
+    if text.find(begin, start + 1) >= 0:
+        raise MarkerError(f"marker {begin!r} appears more than once")
+    head = start + len(begin)
+    stop = text.find(END, head)
+    if stop < 0:
+        raise MarkerError(f"{begin!r} has no {END!r} after it")
+    if text.find(_ANY_BEGIN, head, stop) >= 0:
+        raise MarkerError(f"{begin!r} is not closed before the next BEGIN marker")
+    return text[:head] + "\n" + body + text[stop:]
+
+
+def render(text: str) -> str:
+    """The page with every generated block refreshed; all text outside the blocks is kept."""
+    for begin, body in blocks().items():
+        text = _splice(text, begin, body)
+    return text
+
+
+def check(path: Path = DOC) -> str | None:
+    """None if the page is up to date, else why it is stale (with a diff)."""
+    if not path.exists():
+        return f"{path} does not exist"
+    have = path.read_text(encoding="utf-8")
+    try:
+        want = render(have)
+    except MarkerError as exc:
+        return f"{path}: {exc}"
+    if want == have:
+        return None
+    diff = difflib.unified_diff(
+        have.splitlines(),
+        want.splitlines(),
+        f"committed/{path.name}",
+        f"generated/{path.name}",
+        lineterm="",
+        n=1,
+    )
+    return "\n".join(list(diff)[:60])
+
+
+def write(path: Path = DOC) -> bool:
+    """Refresh the page (creating it from the starter page if missing); True if it changed."""
+    have = path.read_text(encoding="utf-8") if path.exists() else None
+    want = render(STARTER if have is None else have)
+    if want == have:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(want, encoding="utf-8")
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the page is stale; write nothing")
+    parser.add_argument("--path", type=Path, default=DOC, help="the page (default: docs/signals.md)")
+    opts = parser.parse_args(argv)
+    path: Path = opts.path
+    if opts.check:
+        problem = check(path)
+        if problem is None:
+            print(f"{path.name} matches electric_sdk/lifecycle.py")
+            return 0
+        print(problem)
+        print(f"{path.name} is stale: run `python scripts/gendocs.py` and commit", file=sys.stderr)
+        return 1
+    try:
+        changed = write(path)
+    except MarkerError as exc:
+        print(f"{path}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'wrote' if changed else 'unchanged:'} {path}")
+    return 0
+
+
+# The page a fresh checkout starts from. Once docs/signals.md exists its prose is
+# edited there, not here; only the generated blocks are rewritten.
+STARTER = f"""\
+# Signal reference
+
+<!-- The blocks between GENERATED markers are written by scripts/gendocs.py from
+electric_sdk/lifecycle.py: edit the prose around them, never the blocks. -->
+
+Entities get the lifecycle controls Unix gave processes: seven signals, sent with
+`POST /{{entity_type}}/{{instance_id}}/signal` (`{{"signal": "SIGTERM", "reason": "..."}}`) or
+`electric signal TYPE/ID SIGNAL`. The server judges the signal against the entity's
+current state, appends the `signal` event (and the new `state`, when the signal changes
+it) to the entity's stream in one transaction, and answers with `previous_state` and
+`new_state`. The runtime then enforces it. A signal to a `stopped` or `killed` entity is
+rejected (`INVALID_SIGNAL`, "Cannot signal a stopped entity") and nothing is written.
+
+What each signal does in each state is the [state table](#state-table) below; it is
+generated from the same module the server, the runtime and the dashboard use.
+
+## When a signal acts
+
+- **Immediate** — SIGINT, SIGKILL, SIGUSR act as soon as the signal lands, even
+  mid-run and mid-step.
+- **At step boundaries** — SIGTERM, SIGSTOP, SIGCONT, SIGHUP are checked between
+  model calls, tool calls and messages. A five-minute tool call finishes first.
+
+A signal acts on the run in progress when it is appended, never on a later one: a
+SIGINT that found no run does not abort the next one.
+
+## Who can handle a signal
+
+Entity code may register `on_signal` for every signal except **SIGKILL** and
+**SIGSTOP**, which the runtime enforces unconditionally. The handler receives the
+signal type and payload, runs in the worker process as its own task, sees the entity's
+history (its stream) and the entity object, may set flags the run loop reads, and may
+append custom events. After SIGINT it receives the aborted run's partial output.
+
+## The signals
+
+### SIGINT — interrupt the current run
+
+The "stop generating" button. Aborts the run in progress (tool calls and model
+generation) and records it as aborted with its partial output. The entity's state does
+not change; it takes the next message. Immediate; handled by `on_signal`.
+
+### SIGHUP — reload entity code
+
+The deploy signal. The current run finishes on the current code, then the session ends
+at once (skipping the idle timeout) and the next wake runs the newest code announced
+for the entity type. Checked at step boundaries; handled by `on_signal`.
+
+### SIGTERM — graceful shutdown
+
+Lets the entity clean up, then stops it for good. An entity with a session to wind
+down enters `stopping` with a grace deadline (per entity profile, default 30 s); at the
+next step boundary the run stops and `on_signal(SIGTERM)` runs its cleanup within the
+remaining grace. The entity is `stopped` when the cleanup returns or when the deadline
+passes, whichever comes first; no new run starts meanwhile. An entity with nothing to
+wind down is stopped at once (see the table). Checked at step boundaries; handled by
+`on_signal`.
+
+### SIGKILL — immediate shutdown
+
+Moves the entity to `killed` and cancels everything at once: runs, tool calls, model
+generation, a cleanup in progress. Message delivery stops. Immediate; **cannot be
+handled**. It replaces `DELETE /{{entity_type}}/{{instance_id}}`.
+
+### SIGSTOP — pause
+
+Moves the entity to `paused`. The current run finishes; no new message is delivered.
+Messages keep arriving and queue in the stream. Checked at step boundaries; **cannot be
+handled**.
+
+### SIGCONT — resume
+
+Moves a paused entity back to `running`; queued messages are delivered in order. A
+message sent to a paused entity queues but never resumes it: only SIGCONT does.
+Checked at step boundaries; handled by `on_signal`.
+
+### SIGUSR — user-defined
+
+Calls `on_signal(SIGUSR, payload)` at once, concurrently with any run, and does nothing
+else; the developer defines what it means. It never changes the lifecycle state.
+Immediate; handled by `on_signal`.
+
+## State table
+
+Rows are the entity's current state; `→` marks the state the server writes with the
+signal. A `paused` entity can still be finishing the run that SIGSTOP caught; the cells
+marked "run in progress" say what happens to that run. The second table lists the
+transitions no signal drives, with the causes recorded on them.
+
+{TABLE_BEGIN}
+{END}
+
+## State diagram
+
+Upper-case labels are signals; lower-case labels are the causes of transitions written
+by the runtime or by the server when a grace period or a worker's lease runs out.
+
+{DIAGRAM_BEGIN}
+{END}
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Assemble and run the control plane: store, services, reaper, drain.
+
+``ElectricServer`` is what ``electric server`` and ``electric_sdk.testing``
+run. ``serve`` adds process signal handling: the first SIGTERM or SIGINT
+drains (health NOT_SERVING, watches ended so clients reconnect elsewhere,
+in-flight calls finish within the drain grace, the store is flushed) and the
+process exits 0; a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+
+from .auth import AuthInterceptor, TokenTable
+from .reaper import Reaper
+from .service import EntityService
+from .store.base import Store
+from .store.sqlite import SQLiteStore
+from .watch import Watches
+
+log = logging.getLogger("electric.server")
+
+SERVICE_NAME = api.DESCRIPTOR.services_by_name["EntityService"].full_name
+DEFAULT_LISTEN = "127.0.0.1:7700"
+DAY_MS = 24 * 3600 * 1000
+
+
+class ConfigError(ValueError):
+    """A server configuration that must not start (the CLI exits 2)."""
+
+
+@dataclass
+class ServerConfig:
+    listen: str = DEFAULT_LISTEN
+    data_dir: Path = Path(".electric")
+    tokens_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Allow a non-loopback address without tokens.
+    insecure: bool = False
+    # How long in-flight calls may run once draining starts.
+    drain_grace_s: float = 10.0
+    synchronous: str = "FULL"
+    idempotency_retention_ms: int = DAY_MS
+
+    @property
+    def database(self) -> Path:
+        return self.data_dir / "electric.db"
+
+
+def _host(listen: str) -> str:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
+    return host.strip("[]")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+class ElectricServer:
+    def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
+        self.config = config
+        host = _host(config.listen)
+        if bool(config.tls_cert) != bool(config.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        self.tokens = TokenTable.load(config.tokens_file) if config.tokens_file else None
+        if self.tokens is None and not is_loopback(host) and not config.insecure:
+            raise ConfigError(
+                f"refusing to listen on non-loopback address {host!r} without --tokens; "
+                "pass --insecure to allow unauthenticated access from the network"
+            )
+        self.store = store or SQLiteStore(config.database, synchronous=config.synchronous)
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+        self._watches: Watches | None = None
+        self._reaper: Reaper | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        host = _host(self.config.listen)
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.store.open()
+        self._watches = Watches(self.store)
+        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
+        await self._reaper.start()
+        interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
+        )
+        api_grpc.add_EntityServiceServicer_to_server(EntityService(self.store, self._watches), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        if self.config.tls_cert and self.config.tls_key:
+            creds = grpc.ssl_server_credentials(
+                [(self.config.tls_key.read_bytes(), self.config.tls_cert.read_bytes())]
+            )
+            self.port = server.add_secure_port(self.config.listen, creds)
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
+        if not self.port:
+            raise ConfigError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain and stop; safe to call more than once."""
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        await self.health.enter_graceful_shutdown()  # every service NOT_SERVING
+        assert self._watches is not None and self._reaper is not None
+        self._watches.drain()
+        await server.stop(self.config.drain_grace_s if grace is None else grace)
+        await self._reaper.stop()
+        self._watches.close()
+        await self.store.close()
+        self._stopped.set()
+        log.info("electric server stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code."""
+    server = ElectricServer(config)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    drain = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            # Second signal: exit at once. The store's acknowledged writes are
+            # already durable (synchronous=FULL), so nothing acknowledged is lost.
+            os._exit(128 + signum)
+        log.info("received %s: draining (send it again to exit at once)", signal.Signals(signum).name)
+        drain.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    print(f"electric server listening on {server.address}", flush=True)
+    if ready is not None:
+        ready.set()
+    try:
+        await drain.wait()
+        await server.stop()
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    return 0

@@ -1,0 +1,197 @@
+"""Bearer-token authentication and scope checks, in one interceptor.
+
+The tokens file is TOML::
+
+    [[tokens]]
+    token = "s3cret"                 # what clients send as `authorization: Bearer s3cret`
+    principal = "alice"              # recorded as the signal's `sender`
+    scopes = ["read", "signal"]      # read | signal | send | runtime | admin
+    types = ["my_agent"]             # optional: only these entity types
+
+Scopes per method: ``read`` for Get/List/Read/Watch, ``signal`` for
+SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity and
+SendMessage, ``runtime`` for workers; ``admin`` grants all. Health and
+reflection need no token. A token restricted to types may only name those
+types: listing or watching every type, or a selector without a type, is
+PERMISSION_DENIED.
+"""
+
+from __future__ import annotations
+
+import hmac
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from .errors import ApiError, status_for
+
+SCOPES = frozenset({"read", "signal", "send", "runtime", "admin"})
+_SERVICE = "/electric.v1.EntityService/"
+METHOD_SCOPES = {
+    f"{_SERVICE}GetEntity": "read",
+    f"{_SERVICE}ListEntities": "read",
+    f"{_SERVICE}ReadEvents": "read",
+    f"{_SERVICE}WatchEvents": "read",
+    f"{_SERVICE}WatchEntities": "read",
+    f"{_SERVICE}SignalEntity": "signal",
+    f"{_SERVICE}SignalEntities": "signal",
+    f"{_SERVICE}DeleteEntity": "signal",
+    f"{_SERVICE}SpawnEntity": "send",
+    f"{_SERVICE}SendMessage": "send",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    scopes: frozenset[str]
+    # None: every entity type.
+    types: frozenset[str] | None = None
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+
+ANONYMOUS = Principal("anonymous", SCOPES)
+current_principal: ContextVar[Principal] = ContextVar("electric_principal", default=ANONYMOUS)
+
+
+class TokenFileError(ValueError):
+    pass
+
+
+class TokenTable:
+    def __init__(self, principals: dict[str, Principal]) -> None:
+        self._by_token = principals
+
+    @classmethod
+    def load(cls, path: Path) -> TokenTable:
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise TokenFileError(f"cannot read tokens file {path}: {exc}") from exc
+        entries = data.get("tokens")
+        if not isinstance(entries, list) or not entries:
+            raise TokenFileError(f"{path}: expected one or more [[tokens]] tables")
+        table: dict[str, Principal] = {}
+        for n, entry in enumerate(entries, 1):
+            where = f"{path}: [[tokens]] #{n}"
+            token, name, scopes = entry.get("token"), entry.get("principal"), entry.get("scopes")
+            if not isinstance(token, str) or len(token) < 8:
+                raise TokenFileError(f"{where}: `token` must be a string of at least 8 characters")
+            if not isinstance(name, str) or not name:
+                raise TokenFileError(f"{where}: `principal` must be a non-empty string")
+            if not isinstance(scopes, list) or not scopes or not set(scopes) <= SCOPES:
+                raise TokenFileError(f"{where}: `scopes` must be a non-empty list from {sorted(SCOPES)}")
+            types = entry.get("types")
+            if types is not None and (
+                not isinstance(types, list) or not all(isinstance(t, str) for t in types)
+            ):
+                raise TokenFileError(f"{where}: `types` must be a list of entity type names")
+            if token in table:
+                raise TokenFileError(f"{where}: duplicate token")
+            table[token] = Principal(name, frozenset(scopes), None if types is None else frozenset(types))
+        return cls(table)
+
+    def lookup(self, token: str) -> Principal | None:
+        # Compare every token in constant time, so timing reveals nothing.
+        found = None
+        for known, principal in self._by_token.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = principal
+        return found
+
+
+def _types_named(request: Any) -> list[str]:
+    """The entity types a request touches; [] means "every type"."""
+    if request.HasField("ref") if hasattr(request, "ref") else False:
+        return [request.ref.type]
+    selector = getattr(request, "selector", None)
+    if selector is not None:
+        if selector.refs:
+            return sorted({r.type for r in selector.refs})
+        return [selector.type] if selector.type else []
+    type_ = getattr(request, "type", "")
+    return [type_] if type_ else []
+
+
+def _denial(principal: Principal | None, scope: str, request: Any) -> ApiError | None:
+    if principal is None:
+        return ApiError(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or unknown bearer token")
+    if not principal.allows(scope):
+        return ApiError(
+            grpc.StatusCode.PERMISSION_DENIED,
+            "MISSING_SCOPE",
+            f"principal {principal.name!r} lacks the {scope!r} scope",
+            {"scope": scope},
+        )
+    if principal.types is not None and request is not None:
+        types = _types_named(request)
+        if not types or not set(types) <= principal.types:
+            return ApiError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "TYPE_NOT_ALLOWED",
+                f"principal {principal.name!r} may only use entity types {sorted(principal.types)}",
+                {"types": ",".join(types) or "*"},
+            )
+    return None
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, tokens: TokenTable) -> None:
+        self.tokens = tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        scope = METHOD_SCOPES.get(details.method)
+        if handler is None or scope is None:
+            return handler  # health, reflection, unknown methods: no token needed
+        principal = None
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+                principal = self.tokens.lookup(value.removeprefix("Bearer ").strip())
+        early = _denial(principal, scope, None)
+        return _wrap(handler, principal, scope, early)
+
+
+def _wrap(
+    handler: grpc.RpcMethodHandler, principal: Principal | None, scope: str, early: ApiError | None
+) -> grpc.RpcMethodHandler:
+    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        error = early or _denial(principal, scope, request)
+        if error is not None:
+            await context.abort_with_status(status_for(error))
+        assert principal is not None
+        current_principal.set(principal)
+
+    if handler.unary_unary is not None:
+        inner_unary = handler.unary_unary
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await check(request, context)
+            return await inner_unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary, handler.request_deserializer, handler.response_serializer
+        )
+    if handler.unary_stream is not None:
+        inner_stream = handler.unary_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            await check(request, context)
+            async for item in inner_stream(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream, handler.request_deserializer, handler.response_serializer
+        )
+    return handler

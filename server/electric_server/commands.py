@@ -1,0 +1,169 @@
+"""The server's writes, as pure decide functions over an entity's record.
+
+Each function returns a ``Decide`` for the store: it sees the current record
+inside the entity's serialized write and returns the events and new record,
+or raises to refuse (nothing is written). Lifecycle rules come from
+``electric_sdk.lifecycle`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import struct_pb2
+
+from electric_sdk import lifecycle
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import Signal, State
+
+from . import convert
+from .errors import ApiError, not_found
+from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+
+DEFAULT_GRACE_MS = 30_000
+DEFAULT_IDLE_TIMEOUT_MS = 60_000
+
+INSERT = pb.OPERATION_INSERT
+UPDATE = pb.OPERATION_UPDATE
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSpec:
+    signal: Signal
+    reason: str = ""
+    payload: struct_pb2.Value | None = None
+    sender: str = "anonymous"
+    message_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Signalled:
+    """The result of a signal write, for the response."""
+
+    key: str
+    decision: lifecycle.Decision
+
+
+def _state_event(
+    key: str,
+    new: State,
+    previous: State | None,
+    cause: str,
+    signal_key: str = "",
+    deadline_ms: int | None = None,
+) -> NewEvent:
+    value = pb.StateValue(
+        state=convert.STATE_TO_PB[new],
+        previous_state=convert.STATE_TO_PB[previous] if previous else pb.STATE_UNSPECIFIED,
+        cause=cause,
+        signal_key=signal_key,
+    )
+    if deadline_ms is not None:
+        value.deadline.CopyFrom(convert.timestamp(deadline_ms))
+    return NewEvent("state", key, INSERT, convert.body(pb.Event(state=value)))
+
+
+def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is not None:
+            raise ApiError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                "ENTITY_EXISTS",
+                f"Entity {convert.url(*ref)} already exists ({current.state.value})",
+                {"entity": convert.url(*ref), "state": current.state.value},
+            )
+        record = EntityRecord(
+            type=ref[0],
+            id=ref[1],
+            state=State.SPAWNING,
+            grace_ms=grace_ms,
+            idle_timeout_ms=idle_timeout_ms,
+            created_at_ms=ctx.now_ms,
+            updated_at_ms=ctx.now_ms,
+            head_offset=0,
+            closed=False,
+            stopping_deadline_ms=None,
+            txid=ctx.txid,
+        )
+        return Mutation([_state_event(f"state_{ctx.txid}", State.SPAWNING, None, "spawn")], record)
+
+    return decide
+
+
+def _transition(
+    current: EntityRecord, new: State, ctx: WriteContext, cause: str, signal_key: str = ""
+) -> tuple[NewEvent, EntityRecord]:
+    deadline = ctx.now_ms + current.grace_ms if new is State.STOPPING else None
+    event = _state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
+    # No runtime holds a lease yet, so a terminal entity's stream has nobody
+    # left to write its last records: it closes (EOF) in the same transaction.
+    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal)
+    return event, record
+
+
+def signal(ref: Ref, spec: SignalSpec) -> Decide:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            raise not_found(*ref)
+        decision = lifecycle.decide(current.state, spec.signal)  # InvalidSignal for terminal states
+        key = f"sig_{ctx.txid}"
+        value = pb.SignalValue(
+            signal=convert.SIGNAL_TO_PB[spec.signal],
+            sender=spec.sender,
+            reason=spec.reason,
+            outcome=convert.OUTCOME_TO_PB[decision.outcome],
+            previous_state=convert.STATE_TO_PB[decision.previous_state],
+            new_state=convert.STATE_TO_PB[decision.new_state],
+            message_key=spec.message_key,
+        )
+        if spec.payload is not None:
+            value.payload.CopyFrom(spec.payload)
+        events = [NewEvent("signal", key, INSERT, convert.body(pb.Event(signal=value)))]
+        record = current
+        if decision.transitions:
+            event, record = _transition(current, decision.new_state, ctx, "signal", key)
+            events.append(event)
+        return Mutation(events, record, Signalled(key, decision))
+
+    return decide
+
+
+def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str) -> Decide:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            raise not_found(*ref)
+        if current.state.terminal:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "ENTITY_TERMINAL",
+                f"Cannot send a message to a {current.state.value} entity",
+                {"entity": convert.url(*ref), "state": current.state.value},
+            )
+        value = pb.MessageValue(text=text, sender=sender)
+        if data is not None:
+            value.data.CopyFrom(data)
+        key = f"msg_{ctx.txid}"
+        return Mutation(
+            [NewEvent("message", key, INSERT, convert.body(pb.Event(message=value)))], current, key
+        )
+
+    return decide
+
+
+def expire_grace(ref: Ref, deadline_ms: int) -> Decide:
+    """The reaper's write: stopping → stopped once the stored deadline passed."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if (
+            current is None
+            or current.state is not State.STOPPING
+            or current.stopping_deadline_ms != deadline_ms
+            or ctx.now_ms < deadline_ms
+        ):
+            return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
+        lifecycle.check_runtime_transition(State.STOPPING, State.STOPPED, "grace_expired")
+        event, record = _transition(current, State.STOPPED, ctx, "grace_expired")
+        return Mutation([event], record)
+
+    return decide

@@ -1,0 +1,98 @@
+"""Deadlines that survive restarts: the SIGTERM grace reaper, and key expiry.
+
+Every `stopping` entity carries its grace deadline in the store (and in its
+`stopping` state event). The reaper keeps them in a heap, loaded from the
+store at start (so a restart re-arms them) and fed by commits while running;
+when one passes it writes stopping → stopped with cause ``grace_expired``.
+The write re-checks state and deadline inside the entity's serialized write,
+so an entity killed or cleaned up meanwhile is left alone.
+
+It also forgets idempotency keys older than the retention (at least 24 h).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+
+from electric_sdk.lifecycle import State
+
+from . import commands
+from .store.base import Commit, Ref, Store, Write
+
+log = logging.getLogger(__name__)
+
+PURGE_INTERVAL_S = 3600.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Reaper:
+    def __init__(self, store: Store, idempotency_retention_ms: int) -> None:
+        self.store = store
+        self.retention_ms = idempotency_retention_ms
+        self._heap: list[tuple[int, Ref]] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self.expired = 0  # grace expiries written, for tests and status
+
+    def _on_commit(self, commit: Commit) -> None:
+        after = commit.after
+        if after is not None and after.state is State.STOPPING and after.stopping_deadline_ms is not None:
+            if commit.before is None or commit.before.stopping_deadline_ms != after.stopping_deadline_ms:
+                self._push(after.stopping_deadline_ms, after.ref)
+
+    def _push(self, deadline_ms: int, ref: Ref) -> None:
+        heapq.heappush(self._heap, (deadline_ms, ref))
+        if self._heap[0][0] == deadline_ms:
+            self._wakeup.set()
+
+    async def start(self) -> None:
+        for ref, deadline in await self.store.stopping_deadlines():
+            self._push(deadline, ref)
+        log.info("reaper armed with %d grace deadline(s)", len(self._heap))
+        self._task = asyncio.create_task(self._run(), name="electric-reaper")
+
+    async def stop(self) -> None:
+        self._unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        next_purge = time.monotonic()
+        while True:
+            now = _now_ms()
+            due: list[tuple[int, Ref]] = []
+            while self._heap and self._heap[0][0] <= now:
+                due.append(heapq.heappop(self._heap))
+            if due:
+                writes = [Write(ref, commands.expire_grace(ref, deadline)) for deadline, ref in due]
+                for (deadline, ref), outcome in zip(due, await self.store.write_many(writes), strict=True):
+                    if isinstance(outcome, BaseException):
+                        log.error("grace expiry of %s/%s failed: %s", *ref, outcome)
+                        self._push(deadline + 1000, ref)  # try again shortly
+                    elif outcome.commit is not None:
+                        self.expired += 1
+            if time.monotonic() >= next_purge:
+                purged = await self.store.purge_idempotency(_now_ms() - self.retention_ms)
+                if purged:
+                    log.info("forgot %d idempotency key(s) older than the retention", purged)
+                next_purge = time.monotonic() + PURGE_INTERVAL_S
+            timeout = PURGE_INTERVAL_S
+            if self._heap:
+                timeout = min(timeout, max(0.0, (self._heap[0][0] - _now_ms()) / 1000))
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            except TimeoutError:
+                pass

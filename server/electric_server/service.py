@@ -1,0 +1,324 @@
+"""The EntityService: validation, then one store write or read per call.
+
+Handlers validate first (nothing is written on bad input), then hand a pure
+decide function from ``commands`` to the store. Errors leave through
+``errors.translate``; watches live in ``watch``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk.lifecycle import InvalidSignal, Outcome, Signal
+
+from . import commands, convert
+from . import validation as v
+from .auth import current_principal
+from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
+from .store.base import Idempotency, Ref, Store, Write, WriteOutcome
+from .watch import Watches
+
+M = TypeVar("M", bound=Message)
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+# Bulk idempotency records live under this scope; it can never be a real
+# entity because names must be non-empty.
+BULK_SCOPE: Ref = ("", "")
+# SignalEntities writes in chunks so other writers interleave between them.
+BULK_CHUNK = 2000
+
+
+def _idempotency(method: str, request: Message) -> Idempotency | None:
+    key = v.idempotency_key(getattr(request, "idempotency_key", ""))
+    if key is None:
+        return None
+    body = type(request)()
+    body.CopyFrom(request)
+    body.ClearField("idempotency_key")  # type: ignore[arg-type]
+    digest = hashlib.sha256(method.encode() + b"\0" + body.SerializeToString(deterministic=True)).digest()
+    return Idempotency(key, digest)
+
+
+def _response(outcome: WriteOutcome, cls: type[M]) -> M:
+    assert outcome.response is not None
+    return cls.FromString(outcome.response)
+
+
+def _signal_response(
+    ref: Ref, signal: Signal, commit_result: commands.Signalled, txid: int, ts: int
+) -> bytes:
+    d = commit_result.decision
+    return api.SignalEntityResponse(
+        url=convert.url(*ref),
+        signal=convert.SIGNAL_TO_PB[signal],
+        previous_state=convert.STATE_TO_PB[d.previous_state],
+        new_state=convert.STATE_TO_PB[d.new_state],
+        created_at=convert.timestamp(ts),
+        txid=txid,
+        key=commit_result.key,
+        outcome=convert.OUTCOME_TO_PB[d.outcome],
+    ).SerializeToString()
+
+
+class EntityService(api_grpc.EntityServiceServicer):
+    def __init__(self, store: Store, watches: Watches) -> None:
+        self.store = store
+        self.watches = watches
+
+    # -- entities --------------------------------------------------------------
+
+    @translate
+    async def SpawnEntity(self, request: api.SpawnEntityRequest, context: Ctx) -> api.SpawnEntityResponse:
+        ref = v.ref(request.ref)
+        profile = request.profile
+        grace = v.duration_ms(
+            profile.grace_period.seconds,
+            profile.grace_period.nanos,
+            profile.HasField("grace_period"),
+            commands.DEFAULT_GRACE_MS,
+            "profile.grace_period",
+        )
+        idle = v.duration_ms(
+            profile.idle_timeout.seconds,
+            profile.idle_timeout.nanos,
+            profile.HasField("idle_timeout"),
+            commands.DEFAULT_IDLE_TIMEOUT_MS,
+            "profile.idle_timeout",
+        )
+        write = Write(
+            ref,
+            commands.spawn(ref, grace, idle),
+            _idempotency("SpawnEntity", request),
+            lambda c: api.SpawnEntityResponse(entity=convert.entity(c.after)).SerializeToString(),  # type: ignore[arg-type]
+        )
+        return _response(await self.store.write(write), api.SpawnEntityResponse)
+
+    @translate
+    async def GetEntity(self, request: api.GetEntityRequest, context: Ctx) -> api.GetEntityResponse:
+        ref = v.ref(request.ref)
+        record = await self.store.get_entity(ref)
+        if record is None:
+            raise not_found(*ref)
+        return api.GetEntityResponse(entity=convert.entity(record))
+
+    @translate
+    async def ListEntities(self, request: api.ListEntitiesRequest, context: Ctx) -> api.ListEntitiesResponse:
+        type_ = v.name(request.type, "type") if request.type else None
+        states = v.states(request.states)
+        limit = v.page_size(request.page_size)
+        after = _decode_page_token(request.page_token)
+        records = await self.store.list_entities(type_, states, after, limit + 1)
+        page = records[:limit]
+        token = _encode_page_token(page[-1].ref) if len(records) > limit else ""
+        return api.ListEntitiesResponse(entities=[convert.entity(r) for r in page], next_page_token=token)
+
+    # -- signals -----------------------------------------------------------------
+
+    def _signal_spec(
+        self, request: api.SignalEntityRequest | api.SignalEntitiesRequest
+    ) -> commands.SignalSpec:
+        signal = v.signal(request.signal)
+        payload = v.json_value(request.payload, request.HasField("payload"), "payload")
+        if payload is not None and signal is not Signal.SIGUSR:
+            raise invalid_argument("PAYLOAD_NOT_ALLOWED", "only SIGUSR carries a payload", field="payload")
+        message_key = getattr(request, "message_key", "")
+        if message_key:
+            if signal is not Signal.SIGINT:
+                raise invalid_argument(
+                    "MESSAGE_KEY_NOT_ALLOWED", "only SIGINT can be scoped to a message", field="message_key"
+                )
+            v.name(message_key, "message_key")
+        return commands.SignalSpec(
+            signal, v.reason(request.reason), payload, current_principal.get().name, message_key
+        )
+
+    @translate
+    async def SignalEntity(self, request: api.SignalEntityRequest, context: Ctx) -> api.SignalEntityResponse:
+        ref = v.ref(request.ref)
+        spec = self._signal_spec(request)
+        return await self._signal(ref, spec, _idempotency("SignalEntity", request))
+
+    async def _signal(
+        self, ref: Ref, spec: commands.SignalSpec, idem: Idempotency | None
+    ) -> api.SignalEntityResponse:
+        write = Write(
+            ref,
+            commands.signal(ref, spec),
+            idem,
+            lambda c: _signal_response(ref, spec.signal, c.result, c.txid, c.timestamp_ms),
+        )
+        return _response(await self.store.write(write), api.SignalEntityResponse)
+
+    @translate
+    async def DeleteEntity(self, request: api.DeleteEntityRequest, context: Ctx) -> api.DeleteEntityResponse:
+        ref = v.ref(request.ref)
+        spec = commands.SignalSpec(Signal.SIGKILL, "legacy delete", None, current_principal.get().name)
+        result = await self._signal(ref, spec, _idempotency("DeleteEntity", request))
+        return api.DeleteEntityResponse(result=result)
+
+    @translate
+    async def SignalEntities(
+        self, request: api.SignalEntitiesRequest, context: Ctx
+    ) -> api.SignalEntitiesResponse:
+        selector = request.selector
+        if selector.refs and (selector.type or selector.states):
+            raise invalid_argument(
+                "INVALID_SELECTOR", "selector.refs cannot be combined with type or states", field="selector"
+            )
+        if not (selector.refs or selector.type or selector.states):
+            raise invalid_argument(
+                "INVALID_SELECTOR", "the selector needs a type, states or refs", field="selector"
+            )
+        refs = list(dict.fromkeys(v.ref(r, "selector.refs") for r in selector.refs))
+        type_ = v.name(selector.type, "selector.type") if selector.type else None
+        states = v.states(selector.states)
+        spec = self._signal_spec(request)
+        idem = _idempotency("SignalEntities", request)
+        if idem is not None:
+            stored = await self.store.idempotent_response(BULK_SCOPE, idem.key)
+            if stored is not None:
+                if stored[0] != idem.request_hash:
+                    raise invalid_argument(
+                        "IDEMPOTENCY_KEY_REUSED",
+                        f"idempotency key {idem.key!r} was already used with a different request",
+                    )
+                return api.SignalEntitiesResponse.FromString(stored[1])
+
+        counts = {"signalled": 0, "ignored": 0, "skipped": 0, "not_found": 0}
+        targets: list[Ref] = []
+        if refs:
+            for ref in refs:
+                record = await self.store.get_entity(ref)
+                if record is None:
+                    counts["not_found"] += 1
+                elif record.state.terminal:
+                    counts["skipped"] += 1
+                else:
+                    targets.append(ref)
+        else:
+            after: Ref | None = None
+            while True:
+                page = await self.store.list_entities(type_, states, after, 1000)
+                for record in page:
+                    if record.state.terminal:
+                        counts["skipped"] += 1
+                    else:
+                        targets.append(record.ref)
+                if len(page) < 1000:
+                    break
+                after = page[-1].ref
+
+        def category(result: commands.Signalled) -> bytes:
+            return b"i" if result.decision.outcome is Outcome.IGNORED else b"s"
+
+        for start in range(0, len(targets), BULK_CHUNK):
+            writes = [
+                Write(ref, commands.signal(ref, spec), idem, lambda c: category(c.result))
+                for ref in targets[start : start + BULK_CHUNK]
+            ]
+            for outcome in await self.store.write_many(writes):
+                if isinstance(outcome, ApiError) and outcome.code is grpc.StatusCode.NOT_FOUND:
+                    counts["not_found"] += 1
+                elif isinstance(outcome, InvalidSignal):
+                    # Became terminal since it was listed: judged like any other terminal entity.
+                    counts["skipped"] += 1
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    counts["ignored" if outcome.response == b"i" else "signalled"] += 1
+
+        response = api.SignalEntitiesResponse(**counts)
+        if idem is None:
+            response.created_at.GetCurrentTime()
+            return response
+
+        def remember(c: Any) -> bytes:
+            response.created_at.CopyFrom(convert.timestamp(c.timestamp_ms))
+            return response.SerializeToString()
+
+        outcome = await self.store.write(
+            Write(BULK_SCOPE, lambda _c, _x: commands.Mutation(), idem, remember)
+        )
+        return _response(outcome, api.SignalEntitiesResponse)
+
+    # -- messages ----------------------------------------------------------------
+
+    @translate
+    async def SendMessage(self, request: api.SendMessageRequest, context: Ctx) -> api.SendMessageResponse:
+        ref = v.ref(request.ref)
+        text = v.text(request.text)
+        data = v.json_value(request.data, request.HasField("data"), "data")
+        if not text and data is None:
+            raise invalid_argument("EMPTY_MESSAGE", "a message needs text or data", field="text")
+        sender = current_principal.get().name
+
+        def encode(c: Any) -> bytes:
+            return api.SendMessageResponse(
+                key=c.result,
+                offset=c.events[0].offset,
+                txid=c.txid,
+                created_at=convert.timestamp(c.timestamp_ms),
+                state=convert.STATE_TO_PB[c.after.state],
+            ).SerializeToString()
+
+        write = Write(
+            ref, commands.send_message(ref, text, data, sender), _idempotency("SendMessage", request), encode
+        )
+        return _response(await self.store.write(write), api.SendMessageResponse)
+
+    # -- events --------------------------------------------------------------------
+
+    @translate
+    async def ReadEvents(self, request: api.ReadEventsRequest, context: Ctx) -> api.ReadEventsResponse:
+        ref = v.ref(request.ref)
+        limit = v.page_size(request.limit, "limit")
+        record = await self.store.get_entity(ref)
+        if record is None:
+            raise not_found(*ref)
+        events = await self.store.read_events(ref, request.from_offset, limit)
+        next_offset = events[-1].offset + 1 if events else request.from_offset
+        return api.ReadEventsResponse(
+            events=[convert.event(e) for e in events],
+            next_offset=next_offset,
+            head_offset=record.head_offset,
+            end_of_stream=record.closed and next_offset >= record.head_offset,
+        )
+
+    @translate_stream
+    async def WatchEvents(
+        self, request: api.WatchEventsRequest, context: Ctx
+    ) -> AsyncIterator[api.WatchEventsResponse]:
+        ref = v.ref(request.ref)
+        async for item in self.watches.events(ref, request.from_offset):
+            yield item
+
+    @translate_stream
+    async def WatchEntities(
+        self, request: api.WatchEntitiesRequest, context: Ctx
+    ) -> AsyncIterator[api.WatchEntitiesResponse]:
+        type_ = v.name(request.type, "type") if request.type else None
+        states = v.states(request.states)
+        async for item in self.watches.entities(type_, states):
+            yield item
+
+
+def _encode_page_token(ref: Ref) -> str:
+    return f"{ref[0]}/{ref[1]}"
+
+
+def _decode_page_token(token: str) -> Ref | None:
+    if not token:
+        return None
+    type_, _, id_ = token.partition("/")
+    if not (v.NAME_RE.fullmatch(type_) and v.NAME_RE.fullmatch(id_)):
+        raise invalid_argument(
+            "INVALID_PAGE_TOKEN", "page_token is not one this server issued", field="page_token"
+        )
+    return (type_, id_)

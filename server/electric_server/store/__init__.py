@@ -1,0 +1,1 @@
+"""Stores: the durable per-entity streams (SQLite embedded; PostgreSQL later)."""

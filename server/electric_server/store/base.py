@@ -1,0 +1,232 @@
+"""The store contract: durable, per-entity, append-only streams.
+
+What every implementation guarantees (SQLite now, PostgreSQL for several
+replicas later):
+
+- Writes to one entity are serialized. A write is a ``decide`` function that
+  sees the entity's current record and returns a ``Mutation``; the store runs
+  it and applies the result atomically, so a decision is never made on a
+  stale state (ARCHITECTURE §2: two racing signals are linearized).
+- Each mutation is one logical transaction with its own ``txid``; its events
+  get gap-free, strictly increasing offsets in the entity's stream, and the
+  entity's current state is written in the same transaction.
+- Idempotency keys are checked before anything else and stored with the
+  response in the same transaction as the write.
+- A closed stream keeps its history; nothing is appended after it.
+- After each commit, ``Commit`` records are published to the ``Hub`` for
+  live watchers (a doorbell: watchers can always fall back to reading).
+
+The store knows nothing about gRPC; event bodies are opaque bytes.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from electric_sdk.lifecycle import State
+
+Ref = tuple[str, str]  # (entity type, instance id)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRecord:
+    type: str
+    id: str
+    state: State
+    grace_ms: int
+    idle_timeout_ms: int
+    created_at_ms: int
+    updated_at_ms: int
+    # The offset the next event gets (= the number of events).
+    head_offset: int
+    closed: bool
+    stopping_deadline_ms: int | None
+    # The txid of the last mutation of this entity.
+    txid: int
+
+    @property
+    def ref(self) -> Ref:
+        return (self.type, self.id)
+
+    def replace(self, **changes: Any) -> EntityRecord:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    kind: str  # the event's `type`: signal, state, message, run, or custom
+    key: str
+    operation: int  # electric.v1.Operation value
+    body: bytes  # the serialized value; opaque to the store
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    offset: int
+    kind: str
+    key: str
+    operation: int
+    timestamp_ms: int
+    txid: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteContext:
+    """What a decide function may use: the transaction's identity and clock."""
+
+    txid: int
+    now_ms: int
+
+
+@dataclass(slots=True)
+class Mutation:
+    """What a decide function returns: events to append and the new record.
+
+    The store fills in ``head_offset``, ``updated_at_ms`` and ``txid`` of
+    ``entity``. An empty mutation (no events, ``entity`` None) writes nothing,
+    except that an idempotent write with an encoder still remembers its
+    response (a retried no-op returns the same answer).
+    """
+
+    events: list[NewEvent] = field(default_factory=list)
+    entity: EntityRecord | None = None
+    # Anything the caller wants back (e.g. the lifecycle decision).
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One applied mutation, as published to watchers and returned to callers."""
+
+    ref: Ref
+    txid: int
+    timestamp_ms: int
+    events: tuple[StoredEvent, ...]
+    before: EntityRecord | None
+    after: EntityRecord | None
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotency:
+    key: str
+    request_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    commit: Commit | None  # None when an idempotent retry replayed the response
+    response: bytes | None  # the encoded response (stored for idempotent retries)
+    replayed: bool
+
+
+Decide = Callable[[EntityRecord | None, WriteContext], Mutation]
+Encode = Callable[[Commit], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One logical write: ``decide`` for ``ref``, optionally idempotent."""
+
+    ref: Ref
+    decide: Decide
+    idempotency: Idempotency | None = None
+    encode: Encode | None = None
+
+
+class StoreError(Exception):
+    """Raised by decide functions to refuse a write; nothing is written."""
+
+
+class IdempotencyKeyReused(StoreError):
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"idempotency key {key!r} was already used with a different request")
+
+
+class Store(abc.ABC):
+    """The durable store. See the module docstring for the guarantees."""
+
+    hub: Hub
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Flush pending writes and release resources."""
+
+    @abc.abstractmethod
+    async def write(self, write: Write) -> WriteOutcome:
+        """Apply one write; raises what ``decide`` raised, writing nothing."""
+
+    @abc.abstractmethod
+    async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
+        """Apply independent writes, each its own transaction, in one batch."""
+
+    @abc.abstractmethod
+    async def get_entity(self, ref: Ref) -> EntityRecord | None: ...
+
+    @abc.abstractmethod
+    async def list_entities(
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+    ) -> list[EntityRecord]:
+        """Entities ordered by (type, id), strictly after ``after``."""
+
+    @abc.abstractmethod
+    async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]: ...
+
+    @abc.abstractmethod
+    async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
+        """(request hash, response) stored for an idempotency key, if any."""
+
+    @abc.abstractmethod
+    async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
+        """Every `stopping` entity and its grace deadline (for the reaper)."""
+
+    @abc.abstractmethod
+    async def head_txid(self) -> int:
+        """The txid of the last committed mutation."""
+
+    @abc.abstractmethod
+    async def purge_idempotency(self, older_than_ms: int) -> int:
+        """Forget idempotency keys stored before the given time; returns how many."""
+
+
+class Hub:
+    """In-process fan-out of commits to live subscribers (a doorbell).
+
+    Subscribers are plain callables run on the event loop after a commit;
+    they must not block (they put into their own queues).
+    """
+
+    def __init__(self) -> None:
+        self._entity: dict[Ref, set[Callable[[Commit], None]]] = {}
+        self._all: set[Callable[[Commit], None]] = set()
+
+    def subscribe(self, ref: Ref, callback: Callable[[Commit], None]) -> Callable[[], None]:
+        self._entity.setdefault(ref, set()).add(callback)
+
+        def unsubscribe() -> None:
+            subs = self._entity.get(ref)
+            if subs is not None:
+                subs.discard(callback)
+                if not subs:
+                    del self._entity[ref]
+
+        return unsubscribe
+
+    def subscribe_all(self, callback: Callable[[Commit], None]) -> Callable[[], None]:
+        self._all.add(callback)
+        return lambda: self._all.discard(callback)
+
+    def publish(self, commit: Commit) -> None:
+        for callback in tuple(self._entity.get(commit.ref, ())):
+            callback(commit)
+        for callback in tuple(self._all):
+            callback(commit)

@@ -1,0 +1,446 @@
+"""The embedded default store: one SQLite file in WAL mode.
+
+One writer thread owns the write connection. Writes queue up while the
+previous batch commits; the next batch applies all of them in one SQLite
+transaction and one fsync (group commit). Each write is still its own logical
+transaction with its own txid: its decide function raises before anything is
+written, so a refused write leaves no trace, and the batch commits or fails as
+a whole — no caller is told "done" before its data is durable.
+
+``synchronous=FULL`` by default: an acknowledged append survives a crash or
+power loss. Reads use a separate connection on the event loop's thread; WAL
+lets them run alongside the writer and see only committed data. Reads are
+bounded (pages), so they never hold the loop for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from electric_sdk.lifecycle import State
+
+from .base import (
+    Commit,
+    EntityRecord,
+    Hub,
+    Idempotency,
+    IdempotencyKeyReused,
+    Mutation,
+    Ref,
+    Store,
+    StoredEvent,
+    Write,
+    WriteContext,
+    WriteOutcome,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entities (
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    grace_ms INTEGER NOT NULL,
+    idle_timeout_ms INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    head_offset INTEGER NOT NULL,
+    closed INTEGER NOT NULL,
+    stopping_deadline INTEGER,
+    txid INTEGER NOT NULL,
+    PRIMARY KEY (type, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
+CREATE INDEX IF NOT EXISTS entities_by_deadline ON entities (stopping_deadline)
+    WHERE stopping_deadline IS NOT NULL;
+CREATE TABLE IF NOT EXISTS events (
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    txid INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (type, id, offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash BLOB NOT NULL,
+    response BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (type, id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+_ENTITY_COLUMNS = (
+    "type, id, state, grace_ms, idle_timeout_ms, created_at, updated_at, head_offset, closed, "
+    "stopping_deadline, txid"
+)
+_EVENT_COLUMNS = "offset, kind, key, operation, ts, txid, body"
+
+
+def _entity(row: tuple[object, ...]) -> EntityRecord:
+    t, i, state, grace, idle, created, updated, head, closed, deadline, txid = row
+    return EntityRecord(
+        type=str(t),
+        id=str(i),
+        state=State(state),
+        grace_ms=int(grace),  # type: ignore[call-overload]
+        idle_timeout_ms=int(idle),  # type: ignore[call-overload]
+        created_at_ms=int(created),  # type: ignore[call-overload]
+        updated_at_ms=int(updated),  # type: ignore[call-overload]
+        head_offset=int(head),  # type: ignore[call-overload]
+        closed=bool(closed),
+        stopping_deadline_ms=None if deadline is None else int(deadline),  # type: ignore[call-overload]
+        txid=int(txid),  # type: ignore[call-overload]
+    )
+
+
+def _event(row: tuple[object, ...]) -> StoredEvent:
+    offset, kind, key, op, ts, txid, body = row
+    return StoredEvent(int(offset), str(kind), str(key), int(op), int(ts), int(txid), bytes(body))  # type: ignore[call-overload, arg-type]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Refused(Exception):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+@dataclass(slots=True)
+class _Pending:
+    writes: Sequence[Write]
+    future: asyncio.Future[list[WriteOutcome | BaseException]]
+    outcomes: list[WriteOutcome | BaseException] = field(default_factory=list)
+
+
+class SQLiteStore(Store):
+    """See the module docstring. ``path`` is the database file."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", readonly: bool = False) -> None:
+        if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA", "OFF"}:
+            raise ValueError(f"synchronous must be FULL, NORMAL, EXTRA or OFF, not {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        # Read-only: no writer at all, so `electric verify` can run beside a live server.
+        self.readonly = readonly
+        self.hub = Hub()
+        self._pending: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._writer_task: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._next_txid = 1
+        # Batches committed: exposed for tests and the group-commit benchmark.
+        self.batches_committed = 0
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.readonly:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout=10000")
+            return conn
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute("PRAGMA busy_timeout=10000")
+        return conn
+
+    def _open_writer(self) -> None:
+        conn = self._connect()
+        conn.executescript(SCHEMA)
+        row = conn.execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
+        self._next_txid = int(row[0]) if row else 1
+        self._wconn = conn
+
+    async def open(self) -> None:
+        if self.readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no electric database at {self.path}")
+            self._rconn = self._connect()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-writer")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._open_writer)
+        self._rconn = self._connect()
+        self._writer_task = asyncio.create_task(self._writer_loop(), name="electric-sqlite-writer")
+
+    async def close(self) -> None:
+        if self._writer_task is None:
+            if self._rconn is not None:
+                self._rconn.close()
+                self._rconn = None
+            return
+        self._closing = True
+        self._wakeup.set()
+        await self._writer_task
+        self._writer_task = None
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_writer)
+        self._executor.shutdown(wait=True)
+        if self._rconn is not None:
+            self._rconn.close()
+            self._rconn = None
+
+    def _close_writer(self) -> None:
+        if self._wconn is not None:
+            # Fold the WAL back into the database so the file is complete on its own.
+            self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._wconn.close()
+            self._wconn = None
+
+    # -- writes ----------------------------------------------------------------
+
+    async def write(self, write: Write) -> WriteOutcome:
+        (outcome,) = await self.write_many([write])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
+        if self._closing or self._writer_task is None:
+            raise RuntimeError("store is closed")
+        future: asyncio.Future[list[WriteOutcome | BaseException]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._pending.append(_Pending(writes, future))
+        self._wakeup.set()
+        return await future
+
+    async def _writer_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            batch, self._pending = self._pending, []
+            if not batch:
+                if self._closing:
+                    return
+                continue
+            try:
+                await loop.run_in_executor(self._executor, self._apply_batch, batch)
+            except Exception as exc:  # the whole batch failed to commit: nobody is acknowledged
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(exc)
+                continue
+            self.batches_committed += 1
+            for pending in batch:
+                for outcome in pending.outcomes:
+                    if isinstance(outcome, WriteOutcome) and outcome.commit is not None:
+                        self.hub.publish(outcome.commit)
+                if not pending.future.done():
+                    pending.future.set_result(pending.outcomes)
+            if self._closing and not self._pending:
+                return
+
+    def _apply_batch(self, batch: list[_Pending]) -> None:
+        conn = self._wconn
+        assert conn is not None
+        start_txid = self._next_txid
+        txid = start_txid
+        now = now_ms()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for pending in batch:
+                pending.outcomes = []
+                for write in pending.writes:
+                    try:
+                        outcome = self._apply_one(conn, write, WriteContext(txid, now))
+                    except _Refused as refused:
+                        # decide refused (or failed) before anything was written
+                        pending.outcomes.append(refused.error)
+                        continue
+                    if outcome.commit is not None:
+                        txid += 1
+                    pending.outcomes.append(outcome)
+            if txid != start_txid:
+                conn.execute(
+                    "INSERT INTO meta (name, value) VALUES ('next_txid', ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (txid,),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._next_txid = txid
+
+    def _apply_one(self, conn: sqlite3.Connection, write: Write, ctx: WriteContext) -> WriteOutcome:
+        type_, id_ = write.ref
+        idem = write.idempotency
+        # Everything before the first INSERT may refuse the write (raised as
+        # _Refused, nothing written). A failure after it fails the whole batch,
+        # which is rolled back, so no half-written transaction survives.
+        try:
+            if idem is not None:
+                row = conn.execute(
+                    "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?",
+                    (type_, id_, idem.key),
+                ).fetchone()
+                if row is not None:
+                    if bytes(row[0]) != idem.request_hash:
+                        raise IdempotencyKeyReused(idem.key)
+                    return WriteOutcome(None, bytes(row[1]), replayed=True)
+            row = conn.execute(
+                f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", (type_, id_)
+            ).fetchone()
+            before = _entity(row) if row else None
+            mutation: Mutation = write.decide(before, ctx)
+        except Exception as exc:
+            raise _Refused(exc) from exc
+        if not mutation.events and mutation.entity is None:
+            response = None
+            if write.encode is not None:
+                response = write.encode(Commit(write.ref, 0, ctx.now_ms, (), before, before, mutation.result))
+                if idem is not None:
+                    self._remember(conn, write.ref, idem, response, ctx.now_ms)
+            return WriteOutcome(None, response, replayed=False)
+        head = before.head_offset if before else 0
+        stored = [
+            StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
+            for offset, ev in enumerate(mutation.events, start=head)
+        ]
+        if stored and before is not None and before.closed:
+            raise RuntimeError(f"append to the closed stream {type_}/{id_}")
+        if stored:
+            conn.executemany(
+                "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (type_, id_, e.offset, e.kind, e.key, e.operation, e.timestamp_ms, e.txid, e.body)
+                    for e in stored
+                ],
+            )
+        base = mutation.entity or before
+        assert base is not None, "a mutation that creates an entity must return its record"
+        after = base.replace(head_offset=head + len(stored), updated_at_ms=ctx.now_ms, txid=ctx.txid)
+        conn.execute(
+            f"INSERT OR REPLACE INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                after.type,
+                after.id,
+                after.state.value,
+                after.grace_ms,
+                after.idle_timeout_ms,
+                after.created_at_ms,
+                after.updated_at_ms,
+                after.head_offset,
+                int(after.closed),
+                after.stopping_deadline_ms,
+                after.txid,
+            ),
+        )
+        commit = Commit(write.ref, ctx.txid, ctx.now_ms, tuple(stored), before, after, mutation.result)
+        response = None
+        if write.encode is not None:
+            response = write.encode(commit)
+            if idem is not None:
+                self._remember(conn, write.ref, idem, response, ctx.now_ms)
+        return WriteOutcome(commit, response, replayed=False)
+
+    @staticmethod
+    def _remember(conn: sqlite3.Connection, ref: Ref, idem: Idempotency, response: bytes, now: int) -> None:
+        conn.execute(
+            "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (ref[0], ref[1], idem.key, idem.request_hash, response, now),
+        )
+
+    # -- reads -----------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        if self._rconn is None:
+            raise RuntimeError("store is closed")
+        return self._rconn
+
+    async def get_entity(self, ref: Ref) -> EntityRecord | None:
+        row = (
+            self._reader()
+            .execute(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", ref)
+            .fetchone()
+        )
+        return _entity(row) if row else None
+
+    async def list_entities(
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+    ) -> list[EntityRecord]:
+        where, args = [], []
+        if type:
+            where.append("type = ?")
+            args.append(type)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(s.value for s in states)
+        if after is not None:
+            where.append("(type, id) > (?, ?)")
+            args.extend(after)
+        sql = f"SELECT {_ENTITY_COLUMNS} FROM entities"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY type, id LIMIT ?"
+        args.append(str(limit))
+        return [_entity(r) for r in self._reader().execute(sql, args).fetchall()]
+
+    async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
+        rows = (
+            self._reader()
+            .execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE type = ? AND id = ? AND offset >= ? "
+                "ORDER BY offset LIMIT ?",
+                (ref[0], ref[1], from_offset, limit),
+            )
+            .fetchall()
+        )
+        return [_event(r) for r in rows]
+
+    async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
+        row = (
+            self._reader()
+            .execute(
+                "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?",
+                (ref[0], ref[1], key),
+            )
+            .fetchone()
+        )
+        return (bytes(row[0]), bytes(row[1])) if row else None
+
+    async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
+        rows = (
+            self._reader()
+            .execute("SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL")
+            .fetchall()
+        )
+        return [((str(t), str(i)), int(d)) for t, i, d in rows]
+
+    async def head_txid(self) -> int:
+        row = self._reader().execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
+        return (int(row[0]) if row else 1) - 1
+
+    async def purge_idempotency(self, older_than_ms: int) -> int:
+        def purge() -> int:
+            assert self._wconn is not None
+            return self._wconn.execute(
+                "DELETE FROM idempotency WHERE created_at < ?", (older_than_ms,)
+            ).rowcount
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, purge)

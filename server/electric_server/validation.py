@@ -1,0 +1,123 @@
+"""Input limits (ARCHITECTURE §7), checked before anything is written.
+
+| what | limit |
+|---|---|
+| entity type, instance id | ``[A-Za-z0-9_.-]``, 1-128 characters |
+| reason | at most 1 KiB (UTF-8) |
+| SIGUSR payload, message data | any JSON value, at most 64 KiB encoded |
+| message text | at most 64 KiB (UTF-8) |
+| idempotency key | 1-128 printable ASCII characters |
+| grace period, idle timeout | 1 ms to 24 h |
+| page size, read limit | 1-1000 (0 means 100) |
+
+Every violation is INVALID_ARGUMENT with a specific ErrorInfo reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from google.protobuf import json_format, struct_pb2
+
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import Signal, State
+
+from .errors import invalid_argument
+from .store.base import Ref
+
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
+MAX_REASON_BYTES = 1024
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_TEXT_BYTES = 64 * 1024
+MAX_DURATION_MS = 24 * 3600 * 1000
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+
+
+def name(value: str, field: str) -> str:
+    if not NAME_RE.fullmatch(value):
+        raise invalid_argument(
+            "INVALID_NAME",
+            f"{field} must be 1-128 characters of [A-Za-z0-9_.-], got {value[:140]!r}",
+            field=field,
+        )
+    return value
+
+
+def ref(message: pb.EntityRef, field: str = "ref") -> Ref:
+    return (name(message.type, f"{field}.type"), name(message.id, f"{field}.id"))
+
+
+def signal(value: int) -> Signal:
+    if value == pb.SIGNAL_UNSPECIFIED or value not in pb.Signal.values():
+        raise invalid_argument("UNKNOWN_SIGNAL", f"unknown signal {value}", field="signal")
+    return Signal(pb.Signal.Name(value).removeprefix("SIGNAL_"))  # type: ignore[arg-type]
+
+
+def state(value: int, field: str = "states") -> State:
+    if value == pb.STATE_UNSPECIFIED or value not in pb.State.values():
+        raise invalid_argument("UNKNOWN_STATE", f"unknown state {value}", field=field)
+    return State(pb.State.Name(value).removeprefix("STATE_").lower())  # type: ignore[arg-type]
+
+
+def states(values: Iterable[int]) -> list[State]:
+    return list(dict.fromkeys(state(v) for v in values))
+
+
+def reason(value: str) -> str:
+    if len(value.encode()) > MAX_REASON_BYTES:
+        raise invalid_argument("REASON_TOO_LONG", f"reason exceeds {MAX_REASON_BYTES} bytes", field="reason")
+    return value
+
+
+def json_value(value: struct_pb2.Value, present: bool, field: str) -> struct_pb2.Value | None:
+    """A JSON value within the size limit, or None when absent."""
+    if not present:
+        return None
+    size = len(json_format.MessageToJson(value, indent=None).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise invalid_argument(
+            "PAYLOAD_TOO_LARGE",
+            f"{field} is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}",
+            field=field,
+        )
+    if value.WhichOneof("kind") is None:
+        raise invalid_argument("INVALID_PAYLOAD", f"{field} is not a JSON value", field=field)
+    return value
+
+
+def text(value: str) -> str:
+    if len(value.encode()) > MAX_TEXT_BYTES:
+        raise invalid_argument("MESSAGE_TOO_LARGE", f"text exceeds {MAX_TEXT_BYTES} bytes", field="text")
+    return value
+
+
+def idempotency_key(value: str) -> str | None:
+    if not value:
+        return None
+    if not IDEMPOTENCY_KEY_RE.fullmatch(value):
+        raise invalid_argument(
+            "INVALID_IDEMPOTENCY_KEY",
+            "idempotency_key must be 1-128 printable ASCII characters",
+            field="idempotency_key",
+        )
+    return value
+
+
+def duration_ms(seconds: int, nanos: int, present: bool, default_ms: int, field: str) -> int:
+    if not present:
+        return default_ms
+    ms = seconds * 1000 + nanos // 1_000_000
+    if nanos % 1_000_000 or ms < 1 or ms > MAX_DURATION_MS:
+        raise invalid_argument(
+            "INVALID_DURATION", f"{field} must be whole milliseconds between 1 ms and 24 h", field=field
+        )
+    return ms
+
+
+def page_size(value: int, field: str = "page_size") -> int:
+    if value > MAX_PAGE:
+        raise invalid_argument("PAGE_TOO_LARGE", f"{field} must be at most {MAX_PAGE}", field=field)
+    return value or DEFAULT_PAGE

@@ -1,0 +1,121 @@
+"""Shared fixtures: a real electric server on loopback with a real SQLite file.
+
+Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.anyio``).
+
+- ``server``: an in-process ``ElectricServer`` on a free port, data in tmp_path.
+- ``stub``: a grpc.aio EntityService stub connected to it.
+- ``start_server``: start more in-process servers (custom config, same data dir).
+- ``server_process``: ``electric server`` as a real OS process, for crash
+  (kill -9) and signal tests; it waits for the "listening" line on stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from electric_server.app import ElectricServer, ServerConfig
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+StartServer = Callable[..., Awaitable[ElectricServer]]
+
+
+@pytest.fixture
+async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
+    """Start in-process servers; each is stopped at teardown if still running."""
+    started: list[ElectricServer] = []
+
+    async def start(data_dir: Path | None = None, **config: Any) -> ElectricServer:
+        cfg = ServerConfig(
+            listen=config.pop("listen", "127.0.0.1:0"),
+            data_dir=data_dir or tmp_path / "data",
+            drain_grace_s=config.pop("drain_grace_s", 1.0),
+            **config,
+        )
+        srv = ElectricServer(cfg)
+        await srv.start()
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        await srv.stop(0)
+
+
+@pytest.fixture
+async def server(start_server: StartServer) -> ElectricServer:
+    return await start_server()
+
+
+@pytest.fixture
+async def channel(server: ElectricServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(server.address) as ch:
+        yield ch
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> api_grpc.EntityServiceStub:
+    return api_grpc.EntityServiceStub(channel)
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    address: str
+    data_dir: Path
+    lines: list[str] = field(default_factory=list)
+
+    def send(self, signum: int) -> None:
+        os.kill(self.proc.pid, signum)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Run `electric server` as a real process; returns once it listens."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(data_dir: Path | None = None, *extra: str, port: int = 0) -> ServerProcess:
+        data = data_dir or tmp_path / "data"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "electric_sdk.cli.main", "server", "--listen", f"127.0.0.1:{port}",
+             "--data", str(data), "--drain-grace", "2s", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            match = re.search(r"electric server listening on (\S+)", line)
+            if match and not line.startswith("20"):  # the plain stdout line, not the log line
+                return ServerProcess(proc, match.group(1), data, lines)
+        raise AssertionError("server exited before listening:\n" + "".join(lines))
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()

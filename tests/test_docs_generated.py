@@ -1,0 +1,135 @@
+"""docs/signals.md is generated from electric_sdk/lifecycle.py and must not drift."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from electric_sdk.lifecycle import RUNTIME_TRANSITIONS, TABLE, TERMINAL_STATES, markdown_table
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gendocs.py"
+DOC = ROOT / "docs" / "signals.md"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gendocs", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gendocs = _load_script()
+
+
+def _block(text: str, begin: str) -> str:
+    """The text between a BEGIN marker and the END marker after it."""
+    head = text.index(begin) + len(begin)
+    return text[head : text.index(gendocs.END, head)]
+
+
+def _outside_blocks(text: str) -> str:
+    for begin in (gendocs.TABLE_BEGIN, gendocs.DIAGRAM_BEGIN):
+        text = text.replace(_block(text, begin), "\n")
+    return text
+
+
+def _run_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--check", "--path", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_docs_are_up_to_date() -> None:
+    problem = gendocs.check(DOC)
+    assert problem is None, f"{problem}\n\ndocs/signals.md is stale: run `python scripts/gendocs.py`"
+
+
+def test_check_command_passes() -> None:
+    result = _run_check(DOC)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_table_is_inserted_verbatim() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert _block(text, gendocs.TABLE_BEGIN) == "\n" + markdown_table()
+
+
+def test_diagram_has_every_transition_and_nothing_else() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    block = _block(text, gendocs.DIAGRAM_BEGIN)
+    assert "```mermaid\nstateDiagram-v2\n" in block
+    edges = set(re.findall(r"^\s*(\S+) --> ([^:\s]+)", block, flags=re.MULTILINE))
+    want = {(s.value, c.new_state.value) for s, row in TABLE.items() for c in row.values() if c.new_state}
+    want |= {(a.value, b.value) for a, b in RUNTIME_TRANSITIONS}
+    want |= {("[*]", "spawning")} | {(s.value, "[*]") for s in TERMINAL_STATES}
+    assert edges == want
+    for state, row in TABLE.items():
+        for signal, c in row.items():
+            if c.new_state:
+                edge = rf"^\s*{state.value} --> {c.new_state.value}: .*\b{signal.value}\b"
+                assert re.search(edge, block, flags=re.MULTILINE)
+
+
+def test_prose_does_not_retype_the_table() -> None:
+    prose = _outside_blocks(DOC.read_text(encoding="utf-8"))
+    assert "server rejects" not in prose
+    assert not re.search(r"^\|", prose, flags=re.MULTILINE), "a Markdown table outside the generated blocks"
+    assert "stateDiagram" not in prose
+
+
+def test_prose_covers_every_signal() -> None:
+    prose = _outside_blocks(DOC.read_text(encoding="utf-8"))
+    for signal in ("SIGINT", "SIGHUP", "SIGTERM", "SIGKILL", "SIGSTOP", "SIGCONT", "SIGUSR"):
+        assert f"### {signal}" in prose
+    assert "SIGINT, SIGKILL, SIGUSR" in prose  # immediate
+    assert "SIGTERM, SIGSTOP, SIGCONT, SIGHUP" in prose  # at step boundaries
+
+
+def test_check_fails_on_drift_and_regeneration_keeps_prose(tmp_path: Path) -> None:
+    page = tmp_path / "signals.md"
+    original = DOC.read_text(encoding="utf-8")
+    stale = original.replace("| → `stopping` |", "| → `stopped` |", 1)
+    stale = stale.replace("## State table\n", "## State table\n\nA note someone added.\n", 1)
+    assert stale != original
+    page.write_text(stale, encoding="utf-8")
+
+    assert gendocs.check(page) is not None
+    result = _run_check(page)
+    assert result.returncode == 1
+    assert "stale" in result.stderr
+
+    assert gendocs.write(page) is True
+    fixed = page.read_text(encoding="utf-8")
+    assert "A note someone added." in fixed
+    assert fixed == original.replace("## State table\n", "## State table\n\nA note someone added.\n", 1)
+    assert gendocs.check(page) is None
+    assert gendocs.write(page) is False
+
+
+def test_missing_page_or_markers_is_stale(tmp_path: Path) -> None:
+    page = tmp_path / "signals.md"
+    assert _run_check(page).returncode == 1
+    page.write_text("# Signals\n\nNo markers here.\n", encoding="utf-8")
+    assert "not found" in (gendocs.check(page) or "")
+    assert _run_check(page).returncode == 1
+    with pytest.raises(gendocs.MarkerError):
+        gendocs.render(f"{gendocs.TABLE_BEGIN}\n{gendocs.DIAGRAM_BEGIN}\n{gendocs.END}\n")
+
+
+def test_starter_page_renders_to_a_page_that_checks(tmp_path: Path) -> None:
+    page = tmp_path / "docs" / "signals.md"
+    assert gendocs.write(page) is True
+    assert gendocs.check(page) is None
