@@ -31,8 +31,8 @@ _IMPORT = re.compile(r"^(from|import) electric\.", re.MULTILINE)
 
 
 def generate(out: Path) -> None:
-    from grpc_tools import protoc  # imported lazily: only the dev extra has it
     import grpc_tools
+    from grpc_tools import protoc  # imported lazily: only the dev extra has it
 
     include = Path(grpc_tools.__file__).parent / "_proto"
     # protoc finds the mypy plugins on PATH; they sit beside this interpreter.

@@ -47,7 +47,7 @@ RFC_TABLE = """
 | `stopping` | ignored | ignored | ignored | → `killed` | ignored | ignored | ignored |
 | `stopped` | server rejects | server rejects | server rejects | server rejects | server rejects | server rejects | server rejects |
 | `killed` | server rejects | server rejects | server rejects | server rejects | server rejects | server rejects | server rejects |
-"""  # noqa: E501
+"""
 
 
 def _parse_markdown_table(text: str) -> tuple[list[str], dict[str, dict[str, str]]]:

@@ -147,7 +147,8 @@ class ElectricServer:
             return
         server, self._server = self._server, None
         await self.health.enter_graceful_shutdown()  # every service NOT_SERVING
-        assert self._watches is not None and self._reaper is not None
+        assert self._watches is not None
+        assert self._reaper is not None
         self._watches.drain()
         await server.stop(self.config.drain_grace_s if grace is None else grace)
         await self._reaper.stop()
@@ -158,6 +159,23 @@ class ElectricServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+
+def _usage_hint(server: ElectricServer) -> str:
+    a = server.address
+    auth = "bearer tokens required" if server.tokens else "no auth (loopback)"
+    return "\n".join(
+        [
+            f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
+            f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
+            f"  explore: grpcurl -plaintext {a} list   (reflection is on)",
+            f"  spawn:   grpcurl -plaintext -d '{{\"ref\":{{\"type\":\"agent\",\"id\":\"a1\"}}}}' "
+            f"{a} electric.v1.EntityService/SpawnEntity",
+            f"  signal:  grpcurl -plaintext -d '{{\"ref\":{{\"type\":\"agent\",\"id\":\"a1\"}},"
+            f"\"signal\":\"SIGNAL_SIGKILL\"}}' {a} electric.v1.EntityService/SignalEntity",
+            "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
+        ]
+    )
 
 
 async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> int:
@@ -180,6 +198,7 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     print(f"electric server listening on {server.address}", flush=True)
+    print(_usage_hint(server), flush=True)
     if ready is not None:
         ready.set()
     try:

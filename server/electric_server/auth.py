@@ -148,9 +148,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Any:
         handler = await continuation(details)
         scope = METHOD_SCOPES.get(details.method)
         if handler is None or scope is None:
@@ -163,9 +163,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return _wrap(handler, principal, scope, early)
 
 
-def _wrap(
-    handler: grpc.RpcMethodHandler, principal: Principal | None, scope: str, early: ApiError | None
-) -> grpc.RpcMethodHandler:
+def _wrap(handler: Any, principal: Principal | None, scope: str, early: ApiError | None) -> Any:
+    # grpc's stubs type handlers for the sync API; the aio server calls the
+    # same slots with coroutines and async generators, hence Any here.
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         error = early or _denial(principal, scope, request)
         if error is not None:

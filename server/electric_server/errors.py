@@ -74,7 +74,8 @@ def status_for(error: ApiError) -> grpc.Status:
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=error.code.value[0], message=error.message, details=[detail])
-    return rpc_status.to_status(status)
+    result: grpc.Status = rpc_status.to_status(status)
+    return result
 
 
 def _unexpected(exc: BaseException, method: str) -> ApiError:
@@ -82,8 +83,8 @@ def _unexpected(exc: BaseException, method: str) -> ApiError:
     return ApiError(grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
 
 
-Unary = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
-Streaming = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]
+Unary = Callable[..., Awaitable[Any]]
+Streaming = Callable[..., AsyncIterator[Any]]
 U = TypeVar("U", bound=Unary)
 S = TypeVar("S", bound=Streaming)
 

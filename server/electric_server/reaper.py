@@ -13,6 +13,7 @@ It also forgets idempotency keys older than the retention (at least 24 h).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import time
@@ -43,9 +44,13 @@ class Reaper:
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
-        if after is not None and after.state is State.STOPPING and after.stopping_deadline_ms is not None:
-            if commit.before is None or commit.before.stopping_deadline_ms != after.stopping_deadline_ms:
-                self._push(after.stopping_deadline_ms, after.ref)
+        if (
+            after is not None
+            and after.state is State.STOPPING
+            and after.stopping_deadline_ms is not None
+            and (commit.before is None or commit.before.stopping_deadline_ms != after.stopping_deadline_ms)
+        ):
+            self._push(after.stopping_deadline_ms, after.ref)
 
     def _push(self, deadline_ms: int, ref: Ref) -> None:
         heapq.heappush(self._heap, (deadline_ms, ref))
@@ -62,10 +67,8 @@ class Reaper:
         self._unsubscribe()
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def _run(self) -> None:
@@ -92,7 +95,5 @@ class Reaper:
             if self._heap:
                 timeout = min(timeout, max(0.0, (self._heap[0][0] - _now_ms()) / 1000))
             self._wakeup.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
-            except TimeoutError:
-                pass

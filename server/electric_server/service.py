@@ -22,7 +22,7 @@ from . import commands, convert
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
-from .store.base import Idempotency, Ref, Store, Write, WriteOutcome
+from .store.base import Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
 
 M = TypeVar("M", bound=Message)
@@ -41,7 +41,7 @@ def _idempotency(method: str, request: Message) -> Idempotency | None:
         return None
     body = type(request)()
     body.CopyFrom(request)
-    body.ClearField("idempotency_key")  # type: ignore[arg-type]
+    body.ClearField("idempotency_key")
     digest = hashlib.sha256(method.encode() + b"\0" + body.SerializeToString(deterministic=True)).digest()
     return Idempotency(key, digest)
 
@@ -234,7 +234,12 @@ class EntityService(api_grpc.EntityServiceServicer):
                 else:
                     counts["ignored" if outcome.response == b"i" else "signalled"] += 1
 
-        response = api.SignalEntitiesResponse(**counts)
+        response = api.SignalEntitiesResponse(
+            signalled=counts["signalled"],
+            ignored=counts["ignored"],
+            skipped=counts["skipped"],
+            not_found=counts["not_found"],
+        )
         if idem is None:
             response.created_at.GetCurrentTime()
             return response
@@ -243,9 +248,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             response.created_at.CopyFrom(convert.timestamp(c.timestamp_ms))
             return response.SerializeToString()
 
-        outcome = await self.store.write(
-            Write(BULK_SCOPE, lambda _c, _x: commands.Mutation(), idem, remember)
-        )
+        outcome = await self.store.write(Write(BULK_SCOPE, lambda _c, _x: Mutation(), idem, remember))
         return _response(outcome, api.SignalEntitiesResponse)
 
     # -- messages ----------------------------------------------------------------

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import cast
 
 import grpc
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
 
 from . import convert
@@ -87,7 +89,7 @@ class Watches:
         response = api.WatchEntitiesResponse(
             change=api.EntityChange(
                 entity=convert.entity(after),
-                previous_state=convert.STATE_TO_PB[before.state] if before else 0,
+                previous_state=convert.STATE_TO_PB[before.state] if before else pb.STATE_UNSPECIFIED,
                 changed_at=convert.timestamp(commit.timestamp_ms),
             )
         )
@@ -133,7 +135,7 @@ class Watches:
                         "WATCH_LAGGING",
                         "watcher fell behind; reconnect for a fresh snapshot",
                     )
-                txid, ref, response = item  # type: ignore[misc]
+                txid, ref, response = cast(tuple[int, Ref, api.WatchEntitiesResponse], item)
                 if sent and txid <= sent.get(ref, 0):
                     continue  # the snapshot already showed this or a later state
                 yield response

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from electric_sdk.lifecycle import State
 
@@ -90,26 +91,26 @@ _ENTITY_COLUMNS = (
 _EVENT_COLUMNS = "offset, kind, key, operation, ts, txid, body"
 
 
-def _entity(row: tuple[object, ...]) -> EntityRecord:
+def _entity(row: tuple[Any, ...]) -> EntityRecord:
     t, i, state, grace, idle, created, updated, head, closed, deadline, txid = row
     return EntityRecord(
         type=str(t),
         id=str(i),
         state=State(state),
-        grace_ms=int(grace),  # type: ignore[call-overload]
-        idle_timeout_ms=int(idle),  # type: ignore[call-overload]
-        created_at_ms=int(created),  # type: ignore[call-overload]
-        updated_at_ms=int(updated),  # type: ignore[call-overload]
-        head_offset=int(head),  # type: ignore[call-overload]
+        grace_ms=int(grace),
+        idle_timeout_ms=int(idle),
+        created_at_ms=int(created),
+        updated_at_ms=int(updated),
+        head_offset=int(head),
         closed=bool(closed),
-        stopping_deadline_ms=None if deadline is None else int(deadline),  # type: ignore[call-overload]
-        txid=int(txid),  # type: ignore[call-overload]
+        stopping_deadline_ms=None if deadline is None else int(deadline),
+        txid=int(txid),
     )
 
 
-def _event(row: tuple[object, ...]) -> StoredEvent:
+def _event(row: tuple[Any, ...]) -> StoredEvent:
     offset, kind, key, op, ts, txid, body = row
-    return StoredEvent(int(offset), str(kind), str(key), int(op), int(ts), int(txid), bytes(body))  # type: ignore[call-overload, arg-type]
+    return StoredEvent(int(offset), str(kind), str(key), int(op), int(ts), int(txid), bytes(body))
 
 
 def now_ms() -> int:
