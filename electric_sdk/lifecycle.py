@@ -52,6 +52,19 @@ class Signal(enum.Enum):
     SIGCONT = "SIGCONT"
     SIGUSR = "SIGUSR"
 
+    @classmethod
+    def parse(cls, text: str | Signal) -> Signal:
+        """``"SIGTERM"``, ``"sigterm"``, ``"TERM"`` → ``Signal.SIGTERM``; ValueError otherwise."""
+        if isinstance(text, Signal):
+            return text
+        name = text.strip().upper()
+        for prefix in ("SIGNAL_", ""):  # also the wire's enum names, e.g. SIGNAL_SIGTERM
+            candidate = name.removeprefix(prefix)
+            candidate = candidate if candidate.startswith("SIG") else f"SIG{candidate}"
+            if candidate in cls.__members__:
+                return cls[candidate]
+        raise ValueError(f"unknown signal {text!r}; expected one of {', '.join(s.value for s in cls)}")
+
 
 class State(enum.Enum):
     SPAWNING = "spawning"
@@ -61,6 +74,19 @@ class State(enum.Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     KILLED = "killed"
+
+    @classmethod
+    def parse(cls, text: str | State) -> State:
+        """``"running"``, ``"RUNNING"``, ``"STATE_RUNNING"`` → ``State.RUNNING``; ValueError otherwise."""
+        if isinstance(text, State):
+            return text
+        name = text.strip().lower().removeprefix("state_")
+        try:
+            return cls(name)
+        except ValueError:
+            raise ValueError(
+                f"unknown state {text!r}; expected one of {', '.join(s.value for s in cls)}"
+            ) from None
 
     @property
     def terminal(self) -> bool:

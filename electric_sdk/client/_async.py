@@ -1,0 +1,464 @@
+"""AsyncClient: the one implementation of every client operation (grpc.aio).
+
+``Client`` (sync) runs this same code on a portal thread; nothing here is
+duplicated there. An AsyncClient belongs to the event loop it was created on
+(grpc.aio binds its channel to that loop); using it from another loop raises
+``WrongEventLoop`` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+from tenacity.wait import wait_exponential_jitter
+
+from .. import errors
+from .._proto.electric.v1 import entity_service_pb2 as api
+from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from .._proto.electric.v1 import types_pb2 as pb
+from ..lifecycle import Signal
+from ..models import (
+    Entity,
+    EntityChange,
+    EntityRef,
+    Event,
+    EventPage,
+    MessageReceipt,
+    SignalManyResult,
+    SignalResult,
+    State,
+    _time,
+    signal_to_pb,
+    state_from_pb,
+    state_to_pb,
+)
+from ._options import ClientOptions, DurationLike, to_duration
+
+T = TypeVar("T")
+RefLike = EntityRef | str
+SignalLike = Signal | str
+StateLike = State | str
+
+_RETRYABLE = (errors.Unavailable, errors.DeadlineExceeded)
+
+
+def _ref(value: RefLike) -> EntityRef:
+    try:
+        return EntityRef.parse(value)
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="INVALID_NAME") from exc
+
+
+def _signal(value: SignalLike) -> Signal:
+    try:
+        return Signal.parse(value)
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="UNKNOWN_SIGNAL") from exc
+
+
+def _states(values: StateLike | Iterable[StateLike] | None) -> list[State]:
+    if values is None:
+        return []
+    items = [values] if isinstance(values, State | str) else list(values)
+    try:
+        return [State.parse(v) for v in items]
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from exc
+
+
+def _json(value: Any, field: str) -> struct_pb2.Value:
+    try:
+        message = struct_pb2.Value()
+        json_format.Parse(json.dumps(value), message)
+    except (TypeError, ValueError, json_format.ParseError) as exc:
+        raise errors.InvalidArgument(
+            f"{field} is not JSON-serializable: {exc}", code="INVALID_PAYLOAD"
+        ) from exc
+    return message
+
+
+def new_idempotency_key() -> str:
+    return uuid.uuid4().hex
+
+
+class AsyncClient:
+    """The electric control plane, asynchronously.
+
+    >>> async with AsyncClient("127.0.0.1:7700") as client:
+    ...     await client.spawn("my_agent/agent_1")
+    ...     result = await client.terminate("my_agent/agent_1", reason="done")
+    """
+
+    def __init__(
+        self, address: str | None = None, *, options: ClientOptions | None = None, **kw: Any
+    ) -> None:
+        opts = options or ClientOptions(**kw)
+        if address is not None:
+            opts = ClientOptions(**{**opts.__dict__, "address": address})
+        self.options = opts
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: api_grpc.EntityServiceStub | None = None
+        self._closed = False
+        with contextlib.suppress(RuntimeError):
+            self._bind(asyncio.get_running_loop())
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        opts = self.options
+        channel_options = [("grpc.keepalive_time_ms", 30_000), ("grpc.enable_retries", 0)]
+        if opts.tls or opts.root_certificates:
+            creds = grpc.ssl_channel_credentials(root_certificates=opts.root_certificates)
+            self._channel = grpc.aio.secure_channel(opts.address, creds, options=channel_options)
+        else:
+            self._channel = grpc.aio.insecure_channel(opts.address, options=channel_options)
+        self._stub = api_grpc.EntityServiceStub(self._channel)
+
+    def _stub_for_this_loop(self) -> api_grpc.EntityServiceStub:
+        if self._closed:
+            raise errors.ElectricError("this client is closed", code="CLIENT_CLOSED")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._bind(loop)
+        elif loop is not self._loop:
+            raise errors.WrongEventLoop(
+                "this AsyncClient belongs to another event loop (grpc.aio binds a channel to the loop that "
+                "created it); create one AsyncClient per event loop, or use the sync Client"
+            )
+        assert self._stub is not None
+        return self._stub
+
+    async def _call(self, rpc: str, request: Any) -> Any:
+        """One unary call: deadline, metadata, retries, and error translation."""
+        stub = self._stub_for_this_loop()
+        policy = self.options.retry
+        method = getattr(stub, rpc)
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.total_s),
+            wait=wait_exponential_jitter(initial=policy.initial_backoff_s, max=policy.max_backoff_s),
+            retry=retry_if_exception_type(_RETRYABLE),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    return await method(
+                        request, timeout=self.options.timeout_s, metadata=self.options.metadata
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    raise errors.from_rpc_error(exc) from exc
+        raise AssertionError("unreachable: tenacity reraises")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def __aenter__(self) -> AsyncClient:
+        self._stub_for_this_loop()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- entities --------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        ref: RefLike,
+        *,
+        grace_period: DurationLike | None = None,
+        idle_timeout: DurationLike | None = None,
+        idempotency_key: str | None = None,
+    ) -> Entity:
+        """Create an entity in `spawning`. Raises EntityExists if the id was ever used."""
+        r = _ref(ref)
+        profile = pb.Profile()
+        try:
+            if grace_period is not None:
+                profile.grace_period.CopyFrom(to_duration(grace_period))
+            if idle_timeout is not None:
+                profile.idle_timeout.CopyFrom(to_duration(idle_timeout))
+        except ValueError as exc:
+            raise errors.InvalidArgument(str(exc), code="INVALID_DURATION") from exc
+        request = api.SpawnEntityRequest(
+            ref=r.to_pb(), profile=profile, idempotency_key=idempotency_key or new_idempotency_key()
+        )
+        response: api.SpawnEntityResponse = await self._call("SpawnEntity", request)
+        return Entity.from_pb(response.entity)
+
+    async def get(self, ref: RefLike) -> Entity:
+        response: api.GetEntityResponse = await self._call(
+            "GetEntity", api.GetEntityRequest(ref=_ref(ref).to_pb())
+        )
+        return Entity.from_pb(response.entity)
+
+    async def list(
+        self,
+        type: str | None = None,
+        states: StateLike | Iterable[StateLike] | None = None,
+        *,
+        limit: int | None = None,
+        page_size: int = 500,
+    ) -> list[Entity]:
+        """Entities ordered by type and id, all pages (or the first ``limit``)."""
+        out: list[Entity] = []
+        token = ""
+        wanted = [state_to_pb(s) for s in _states(states)]
+        while True:
+            size = page_size if limit is None else max(1, min(page_size, limit - len(out)))
+            request = api.ListEntitiesRequest(
+                type=type or "", states=wanted, page_size=size, page_token=token
+            )
+            response: api.ListEntitiesResponse = await self._call("ListEntities", request)
+            out.extend(Entity.from_pb(e) for e in response.entities)
+            token = response.next_page_token
+            if not token or (limit is not None and len(out) >= limit):
+                return out
+
+    # -- signals ------------------------------------------------------------------------------
+
+    async def signal(
+        self,
+        ref: RefLike,
+        signal: SignalLike,
+        *,
+        reason: str = "",
+        payload: Any = None,
+        message_key: str = "",
+        idempotency_key: str | None = None,
+    ) -> SignalResult:
+        """Send a signal; returns the RFC's result (previous → new state, txid)."""
+        sig = _signal(signal)
+        request = api.SignalEntityRequest(
+            ref=_ref(ref).to_pb(),
+            signal=signal_to_pb(sig),
+            reason=reason,
+            message_key=message_key,
+            idempotency_key=idempotency_key or new_idempotency_key(),
+        )
+        if payload is not None:
+            request.payload.CopyFrom(_json(payload, "payload"))
+        response: api.SignalEntityResponse = await self._call("SignalEntity", request)
+        return SignalResult.from_pb(response)
+
+    async def interrupt(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGINT: abort the current run; the entity stays alive."""
+        return await self.signal(ref, Signal.SIGINT, reason=reason)
+
+    async def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGHUP: finish the current run, then pick up new code on the next wake."""
+        return await self.signal(ref, Signal.SIGHUP, reason=reason)
+
+    async def terminate(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGTERM: graceful shutdown within the entity's grace period."""
+        return await self.signal(ref, Signal.SIGTERM, reason=reason)
+
+    async def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGKILL: stop at once; no handler runs."""
+        return await self.signal(ref, Signal.SIGKILL, reason=reason)
+
+    async def pause(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGSTOP: finish the current run, deliver no new message."""
+        return await self.signal(ref, Signal.SIGSTOP, reason=reason)
+
+    async def resume(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        """SIGCONT: resume delivery of queued messages."""
+        return await self.signal(ref, Signal.SIGCONT, reason=reason)
+
+    async def usr(self, ref: RefLike, payload: Any = None, *, reason: str = "") -> SignalResult:
+        """SIGUSR: call the entity's on_signal handler with a JSON payload."""
+        return await self.signal(ref, Signal.SIGUSR, reason=reason, payload=payload)
+
+    async def signal_many(
+        self,
+        signal: SignalLike,
+        *,
+        type: str | None = None,
+        states: StateLike | Iterable[StateLike] | None = None,
+        refs: Sequence[RefLike] = (),
+        reason: str = "",
+        payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> SignalManyResult:
+        """One signal to every entity matching the selector (type and/or states, or refs)."""
+        selector = api.EntitySelector(
+            type=type or "",
+            states=[state_to_pb(s) for s in _states(states)],
+            refs=[_ref(r).to_pb() for r in refs],
+        )
+        request = api.SignalEntitiesRequest(
+            selector=selector,
+            signal=signal_to_pb(_signal(signal)),
+            reason=reason,
+            idempotency_key=idempotency_key or new_idempotency_key(),
+        )
+        if payload is not None:
+            request.payload.CopyFrom(_json(payload, "payload"))
+        response: api.SignalEntitiesResponse = await self._call("SignalEntities", request)
+        return SignalManyResult(
+            signalled=response.signalled,
+            ignored=response.ignored,
+            skipped=response.skipped,
+            not_found=response.not_found,
+            created_at=_time(response.created_at),
+        )
+
+    async def delete(self, ref: RefLike) -> SignalResult:
+        """Deprecated: exactly SIGKILL with reason "legacy delete". Use kill()."""
+        warnings.warn(
+            "delete() is deprecated: it sends SIGKILL; call kill() instead", DeprecationWarning, stacklevel=2
+        )
+        request = api.DeleteEntityRequest(ref=_ref(ref).to_pb(), idempotency_key=new_idempotency_key())
+        response: api.DeleteEntityResponse = await self._call("DeleteEntity", request)
+        return SignalResult.from_pb(response.result)
+
+    # -- messages and events --------------------------------------------------------------------
+
+    async def send(
+        self, ref: RefLike, text: str = "", *, data: Any = None, idempotency_key: str | None = None
+    ) -> MessageReceipt:
+        r = _ref(ref)
+        request = api.SendMessageRequest(
+            ref=r.to_pb(), text=text, idempotency_key=idempotency_key or new_idempotency_key()
+        )
+        if data is not None:
+            request.data.CopyFrom(_json(data, "data"))
+        response: api.SendMessageResponse = await self._call("SendMessage", request)
+        state = state_from_pb(response.state)
+        assert state is not None
+        return MessageReceipt(
+            r, response.key, response.offset, response.txid, _time(response.created_at), state
+        )
+
+    async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
+        """One page of the entity's stream from an offset (inclusive)."""
+        request = api.ReadEventsRequest(ref=_ref(ref).to_pb(), from_offset=from_offset, limit=limit)
+        response: api.ReadEventsResponse = await self._call("ReadEvents", request)
+        return EventPage(
+            tuple(Event.from_pb(e) for e in response.events),
+            response.next_offset,
+            response.head_offset,
+            response.end_of_stream,
+        )
+
+    async def watch(self, ref: RefLike, from_offset: int = 0) -> AsyncIterator[Event]:
+        """The entity's events from an offset, then live; ends when the stream closes.
+
+        Reconnects after a broken connection or a server restart and resumes
+        after the last event seen: nothing missed, nothing repeated.
+        """
+        r = _ref(ref)
+        offset = from_offset
+        async for item in self._resumable(
+            # Late binding is the point: a reconnect resumes after the last event seen.
+            lambda: api.WatchEventsRequest(ref=r.to_pb(), from_offset=offset),  # noqa: B023
+            "WatchEvents",
+        ):
+            if item.HasField("end_of_stream"):
+                return
+            event = Event.from_pb(item.event)
+            offset = event.offset + 1
+            yield event
+
+    async def watch_entities(
+        self, type: str | None = None, states: StateLike | Iterable[StateLike] | None = None
+    ) -> AsyncIterator[EntityChange]:
+        """Snapshot rows (``snapshot=True``), then live state changes.
+
+        After a reconnect the server sends a fresh snapshot, again marked
+        ``snapshot=True``, so a consumer can rebuild its view.
+        """
+        wanted = [state_to_pb(s) for s in _states(states)]
+        async for item in self._resumable(
+            lambda: api.WatchEntitiesRequest(type=type or "", states=wanted), "WatchEntities"
+        ):
+            kind = item.WhichOneof("item")
+            if kind == "snapshot":
+                for entity in item.snapshot.entities:
+                    yield EntityChange(Entity.from_pb(entity), None, snapshot=True)
+            elif kind == "change":
+                yield EntityChange(
+                    Entity.from_pb(item.change.entity),
+                    state_from_pb(item.change.previous_state),
+                    snapshot=False,
+                )
+
+    async def _resumable(self, request: Callable[[], Any], rpc: str) -> AsyncIterator[Any]:
+        """A server stream that reconnects with backoff on UNAVAILABLE/lagging."""
+        policy = self.options.retry
+        backoff = policy.initial_backoff_s
+        give_up_at: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            stub = self._stub_for_this_loop()
+            call = getattr(stub, rpc)(request(), metadata=self.options.metadata)
+            try:
+                async for item in call:
+                    backoff, give_up_at = policy.initial_backoff_s, None
+                    yield item
+                return
+            except grpc.aio.AioRpcError as exc:
+                error = errors.from_rpc_error(exc)
+                if not isinstance(error, errors.Unavailable | errors.WatchLagging):
+                    raise error from exc
+                now = loop.time()
+                give_up_at = give_up_at or now + self.options.reconnect_s
+                if now >= give_up_at:
+                    raise error from exc
+                await asyncio.sleep(backoff * (0.5 + random.random()))  # jitter
+                backoff = min(backoff * 2, policy.max_backoff_s)
+            finally:
+                call.cancel()
+
+    async def wait_for_state(
+        self,
+        ref: RefLike,
+        states: StateLike | Iterable[StateLike],
+        timeout: float | None = None,  # noqa: ASYNC109 - the same signature as the sync Client's
+    ) -> Entity:
+        """Wait until the entity is in one of ``states``; returns it then.
+
+        Raises DeadlineExceeded after ``timeout`` seconds, and
+        FailedPrecondition if the entity ends (stopped/killed) elsewhere.
+        """
+        wanted = set(_states(states))
+        r = _ref(ref)
+
+        async def wait() -> Entity:
+            entity = await self.get(r)
+            if entity.state in wanted:
+                return entity
+            async for event in self.watch(r, entity.head_offset):
+                if event.state in wanted:
+                    return await self.get(r)
+            entity = await self.get(r)
+            if entity.state in wanted:
+                return entity
+            raise errors.FailedPrecondition(
+                f"{r.url} ended {entity.state.value} without reaching {sorted(s.value for s in wanted)}",
+                code="STATE_NOT_REACHED",
+            )
+
+        try:
+            return await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            raise errors.DeadlineExceeded(
+                f"{r.url} did not reach {sorted(s.value for s in wanted)} within {timeout} s",
+                code="WAIT_TIMEOUT",
+            ) from None

@@ -1,0 +1,57 @@
+"""Connection options shared by AsyncClient and Client (no I/O here)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from google.protobuf import duration_pb2
+
+from ..durations import parse_ms
+
+DEFAULT_ADDRESS = "127.0.0.1:7700"
+# Every call gets a deadline; generous enough for a group commit under load.
+DEFAULT_TIMEOUT_S = 10.0
+
+DurationLike = timedelta | float | int | str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of UNAVAILABLE and DEADLINE_EXCEEDED: exponential backoff with
+    jitter, bounded by attempts and total time. Mutations carry an idempotency
+    key, so a retry after a lost response appends exactly once."""
+
+    attempts: int = 6
+    initial_backoff_s: float = 0.05
+    max_backoff_s: float = 2.0
+    total_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    address: str = field(default_factory=lambda: os.environ.get("ELECTRIC_ADDRESS", DEFAULT_ADDRESS))
+    token: str | None = field(default_factory=lambda: os.environ.get("ELECTRIC_TOKEN") or None)
+    # PEM root certificates; enables TLS. `tls=True` with no roots uses the system's.
+    root_certificates: bytes | None = None
+    tls: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # How long a watch keeps trying to reconnect before giving up.
+    reconnect_s: float = 60.0
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+
+def to_duration(value: DurationLike) -> duration_pb2.Duration:
+    """timedelta, seconds (float/int) or a string like "500ms", "30s", "2m"."""
+    if isinstance(value, timedelta):
+        ms = round(value / timedelta(milliseconds=1))
+    elif isinstance(value, str):
+        ms = parse_ms(value)
+    else:
+        ms = round(float(value) * 1000)
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)

@@ -1,0 +1,234 @@
+"""Client: the synchronous facade over AsyncClient.
+
+It owns a portal thread (an anyio blocking portal) running its own event
+loop, creates its AsyncClient on that loop, and runs every call there. So it
+works in a plain script and inside a running Jupyter kernel (whose loop is
+busy in the calling thread) without nest_asyncio, and there is exactly one
+implementation of each operation: the async one.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import warnings
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
+from ._async import AsyncClient, RefLike, SignalLike, StateLike
+from ._options import ClientOptions, DurationLike
+
+T = TypeVar("T")
+
+
+def _start_portal() -> tuple[BlockingPortal, threading.Thread]:
+    """An event loop on a daemon thread, reachable through a blocking portal.
+
+    Not anyio's start_blocking_portal: its executor thread is joined at
+    interpreter exit, so a Client someone forgot to close would hang exit.
+    """
+    handoff: queue.Queue[BlockingPortal] = queue.Queue()
+
+    async def main() -> None:
+        async with BlockingPortal() as portal:
+            handoff.put(portal)
+            await portal.sleep_until_stopped()
+
+    thread = threading.Thread(target=anyio.run, args=(main,), name="electric-client-portal", daemon=True)
+    thread.start()
+    return handoff.get(), thread
+
+
+def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: AsyncClient) -> None:
+    try:
+        portal.call(client.close)
+    finally:
+        portal.call(portal.stop)
+        thread.join()
+
+
+class Client:
+    """The electric control plane, synchronously. Thread-safe.
+
+    >>> with Client("127.0.0.1:7700") as client:
+    ...     client.spawn("my_agent/agent_1")
+    ...     print(client.kill("my_agent/agent_1"))
+    """
+
+    def __init__(
+        self, address: str | None = None, *, options: ClientOptions | None = None, **kw: Any
+    ) -> None:
+        self._portal, thread = _start_portal()
+
+        async def create() -> AsyncClient:
+            return AsyncClient(address, options=options, **kw)
+
+        self._async = self._portal.call(create)
+        self.options = self._async.options
+        # Closes the channel and the portal when the Client is closed, collected,
+        # or the interpreter exits, whichever comes first, exactly once.
+        self._finalizer = weakref.finalize(self, _shutdown, self._portal, thread, self._async)
+
+    @property
+    def aio(self) -> AsyncClient:
+        """The AsyncClient underneath; it belongs to the portal thread's loop."""
+        return self._async
+
+    def _run(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        return self._portal.call(functools.partial(func, *args, **kwargs))
+
+    def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._portal.call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if self._finalizer.alive:
+                aclose = getattr(agen, "aclose", None)
+                if aclose is not None:  # every async generator has it; a bare AsyncIterator may not
+                    self._portal.call(aclose)
+
+    def close(self) -> None:
+        """Close the channel and stop the portal thread; safe to repeat."""
+        self._finalizer()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- the operations: each one line, delegating to AsyncClient ----------------------
+
+    def spawn(
+        self,
+        ref: RefLike,
+        *,
+        grace_period: DurationLike | None = None,
+        idle_timeout: DurationLike | None = None,
+        idempotency_key: str | None = None,
+    ) -> Entity:
+        return self._run(
+            self._async.spawn,
+            ref,
+            grace_period=grace_period,
+            idle_timeout=idle_timeout,
+            idempotency_key=idempotency_key,
+        )
+
+    def get(self, ref: RefLike) -> Entity:
+        return self._run(self._async.get, ref)
+
+    def list(
+        self,
+        type: str | None = None,
+        states: StateLike | Iterable[StateLike] | None = None,
+        *,
+        limit: int | None = None,
+        page_size: int = 500,
+    ) -> list[Entity]:
+        return self._run(self._async.list, type, states, limit=limit, page_size=page_size)
+
+    def signal(
+        self,
+        ref: RefLike,
+        signal: SignalLike,
+        *,
+        reason: str = "",
+        payload: Any = None,
+        message_key: str = "",
+        idempotency_key: str | None = None,
+    ) -> SignalResult:
+        return self._run(
+            self._async.signal,
+            ref,
+            signal,
+            reason=reason,
+            payload=payload,
+            message_key=message_key,
+            idempotency_key=idempotency_key,
+        )
+
+    def interrupt(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.interrupt, ref, reason=reason)
+
+    def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.reload, ref, reason=reason)
+
+    def terminate(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.terminate, ref, reason=reason)
+
+    def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.kill, ref, reason=reason)
+
+    def pause(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.pause, ref, reason=reason)
+
+    def resume(self, ref: RefLike, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.resume, ref, reason=reason)
+
+    def usr(self, ref: RefLike, payload: Any = None, *, reason: str = "") -> SignalResult:
+        return self._run(self._async.usr, ref, payload, reason=reason)
+
+    def signal_many(
+        self,
+        signal: SignalLike,
+        *,
+        type: str | None = None,
+        states: StateLike | Iterable[StateLike] | None = None,
+        refs: Sequence[RefLike] = (),
+        reason: str = "",
+        payload: Any = None,
+        idempotency_key: str | None = None,
+    ) -> SignalManyResult:
+        return self._run(
+            self._async.signal_many,
+            signal,
+            type=type,
+            states=states,
+            refs=refs,
+            reason=reason,
+            payload=payload,
+            idempotency_key=idempotency_key,
+        )
+
+    def delete(self, ref: RefLike) -> SignalResult:
+        """Deprecated: exactly SIGKILL with reason "legacy delete". Use kill()."""
+        warnings.warn(
+            "delete() is deprecated: it sends SIGKILL; call kill() instead", DeprecationWarning, stacklevel=2
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # already warned, at the caller's line
+            return self._run(self._async.delete, ref)
+
+    def send(
+        self, ref: RefLike, text: str = "", *, data: Any = None, idempotency_key: str | None = None
+    ) -> MessageReceipt:
+        return self._run(self._async.send, ref, text, data=data, idempotency_key=idempotency_key)
+
+    def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
+        return self._run(self._async.events, ref, from_offset, limit)
+
+    def watch(self, ref: RefLike, from_offset: int = 0) -> Iterator[Event]:
+        return self._iterate(self._async.watch(ref, from_offset))
+
+    def watch_entities(
+        self, type: str | None = None, states: StateLike | Iterable[StateLike] | None = None
+    ) -> Iterator[EntityChange]:
+        return self._iterate(self._async.watch_entities(type, states))
+
+    def wait_for_state(
+        self, ref: RefLike, states: StateLike | Iterable[StateLike], timeout: float | None = None
+    ) -> Entity:
+        return self._run(self._async.wait_for_state, ref, states, timeout)
