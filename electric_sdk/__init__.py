@@ -1,3 +1,74 @@
-"""electric: Unix-style lifecycle signals for long-running agents."""
+"""electric: Unix-style lifecycle signals for long-running agents.
+
+The public API is what this module exports (pinned by a test); everything
+else is private. Start with ``Client`` (sync; scripts and notebooks) or
+``AsyncClient`` (asyncio).
+"""
+
+from .client import AsyncClient, Client, ClientOptions, RetryPolicy
+from .errors import (
+    DeadlineExceeded,
+    ElectricError,
+    EntityExists,
+    EntityNotFound,
+    EntityTerminal,
+    FailedPrecondition,
+    IdempotencyKeyReused,
+    InvalidArgument,
+    InvalidSignal,
+    PermissionDenied,
+    ServerError,
+    Unauthenticated,
+    Unavailable,
+    WatchLagging,
+    WrongEventLoop,
+)
+from .models import (
+    Entity,
+    EntityChange,
+    EntityRef,
+    Event,
+    EventPage,
+    MessageReceipt,
+    Outcome,
+    Signal,
+    SignalManyResult,
+    SignalResult,
+    State,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientOptions",
+    "DeadlineExceeded",
+    "ElectricError",
+    "Entity",
+    "EntityChange",
+    "EntityExists",
+    "EntityNotFound",
+    "EntityRef",
+    "EntityTerminal",
+    "Event",
+    "EventPage",
+    "FailedPrecondition",
+    "IdempotencyKeyReused",
+    "InvalidArgument",
+    "InvalidSignal",
+    "MessageReceipt",
+    "Outcome",
+    "PermissionDenied",
+    "RetryPolicy",
+    "ServerError",
+    "Signal",
+    "SignalManyResult",
+    "SignalResult",
+    "State",
+    "Unauthenticated",
+    "Unavailable",
+    "WatchLagging",
+    "WrongEventLoop",
+    "__version__",
+]

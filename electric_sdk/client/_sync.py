@@ -10,7 +10,6 @@ implementation of each operation: the async one.
 from __future__ import annotations
 
 import functools
-import queue
 import threading
 import warnings
 import weakref
@@ -18,32 +17,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from types import TracebackType
 from typing import Any, TypeVar
 
-import anyio
 from anyio.from_thread import BlockingPortal
 
+from .._portal import start_portal
 from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
 from ._async import AsyncClient, RefLike, SignalLike, StateLike
 from ._options import ClientOptions, DurationLike
 
 T = TypeVar("T")
-
-
-def _start_portal() -> tuple[BlockingPortal, threading.Thread]:
-    """An event loop on a daemon thread, reachable through a blocking portal.
-
-    Not anyio's start_blocking_portal: its executor thread is joined at
-    interpreter exit, so a Client someone forgot to close would hang exit.
-    """
-    handoff: queue.Queue[BlockingPortal] = queue.Queue()
-
-    async def main() -> None:
-        async with BlockingPortal() as portal:
-            handoff.put(portal)
-            await portal.sleep_until_stopped()
-
-    thread = threading.Thread(target=anyio.run, args=(main,), name="electric-client-portal", daemon=True)
-    thread.start()
-    return handoff.get(), thread
 
 
 def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: AsyncClient) -> None:
@@ -65,7 +46,7 @@ class Client:
     def __init__(
         self, address: str | None = None, *, options: ClientOptions | None = None, **kw: Any
     ) -> None:
-        self._portal, thread = _start_portal()
+        self._portal, thread = start_portal("electric-client-portal")
 
         async def create() -> AsyncClient:
             return AsyncClient(address, options=options, **kw)
