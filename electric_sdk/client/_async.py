@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format, struct_pb2
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
-from tenacity.wait import wait_exponential_jitter
+from tenacity.wait import wait_random_exponential
 
 from .. import errors
 from .._proto.electric.v1 import entity_service_pb2 as api
@@ -148,7 +148,8 @@ class AsyncClient:
         method = getattr(stub, rpc)
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.total_s),
-            wait=wait_exponential_jitter(initial=policy.initial_backoff_s, max=policy.max_backoff_s),
+            # Full jitter: a random wait up to the exponential bound.
+            wait=wait_random_exponential(multiplier=policy.initial_backoff_s, max=policy.max_backoff_s),
             retry=retry_if_exception_type(_RETRYABLE),
             reraise=True,
         ):
