@@ -81,7 +81,8 @@ def test_no_generated_types_in_public_signatures() -> None:
             if name.startswith("_"):
                 continue
             annotations = " ".join(str(v) for v in inspect.get_annotations(member).values())
-            assert "pb2" not in annotations and "_proto" not in annotations, (cls.__name__, name)
+            assert "pb2" not in annotations, (cls.__name__, name)
+            assert "_proto" not in annotations, (cls.__name__, name)
 
 
 @pytest.mark.parametrize(
