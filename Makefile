@@ -8,8 +8,9 @@ BUF_VERSION := 1.75.0
 BUF    := $(TOOLS)/node_modules/.bin/buf
 LISTEN ?= 127.0.0.1:7700
 DATA   ?= .electric
+TS     := clients/typescript
 
-.PHONY: run test lint proto proto-check buf-lint buf-breaking pytest bench typecheck clean
+.PHONY: run test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,10 +57,24 @@ lint: $(STAMP) buf-lint
 pytest: $(STAMP)
 	$(VENV)/bin/pytest
 
-test: lint buf-breaking proto-check pytest
+# The TypeScript client (clients/typescript): regenerate src/gen with buf and
+# protoc-gen-es (pinned in its package.json), or check it for drift and run
+# its Node test against a live server. Both need Node.js/npm.
+ts-gen: $(BUF)
+	npm ci --prefix $(TS) --loglevel=error --no-audit --no-fund
+	$(BUF) generate --template buf.gen.yaml
+
+ts-test: $(STAMP) $(BUF)
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(TS) --loglevel=error --no-audit --no-fund && \
+	  BUF=$(abspath $(BUF)) sh $(TS)/scripts/check-gen.sh && \
+	  ELECTRIC_PYTHON=$(abspath $(PY)) npm test --prefix $(TS) --silent; \
+	else echo "typescript client test: skipped, Node.js/npm not found"; fi
+
+test: lint buf-breaking proto-check pytest ts-test
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist
