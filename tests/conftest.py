@@ -7,13 +7,17 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
 - ``start_server``: start more in-process servers (custom config, same data dir).
 - ``server_process``: ``electric server`` as a real OS process, for crash
   (kill -9) and signal tests; it waits for the "listening" line on stdout.
+- ``db_rows``: every row of a server's SQLite file, to prove a refused call
+  wrote nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -96,8 +100,19 @@ def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     def start(data_dir: Path | None = None, *extra: str, port: int = 0) -> ServerProcess:
         data = data_dir or tmp_path / "data"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "electric_sdk.cli.main", "server", "--listen", f"127.0.0.1:{port}",
-             "--data", str(data), "--drain-grace", "2s", *extra],
+            [
+                sys.executable,
+                "-m",
+                "electric_sdk.cli.main",
+                "server",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--data",
+                str(data),
+                "--drain-grace",
+                "2s",
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -119,3 +134,84 @@ def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
             proc.wait(10)
         if proc.stdout:
             proc.stdout.close()
+
+
+DbRows = dict[str, list[tuple[Any, ...]]]
+
+
+def read_database(path: Path) -> DbRows:
+    """Every row of every table, through a separate read-only SQLite connection.
+
+    Comparing two of these proves that a refused call wrote nothing at all:
+    no entity, event, idempotency record or txid counter changed.
+    """
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        tables = [
+            str(row[0])
+            for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        ]
+        return {table: conn.execute(f'SELECT * FROM "{table}"').fetchall() for table in tables}
+
+
+@pytest.fixture
+def db_rows() -> Callable[[ElectricServer], DbRows]:
+    """``db_rows(server)``: the server's whole database, to compare before/after a call."""
+
+    def read(srv: ElectricServer) -> DbRows:
+        rows = read_database(srv.config.database)
+        assert {"entities", "events"} <= rows.keys(), f"unexpected schema: {sorted(rows)}"
+        return rows
+
+    return read
+
+
+SeedState = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture
+def seed_state() -> SeedState:
+    """Move an entity to a state through the store's own write API (no runtime needed).
+
+    ``await seed_state(store, ("type", "id"), State.RUNNING, cause="started")`` appends one
+    ``state`` event (previous state → ``state``, with ``cause``; ``deadline_ms`` for `stopping`)
+    and writes the entity record in the same transaction, exactly as the server's own writes do.
+    Returns the committed ``EntityRecord``. Use real runtime causes ("started", "idle_timeout")
+    where a test later replays the stream with ``electric verify``.
+    """
+    from electric_server.store.base import EntityRecord, Mutation, NewEvent, Store, Write, WriteContext
+    from google.protobuf import timestamp_pb2
+
+    from electric_sdk._proto.electric.v1 import types_pb2 as pb
+    from electric_sdk.lifecycle import State
+
+    async def seed(
+        store: Store,
+        ref: tuple[str, str],
+        state: State,
+        *,
+        cause: str = "started",
+        deadline_ms: int | None = None,
+    ) -> EntityRecord:
+        def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+            assert current is not None, f"seed_state: no entity {ref}"
+            value = pb.StateValue(
+                state=pb.State.Value(f"STATE_{state.name}"),
+                previous_state=pb.State.Value(f"STATE_{current.state.name}"),
+                cause=cause,
+            )
+            if deadline_ms is not None:
+                value.deadline.CopyFrom(
+                    timestamp_pb2.Timestamp(seconds=deadline_ms // 1000, nanos=deadline_ms % 1000 * 1_000_000)
+                )
+            body = pb.Event(state=value).SerializeToString(deterministic=True)
+            event = NewEvent("state", f"seed_{ctx.txid}", pb.OPERATION_INSERT, body)
+            record = current.replace(state=state, stopping_deadline_ms=deadline_ms, closed=state.terminal)
+            return Mutation([event], record)
+
+        outcome = await store.write(Write(ref, decide))
+        assert outcome.commit is not None
+        assert outcome.commit.after is not None
+        after: EntityRecord = outcome.commit.after
+        return after
+
+    return seed

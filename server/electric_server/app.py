@@ -87,6 +87,12 @@ class ElectricServer:
         host = _host(config.listen)
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ConfigError("--tls-cert and --tls-key go together")
+        self._tls: tuple[bytes, bytes] | None = None
+        if config.tls_cert and config.tls_key:
+            try:
+                self._tls = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
+            except OSError as exc:
+                raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
         self.tokens = TokenTable.load(config.tokens_file) if config.tokens_file else None
         if self.tokens is None and not is_loopback(host) and not config.insecure:
             raise ConfigError(
@@ -126,15 +132,20 @@ class ElectricServer:
             ),
             server,
         )
-        if self.config.tls_cert and self.config.tls_key:
-            creds = grpc.ssl_server_credentials(
-                [(self.config.tls_key.read_bytes(), self.config.tls_cert.read_bytes())]
-            )
-            self.port = server.add_secure_port(self.config.listen, creds)
-        else:
-            self.port = server.add_insecure_port(self.config.listen)
+        try:
+            if self._tls is not None:
+                creds = grpc.ssl_server_credentials([self._tls])
+                self.port = server.add_secure_port(self.config.listen, creds)
+            else:
+                self.port = server.add_insecure_port(self.config.listen)
+        except RuntimeError:  # grpc raises instead of returning 0 when the bind fails
+            self.port = 0
         if not self.port:
-            raise ConfigError(f"cannot listen on {self.config.listen}")
+            self._watches.close()
+            await self._reaper.stop()
+            await self.store.close()
+            why = "invalid TLS certificate or key, " if self._tls else ""
+            raise ConfigError(f"cannot listen on {self.config.listen} ({why}address in use or not local?)")
         await server.start()
         self._server = server
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -169,10 +180,10 @@ def _usage_hint(server: ElectricServer) -> str:
             f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
             f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
             f"  explore: grpcurl -plaintext {a} list   (reflection is on)",
-            f"  spawn:   grpcurl -plaintext -d '{{\"ref\":{{\"type\":\"agent\",\"id\":\"a1\"}}}}' "
+            f'  spawn:   grpcurl -plaintext -d \'{{"ref":{{"type":"agent","id":"a1"}}}}\' '
             f"{a} electric.v1.EntityService/SpawnEntity",
-            f"  signal:  grpcurl -plaintext -d '{{\"ref\":{{\"type\":\"agent\",\"id\":\"a1\"}},"
-            f"\"signal\":\"SIGNAL_SIGKILL\"}}' {a} electric.v1.EntityService/SignalEntity",
+            f'  signal:  grpcurl -plaintext -d \'{{"ref":{{"type":"agent","id":"a1"}},'
+            f'"signal":"SIGNAL_SIGKILL"}}\' {a} electric.v1.EntityService/SignalEntity',
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )

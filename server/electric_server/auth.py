@@ -76,7 +76,7 @@ class TokenTable:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise TokenFileError(f"cannot read tokens file {path}: {exc}") from exc
         entries = data.get("tokens")
-        if not isinstance(entries, list) or not entries:
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
             raise TokenFileError(f"{path}: expected one or more [[tokens]] tables")
         table: dict[str, Principal] = {}
         for n, entry in enumerate(entries, 1):
@@ -86,7 +86,11 @@ class TokenTable:
                 raise TokenFileError(f"{where}: `token` must be a string of at least 8 characters")
             if not isinstance(name, str) or not name:
                 raise TokenFileError(f"{where}: `principal` must be a non-empty string")
-            if not isinstance(scopes, list) or not scopes or not set(scopes) <= SCOPES:
+            if (
+                not isinstance(scopes, list)
+                or not scopes
+                or not all(isinstance(s, str) and s in SCOPES for s in scopes)
+            ):
                 raise TokenFileError(f"{where}: `scopes` must be a non-empty list from {sorted(SCOPES)}")
             types = entry.get("types")
             if types is not None and (
@@ -157,8 +161,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler  # health, reflection, unknown methods: no token needed
         principal = None
         for key, value in details.invocation_metadata or ():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-                principal = self.tokens.lookup(value.removeprefix("Bearer ").strip())
+            if key == "authorization" and isinstance(value, str):
+                scheme, _, token = value.partition(" ")
+                if scheme.lower() == "bearer" and token.strip():  # the scheme is case-insensitive (RFC 9110)
+                    principal = self.tokens.lookup(token.strip())
         early = _denial(principal, scope, None)
         return _wrap(handler, principal, scope, early)
 

@@ -15,6 +15,7 @@ Every violation is INVALID_ARGUMENT with a specific ErrorInfo reason.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 
@@ -76,7 +77,14 @@ def json_value(value: struct_pb2.Value, present: bool, field: str) -> struct_pb2
     """A JSON value within the size limit, or None when absent."""
     if not present:
         return None
-    size = len(json_format.MessageToJson(value, indent=None).encode())
+    try:
+        # Compact UTF-8 JSON, as a client would send it ("é" is 2 bytes, not "\u00e9").
+        encoded = json.dumps(
+            json_format.MessageToDict(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+        size = len(encoded.encode())
+    except ValueError as exc:  # NaN or infinity: no JSON encoding exists
+        raise invalid_argument("INVALID_PAYLOAD", f"{field} is not a JSON value: {exc}", field=field) from exc
     if size > MAX_PAYLOAD_BYTES:
         raise invalid_argument(
             "PAYLOAD_TOO_LARGE",
@@ -110,7 +118,7 @@ def duration_ms(seconds: int, nanos: int, present: bool, default_ms: int, field:
     if not present:
         return default_ms
     ms = seconds * 1000 + nanos // 1_000_000
-    if nanos % 1_000_000 or ms < 1 or ms > MAX_DURATION_MS:
+    if seconds < 0 or not 0 <= nanos < 1_000_000_000 or nanos % 1_000_000 or ms < 1 or ms > MAX_DURATION_MS:
         raise invalid_argument(
             "INVALID_DURATION", f"{field} must be whole milliseconds between 1 ms and 24 h", field=field
         )
