@@ -1,0 +1,220 @@
+"""The SQLite store on a real file: group commit, refusals, per-entity offsets, reopen, durability."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from electric_server import commands
+from electric_server.store.base import (
+    Decide,
+    EntityRecord,
+    Idempotency,
+    Mutation,
+    NewEvent,
+    Ref,
+    StoreError,
+    Write,
+    WriteContext,
+    WriteOutcome,
+)
+from electric_server.store.sqlite import SQLiteStore
+
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "electric.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+def spawn(ref: Ref) -> Write:
+    return Write(ref, commands.spawn(ref, 30_000, 60_000))
+
+
+def note(ref: Ref, text: str = "n") -> Write:
+    """Append one custom event to an existing entity."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        return Mutation([NewEvent("note", f"note_{ctx.txid}", pb.OPERATION_INSERT, text.encode())], current)
+
+    return Write(ref, decide)
+
+
+class Refused(StoreError):
+    pass
+
+
+def refuse(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+    raise Refused("no")
+
+
+def committed(outcome: WriteOutcome | BaseException) -> WriteOutcome:
+    assert isinstance(outcome, WriteOutcome), outcome
+    assert outcome.commit is not None
+    return outcome
+
+
+async def check_stream(store: SQLiteStore, ref: Ref) -> list[int]:
+    """Offsets gap-free from 0 and txids strictly increasing; returns the txids."""
+    events = await store.read_events(ref, 0, 10_000)
+    record = await store.get_entity(ref)
+    assert record is not None
+    assert [e.offset for e in events] == list(range(record.head_offset))
+    txids = [e.txid for e in events]
+    assert all(a < b for a, b in itertools.pairwise(txids)), txids
+    assert record.txid == txids[-1]
+    return txids
+
+
+async def test_group_commit_batches_but_each_write_is_its_own_transaction(store: SQLiteStore) -> None:
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(20)]
+    for outcome in await store.write_many([spawn(r) for r in refs]):
+        committed(outcome)
+    batches = store.batches_committed
+    writes = [note(refs[i % len(refs)], str(i)) for i in range(200)]
+    outcomes = await asyncio.gather(*(store.write(w) for w in writes))
+    assert store.batches_committed - batches <= 10, "200 concurrent writes should share a few fsyncs"
+    txids = [committed(o).commit.txid for o in outcomes]  # type: ignore[union-attr]
+    assert sorted(txids) == list(range(min(txids), min(txids) + 200)), "one txid per write, no gaps"
+    for o in outcomes:
+        commit = committed(o).commit
+        assert commit is not None
+        assert len(commit.events) == 1
+        assert commit.events[0].txid == commit.txid
+    for ref in refs:
+        assert len(await check_stream(store, ref)) == 1 + 10
+    assert await store.head_txid() == max(txids)
+
+
+async def test_a_refused_write_leaves_no_trace_and_spares_its_batch(store: SQLiteStore) -> None:
+    ref: Ref = ("agent", "a")
+    committed(await store.write(spawn(ref)))
+    before = await store.get_entity(ref)
+    batches = store.batches_committed
+    first, refused, second = await store.write_many([note(ref, "1"), Write(ref, refuse), note(ref, "2")])
+    assert store.batches_committed == batches + 1, "one batch"
+    assert isinstance(refused, Refused)
+    a, b = committed(first).commit, committed(second).commit
+    assert a is not None
+    assert b is not None
+    assert b.txid == a.txid + 1, "the refused write took no txid"
+    assert [e.offset for e in (*a.events, *b.events)] == [1, 2]
+    events = await store.read_events(ref, 0, 100)
+    assert [e.body for e in events[1:]] == [b"1", b"2"]
+    after = await store.get_entity(ref)
+    assert after is not None
+    assert before is not None
+    assert after.head_offset == before.head_offset + 2
+    # Through `write`, the refusal is raised to the caller; concurrent writes are unaffected.
+    results = await asyncio.gather(
+        store.write(note(ref, "3")),
+        store.write(Write(ref, refuse)),
+        store.write(note(ref, "4")),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], Refused)
+    committed(results[0])
+    committed(results[2])
+    assert [e.body for e in (await store.read_events(ref, 3, 100))] == [b"3", b"4"]
+    await check_stream(store, ref)
+
+
+async def test_offsets_are_per_entity_and_gap_free(store: SQLiteStore) -> None:
+    a, b = ("agent", "a"), ("agent", "b")
+    for outcome in await store.write_many([spawn(a), spawn(b)]):
+        committed(outcome)
+    mixed = [note(a if i % 3 else b, str(i)) for i in range(60)]
+    await asyncio.gather(*(store.write(w) for w in mixed))
+    txids_a, txids_b = await check_stream(store, a), await check_stream(store, b)
+    assert (len(txids_a), len(txids_b)) == (1 + 40, 1 + 20)
+    assert not set(txids_a) & set(txids_b), "a txid belongs to one entity's transaction"
+    assert await store.read_events(a, 41, 10) == []
+
+
+async def test_reopen_keeps_everything_and_continues_txids(tmp_path: Path) -> None:
+    path = tmp_path / "electric.db"
+    store = SQLiteStore(path)
+    await store.open()
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(5)]
+    await store.write_many([spawn(r) for r in refs])
+    await asyncio.gather(*(store.write(note(r)) for r in refs))
+    idem = Idempotency("key-1", b"hash")
+    remembered = await store.write(Write(refs[0], note(refs[0]).decide, idem, lambda c: b"answer"))
+    head = await store.head_txid()
+    records = [await store.get_entity(r) for r in refs]
+    events = [await store.read_events(r, 0, 100) for r in refs]
+    await store.close()
+
+    reopened = SQLiteStore(path)
+    await reopened.open()
+    try:
+        assert await reopened.head_txid() == head
+        assert [await reopened.get_entity(r) for r in refs] == records
+        assert [await reopened.read_events(r, 0, 100) for r in refs] == events
+        assert await reopened.list_entities(None, (), None, 100) == records
+        assert await reopened.idempotent_response(refs[0], "key-1") == (b"hash", b"answer")
+        retried = await reopened.write(Write(refs[0], note(refs[0]).decide, idem, lambda c: b"other"))
+        assert (retried.replayed, retried.response) == (True, remembered.response)
+        nxt = committed(await reopened.write(note(refs[1])))
+        assert nxt.commit is not None
+        assert nxt.commit.txid == head + 1
+        assert nxt.commit.events[0].offset == 2  # after its spawn and one note
+    finally:
+        await reopened.close()
+
+
+async def test_stopping_deadlines_follow_the_state(store: SQLiteStore) -> None:
+    ref: Ref = ("agent", "s")
+    committed(await store.write(spawn(ref)))
+
+    def to(state: State, deadline: int | None) -> Decide:
+        def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+            assert current is not None
+            return Mutation([], current.replace(state=state, stopping_deadline_ms=deadline))
+
+        return decide
+
+    committed(await store.write(Write(ref, to(State.STOPPING, 123_456))))
+    assert await store.stopping_deadlines() == [(ref, 123_456)]
+    committed(await store.write(Write(ref, to(State.KILLED, None))))
+    assert await store.stopping_deadlines() == []
+
+
+@pytest.mark.parametrize(("mode", "level"), [(None, 2), ("NORMAL", 1), ("FULL", 2)])
+async def test_synchronous_full_by_default(tmp_path: Path, mode: str | None, level: int) -> None:
+    store = (
+        SQLiteStore(tmp_path / "electric.db")
+        if mode is None
+        else SQLiteStore(tmp_path / "x.db", synchronous=mode)
+    )
+    await store.open()
+    try:
+        assert store.synchronous == (mode or "FULL")
+        conn, executor = store._wconn, store._executor
+        assert conn is not None
+        assert executor is not None
+        loop = asyncio.get_running_loop()
+        # Ask the writer's own connection, on the writer's thread.
+        sync, journal = await loop.run_in_executor(
+            executor,
+            lambda: (
+                conn.execute("PRAGMA synchronous").fetchone()[0],
+                conn.execute("PRAGMA journal_mode").fetchone()[0],
+            ),
+        )
+        assert (sync, journal) == (level, "wal")
+    finally:
+        await store.close()
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(tmp_path / "y.db", synchronous="SOMETIMES")
