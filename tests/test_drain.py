@@ -16,9 +16,8 @@ from typing import Any, TypeAlias
 import anyio
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
+from helpers import error_info
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -32,17 +31,6 @@ ServerProcessFactory = Callable[..., Any]
 REF = pb.EntityRef(type="agent", id="durable")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(exc)
-    assert status is not None, f"no rich status on {exc.code()}: {exc.details()}"
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {status}")
 
 
 async def write_some(stub: Stub) -> tuple[bytes, list[bytes]]:

@@ -16,8 +16,7 @@ import grpc
 import pytest
 from electric_server.app import ElectricServer
 from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from helpers import error_info
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -28,17 +27,6 @@ pytestmark = pytest.mark.anyio
 Stub: TypeAlias = "api_grpc.EntityServiceAsyncStub"
 StartServer = Callable[..., Awaitable[ElectricServer]]
 REF = pb.EntityRef(type="agent", id="a1")
-
-
-def error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(exc)
-    assert status is not None, f"no rich status on {exc.code()}: {exc.details()}"
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {status}")
 
 
 async def snapshot(server: ElectricServer, stub: Stub, *refs: pb.EntityRef) -> tuple[Any, ...]:

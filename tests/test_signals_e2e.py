@@ -17,8 +17,7 @@ import pytest
 from electric_server.app import ElectricServer
 from electric_server.verify import compare, replay
 from google.protobuf import duration_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from helpers import error_info
 
 from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
@@ -59,17 +58,6 @@ def pb_outcome(outcome: Outcome) -> pb.SignalOutcome.ValueType:
 
 def ms(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
-
-
-def error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
-    status = rpc_status.from_call(exc)
-    assert status is not None, f"no rich status on {exc.code()}: {exc.details()}"
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
-    raise AssertionError(f"no ErrorInfo in {status}")
 
 
 async def spawn(stub: Stub, type_: str, id_: str, grace_ms: int = LONG_GRACE_MS) -> pb.EntityRef:

@@ -89,6 +89,13 @@ U = TypeVar("U", bound=Unary)
 S = TypeVar("S", bound=Streaming)
 
 
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc  # already a status (e.g. from the auth check)
+    error = to_api_error(exc) or _unexpected(exc, method)
+    await context.abort_with_status(status_for(error))
+
+
 def translate(method: U) -> U:
     """Decorate a unary handler: domain errors become statuses with ErrorInfo."""
 
@@ -97,10 +104,7 @@ def translate(method: U) -> U:
         try:
             return await method(self, request, context)
         except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            error = to_api_error(exc) or _unexpected(exc, method.__name__)
-            await context.abort_with_status(status_for(error))
+            await _abort(context, exc, method.__name__)
 
     return wrapper  # type: ignore[return-value]
 
@@ -116,9 +120,6 @@ def translate_stream(method: S) -> S:
             async for item in method(self, request, context):
                 yield item
         except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            error = to_api_error(exc) or _unexpected(exc, method.__name__)
-            await context.abort_with_status(status_for(error))
+            await _abort(context, exc, method.__name__)
 
     return wrapper  # type: ignore[return-value]
