@@ -1,0 +1,406 @@
+"""SignalEntity throughput and latency vs a bare grpc.aio echo server.
+
+Setup: ``electric server`` in its own process (fresh data dir, SQLite WAL,
+synchronous=FULL); 1,000 entities spawned beforehand (they stay `spawning`,
+where SIGUSR is recorded with outcome `ignored`: every call appends one
+signal record durably and updates the entity row).
+
+Load: one client process (multiprocessing, spawn start method), one grpc.aio
+channel, N concurrent callers pulling call numbers from a shared counter;
+call i signals entity i % 1000. Requests are serialized up front and sent as
+raw bytes through a generic ``unary_unary`` so the client does the same work
+for both servers. Phases: 64 callers (warm-up, then a fixed count) and one
+caller alone (warm-up, then a fixed count).
+
+Ceiling: the same client process code, same request bytes, same phases,
+against the echo server (common.py) in its own process. Only one server runs
+at a time. CPU seconds of the server and client processes are recorded per
+phase so a client-bound ceiling would show (client ~100% of a core), and
+so is the CPU used by everything else on the machine ("other"). Both
+servers stay up and the client alternates between them for 3 rounds; each
+figure is the median over rounds, so background load on a shared machine
+lands on figure and ceiling alike. The targets are against the bare echo. Two
+informational references sit beside it: "durable echo" (the echo server's
+Durable method: the smallest possible durable group commit — queue, one
+writer thread, one SQLite transaction + fsync per batch, WAL,
+synchronous=FULL — then echo), i.e. what any durable design on grpc.aio
+pays on this machine; and the latency of one durable single-write
+transaction in plain sqlite3 (the fsync floor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+SIGNAL_METHOD = "/electric.v1.EntityService/SignalEntity"
+ENTITY_TYPE = "bench"
+PHASE_TIMEOUT_S = 300.0  # per phase, warm-up included
+CALL_TIMEOUT_S = 30.0
+
+
+def build_requests(count: int, entities: int) -> list[bytes]:
+    from google.protobuf import struct_pb2
+
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+    out = []
+    for i in range(count):
+        payload = struct_pb2.Value()
+        payload.struct_value.update({"seq": i, "note": "bench"})
+        req = api.SignalEntityRequest(
+            ref=pb.EntityRef(type=ENTITY_TYPE, id=f"e{i % entities:05d}"),
+            signal=pb.SIGNAL_SIGUSR,
+            reason="bench",
+            payload=payload,
+        )
+        out.append(req.SerializeToString())
+    return out
+
+
+async def _prespawn(address: str, entities: int) -> None:
+    import grpc
+
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+    from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        sem = asyncio.Semaphore(64)
+
+        async def spawn(i: int) -> None:
+            async with sem:
+                await stub.SpawnEntity(
+                    api.SpawnEntityRequest(ref=pb.EntityRef(type=ENTITY_TYPE, id=f"e{i:05d}")),
+                    timeout=CALL_TIMEOUT_S,
+                )
+
+        await asyncio.wait_for(asyncio.gather(*(spawn(i) for i in range(entities))), PHASE_TIMEOUT_S)
+
+
+async def _events_stored(address: str) -> int:
+    """Sum of head_offset over the bench entities (= events appended)."""
+    import grpc
+
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+
+    total = 0
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        token = ""
+        for _ in range(1000):  # bounded paging
+            page = await stub.ListEntities(
+                api.ListEntitiesRequest(type=ENTITY_TYPE, page_size=1000, page_token=token), timeout=30
+            )
+            total += sum(e.head_offset for e in page.entities)
+            token = page.next_page_token
+            if not token:
+                break
+    return total
+
+
+async def _phase(
+    call: Any, requests: list[bytes], start: int, warmup: int, count: int, callers: int, server_pid: int
+) -> dict[str, Any]:
+    """Warm-up then ``count`` measured calls with ``callers`` concurrent callers."""
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    errors: list[str] = []
+
+    async def run(first: int, n: int, lat: list[int] | None) -> int:
+        nxt = first
+        end = first + n
+        done = 0
+
+        async def worker() -> None:
+            nonlocal nxt, done
+            while nxt < end and time.monotonic() < deadline:
+                i = nxt
+                nxt += 1
+                t0 = time.perf_counter_ns()
+                try:
+                    await call(requests[i], timeout=CALL_TIMEOUT_S)
+                except Exception as exc:  # recorded; the run is then invalid
+                    if len(errors) < 5:
+                        errors.append(repr(exc)[:300])
+                    continue
+                if lat is not None:
+                    lat.append(time.perf_counter_ns() - t0)
+                done += 1
+
+        await asyncio.gather(*(worker() for _ in range(callers)))
+        return done
+
+    await run(start, warmup, None)
+    lat: list[int] = []
+    srv_cpu0 = common.proc_cpu_seconds(server_pid)
+    cli_cpu0 = time.process_time()
+    sys_cpu0 = common.system_busy_seconds()
+    t0 = time.perf_counter()
+    done = await run(start + warmup, count, lat)
+    wall = time.perf_counter() - t0
+    cli_cpu = time.process_time() - cli_cpu0
+    srv_cpu = common.proc_cpu_seconds(server_pid) - srv_cpu0
+    other_cpu = common.system_busy_seconds() - sys_cpu0 - cli_cpu - srv_cpu
+    lat_ms = [x / 1e6 for x in lat]
+    return {
+        "callers": callers,
+        "calls": done,
+        "requested": count,
+        "errors": errors,
+        "wall_s": wall,
+        "throughput": done / wall if wall > 0 else 0.0,
+        "latency_ms": common.summarize(lat_ms),
+        "server_cpu_util": srv_cpu / wall,
+        "other_cpu_util": max(0.0, other_cpu / wall),
+        "client_cpu_util": cli_cpu / wall,
+        "server_cpu_us_per_call": srv_cpu / max(done, 1) * 1e6,
+        "client_cpu_us_per_call": cli_cpu / max(done, 1) * 1e6,
+        "timed_out": done < count and not errors,
+    }
+
+
+def client_main(kind: str, address: str, server_pid: int, params: dict[str, Any], out: Any) -> None:
+    """Runs in its own process: the whole client side of one server kind."""
+
+    async def main() -> dict[str, Any]:
+        import grpc
+
+        entities = params["entities"]
+        plan = params["phases"]
+        total = sum(p["warmup"] + p["count"] for p in plan)
+        requests = build_requests(total, entities)
+        result: dict[str, Any] = {"kind": kind, "phases": []}
+        if params.get("prespawn"):
+            t0 = time.perf_counter()
+            await _prespawn(address, entities)
+            result["prespawn_s"] = time.perf_counter() - t0
+        method = {"electric": SIGNAL_METHOD, "durable": common.ECHO_DURABLE}.get(kind, common.ECHO_UNARY)
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = channel.unary_unary(method)  # bytes in, bytes out
+            # Sanity: one call, decoded (not counted; uses a request past the plan's range).
+            extra = build_requests(1, entities)[0]
+            reply = await call(extra, timeout=CALL_TIMEOUT_S)
+            if kind == "electric":
+                from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+                from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+                decoded = api.SignalEntityResponse.FromString(reply)
+                assert decoded.outcome == pb.SIGNAL_OUTCOME_IGNORED, decoded
+                result["sample_response"] = str(decoded).replace("\n", " ")
+            else:
+                assert reply == extra
+            start = 0
+            for p in plan:
+                result["phases"].append(
+                    await _phase(call, requests, start, p["warmup"], p["count"], p["callers"], server_pid)
+                )
+                start += p["warmup"] + p["count"]
+        if kind == "electric":
+            result["events_stored"] = await _events_stored(address)
+            result["signals_sent"] = (
+                1 + sum(p["calls"] for p in result["phases"]) + sum(p["warmup"] for p in plan)
+            )
+        return result
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:
+        out.put({"kind": kind, "error": repr(exc)})
+        raise
+
+
+def run_client(kind: str, address: str, server_pid: int, params: dict[str, Any]) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=client_main, args=(kind, address, server_pid, params, queue), daemon=True)
+    proc.start()
+    budget = PHASE_TIMEOUT_S * (len(params["phases"]) + 1) + 60
+    try:
+        result: dict[str, Any] = queue.get(timeout=budget)
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    if "error" in result:
+        raise RuntimeError(f"{kind} client failed: {result['error']}")
+    return result
+
+
+def raw_commit_latency(path: Path, count: int) -> dict[str, float]:
+    """p50/p99 of one durable single-write transaction in plain sqlite3 (WAL, synchronous=FULL):
+    the same statements the store runs for one SignalEntity, with no Python around them."""
+    import sqlite3
+
+    from electric_server.store.sqlite import SCHEMA, now_ms
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT INTO meta VALUES ('next_txid', 1)")
+    conn.execute(
+        "INSERT INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, 0, 0, 0, NULL, 0)"
+    )
+    body = b"x" * 40
+    lat = []
+    for i in range(count):
+        t0 = time.perf_counter_ns()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SELECT * FROM entities WHERE type = 'bench' AND id = 'e00000'").fetchone()
+        conn.execute(
+            "INSERT INTO events VALUES ('bench', 'e00000', ?, 'signal', ?, 1, ?, ?, ?)",
+            (i, f"sig_{i}", now_ms(), i, body),
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, ?, ?, 0, "
+            "NULL, ?)",
+            (now_ms(), i + 1, i),
+        )
+        conn.execute("UPDATE meta SET value = ? WHERE name = 'next_txid'", (i + 2,))
+        conn.execute("COMMIT")
+        lat.append((time.perf_counter_ns() - t0) / 1e6)
+    conn.close()
+    return common.summarize(lat)
+
+
+def _median_phase(rounds: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """Per-figure medians over rounds of one phase."""
+    phases = [r["phases"][index] for r in rounds]
+
+    def med(get: Any) -> float:
+        return common.percentile([get(p) for p in phases], 50)
+
+    return {
+        "callers": phases[0]["callers"],
+        "throughput": med(lambda p: p["throughput"]),
+        "p50": med(lambda p: p["latency_ms"]["p50"]),
+        "p99": med(lambda p: p["latency_ms"]["p99"]),
+        "server_cpu_us_per_call": med(lambda p: p["server_cpu_us_per_call"]),
+    }
+
+
+def main() -> None:
+    p = common.bench_args(__doc__.splitlines()[0])
+    p.add_argument(
+        "--rounds", type=int, default=3, help="alternating echo/electric rounds (median is reported)"
+    )
+    args = p.parse_args()
+    quick = args.quick
+    rounds = 1 if quick else args.rounds
+    t_start = time.perf_counter()
+    entities = common.scale(1000, quick)
+    plan = [
+        {"callers": 64, "warmup": common.scale(2000, quick), "count": common.scale(20_000, quick)},
+        {"callers": 1, "warmup": common.scale(200, quick), "count": common.scale(2000, quick)},
+    ]
+    params = {"entities": entities, "phases": plan}
+    results: dict[str, list[dict[str, Any]]] = {"echo": [], "durable": [], "electric": []}
+    with tempfile.TemporaryDirectory(prefix="electric-bench-signal-") as tmp:
+        # Both servers stay up (idle when not measured); the client alternates between them round by
+        # round, so background load on this shared machine hits figure and ceiling alike.
+        with (
+            common.start_echo(log=Path(tmp) / "echo.log") as echo,
+            common.start_electric(Path(tmp) / "data") as srv,
+        ):
+            for r in range(rounds):
+                results["echo"].append(run_client("echo", echo.address, echo.pid, params))
+                results["durable"].append(run_client("durable", echo.address, echo.pid, params))
+                results["electric"].append(
+                    run_client("electric", srv.address, srv.pid, params | {"prespawn": r == 0})
+                )
+        durable = raw_commit_latency(Path(tmp) / "raw.db", common.scale(2000, quick))
+
+    el, ec = results["electric"], results["echo"]
+    for kind, rs in results.items():
+        for res in rs:
+            for ph in res["phases"]:
+                if ph["errors"] or ph["timed_out"]:
+                    print(
+                        f"WARNING: {kind} phase with {ph['callers']} callers: {ph['calls']}/{ph['requested']} "
+                        f"calls, errors {ph['errors']}",
+                        file=sys.stderr,
+                    )
+    expected = entities + sum(r["signals_sent"] for r in el)  # one spawn event each + every signal
+    stored = el[-1]["events_stored"]
+    if stored != expected:
+        print(f"WARNING: electric stored {stored} events, expected {expected}", file=sys.stderr)
+    e64, c64 = _median_phase(el, 0), _median_phase(ec, 0)
+    e1, c1 = _median_phase(el, 1), _median_phase(ec, 1)
+    d64, d1 = _median_phase(results["durable"], 0), _median_phase(results["durable"], 1)
+    n = f" (median of {rounds})" if rounds > 1 else ""
+    rows = [
+        common.ratio_row(
+            f"SignalEntity throughput, 64 callers{n}",
+            e64["throughput"],
+            c64["throughput"],
+            "calls/s",
+            ">=",
+            0.7,
+        ),
+        common.ratio_row(f"SignalEntity p50 latency, 64 callers{n}", e64["p50"], c64["p50"], "ms", "<=", 1.5),
+        common.ratio_row(f"SignalEntity p50 latency, 1 caller{n}", e1["p50"], c1["p50"], "ms", "<=", 1.5),
+        common.value_row(
+            "  (info) throughput, 64 callers, vs durable echo",
+            e64["throughput"],
+            d64["throughput"],
+            "calls/s",
+        ),
+        common.value_row("  (info) p50 latency, 64 callers, vs durable echo", e64["p50"], d64["p50"], "ms"),
+        common.value_row("  (info) p50 latency, 1 caller, vs durable echo", e1["p50"], d1["p50"], "ms"),
+        common.value_row("  (info) p99 latency, 64 callers", e64["p99"], c64["p99"], "ms"),
+        common.value_row("  (info) p99 latency, 1 caller", e1["p99"], c1["p99"], "ms"),
+        common.value_row(
+            "  (info) server CPU per call, 64 callers",
+            e64["server_cpu_us_per_call"],
+            c64["server_cpu_us_per_call"],
+            "us",
+        ),
+        common.value_row(
+            "  (info) server CPU per call, 1 caller",
+            e1["server_cpu_us_per_call"],
+            c1["server_cpu_us_per_call"],
+            "us",
+        ),
+    ]
+    elapsed = time.perf_counter() - t_start
+    info = {
+        "params": params,
+        "rounds": rounds,
+        "events_stored": stored,
+        "events_expected": expected,
+        "raw_durable_commit_ms": durable,
+        "electric": el,
+        "echo": ec,
+        "durable_echo": results["durable"],
+    }
+    common.report("bench_signal", rows, info, elapsed, quick)
+    print("\nper round (CPU in cores: 1.0 = one core; 'other' = everything else on the machine;")
+    print("          'durable' = the echo server's Durable method, the minimal durable group commit):")
+    for r in range(rounds):
+        for kind in ("echo", "durable", "electric"):
+            for ph in results[kind][r]["phases"]:
+                print(
+                    f"  round {r} {kind:8s} {ph['callers']:2d} callers: {ph['throughput']:7,.0f} calls/s, "
+                    f"p50 {ph['latency_ms']['p50']:6.2f} ms, p99 {ph['latency_ms']['p99']:6.2f} ms; CPU server "
+                    f"{ph['server_cpu_util']:.2f}, client {ph['client_cpu_util']:.2f}, other {ph['other_cpu_util']:.2f}"
+                )
+    print(
+        f"  electric events stored {stored} (expected {expected}); raw sqlite3 durable single-write "
+        f"transaction p50 {durable['p50']:.3f} ms, p99 {durable['p99']:.3f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
