@@ -1,131 +1,193 @@
-"""`electric`: the command line.
+"""`electric`: the command line. This module owns the parser and the dispatch.
 
-Exit codes: 0 success; 1 the command ran and found a problem (e.g. `verify`
-found a mismatch); 2 bad usage or configuration (nothing was started or
-written); 128+N when a second signal N forced an immediate exit.
+Client commands (commands.py, streams.py) talk to a server through the public
+``electric_sdk.Client``; `server` and `verify` (local.py) work on a data
+directory. Every client error is printed once, here, as
+``electric: CODE: message`` on stderr (plus the RFC's error JSON on stdout with
+``--json``), and becomes an exit code from exit_codes.py, whose docstring is
+the table. docs/cli.md is the user's guide.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeAlias
 
-EXIT_OK = 0
-EXIT_PROBLEM = 1
-EXIT_USAGE = 2
+from .. import errors
+from . import commands, exit_codes, local, streams
+from .commands import Context, client_options
+from .output import Output
+
+EPILOG = (
+    "exit codes: 0 ok, 1 other error, 2 usage or invalid argument, 3 not found, 4 invalid signal or "
+    "failed precondition, 5 unavailable or deadline exceeded, 6 unauthenticated or permission denied, "
+    "7 already exists, 130 Ctrl-C. See docs/cli.md."
+)
+CommandFunc = Callable[[Context, argparse.Namespace], int]
+Subparsers: TypeAlias = "argparse._SubParsersAction[Any]"  # of _Parser
+REF_HELP = "the entity, e.g. my_agent/agent_1"
 
 
-def _server_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
-    p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
-    p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+class UsageError(errors.InvalidArgument):
+    """A command line argparse rejects; reported like every other error (code USAGE, exit 2)."""
+
+    default_code = "USAGE"
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, on_subcommand: bool) -> None:
+    # On a subcommand the defaults are SUPPRESS, so a flag given before the subcommand is kept.
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if on_subcommand else value
+
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        default=default(None),
+        help=f"the server (env ELECTRIC_ADDRESS; default {commands.DEFAULT_ADDRESS})",
     )
-    p.add_argument("--tokens", type=Path, help="TOML file of bearer tokens; without it, no auth")
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
-    p.add_argument("--tls-key", type=Path, help="PEM private key")
-    p.add_argument(
-        "--insecure",
+    group.add_argument("--token", default=default(None), help="bearer token (env ELECTRIC_TOKEN)")
+    group.add_argument(
+        "--json",
         action="store_true",
-        help="allow a non-loopback --listen without --tokens (not recommended)",
+        default=default(False),
+        help="machine output: one JSON object, or one JSON record per line for streams",
     )
-    p.add_argument("--drain-grace", default="10s", help="how long in-flight calls may finish on shutdown")
+    group.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        default=default(None),
+        help=f"deadline of each call, retries included, e.g. 5s (default {commands.DEFAULT_TIMEOUT})",
+    )
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _states(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
-        "--synchronous",
-        default="FULL",
-        choices=["FULL", "NORMAL"],
-        help="SQLite durability; FULL (default) survives power loss",
+        "--state",
+        action="extend",
+        nargs="+",
+        metavar="STATE",
+        help=f"only {what} in these states (repeat, or separate with commas)",
     )
-    p.set_defaults(func=_cmd_server)
 
 
-def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("verify", help="replay every stream and report entities whose state differs")
-    p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
-    )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=_cmd_verify)
-
-
-def _cmd_server(args: argparse.Namespace) -> int:
-    from electric_server.app import ConfigError, ServerConfig, serve
-    from electric_server.auth import TokenFileError
-
-    from ..durations import parse_ms
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = ServerConfig(
-            listen=args.listen,
-            data_dir=args.data,
-            tokens_file=args.tokens,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            insecure=args.insecure,
-            drain_grace_s=parse_ms(args.drain_grace) / 1000,
-            synchronous=args.synchronous,
+def _client_commands(sub: Subparsers) -> None:
+    def add(name: str, func: CommandFunc, help: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=help, description=help[0].upper() + help[1:] + "."
         )
-        return asyncio.run(serve(config))
-    except (ConfigError, TokenFileError, ValueError) as exc:
-        print(f"electric server: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        p.set_defaults(client_func=func)
+        _add_global_options(p, on_subcommand=True)
+        return p
 
+    p = add("spawn", commands.spawn, "create an entity (it starts in spawning)")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("--grace", metavar="DURATION", help="SIGTERM grace period (server default 30s)")
+    p.add_argument("--idle-timeout", metavar="DURATION", help="idle timeout (server default 60s)")
 
-def _cmd_verify(args: argparse.Namespace) -> int:
-    from electric_server.store.sqlite import SQLiteStore
-    from electric_server.verify import verify
+    p = add("get", commands.get, "show one entity")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
 
-    database = args.data / "electric.db"
+    p = add("ls", commands.ls, "list entities, ordered by type and id")
+    p.add_argument("--type", help="only entities of this type")
+    _states(p, "entities")
+    p.add_argument("--limit", type=_positive, metavar="N", help="at most N entities")
 
-    async def run() -> int:
-        store = SQLiteStore(database, readonly=True)
-        try:
-            await store.open()
-        except FileNotFoundError as exc:
-            print(f"electric verify: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            report = await verify(store)
-        finally:
-            await store.close()
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "entities": report.entities,
-                        "events": report.events,
-                        "clean": report.clean,
-                        "mismatches": {f"/{t}/{i}": p for (t, i), p in report.mismatches.items()},
-                    }
-                )
-            )
-        else:
-            for (t, i), problems in report.mismatches.items():
-                for problem in problems:
-                    print(f"/{t}/{i}: {problem}")
-            verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
-            print(f"verified {report.entities} entities, {report.events} events: {verdict}")
-        return EXIT_OK if report.clean else EXIT_PROBLEM
+    p = add("signal", commands.signal, "send a signal: SIGINT SIGHUP SIGTERM SIGKILL SIGSTOP SIGCONT SIGUSR")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("signal", metavar="SIGNAL", help="e.g. SIGTERM, sigterm or TERM")
+    p.add_argument("--reason", default="", help="why; recorded on the signal event")
+    p.add_argument("--payload", metavar="JSON", help="a JSON value (SIGUSR only)")
 
-    return asyncio.run(run())
+    p = add("kill", commands.kill, "SIGKILL an entity: stop it at once")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("--reason", default="", help="why; recorded on the signal event")
+
+    p = add("send", commands.send, "append a message to an entity's stream")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("text", nargs="?", default="", metavar="TEXT", help="the message text")
+    p.add_argument("--data", metavar="JSON", help="a JSON value sent with the text")
+
+    p = add("events", streams.events, "print an entity's events (--follow: then live, until it ends)")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("--from", dest="from_offset", type=_count, default=0, metavar="N", help="first offset")
+    p.add_argument("--limit", type=_count, metavar="N", help="at most N events")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until EOF")
+
+    p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
+    p.add_argument("--type", help="only entities of this type")
+    _states(p, "entities entering or leaving")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="electric", description="Lifecycle control plane for agents.")
+    parser = _Parser(prog="electric", description="Lifecycle control plane for agents.", epilog=EPILOG)
+    _add_global_options(parser, on_subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _server_parser(sub)
-    _verify_parser(sub)
+    _client_commands(sub)
+    local.add_server_parser(sub)
+    local.add_verify_parser(sub)
     return parser
 
 
+def _run_client_command(args: argparse.Namespace) -> int:
+    out = Output(args.json)
+    try:
+        ctx = Context(out, client_options(args))
+        try:
+            func: CommandFunc = args.client_func
+            return func(ctx, args)
+        finally:
+            ctx.close()
+    except errors.ElectricError as exc:
+        out.error(exc)
+        return exit_codes.for_error(exc)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
+        return exit_codes.INTERRUPTED
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; /dev/null keeps that flush from failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exit_codes.BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        out = Output("--json" in argv)
+        out.stderr.write(exc.usage)
+        out.error(exc)
+        return exit_codes.USAGE
+    if "client_func" in args:
+        return _run_client_command(args)
     code: int = args.func(args)
     return code
 

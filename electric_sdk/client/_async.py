@@ -51,6 +51,8 @@ SignalLike = Signal | str
 StateLike = State | str
 
 _RETRYABLE = (errors.Unavailable, errors.DeadlineExceeded)
+# A stream open this long had connected: gRPC gives up a connection attempt after 20 s.
+_CONNECTED_AFTER_S = 30.0
 
 
 def _ref(value: RefLike) -> EntityRef:
@@ -409,6 +411,7 @@ class AsyncClient:
         while True:
             stub = self._stub_for_this_loop()
             call = getattr(stub, rpc)(request(), metadata=self.options.metadata)
+            opened_at = loop.time()
             try:
                 async for item in call:
                     backoff, give_up_at = policy.initial_backoff_s, None
@@ -419,6 +422,10 @@ class AsyncClient:
                 if not isinstance(error, errors.Unavailable | errors.WatchLagging):
                     raise error from exc
                 now = loop.time()
+                if now - opened_at >= _CONNECTED_AFTER_S:
+                    # A quiet stream (no item) that was up for a while broke: a new outage,
+                    # with a fresh budget, not the tail of the previous one.
+                    backoff, give_up_at = policy.initial_backoff_s, None
                 give_up_at = give_up_at or now + self.options.reconnect_s
                 if now >= give_up_at:
                     raise error from exc

@@ -14,9 +14,11 @@ import threading
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
+import anyio
 from anyio.from_thread import BlockingPortal
 
 from .._portal import start_portal
@@ -25,6 +27,16 @@ from ._async import AsyncClient, RefLike, SignalLike, StateLike
 from ._options import ClientOptions, DurationLike
 
 T = TypeVar("T")
+
+
+@dataclass
+class _Step:
+    """One step of a sync iteration, as the portal's loop sees it (see Client._next)."""
+
+    scope: anyio.CancelScope | None = None
+    ended: anyio.Event | None = None
+    abandoned: bool = False
+    finished: bool = False
 
 
 def _shutdown(portal: BlockingPortal, thread: threading.Thread, client: AsyncClient) -> None:
@@ -65,11 +77,47 @@ class Client:
     def _run(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         return self._portal.call(functools.partial(func, *args, **kwargs))
 
+    def _next(self, agen: AsyncIterator[T]) -> T:
+        """One step of ``agen`` on the portal's loop, safe to interrupt.
+
+        Ctrl-C raises KeyboardInterrupt in this thread at any point: while the
+        step is being scheduled, or while it runs on the loop. The step is then
+        cancelled (or, not started yet, never started) and waited for before
+        the interrupt propagates; otherwise it would keep running on the loop
+        and closing the generator would fail with "already running".
+        """
+        step = _Step()
+
+        async def advance() -> T:
+            step.ended = anyio.Event()
+            try:
+                with anyio.CancelScope() as step.scope:
+                    if not step.abandoned:
+                        return await agen.__anext__()
+                raise StopAsyncIteration  # cancelled: nobody waits for this result any more
+            finally:
+                step.finished = True
+                step.ended.set()
+
+        async def abandon() -> None:
+            step.abandoned = True
+            if step.scope is not None:
+                step.scope.cancel()
+            if step.ended is not None:
+                await step.ended.wait()
+
+        try:
+            return self._portal.call(advance)
+        except BaseException:
+            if not step.finished:  # interrupted here, not an error of the step's own
+                self._portal.call(abandon)
+            raise
+
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
             while True:
                 try:
-                    yield self._portal.call(agen.__anext__)
+                    yield self._next(agen)
                 except StopAsyncIteration:
                     return
         finally:

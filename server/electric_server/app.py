@@ -120,7 +120,15 @@ class ElectricServer:
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                # Clients ping every 30 s to keep quiet watches alive; accept that
+                # rather than cutting them with "too many pings".
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_ping_strikes", 0),
+            ],
         )
         api_grpc.add_EntityServiceServicer_to_server(EntityService(self.store, self._watches), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

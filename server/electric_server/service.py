@@ -8,7 +8,7 @@ decide function from ``commands`` to the store. Errors leave through
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -22,7 +22,7 @@ from . import commands, convert
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
-from .store.base import Idempotency, Mutation, Ref, Store, Write, WriteOutcome
+from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
 
 M = TypeVar("M", bound=Message)
@@ -51,20 +51,45 @@ def _response(outcome: WriteOutcome, cls: type[M]) -> M:
     return cls.FromString(outcome.response)
 
 
-def _signal_response(
-    ref: Ref, signal: Signal, commit_result: commands.Signalled, txid: int, ts: int
-) -> bytes:
+async def _write(
+    store: Store,
+    ref: Ref,
+    decide: Decide,
+    idem: Idempotency | None,
+    build: Callable[[Commit], M],
+    cls: type[M],
+) -> M:
+    """One write; the response is built from its commit, or replayed for a retried key.
+
+    Only idempotent writes store their encoded response; the others build it
+    once, after the write, with no encode/decode round trip.
+    """
+    built: list[M] = []
+
+    def encode(commit: Commit) -> bytes:
+        built.append(build(commit))
+        return built[0].SerializeToString()
+
+    outcome = await store.write(Write(ref, decide, idem, encode if idem is not None else None))
+    if outcome.replayed:
+        return _response(outcome, cls)
+    assert outcome.commit is not None
+    return built[0] if built else build(outcome.commit)
+
+
+def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEntityResponse:
+    commit_result: commands.Signalled = commit.result
     d = commit_result.decision
     return api.SignalEntityResponse(
         url=convert.url(*ref),
         signal=convert.SIGNAL_TO_PB[signal],
         previous_state=convert.STATE_TO_PB[d.previous_state],
         new_state=convert.STATE_TO_PB[d.new_state],
-        created_at=convert.timestamp(ts),
-        txid=txid,
+        created_at=convert.timestamp(commit.timestamp_ms),
+        txid=commit.txid,
         key=commit_result.key,
         outcome=convert.OUTCOME_TO_PB[d.outcome],
-    ).SerializeToString()
+    )
 
 
 class EntityService(api_grpc.EntityServiceServicer):
@@ -92,13 +117,14 @@ class EntityService(api_grpc.EntityServiceServicer):
             commands.DEFAULT_IDLE_TIMEOUT_MS,
             "profile.idle_timeout",
         )
-        write = Write(
+        return await _write(
+            self.store,
             ref,
             commands.spawn(ref, grace, idle),
             _idempotency("SpawnEntity", request),
-            lambda c: api.SpawnEntityResponse(entity=convert.entity(c.after)).SerializeToString(),  # type: ignore[arg-type]
+            lambda c: api.SpawnEntityResponse(entity=convert.entity(c.after)),  # type: ignore[arg-type]
+            api.SpawnEntityResponse,
         )
-        return _response(await self.store.write(write), api.SpawnEntityResponse)
 
     @translate
     async def GetEntity(self, request: api.GetEntityRequest, context: Ctx) -> api.GetEntityResponse:
@@ -148,13 +174,14 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def _signal(
         self, ref: Ref, spec: commands.SignalSpec, idem: Idempotency | None
     ) -> api.SignalEntityResponse:
-        write = Write(
+        return await _write(
+            self.store,
             ref,
             commands.signal(ref, spec),
             idem,
-            lambda c: _signal_response(ref, spec.signal, c.result, c.txid, c.timestamp_ms),
+            lambda c: _signal_response(ref, spec.signal, c),
+            api.SignalEntityResponse,
         )
-        return _response(await self.store.write(write), api.SignalEntityResponse)
 
     @translate
     async def DeleteEntity(self, request: api.DeleteEntityRequest, context: Ctx) -> api.DeleteEntityResponse:
@@ -262,19 +289,24 @@ class EntityService(api_grpc.EntityServiceServicer):
             raise invalid_argument("EMPTY_MESSAGE", "a message needs text or data", field="text")
         sender = current_principal.get().name
 
-        def encode(c: Any) -> bytes:
+        def build(c: Commit) -> api.SendMessageResponse:
+            assert c.after is not None
             return api.SendMessageResponse(
                 key=c.result,
                 offset=c.events[0].offset,
                 txid=c.txid,
                 created_at=convert.timestamp(c.timestamp_ms),
                 state=convert.STATE_TO_PB[c.after.state],
-            ).SerializeToString()
+            )
 
-        write = Write(
-            ref, commands.send_message(ref, text, data, sender), _idempotency("SendMessage", request), encode
+        return await _write(
+            self.store,
+            ref,
+            commands.send_message(ref, text, data, sender),
+            _idempotency("SendMessage", request),
+            build,
+            api.SendMessageResponse,
         )
-        return _response(await self.store.write(write), api.SendMessageResponse)
 
     # -- events --------------------------------------------------------------------
 

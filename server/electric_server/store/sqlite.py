@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +31,6 @@ from .base import (
     Commit,
     EntityRecord,
     Hub,
-    Idempotency,
     IdempotencyKeyReused,
     Mutation,
     Ref,
@@ -117,6 +117,66 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+ENTITY_CACHE_SIZE = 50_000
+
+_INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_ENTITY = (
+    f"INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, grace_ms = excluded.grace_ms, "
+    "idle_timeout_ms = excluded.idle_timeout_ms, updated_at = excluded.updated_at, "
+    "head_offset = excluded.head_offset, closed = excluded.closed, "
+    "stopping_deadline = excluded.stopping_deadline, txid = excluded.txid"
+)
+_INSERT_IDEMPOTENCY = (
+    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
+_SET_NEXT_TXID = "INSERT INTO meta (name, value) VALUES ('next_txid', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+
+
+def _entity_row(r: EntityRecord) -> tuple[object, ...]:
+    return (
+        r.type,
+        r.id,
+        r.state.value,
+        r.grace_ms,
+        r.idle_timeout_ms,
+        r.created_at_ms,
+        r.updated_at_ms,
+        r.head_offset,
+        int(r.closed),
+        r.stopping_deadline_ms,
+        r.txid,
+    )
+
+
+def _advanced(base: EntityRecord, head_offset: int, ctx: WriteContext) -> EntityRecord:
+    # Built directly: dataclasses.replace costs twice as much on this hot path.
+    return EntityRecord(
+        base.type,
+        base.id,
+        base.state,
+        base.grace_ms,
+        base.idle_timeout_ms,
+        base.created_at_ms,
+        ctx.now_ms,
+        head_offset,
+        base.closed,
+        base.stopping_deadline_ms,
+        ctx.txid,
+    )
+
+
+@dataclass(slots=True)
+class _Staged:
+    """What one batch writes, applied with one statement per table at its end."""
+
+    entities: dict[Ref, EntityRecord] = field(default_factory=dict)
+    events: list[tuple[object, ...]] = field(default_factory=list)
+    idempotency: dict[tuple[str, str, str], tuple[bytes, bytes]] = field(default_factory=dict)
+    idempotency_rows: list[tuple[object, ...]] = field(default_factory=list)
+
+
 class _Refused(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -148,6 +208,9 @@ class SQLiteStore(Store):
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._next_txid = 1
+        # The writer is the only writer, so it may remember entity records
+        # (bounded, least recently used first out) instead of reading them back.
+        self._cache: OrderedDict[Ref, EntityRecord] = OrderedDict()
         # Batches committed: exposed for tests and the group-commit benchmark.
         self.batches_committed = 0
 
@@ -245,12 +308,15 @@ class SQLiteStore(Store):
                         pending.future.set_exception(exc)
                 continue
             self.batches_committed += 1
+            # Answer the writers first, then wake the watchers: with many
+            # watchers open, fan-out must not delay the acknowledgements.
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_result(pending.outcomes)
             for pending in batch:
                 for outcome in pending.outcomes:
                     if isinstance(outcome, WriteOutcome) and outcome.commit is not None:
                         self.hub.publish(outcome.commit)
-                if not pending.future.done():
-                    pending.future.set_result(pending.outcomes)
             if self._closing and not self._pending:
                 return
 
@@ -260,111 +326,107 @@ class SQLiteStore(Store):
         start_txid = self._next_txid
         txid = start_txid
         now = now_ms()
+        staged = _Staged()
         conn.execute("BEGIN IMMEDIATE")
         try:
             for pending in batch:
                 pending.outcomes = []
                 for write in pending.writes:
                     try:
-                        outcome = self._apply_one(conn, write, WriteContext(txid, now))
+                        outcome = self._apply_one(conn, write, WriteContext(txid, now), staged)
                     except _Refused as refused:
-                        # decide refused (or failed) before anything was written
+                        # refused before anything was staged: nothing of it is written
                         pending.outcomes.append(refused.error)
                         continue
                     if outcome.commit is not None:
                         txid += 1
                     pending.outcomes.append(outcome)
+            # One statement per table for the whole batch; a failure here fails
+            # (and rolls back) the batch, so no half-written transaction survives.
+            if staged.events:
+                conn.executemany(_INSERT_EVENT, staged.events)
+            if staged.entities:
+                conn.executemany(_UPSERT_ENTITY, [_entity_row(r) for r in staged.entities.values()])
+            if staged.idempotency_rows:
+                conn.executemany(_INSERT_IDEMPOTENCY, staged.idempotency_rows)
             if txid != start_txid:
-                conn.execute(
-                    "INSERT INTO meta (name, value) VALUES ('next_txid', ?) "
-                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    (txid,),
-                )
+                conn.execute(_SET_NEXT_TXID, (txid,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         self._next_txid = txid
+        for ref, record in staged.entities.items():
+            self._cache[ref] = record
+            self._cache.move_to_end(ref)
+        while len(self._cache) > ENTITY_CACHE_SIZE:
+            self._cache.popitem(last=False)
 
-    def _apply_one(self, conn: sqlite3.Connection, write: Write, ctx: WriteContext) -> WriteOutcome:
-        type_, id_ = write.ref
-        idem = write.idempotency
-        # Everything before the first INSERT may refuse the write (raised as
-        # _Refused, nothing written). A failure after it fails the whole batch,
-        # which is rolled back, so no half-written transaction survives.
+    def _current(self, conn: sqlite3.Connection, ref: Ref, staged: _Staged) -> EntityRecord | None:
+        """The entity as this batch sees it: staged, cached, or from the file."""
+        record = staged.entities.get(ref) or self._cache.get(ref)
+        if record is None:
+            row = conn.execute(
+                f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", ref
+            ).fetchone()
+            if row is not None:
+                record = self._cache[ref] = _entity(row)
+        return record
+
+    def _remembered(
+        self, conn: sqlite3.Connection, ref: Ref, key: str, staged: _Staged
+    ) -> tuple[bytes, bytes] | None:
+        found = staged.idempotency.get((ref[0], ref[1], key))
+        if found is None:
+            row = conn.execute(_SELECT_IDEMPOTENCY, (ref[0], ref[1], key)).fetchone()
+            found = (bytes(row[0]), bytes(row[1])) if row else None
+        return found
+
+    def _apply_one(
+        self, conn: sqlite3.Connection, write: Write, ctx: WriteContext, staged: _Staged
+    ) -> WriteOutcome:
+        ref, idem = write.ref, write.idempotency
+        # Decide first, stage after: a refusal (raised as _Refused) leaves nothing behind.
         try:
             if idem is not None:
-                row = conn.execute(
-                    "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?",
-                    (type_, id_, idem.key),
-                ).fetchone()
-                if row is not None:
-                    if bytes(row[0]) != idem.request_hash:
+                remembered = self._remembered(conn, ref, idem.key, staged)
+                if remembered is not None:
+                    if remembered[0] != idem.request_hash:
                         raise IdempotencyKeyReused(idem.key)
-                    return WriteOutcome(None, bytes(row[1]), replayed=True)
-            row = conn.execute(
-                f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", (type_, id_)
-            ).fetchone()
-            before = _entity(row) if row else None
+                    return WriteOutcome(None, remembered[1], replayed=True)
+            before = self._current(conn, ref, staged)
             mutation: Mutation = write.decide(before, ctx)
+            if mutation.events and before is not None and before.closed:
+                raise RuntimeError(f"append to the closed stream {ref[0]}/{ref[1]}")
         except Exception as exc:
             raise _Refused(exc) from exc
         if not mutation.events and mutation.entity is None:
+            commit = None
             response = None
             if write.encode is not None:
-                response = write.encode(Commit(write.ref, 0, ctx.now_ms, (), before, before, mutation.result))
-                if idem is not None:
-                    self._remember(conn, write.ref, idem, response, ctx.now_ms)
-            return WriteOutcome(None, response, replayed=False)
-        head = before.head_offset if before else 0
-        stored = [
-            StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
-            for offset, ev in enumerate(mutation.events, start=head)
-        ]
-        if stored and before is not None and before.closed:
-            raise RuntimeError(f"append to the closed stream {type_}/{id_}")
-        if stored:
-            conn.executemany(
-                "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (type_, id_, e.offset, e.kind, e.key, e.operation, e.timestamp_ms, e.txid, e.body)
-                    for e in stored
-                ],
+                response = write.encode(Commit(ref, 0, ctx.now_ms, (), before, before, mutation.result))
+        else:
+            head = before.head_offset if before else 0
+            stored = tuple(
+                StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
+                for offset, ev in enumerate(mutation.events, start=head)
             )
-        base = mutation.entity or before
-        assert base is not None, "a mutation that creates an entity must return its record"
-        after = base.replace(head_offset=head + len(stored), updated_at_ms=ctx.now_ms, txid=ctx.txid)
-        conn.execute(
-            f"INSERT OR REPLACE INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                after.type,
-                after.id,
-                after.state.value,
-                after.grace_ms,
-                after.idle_timeout_ms,
-                after.created_at_ms,
-                after.updated_at_ms,
-                after.head_offset,
-                int(after.closed),
-                after.stopping_deadline_ms,
-                after.txid,
-            ),
-        )
-        commit = Commit(write.ref, ctx.txid, ctx.now_ms, tuple(stored), before, after, mutation.result)
-        response = None
-        if write.encode is not None:
-            response = write.encode(commit)
-            if idem is not None:
-                self._remember(conn, write.ref, idem, response, ctx.now_ms)
+            staged.events.extend(
+                (ref[0], ref[1], e.offset, e.kind, e.key, e.operation, e.timestamp_ms, e.txid, e.body)
+                for e in stored
+            )
+            base = mutation.entity or before
+            assert base is not None, "a mutation that creates an entity must return its record"
+            after = _advanced(base, head + len(stored), ctx)
+            staged.entities[ref] = after
+            commit = Commit(ref, ctx.txid, ctx.now_ms, stored, before, after, mutation.result)
+            response = write.encode(commit) if write.encode is not None else None
+        if idem is not None and response is not None:
+            staged.idempotency[(ref[0], ref[1], idem.key)] = (idem.request_hash, response)
+            staged.idempotency_rows.append(
+                (ref[0], ref[1], idem.key, idem.request_hash, response, ctx.now_ms)
+            )
         return WriteOutcome(commit, response, replayed=False)
-
-    @staticmethod
-    def _remember(conn: sqlite3.Connection, ref: Ref, idem: Idempotency, response: bytes, now: int) -> None:
-        conn.execute(
-            "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (ref[0], ref[1], idem.key, idem.request_hash, response, now),
-        )
 
     # -- reads -----------------------------------------------------------------
 

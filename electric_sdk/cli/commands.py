@@ -1,0 +1,139 @@
+"""The one-shot client commands: spawn, get, ls, signal, kill, send.
+
+Each takes the parsed arguments and a ``Context`` (the output, and a
+``Client`` made on first use), does its local checks first (a bad JSON
+payload is an error before anything is sent), makes one SDK call and prints
+the result: a human summary, or the model's ``to_json()`` with ``--json``.
+SDK errors propagate to main.py, which prints them and picks the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from ..client import Client, ClientOptions, RetryPolicy
+from ..durations import parse_ms
+from ..models import SignalResult
+from . import output
+from .output import Output
+
+DEFAULT_ADDRESS = "127.0.0.1:7700"
+DEFAULT_TIMEOUT = "10s"
+# How long a broken stream (events --follow, watch) keeps trying to reconnect.
+STREAM_RECONNECT_S = 60.0
+
+
+def client_options(args: argparse.Namespace) -> ClientOptions:
+    """Flags first, then ELECTRIC_ADDRESS / ELECTRIC_TOKEN, then the defaults.
+
+    ``--timeout`` is each call's deadline and also bounds the retries of a call,
+    so an unreachable server fails a command within about that time. A stream
+    that broke keeps reconnecting longer (STREAM_RECONNECT_S, or ``--timeout``
+    if longer): a server restart should not end ``events --follow``.
+    """
+    try:
+        timeout_s = parse_ms(args.timeout or DEFAULT_TIMEOUT) / 1000
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"--timeout: {exc}", code="INVALID_DURATION") from None
+    if timeout_s <= 0:
+        raise errors.InvalidArgument("--timeout must be more than 0", code="INVALID_DURATION")
+    return ClientOptions(
+        address=args.address or os.environ.get("ELECTRIC_ADDRESS") or DEFAULT_ADDRESS,
+        token=args.token or os.environ.get("ELECTRIC_TOKEN") or None,
+        timeout_s=timeout_s,
+        retry=RetryPolicy(total_s=timeout_s),
+        reconnect_s=max(timeout_s, STREAM_RECONNECT_S),
+    )
+
+
+@dataclass
+class Context:
+    out: Output
+    options: ClientOptions
+    _client: Client | None = field(default=None, init=False)
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(options=self.options)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def parse_json(text: str | None, flag: str) -> Any:
+    """The value of a JSON flag (None when absent); INVALID_PAYLOAD if it is not JSON."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"{flag} is not valid JSON: {exc}", code="INVALID_PAYLOAD") from None
+
+
+def spawn(ctx: Context, args: argparse.Namespace) -> int:
+    entity = ctx.client.spawn(args.ref, grace_period=args.grace, idle_timeout=args.idle_timeout)
+    if ctx.out.json_mode:
+        ctx.out.record(entity.to_json())
+    else:
+        ctx.out.line(output.entity_detail(entity))
+    return 0
+
+
+def get(ctx: Context, args: argparse.Namespace) -> int:
+    entity = ctx.client.get(args.ref)
+    if ctx.out.json_mode:
+        ctx.out.record(entity.to_json())
+    else:
+        ctx.out.line(output.entity_detail(entity))
+    return 0
+
+
+def ls(ctx: Context, args: argparse.Namespace) -> int:
+    entities = ctx.client.list(args.type, states_of(args), limit=args.limit)
+    if ctx.out.json_mode:
+        ctx.out.record({"entities": [e.to_json() for e in entities]})
+    else:
+        ctx.out.line(output.entity_table(entities))
+    return 0
+
+
+def states_of(args: argparse.Namespace) -> list[str]:
+    """``--state running idle``, ``--state running --state idle`` and ``--state running,idle``."""
+    return [s for item in args.state or () for s in item.split(",") if s]
+
+
+def signal(ctx: Context, args: argparse.Namespace) -> int:
+    payload = parse_json(args.payload, "--payload")
+    result = ctx.client.signal(args.ref, args.signal, reason=args.reason, payload=payload)
+    _print_signal(ctx, result)
+    return 0
+
+
+def kill(ctx: Context, args: argparse.Namespace) -> int:
+    _print_signal(ctx, ctx.client.kill(args.ref, reason=args.reason))
+    return 0
+
+
+def _print_signal(ctx: Context, result: SignalResult) -> None:
+    if ctx.out.json_mode:
+        ctx.out.record(result.to_json())
+    else:
+        ctx.out.line(output.signal_line(result))
+
+
+def send(ctx: Context, args: argparse.Namespace) -> int:
+    data = parse_json(args.data, "--data")
+    receipt = ctx.client.send(args.ref, args.text, data=data)
+    if ctx.out.json_mode:
+        ctx.out.record(receipt.to_json())
+    else:
+        ctx.out.line(output.receipt_line(receipt))
+    return 0

@@ -1,0 +1,115 @@
+"""The commands that work on a data directory, not through a client: `server` and `verify`.
+
+They report their own errors (``electric server: ...``, ``electric verify: ...``)
+and use the exit codes of exit_codes.py: 0 ok, 1 `verify` found a mismatch, 2
+bad usage or configuration (nothing was started or written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import exit_codes
+
+
+def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
+    p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    p.add_argument(
+        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+    )
+    p.add_argument("--tokens", type=Path, help="TOML file of bearer tokens; without it, no auth")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
+    p.add_argument("--tls-key", type=Path, help="PEM private key")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --listen without --tokens (not recommended)",
+    )
+    p.add_argument("--drain-grace", default="10s", help="how long in-flight calls may finish on shutdown")
+    p.add_argument(
+        "--synchronous",
+        default="FULL",
+        choices=["FULL", "NORMAL"],
+        help="SQLite durability; FULL (default) survives power loss",
+    )
+    p.set_defaults(func=_cmd_server)
+
+
+def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("verify", help="replay every stream and report entities whose state differs")
+    p.add_argument(
+        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+    )
+    # SUPPRESS: `electric --json verify` (the global flag) works too.
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
+    p.set_defaults(func=_cmd_verify)
+
+
+def _cmd_server(args: argparse.Namespace) -> int:
+    from electric_server.app import ConfigError, ServerConfig, serve
+    from electric_server.auth import TokenFileError
+
+    from ..durations import parse_ms
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = ServerConfig(
+            listen=args.listen,
+            data_dir=args.data,
+            tokens_file=args.tokens,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            insecure=args.insecure,
+            drain_grace_s=parse_ms(args.drain_grace) / 1000,
+            synchronous=args.synchronous,
+        )
+        return asyncio.run(serve(config))
+    except (ConfigError, TokenFileError, ValueError) as exc:
+        print(f"electric server: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from electric_server.store.sqlite import SQLiteStore
+    from electric_server.verify import verify
+
+    database = args.data / "electric.db"
+
+    async def run() -> int:
+        store = SQLiteStore(database, readonly=True)
+        try:
+            await store.open()
+        except FileNotFoundError as exc:
+            print(f"electric verify: {exc}", file=sys.stderr)
+            return exit_codes.USAGE
+        try:
+            report = await verify(store)
+        finally:
+            await store.close()
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "entities": report.entities,
+                        "events": report.events,
+                        "clean": report.clean,
+                        "mismatches": {f"/{t}/{i}": p for (t, i), p in report.mismatches.items()},
+                    }
+                )
+            )
+        else:
+            for (t, i), problems in report.mismatches.items():
+                for problem in problems:
+                    print(f"/{t}/{i}: {problem}")
+            verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
+            print(f"verified {report.entities} entities, {report.events} events: {verdict}")
+        return exit_codes.OK if report.clean else exit_codes.ERROR
+
+    return asyncio.run(run())

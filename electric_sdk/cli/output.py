@@ -1,0 +1,206 @@
+"""What the CLI prints: aligned tables and one-line summaries for people, JSON for machines.
+
+Human output goes to stdout, errors to stderr as ``electric: CODE: message``.
+With ``--json``, stdout carries JSON only: one object per one-shot command, one
+record per line (NDJSON, flushed per record) for a streaming one, and on failure
+the RFC's error object ``{"error": {"code": ..., "message": ...}}`` as the last
+(or only) line; the ``electric: CODE: message`` line still goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from ..durations import format_ms
+from ..errors import ElectricError
+from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
+
+# How much of a message text or payload an event line shows.
+SUMMARY_CHARS = 100
+
+
+class Output:
+    """stdout for results, stderr for errors; every write is flushed (streams are watched live)."""
+
+    def __init__(self, json_mode: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+        self.json_mode = json_mode
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+
+    def record(self, obj: Any) -> None:
+        """One JSON value on one line."""
+        self.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.stdout.flush()
+
+    def line(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def error(self, error: ElectricError) -> None:
+        self.stderr.write(f"electric: {error.code}: {error.message}\n")
+        self.stderr.flush()
+        if self.json_mode:
+            self.record(error.to_json())
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def when(dt: datetime, *, ms: bool = False) -> str:
+    """UTC, ISO 8601, with a Z: ``2026-03-07T10:00:00Z`` (``.123Z`` with ``ms``)."""
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds" if ms else "seconds").replace("+00:00", "Z")
+
+
+def duration(value: timedelta) -> str:
+    return format_ms(int(value / timedelta(milliseconds=1)))
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
+    """One line, at most ``limit`` characters."""
+    flat = text.replace("\r", "\\r").replace("\n", "\\n")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> str:
+    """Columns padded to their widest cell; the columns in ``right`` right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def render(cells: Sequence[str]) -> str:
+        padded = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join(render(r) for r in [headers, *rows])
+
+
+# -- entities -------------------------------------------------------------------------------------
+
+ENTITY_HEADERS = ("URL", "STATE", "EVENTS", "GRACE", "IDLE", "UPDATED")
+_ENTITY_RIGHT = frozenset({2})
+
+
+def entity_row(entity: Entity) -> list[str]:
+    return [
+        entity.ref.url,
+        entity.state.value,
+        str(entity.head_offset),
+        duration(entity.grace_period),
+        duration(entity.idle_timeout),
+        when(entity.updated_at),
+    ]
+
+
+def entity_table(entities: Sequence[Entity]) -> str:
+    return table(ENTITY_HEADERS, [entity_row(e) for e in entities], _ENTITY_RIGHT)
+
+
+def entity_detail(entity: Entity) -> str:
+    """The entity as an aligned list of fields, its URL first."""
+    fields = [
+        ("state", entity.state.value),
+        ("grace period", duration(entity.grace_period)),
+        ("idle timeout", duration(entity.idle_timeout)),
+        ("events", str(entity.head_offset)),
+        ("closed", "yes" if entity.closed else "no"),
+        ("created", when(entity.created_at, ms=True)),
+        ("updated", when(entity.updated_at, ms=True)),
+        ("txid", str(entity.txid)),
+    ]
+    if entity.stopping_deadline is not None:
+        fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
+    width = max(len(name) for name, _ in fields)
+    return "\n".join([entity.ref.url, *(f"  {name.ljust(width)}  {value}" for name, value in fields)])
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+def signal_line(result: SignalResult) -> str:
+    """``/type/id: SIGTERM running → stopping (pending, txid 12)``."""
+    notes = [result.outcome.value] if result.outcome is not None else []
+    notes.append(f"txid {result.txid}")
+    transition = f"{result.previous_state.value} → {result.new_state.value}"
+    return f"{result.url}: {result.signal.value} {transition} ({', '.join(notes)})"
+
+
+def receipt_line(receipt: MessageReceipt) -> str:
+    return (
+        f"{receipt.ref.url}: message {receipt.key} at offset {receipt.offset} "
+        f"({receipt.state.value}, txid {receipt.txid})"
+    )
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def event_summary(event: Event) -> str:
+    """The value in a few words: signals, state changes and messages read as sentences."""
+    value = event.value
+    if event.type == "signal":
+        text = f"{value.get('signal')} by {value.get('sender') or '?'}"
+        if value.get("reason"):
+            text += f" ({shorten(str(value['reason']))})"
+        if "payload" in value:
+            text += f" payload={shorten(compact(value['payload']))}"
+        text += f" → {value.get('outcome') or 'pending'}"
+        if value.get("detail"):
+            text += f": {shorten(str(value['detail']))}"
+        return text
+    if event.type == "state":
+        previous = value.get("previous_state")
+        text = f"{previous} → {value.get('state')}" if previous else f"→ {value.get('state')}"
+        notes = [str(value["cause"])] if value.get("cause") else []
+        if value.get("deadline"):
+            notes.append(f"until {value['deadline']}")
+        return text + (f" ({', '.join(notes)})" if notes else "")
+    if event.type == "message":
+        text = f"{value.get('sender') or '?'}: {shorten(str(value.get('text', '')))}"
+        if "data" in value:
+            text += f" data={shorten(compact(value['data']))}"
+        return text
+    return shorten(compact(value))
+
+
+def event_line(event: Event) -> str:
+    """``offset  time  type  key  summary``, in fixed-width columns (lines are printed as they come)."""
+    update = "" if event.operation == "insert" else f" [{event.operation}]"
+    return (
+        f"{event.offset:>5}  {when(event.timestamp, ms=True)}  {event.type:<7}  {event.key:<12}  "
+        f"{event_summary(event)}{update}"
+    )
+
+
+# -- entity changes -------------------------------------------------------------------------------
+
+
+def change_record(change: EntityChange) -> dict[str, Any]:
+    """The NDJSON record of ``electric watch --json``."""
+    return {
+        "snapshot": change.snapshot,
+        "entity": change.entity.to_json(),
+        "previous_state": change.previous_state.value if change.previous_state else None,
+    }
+
+
+def transition(change: EntityChange) -> str:
+    """``running → stopping``; ``→ spawning`` for a new entity; empty for a snapshot row."""
+    if change.snapshot:
+        return ""
+    previous = change.previous_state.value if change.previous_state else ""
+    return f"{previous} → {change.entity.state.value}".lstrip()
+
+
+def change_line(change: EntityChange) -> str:
+    entity = change.entity
+    what = f"{entity.state.value} (snapshot)" if change.snapshot else transition(change)
+    return f"{when(entity.updated_at, ms=True)}  {entity.ref.url}: {what}"

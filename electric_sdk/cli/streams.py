@@ -1,0 +1,143 @@
+"""The streaming commands: `events` (a page, or ``--follow`` live) and `watch` (entity states live).
+
+Every record is printed and flushed as it arrives. ``events --follow`` ends
+with exit 0 when the entity's stream closes (stopped or killed); both end on
+Ctrl-C, which main.py turns into exit 130: the SDK's sync iterators cancel
+their pending step when the wait is interrupted, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TextIO
+
+from .. import errors
+from ..lifecycle import State
+from ..models import Entity, EntityChange, Event
+from . import output
+from .commands import Context, states_of
+
+# ReadEvents pages; the server caps a page at 1000.
+EVENTS_PAGE = 500
+# The live table is redrawn at most this often, however fast changes arrive.
+REDRAW_INTERVAL_S = 0.1
+
+
+def events(ctx: Context, args: argparse.Namespace) -> int:
+    def show(event: Event) -> None:
+        if ctx.out.json_mode:
+            ctx.out.record(event.to_json())
+        else:
+            ctx.out.line(output.event_line(event))
+
+    limit: int | None = args.limit
+    if args.follow:
+        if limit == 0:
+            return 0
+        ctx.client.get(args.ref)  # fails fast (within --timeout) if the server or the entity is not there
+        for count, event in enumerate(ctx.client.watch(args.ref, args.from_offset), start=1):
+            show(event)
+            if limit is not None and count >= limit:
+                break
+        return 0
+    offset, remaining = args.from_offset, limit
+    while remaining is None or remaining > 0:
+        size = EVENTS_PAGE if remaining is None else min(EVENTS_PAGE, remaining)
+        page = ctx.client.events(args.ref, offset, size)
+        for event in page.events:
+            show(event)
+        if remaining is not None:
+            remaining -= len(page.events)
+        if not page.events or page.next_offset >= page.head_offset:
+            break
+        offset = page.next_offset
+    return 0
+
+
+def watch(ctx: Context, args: argparse.Namespace) -> int:
+    states = states_of(args)
+    try:
+        wanted = {State.parse(s) for s in states}
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from None
+    ctx.client.list(args.type, wanted, limit=1)  # fails fast (within --timeout) if the server is not there
+    changes = ctx.client.watch_entities(args.type, wanted)
+    if ctx.out.json_mode:
+        for change in changes:
+            ctx.out.record(output.change_record(change))
+    elif ctx.out.stdout.isatty():
+        title = f"electric watch {ctx.options.address}" + (f" --type {args.type}" if args.type else "")
+        title += "".join(f" --state {s.value}" for s in sorted(wanted, key=lambda s: s.value))
+        with LiveTable(ctx.out.stdout, title, wanted) as view:
+            for change in changes:
+                view.apply(change)
+    else:
+        for change in changes:
+            ctx.out.line(output.change_line(change))
+    return 0
+
+
+class LiveTable:
+    """The TTY view of `electric watch`: one row per entity, redrawn when a change arrives.
+
+    The watch loop (main thread) applies changes; a drawing thread redraws the
+    screen when something changed, at most every REDRAW_INTERVAL_S, so a large
+    snapshot arriving row by row is drawn a few times, not once per row.
+    """
+
+    HEADERS = ("URL", "STATE", "LAST CHANGE", "EVENTS", "UPDATED")
+
+    def __init__(self, stream: TextIO, title: str, wanted: Iterable[State]) -> None:
+        self._stream = stream
+        self._title = title
+        self._wanted = frozenset(wanted)
+        self._rows: dict[str, tuple[Entity, str]] = {}
+        self._in_snapshot = False
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._draw_loop, name="electric-watch-draw", daemon=True)
+
+    def __enter__(self) -> LiveTable:
+        self._changed.set()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._changed.set()
+        self._thread.join(timeout=5)
+
+    def apply(self, change: EntityChange) -> None:
+        entity = change.entity
+        with self._lock:
+            if change.snapshot and not self._in_snapshot:
+                self._rows.clear()  # a fresh snapshot (after a reconnect) replaces the view
+            self._in_snapshot = change.snapshot
+            if self._wanted and entity.state not in self._wanted:
+                self._rows.pop(entity.ref.url, None)  # it left the --state filter
+            else:
+                self._rows[entity.ref.url] = (entity, output.transition(change))
+        self._changed.set()
+
+    def render(self) -> str:
+        with self._lock:
+            rows = [
+                [url, e.state.value, last, str(e.head_offset), output.when(e.updated_at)]
+                for url, (e, last) in sorted(self._rows.items())
+            ]
+        now = output.when(datetime.now(UTC))
+        head = f"{self._title} · {len(rows)} entities · {now} · Ctrl-C to quit"
+        return f"{head}\n\n{output.table(self.HEADERS, rows, frozenset({3}))}\n"
+
+    def _draw_loop(self) -> None:
+        while not self._stop.is_set():
+            self._changed.wait()
+            self._changed.clear()
+            # Home, clear the screen, draw: one write, so the screen never shows half a table.
+            self._stream.write("\x1b[H\x1b[2J" + self.render())
+            self._stream.flush()
+            self._stop.wait(REDRAW_INTERVAL_S)
