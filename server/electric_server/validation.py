@@ -16,6 +16,7 @@ Every violation is INVALID_ARGUMENT with a specific ErrorInfo reason.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 
@@ -73,26 +74,42 @@ def reason(value: str) -> str:
     return value
 
 
+def _is_json(value: struct_pb2.Value) -> bool:
+    """Every node set, every number finite: JSON can encode it."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return math.isfinite(value.number_value)
+    if kind == "struct_value":
+        return all(_is_json(v) for v in value.struct_value.fields.values())
+    if kind == "list_value":
+        return all(_is_json(v) for v in value.list_value.values)
+    return kind is not None
+
+
+# JSON is at most ~6x the protobuf encoding (a control character in a string
+# becomes a 6-byte \u escape); below this the limit cannot be reached, so the
+# exact size needs no JSON encoding on the hot path.
+_SURELY_SMALL = MAX_PAYLOAD_BYTES // 8
+
+
 def json_value(value: struct_pb2.Value, present: bool, field: str) -> struct_pb2.Value | None:
-    """A JSON value within the size limit, or None when absent."""
+    """A JSON value within the size limit (compact UTF-8 JSON), or None when absent."""
     if not present:
         return None
-    try:
-        # Compact UTF-8 JSON, as a client would send it ("é" is 2 bytes, not "\u00e9").
-        encoded = json.dumps(
-            json_format.MessageToDict(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        size = len(encoded.encode())
-    except ValueError as exc:  # NaN or infinity: no JSON encoding exists
-        raise invalid_argument("INVALID_PAYLOAD", f"{field} is not a JSON value: {exc}", field=field) from exc
-    if size > MAX_PAYLOAD_BYTES:
+    if not _is_json(value):
         raise invalid_argument(
-            "PAYLOAD_TOO_LARGE",
-            f"{field} is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}",
-            field=field,
+            "INVALID_PAYLOAD", f"{field} is not a JSON value (empty, NaN or infinite)", field=field
         )
-    if value.WhichOneof("kind") is None:
-        raise invalid_argument("INVALID_PAYLOAD", f"{field} is not a JSON value", field=field)
+    if value.ByteSize() >= _SURELY_SMALL:
+        # Compact UTF-8 JSON, as a client would send it ("é" is 2 bytes, not "\u00e9").
+        encoded = json.dumps(json_format.MessageToDict(value), separators=(",", ":"), ensure_ascii=False)
+        size = len(encoded.encode())
+        if size > MAX_PAYLOAD_BYTES:
+            raise invalid_argument(
+                "PAYLOAD_TOO_LARGE",
+                f"{field} is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}",
+                field=field,
+            )
     return value
 
 

@@ -211,6 +211,7 @@ class SQLiteStore(Store):
         # The writer is the only writer, so it may remember entity records
         # (bounded, least recently used first out) instead of reading them back.
         self._cache: OrderedDict[Ref, EntityRecord] = OrderedDict()
+        self._last_batch_writes = 0
         # Batches committed: exposed for tests and the group-commit benchmark.
         self.batches_committed = 0
 
@@ -301,7 +302,17 @@ class SQLiteStore(Store):
                     return
                 continue
             try:
-                await loop.run_in_executor(self._executor, self._apply_batch, batch)
+                writes = sum(len(p.writes) for p in batch)
+                if writes == 1 and self._last_batch_writes <= 1:
+                    # Light load: nothing queued to overlap with, and the thread
+                    # hop (a GIL handoff around every SQLite call) costs more than
+                    # it saves, so apply the lone write right here. Under load,
+                    # batches grow and go to the writer thread, so the loop keeps
+                    # serving while SQLite waits for the disk.
+                    self._apply_batch(batch)
+                else:
+                    await loop.run_in_executor(self._executor, self._apply_batch, batch)
+                self._last_batch_writes = writes
             except Exception as exc:  # the whole batch failed to commit: nobody is acknowledged
                 for pending in batch:
                     if not pending.future.done():
