@@ -183,15 +183,18 @@ class ElectricServer:
 def _usage_hint(server: ElectricServer) -> str:
     a = server.address
     auth = "bearer tokens required" if server.tokens else "no auth (loopback)"
+    env = "" if a == DEFAULT_LISTEN else f"ELECTRIC_ADDRESS={a} "
     return "\n".join(
         [
             f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
             f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
-            f"  explore: grpcurl -plaintext {a} list   (reflection is on)",
-            f'  spawn:   grpcurl -plaintext -d \'{{"ref":{{"type":"agent","id":"a1"}}}}\' '
-            f"{a} electric.v1.EntityService/SpawnEntity",
-            f'  signal:  grpcurl -plaintext -d \'{{"ref":{{"type":"agent","id":"a1"}},'
-            f'"signal":"SIGNAL_SIGKILL"}}\' {a} electric.v1.EntityService/SignalEntity',
+            "  try, in another terminal (.venv/bin/electric when run from a checkout):",
+            f"    {env}electric spawn my_agent/agent_1 --grace 5s",
+            f"    {env}electric signal my_agent/agent_1 SIGUSR --payload '{{\"hello\": 1}}'",
+            f"    {env}electric events my_agent/agent_1 --follow",
+            f"    {env}electric kill my_agent/agent_1",
+            f"    {env}electric watch",
+            f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
