@@ -37,26 +37,33 @@ __all__ = [
 # -- enum mapping -------------------------------------------------------------------
 
 
+# Lookup tables, built once: these run for every event a watch delivers.
+_STATE_TO_PB: dict[State, pb.State.ValueType] = {s: pb.State.Value(f"STATE_{s.name}") for s in State}
+_PB_TO_STATE: dict[int, State] = {v: k for k, v in _STATE_TO_PB.items()}
+_SIGNAL_TO_PB: dict[Signal, pb.Signal.ValueType] = {s: pb.Signal.Value(f"SIGNAL_{s.name}") for s in Signal}
+_PB_TO_SIGNAL: dict[int, Signal] = {v: k for k, v in _SIGNAL_TO_PB.items()}
+_PB_TO_OUTCOME: dict[int, Outcome] = {pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}"): o for o in Outcome}
+_OPERATIONS: dict[int, str] = {v: n.removeprefix("OPERATION_").lower() for n, v in pb.Operation.items()}
+
+
 def state_from_pb(value: int) -> State | None:
-    return None if value == pb.STATE_UNSPECIFIED else State.parse(pb.State.Name(value))  # type: ignore[arg-type]
+    return _PB_TO_STATE.get(value)
 
 
 def state_to_pb(state: State) -> pb.State.ValueType:
-    return pb.State.Value(f"STATE_{state.name}")
+    return _STATE_TO_PB[state]
 
 
 def signal_from_pb(value: int) -> Signal:
-    return Signal.parse(pb.Signal.Name(value))  # type: ignore[arg-type]
+    return _PB_TO_SIGNAL[value]
 
 
 def signal_to_pb(signal: Signal) -> pb.Signal.ValueType:
-    return pb.Signal.Value(f"SIGNAL_{signal.name}")
+    return _SIGNAL_TO_PB[signal]
 
 
 def outcome_from_pb(value: int) -> Outcome | None:
-    if value == pb.SIGNAL_OUTCOME_UNSPECIFIED:
-        return None
-    return Outcome(pb.SignalOutcome.Name(value).removeprefix("SIGNAL_OUTCOME_").lower())  # type: ignore[arg-type]
+    return _PB_TO_OUTCOME.get(value)
 
 
 def _time(ts: timestamp_pb2.Timestamp) -> datetime:
@@ -72,18 +79,21 @@ def _ms(dt: datetime) -> int:
 
 
 def _json_value(value: struct_pb2.Value) -> Any:
-    return _ints(json_format.MessageToDict(value))
-
-
-def _ints(value: Any) -> Any:
-    """JSON numbers travel as doubles in a protobuf Value; give back 1, not 1.0."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    return value
+    """A protobuf Value as plain Python (walked directly: MessageToDict is slow)."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        n = value.number_value
+        # JSON numbers travel as doubles; give back 1, not 1.0.
+        return int(n) if n.is_integer() and abs(n) < 2**53 else n
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return {k: _json_value(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_json_value(v) for v in value.list_value.values]
+    return None
 
 
 def _html_table(title: str, rows: list[tuple[str, Any]]) -> str:
@@ -220,7 +230,7 @@ class Event:
             offset=m.offset,
             type=m.type,
             key=m.key,
-            operation=pb.Operation.Name(m.headers.operation).removeprefix("OPERATION_").lower(),
+            operation=_OPERATIONS.get(m.headers.operation, "unspecified"),
             timestamp=_time(m.headers.timestamp),
             txid=m.headers.txid,
             value=_value_json(m),

@@ -281,3 +281,42 @@ def test_wait_for_state_and_signal_many(server: TestServer) -> None:
     states = {e.ref.id: e.state for e in client.list(type="fleet")}
     assert states == {"f0": State.KILLED, "f1": State.KILLED, "f2": State.KILLED, "f3": State.SPAWNING}
     assert [e.ref.id for e in client.list(states=["spawning"])] == ["f3"]
+
+
+def test_a_lagging_watch_is_ended_and_the_sdk_resubscribes(tmp_path: Path) -> None:
+    """More changes in one commit batch than a watcher may queue: the server ends the
+    watch with WATCH_LAGGING; the SDK maps it, and its watch resubscribes to a fresh snapshot."""
+    import anyio
+    import grpc
+
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+    from electric_sdk.errors import WatchLagging, from_rpc_error
+
+    with TestServer(tmp_path / "data", watch_queue_limit=3) as srv:
+        client = srv.client()
+        for i in range(12):
+            client.spawn(f"burst/b{i}")
+
+        async def raw_watch() -> BaseException:
+            async with grpc.aio.insecure_channel(srv.address) as channel:
+                call = api_grpc.EntityServiceStub(channel).WatchEntities(api.WatchEntitiesRequest())
+                try:
+                    with anyio.fail_after(20):
+                        async for item in call:
+                            if item.HasField("snapshot_complete"):
+                                # One SignalEntities call: 12 state changes in one commit batch.
+                                await anyio.to_thread.run_sync(
+                                    lambda: client.signal_many("SIGKILL", type="burst")
+                                )
+                except grpc.aio.AioRpcError as exc:
+                    return from_rpc_error(exc)
+            raise AssertionError("the watch ended without an error")
+
+        error = asyncio.run(raw_watch())
+        assert isinstance(error, WatchLagging)
+        assert error.code == "WATCH_LAGGING"
+
+        changes = client.watch_entities(type="burst")
+        states = [next(changes).entity.state for _ in range(12)]
+        assert states == [State.KILLED] * 12  # a fresh snapshot after the lag

@@ -145,23 +145,32 @@ class AsyncClient:
 
     async def _call(self, rpc: str, request: Any) -> Any:
         """One unary call: deadline, metadata, retries, and error translation."""
-        stub = self._stub_for_this_loop()
+        method = getattr(self._stub_for_this_loop(), rpc)
+
+        async def attempt() -> Any:
+            try:
+                return await method(request, timeout=self.options.timeout_s, metadata=self.options.metadata)
+            except grpc.aio.AioRpcError as exc:
+                raise errors.from_rpc_error(exc) from exc
+
         policy = self.options.retry
-        method = getattr(stub, rpc)
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.total_s),
+        try:
+            # The first attempt goes straight out: the retry machinery costs
+            # more than the call itself on loopback, and most calls succeed.
+            return await attempt()
+        except _RETRYABLE:
+            if policy.attempts <= 1:
+                raise
+        await asyncio.sleep(random.uniform(0, policy.initial_backoff_s))  # jittered, like every later wait
+        async for retry in AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts - 1) | stop_after_delay(policy.total_s),
             # Full jitter: a random wait up to the exponential bound.
             wait=wait_random_exponential(multiplier=policy.initial_backoff_s, max=policy.max_backoff_s),
             retry=retry_if_exception_type(_RETRYABLE),
             reraise=True,
         ):
-            with attempt:
-                try:
-                    return await method(
-                        request, timeout=self.options.timeout_s, metadata=self.options.metadata
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    raise errors.from_rpc_error(exc) from exc
+            with retry:
+                return await attempt()
         raise AssertionError("unreachable: tenacity reraises")
 
     async def close(self) -> None:

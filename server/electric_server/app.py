@@ -56,6 +56,8 @@ class ServerConfig:
     drain_grace_s: float = 10.0
     synchronous: str = "FULL"
     idempotency_retention_ms: int = DAY_MS
+    # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
+    watch_queue_limit: int = 10_000
 
     @property
     def database(self) -> Path:
@@ -114,7 +116,7 @@ class ElectricServer:
 
     async def start(self) -> None:
         await self.store.open()
-        self._watches = Watches(self.store)
+        self._watches = Watches(self.store, self.config.watch_queue_limit)
         self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
         await self._reaper.start()
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []

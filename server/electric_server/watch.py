@@ -42,14 +42,15 @@ def draining_error() -> ApiError:
 class _Queue:
     """A bounded queue that never blocks the publisher."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
         self.items: asyncio.Queue[object] = asyncio.Queue()
+        self.limit = limit
         self.overflowed = False
 
     def put(self, item: object) -> None:
         if self.overflowed:
             return
-        if self.items.qsize() >= QUEUE_LIMIT:
+        if self.items.qsize() >= self.limit:
             self.overflowed = True
             self.items.put_nowait(_OVERFLOW)
             return
@@ -57,8 +58,9 @@ class _Queue:
 
 
 class Watches:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, queue_limit: int = QUEUE_LIMIT) -> None:
         self.store = store
+        self.queue_limit = queue_limit
         self._queues: set[_Queue] = set()
         self._entity_watchers: set[tuple[_Queue, str | None, frozenset[State]]] = set()
         self._draining = False
@@ -105,7 +107,7 @@ class Watches:
     ) -> AsyncIterator[api.WatchEntitiesResponse]:
         if self._draining:
             raise draining_error()
-        queue = _Queue()
+        queue = _Queue(self.queue_limit)
         watcher = (queue, type_, frozenset(states))
         self._queues.add(queue)
         self._entity_watchers.add(watcher)
@@ -151,7 +153,7 @@ class Watches:
         record = await self.store.get_entity(ref)
         if record is None:
             raise not_found(*ref)
-        queue = _Queue()
+        queue = _Queue(self.queue_limit)
         self._queues.add(queue)
         unsubscribe = self.store.hub.subscribe(ref, queue.put)
         offset = from_offset
@@ -205,6 +207,6 @@ class Watches:
 
     def _replace_queue(self, old: _Queue, ref: Ref) -> _Queue:
         self._queues.discard(old)
-        new = _Queue()
+        new = _Queue(self.queue_limit)
         self._queues.add(new)
         return new
