@@ -82,10 +82,13 @@ def test_every_generated_module_imports() -> None:
         m.name for m in pkgutil.walk_packages(electric_sdk._proto.__path__, prefix="electric_sdk._proto.")
     ]
     modules = [n for n in names if n.startswith("electric_sdk._proto.electric.v1.")]
-    assert sorted(modules) == [
-        f"electric_sdk._proto.electric.v1.{stem}"
-        for stem in ("entity_service_pb2", "entity_service_pb2_grpc", "types_pb2", "types_pb2_grpc")
-    ]
+    protos = sorted(p.stem for p in (ROOT / "proto" / "electric" / "v1").glob("*.proto"))
+    assert protos, "no protos found"
+    assert sorted(modules) == sorted(
+        f"electric_sdk._proto.electric.v1.{stem}{suffix}"
+        for stem in protos
+        for suffix in ("_pb2", "_pb2_grpc")
+    )
     for name in names:
         module = importlib.import_module(name)
         assert module.__name__ == name

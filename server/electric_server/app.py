@@ -24,9 +24,12 @@ from grpc_reflection.v1alpha import reflection
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 
 from .auth import AuthInterceptor, TokenTable
 from .reaper import Reaper
+from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
 from .store.base import Store
 from .store.sqlite import SQLiteStore
@@ -35,6 +38,7 @@ from .watch import Watches
 log = logging.getLogger("electric.server")
 
 SERVICE_NAME = api.DESCRIPTOR.services_by_name["EntityService"].full_name
+RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_name
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
 
@@ -58,6 +62,10 @@ class ServerConfig:
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
     watch_queue_limit: int = 10_000
+    # A worker that sends no heartbeat for this long loses its leases.
+    lease_ttl_ms: int = 10_000
+    # How often workers are asked to send a heartbeat.
+    heartbeat_interval_ms: int = 3_000
 
     @property
     def database(self) -> Path:
@@ -119,6 +127,8 @@ class ElectricServer:
         self._watches = Watches(self.store, self.config.watch_queue_limit)
         self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
         await self._reaper.start()
+        self.runtime = Runtime(self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms)
+        await self.runtime.start()
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -132,7 +142,10 @@ class ElectricServer:
                 ("grpc.http2.max_ping_strikes", 0),
             ],
         )
-        api_grpc.add_EntityServiceServicer_to_server(EntityService(self.store, self._watches), server)
+        api_grpc.add_EntityServiceServicer_to_server(
+            EntityService(self.store, self._watches, self.runtime), server
+        )
+        rt_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(self.runtime), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (
@@ -152,6 +165,7 @@ class ElectricServer:
             self.port = 0
         if not self.port:
             self._watches.close()
+            await self.runtime.stop()
             await self._reaper.stop()
             await self.store.close()
             why = "invalid TLS certificate or key, " if self._tls else ""
@@ -160,6 +174,7 @@ class ElectricServer:
         self._server = server
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
 
     async def stop(self, grace: float | None = None) -> None:
@@ -171,7 +186,9 @@ class ElectricServer:
         assert self._watches is not None
         assert self._reaper is not None
         self._watches.drain()
+        self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
         await server.stop(self.config.drain_grace_s if grace is None else grace)
+        await self.runtime.stop()
         await self._reaper.stop()
         self._watches.close()
         await self.store.close()

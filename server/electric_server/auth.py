@@ -43,6 +43,7 @@ METHOD_SCOPES = {
     f"{_SERVICE}DeleteEntity": "signal",
     f"{_SERVICE}SpawnEntity": "send",
     f"{_SERVICE}SendMessage": "send",
+    "/electric.v1.RuntimeService/Connect": "runtime",
 }
 
 
@@ -199,5 +200,17 @@ def _wrap(handler: Any, principal: Principal | None, scope: str, early: ApiError
 
         return grpc.unary_stream_rpc_method_handler(
             stream, handler.request_deserializer, handler.response_serializer
+        )
+    if handler.stream_stream is not None:
+        inner_bidi = handler.stream_stream
+
+        async def bidi(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            # The scope is checked up front; type restrictions by the service, at hello.
+            await check(None, context)
+            async for item in inner_bidi(requests, context):
+                yield item
+
+        return grpc.stream_stream_rpc_method_handler(
+            bidi, handler.request_deserializer, handler.response_serializer
         )
     return handler

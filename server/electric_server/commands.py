@@ -45,7 +45,7 @@ class Signalled:
     decision: lifecycle.Decision
 
 
-def _state_event(
+def state_event(
     key: str,
     new: State,
     previous: State | None,
@@ -86,23 +86,28 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
             stopping_deadline_ms=None,
             txid=ctx.txid,
         )
-        return Mutation([_state_event(f"state_{ctx.txid}", State.SPAWNING, None, "spawn")], record)
+        return Mutation([state_event(f"state_{ctx.txid}", State.SPAWNING, None, "spawn")], record)
 
     return decide
 
 
 def _transition(
-    current: EntityRecord, new: State, ctx: WriteContext, cause: str, signal_key: str = ""
+    current: EntityRecord,
+    new: State,
+    ctx: WriteContext,
+    cause: str,
+    signal_key: str = "",
+    leased: bool = False,
 ) -> tuple[NewEvent, EntityRecord]:
     deadline = ctx.now_ms + current.grace_ms if new is State.STOPPING else None
-    event = _state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
-    # No runtime holds a lease yet, so a terminal entity's stream has nobody
-    # left to write its last records: it closes (EOF) in the same transaction.
-    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal)
+    event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
+    # A terminal entity's stream closes (EOF) once nobody is left to write its
+    # last records: at once without a lease, else when the lease ends.
+    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal and not leased)
     return event, record
 
 
-def signal(ref: Ref, spec: SignalSpec) -> Decide:
+def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
@@ -121,8 +126,10 @@ def signal(ref: Ref, spec: SignalSpec) -> Decide:
             value.payload.CopyFrom(spec.payload)
         events = [NewEvent("signal", key, INSERT, convert.body(pb.Event(signal=value)))]
         record = current
+        if spec.signal is Signal.SIGHUP and not current.reload_pending:
+            record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
-            event, record = _transition(current, decision.new_state, ctx, "signal", key)
+            event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)
             events.append(event)
         return Mutation(events, record, Signalled(key, decision))
 
@@ -144,8 +151,9 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
         if data is not None:
             value.data.CopyFrom(data)
         key = f"msg_{ctx.txid}"
+        record = current.replace(last_message_offset=current.head_offset)  # the offset it is about to get
         return Mutation(
-            [NewEvent("message", key, INSERT, convert.body(pb.Event(message=value)))], current, key
+            [NewEvent("message", key, INSERT, convert.body(pb.Event(message=value)))], record, key
         )
 
     return decide

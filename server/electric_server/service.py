@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -24,6 +24,9 @@ from .auth import current_principal
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
 from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
+
+if TYPE_CHECKING:
+    from .runtime_service import Runtime
 
 M = TypeVar("M", bound=Message)
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -93,9 +96,13 @@ def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEnti
 
 
 class EntityService(api_grpc.EntityServiceServicer):
-    def __init__(self, store: Store, watches: Watches) -> None:
+    def __init__(self, store: Store, watches: Watches, runtime: Runtime | None = None) -> None:
         self.store = store
         self.watches = watches
+        self.runtime = runtime
+
+    def _leased(self, ref: Ref) -> bool:
+        return self.runtime is not None and self.runtime.is_leased(ref)
 
     # -- entities --------------------------------------------------------------
 
@@ -177,7 +184,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         return await _write(
             self.store,
             ref,
-            commands.signal(ref, spec),
+            commands.signal(ref, spec, self._leased(ref)),
             idem,
             lambda c: _signal_response(ref, spec.signal, c),
             api.SignalEntityResponse,
@@ -247,7 +254,7 @@ class EntityService(api_grpc.EntityServiceServicer):
 
         for start in range(0, len(targets), BULK_CHUNK):
             writes = [
-                Write(ref, commands.signal(ref, spec), idem, lambda c: category(c.result))
+                Write(ref, commands.signal(ref, spec, self._leased(ref)), idem, lambda c: category(c.result))
                 for ref in targets[start : start + BULK_CHUNK]
             ]
             for outcome in await self.store.write_many(writes):

@@ -47,6 +47,18 @@ class EntityRecord:
     stopping_deadline_ms: int | None
     # The txid of the last mutation of this entity.
     txid: int
+    # Runtime bookkeeping (the runtime service's; see runtime_service.proto):
+    # the last lease epoch granted or revoked — the fencing token;
+    lease_epoch: int = 0
+    # the offset from which messages are not yet finished, and how many runs
+    # were started for the first of them (its next delivery is attempt + 1);
+    message_cursor: int = 0
+    cursor_attempt: int = 0
+    # the offset of the newest message (-1: none), so an idle entity with
+    # unfinished messages is known to need a wake without reading its stream;
+    last_message_offset: int = -1
+    # SIGHUP'd: the next lease goes to a worker with the newest code version.
+    reload_pending: bool = False
 
     @property
     def ref(self) -> Ref:

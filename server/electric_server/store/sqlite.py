@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS entities (
     closed INTEGER NOT NULL,
     stopping_deadline INTEGER,
     txid INTEGER NOT NULL,
+    lease_epoch INTEGER NOT NULL DEFAULT 0,
+    message_cursor INTEGER NOT NULL DEFAULT 0,
+    cursor_attempt INTEGER NOT NULL DEFAULT 0,
+    last_message_offset INTEGER NOT NULL DEFAULT -1,
+    reload_pending INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (type, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
@@ -86,13 +91,39 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) 
 
 _ENTITY_COLUMNS = (
     "type, id, state, grace_ms, idle_timeout_ms, created_at, updated_at, head_offset, closed, "
-    "stopping_deadline, txid"
+    "stopping_deadline, txid, lease_epoch, message_cursor, cursor_attempt, last_message_offset, reload_pending"
 )
+# Columns added after the first release, with their definitions: added to an
+# older database when it is opened.
+_ADDED_ENTITY_COLUMNS = {
+    "lease_epoch": "INTEGER NOT NULL DEFAULT 0",
+    "message_cursor": "INTEGER NOT NULL DEFAULT 0",
+    "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
+    "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
+    "reload_pending": "INTEGER NOT NULL DEFAULT 0",
+}
 _EVENT_COLUMNS = "offset, kind, key, operation, ts, txid, body"
 
 
 def _entity(row: tuple[Any, ...]) -> EntityRecord:
-    t, i, state, grace, idle, created, updated, head, closed, deadline, txid = row
+    (
+        t,
+        i,
+        state,
+        grace,
+        idle,
+        created,
+        updated,
+        head,
+        closed,
+        deadline,
+        txid,
+        epoch,
+        cursor,
+        attempt,
+        last,
+        hup,
+    ) = row
     return EntityRecord(
         type=str(t),
         id=str(i),
@@ -105,6 +136,11 @@ def _entity(row: tuple[Any, ...]) -> EntityRecord:
         closed=bool(closed),
         stopping_deadline_ms=None if deadline is None else int(deadline),
         txid=int(txid),
+        lease_epoch=int(epoch),
+        message_cursor=int(cursor),
+        cursor_attempt=int(attempt),
+        last_message_offset=int(last),
+        reload_pending=bool(hup),
     )
 
 
@@ -121,11 +157,14 @@ ENTITY_CACHE_SIZE = 50_000
 
 _INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_ENTITY = (
-    f"INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES ({', '.join('?' * 16)}) "
     "ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, grace_ms = excluded.grace_ms, "
     "idle_timeout_ms = excluded.idle_timeout_ms, updated_at = excluded.updated_at, "
     "head_offset = excluded.head_offset, closed = excluded.closed, "
-    "stopping_deadline = excluded.stopping_deadline, txid = excluded.txid"
+    "stopping_deadline = excluded.stopping_deadline, txid = excluded.txid, "
+    "lease_epoch = excluded.lease_epoch, message_cursor = excluded.message_cursor, "
+    "cursor_attempt = excluded.cursor_attempt, last_message_offset = excluded.last_message_offset, "
+    "reload_pending = excluded.reload_pending"
 )
 _INSERT_IDEMPOTENCY = (
     "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -147,6 +186,11 @@ def _entity_row(r: EntityRecord) -> tuple[object, ...]:
         int(r.closed),
         r.stopping_deadline_ms,
         r.txid,
+        r.lease_epoch,
+        r.message_cursor,
+        r.cursor_attempt,
+        r.last_message_offset,
+        int(r.reload_pending),
     )
 
 
@@ -164,6 +208,11 @@ def _advanced(base: EntityRecord, head_offset: int, ctx: WriteContext) -> Entity
         base.closed,
         base.stopping_deadline_ms,
         ctx.txid,
+        base.lease_epoch,
+        base.message_cursor,
+        base.cursor_attempt,
+        base.last_message_offset,
+        base.reload_pending,
     )
 
 
@@ -231,6 +280,10 @@ class SQLiteStore(Store):
     def _open_writer(self) -> None:
         conn = self._connect()
         conn.executescript(SCHEMA)
+        present = {row[1] for row in conn.execute("PRAGMA table_info(entities)")}
+        for column, definition in _ADDED_ENTITY_COLUMNS.items():
+            if column not in present:
+                conn.execute(f"ALTER TABLE entities ADD COLUMN {column} {definition}")
         row = conn.execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
         self._next_txid = int(row[0]) if row else 1
         self._wconn = conn

@@ -425,6 +425,7 @@ class RunValue(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
     message_key: _builtins.str
     """Key of the message event this run processes."""
     status: Global___RunStatus.ValueType
@@ -434,6 +435,8 @@ class RunValue(_message.Message):
     """Output so far (partial output for an aborted run)."""
     attempt: _builtins.int
     error: _builtins.str
+    message_offset: _builtins.int
+    """Offset of the message event this run processes."""
     def __init__(
         self,
         *,
@@ -443,10 +446,11 @@ class RunValue(_message.Message):
         output: _builtins.str = ...,
         attempt: _builtins.int = ...,
         error: _builtins.str = ...,
+        message_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "message_key", b"message_key", "output", b"output", "status", b"status", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "status", b"status", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

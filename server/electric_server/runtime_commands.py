@@ -1,0 +1,122 @@
+"""The runtime's writes and the lease bookkeeping, as pure decide functions.
+
+Every runtime write is fenced (ARCHITECTURE §2): it names the lease epoch and
+the state it expects to leave, and applies only if the epoch is the entity's
+current one and the entity is still in that state. Refusals raise
+``Refused`` with a reason the worker can act on; nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from electric_sdk import lifecycle
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
+
+from . import convert
+from .commands import INSERT, UPDATE, state_event
+from .errors import not_found
+from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+
+BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec"})
+_TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+
+
+class Refused(Exception):
+    """A runtime write that does not apply; ``reason`` goes back to the worker."""
+
+    def __init__(self, reason: str, message: str, entity: EntityRecord | None = None) -> None:
+        super().__init__(message)
+        self.reason, self.message, self.entity = reason, message, entity
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    epoch: int
+
+
+def grant(ref: Ref, seen_epoch: int) -> Decide:
+    """Take a new lease: the epoch grows, so every older holder is fenced off."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.closed or current.lease_epoch != seen_epoch:
+            raise Refused("LEASE_RACE", "the entity changed while a lease was being granted", current)
+        epoch = current.lease_epoch + 1
+        return Mutation([], current.replace(lease_epoch=epoch, reload_pending=False), Granted(epoch))
+
+    return decide
+
+
+def end_lease(ref: Ref, epoch: int, cause: str) -> Decide:
+    """A lease ended (released, lost, expired): fence it off, and mend the state.
+
+    A `running` entity whose runtime was lost goes idle (cause runtime_lost);
+    a terminal entity's stream closes now that nobody can append to it.
+    """
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.lease_epoch != epoch:
+            return Mutation()  # someone else holds it now: nothing of ours to end
+        record = current.replace(lease_epoch=epoch + 1)
+        events: list[NewEvent] = []
+        if current.state is State.RUNNING and cause == "runtime_lost":
+            lifecycle.check_runtime_transition(State.RUNNING, State.IDLE, cause)
+            events.append(state_event(f"state_{ctx.txid}", State.IDLE, State.RUNNING, cause))
+            record = record.replace(state=State.IDLE)
+        if current.state.terminal and not current.closed:
+            record = record.replace(closed=True)
+        return Mutation(events, record)
+
+    return decide
+
+
+def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
+    expect = convert.PB_TO_STATE.get(write.expect_state)
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            raise not_found(*ref)
+        if write.epoch != current.lease_epoch:
+            raise Refused("STALE_EPOCH", f"lease epoch {write.epoch} is not the current one", current)
+        if expect is not current.state:
+            raise Refused("STATE_CHANGED", f"the entity is {current.state.value}, not {expect}", current)
+        if current.closed:
+            raise Refused("ENTITY_CLOSED", "the stream is closed", current)
+        op = write.WhichOneof("op")
+        key = f"rt_{ctx.txid}"
+        if op == "transition":
+            new = convert.PB_TO_STATE.get(write.transition.to)
+            if new is None:
+                raise Refused("INVALID_TRANSITION", "no target state", current)
+            try:
+                lifecycle.check_runtime_transition(current.state, new, write.transition.cause)
+            except lifecycle.InvalidTransition as exc:
+                raise Refused("INVALID_TRANSITION", str(exc), current) from exc
+            event = state_event(f"state_{ctx.txid}", new, current.state, write.transition.cause)
+            return Mutation([event], current.replace(state=new, stopping_deadline_ms=None))
+        if op == "run":
+            run = write.run
+            record = current
+            if run.status == pb.RUN_STATUS_STARTED and run.message_offset >= current.message_cursor:
+                record = record.replace(message_cursor=run.message_offset, cursor_attempt=run.attempt)
+            elif run.status in _TERMINAL_RUNS and run.message_offset >= current.message_cursor:
+                record = record.replace(message_cursor=run.message_offset + 1, cursor_attempt=0)
+            run_key = f"run_{run.message_key}" if run.message_key else key
+            operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
+            return Mutation([NewEvent("run", run_key, operation, convert.body(pb.Event(run=run)))], record)
+        if op == "signal_outcome":
+            update = write.signal_outcome
+            value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
+            event = NewEvent("signal", update.signal_key, UPDATE, convert.body(pb.Event(signal=value)))
+            return Mutation([event], current)
+        if op == "custom":
+            kind = write.custom.type
+            if not kind or kind in BUILTIN_TYPES or len(kind) > 128:
+                raise Refused("INVALID_EVENT_TYPE", f"{kind!r} is not an entity-defined event type", current)
+            custom = pb.CustomValue(data=write.custom.data)
+            return Mutation([NewEvent(kind, key, INSERT, convert.body(pb.Event(custom=custom)))], current)
+        raise Refused("EMPTY_WRITE", "the write has no operation", current)
+
+    return decide

@@ -1,0 +1,401 @@
+"""RuntimeService: workers' sessions, leases, delivery and fenced writes.
+
+See proto/electric/v1/runtime_service.proto for the contract. Leases live in
+memory here (a restarted server has none; workers reconnect and are leased
+anew); their epochs live in the store, so they only ever grow and a zombie
+worker's write is refused. Message delivery reads the stream from the
+entity's message cursor; signals are forwarded from commits as they land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
+
+from . import convert
+from . import validation as v
+from .auth import current_principal
+from .errors import ApiError, invalid_argument, translate_stream
+from .runtime_commands import Refused, end_lease, grant, runtime_write
+from .store.base import Commit, EntityRecord, Ref, Store, Write
+
+log = logging.getLogger(__name__)
+
+RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
+_DELIVERABLE = frozenset({State.SPAWNING, State.RUNNING, State.IDLE})
+_PAGE = 500
+
+
+@dataclass(eq=False)
+class Session:
+    worker_id: str
+    types: frozenset[str]
+    code_version: str
+    announced: int
+    capacity: int
+    outbox: asyncio.Queue[rt.ConnectResponse | None] = field(default_factory=asyncio.Queue)
+    leases: dict[Ref, Lease] = field(default_factory=dict)
+    last_seen: float = field(default_factory=time.monotonic)
+    closed: bool = False
+
+    def send(self, message: rt.ConnectResponse) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+
+
+@dataclass(eq=False)
+class Lease:
+    ref: Ref
+    epoch: int
+    session: Session
+    next_message: int
+    first_attempt: int  # the attempt number for the message at the cursor when leased
+    cursor: int
+    pumping: bool = False
+    pump_again: bool = False
+
+    def pb(self) -> rt.Lease:
+        return rt.Lease(ref=pb.EntityRef(type=self.ref[0], id=self.ref[1]), epoch=self.epoch)
+
+
+class Runtime:
+    """Sessions and leases of one server."""
+
+    def __init__(self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int) -> None:
+        self.store = store
+        self.lease_ttl_s = lease_ttl_ms / 1000
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.sessions: dict[str, Session] = {}
+        self.leases: dict[Ref, Lease] = {}
+        self._offering: set[Ref] = set()
+        self._announcements = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._expiry: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+
+    def is_leased(self, ref: Ref) -> bool:
+        return ref in self.leases
+
+    # -- lifecycle of the service -------------------------------------------------------
+
+    async def start(self) -> None:
+        self._expiry = asyncio.create_task(self._expire_loop(), name="electric-lease-expiry")
+
+    def drain(self) -> None:
+        """End every worker session now (no awaiting: the server is draining)."""
+        self._stopping = True
+        self._unsubscribe()
+        for session in list(self.sessions.values()):
+            # Leases are in memory: a restarted server leases anew with higher epochs.
+            session.closed = True
+            session.outbox.put_nowait(None)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+    async def stop(self) -> None:
+        self.drain()
+        if self._expiry is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+            self._expiry = None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def open(self, hello: rt.Hello) -> Session:
+        old = self.sessions.get(hello.worker_id)
+        if old is not None:
+            self._spawn(self.close(old, "runtime_lost"))
+        session = Session(
+            worker_id=hello.worker_id,
+            types=frozenset(t.type for t in hello.types),
+            code_version=hello.code_version,
+            announced=next(self._announcements),
+            capacity=hello.capacity,
+        )
+        self.sessions[hello.worker_id] = session
+        self._spawn(self.offer_all(session))
+        return session
+
+    async def close(self, session: Session, cause: str) -> None:
+        if session.closed and not session.leases:
+            return
+        session.closed = True
+        session.outbox.put_nowait(None)
+        if self.sessions.get(session.worker_id) is session:
+            del self.sessions[session.worker_id]
+        if self._stopping:
+            # A draining server writes nothing for its sessions: their entities
+            # keep their state, and workers are leased anew after the restart.
+            session.leases.clear()
+            return
+        for lease in list(session.leases.values()):
+            await self._end(lease, cause)
+
+    async def _end(self, lease: Lease, cause: str) -> None:
+        lease.session.leases.pop(lease.ref, None)
+        if self.leases.get(lease.ref) is lease:
+            del self.leases[lease.ref]
+        await self.store.write(Write(lease.ref, end_lease(lease.ref, lease.epoch, cause)))
+        record = await self.store.get_entity(lease.ref)
+        if record is not None and self._needs_runtime(record):
+            await self._offer(record)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.heartbeat_interval_ms / 2000, 0.001))
+            deadline = time.monotonic() - self.lease_ttl_s
+            for session in list(self.sessions.values()):
+                if session.last_seen < deadline:
+                    log.warning("worker %s missed its heartbeats: its leases expire", session.worker_id)
+                    await self.close(session, "runtime_lost")
+
+    # -- leasing -----------------------------------------------------------------------------
+
+    def _needs_runtime(self, record: EntityRecord) -> bool:
+        if record.closed or record.ref in self.leases:
+            return False
+        if record.state in (State.SPAWNING, State.RUNNING):
+            return True
+        return record.state is State.IDLE and record.last_message_offset >= record.message_cursor
+
+    def _pick(self, record: EntityRecord) -> Session | None:
+        hosts = [
+            s
+            for s in self.sessions.values()
+            if not s.closed and record.type in s.types and (not s.capacity or len(s.leases) < s.capacity)
+        ]
+        if not hosts:
+            return None
+        if record.reload_pending:
+            # SIGHUP: the next wake goes to the newest code version announced for the type.
+            newest = max(hosts, key=lambda s: s.announced).code_version
+            hosts = [s for s in hosts if s.code_version == newest]
+        return min(hosts, key=lambda s: len(s.leases))
+
+    async def offer_all(self, session: Session) -> None:
+        for type_ in session.types:
+            after: Ref | None = None
+            while not session.closed:
+                page = await self.store.list_entities(
+                    type_, [State.SPAWNING, State.RUNNING, State.IDLE], after, _PAGE
+                )
+                for record in page:
+                    if self._needs_runtime(record):
+                        await self._offer(record)
+                if len(page) < _PAGE:
+                    break
+                after = page[-1].ref
+
+    async def _offer(self, record: EntityRecord) -> None:
+        ref = record.ref
+        if ref in self.leases or ref in self._offering:
+            return
+        session = self._pick(record)
+        if session is None:
+            return
+        self._offering.add(ref)
+        try:
+            try:
+                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch)))
+            except Refused:
+                return  # it changed meanwhile; the commit that changed it offers again if needed
+            assert outcome.commit is not None
+            after = outcome.commit.after
+            assert after is not None
+            lease = Lease(
+                ref,
+                outcome.commit.result.epoch,
+                session,
+                next_message=after.message_cursor,
+                first_attempt=after.cursor_attempt + 1,
+                cursor=after.message_cursor,
+            )
+            if session.closed:
+                await self.store.write(Write(ref, end_lease(ref, lease.epoch, "released")))
+                return
+            self.leases[ref] = session.leases[ref] = lease
+            session.send(
+                rt.ConnectResponse(
+                    lease_granted=rt.LeaseGranted(
+                        lease=lease.pb(), entity=convert.entity(after), resume_offset=after.head_offset
+                    )
+                )
+            )
+        finally:
+            self._offering.discard(ref)
+        await self._pump(lease)
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def _on_commit(self, commit: Commit) -> None:
+        after = commit.after
+        if after is None:
+            return
+        lease = self.leases.get(commit.ref)
+        if lease is None:
+            if self._needs_runtime(after):
+                self._spawn(self._offer(after))
+            return
+        if commit.result == RUNTIME_WRITE:
+            return  # the worker knows what it wrote
+        for event in commit.events:
+            if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
+                lease.session.send(
+                    rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=convert.event(event)))
+                )
+            elif event.kind == "message":
+                self._spawn(self._pump(lease))
+        if (
+            commit.before is not None
+            and commit.before.state is not after.state
+            and after.state in _DELIVERABLE
+        ):
+            self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
+
+    async def _pump(self, lease: Lease) -> None:
+        """Deliver the lease's messages in stream order, while the state allows it."""
+        if lease.pumping:
+            lease.pump_again = True
+            return
+        lease.pumping = True
+        try:
+            while True:
+                lease.pump_again = False
+                record = await self.store.get_entity(lease.ref)
+                if (
+                    record is None
+                    or record.state not in _DELIVERABLE
+                    or self.leases.get(lease.ref) is not lease
+                ):
+                    return
+                page = await self.store.read_events(lease.ref, lease.next_message, _PAGE)
+                for event in page:
+                    if event.kind == "message":
+                        attempt = lease.first_attempt if event.offset == lease.cursor else 1
+                        lease.session.send(
+                            rt.ConnectResponse(
+                                delivery=rt.Delivery(
+                                    lease=lease.pb(), event=convert.event(event), attempt=attempt
+                                )
+                            )
+                        )
+                    lease.next_message = event.offset + 1
+                if len(page) < _PAGE and not lease.pump_again:
+                    return
+        finally:
+            lease.pumping = False
+
+    # -- the worker's requests ---------------------------------------------------------------------
+
+    async def read(self, session: Session, requests: AsyncIterator[rt.ConnectRequest]) -> None:
+        try:
+            async for request in requests:
+                session.last_seen = time.monotonic()
+                kind = request.WhichOneof("msg")
+                if kind == "write":
+                    session.send(rt.ConnectResponse(write_result=await self._write(session, request.write)))
+                elif kind == "release":
+                    lease = session.leases.get(v.ref(request.release.ref))
+                    if lease is not None and lease.epoch == request.release.epoch:
+                        await self._end(lease, "released")
+        finally:
+            session.outbox.put_nowait(None)  # the worker hung up: end the response stream too
+
+    async def _write(self, session: Session, write: rt.RuntimeWrite) -> rt.WriteResult:
+        result = rt.WriteResult(request_id=write.request_id)
+        ref = (write.ref.type, write.ref.id)
+        lease = session.leases.get(ref)
+        if lease is None or lease.epoch != write.epoch:
+            result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
+            return result
+        try:
+            outcome = await self.store.write(Write(ref, _marked(runtime_write(ref, write))))
+        except Refused as refused:
+            result.reason, result.message = refused.reason, refused.message
+            if refused.entity is not None:
+                result.entity.CopyFrom(convert.entity(refused.entity))
+            return result
+        except ApiError as error:
+            result.reason, result.message = error.reason, error.message
+            return result
+        commit = outcome.commit
+        assert commit is not None
+        assert commit.after is not None
+        result.applied = True
+        result.entity.CopyFrom(convert.entity(commit.after))
+        result.txid = commit.txid
+        result.created_at.CopyFrom(convert.timestamp(commit.timestamp_ms))
+        return result
+
+
+def _marked(decide: Any) -> Any:
+    def marked(current: EntityRecord | None, ctx: Any) -> Any:
+        mutation = decide(current, ctx)
+        mutation.result = RUNTIME_WRITE
+        return mutation
+
+    return marked
+
+
+class RuntimeService(rt_grpc.RuntimeServiceServicer):
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    @translate_stream
+    async def Connect(
+        self, request_iterator: AsyncIterator[rt.ConnectRequest], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[rt.ConnectResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        if first.WhichOneof("msg") != "hello":
+            raise invalid_argument("HELLO_FIRST", "a worker's session starts with hello")
+        hello = first.hello
+        v.name(hello.worker_id, "hello.worker_id")
+        types = [v.name(t.type, "hello.types.type") for t in hello.types]
+        if not types:
+            raise invalid_argument(
+                "NO_TYPES", "hello must name at least one entity type", field="hello.types"
+            )
+        principal = current_principal.get()
+        if principal.types is not None and not set(types) <= principal.types:
+            raise ApiError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "TYPE_NOT_ALLOWED",
+                f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
+            )
+        session = self.runtime.open(hello)
+        yield rt.ConnectResponse(
+            welcome=rt.Welcome(
+                lease_ttl=convert.duration(round(self.runtime.lease_ttl_s * 1000)),
+                heartbeat_interval=convert.duration(self.runtime.heartbeat_interval_ms),
+            )
+        )
+        reader = asyncio.create_task(self.runtime.read(session, request_iterator))
+        try:
+            while (item := await session.outbox.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            await self.runtime.close(session, "runtime_lost")

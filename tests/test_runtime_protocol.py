@@ -1,0 +1,287 @@
+"""The runtime protocol, driven by a hand-written worker over the real bidi stream:
+leases with growing epochs, delivery of messages and signals, fenced writes,
+lost leases, and redelivery with attempt numbers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import grpc
+import pytest
+from conftest import StartServer
+from electric_server.app import ElectricServer
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+pytestmark = pytest.mark.anyio
+
+
+class RawWorker:
+    """A worker speaking the protocol by hand: requests in, responses out."""
+
+    def __init__(
+        self, channel: grpc.aio.Channel, worker_id: str, types: list[str], version: str = "v1"
+    ) -> None:
+        self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
+        self.requests.put_nowait(
+            rt.ConnectRequest(
+                hello=rt.Hello(
+                    worker_id=worker_id, types=[rt.HostedType(type=t) for t in types], code_version=version
+                )
+            )
+        )
+        self.call = rt_grpc.RuntimeServiceStub(channel).Connect(self._requests())
+        self._ids = 0
+
+    async def _requests(self) -> AsyncIterator[rt.ConnectRequest]:
+        while (item := await self.requests.get()) is not None:
+            yield item
+
+    async def next(self, kind: str) -> Any:
+        """The next response of this kind; others in between are skipped."""
+        with anyio.fail_after(10):
+            while True:
+                response = await self.call.read()
+                assert response is not grpc.aio.EOF, f"the session ended while waiting for {kind}"
+                if response.WhichOneof("msg") == kind:
+                    return getattr(response, kind)
+
+    async def write(self, ref: pb.EntityRef, epoch: int, expect: int, **op: Any) -> rt.WriteResult:
+        self._ids += 1
+        self.requests.put_nowait(
+            rt.ConnectRequest(
+                write=rt.RuntimeWrite(request_id=self._ids, ref=ref, epoch=epoch, expect_state=expect, **op)  # type: ignore[arg-type]
+            )
+        )
+        result: rt.WriteResult = await self.next("write_result")
+        assert result.request_id == self._ids
+        return result
+
+    def close(self) -> None:
+        self.call.cancel()
+
+
+async def events(stub: api_grpc.EntityServiceStub, ref: pb.EntityRef) -> list[pb.Event]:
+    return list((await stub.ReadEvents(api.ReadEventsRequest(ref=ref, limit=1000))).events)
+
+
+@pytest.fixture
+async def runtime_server(start_server: StartServer) -> ElectricServer:
+    return await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)
+
+
+async def test_lease_delivery_and_fenced_writes(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w1", ["agent"])
+        welcome = await worker.next("welcome")
+        assert welcome.heartbeat_interval.ToMilliseconds() == 50
+        ref = pb.EntityRef(type="agent", id="a1")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        granted = await worker.next("lease_granted")
+        epoch = granted.lease.epoch
+        assert granted.entity.state == pb.STATE_SPAWNING
+        assert epoch == 1
+
+        started = await worker.write(
+            ref, epoch, pb.STATE_SPAWNING, transition=rt.Transition(to=pb.STATE_RUNNING, cause="started")
+        )
+        assert started.applied, started
+        assert started.entity.state == pb.STATE_RUNNING
+
+        # Fencing: a stale epoch, a wrong expected state, an illegal transition: refused, nothing written.
+        before = await events(stub, ref)
+        stale = await worker.write(ref, epoch + 1, pb.STATE_RUNNING, custom=rt.CustomEvent(type="note"))
+        assert (stale.applied, stale.reason) == (False, "STALE_EPOCH")
+        moved = await worker.write(
+            ref, epoch, pb.STATE_IDLE, transition=rt.Transition(to=pb.STATE_RUNNING, cause="wake")
+        )
+        assert (moved.applied, moved.reason) == (False, "STATE_CHANGED")
+        illegal = await worker.write(
+            ref, epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_STOPPED, cause="started")
+        )
+        assert (illegal.applied, illegal.reason) == (False, "INVALID_TRANSITION")
+        assert await events(stub, ref) == before
+
+        # A message is delivered in order with its attempt; a signal the moment it lands.
+        sent = await stub.SendMessage(api.SendMessageRequest(ref=ref, text="hello"))
+        delivery = await worker.next("delivery")
+        assert (delivery.event.type, delivery.event.key, delivery.attempt) == ("message", sent.key, 1)
+        run = pb.RunValue(
+            message_key=sent.key, message_offset=sent.offset, status=pb.RUN_STATUS_STARTED, attempt=1
+        )
+        assert (await worker.write(ref, epoch, pb.STATE_RUNNING, run=run)).applied
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert usr.outcome == pb.SIGNAL_OUTCOME_PENDING  # the runtime reports it
+        signal_delivery = await worker.next("delivery")
+        assert signal_delivery.event.key == usr.key
+        outcome = rt.SignalOutcomeUpdate(
+            signal_key=usr.key, signal=pb.SIGNAL_SIGUSR, outcome=pb.SIGNAL_OUTCOME_DELIVERED
+        )
+        assert (await worker.write(ref, epoch, pb.STATE_RUNNING, signal_outcome=outcome)).applied
+        done = pb.RunValue(
+            message_key=sent.key, message_offset=sent.offset, status=pb.RUN_STATUS_COMPLETED, output="hi"
+        )
+        assert (await worker.write(ref, epoch, pb.STATE_RUNNING, run=done)).applied
+        log = await events(stub, ref)
+        update = log[-2]
+        assert (update.key, update.headers.operation) == (usr.key, pb.OPERATION_UPDATE)
+        assert update.signal.outcome == pb.SIGNAL_OUTCOME_DELIVERED
+        assert log[-1].run.status == pb.RUN_STATUS_COMPLETED
+        worker.close()
+
+
+async def test_lost_lease_goes_idle_and_the_message_is_redelivered(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        first = RawWorker(channel, "w-first", ["agent"])
+        ref = pb.EntityRef(type="agent", id="lost")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await first.next("lease_granted")).lease
+        await first.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        sent = await stub.SendMessage(api.SendMessageRequest(ref=ref, text="work"))
+        await first.next("delivery")
+        run = pb.RunValue(
+            message_key=sent.key, message_offset=sent.offset, status=pb.RUN_STATUS_STARTED, attempt=1
+        )
+        assert (await first.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)).applied
+        first.close()  # the worker dies mid-run
+
+        second = RawWorker(channel, "w-second", ["agent"])
+        granted = await second.next("lease_granted")
+        assert granted.lease.epoch > lease.epoch
+        assert granted.entity.state == pb.STATE_IDLE  # running → idle, cause runtime_lost
+        redelivered = await second.next("delivery")
+        assert (redelivered.event.key, redelivered.attempt) == (sent.key, 2)
+        state_events = [e.state for e in await events(stub, ref) if e.type == "state"]
+        assert (state_events[-1].state, state_events[-1].cause) == (pb.STATE_IDLE, "runtime_lost")
+        # The dead worker's epoch is fenced off for good.
+        assert (
+            await second.write(ref, lease.epoch, pb.STATE_IDLE, custom=rt.CustomEvent(type="x"))
+        ).reason == ("STALE_EPOCH")
+        second.close()
+
+
+async def test_missed_heartbeats_expire_the_lease(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        silent = RawWorker(channel, "w-silent", ["agent"])
+        ref = pb.EntityRef(type="agent", id="quiet")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await silent.next("lease_granted")).lease
+        await silent.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        # No heartbeat follows: after the lease TTL the server ends the session.
+        with anyio.fail_after(10):
+            while (await silent.call.read()) is not grpc.aio.EOF:
+                pass
+        entity = (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity
+        assert entity.state == pb.STATE_IDLE
+
+
+async def test_paused_entities_get_no_messages_until_sigcont(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-pause", ["agent"])
+        ref = pb.EntityRef(type="agent", id="p1")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await worker.next("lease_granted")).lease
+        await worker.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGSTOP))
+        assert (await worker.next("delivery")).event.signal.signal == pb.SIGNAL_SIGSTOP
+        queued = await stub.SendMessage(api.SendMessageRequest(ref=ref, text="later"))
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGCONT))
+        # The queued message flows only after SIGCONT landed, never while paused.
+        seen = []
+        while True:
+            delivery = await worker.next("delivery")
+            if delivery.event.type == "message":
+                assert delivery.event.key == queued.key
+                break
+            seen.append(delivery.event.signal.signal if delivery.event.type == "signal" else None)
+        assert pb.SIGNAL_SIGCONT in seen
+        worker.close()
+
+
+async def test_sighup_sends_the_next_wake_to_the_newest_code(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        old = RawWorker(channel, "w-old", ["agent"], version="v1")
+        ref = pb.EntityRef(type="agent", id="hup")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await old.next("lease_granted")).lease
+        await old.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        new = RawWorker(channel, "w-new", ["agent"], version="v2")
+        await new.next("welcome")
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
+        await old.next("delivery")
+        idle = await old.write(
+            ref, lease.epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_IDLE, cause="reload")
+        )
+        assert idle.applied
+        old.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+        granted = await new.next("lease_granted")  # v2 is the newest announced: it gets the wake
+        assert granted.entity.state == pb.STATE_IDLE
+        old.close()
+        new.close()
+
+
+async def test_workers_need_the_runtime_scope(start_server: StartServer, tmp_path: Any) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(
+        '[[tokens]]\ntoken = "reader-token-1"\nprincipal = "reader"\nscopes = ["read", "signal", "send"]\n'
+        '[[tokens]]\ntoken = "worker-token-1"\nprincipal = "w"\nscopes = ["runtime"]\ntypes = ["agent"]\n'
+    )
+    srv = await start_server(tokens_file=tokens)
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        stub = rt_grpc.RuntimeServiceStub(channel)
+
+        def hello(types: list[str]) -> AsyncIterator[rt.ConnectRequest]:
+            async def requests() -> AsyncIterator[rt.ConnectRequest]:
+                yield rt.ConnectRequest(
+                    hello=rt.Hello(worker_id="w1", types=[rt.HostedType(type=t) for t in types])
+                )
+                await anyio.sleep_forever()
+
+            return requests()
+
+        for token, types, code in [
+            ("reader-token-1", ["agent"], grpc.StatusCode.PERMISSION_DENIED),
+            ("nobody-token-1", ["agent"], grpc.StatusCode.UNAUTHENTICATED),
+            ("worker-token-1", ["other"], grpc.StatusCode.PERMISSION_DENIED),
+        ]:
+            call = stub.Connect(hello(types), metadata=[("authorization", f"Bearer {token}")])
+            with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as denied:
+                await call.read()
+            assert denied.value.code() == code
+        call = stub.Connect(hello(["agent"]), metadata=[("authorization", "Bearer worker-token-1")])
+        with anyio.fail_after(10):
+            assert (await call.read()).HasField("welcome")
+        call.cancel()
