@@ -285,3 +285,63 @@ async def test_workers_need_the_runtime_scope(start_server: StartServer, tmp_pat
         with anyio.fail_after(10):
             assert (await call.read()).HasField("welcome")
         call.cancel()
+
+
+async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-kill", ["agent"])
+        ref = pb.EntityRef(type="agent", id="k1")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await worker.next("lease_granted")).lease
+        await worker.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        assert (
+            await stub.GetEntity(api.GetEntityRequest(ref=ref))
+        ).entity.closed is False  # the runtime may still write
+        assert (await worker.next("delivery")).event.key == kill.key
+        outcome = rt.SignalOutcomeUpdate(
+            signal_key=kill.key, signal=pb.SIGNAL_SIGKILL, outcome=pb.SIGNAL_OUTCOME_ABORTED
+        )
+        assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, signal_outcome=outcome)).applied
+        worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        watch = stub.WatchEvents(api.WatchEventsRequest(ref=ref))
+        with anyio.fail_after(10):
+            async for item in watch:
+                if item.HasField("end_of_stream"):
+                    break
+        assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
+        worker.close()
+
+
+async def test_a_runtime_that_never_lets_go_is_cut_off(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-hold", ["agent"])
+        ref = pb.EntityRef(type="agent", id="k2")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await worker.next("lease_granted")).lease
+        heartbeat = rt.ConnectRequest(heartbeat=rt.Heartbeat(leases=[lease]))
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        watch = stub.WatchEvents(api.WatchEventsRequest(ref=ref))
+        async with anyio.create_task_group() as tg:
+
+            async def keep_alive() -> None:  # alive all along, but it never releases the lease
+                while True:
+                    worker.requests.put_nowait(heartbeat)
+                    await anyio.sleep(0.05)  # the heartbeat interval the server asked for
+
+            tg.start_soon(keep_alive)
+            with anyio.fail_after(10):
+                async for item in watch:
+                    if item.HasField("end_of_stream"):
+                        break
+            tg.cancel_scope.cancel()
+        # The session itself is still alive: only the lease on the dead entity was ended.
+        assert runtime_server.runtime.sessions["w-hold"].closed is False
+        worker.close()

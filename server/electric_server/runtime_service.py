@@ -257,6 +257,11 @@ class Runtime:
             if self._needs_runtime(after):
                 self._spawn(self._offer(after))
             return
+        if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
+            # Its runtime may append its last records (the signal's outcome, an
+            # aborted run's output), then the lease ends and the stream closes;
+            # a runtime that never lets go is cut off after the lease TTL.
+            self._spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
             return  # the worker knows what it wrote
         for event in commit.events:
@@ -272,6 +277,11 @@ class Runtime:
             and after.state in _DELIVERABLE
         ):
             self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
+
+    async def _settle(self, lease: Lease) -> None:
+        await asyncio.sleep(self.lease_ttl_s)
+        if self.leases.get(lease.ref) is lease:
+            await self._end(lease, "released")
 
     async def _pump(self, lease: Lease) -> None:
         """Deliver the lease's messages in stream order, while the state allows it."""
