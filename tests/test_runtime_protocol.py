@@ -345,3 +345,29 @@ async def test_a_runtime_that_never_lets_go_is_cut_off(runtime_server: ElectricS
         # The session itself is still alive: only the lease on the dead entity was ended.
         assert runtime_server.runtime.sessions["w-hold"].closed is False
         worker.close()
+
+
+async def test_signals_pending_without_a_runtime_reach_the_next_lease(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        first = RawWorker(channel, "w-a", ["agent"])
+        ref = pb.EntityRef(type="agent", id="pend")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await first.next("lease_granted")).lease
+        await first.write(
+            ref,
+            lease.epoch,
+            pb.STATE_SPAWNING,
+            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
+        )
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert (await first.next("delivery")).event.key == usr.key
+        first.close()  # dies before reporting the outcome: the signal is still pending
+        second = RawWorker(channel, "w-b", ["agent"])
+        await second.next("welcome")
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake"))  # idle now: a message wakes it
+        await second.next("lease_granted")
+        again = await second.next("delivery")  # the pending signal comes first, then the message
+        assert (again.event.key, again.event.signal.outcome) == (usr.key, pb.SIGNAL_OUTCOME_PENDING)
+        assert (await second.next("delivery")).event.type == "message"
+        second.close()

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _DELIVERABLE = frozenset({State.SPAWNING, State.RUNNING, State.IDLE})
 _PAGE = 500
+PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
 
 
 @dataclass(eq=False)
@@ -244,7 +245,22 @@ class Runtime:
             )
         finally:
             self._offering.discard(ref)
+        await self._deliver_pending_signals(lease, after.head_offset)
         await self._pump(lease)
+
+    async def _deliver_pending_signals(self, lease: Lease, head: int) -> None:
+        """Signals still `pending` (appended while no runtime held the entity,
+        or whose runtime died before reporting) go to the new lease holder, so
+        every signal gets its outcome. The look-back is bounded."""
+        start = max(0, head - PENDING_LOOKBACK)
+        recent = await self.store.read_events(lease.ref, start, PENDING_LOOKBACK)
+        updated = {e.key for e in recent if e.kind == "signal" and e.operation == pb.OPERATION_UPDATE}
+        for event in recent:
+            if event.kind != "signal" or event.operation != pb.OPERATION_INSERT or event.key in updated:
+                continue
+            message = convert.event(event)
+            if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
+                lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
 
     # -- delivery -------------------------------------------------------------------------------
 
