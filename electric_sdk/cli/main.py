@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
-from . import commands, exit_codes, local, streams
+from . import commands, exit_codes, local, runtime_cmds, streams
 from .commands import Context, client_options
 from .output import Output
 
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_commands(sub)
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
+    runtime_cmds.add_runtime_parsers(sub)
     return parser
 
 

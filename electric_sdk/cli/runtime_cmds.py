@@ -1,0 +1,189 @@
+"""`electric worker MODULE:APP` and `electric dev [MODULE:APP]`: the runtime's commands.
+
+`worker` hosts an app's entity types against a server; `dev` starts the
+server on the embedded default (SQLite in ``--data``) and a worker in one
+process. Both drain on the first SIGINT/SIGTERM (no new leases, runs finish
+within ``--grace``, leases are released) and exit at once on a second one,
+with 128 + the signal's number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from . import exit_codes
+
+DEFAULT_APP = "examples.agents:app"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--grace", default="10s", help="how long runs may finish when draining (default %(default)s)"
+    )
+    p.add_argument("--worker-id", help="this worker's id (default: host-pid-random)")
+    p.add_argument("--capacity", type=int, default=0, help="most entities hosted at once; 0: no limit")
+    p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
+
+
+def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("worker", help="host the entity types of MODULE:APP (connects to a server)")
+    p.add_argument("app", metavar="MODULE:APP", help="e.g. examples.agents:app")
+    # SUPPRESS: the global --address/--token given before the command are kept.
+    p.add_argument("--address", default=argparse.SUPPRESS, help="the server (env ELECTRIC_ADDRESS)")
+    p.add_argument("--token", default=argparse.SUPPRESS, help="bearer token with the runtime scope")
+    _common(p)
+    p.set_defaults(func=_cmd_worker)
+
+    p = sub.add_parser("dev", help="run a server (embedded SQLite) and a worker in one process")
+    p.add_argument("app", nargs="?", default=DEFAULT_APP, metavar="MODULE:APP", help="default %(default)s")
+    p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    p.add_argument(
+        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+    )
+    _common(p)
+    p.set_defaults(func=_cmd_dev)
+
+
+def _load(spec: str) -> Any:
+    """An AppReloader: `dev` re-imports the module on a wake after an edit; `worker` never calls it."""
+    from ..runtime import AppReloader, DefinitionError
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # MODULE is found from the current directory, as `python -m` does
+    try:
+        return AppReloader(spec)
+    except (ImportError, DefinitionError) as exc:
+        raise errors.InvalidArgument(f"cannot load {spec}: {exc}", code="USAGE") from exc
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if verbose:
+        logging.getLogger("electric.runtime").setLevel(logging.DEBUG)
+
+
+def _hints(address: str, app: Any) -> str:
+    env = "" if address == "127.0.0.1:7700" else f"ELECTRIC_ADDRESS={address} "
+    types = list(app.types)
+    first = types[0] if types else "my_agent"
+    return "\n".join(
+        [
+            f"  hosting: {', '.join(types)} (code version {app.code_version})",
+            "  try, in another terminal (.venv/bin/electric when run from a checkout):",
+            f"    {env}electric spawn {first}/r1",
+            f"    {env}electric send {first}/r1 'quantum batteries'",
+            f"    {env}electric events {first}/r1 --follow",
+            f"    {env}electric signal {first}/r1 SIGINT       # abort the run, keep the entity",
+            f'    {env}electric signal {first}/r1 SIGUSR --payload \'{{"focus": "cost"}}\'',
+            f"    {env}electric signal {first}/r1 SIGSTOP      # then SIGCONT",
+            f"    {env}electric signal {first}/r1 SIGTERM      # cleanup, then stopped",
+            "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
+        ]
+    )
+
+
+async def _serve(reloader: Any, args: argparse.Namespace, *, server_config: Any = None) -> int:
+    import anyio
+
+    from ..client import ClientOptions
+    from ..durations import parse_ms
+    from ..runtime import Worker
+
+    grace_s = parse_ms(args.grace) / 1000
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+    drain = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            os._exit(128 + signum)  # second signal: at once
+        print(f"received {signal.Signals(signum).name}: draining (again to exit at once)", flush=True)
+        drain.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    server = None
+    try:
+        overrides: dict[str, Any] = {}
+        if server_config is not None:
+            from electric_server.app import ElectricServer
+
+            server = ElectricServer(server_config)
+            await server.start()
+            overrides["address"] = server.address
+            print(
+                f"electric server listening on {server.address} (data: {server_config.data_dir})", flush=True
+            )
+        else:
+            for name in ("address", "token"):
+                if getattr(args, name, None):
+                    overrides[name] = getattr(args, name)
+        options = ClientOptions(**{**ClientOptions().__dict__, **overrides})
+        app = reloader.app
+        reload_app = reloader if server_config is not None else None  # dev: edits apply at the next wake
+        worker = Worker(
+            app, options=options, worker_id=args.worker_id, capacity=args.capacity, reload_app=reload_app
+        )
+        failure: list[errors.ElectricError] = []
+        async with anyio.create_task_group() as tg:
+
+            async def run_worker() -> None:
+                try:
+                    await worker.run()
+                except errors.ElectricError as exc:  # e.g. unauthenticated: the command ends with it
+                    failure.append(exc)
+                finally:
+                    drain.set()
+
+            tg.start_soon(run_worker)
+            print(f"electric worker {worker.worker_id} connecting to {options.address}", flush=True)
+            print(_hints(options.address, app), flush=True)
+            await drain.wait()
+            await worker.shutdown(grace_s)
+        if failure:
+            raise failure[0]
+        return exit_codes.OK
+    finally:
+        if server is not None:
+            await server.stop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+def _run(args: argparse.Namespace, server_config: Any = None) -> int:
+    name = "dev" if server_config is not None else "worker"
+    try:
+        reloader = _load(args.app)
+        return asyncio.run(_serve(reloader, args, server_config=server_config))
+    except errors.ElectricError as exc:
+        print(f"electric {name}: {exc.code}: {exc.message}", file=sys.stderr)
+        return exit_codes.for_error(exc)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    _setup_logging(args.verbose)
+    return _run(args)
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    from electric_server.app import ConfigError, ServerConfig
+
+    _setup_logging(args.verbose)
+    try:
+        config = ServerConfig(listen=args.listen, data_dir=args.data, drain_grace_s=1.0)
+        return _run(args, server_config=config)
+    except ConfigError as exc:
+        print(f"electric dev: {exc}", file=sys.stderr)
+        return exit_codes.USAGE

@@ -1,0 +1,149 @@
+"""What entity code sees: ``Context`` (steps, output, emit, history), ``Message`` and ``SignalInfo``.
+
+A ``Context`` is made for each run (one message) and for each signal handler
+call. ``async with ctx.step("tool:search")`` marks a step: its start and end
+are the step boundaries at which SIGTERM stops a run (SIGSTOP, SIGCONT and
+SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..lifecycle import Signal, State
+from ..models import Entity, EntityRef, Event
+
+__all__ = ["Context", "Message", "Output", "SignalInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message event delivered to ``on_message``."""
+
+    key: str
+    offset: int
+    text: str
+    data: Any
+    sender: str
+    # 1 on first delivery, +1 for each redelivery after a lost lease.
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignalInfo:
+    """A signal delivered to ``on_signal``."""
+
+    signal: Signal
+    key: str
+    offset: int
+    reason: str
+    sender: str
+    payload: Any
+    previous_state: State
+    new_state: State
+    message_key: str = ""
+    # SIGINT: what the aborted run had written to ctx.output.
+    partial_output: str | None = None
+    # SIGTERM: when the grace period ends (the cleanup is cancelled then).
+    deadline: datetime | None = None
+
+
+class Output:
+    """The run's output so far; recorded with the run's end (partial output when aborted)."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        self._parts.append(text)
+
+    append = write
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+
+class _Host(Protocol):
+    """The part of an EntityHost a Context calls (host.py implements it)."""
+
+    @property
+    def entity(self) -> Entity: ...
+    @property
+    def grace_deadline(self) -> datetime | None: ...
+    @property
+    def instance(self) -> Any: ...
+    async def step_boundary(self, ctx: Context) -> None: ...
+    async def record_step(self, ctx: Context, name: str) -> None: ...
+    async def emit(self, type: str, data: Any) -> None: ...
+    async def history(self) -> list[Event]: ...
+
+
+class Context:
+    """The runtime, as seen from one run or one signal handler call."""
+
+    def __init__(self, host: _Host, *, message: Message | None = None) -> None:
+        self._host = host
+        self.message = message
+        self.output = Output()
+        self.current_step: str | None = None
+
+    @property
+    def ref(self) -> EntityRef:
+        return self._host.entity.ref
+
+    @property
+    def entity(self) -> Entity:
+        """The entity as last seen by the runtime (state, profile, offsets)."""
+        return self._host.entity
+
+    @property
+    def state(self) -> State:
+        return self._host.entity.state
+
+    @property
+    def instance(self) -> Any:
+        """The entity object (``self`` of a class-style entity type)."""
+        return self._host.instance
+
+    @property
+    def attempt(self) -> int:
+        return self.message.attempt if self.message is not None else 0
+
+    @property
+    def deadline(self) -> datetime | None:
+        """The grace deadline while the entity is stopping, else None."""
+        return self._host.grace_deadline
+
+    @asynccontextmanager
+    async def step(self, name: str) -> AsyncIterator[None]:
+        """One step of a run (a model call, a tool call); its edges are step boundaries."""
+        if self.message is None:  # a signal handler's steps are not run steps
+            yield
+            return
+        await self._host.step_boundary(self)
+        await self._host.record_step(self, name)
+        self.current_step = name
+        try:
+            yield
+        finally:
+            self.current_step = None
+        await self._host.step_boundary(self)
+
+    async def emit(self, type: str, data: Any = None) -> None:
+        """Append a custom event (``type`` must not be a built-in event type) to the stream."""
+        await self._host.emit(type, data)
+
+    async def history(self) -> list[Event]:
+        """The entity's stream so far, oldest first."""
+        return await self._host.history()

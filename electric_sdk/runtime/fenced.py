@@ -1,0 +1,208 @@
+"""A host's view of its entity, and its fenced writes; plus reading delivered events.
+
+Every write names the lease epoch and the state the host believes the entity
+is in (ARCHITECTURE §2: compare-and-swap). Records (runs, signal outcomes,
+custom events) are retried against the state a refusal reports, as long as
+the entity still takes records from this lease; a transition is not retried:
+its refusal is the answer. A refusal that means the entity moved on (stale
+epoch, closed stream) or a lost session ends the hosting, through ``on_gone``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import anyio
+
+from .. import lifecycle
+from .._proto.electric.v1 import runtime_service_pb2 as rt
+from .._proto.electric.v1 import types_pb2 as pb
+from ..lifecycle import Outcome, State
+from ..models import (
+    Entity,
+    Event,
+    _json_value,
+    _time,
+    signal_from_pb,
+    signal_to_pb,
+    state_from_pb,
+    state_to_pb,
+)
+from .context import Message, SignalInfo
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "FINAL_WRITE_TIMEOUT_S",
+    "Doorbell",
+    "Fenced",
+    "Session",
+    "SessionLost",
+    "loop_deadline",
+    "message_of",
+    "signal_info",
+]
+
+log = logging.getLogger("electric.runtime")
+
+DEFAULT_GRACE = timedelta(seconds=30)
+# Last records (a run's end, a signal's outcome) are written even while the host is being
+# cancelled, within this bound.
+FINAL_WRITE_TIMEOUT_S = 5.0
+_OUTCOME_PB = {o: pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}") for o in Outcome}
+_RETRIES = 4
+
+
+class Doorbell:
+    """Wakes every waiter; each then re-checks the facts it waits on (no state kept in flags)."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class SessionLost(Exception):
+    """The worker's session with the server ended; the lease is gone with it."""
+
+
+class Session(Protocol):
+    """What a host needs from its worker (worker.py implements it)."""
+
+    async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult: ...
+    def ack(self, lease: rt.Lease, offset: int) -> None: ...
+    async def history(self, ref: pb.EntityRef) -> list[Event]: ...
+
+
+class Fenced:
+    def __init__(
+        self,
+        session: Session,
+        lease: rt.Lease,
+        entity: pb.Entity,
+        on_change: Callable[[], None],
+        on_gone: Callable[[str], None],
+    ) -> None:
+        self.session = session
+        self.lease = lease
+        self.entity = Entity.from_pb(entity)
+        self._txid = entity.txid
+        self._on_change = on_change
+        self._on_gone = on_gone
+
+    @property
+    def state(self) -> State:
+        return self.entity.state
+
+    def observe(self, entity: pb.Entity) -> None:
+        """Take a newer snapshot (results and deliveries may cross on the wire: the txid orders them)."""
+        if entity.HasField("ref") and entity.txid >= self._txid:
+            self._txid = entity.txid
+            self.entity = Entity.from_pb(entity)
+            self._on_change()
+
+    def observe_state(self, state: State, txid: int) -> None:
+        if txid >= self._txid:
+            self._txid = txid
+            self.entity = replace(self.entity, state=state)
+            self._on_change()
+
+    def observe_state_event(self, event: pb.Event) -> datetime | None:
+        """A transition someone else wrote (a signal's, the reaper's); returns its deadline, if any."""
+        new = state_from_pb(event.state.state)
+        if new is not None:
+            self.observe_state(new, event.headers.txid)
+        return _time(event.state.deadline) if event.state.HasField("deadline") else None
+
+    def ack(self, offset: int) -> None:
+        self.session.ack(self.lease, offset)
+
+    async def write(self, *, retry: bool, **op: Any) -> rt.WriteResult | None:
+        """One fenced write; None when the hosting ended because of it."""
+        result: rt.WriteResult | None = None
+        for _ in range(_RETRIES):
+            request = rt.RuntimeWrite(
+                ref=self.lease.ref, epoch=self.lease.epoch, expect_state=state_to_pb(self.state), **op
+            )
+            try:
+                result = await self.session.write(request)
+            except SessionLost:
+                self._on_gone("session lost")
+                return None
+            self.observe(result.entity)
+            if result.applied:
+                return result
+            if result.reason == "STALE_EPOCH" or result.entity.closed:
+                self._on_gone(f"write refused: {result.reason or 'closed'}")
+                return None
+            if not (retry and result.reason == "STATE_CHANGED"):
+                break
+        if result is not None:
+            log.info("%s: write refused: %s %s", self.entity.ref, result.reason, result.message)
+        return result
+
+    async def transition(self, to: State, cause: str) -> bool:
+        lifecycle.check_runtime_transition(self.state, to, cause)
+        result = await self.write(retry=False, transition=rt.Transition(to=state_to_pb(to), cause=cause))
+        return result is not None and result.applied
+
+    async def outcome(self, info: SignalInfo, outcome: Outcome, detail: str = "") -> None:
+        """A signal's outcome is written even while the host is being cancelled (its lease
+        ending, SIGKILL): a signal left pending would reach the next lease again."""
+        update = rt.SignalOutcomeUpdate(
+            signal_key=info.key, outcome=_OUTCOME_PB[outcome], detail=detail, signal=signal_to_pb(info.signal)
+        )
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+            await self.write(retry=True, signal_outcome=update)
+
+    async def run(
+        self, message: Message, status: pb.RunStatus.ValueType, **fields: Any
+    ) -> rt.WriteResult | None:
+        value = pb.RunValue(
+            message_key=message.key,
+            status=status,
+            attempt=message.attempt,
+            message_offset=message.offset,
+            **fields,
+        )
+        # A run starts only in the state the host saw; its later records follow the entity.
+        return await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value)
+
+
+def loop_deadline(deadline: datetime) -> float:
+    """A wall-clock deadline (the server's) as a deadline on the event loop's clock."""
+    return anyio.current_time() + max(0.0, (deadline - datetime.now(UTC)).total_seconds())
+
+
+def message_of(event: pb.Event, attempt: int) -> Message:
+    m = event.message
+    data = _json_value(m.data) if m.HasField("data") else None
+    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1)
+
+
+def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:
+    s = event.signal
+    previous = state_from_pb(s.previous_state) or entity.state
+    deadline = None
+    if s.signal == pb.SIGNAL_SIGTERM:  # the server's deadline: the signal's time + the grace
+        deadline = _time(event.headers.timestamp) + (entity.grace_period or DEFAULT_GRACE)
+    return SignalInfo(
+        signal=signal_from_pb(s.signal),
+        key=event.key,
+        offset=event.offset,
+        reason=s.reason,
+        sender=s.sender,
+        payload=_json_value(s.payload) if s.HasField("payload") else None,
+        previous_state=previous,
+        new_state=state_from_pb(s.new_state) or previous,
+        message_key=s.message_key,
+        deadline=deadline,
+    )

@@ -1,0 +1,399 @@
+"""EntityHost: one leased entity, hosted as one anyio task group.
+
+It runs messages one at a time, each in its own cancel scope, and enforces
+every signal (ARCHITECTURE §3) as ``lifecycle.decide`` answers from the state
+the server judged the signal against and whether a run is in progress:
+ABORT_RUN (SIGINT) cancels the run's scope now and records it ABORTED with its
+partial output; KILL (SIGKILL) cancels the whole task group, no handler runs;
+DELIVER (SIGUSR) runs the handler as its own task beside the run; CLEANUP
+(SIGTERM) stops the run at its next step boundary, then runs the handler
+within the rest of the grace and writes stopping → stopped if it returns in
+time; PAUSE/RESUME (SIGSTOP/SIGCONT) take effect between runs (a run starts
+only in ``running``); RELOAD (SIGHUP) writes running → idle after the run.
+Writes are fenced (fenced.py): a refusal meaning the entity moved on ends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup, TaskStatus
+
+from .. import lifecycle
+from .._proto.electric.v1 import runtime_service_pb2 as rt
+from .._proto.electric.v1 import types_pb2 as pb
+from ..client._async import _json
+from ..lifecycle import Action, Outcome, Signal, State
+from ..models import Entity, Event
+from .app import EntityType
+from .context import Context, Message, SignalInfo
+from .fenced import (
+    DEFAULT_GRACE,
+    FINAL_WRITE_TIMEOUT_S,
+    Doorbell,
+    Fenced,
+    Session,
+    loop_deadline,
+    message_of,
+    signal_info,
+)
+
+__all__ = ["EntityHost"]
+
+log = logging.getLogger("electric.runtime")
+
+DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
+
+
+@dataclass
+class _Run:
+    message: Message
+    ctx: Context
+    scope: anyio.CancelScope
+    # Offset of the run's STARTED record: a signal appended before it cannot act on this run.
+    started_offset: int | None = None
+    # The signal that stopped the run, and whether its outcome is still ours to write.
+    stopped_by: SignalInfo | None = None
+    outcome_pending: bool = False
+    # Run-dependent signals delivered before the STARTED record's offset was known.
+    deferred: list[pb.Event] = field(default_factory=list)
+
+
+class EntityHost:
+    def __init__(self, session: Session, etype: EntityType, grant: rt.LeaseGranted) -> None:
+        lease, self._resume_offset = grant.lease, grant.resume_offset  # older events predate this lease
+        self._bell = Doorbell()
+        self._fenced = Fenced(session, lease, grant.entity, self._bell.ring, self.end)
+        self.etype = etype
+        self.lease = lease
+        self.instance: Any = etype.factory()
+        self._queue: deque[Message] = deque()
+        self._seen: set[int] = set()
+        self._run: _Run | None = None
+        self._reload: SignalInfo | None = None
+        self._cleanup_started = False
+        self._term: SignalInfo | None = None
+        self._cleanup_scope: anyio.CancelScope | None = None
+        self._draining = False
+        self._tg: TaskGroup | None = None
+        self._idle_since = 0.0
+        self.grace_deadline: datetime | None = self.entity.stopping_deadline
+        self.end_reason: str | None = None
+        self.revoked = False
+
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def entity(self) -> Entity:
+        """The entity as last seen (deliveries and write results, newest txid wins)."""
+        return self._fenced.entity
+
+    @property
+    def state(self) -> State:
+        return self._fenced.state
+
+    async def wait_state(self, *states: State) -> State:
+        """Wait until the host has seen the entity enter one of ``states`` (or stops hosting it)."""
+        while self.state not in states and self.end_reason is None:
+            await self._bell.wait()
+        return self.state
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host the entity until its session ends (idle, reload, stopped, killed, revoked, drained)."""
+        self._idle_since = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            tg.start_soon(self._main)
+
+    def end(self, reason: str) -> None:
+        """Stop hosting now: everything in the task group is cancelled."""
+        self._bell.ring()
+        if self.end_reason is None:
+            self.end_reason = reason
+            log.debug("%s/%s: hosting ends (%s)", self.entity.ref.type, self.entity.ref.id, reason)
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def revoke(self, reason: str) -> None:
+        self.revoked = True
+        self.end(f"revoked: {reason}")
+
+    def drain(self) -> None:
+        """Finish the current run (and a cleanup under way), start nothing new, then end."""
+        self._draining = True
+        self._bell.ring()
+
+    async def _main(self) -> None:
+        try:
+            await self._start()
+            await self._loop()
+        finally:
+            self.end(self.end_reason or "done")
+
+    async def _start(self) -> None:
+        if self.state is State.SPAWNING:
+            await self._fenced.transition(State.RUNNING, "started")
+        elif self.state is State.IDLE:
+            await self._fenced.transition(State.RUNNING, "wake")
+        elif self.state is State.STOPPING:  # leased mid-cleanup: the previous worker was lost
+            self._start_cleanup(None, pending=False)
+
+    async def _loop(self) -> None:
+        while self.end_reason is None:
+            state = self.state
+            if state.terminal:
+                self.end(state.value)
+                return
+            if self._reload is not None and state is State.RUNNING:
+                await self._do_reload(self._reload)
+                continue
+            if self._draining and state is not State.STOPPING:
+                self.end("drained")
+                return
+            if state is State.RUNNING and self._queue:
+                await self._run_message(self._queue.popleft())
+                continue
+            timeout = math.inf
+            if state is State.RUNNING:
+                idle_s = (self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT).total_seconds()
+                timeout = self._idle_since + idle_s - anyio.current_time()
+                if timeout <= 0:
+                    if await self._fenced.transition(State.IDLE, "idle_timeout"):
+                        self.end("idle_timeout")
+                        return
+                    self._idle_since = anyio.current_time()
+                    continue
+            with anyio.move_on_after(timeout):
+                await self._bell.wait()
+
+    async def _do_reload(self, info: SignalInfo) -> None:
+        handler = self.etype.handler_for(Signal.SIGHUP)
+        if handler is not None:
+            await self._call_handler(handler, info)
+        if await self._fenced.transition(State.IDLE, "reload"):
+            self.end("reload")
+        elif self.state is State.RUNNING:
+            self._reload = None  # refused for another reason than a state change: do not loop on it
+
+    # -- Context's side ---------------------------------------------------------------------
+
+    async def step_boundary(self, ctx: Context) -> None:
+        run = self._run
+        if run is None or run.ctx is not ctx or run.stopped_by is not None:
+            return
+        if self.state is State.STOPPING:  # SIGTERM: stop the run here, the cleanup follows
+            run.stopped_by = self._term_info()
+            run.scope.cancel()
+            await anyio.lowlevel.checkpoint()
+
+    async def record_step(self, ctx: Context, name: str) -> None:
+        run = self._run
+        if run is not None and run.ctx is ctx:
+            await self._fenced.run(run.message, pb.RUN_STATUS_STEP, step=name, output=ctx.output.text)
+
+    async def emit(self, type: str, data: Any) -> None:
+        custom = rt.CustomEvent(type=type)
+        if data is not None:
+            custom.data.CopyFrom(_json(data, "data"))
+        await self._fenced.write(retry=True, custom=custom)
+
+    async def history(self) -> list[Event]:
+        return await self._fenced.session.history(self.lease.ref)
+
+    # -- runs -------------------------------------------------------------------------------
+
+    async def _run_message(self, message: Message) -> None:
+        run = _Run(message, Context(self, message=message), anyio.CancelScope())
+        self._run = run
+        status: pb.RunStatus.ValueType | None = None
+        error = ""
+        try:
+            started = await self._fenced.run(run.message, pb.RUN_STATUS_STARTED)
+            if started is None or not started.applied:
+                if started is not None and self.state is not State.RUNNING:
+                    self._queue.appendleft(message)  # e.g. paused meanwhile: it runs after SIGCONT
+                return
+            run.started_offset = started.entity.head_offset - 1
+            self._judge_deferred(run)
+            with run.scope:
+                try:
+                    result = await self.etype.on_message(self.instance, run.ctx, message)
+                    if isinstance(result, str) and result and not len(run.ctx.output):
+                        run.ctx.output.write(result)
+                    status = pb.RUN_STATUS_COMPLETED
+                except Exception as exc:
+                    log.exception("%s: on_message failed", self.entity.ref)
+                    status, error = pb.RUN_STATUS_FAILED, f"{type(exc).__name__}: {exc}"
+        finally:
+            self._run = None
+            self._judge_deferred(run)  # STARTED refused: they found no run
+            if status is None and run.stopped_by is not None:
+                status = pb.RUN_STATUS_ABORTED
+                error = f"{run.stopped_by.signal.value}"
+            if status is not None:  # else the session ended: no record, the message is delivered again
+                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                    await self._finish_run(run, status, error)
+            self._idle_since = anyio.current_time()
+            self._bell.ring()
+
+    async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
+        output = run.ctx.output.text
+        await self._fenced.run(run.message, status, output=output, error=error)
+        self._fenced.ack(run.message.offset)
+        info = run.stopped_by
+        if info is not None and info.signal is Signal.SIGINT:
+            if run.outcome_pending:
+                await self._fenced.outcome(info, Outcome.ABORTED)
+            handler = self.etype.handler_for(Signal.SIGINT)
+            if handler is not None and self._tg is not None and self.end_reason is None:
+                self._tg.start_soon(self._call_handler, handler, replace(info, partial_output=output))
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def deliver(self, event: pb.Event, attempt: int) -> None:
+        """A delivered stream event; signals act here, at once."""
+        kind = event.WhichOneof("value")
+        if kind == "message":
+            if event.offset not in self._seen:
+                self._seen.add(event.offset)
+                self._queue.append(message_of(event, attempt))
+                self._bell.ring()
+        elif kind == "signal":
+            self._on_signal(event)
+            self._fenced.ack(event.offset)
+        else:
+            if kind == "state" and (deadline := self._fenced.observe_state_event(event)) is not None:
+                self.grace_deadline = deadline  # the `stopping` event's: the cleanup ends then
+                if self._cleanup_scope is not None:
+                    self._cleanup_scope.deadline = loop_deadline(deadline)
+            self._fenced.ack(event.offset)
+
+    def _on_signal(self, event: pb.Event) -> None:
+        info = signal_info(event, self.entity)
+        pending = event.signal.outcome == pb.SIGNAL_OUTCOME_PENDING
+        self._fenced.observe_state(info.new_state, event.headers.txid)
+        try:
+            cell = lifecycle.cell(info.previous_state, info.signal)
+        except lifecycle.LifecycleError:
+            log.exception("%s: cannot judge %s", self.entity.ref, info.signal.value)
+            return
+        run = self._run
+        if (
+            run is not None
+            and run.started_offset is None
+            and cell.action_running is not cell.action_not_running
+        ):
+            run.deferred.append(event)  # whether it was aimed at this run shows once STARTED is written
+            return
+        if run is not None and (
+            (run.started_offset is not None and run.started_offset > info.offset)
+            or (info.message_key and run.message.key != info.message_key)
+        ):
+            run = None  # the signal was not aimed at this run
+        decision = lifecycle.decide(info.previous_state, info.signal, run is not None and cell.runs_possible)
+        action = decision.action
+        assert self._tg is not None
+        if action is Action.ABORT_RUN and run is not None:
+            run.stopped_by, run.outcome_pending = info, pending
+            run.scope.cancel()
+        elif info.signal is Signal.SIGINT and info.message_key and cell.action_running is Action.ABORT_RUN:
+            self._cancel_queued(info, pending)
+        elif action is Action.KILL:
+            if self._run is not None:
+                self._run.stopped_by = info
+            self.end("killed")
+        elif action is Action.DELIVER:
+            self._tg.start_soon(self._deliver, info, pending)
+        elif action is Action.CLEANUP:
+            self._start_cleanup(info, pending)
+        elif action is Action.RELOAD:
+            if info.offset >= self._resume_offset:  # an older one was for the session before this lease
+                self._reload = info
+            if pending:
+                self._tg.start_soon(self._fenced.outcome, info, decision.outcome)
+        else:
+            if action is Action.RESUME and (handler := self.etype.handler_for(info.signal)) is not None:
+                self._tg.start_soon(self._call_handler, handler, info)
+            if pending and decision.outcome is not Outcome.PENDING:
+                self._tg.start_soon(self._fenced.outcome, info, decision.outcome)
+        self._bell.ring()
+
+    def _judge_deferred(self, run: _Run) -> None:
+        deferred, run.deferred = run.deferred, []
+        for event in deferred:
+            self._on_signal(event)
+
+    def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
+        """A SIGINT scoped to a message that has not started: the message is cancelled."""
+        assert self._tg is not None
+        queued = next((m for m in self._queue if m.key == info.message_key), None)
+        if queued is None:
+            if pending:
+                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "no such run in progress")
+            return
+        self._queue.remove(queued)
+        run = _Run(queued, Context(self, message=queued), anyio.CancelScope(), stopped_by=info)
+        run.outcome_pending = pending
+        self._tg.start_soon(self._finish_run, run, pb.RUN_STATUS_ABORTED, "cancelled before it started")
+
+    async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Outcome, str]:
+        try:
+            await handler(self.instance, Context(self), info)
+        except Exception as exc:
+            log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
+            return Outcome.FAILED, f"{type(exc).__name__}: {exc}"
+        return Outcome.DELIVERED, ""
+
+    async def _deliver(self, info: SignalInfo, pending: bool) -> None:
+        handler = self.etype.handler_for(info.signal)
+        outcome, detail = (Outcome.DELIVERED, "no on_signal handler")
+        if handler is not None:
+            outcome, detail = await self._call_handler(handler, info)
+        if pending:
+            await self._fenced.outcome(info, outcome, detail)
+
+    # -- SIGTERM ----------------------------------------------------------------------------
+
+    def _term_info(self) -> SignalInfo:
+        stopping, why = State.STOPPING, "cleanup resumed after a lost lease"
+        return self._term or SignalInfo(Signal.SIGTERM, "", 0, why, "", None, stopping, stopping)
+
+    def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
+        if self._cleanup_started:
+            return
+        self._cleanup_started = True
+        self._term = info
+        assert self._tg is not None
+        self._tg.start_soon(self._cleanup, self._term_info(), pending)
+
+    async def _cleanup(self, info: SignalInfo, pending: bool) -> None:
+        # The `stopping` event's deadline when it has arrived, else the signal's time + the grace.
+        grace = self.entity.grace_period or DEFAULT_GRACE
+        deadline = self.grace_deadline or info.deadline or datetime.now(UTC) + grace
+        self.grace_deadline = deadline
+        cleaned = False
+        with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
+            self._cleanup_scope = scope
+            while self._run is not None:  # the run stops at its next step boundary
+                await self._bell.wait()
+            if pending:
+                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
+            handler = self.etype.handler_for(Signal.SIGTERM)
+            if handler is not None:
+                await self._call_handler(handler, info)
+            cleaned = True
+        if cleaned and self.state is State.STOPPING:
+            await self._fenced.transition(State.STOPPED, "cleanup_complete")
+        elif self._run is not None:  # the grace ran out mid-step: cancel it, as SIGKILL would
+            self._run.stopped_by = info
+        self.end("stopped")

@@ -1,0 +1,377 @@
+"""Worker: one process's session with the control plane (RuntimeService.Connect).
+
+The worker says Hello (its id, the entity types it hosts with their profiles,
+its code version), heartbeats its leases at the interval the Welcome names,
+starts an ``EntityHost`` per granted lease, routes deliveries to it, and
+resolves fenced writes by request id. If the stream breaks it reconnects with
+backoff; the hosts of the broken session are stopped (their leases went with
+it) and the server leases the entities again.
+
+Shutdown is two-phase (``await worker.shutdown(grace)``): take no new lease,
+let runs finish within the grace, then cancel what is left, give the leases
+back and close the stream. It is safe to call twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import random
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import grpc
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from .. import errors
+from .._proto.electric.v1 import runtime_service_pb2 as rt
+from .._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
+from .._proto.electric.v1 import types_pb2 as pb
+from ..client import AsyncClient, ClientOptions
+from ..client._options import DurationLike
+from ..durations import parse_ms
+from ..models import Event
+from .app import App
+from .fenced import SessionLost
+from .host import EntityHost
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("electric.runtime")
+
+_FATAL = (errors.Unauthenticated, errors.PermissionDenied, errors.InvalidArgument)
+
+
+def _seconds(value: DurationLike) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        return parse_ms(value) / 1000
+    return float(value)
+
+
+def _key(ref: pb.EntityRef) -> tuple[str, str]:
+    return (ref.type, ref.id)
+
+
+@dataclass
+class _Pending:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: rt.WriteResult | None = None
+
+
+class Worker:
+    """Hosts the entity types of an ``App``.
+
+    >>> worker = Worker(app, "127.0.0.1:7700")
+    >>> async with anyio.create_task_group() as tg:
+    ...     await tg.start(worker.run)  # returns once the server welcomed the worker
+    ...     ...
+    ...     await worker.shutdown(grace=10)
+    """
+
+    def __init__(
+        self,
+        app: App,
+        address: str | None = None,
+        *,
+        token: str | None = None,
+        worker_id: str | None = None,
+        capacity: int = 0,
+        options: ClientOptions | None = None,
+        max_backoff_s: float = 2.0,
+        reload_app: Callable[[], App] | None = None,
+    ) -> None:
+        opts = options or ClientOptions()
+        overrides = {k: v for k, v in (("address", address), ("token", token)) if v is not None}
+        self.options = ClientOptions(**{**opts.__dict__, **overrides}) if overrides else opts
+        self.app = app
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+        self.capacity = capacity
+        self.code_version = app.code_version
+        self._max_backoff_s = max_backoff_s
+        # Called on every wake (dev mode): the app to host the woken entity with.
+        self._reload_app = reload_app
+        self._hosts: dict[tuple[str, str], EntityHost] = {}
+        self._hosts_changed = anyio.Event()
+        self._pending: dict[int, _Pending] = {}
+        self._next_request_id = 0
+        self._outbox: MemoryObjectSendStream[rt.ConnectRequest | None] | None = None
+        self._session_scope: anyio.CancelScope | None = None
+        self._client: AsyncClient | None = None
+        self._draining = False
+        self._stopping = False
+        self._running = False
+        self._stopped = anyio.Event()
+        self.heartbeat_interval_s = 1.0
+        self.lease_ttl_s = 0.0
+        self.connected = anyio.Event()
+
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def hosts(self) -> dict[tuple[str, str], EntityHost]:
+        """The entities hosted now, by (type, id)."""
+        return dict(self._hosts)
+
+    def host(self, ref: str) -> EntityHost | None:
+        type_, _, id_ = ref.removeprefix("/").partition("/")
+        return self._hosts.get((type_, id_))
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``shutdown``; reconnects with backoff. ``tg.start`` returns once welcomed."""
+        if self._running:
+            raise RuntimeError("this worker is already running")
+        self._running = True
+        backoff = 0.05
+        started = False
+        welcomed = False
+
+        def on_welcome() -> None:
+            nonlocal backoff, started, welcomed
+            welcomed, backoff = True, 0.05
+            if not started:
+                started = True
+                task_status.started()
+
+        try:
+            while not self._stopping:
+                welcomed = False
+                try:
+                    await self._session(on_welcome)
+                except grpc.aio.AioRpcError as exc:
+                    error = errors.from_rpc_error(exc)
+                    if isinstance(error, _FATAL):
+                        raise error from exc
+                    log.warning("runtime session ended: %s: %s", error.code, error.message)
+                except (SessionLost, asyncio.InvalidStateError) as exc:  # the call ended under a write
+                    log.warning("runtime session ended: %s", exc)
+                if self._stopping:
+                    break
+                if not welcomed:
+                    backoff = min(backoff * 2, self._max_backoff_s)
+                await anyio.sleep(backoff * (0.5 + random.random()))
+        finally:
+            self._stopped.set()
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+
+    async def _session(self, on_welcome: Callable[[], None]) -> None:
+        """One Connect stream, until it ends; ``on_welcome`` is called once the server welcomed us."""
+        channel_options = [("grpc.keepalive_time_ms", 30_000), ("grpc.enable_retries", 0)]
+        if self.options.tls or self.options.root_certificates:
+            creds = grpc.ssl_channel_credentials(root_certificates=self.options.root_certificates)
+            channel = grpc.aio.secure_channel(self.options.address, creds, options=channel_options)
+        else:
+            channel = grpc.aio.insecure_channel(self.options.address, options=channel_options)
+        send, receive = anyio.create_memory_object_stream[rt.ConnectRequest | None](math.inf)
+        try:
+            stub = rt_grpc.RuntimeServiceStub(channel)
+            call = stub.Connect(metadata=self.options.metadata)
+            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                # A call the server already ended (e.g. a bad token) fails here; read() says why.
+                await call.write(rt.ConnectRequest(hello=self._hello()))
+            welcome = await call.read()
+            if not isinstance(welcome, rt.ConnectResponse) or welcome.WhichOneof("msg") != "welcome":
+                raise SessionLost("the server did not welcome the worker")
+            self.lease_ttl_s = welcome.welcome.lease_ttl.ToTimedelta().total_seconds()
+            interval = welcome.welcome.heartbeat_interval.ToTimedelta().total_seconds()
+            self.heartbeat_interval_s = interval if interval > 0 else 1.0
+            self._outbox = send
+            self.connected.set()
+            on_welcome()
+            failure: list[grpc.aio.AioRpcError] = []
+            async with anyio.create_task_group() as tg:
+                self._session_scope = tg.cancel_scope
+                tg.start_soon(self._sender, call, receive, tg)
+                tg.start_soon(self._heartbeats)
+                try:
+                    await self._receive(call, tg)
+                except grpc.aio.AioRpcError as exc:
+                    failure.append(exc)  # raised below, outside the task group, for run() to judge
+                tg.cancel_scope.cancel()
+            if failure:
+                raise failure[0]
+        finally:
+            self._outbox = None
+            self._session_scope = None
+            self.connected = anyio.Event()
+            for pending in self._pending.values():
+                pending.done.set()  # result None: the write failed with the session
+            self._pending.clear()
+            send.close()
+            receive.close()
+            with anyio.CancelScope(shield=True):
+                await channel.close()
+
+    def _hello(self) -> rt.Hello:
+        types = [rt.HostedType(type=t.name, profile=t.profile()) for t in self.app.types.values()]
+        return rt.Hello(
+            worker_id=self.worker_id, types=types, code_version=self.code_version, capacity=self.capacity
+        )
+
+    async def _sender(self, call: Any, receive: Any, tg: TaskGroup) -> None:
+        try:
+            async for request in receive:
+                if request is None:  # shutdown: the leases are back, close our half
+                    await call.done_writing()
+                    return
+                await call.write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            tg.cancel_scope.cancel()  # the stream is gone; the receiver reports why, if it can
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await anyio.sleep(self.heartbeat_interval_s)
+            leases = [h.lease for h in self._hosts.values() if h.end_reason is None]
+            self._send(rt.ConnectRequest(heartbeat=rt.Heartbeat(leases=leases)))
+
+    def _send(self, request: rt.ConnectRequest | None) -> None:
+        if self._outbox is not None:
+            # A closed outbox: the session is ending, and the server forgets its leases with it.
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._outbox.send_nowait(request)
+
+    async def _receive(self, call: Any, tg: TaskGroup) -> None:
+        while True:
+            response = await call.read()
+            if not isinstance(response, rt.ConnectResponse):  # grpc.aio.EOF
+                return
+            kind = response.WhichOneof("msg")
+            if kind == "write_result":
+                pending = self._pending.pop(response.write_result.request_id, None)
+                if pending is not None:
+                    pending.result = response.write_result
+                    pending.done.set()
+            elif kind == "delivery":
+                d = response.delivery
+                host = self._hosts.get(_key(d.lease.ref))
+                if host is not None and host.lease.epoch == d.lease.epoch and host.end_reason is None:
+                    host.deliver(d.event, d.attempt)
+            elif kind == "lease_granted":
+                await self._grant(response.lease_granted, tg)
+            elif kind == "lease_revoked":
+                host = self._hosts.get(_key(response.lease_revoked.lease.ref))
+                if host is not None and host.lease.epoch <= response.lease_revoked.lease.epoch:
+                    host.revoke(response.lease_revoked.reason)
+
+    async def _grant(self, grant: rt.LeaseGranted, tg: TaskGroup) -> None:
+        if self._reload_app is not None and grant.entity.state in (pb.STATE_IDLE, pb.STATE_SPAWNING):
+            self.app = self._reload_app()
+        etype = self.app.types.get(grant.lease.ref.type)
+        if self._draining or etype is None:
+            self._send(rt.ConnectRequest(release=rt.Release(ref=grant.lease.ref, epoch=grant.lease.epoch)))
+            return
+        key = _key(grant.lease.ref)
+        old = self._hosts.get(key)
+        if old is not None:  # a newer lease on an entity we still host: the old session is over
+            old.revoke("superseded")
+        host = EntityHost(self, etype, grant)
+        self._hosts[key] = host
+        await tg.start(self._host_task, host)
+        self._ring_hosts()
+
+    async def _host_task(self, host: EntityHost, *, task_status: TaskStatus[None]) -> None:
+        key = _key(host.lease.ref)
+        try:
+            await host.run(task_status=task_status)
+        except Exception:
+            log.exception("%s/%s: host failed", *key)
+        finally:
+            if self._hosts.get(key) is host:
+                del self._hosts[key]
+            if not host.revoked:
+                self._send(rt.ConnectRequest(release=rt.Release(ref=host.lease.ref, epoch=host.lease.epoch)))
+            self._ring_hosts()
+
+    def _ring_hosts(self) -> None:
+        self._hosts_changed.set()
+        self._hosts_changed = anyio.Event()
+
+    async def wait_host(self, ref: str, *, gone: bool = False) -> EntityHost | None:
+        """Wait until the worker hosts ``ref`` (or, with ``gone=True``, no longer does)."""
+        while (self.host(ref) is None) != gone:
+            changed = self._hosts_changed
+            await changed.wait()
+        return self.host(ref)
+
+    # -- the Session protocol (hosts call these) ---------------------------------------------
+
+    async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult:
+        if self._outbox is None:
+            raise SessionLost("not connected")
+        self._next_request_id += 1
+        request.request_id = self._next_request_id
+        pending = self._pending[request.request_id] = _Pending()
+        self._send(rt.ConnectRequest(write=request))
+        await pending.done.wait()
+        if pending.result is None:
+            raise SessionLost("the session ended before the write was answered")
+        return pending.result
+
+    def ack(self, lease: rt.Lease, offset: int) -> None:
+        self._send(rt.ConnectRequest(ack=rt.Ack(ref=lease.ref, epoch=lease.epoch, offset=offset)))
+
+    async def history(self, ref: pb.EntityRef) -> list[Event]:
+        if self._client is None:
+            self._client = AsyncClient(options=self.options)
+        events: list[Event] = []
+        offset = 0
+        while True:
+            page = await self._client.events(f"{ref.type}/{ref.id}", offset, limit=500)
+            events.extend(page.events)
+            if not page.events or page.next_offset >= page.head_offset:
+                return events
+            offset = page.next_offset
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def _wait_hosts_gone(self) -> None:
+        while self._hosts:
+            changed = self._hosts_changed
+            await changed.wait()
+
+    async def shutdown(self, grace: DurationLike = 10.0) -> None:
+        """Take no new lease, let runs finish within ``grace``, cancel the rest, release, close.
+
+        A second call waits for the first to finish; ``grace=0`` cancels the runs at once.
+        """
+        grace_s = _seconds(grace)
+        if self._draining:
+            if grace_s <= 0:
+                for host in list(self._hosts.values()):
+                    host.end("worker shutdown")
+            if self._running:
+                await self._stopped.wait()
+            return
+        self._draining = True
+        for host in list(self._hosts.values()):
+            host.drain()
+        with anyio.move_on_after(grace_s):
+            await self._wait_hosts_gone()
+        for host in list(self._hosts.values()):
+            host.end("worker shutdown")
+        with anyio.move_on_after(1.0):
+            await self._wait_hosts_gone()
+        self._stopping = True
+        self._send(None)  # the sender closes our half once the Releases are out
+        if not self._running:
+            self._stopped.set()
+            return
+        with anyio.move_on_after(1.0):
+            await self._stopped.wait()
+        if self._session_scope is not None:
+            self._session_scope.cancel()
+        await self._stopped.wait()
