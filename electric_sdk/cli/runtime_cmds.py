@@ -13,12 +13,12 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from .. import errors
+from .._signals import drain_on_signals
 from . import exit_codes
 
 DEFAULT_APP = "examples.agents:app"
@@ -94,26 +94,26 @@ def _hints(address: str, app: Any) -> str:
 
 
 async def _serve(reloader: Any, args: argparse.Namespace, *, server_config: Any = None) -> int:
+    from ..durations import parse_ms
+
+    grace_s = parse_ms(args.grace) / 1000
+    announce = _announce_drain
+    with drain_on_signals(announce) as drain:
+        return await _serve_until_drained(reloader, args, server_config, grace_s, drain)
+
+
+def _announce_drain(name: str) -> None:
+    print(f"received {name}: draining (again to exit at once)", flush=True)
+
+
+async def _serve_until_drained(
+    reloader: Any, args: argparse.Namespace, server_config: Any, grace_s: float, drain: asyncio.Event
+) -> int:
     import anyio
 
     from ..client import ClientOptions
-    from ..durations import parse_ms
     from ..runtime import Worker
 
-    grace_s = parse_ms(args.grace) / 1000
-    loop = asyncio.get_running_loop()
-    received: list[int] = []
-    drain = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            os._exit(128 + signum)  # second signal: at once
-        print(f"received {signal.Signals(signum).name}: draining (again to exit at once)", flush=True)
-        drain.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
     server = None
     try:
         overrides: dict[str, Any] = {}
@@ -158,8 +158,6 @@ async def _serve(reloader: Any, args: argparse.Namespace, *, server_config: Any 
     finally:
         if server is not None:
             await server.stop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
 
 
 def _run(args: argparse.Namespace, server_config: Any = None) -> int:

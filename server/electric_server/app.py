@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import os
-import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
+from electric_sdk._signals import drain_on_signals
 
 from .auth import AuthInterceptor, TokenTable
 from .reaper import Reaper
@@ -223,29 +222,13 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     """Run until SIGTERM/SIGINT; returns the exit code."""
     server = ElectricServer(config)
     await server.start()
-    loop = asyncio.get_running_loop()
-    received: list[int] = []
-    drain = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            # Second signal: exit at once. The store's acknowledged writes are
-            # already durable (synchronous=FULL), so nothing acknowledged is lost.
-            os._exit(128 + signum)
-        log.info("received %s: draining (send it again to exit at once)", signal.Signals(signum).name)
-        drain.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    print(f"electric server listening on {server.address}", flush=True)
-    print(_usage_hint(server), flush=True)
-    if ready is not None:
-        ready.set()
-    try:
+    with drain_on_signals(
+        lambda name: log.info("received %s: draining (send it again to exit at once)", name)
+    ) as drain:
+        print(f"electric server listening on {server.address}", flush=True)
+        print(_usage_hint(server), flush=True)
+        if ready is not None:
+            ready.set()
         await drain.wait()
         await server.stop()
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
     return 0
