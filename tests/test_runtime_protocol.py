@@ -371,3 +371,56 @@ async def test_signals_pending_without_a_runtime_reach_the_next_lease(runtime_se
         assert (again.event.key, again.event.signal.outcome) == (usr.key, pb.SIGNAL_OUTCOME_PENDING)
         assert (await second.next("delivery")).event.type == "message"
         second.close()
+
+
+async def test_a_draining_worker_hands_its_entities_to_another(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        old = RawWorker(channel, "w-old-drain", ["agent"])
+        ref = pb.EntityRef(type="agent", id="d1")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await old.next("lease_granted")).lease
+        new = RawWorker(channel, "w-new-drain", ["agent"])
+        await new.next("welcome")
+        old.requests.put_nowait(rt.ConnectRequest(drain=rt.Drain()))
+        old.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        granted = await new.next("lease_granted")  # never back to the draining worker
+        assert granted.lease.epoch > lease.epoch
+        old.close()
+        new.close()
+
+
+async def test_a_types_profile_applies_to_spawns_without_one(runtime_server: ElectricServer) -> None:
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
+        profile = pb.Profile(grace_period=convert_ms(250), idle_timeout=convert_ms(1500))
+        requests.put_nowait(
+            rt.ConnectRequest(
+                hello=rt.Hello(worker_id="w-prof", types=[rt.HostedType(type="profiled", profile=profile)])
+            )
+        )
+
+        async def stream() -> AsyncIterator[rt.ConnectRequest]:
+            while (item := await requests.get()) is not None:
+                yield item
+
+        call = rt_grpc.RuntimeServiceStub(channel).Connect(stream())
+        assert (await call.read()).HasField("welcome")
+        spawned = await stub.SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="profiled", id="p")))
+        assert spawned.entity.profile.grace_period.ToMilliseconds() == 250
+        assert spawned.entity.profile.idle_timeout.ToMilliseconds() == 1500
+        explicit = await stub.SpawnEntity(
+            api.SpawnEntityRequest(
+                ref=pb.EntityRef(type="profiled", id="q"), profile=pb.Profile(grace_period=convert_ms(40))
+            )
+        )
+        assert explicit.entity.profile.grace_period.ToMilliseconds() == 40  # the request wins
+        assert explicit.entity.profile.idle_timeout.ToMilliseconds() == 1500
+        call.cancel()
+
+
+def convert_ms(ms: int) -> Any:
+    from google.protobuf import duration_pb2
+
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)

@@ -357,6 +357,7 @@ class Worker:
                 await self._stopped.wait()
             return
         self._draining = True
+        self._send(rt.ConnectRequest(drain=rt.Drain()))  # what we release now goes to other workers
         for host in list(self._hosts.values()):
             host.drain()
         with anyio.move_on_after(grace_s):

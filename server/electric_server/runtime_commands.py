@@ -101,7 +101,9 @@ def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
             record = current
             if run.status == pb.RUN_STATUS_STARTED and run.message_offset >= current.message_cursor:
                 record = record.replace(message_cursor=run.message_offset, cursor_attempt=run.attempt)
-            elif run.status in _TERMINAL_RUNS and run.message_offset >= current.message_cursor:
+            elif run.status in _TERMINAL_RUNS and run.message_offset == current.message_cursor:
+                # Only the message at the cursor moves it: a queued message
+                # cancelled ahead of time must not mark the one in progress done.
                 record = record.replace(message_cursor=run.message_offset + 1, cursor_attempt=0)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE

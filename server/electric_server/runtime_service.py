@@ -47,10 +47,12 @@ class Session:
     code_version: str
     announced: int
     capacity: int
+    profiles: dict[str, pb.Profile] = field(default_factory=dict)
     outbox: asyncio.Queue[rt.ConnectResponse | None] = field(default_factory=asyncio.Queue)
     leases: dict[Ref, Lease] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
     closed: bool = False
+    draining: bool = False  # takes no new lease
 
     def send(self, message: rt.ConnectResponse) -> None:
         if not self.closed:
@@ -90,6 +92,11 @@ class Runtime:
 
     def is_leased(self, ref: Ref) -> bool:
         return ref in self.leases
+
+    def type_profile(self, type_: str) -> pb.Profile | None:
+        """The profile the newest connected worker announced for a type, if any."""
+        announced = [s for s in self.sessions.values() if type_ in s.profiles]
+        return max(announced, key=lambda s: s.announced).profiles[type_] if announced else None
 
     # -- lifecycle of the service -------------------------------------------------------
 
@@ -133,6 +140,7 @@ class Runtime:
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
+            profiles={t.type: t.profile for t in hello.types if t.HasField("profile")},
         )
         self.sessions[hello.worker_id] = session
         self._spawn(self.offer_all(session))
@@ -184,7 +192,10 @@ class Runtime:
         hosts = [
             s
             for s in self.sessions.values()
-            if not s.closed and record.type in s.types and (not s.capacity or len(s.leases) < s.capacity)
+            if not s.closed
+            and not s.draining
+            and record.type in s.types
+            and (not s.capacity or len(s.leases) < s.capacity)
         ]
         if not hosts:
             return None
@@ -341,6 +352,8 @@ class Runtime:
                 kind = request.WhichOneof("msg")
                 if kind == "write":
                     session.send(rt.ConnectResponse(write_result=await self._write(session, request.write)))
+                elif kind == "drain":
+                    session.draining = True
                 elif kind == "release":
                     lease = session.leases.get(v.ref(request.release.ref))
                     if lease is not None and lease.epoch == request.release.epoch:
@@ -400,6 +413,13 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
         hello = first.hello
         v.name(hello.worker_id, "hello.worker_id")
         types = [v.name(t.type, "hello.types.type") for t in hello.types]
+        for hosted in hello.types:
+            if hosted.HasField("profile"):  # checked here, so a spawn never trips over it later
+                for name in ("grace_period", "idle_timeout"):
+                    d = getattr(hosted.profile, name)
+                    v.duration_ms(
+                        d.seconds, d.nanos, hosted.profile.HasField(name), 0, f"hello.types.profile.{name}"
+                    )
         if not types:
             raise invalid_argument(
                 "NO_TYPES", "hello must name at least one entity type", field="hello.types"

@@ -109,21 +109,27 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def SpawnEntity(self, request: api.SpawnEntityRequest, context: Ctx) -> api.SpawnEntityResponse:
         ref = v.ref(request.ref)
-        profile = request.profile
-        grace = v.duration_ms(
-            profile.grace_period.seconds,
-            profile.grace_period.nanos,
-            profile.HasField("grace_period"),
-            commands.DEFAULT_GRACE_MS,
-            "profile.grace_period",
-        )
-        idle = v.duration_ms(
-            profile.idle_timeout.seconds,
-            profile.idle_timeout.nanos,
-            profile.HasField("idle_timeout"),
-            commands.DEFAULT_IDLE_TIMEOUT_MS,
-            "profile.idle_timeout",
-        )
+        # The profile is fixed at spawn: from the request, else the entity
+        # type's default (announced by its workers), else the server's.
+        grace, idle = commands.DEFAULT_GRACE_MS, commands.DEFAULT_IDLE_TIMEOUT_MS
+        type_default = self.runtime.type_profile(ref[0]) if self.runtime is not None else None
+        for profile, where in ((type_default, "the type's profile"), (request.profile, "profile")):
+            if profile is None:
+                continue
+            grace = v.duration_ms(
+                profile.grace_period.seconds,
+                profile.grace_period.nanos,
+                profile.HasField("grace_period"),
+                grace,
+                f"{where}.grace_period",
+            )
+            idle = v.duration_ms(
+                profile.idle_timeout.seconds,
+                profile.idle_timeout.nanos,
+                profile.HasField("idle_timeout"),
+                idle,
+                f"{where}.idle_timeout",
+            )
         return await _write(
             self.store,
             ref,

@@ -282,6 +282,25 @@ class RuntimeWrite(_message.Message):
 Global___RuntimeWrite: _TypeAlias = RuntimeWrite  # noqa: Y015
 
 @_typing.final
+class Drain(_message.Message):
+    """The worker is shutting down: grant it no new lease, and give what it
+    releases from now on to other workers (a deploy drains the old workers).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Drain: _TypeAlias = Drain  # noqa: Y015
+
+@_typing.final
 class ConnectRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -290,6 +309,7 @@ class ConnectRequest(_message.Message):
     ACK_FIELD_NUMBER: _builtins.int
     WRITE_FIELD_NUMBER: _builtins.int
     RELEASE_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -300,6 +320,8 @@ class ConnectRequest(_message.Message):
     def write(self) -> Global___RuntimeWrite: ...
     @_builtins.property
     def release(self) -> Global___Release: ...
+    @_builtins.property
+    def drain(self) -> Global___Drain: ...
     def __init__(
         self,
         *,
@@ -308,12 +330,13 @@ class ConnectRequest(_message.Message):
         ack: Global___Ack | None = ...,
         write: Global___RuntimeWrite | None = ...,
         release: Global___Release | None = ...,
+        drain: Global___Drain | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release", "drain"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

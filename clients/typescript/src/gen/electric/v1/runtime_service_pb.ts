@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/runtime_service.proto.
  */
 export const file_electric_v1_runtime_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSJqCgVIZWxsbxIRCgl3b3JrZXJfaWQYASABKAkSJgoFdHlwZXMYAiADKAsyFy5lbGVjdHJpYy52MS5Ib3N0ZWRUeXBlEhQKDGNvZGVfdmVyc2lvbhgDIAEoCRIQCghjYXBhY2l0eRgEIAEoDSIvCglIZWFydGJlYXQSIgoGbGVhc2VzGAEgAygLMhIuZWxlY3RyaWMudjEuTGVhc2UiSQoDQWNrEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBBIOCgZvZmZzZXQYAyABKAQiPQoHUmVsZWFzZRIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDQoFZXBvY2gYAiABKAQiOwoKVHJhbnNpdGlvbhIeCgJ0bxgBIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEg0KBWNhdXNlGAIgASgJIosBChNTaWduYWxPdXRjb21lVXBkYXRlEhIKCnNpZ25hbF9rZXkYASABKAkSKwoHb3V0Y29tZRgCIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAMgASgJEiMKBnNpZ25hbBgEIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbCJBCgtDdXN0b21FdmVudBIMCgR0eXBlGAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiwwIKDFJ1bnRpbWVXcml0ZRISCgpyZXF1ZXN0X2lkGAEgASgEEiMKA3JlZhgCIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgDIAEoBBIoCgxleHBlY3Rfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRItCgp0cmFuc2l0aW9uGAogASgLMhcuZWxlY3RyaWMudjEuVHJhbnNpdGlvbkgAEiQKA3J1bhgLIAEoCzIVLmVsZWN0cmljLnYxLlJ1blZhbHVlSAASOgoOc2lnbmFsX291dGNvbWUYDCABKAsyIC5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lVXBkYXRlSAASKgoGY3VzdG9tGA0gASgLMhguZWxlY3RyaWMudjEuQ3VzdG9tRXZlbnRIAEIECgJvcCLfAQoOQ29ubmVjdFJlcXVlc3QSIwoFaGVsbG8YASABKAsyEi5lbGVjdHJpYy52MS5IZWxsb0gAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmVsZWN0cmljLnYxLkhlYXJ0YmVhdEgAEh8KA2FjaxgDIAEoCzIQLmVsZWN0cmljLnYxLkFja0gAEioKBXdyaXRlGAQgASgLMhkuZWxlY3RyaWMudjEuUnVudGltZVdyaXRlSAASJwoHcmVsZWFzZRgFIAEoCzIULmVsZWN0cmljLnYxLlJlbGVhc2VIAEIFCgNtc2cibgoHV2VsY29tZRIsCglsZWFzZV90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaGVhcnRiZWF0X2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjsKBUxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJtCgxMZWFzZUdyYW50ZWQSIQoFbGVhc2UYASABKAsyEi5lbGVjdHJpYy52MS5MZWFzZRIjCgZlbnRpdHkYAiABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSFQoNcmVzdW1lX29mZnNldBgDIAEoBCJhCghEZWxpdmVyeRIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEiEKBWV2ZW50GAIgASgLMhIuZWxlY3RyaWMudjEuRXZlbnQSDwoHYXR0ZW1wdBgDIAEoDSK2AQoLV3JpdGVSZXN1bHQSEgoKcmVxdWVzdF9pZBgBIAEoBBIPCgdhcHBsaWVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEiMKBmVudGl0eRgFIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIMCgR0eGlkGAYgASgEEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkEKDExlYXNlUmV2b2tlZBIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEg4KBnJlYXNvbhgCIAEoCSKGAgoPQ29ubmVjdFJlc3BvbnNlEicKB3dlbGNvbWUYASABKAsyFC5lbGVjdHJpYy52MS5XZWxjb21lSAASMgoNbGVhc2VfZ3JhbnRlZBgCIAEoCzIZLmVsZWN0cmljLnYxLkxlYXNlR3JhbnRlZEgAEikKCGRlbGl2ZXJ5GAMgASgLMhUuZWxlY3RyaWMudjEuRGVsaXZlcnlIABIwCgx3cml0ZV9yZXN1bHQYBCABKAsyGC5lbGVjdHJpYy52MS5Xcml0ZVJlc3VsdEgAEjIKDWxlYXNlX3Jldm9rZWQYBSABKAsyGS5lbGVjdHJpYy52MS5MZWFzZVJldm9rZWRIAEIFCgNtc2cyWgoOUnVudGltZVNlcnZpY2USSAoHQ29ubmVjdBIbLmVsZWN0cmljLnYxLkNvbm5lY3RSZXF1ZXN0GhwuZWxlY3RyaWMudjEuQ29ubmVjdFJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSJqCgVIZWxsbxIRCgl3b3JrZXJfaWQYASABKAkSJgoFdHlwZXMYAiADKAsyFy5lbGVjdHJpYy52MS5Ib3N0ZWRUeXBlEhQKDGNvZGVfdmVyc2lvbhgDIAEoCRIQCghjYXBhY2l0eRgEIAEoDSIvCglIZWFydGJlYXQSIgoGbGVhc2VzGAEgAygLMhIuZWxlY3RyaWMudjEuTGVhc2UiSQoDQWNrEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBBIOCgZvZmZzZXQYAyABKAQiPQoHUmVsZWFzZRIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDQoFZXBvY2gYAiABKAQiOwoKVHJhbnNpdGlvbhIeCgJ0bxgBIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEg0KBWNhdXNlGAIgASgJIosBChNTaWduYWxPdXRjb21lVXBkYXRlEhIKCnNpZ25hbF9rZXkYASABKAkSKwoHb3V0Y29tZRgCIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAMgASgJEiMKBnNpZ25hbBgEIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbCJBCgtDdXN0b21FdmVudBIMCgR0eXBlGAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiwwIKDFJ1bnRpbWVXcml0ZRISCgpyZXF1ZXN0X2lkGAEgASgEEiMKA3JlZhgCIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgDIAEoBBIoCgxleHBlY3Rfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRItCgp0cmFuc2l0aW9uGAogASgLMhcuZWxlY3RyaWMudjEuVHJhbnNpdGlvbkgAEiQKA3J1bhgLIAEoCzIVLmVsZWN0cmljLnYxLlJ1blZhbHVlSAASOgoOc2lnbmFsX291dGNvbWUYDCABKAsyIC5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lVXBkYXRlSAASKgoGY3VzdG9tGA0gASgLMhguZWxlY3RyaWMudjEuQ3VzdG9tRXZlbnRIAEIECgJvcCIHCgVEcmFpbiKEAgoOQ29ubmVjdFJlcXVlc3QSIwoFaGVsbG8YASABKAsyEi5lbGVjdHJpYy52MS5IZWxsb0gAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmVsZWN0cmljLnYxLkhlYXJ0YmVhdEgAEh8KA2FjaxgDIAEoCzIQLmVsZWN0cmljLnYxLkFja0gAEioKBXdyaXRlGAQgASgLMhkuZWxlY3RyaWMudjEuUnVudGltZVdyaXRlSAASJwoHcmVsZWFzZRgFIAEoCzIULmVsZWN0cmljLnYxLlJlbGVhc2VIABIjCgVkcmFpbhgGIAEoCzISLmVsZWN0cmljLnYxLkRyYWluSABCBQoDbXNnIm4KB1dlbGNvbWUSLAoJbGVhc2VfdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI7CgVMZWFzZRIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDQoFZXBvY2gYAiABKAQibQoMTGVhc2VHcmFudGVkEiEKBWxlYXNlGAEgASgLMhIuZWxlY3RyaWMudjEuTGVhc2USIwoGZW50aXR5GAIgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5EhUKDXJlc3VtZV9vZmZzZXQYAyABKAQiYQoIRGVsaXZlcnkSIQoFbGVhc2UYASABKAsyEi5lbGVjdHJpYy52MS5MZWFzZRIhCgVldmVudBgCIAEoCzISLmVsZWN0cmljLnYxLkV2ZW50Eg8KB2F0dGVtcHQYAyABKA0itgEKC1dyaXRlUmVzdWx0EhIKCnJlcXVlc3RfaWQYASABKAQSDwoHYXBwbGllZBgCIAEoCBIOCgZyZWFzb24YAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIjCgZlbnRpdHkYBSABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSDAoEdHhpZBgGIAEoBBIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJBCgxMZWFzZVJldm9rZWQSIQoFbGVhc2UYASABKAsyEi5lbGVjdHJpYy52MS5MZWFzZRIOCgZyZWFzb24YAiABKAkihgIKD0Nvbm5lY3RSZXNwb25zZRInCgd3ZWxjb21lGAEgASgLMhQuZWxlY3RyaWMudjEuV2VsY29tZUgAEjIKDWxlYXNlX2dyYW50ZWQYAiABKAsyGS5lbGVjdHJpYy52MS5MZWFzZUdyYW50ZWRIABIpCghkZWxpdmVyeRgDIAEoCzIVLmVsZWN0cmljLnYxLkRlbGl2ZXJ5SAASMAoMd3JpdGVfcmVzdWx0GAQgASgLMhguZWxlY3RyaWMudjEuV3JpdGVSZXN1bHRIABIyCg1sZWFzZV9yZXZva2VkGAUgASgLMhkuZWxlY3RyaWMudjEuTGVhc2VSZXZva2VkSABCBQoDbXNnMloKDlJ1bnRpbWVTZXJ2aWNlEkgKB0Nvbm5lY3QSGy5lbGVjdHJpYy52MS5Db25uZWN0UmVxdWVzdBocLmVsZWN0cmljLnYxLkNvbm5lY3RSZXNwb25zZSgBMAFiBnByb3RvMw", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.HostedType
@@ -301,6 +301,22 @@ export const RuntimeWriteSchema: GenMessage<RuntimeWrite> = /*@__PURE__*/
   messageDesc(file_electric_v1_runtime_service, 8);
 
 /**
+ * The worker is shutting down: grant it no new lease, and give what it
+ * releases from now on to other workers (a deploy drains the old workers).
+ *
+ * @generated from message electric.v1.Drain
+ */
+export type Drain = Message<"electric.v1.Drain"> & {
+};
+
+/**
+ * Describes the message electric.v1.Drain.
+ * Use `create(DrainSchema)` to create a new message.
+ */
+export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
+  messageDesc(file_electric_v1_runtime_service, 9);
+
+/**
  * @generated from message electric.v1.ConnectRequest
  */
 export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
@@ -337,6 +353,12 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
      */
     value: Release;
     case: "release";
+  } | {
+    /**
+     * @generated from field: electric.v1.Drain drain = 6;
+     */
+    value: Drain;
+    case: "drain";
   } | { case: undefined; value?: undefined };
 };
 
@@ -345,7 +367,7 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
  * Use `create(ConnectRequestSchema)` to create a new message.
  */
 export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 9);
+  messageDesc(file_electric_v1_runtime_service, 10);
 
 /**
  * @generated from message electric.v1.Welcome
@@ -367,7 +389,7 @@ export type Welcome = Message<"electric.v1.Welcome"> & {
  * Use `create(WelcomeSchema)` to create a new message.
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 10);
+  messageDesc(file_electric_v1_runtime_service, 11);
 
 /**
  * @generated from message electric.v1.Lease
@@ -389,7 +411,7 @@ export type Lease = Message<"electric.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 11);
+  messageDesc(file_electric_v1_runtime_service, 12);
 
 /**
  * @generated from message electric.v1.LeaseGranted
@@ -419,7 +441,7 @@ export type LeaseGranted = Message<"electric.v1.LeaseGranted"> & {
  * Use `create(LeaseGrantedSchema)` to create a new message.
  */
 export const LeaseGrantedSchema: GenMessage<LeaseGranted> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 12);
+  messageDesc(file_electric_v1_runtime_service, 13);
 
 /**
  * @generated from message electric.v1.Delivery
@@ -448,7 +470,7 @@ export type Delivery = Message<"electric.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 13);
+  messageDesc(file_electric_v1_runtime_service, 14);
 
 /**
  * @generated from message electric.v1.WriteResult
@@ -499,7 +521,7 @@ export type WriteResult = Message<"electric.v1.WriteResult"> & {
  * Use `create(WriteResultSchema)` to create a new message.
  */
 export const WriteResultSchema: GenMessage<WriteResult> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 14);
+  messageDesc(file_electric_v1_runtime_service, 15);
 
 /**
  * @generated from message electric.v1.LeaseRevoked
@@ -523,7 +545,7 @@ export type LeaseRevoked = Message<"electric.v1.LeaseRevoked"> & {
  * Use `create(LeaseRevokedSchema)` to create a new message.
  */
 export const LeaseRevokedSchema: GenMessage<LeaseRevoked> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 15);
+  messageDesc(file_electric_v1_runtime_service, 16);
 
 /**
  * @generated from message electric.v1.ConnectResponse
@@ -570,7 +592,7 @@ export type ConnectResponse = Message<"electric.v1.ConnectResponse"> & {
  * Use `create(ConnectResponseSchema)` to create a new message.
  */
 export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 16);
+  messageDesc(file_electric_v1_runtime_service, 17);
 
 /**
  * The runtime's side of the control plane: a worker's session.
