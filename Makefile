@@ -10,7 +10,7 @@ LISTEN ?= 127.0.0.1:7700
 DATA   ?= .electric
 TS     := clients/typescript
 
-.PHONY: run test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: run server test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,12 @@ $(BUF):
 	  mkdir -p $(TOOLS) && npm install --silent --prefix $(TOOLS) --no-save --no-audit --no-fund @bufbuild/buf@$(BUF_VERSION); \
 	else echo "buf: skipped, Node.js/npm not found (buf is installed from npm)"; fi
 
+# The control plane and a worker hosting the example agents, in one process.
 run: $(STAMP)
+	$(VENV)/bin/electric dev examples.agents:app --listen $(LISTEN) --data $(DATA)
+
+# The control plane alone (workers connect with `electric worker MODULE:APP`).
+server: $(STAMP)
 	$(VENV)/bin/electric server --listen $(LISTEN) --data $(DATA)
 
 proto: $(STAMP)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from ._proto.electric.v1 import entity_service_pb2 as api
 from ._proto.electric.v1 import types_pb2 as pb
@@ -43,6 +43,7 @@ _PB_TO_STATE: dict[int, State] = {v: k for k, v in _STATE_TO_PB.items()}
 _SIGNAL_TO_PB: dict[Signal, pb.Signal.ValueType] = {s: pb.Signal.Value(f"SIGNAL_{s.name}") for s in Signal}
 _PB_TO_SIGNAL: dict[int, Signal] = {v: k for k, v in _SIGNAL_TO_PB.items()}
 _PB_TO_OUTCOME: dict[int, Outcome] = {pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}"): o for o in Outcome}
+_RUN_STATUS: dict[int, str] = {v: n.removeprefix("RUN_STATUS_").lower() for n, v in pb.RunStatus.items()}
 _OPERATIONS: dict[int, str] = {v: n.removeprefix("OPERATION_").lower() for n, v in pb.Operation.items()}
 
 
@@ -306,7 +307,17 @@ def _value_json(m: pb.Event) -> dict[str, Any]:
             out["data"] = _json_value(msg.data)
         return out
     if kind == "run":
-        return json_format.MessageToDict(m.run, preserving_proto_field_name=True)
+        r = m.run
+        run: dict[str, Any] = {
+            "message_key": r.message_key,
+            "message_offset": r.message_offset,
+            "status": _RUN_STATUS.get(r.status, "unspecified"),
+            "attempt": r.attempt,
+        }
+        for name in ("step", "output", "error"):
+            if getattr(r, name):
+                run[name] = getattr(r, name)
+        return run
     if kind == "custom":
         data = _json_value(m.custom.data) if m.custom.HasField("data") else None
         return {"data": data}

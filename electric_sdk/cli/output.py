@@ -146,6 +146,21 @@ def receipt_line(receipt: MessageReceipt) -> str:
 def event_summary(event: Event) -> str:
     """The value in a few words: signals, state changes and messages read as sentences."""
     value = event.value
+    if event.type == "signal" and event.operation == "update":  # the runtime reporting what it did
+        text = f"{value.get('signal')} → {value.get('outcome')}"
+        return text + (f": {shorten(str(value['detail']))}" if value.get("detail") else "")
+    if event.type == "run":
+        status = str(value.get("status"))
+        text = f"{value.get('message_key')} {status}"
+        if status == "started" and value.get("attempt", 1) > 1:
+            text += f" (attempt {value['attempt']})"
+        if value.get("step"):
+            text += f" {value['step']}"
+        if status == "aborted" and value.get("output"):
+            text += f" with {len(str(value['output']))} chars of partial output"
+        if value.get("error"):
+            text += f": {shorten(str(value['error']))}"
+        return text
     if event.type == "signal":
         text = f"{value.get('signal')} by {value.get('sender') or '?'}"
         if value.get("reason"):
