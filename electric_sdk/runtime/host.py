@@ -370,6 +370,9 @@ class EntityHost:
 
     def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
         if self._cleanup_started:
+            if info is not None and pending and self._tg is not None:
+                # The SIGTERM reached us after a cleanup resumed on a lease taken mid-stopping.
+                self._tg.start_soon(self._fenced.outcome, info, Outcome.SHUTDOWN_REQUESTED)
             return
         self._cleanup_started = True
         self._term = info

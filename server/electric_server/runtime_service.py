@@ -184,7 +184,7 @@ class Runtime:
     def _needs_runtime(self, record: EntityRecord) -> bool:
         if record.closed or record.ref in self.leases:
             return False
-        if record.state in (State.SPAWNING, State.RUNNING):
+        if record.state in (State.SPAWNING, State.RUNNING, State.STOPPING):  # stopping: for its cleanup
             return True
         return record.state is State.IDLE and record.last_message_offset >= record.message_cursor
 
