@@ -23,7 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
-BENCHES = ["bench_signal", "bench_store", "bench_signal_many", "bench_watch", "bench_sdk", "bench_restart"]
+BENCHES = [
+    "bench_signal",
+    "bench_store",
+    "bench_signal_many",
+    "bench_watch",
+    "bench_sdk",
+    "bench_restart",
+    "bench_runtime",
+]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
 
