@@ -68,6 +68,20 @@ class RawWorker:
         self.call.cancel()
 
 
+async def running(
+    stub: api_grpc.EntityServiceStub, worker: RawWorker, id_: str
+) -> tuple[pb.EntityRef, rt.Lease]:
+    """Spawn agent/ID, take its lease on ``worker`` and write spawning → running."""
+    ref = pb.EntityRef(type="agent", id=id_)
+    await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+    lease: rt.Lease = (await worker.next("lease_granted")).lease
+    started = await worker.write(
+        ref, lease.epoch, pb.STATE_SPAWNING, transition=rt.Transition(to=pb.STATE_RUNNING, cause="started")
+    )
+    assert started.applied, started
+    return ref, lease
+
+
 async def events(stub: api_grpc.EntityServiceStub, ref: pb.EntityRef) -> list[pb.Event]:
     return list((await stub.ReadEvents(api.ReadEventsRequest(ref=ref, limit=1000))).events)
 
@@ -142,15 +156,7 @@ async def test_lost_lease_goes_idle_and_the_message_is_redelivered(runtime_serve
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         first = RawWorker(channel, "w-first", ["agent"])
-        ref = pb.EntityRef(type="agent", id="lost")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await first.next("lease_granted")).lease
-        await first.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, lease = await running(stub, first, "lost")
         sent = await stub.SendMessage(api.SendMessageRequest(ref=ref, text="work"))
         await first.next("delivery")
         run = pb.RunValue(
@@ -178,15 +184,7 @@ async def test_missed_heartbeats_expire_the_lease(runtime_server: ElectricServer
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         silent = RawWorker(channel, "w-silent", ["agent"])
-        ref = pb.EntityRef(type="agent", id="quiet")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await silent.next("lease_granted")).lease
-        await silent.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, _lease = await running(stub, silent, "quiet")
         # No heartbeat follows: after the lease TTL the server ends the session.
         with anyio.fail_after(10):
             while (await silent.call.read()) is not grpc.aio.EOF:
@@ -199,15 +197,7 @@ async def test_paused_entities_get_no_messages_until_sigcont(runtime_server: Ele
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-pause", ["agent"])
-        ref = pb.EntityRef(type="agent", id="p1")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await worker.next("lease_granted")).lease
-        await worker.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, _lease = await running(stub, worker, "p1")
         await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGSTOP))
         assert (await worker.next("delivery")).event.signal.signal == pb.SIGNAL_SIGSTOP
         queued = await stub.SendMessage(api.SendMessageRequest(ref=ref, text="later"))
@@ -228,15 +218,7 @@ async def test_sighup_sends_the_next_wake_to_the_newest_code(runtime_server: Ele
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         old = RawWorker(channel, "w-old", ["agent"], version="v1")
-        ref = pb.EntityRef(type="agent", id="hup")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await old.next("lease_granted")).lease
-        await old.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, lease = await running(stub, old, "hup")
         new = RawWorker(channel, "w-new", ["agent"], version="v2")
         await new.next("welcome")
         await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
@@ -291,15 +273,7 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-kill", ["agent"])
-        ref = pb.EntityRef(type="agent", id="k1")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await worker.next("lease_granted")).lease
-        await worker.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, lease = await running(stub, worker, "k1")
         kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
         assert (
             await stub.GetEntity(api.GetEntityRequest(ref=ref))
@@ -351,15 +325,7 @@ async def test_signals_pending_without_a_runtime_reach_the_next_lease(runtime_se
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         first = RawWorker(channel, "w-a", ["agent"])
-        ref = pb.EntityRef(type="agent", id="pend")
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-        lease = (await first.next("lease_granted")).lease
-        await first.write(
-            ref,
-            lease.epoch,
-            pb.STATE_SPAWNING,
-            transition=rt.Transition(to=pb.STATE_RUNNING, cause="started"),
-        )
+        ref, _lease = await running(stub, first, "pend")
         usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
         assert (await first.next("delivery")).event.key == usr.key
         first.close()  # dies before reporting the outcome: the signal is still pending
