@@ -45,6 +45,10 @@ _PB_TO_SIGNAL: dict[int, Signal] = {v: k for k, v in _SIGNAL_TO_PB.items()}
 _PB_TO_OUTCOME: dict[int, Outcome] = {pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}"): o for o in Outcome}
 _RUN_STATUS: dict[int, str] = {v: n.removeprefix("RUN_STATUS_").lower() for n, v in pb.RunStatus.items()}
 _OPERATIONS: dict[int, str] = {v: n.removeprefix("OPERATION_").lower() for n, v in pb.Operation.items()}
+_EXEC_ACTIONS: dict[int, str] = {v: n.removeprefix("EXEC_ACTION_").lower() for n, v in pb.ExecAction.items()}
+_EXEC_DISPOSITIONS: dict[int, str] = {
+    v: n.removeprefix("EXEC_DISPOSITION_").lower() for n, v in pb.ExecDisposition.items()
+}
 
 
 def state_from_pb(value: int) -> State | None:
@@ -321,7 +325,59 @@ def _value_json(m: pb.Event) -> dict[str, Any]:
     if kind == "custom":
         data = _json_value(m.custom.data) if m.custom.HasField("data") else None
         return {"data": data}
+    if kind == "exec":
+        return _receipt_json(m.exec)
+    if kind == "output":
+        o = m.output
+        chunk: dict[str, Any] = {
+            "task_id": o.task_id,
+            "generation": o.generation,
+            "stream": o.stream,
+            "text": o.text,
+        }
+        if o.truncated:
+            chunk["truncated"] = True
+            chunk["dropped_bytes"] = o.dropped_bytes
+        return chunk
     return {}
+
+
+def _receipt_json(r: pb.ExecReceipt) -> dict[str, Any]:
+    """An exec receipt: every field named, times as ISO strings, the evidence as a nested object."""
+    g = r.generation
+    out: dict[str, Any] = {
+        "task_id": r.task_id,
+        "action": _EXEC_ACTIONS.get(r.action, "unspecified"),
+        "action_name": r.action_name,
+        "disposition": _EXEC_DISPOSITIONS.get(r.disposition, "unspecified"),
+        "backend": r.backend,
+        "generation": {
+            "task_id": g.task_id,
+            "generation": g.generation,
+            "pid": g.pid,
+            "start_time": g.start_time,
+            "boot_id": g.boot_id,
+            "worker_id": g.worker_id,
+        }
+        if r.HasField("generation")
+        else None,
+        "escalated": r.escalated,
+        "group": r.group,
+    }
+    if r.HasField("issued_at"):
+        out["issued_at"] = _iso(_time(r.issued_at))
+    if r.HasField("deadline"):
+        out["deadline"] = _iso(_time(r.deadline))
+    if r.HasField("timeout"):
+        out["timeout_ms"] = r.timeout.ToMilliseconds()
+    if r.HasField("exit_status"):
+        out["exit_status"] = r.exit_status
+    for name in ("reason", "signal_key"):
+        if getattr(r, name):
+            out[name] = getattr(r, name)
+    if r.tags:
+        out["tags"] = list(r.tags)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

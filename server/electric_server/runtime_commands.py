@@ -20,7 +20,9 @@ from .commands import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 
-BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec"})
+BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"})
+# An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
+MAX_OUTPUT_CHARS = 64 * 1024
 _TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
 
 
@@ -119,6 +121,14 @@ def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
                 raise Refused("INVALID_EVENT_TYPE", f"{kind!r} is not an entity-defined event type", current)
             custom = pb.CustomValue(data=write.custom.data)
             return Mutation([NewEvent(kind, key, INSERT, convert.body(pb.Event(custom=custom)))], current)
+        if op == "exec":
+            receipt = pb.Event(exec=write.exec)
+            return Mutation([NewEvent("exec", key, INSERT, convert.body(receipt))], current)
+        if op == "output":
+            if len(write.output.text) > MAX_OUTPUT_CHARS:
+                raise Refused("OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current)
+            chunk = pb.Event(output=write.output)
+            return Mutation([NewEvent("output", key, INSERT, convert.body(chunk))], current)
         raise Refused("EMPTY_WRITE", "the write has no operation", current)
 
     return decide

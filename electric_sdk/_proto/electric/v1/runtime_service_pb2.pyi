@@ -244,6 +244,8 @@ class RuntimeWrite(_message.Message):
     RUN_FIELD_NUMBER: _builtins.int
     SIGNAL_OUTCOME_FIELD_NUMBER: _builtins.int
     CUSTOM_FIELD_NUMBER: _builtins.int
+    EXEC_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     """Echoed in the WriteResult."""
     epoch: _builtins.int
@@ -259,6 +261,10 @@ class RuntimeWrite(_message.Message):
     def signal_outcome(self) -> Global___SignalOutcomeUpdate: ...
     @_builtins.property
     def custom(self) -> Global___CustomEvent: ...
+    @_builtins.property
+    def exec(self) -> _types_pb2.ExecReceipt: ...
+    @_builtins.property
+    def output(self) -> _types_pb2.ExecOutput: ...
     def __init__(
         self,
         *,
@@ -270,12 +276,14 @@ class RuntimeWrite(_message.Message):
         run: _types_pb2.RunValue | None = ...,
         signal_outcome: Global___SignalOutcomeUpdate | None = ...,
         custom: Global___CustomEvent | None = ...,
+        exec: _types_pb2.ExecReceipt | None = ...,
+        output: _types_pb2.ExecOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "op", b"op", "ref", b"ref", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "op", b"op", "output", b"output", "ref", b"ref", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "expect_state", b"expect_state", "op", b"op", "ref", b"ref", "request_id", b"request_id", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "request_id", b"request_id", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["transition", "run", "signal_outcome", "custom"]  # noqa: Y015
+    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["transition", "run", "signal_outcome", "custom", "exec", "output"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_op) -> _WhichOneofReturnType_op | None: ...
 

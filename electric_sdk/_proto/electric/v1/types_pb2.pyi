@@ -3,11 +3,13 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -165,6 +167,74 @@ RUN_STATUS_COMPLETED: RunStatus.ValueType  # 3
 RUN_STATUS_ABORTED: RunStatus.ValueType  # 4
 RUN_STATUS_FAILED: RunStatus.ValueType  # 5
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
+
+class _ExecAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExecActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXEC_ACTION_UNSPECIFIED: _ExecAction.ValueType  # 0
+    EXEC_ACTION_START: _ExecAction.ValueType  # 1
+    """A new generation of the process was started."""
+    EXEC_ACTION_GRACEFUL: _ExecAction.ValueType  # 2
+    """The shutdown policy's first action (e.g. SIGTERM, or closing stdin)."""
+    EXEC_ACTION_FORCE: _ExecAction.ValueType  # 3
+    """The force action after the policy's timeout, or for SIGKILL (SIGKILL, terminate)."""
+    EXEC_ACTION_FORWARD: _ExecAction.ValueType  # 4
+    """An entity signal passed on to the process (SIGINT, SIGHUP, SIGUSR1, SIGSTOP, SIGCONT)."""
+    EXEC_ACTION_EXIT: _ExecAction.ValueType  # 5
+    """The generation exited and was reaped."""
+    EXEC_ACTION_RECOVER: _ExecAction.ValueType  # 6
+    """A worker re-observed stored evidence of a generation it does not hold."""
+
+class ExecAction(_ExecAction, metaclass=_ExecActionEnumTypeWrapper):
+    """What an exec receipt records (exec entities: an entity backed by an OS process)."""
+
+EXEC_ACTION_UNSPECIFIED: ExecAction.ValueType  # 0
+EXEC_ACTION_START: ExecAction.ValueType  # 1
+"""A new generation of the process was started."""
+EXEC_ACTION_GRACEFUL: ExecAction.ValueType  # 2
+"""The shutdown policy's first action (e.g. SIGTERM, or closing stdin)."""
+EXEC_ACTION_FORCE: ExecAction.ValueType  # 3
+"""The force action after the policy's timeout, or for SIGKILL (SIGKILL, terminate)."""
+EXEC_ACTION_FORWARD: ExecAction.ValueType  # 4
+"""An entity signal passed on to the process (SIGINT, SIGHUP, SIGUSR1, SIGSTOP, SIGCONT)."""
+EXEC_ACTION_EXIT: ExecAction.ValueType  # 5
+"""The generation exited and was reaped."""
+EXEC_ACTION_RECOVER: ExecAction.ValueType  # 6
+"""A worker re-observed stored evidence of a generation it does not hold."""
+Global___ExecAction: _TypeAlias = ExecAction  # noqa: Y015
+
+class _ExecDisposition:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExecDispositionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecDisposition.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXEC_DISPOSITION_UNSPECIFIED: _ExecDisposition.ValueType  # 0
+    EXEC_DISPOSITION_ISSUED: _ExecDisposition.ValueType  # 1
+    """Sent to the proved generation."""
+    EXEC_DISPOSITION_HELD: _ExecDisposition.ValueType  # 2
+    """Not sent: the generation could not be proved at the action boundary (see reason)."""
+    EXEC_DISPOSITION_REFUSED: _ExecDisposition.ValueType  # 3
+    """Not sent: there is no generation to act on, or the action is not allowed (see reason)."""
+    EXEC_DISPOSITION_OBSERVED: _ExecDisposition.ValueType  # 4
+    """Something seen rather than done (a start, an exit)."""
+
+class ExecDisposition(_ExecDisposition, metaclass=_ExecDispositionEnumTypeWrapper):
+    """What became of the act."""
+
+EXEC_DISPOSITION_UNSPECIFIED: ExecDisposition.ValueType  # 0
+EXEC_DISPOSITION_ISSUED: ExecDisposition.ValueType  # 1
+"""Sent to the proved generation."""
+EXEC_DISPOSITION_HELD: ExecDisposition.ValueType  # 2
+"""Not sent: the generation could not be proved at the action boundary (see reason)."""
+EXEC_DISPOSITION_REFUSED: ExecDisposition.ValueType  # 3
+"""Not sent: there is no generation to act on, or the action is not allowed (see reason)."""
+EXEC_DISPOSITION_OBSERVED: ExecDisposition.ValueType  # 4
+"""Something seen rather than done (a start, an exit)."""
+Global___ExecDisposition: _TypeAlias = ExecDisposition  # noqa: Y015
 
 @_typing.final
 class EntityRef(_message.Message):
@@ -479,6 +549,170 @@ class CustomValue(_message.Message):
 Global___CustomValue: _TypeAlias = CustomValue  # noqa: Y015
 
 @_typing.final
+class ProcessGeneration(_message.Message):
+    """The evidence that pins one generation of an exec entity's process."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    BOOT_ID_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    """The entity's ref, "type/id": the declared task."""
+    generation: _builtins.int
+    """1 for the entity's first process, then one more per start."""
+    pid: _builtins.int
+    """As seen by the worker (in its PID namespace)."""
+    start_time: _builtins.int
+    """Field 22 of /proc/<pid>/stat: clock ticks after boot."""
+    boot_id: _builtins.str
+    """/proc/sys/kernel/random/boot_id."""
+    worker_id: _builtins.str
+    """The worker that started it."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        pid: _builtins.int = ...,
+        start_time: _builtins.int = ...,
+        boot_id: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boot_id", b"boot_id", "generation", b"generation", "pid", b"pid", "start_time", b"start_time", "task_id", b"task_id", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProcessGeneration: _TypeAlias = ProcessGeneration  # noqa: Y015
+
+@_typing.final
+class ExecReceipt(_message.Message):
+    """One act on (or observation of) an exec entity's process."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    ACTION_NAME_FIELD_NUMBER: _builtins.int
+    DISPOSITION_FIELD_NUMBER: _builtins.int
+    ISSUED_AT_FIELD_NUMBER: _builtins.int
+    DEADLINE_FIELD_NUMBER: _builtins.int
+    ESCALATED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    BACKEND_FIELD_NUMBER: _builtins.int
+    SIGNAL_KEY_FIELD_NUMBER: _builtins.int
+    EXIT_STATUS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    action: Global___ExecAction.ValueType
+    action_name: _builtins.str
+    """"SIGTERM", "SIGKILL", "stdin:close", "terminate", ..."""
+    disposition: Global___ExecDisposition.ValueType
+    escalated: _builtins.bool
+    """True once a force action was issued in this shutdown."""
+    reason: _builtins.str
+    """Why an act was held or refused, or what caused it."""
+    backend: _builtins.str
+    """"posix" or "portable"."""
+    signal_key: _builtins.str
+    """The entity signal this act carries out, if any."""
+    exit_status: _builtins.int
+    """EXIT: the exit status (0..255), or -N when killed by signal N; unset when unknown."""
+    group: _builtins.bool
+    """True when the act went to the whole process group."""
+    @_builtins.property
+    def generation(self) -> Global___ProcessGeneration: ...
+    @_builtins.property
+    def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def deadline(self) -> _timestamp_pb2.Timestamp:
+        """GRACEFUL: when the force follows if the generation is still alive."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """GRACEFUL: the policy's timeout."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """START: the exec spec's tags."""
+
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        generation: Global___ProcessGeneration | None = ...,
+        action: Global___ExecAction.ValueType = ...,
+        action_name: _builtins.str = ...,
+        disposition: Global___ExecDisposition.ValueType = ...,
+        issued_at: _timestamp_pb2.Timestamp | None = ...,
+        deadline: _timestamp_pb2.Timestamp | None = ...,
+        escalated: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        backend: _builtins.str = ...,
+        signal_key: _builtins.str = ...,
+        exit_status: _builtins.int | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+        group: _builtins.bool = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_status", b"_exit_status", "deadline", b"deadline", "exit_status", b"exit_status", "generation", b"generation", "issued_at", b"issued_at", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_status", b"_exit_status", "action", b"action", "action_name", b"action_name", "backend", b"backend", "deadline", b"deadline", "disposition", b"disposition", "escalated", b"escalated", "exit_status", b"exit_status", "generation", b"generation", "group", b"group", "issued_at", b"issued_at", "reason", b"reason", "signal_key", b"signal_key", "tags", b"tags", "task_id", b"task_id", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__exit_status: _TypeAlias = _typing.Literal["exit_status"]  # noqa: Y015
+    _WhichOneofArgType__exit_status: _TypeAlias = _typing.Literal["_exit_status", b"_exit_status"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_status) -> _WhichOneofReturnType__exit_status | None: ...
+
+Global___ExecReceipt: _TypeAlias = ExecReceipt  # noqa: Y015
+
+@_typing.final
+class ExecOutput(_message.Message):
+    """A bounded chunk of an exec entity's stdout or stderr."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    DROPPED_BYTES_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    generation: _builtins.int
+    stream: _builtins.str
+    """"stdout" or "stderr"."""
+    text: _builtins.str
+    truncated: _builtins.bool
+    """True when bytes were dropped before this chunk's end (line too long, or the budget spent)."""
+    dropped_bytes: _builtins.int
+    """Bytes dropped so far in this generation on this stream."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        stream: _builtins.str = ...,
+        text: _builtins.str = ...,
+        truncated: _builtins.bool = ...,
+        dropped_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_bytes", b"dropped_bytes", "generation", b"generation", "stream", b"stream", "task_id", b"task_id", "text", b"text", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecOutput: _TypeAlias = ExecOutput  # noqa: Y015
+
+@_typing.final
 class Event(_message.Message):
     """One record of an entity's stream, in the RFC's shape plus its offset."""
 
@@ -493,10 +727,12 @@ class Event(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     CUSTOM_FIELD_NUMBER: _builtins.int
+    EXEC_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     """Position in the entity's stream: 0, 1, 2, ... gap-free."""
     type: _builtins.str
-    """"signal", "state", "message", "run", or an entity-defined type."""
+    """"signal", "state", "message", "run", "exec", "output", or an entity-defined type."""
     key: _builtins.str
     """Record key; an update reuses the key of the record it updates."""
     @_builtins.property
@@ -511,6 +747,10 @@ class Event(_message.Message):
     def run(self) -> Global___RunValue: ...
     @_builtins.property
     def custom(self) -> Global___CustomValue: ...
+    @_builtins.property
+    def exec(self) -> Global___ExecReceipt: ...
+    @_builtins.property
+    def output(self) -> Global___ExecOutput: ...
     def __init__(
         self,
         *,
@@ -523,12 +763,14 @@ class Event(_message.Message):
         message: Global___MessageValue | None = ...,
         run: Global___RunValue | None = ...,
         custom: Global___CustomValue | None = ...,
+        exec: Global___ExecReceipt | None = ...,
+        output: Global___ExecOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "headers", b"headers", "message", b"message", "run", b"run", "signal", b"signal", "state", b"state", "value", b"value"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "headers", b"headers", "message", b"message", "output", b"output", "run", b"run", "signal", b"signal", "state", b"state", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "headers", b"headers", "key", b"key", "message", b"message", "offset", b"offset", "run", b"run", "signal", b"signal", "state", b"state", "type", b"type", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "headers", b"headers", "key", b"key", "message", b"message", "offset", b"offset", "output", b"output", "run", b"run", "signal", b"signal", "state", b"state", "type", b"type", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["signal", "state", "message", "run", "custom"]  # noqa: Y015
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["signal", "state", "message", "run", "custom", "exec", "output"]  # noqa: Y015
     _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 

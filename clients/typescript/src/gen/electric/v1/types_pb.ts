@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/types.proto.
  */
 export const file_electric_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsECCgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEInYKDEV2ZW50SGVhZGVycxIpCglvcGVyYXRpb24YASABKA4yFi5lbGVjdHJpYy52MS5PcGVyYXRpb24SLQoJdGltZXN0YW1wGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAMgASgEIqACCgtTaWduYWxWYWx1ZRIjCgZzaWduYWwYASABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGc2VuZGVyGAIgASgJEg4KBnJlYXNvbhgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKB291dGNvbWUYBSABKA4yGi5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lEg4KBmRldGFpbBgGIAEoCRIqCg5wcmV2aW91c19zdGF0ZRgHIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEiUKCW5ld19zdGF0ZRgIIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEhMKC21lc3NhZ2Vfa2V5GAkgASgJIqwBCgpTdGF0ZVZhbHVlEiEKBXN0YXRlGAEgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSKgoOcHJldmlvdXNfc3RhdGUYAiABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRINCgVjYXVzZRgDIAEoCRISCgpzaWduYWxfa2V5GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJSCgxNZXNzYWdlVmFsdWUSDAoEdGV4dBgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg4KBnNlbmRlchgDIAEoCSKdAQoIUnVuVmFsdWUSEwoLbWVzc2FnZV9rZXkYASABKAkSJgoGc3RhdHVzGAIgASgOMhYuZWxlY3RyaWMudjEuUnVuU3RhdHVzEgwKBHN0ZXAYAyABKAkSDgoGb3V0cHV0GAQgASgJEg8KB2F0dGVtcHQYBSABKA0SDQoFZXJyb3IYBiABKAkSFgoObWVzc2FnZV9vZmZzZXQYByABKAQiMwoLQ3VzdG9tVmFsdWUSJAoEZGF0YRgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSK9AgoFRXZlbnQSDgoGb2Zmc2V0GAEgASgEEgwKBHR5cGUYAiABKAkSCwoDa2V5GAMgASgJEioKB2hlYWRlcnMYBCABKAsyGS5lbGVjdHJpYy52MS5FdmVudEhlYWRlcnMSKgoGc2lnbmFsGAogASgLMhguZWxlY3RyaWMudjEuU2lnbmFsVmFsdWVIABIoCgVzdGF0ZRgLIAEoCzIXLmVsZWN0cmljLnYxLlN0YXRlVmFsdWVIABIsCgdtZXNzYWdlGAwgASgLMhkuZWxlY3RyaWMudjEuTWVzc2FnZVZhbHVlSAASJAoDcnVuGA0gASgLMhUuZWxlY3RyaWMudjEuUnVuVmFsdWVIABIqCgZjdXN0b20YDiABKAsyGC5lbGVjdHJpYy52MS5DdXN0b21WYWx1ZUgAQgcKBXZhbHVlKqkBCgZTaWduYWwSFgoSU0lHTkFMX1VOU1BFQ0lGSUVEEAASEQoNU0lHTkFMX1NJR0lOVBABEhEKDVNJR05BTF9TSUdIVVAQAhISCg5TSUdOQUxfU0lHVEVSTRADEhIKDlNJR05BTF9TSUdLSUxMEAQSEgoOU0lHTkFMX1NJR1NUT1AQBRISCg5TSUdOQUxfU0lHQ09OVBAGEhEKDVNJR05BTF9TSUdVU1IQByqgAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABISCg5TVEFURV9TUEFXTklORxABEhEKDVNUQVRFX1JVTk5JTkcQAhIOCgpTVEFURV9JRExFEAMSEAoMU1RBVEVfUEFVU0VEEAQSEgoOU1RBVEVfU1RPUFBJTkcQBRIRCg1TVEFURV9TVE9QUEVEEAYSEAoMU1RBVEVfS0lMTEVEEAcqhAIKDVNpZ25hbE91dGNvbWUSHgoaU0lHTkFMX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZTSUdOQUxfT1VUQ09NRV9QRU5ESU5HEAESHwobU0lHTkFMX09VVENPTUVfVFJBTlNJVElPTkVEEAISGgoWU0lHTkFMX09VVENPTUVfSUdOT1JFRBADEhwKGFNJR05BTF9PVVRDT01FX0RFTElWRVJFRBAEEhoKFlNJR05BTF9PVVRDT01FX0FCT1JURUQQBRIlCiFTSUdOQUxfT1VUQ09NRV9TSFVURE9XTl9SRVFVRVNURUQQBhIZChVTSUdOQUxfT1VUQ09NRV9GQUlMRUQQBypoCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASFAoQT1BFUkFUSU9OX0lOU0VSVBABEhQKEE9QRVJBVElPTl9VUERBVEUQAhIUChBPUEVSQVRJT05fREVMRVRFEAMqnQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19TVEFSVEVEEAESEwoPUlVOX1NUQVRVU19TVEVQEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIWChJSVU5fU1RBVFVTX0FCT1JURUQQBBIVChFSVU5fU1RBVFVTX0ZBSUxFRBAFYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIsECCgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEInYKDEV2ZW50SGVhZGVycxIpCglvcGVyYXRpb24YASABKA4yFi5lbGVjdHJpYy52MS5PcGVyYXRpb24SLQoJdGltZXN0YW1wGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAMgASgEIqACCgtTaWduYWxWYWx1ZRIjCgZzaWduYWwYASABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGc2VuZGVyGAIgASgJEg4KBnJlYXNvbhgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKB291dGNvbWUYBSABKA4yGi5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lEg4KBmRldGFpbBgGIAEoCRIqCg5wcmV2aW91c19zdGF0ZRgHIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEiUKCW5ld19zdGF0ZRgIIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEhMKC21lc3NhZ2Vfa2V5GAkgASgJIqwBCgpTdGF0ZVZhbHVlEiEKBXN0YXRlGAEgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSKgoOcHJldmlvdXNfc3RhdGUYAiABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRINCgVjYXVzZRgDIAEoCRISCgpzaWduYWxfa2V5GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJSCgxNZXNzYWdlVmFsdWUSDAoEdGV4dBgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg4KBnNlbmRlchgDIAEoCSKdAQoIUnVuVmFsdWUSEwoLbWVzc2FnZV9rZXkYASABKAkSJgoGc3RhdHVzGAIgASgOMhYuZWxlY3RyaWMudjEuUnVuU3RhdHVzEgwKBHN0ZXAYAyABKAkSDgoGb3V0cHV0GAQgASgJEg8KB2F0dGVtcHQYBSABKA0SDQoFZXJyb3IYBiABKAkSFgoObWVzc2FnZV9vZmZzZXQYByABKAQiMwoLQ3VzdG9tVmFsdWUSJAoEZGF0YRgBIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSJ9ChFQcm9jZXNzR2VuZXJhdGlvbhIPCgd0YXNrX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAQSCwoDcGlkGAMgASgFEhIKCnN0YXJ0X3RpbWUYBCABKAQSDwoHYm9vdF9pZBgFIAEoCRIRCgl3b3JrZXJfaWQYBiABKAki2wMKC0V4ZWNSZWNlaXB0Eg8KB3Rhc2tfaWQYASABKAkSMgoKZ2VuZXJhdGlvbhgCIAEoCzIeLmVsZWN0cmljLnYxLlByb2Nlc3NHZW5lcmF0aW9uEicKBmFjdGlvbhgDIAEoDjIXLmVsZWN0cmljLnYxLkV4ZWNBY3Rpb24SEwoLYWN0aW9uX25hbWUYBCABKAkSMQoLZGlzcG9zaXRpb24YBSABKA4yHC5lbGVjdHJpYy52MS5FeGVjRGlzcG9zaXRpb24SLQoJaXNzdWVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJZXNjYWxhdGVkGAggASgIEg4KBnJlYXNvbhgJIAEoCRIPCgdiYWNrZW5kGAogASgJEhIKCnNpZ25hbF9rZXkYCyABKAkSGAoLZXhpdF9zdGF0dXMYDCABKAVIAIgBARIqCgd0aW1lb3V0GA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBWdyb3VwGA4gASgIEgwKBHRhZ3MYDyADKAlCDgoMX2V4aXRfc3RhdHVzInkKCkV4ZWNPdXRwdXQSDwoHdGFza19pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgEEg4KBnN0cmVhbRgDIAEoCRIMCgR0ZXh0GAQgASgJEhEKCXRydW5jYXRlZBgFIAEoCBIVCg1kcm9wcGVkX2J5dGVzGAYgASgEIpIDCgVFdmVudBIOCgZvZmZzZXQYASABKAQSDAoEdHlwZRgCIAEoCRILCgNrZXkYAyABKAkSKgoHaGVhZGVycxgEIAEoCzIZLmVsZWN0cmljLnYxLkV2ZW50SGVhZGVycxIqCgZzaWduYWwYCiABKAsyGC5lbGVjdHJpYy52MS5TaWduYWxWYWx1ZUgAEigKBXN0YXRlGAsgASgLMhcuZWxlY3RyaWMudjEuU3RhdGVWYWx1ZUgAEiwKB21lc3NhZ2UYDCABKAsyGS5lbGVjdHJpYy52MS5NZXNzYWdlVmFsdWVIABIkCgNydW4YDSABKAsyFS5lbGVjdHJpYy52MS5SdW5WYWx1ZUgAEioKBmN1c3RvbRgOIAEoCzIYLmVsZWN0cmljLnYxLkN1c3RvbVZhbHVlSAASKAoEZXhlYxgPIAEoCzIYLmVsZWN0cmljLnYxLkV4ZWNSZWNlaXB0SAASKQoGb3V0cHV0GBAgASgLMhcuZWxlY3RyaWMudjEuRXhlY091dHB1dEgAQgcKBXZhbHVlKqkBCgZTaWduYWwSFgoSU0lHTkFMX1VOU1BFQ0lGSUVEEAASEQoNU0lHTkFMX1NJR0lOVBABEhEKDVNJR05BTF9TSUdIVVAQAhISCg5TSUdOQUxfU0lHVEVSTRADEhIKDlNJR05BTF9TSUdLSUxMEAQSEgoOU0lHTkFMX1NJR1NUT1AQBRISCg5TSUdOQUxfU0lHQ09OVBAGEhEKDVNJR05BTF9TSUdVU1IQByqgAQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABISCg5TVEFURV9TUEFXTklORxABEhEKDVNUQVRFX1JVTk5JTkcQAhIOCgpTVEFURV9JRExFEAMSEAoMU1RBVEVfUEFVU0VEEAQSEgoOU1RBVEVfU1RPUFBJTkcQBRIRCg1TVEFURV9TVE9QUEVEEAYSEAoMU1RBVEVfS0lMTEVEEAcqhAIKDVNpZ25hbE91dGNvbWUSHgoaU0lHTkFMX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZTSUdOQUxfT1VUQ09NRV9QRU5ESU5HEAESHwobU0lHTkFMX09VVENPTUVfVFJBTlNJVElPTkVEEAISGgoWU0lHTkFMX09VVENPTUVfSUdOT1JFRBADEhwKGFNJR05BTF9PVVRDT01FX0RFTElWRVJFRBAEEhoKFlNJR05BTF9PVVRDT01FX0FCT1JURUQQBRIlCiFTSUdOQUxfT1VUQ09NRV9TSFVURE9XTl9SRVFVRVNURUQQBhIZChVTSUdOQUxfT1VUQ09NRV9GQUlMRUQQBypoCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASFAoQT1BFUkFUSU9OX0lOU0VSVBABEhQKEE9QRVJBVElPTl9VUERBVEUQAhIUChBPUEVSQVRJT05fREVMRVRFEAMqnQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSUlVOX1NUQVRVU19TVEFSVEVEEAESEwoPUlVOX1NUQVRVU19TVEVQEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIWChJSVU5fU1RBVFVTX0FCT1JURUQQBBIVChFSVU5fU1RBVFVTX0ZBSUxFRBAFKrkBCgpFeGVjQWN0aW9uEhsKF0VYRUNfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFQoRRVhFQ19BQ1RJT05fU1RBUlQQARIYChRFWEVDX0FDVElPTl9HUkFDRUZVTBACEhUKEUVYRUNfQUNUSU9OX0ZPUkNFEAMSFwoTRVhFQ19BQ1RJT05fRk9SV0FSRBAEEhQKEEVYRUNfQUNUSU9OX0VYSVQQBRIXChNFWEVDX0FDVElPTl9SRUNPVkVSEAYqqAEKD0V4ZWNEaXNwb3NpdGlvbhIgChxFWEVDX0RJU1BPU0lUSU9OX1VOU1BFQ0lGSUVEEAASGwoXRVhFQ19ESVNQT1NJVElPTl9JU1NVRUQQARIZChVFWEVDX0RJU1BPU0lUSU9OX0hFTEQQAhIcChhFWEVDX0RJU1BPU0lUSU9OX1JFRlVTRUQQAxIdChlFWEVDX0RJU1BPU0lUSU9OX09CU0VSVkVEEARiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * `{entity_type}/{instance_id}`. Both parts match [A-Za-z0-9_.-]{1,128}.
@@ -376,6 +376,221 @@ export const CustomValueSchema: GenMessage<CustomValue> = /*@__PURE__*/
   messageDesc(file_electric_v1_types, 8);
 
 /**
+ * The evidence that pins one generation of an exec entity's process.
+ *
+ * @generated from message electric.v1.ProcessGeneration
+ */
+export type ProcessGeneration = Message<"electric.v1.ProcessGeneration"> & {
+  /**
+   * The entity's ref, "type/id": the declared task.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * 1 for the entity's first process, then one more per start.
+   *
+   * @generated from field: uint64 generation = 2;
+   */
+  generation: bigint;
+
+  /**
+   * As seen by the worker (in its PID namespace).
+   *
+   * @generated from field: int32 pid = 3;
+   */
+  pid: number;
+
+  /**
+   * Field 22 of /proc/<pid>/stat: clock ticks after boot.
+   *
+   * @generated from field: uint64 start_time = 4;
+   */
+  startTime: bigint;
+
+  /**
+   * /proc/sys/kernel/random/boot_id.
+   *
+   * @generated from field: string boot_id = 5;
+   */
+  bootId: string;
+
+  /**
+   * The worker that started it.
+   *
+   * @generated from field: string worker_id = 6;
+   */
+  workerId: string;
+};
+
+/**
+ * Describes the message electric.v1.ProcessGeneration.
+ * Use `create(ProcessGenerationSchema)` to create a new message.
+ */
+export const ProcessGenerationSchema: GenMessage<ProcessGeneration> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 9);
+
+/**
+ * One act on (or observation of) an exec entity's process.
+ *
+ * @generated from message electric.v1.ExecReceipt
+ */
+export type ExecReceipt = Message<"electric.v1.ExecReceipt"> & {
+  /**
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * @generated from field: electric.v1.ProcessGeneration generation = 2;
+   */
+  generation?: ProcessGeneration | undefined;
+
+  /**
+   * @generated from field: electric.v1.ExecAction action = 3;
+   */
+  action: ExecAction;
+
+  /**
+   * "SIGTERM", "SIGKILL", "stdin:close", "terminate", ...
+   *
+   * @generated from field: string action_name = 4;
+   */
+  actionName: string;
+
+  /**
+   * @generated from field: electric.v1.ExecDisposition disposition = 5;
+   */
+  disposition: ExecDisposition;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp issued_at = 6;
+   */
+  issuedAt?: Timestamp | undefined;
+
+  /**
+   * GRACEFUL: when the force follows if the generation is still alive.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 7;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * True once a force action was issued in this shutdown.
+   *
+   * @generated from field: bool escalated = 8;
+   */
+  escalated: boolean;
+
+  /**
+   * Why an act was held or refused, or what caused it.
+   *
+   * @generated from field: string reason = 9;
+   */
+  reason: string;
+
+  /**
+   * "posix" or "portable".
+   *
+   * @generated from field: string backend = 10;
+   */
+  backend: string;
+
+  /**
+   * The entity signal this act carries out, if any.
+   *
+   * @generated from field: string signal_key = 11;
+   */
+  signalKey: string;
+
+  /**
+   * EXIT: the exit status (0..255), or -N when killed by signal N; unset when unknown.
+   *
+   * @generated from field: optional int32 exit_status = 12;
+   */
+  exitStatus?: number | undefined;
+
+  /**
+   * GRACEFUL: the policy's timeout.
+   *
+   * @generated from field: google.protobuf.Duration timeout = 13;
+   */
+  timeout?: Duration | undefined;
+
+  /**
+   * True when the act went to the whole process group.
+   *
+   * @generated from field: bool group = 14;
+   */
+  group: boolean;
+
+  /**
+   * START: the exec spec's tags.
+   *
+   * @generated from field: repeated string tags = 15;
+   */
+  tags: string[];
+};
+
+/**
+ * Describes the message electric.v1.ExecReceipt.
+ * Use `create(ExecReceiptSchema)` to create a new message.
+ */
+export const ExecReceiptSchema: GenMessage<ExecReceipt> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 10);
+
+/**
+ * A bounded chunk of an exec entity's stdout or stderr.
+ *
+ * @generated from message electric.v1.ExecOutput
+ */
+export type ExecOutput = Message<"electric.v1.ExecOutput"> & {
+  /**
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * @generated from field: uint64 generation = 2;
+   */
+  generation: bigint;
+
+  /**
+   * "stdout" or "stderr".
+   *
+   * @generated from field: string stream = 3;
+   */
+  stream: string;
+
+  /**
+   * @generated from field: string text = 4;
+   */
+  text: string;
+
+  /**
+   * True when bytes were dropped before this chunk's end (line too long, or the budget spent).
+   *
+   * @generated from field: bool truncated = 5;
+   */
+  truncated: boolean;
+
+  /**
+   * Bytes dropped so far in this generation on this stream.
+   *
+   * @generated from field: uint64 dropped_bytes = 6;
+   */
+  droppedBytes: bigint;
+};
+
+/**
+ * Describes the message electric.v1.ExecOutput.
+ * Use `create(ExecOutputSchema)` to create a new message.
+ */
+export const ExecOutputSchema: GenMessage<ExecOutput> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 11);
+
+/**
  * One record of an entity's stream, in the RFC's shape plus its offset.
  *
  * @generated from message electric.v1.Event
@@ -389,7 +604,7 @@ export type Event = Message<"electric.v1.Event"> & {
   offset: bigint;
 
   /**
-   * "signal", "state", "message", "run", or an entity-defined type.
+   * "signal", "state", "message", "run", "exec", "output", or an entity-defined type.
    *
    * @generated from field: string type = 2;
    */
@@ -440,6 +655,18 @@ export type Event = Message<"electric.v1.Event"> & {
      */
     value: CustomValue;
     case: "custom";
+  } | {
+    /**
+     * @generated from field: electric.v1.ExecReceipt exec = 15;
+     */
+    value: ExecReceipt;
+    case: "exec";
+  } | {
+    /**
+     * @generated from field: electric.v1.ExecOutput output = 16;
+     */
+    value: ExecOutput;
+    case: "output";
   } | { case: undefined; value?: undefined };
 };
 
@@ -448,7 +675,7 @@ export type Event = Message<"electric.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 9);
+  messageDesc(file_electric_v1_types, 12);
 
 /**
  * The seven lifecycle signals of the `signal` verb RFC.
@@ -700,4 +927,110 @@ export enum RunStatus {
  */
 export const RunStatusSchema: GenEnum<RunStatus> = /*@__PURE__*/
   enumDesc(file_electric_v1_types, 4);
+
+/**
+ * What an exec receipt records (exec entities: an entity backed by an OS process).
+ *
+ * @generated from enum electric.v1.ExecAction
+ */
+export enum ExecAction {
+  /**
+   * @generated from enum value: EXEC_ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A new generation of the process was started.
+   *
+   * @generated from enum value: EXEC_ACTION_START = 1;
+   */
+  START = 1,
+
+  /**
+   * The shutdown policy's first action (e.g. SIGTERM, or closing stdin).
+   *
+   * @generated from enum value: EXEC_ACTION_GRACEFUL = 2;
+   */
+  GRACEFUL = 2,
+
+  /**
+   * The force action after the policy's timeout, or for SIGKILL (SIGKILL, terminate).
+   *
+   * @generated from enum value: EXEC_ACTION_FORCE = 3;
+   */
+  FORCE = 3,
+
+  /**
+   * An entity signal passed on to the process (SIGINT, SIGHUP, SIGUSR1, SIGSTOP, SIGCONT).
+   *
+   * @generated from enum value: EXEC_ACTION_FORWARD = 4;
+   */
+  FORWARD = 4,
+
+  /**
+   * The generation exited and was reaped.
+   *
+   * @generated from enum value: EXEC_ACTION_EXIT = 5;
+   */
+  EXIT = 5,
+
+  /**
+   * A worker re-observed stored evidence of a generation it does not hold.
+   *
+   * @generated from enum value: EXEC_ACTION_RECOVER = 6;
+   */
+  RECOVER = 6,
+}
+
+/**
+ * Describes the enum electric.v1.ExecAction.
+ */
+export const ExecActionSchema: GenEnum<ExecAction> = /*@__PURE__*/
+  enumDesc(file_electric_v1_types, 5);
+
+/**
+ * What became of the act.
+ *
+ * @generated from enum electric.v1.ExecDisposition
+ */
+export enum ExecDisposition {
+  /**
+   * @generated from enum value: EXEC_DISPOSITION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Sent to the proved generation.
+   *
+   * @generated from enum value: EXEC_DISPOSITION_ISSUED = 1;
+   */
+  ISSUED = 1,
+
+  /**
+   * Not sent: the generation could not be proved at the action boundary (see reason).
+   *
+   * @generated from enum value: EXEC_DISPOSITION_HELD = 2;
+   */
+  HELD = 2,
+
+  /**
+   * Not sent: there is no generation to act on, or the action is not allowed (see reason).
+   *
+   * @generated from enum value: EXEC_DISPOSITION_REFUSED = 3;
+   */
+  REFUSED = 3,
+
+  /**
+   * Something seen rather than done (a start, an exit).
+   *
+   * @generated from enum value: EXEC_DISPOSITION_OBSERVED = 4;
+   */
+  OBSERVED = 4,
+}
+
+/**
+ * Describes the enum electric.v1.ExecDisposition.
+ */
+export const ExecDispositionSchema: GenEnum<ExecDisposition> = /*@__PURE__*/
+  enumDesc(file_electric_v1_types, 6);
 
