@@ -9,6 +9,8 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
   (kill -9) and signal tests; it waits for the "listening" line on stdout.
 - ``db_rows``: every row of a server's SQLite file, to prove a refused call
   wrote nothing.
+- ``electric`` / ``client``: a ``TestServer`` on its own thread (short lease TTL
+  and heartbeat, for the runtime's tests) and an ``AsyncClient`` of it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,26 @@ import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
 
+from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk.testing import TestServer
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def electric(tmp_path: Path) -> Iterator[TestServer]:
+    with TestServer(tmp_path / "electric", lease_ttl_ms=600, heartbeat_interval_ms=100) as server:
+        yield server
+
+
+@pytest.fixture
+async def client(electric: TestServer) -> AsyncIterator[AsyncClient]:
+    async with electric.async_client() as c:
+        yield c
 
 
 StartServer = Callable[..., Awaitable[ElectricServer]]

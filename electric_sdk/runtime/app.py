@@ -17,10 +17,10 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._options import DurationLike, to_duration
@@ -28,6 +28,7 @@ from ..lifecycle import Signal
 
 if TYPE_CHECKING:
     from .context import Context, Message, SignalInfo
+    from .exec.spec import Backend, ExecType, ShutdownPolicy
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
 
@@ -211,6 +212,56 @@ class App:
             return etype
 
         return _Define(define)
+
+    def exec(
+        self,
+        id: str,
+        command: Sequence[str] | str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        keep: bool = False,
+        tags: Sequence[str] = (),
+        shutdown: ShutdownPolicy | None = None,
+        grace_period: DurationLike | None = None,
+        idle_timeout: DurationLike | None = None,
+        backend: Backend | None = None,
+        stdin_format: Literal["text", "json"] = "text",
+        output_limit: int | None = None,
+    ) -> ExecType:
+        """Define an exec entity type: each entity of it is an OS process (docs/exec.md).
+
+        >>> app.exec("tail", ["tail", "-F", "app.log"], keep=True,
+        ...          shutdown=ShutdownPolicy("SIGTERM", "5s"), grace_period="10s")
+        """
+        from .exec import spec as exec_spec
+
+        spec = exec_spec.ExecSpec(
+            id=id,
+            command=command,
+            cwd=cwd,
+            env=dict(env or {}),
+            keep=keep,
+            tags=tuple(tags),
+            shutdown=shutdown,
+            grace_period=grace_period,
+            idle_timeout=idle_timeout,
+            backend=backend or exec_spec.DEFAULT_BACKEND,
+            stdin_format=stdin_format,
+            output_limit=exec_spec.DEFAULT_OUTPUT_LIMIT if output_limit is None else output_limit,
+        )
+        etype = exec_spec.define(spec)
+        self.add(etype)
+        return etype
+
+    def add_exec_file(self, path: str | os.PathLike[str]) -> list[ExecType]:
+        """Add every exec type declared in a TOML file (docs/exec.md has the grammar)."""
+        from .exec.config import load_exec_file
+
+        types = load_exec_file(path)
+        for etype in types:
+            self.add(etype)
+        return types
 
     def add(self, etype: EntityType) -> EntityType:
         if etype.name in self.types:

@@ -24,26 +24,25 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._async import _json
 from ..lifecycle import Action, Outcome, Signal, State
-from ..models import Entity, Event
+from ..models import Event
 from .app import EntityType
 from .context import Context, Message, SignalInfo
 from .fenced import (
     DEFAULT_GRACE,
     FINAL_WRITE_TIMEOUT_S,
-    Doorbell,
-    Fenced,
     Session,
     loop_deadline,
     message_of,
     signal_info,
 )
+from .lifetime import Lifetime
 
 __all__ = ["EntityHost"]
 
@@ -66,13 +65,11 @@ class _Run:
     deferred: list[pb.Event] = field(default_factory=list)
 
 
-class EntityHost:
+class EntityHost(Lifetime):
     def __init__(self, session: Session, etype: EntityType, grant: rt.LeaseGranted) -> None:
-        lease, self._resume_offset = grant.lease, grant.resume_offset  # older events predate this lease
-        self._bell = Doorbell()
-        self._fenced = Fenced(session, lease, grant.entity, self._bell.ring, self.end)
+        super().__init__(session, grant)
+        self._resume_offset = grant.resume_offset  # older events predate this lease
         self.etype = etype
-        self.lease = lease
         self.instance: Any = etype.factory()
         self._queue: deque[Message] = deque()
         self._seen: set[int] = set()
@@ -81,29 +78,8 @@ class EntityHost:
         self._cleanup_started = False
         self._term: SignalInfo | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
-        self._draining = False
-        self._tg: TaskGroup | None = None
         self._idle_since = 0.0
         self.grace_deadline: datetime | None = self.entity.stopping_deadline
-        self.end_reason: str | None = None
-        self.revoked = False
-
-    # -- facts ------------------------------------------------------------------------------
-
-    @property
-    def entity(self) -> Entity:
-        """The entity as last seen (deliveries and write results, newest txid wins)."""
-        return self._fenced.entity
-
-    @property
-    def state(self) -> State:
-        return self._fenced.state
-
-    async def wait_state(self, *states: State) -> State:
-        """Wait until the host has seen the entity enter one of ``states`` (or stops hosting it)."""
-        while self.state not in states and self.end_reason is None:
-            await self._bell.wait()
-        return self.state
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -114,24 +90,6 @@ class EntityHost:
             self._tg = tg
             task_status.started()
             tg.start_soon(self._main)
-
-    def end(self, reason: str) -> None:
-        """Stop hosting now: everything in the task group is cancelled."""
-        self._bell.ring()
-        if self.end_reason is None:
-            self.end_reason = reason
-            log.debug("%s/%s: hosting ends (%s)", self.entity.ref.type, self.entity.ref.id, reason)
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
-
-    def revoke(self, reason: str) -> None:
-        self.revoked = True
-        self.end(f"revoked: {reason}")
-
-    def drain(self) -> None:
-        """Finish the current run (and a cleanup under way), start nothing new, then end."""
-        self._draining = True
-        self._bell.ring()
 
     async def _main(self) -> None:
         try:

@@ -41,6 +41,8 @@ from ..client._options import DurationLike
 from ..durations import parse_ms
 from ..models import Event
 from .app import App
+from .exec.host import ExecHost
+from .exec.spec import ExecType
 from .fenced import SessionLost
 from .host import EntityHost
 
@@ -57,6 +59,10 @@ def _seconds(value: DurationLike) -> float:
     if isinstance(value, str):
         return parse_ms(value) / 1000
     return float(value)
+
+
+# An exec type's entities are OS processes (exec/host.py); the rest run Python code (host.py).
+Host = EntityHost | ExecHost
 
 
 def _key(ref: pb.EntityRef) -> tuple[str, str]:
@@ -101,7 +107,7 @@ class Worker:
         self._max_backoff_s = max_backoff_s
         # Called on every wake (dev mode): the app to host the woken entity with.
         self._reload_app = reload_app
-        self._hosts: dict[tuple[str, str], EntityHost] = {}
+        self._hosts: dict[tuple[str, str], Host] = {}
         self._hosts_changed = anyio.Event()
         self._pending: dict[int, _Pending] = {}
         self._next_request_id = 0
@@ -119,11 +125,11 @@ class Worker:
     # -- facts ------------------------------------------------------------------------------
 
     @property
-    def hosts(self) -> dict[tuple[str, str], EntityHost]:
+    def hosts(self) -> dict[tuple[str, str], Host]:
         """The entities hosted now, by (type, id)."""
         return dict(self._hosts)
 
-    def host(self, ref: str) -> EntityHost | None:
+    def host(self, ref: str) -> Host | None:
         type_, _, id_ = ref.removeprefix("/").partition("/")
         return self._hosts.get((type_, id_))
 
@@ -278,12 +284,14 @@ class Worker:
         old = self._hosts.get(key)
         if old is not None:  # a newer lease on an entity we still host: the old session is over
             old.revoke("superseded")
-        host = EntityHost(self, etype, grant)
+        host: Host = (
+            ExecHost(self, etype, grant) if isinstance(etype, ExecType) else EntityHost(self, etype, grant)
+        )
         self._hosts[key] = host
         await tg.start(self._host_task, host)
         self._ring_hosts()
 
-    async def _host_task(self, host: EntityHost, *, task_status: TaskStatus[None]) -> None:
+    async def _host_task(self, host: Host, *, task_status: TaskStatus[None]) -> None:
         key = _key(host.lease.ref)
         try:
             await host.run(task_status=task_status)
@@ -300,7 +308,7 @@ class Worker:
         self._hosts_changed.set()
         self._hosts_changed = anyio.Event()
 
-    async def wait_host(self, ref: str, *, gone: bool = False) -> EntityHost | None:
+    async def wait_host(self, ref: str, *, gone: bool = False) -> Host | None:
         """Wait until the worker hosts ``ref`` (or, with ``gone=True``, no longer does)."""
         while (self.host(ref) is None) != gone:
             changed = self._hosts_changed

@@ -128,6 +128,7 @@ class ElectricServer:
         await self._reaper.start()
         self.runtime = Runtime(self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms)
         await self.runtime.start()
+        self._reaper.is_leased = self.runtime.is_leased
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,

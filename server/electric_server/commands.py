@@ -159,8 +159,11 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
     return decide
 
 
-def expire_grace(ref: Ref, deadline_ms: int) -> Decide:
-    """The reaper's write: stopping → stopped once the stored deadline passed."""
+def expire_grace(ref: Ref, deadline_ms: int, leased: bool = False) -> Decide:
+    """The reaper's write: stopping → stopped once the stored deadline passed.
+
+    A leased entity's stream stays open until the lease ends, so its runtime can
+    still append what the cleanup's end produced (an exec entity's force receipt)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if (
@@ -171,7 +174,7 @@ def expire_grace(ref: Ref, deadline_ms: int) -> Decide:
         ):
             return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
         lifecycle.check_runtime_transition(State.STOPPING, State.STOPPED, "grace_expired")
-        event, record = _transition(current, State.STOPPED, ctx, "grace_expired")
+        event, record = _transition(current, State.STOPPED, ctx, "grace_expired", leased=leased)
         return Mutation([event], record)
 
     return decide

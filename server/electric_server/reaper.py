@@ -17,6 +17,7 @@ import contextlib
 import heapq
 import logging
 import time
+from collections.abc import Callable
 
 from electric_sdk.lifecycle import State
 
@@ -41,6 +42,8 @@ class Reaper:
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
         self.expired = 0  # grace expiries written, for tests and status
+        # Set by the server once its runtime exists: a leased entity's stream closes with its lease.
+        self.is_leased: Callable[[Ref], bool] = lambda _ref: False
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
@@ -79,7 +82,10 @@ class Reaper:
             while self._heap and self._heap[0][0] <= now:
                 due.append(heapq.heappop(self._heap))
             if due:
-                writes = [Write(ref, commands.expire_grace(ref, deadline)) for deadline, ref in due]
+                writes = [
+                    Write(ref, commands.expire_grace(ref, deadline, self.is_leased(ref)))
+                    for deadline, ref in due
+                ]
                 for (deadline, ref), outcome in zip(due, await self.store.write_many(writes), strict=True):
                     if isinstance(outcome, BaseException):
                         log.error("grace expiry of %s/%s failed: %s", *ref, outcome)

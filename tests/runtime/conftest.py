@@ -2,30 +2,3 @@
 
 Tests synchronize on events, never on sleeps (see rt_support.py).
 """
-
-from __future__ import annotations
-
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
-
-import pytest
-
-from electric_sdk import AsyncClient
-from electric_sdk.testing import TestServer
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-def electric(tmp_path: Any) -> Iterator[TestServer]:
-    with TestServer(tmp_path / "electric", lease_ttl_ms=600, heartbeat_interval_ms=100) as server:
-        yield server
-
-
-@pytest.fixture
-async def client(electric: TestServer) -> AsyncIterator[AsyncClient]:
-    async with electric.async_client() as c:
-        yield c

@@ -1,0 +1,45 @@
+"""Exec entities: entity types backed by an OS process, with generation-safe shutdown.
+
+Define one in Python (``app.exec(...)``) or in a TOML file the worker loads
+(``load_exec_file``); ``docs/exec.md`` has the grammar, the signal mapping and
+the receipts. Modules: ``spec`` (the definition and its checks), ``config``
+(the TOML file), ``evidence`` (what proves a generation), ``process`` (the
+posix and portable backends), ``output`` (stdout/stderr into the stream),
+``hooks`` (the test hook between planning and issuing an action), ``host``
+(one leased exec entity).
+"""
+
+from .config import load_exec_file, parse_exec_file
+from .evidence import Evidence
+from .hooks import ActionPlan, action_hook, set_action_hook
+from .spec import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    FORCE_ACTIONS,
+    GRACEFUL_ACTIONS,
+    MAX_SHUTDOWN_TIMEOUT,
+    SHUTDOWN_LINE,
+    ExecSpec,
+    ExecType,
+    ShutdownPolicy,
+    define,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "FORCE_ACTIONS",
+    "GRACEFUL_ACTIONS",
+    "MAX_SHUTDOWN_TIMEOUT",
+    "SHUTDOWN_LINE",
+    "ActionPlan",
+    "Evidence",
+    "ExecSpec",
+    "ExecType",
+    "ShutdownPolicy",
+    "action_hook",
+    "define",
+    "load_exec_file",
+    "parse_exec_file",
+    "set_action_hook",
+]

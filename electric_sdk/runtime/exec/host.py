@@ -1,0 +1,609 @@
+"""ExecHost: one leased exec entity, whose code is an OS process (ARCHITECTURE §4).
+
+The process starts when the entity starts or wakes; each message is written
+to its stdin as one line (a run that completes once the line is written); its
+stdout and stderr go into the stream as ``output`` events; a natural exit
+moves the entity to ``idle`` (cause ``process_exited``) and the next message
+starts a new generation. Signals map onto the process: SIGTERM runs the
+shutdown policy, SIGKILL forces now, SIGSTOP/SIGCONT freeze and thaw the
+process group, SIGINT, SIGHUP and SIGUSR are passed on as SIGINT, SIGHUP and
+SIGUSR1. Every act writes an ``exec`` receipt.
+
+The shutdown's rules (seed 003): the timeout starts only once the graceful
+action was issued to the proved generation; an exit before the timeout ends
+it with no force; at expiry the generation is re-observed and forced exactly
+once; any doubt holds the action, and the receipt says why. The child is
+reaped only after the last action on it, so its PID cannot be reused while
+an action could still name it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+import anyio
+from anyio.abc import TaskStatus
+from google.protobuf import timestamp_pb2
+
+from ... import lifecycle
+from ..._proto.electric.v1 import runtime_service_pb2 as rt
+from ..._proto.electric.v1 import types_pb2 as pb
+from ...lifecycle import Action, Outcome, Signal, State
+from ...models import Event
+from ..context import Message, SignalInfo
+from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of, signal_info
+from ..host import DEFAULT_IDLE_TIMEOUT
+from ..lifetime import Lifetime
+from .evidence import Evidence, observe
+from .hooks import ActionPlan, run_hook
+from .output import OutputPump
+from .process import Child, describe_status, spawn
+from .spec import STDIN_ACTIONS, ExecType
+
+__all__ = ["ExecHost"]
+
+log = logging.getLogger("electric.runtime.exec")
+
+# How long a forced process may take to die before the host stops waiting (a process in
+# uninterruptible sleep); and how long output may trail the exit before the EXIT receipt.
+FORCE_WAIT_S = 5.0
+OUTPUT_TRAIL_S = 0.2
+FORWARDED = {
+    Signal.SIGINT: "SIGINT",
+    Signal.SIGHUP: "SIGHUP",
+    Signal.SIGUSR: "SIGUSR1",
+    Signal.SIGSTOP: "SIGSTOP",
+    Signal.SIGCONT: "SIGCONT",
+}
+_A = {
+    "start": pb.EXEC_ACTION_START,
+    "graceful": pb.EXEC_ACTION_GRACEFUL,
+    "force": pb.EXEC_ACTION_FORCE,
+    "forward": pb.EXEC_ACTION_FORWARD,
+    "exit": pb.EXEC_ACTION_EXIT,
+    "recover": pb.EXEC_ACTION_RECOVER,
+}
+_D = {
+    "issued": pb.EXEC_DISPOSITION_ISSUED,
+    "held": pb.EXEC_DISPOSITION_HELD,
+    "refused": pb.EXEC_DISPOSITION_REFUSED,
+    "observed": pb.EXEC_DISPOSITION_OBSERVED,
+}
+_OUTCOME_PB = {o: pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}") for o in Outcome}
+
+
+def _ts(value: datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+class ExecHost(Lifetime):
+    def __init__(self, session: Session, etype: ExecType, grant: rt.LeaseGranted) -> None:
+        super().__init__(session, grant)
+        self.etype = etype
+        self.spec = etype.spec
+        self.task_id = f"{self.lease.ref.type}/{self.lease.ref.id}"
+        self.worker_id = str(getattr(session, "worker_id", ""))
+        self.child: Child | None = None
+        self.generation = 0
+        # The last generation we know of and how it ended (None: never started, or still running).
+        self.last: Evidence | None = None
+        self.last_status: int | None = None
+        # A stored generation this worker does not hold, still alive: never acted on.
+        self.orphan: Evidence | None = None
+        self._exited_in_session = False
+        self._busy = 0  # shutdowns/kills in progress: they settle the exit themselves
+        self._pumps: list[OutputPump] = []
+        self._queue: deque[Message] = deque()
+        self._seen: set[int] = set()
+        self._cleanup_started = False
+        self._shutdown_scope: anyio.CancelScope | None = None
+        self._active_since = 0.0
+
+    @property
+    def alive(self) -> bool:
+        return self.child is not None and not self.child.exited.is_set()
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._active_since = anyio.current_time()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                tg.start_soon(self._main)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._end_child()
+
+    async def _main(self) -> None:
+        try:
+            await self._recover()
+            if self.state is State.SPAWNING:
+                await self._fenced.transition(State.RUNNING, "started")
+            elif self.state is State.IDLE:
+                await self._fenced.transition(State.RUNNING, "wake")
+            elif self.state is State.STOPPING:  # leased for the cleanup: nothing of ours runs
+                self._start_cleanup(None, pending=False)
+            await self._loop()
+        finally:
+            self.end(self.end_reason or "done")
+
+    async def _loop(self) -> None:
+        while self.end_reason is None:
+            state = self.state
+            child = self.child
+            if state.terminal:
+                if not self._busy:
+                    self.end(state.value)
+                    return
+            elif child is not None and child.exited.is_set() and not self._busy:
+                await self._settle(child, "exited on its own")
+                continue
+            elif state is State.RUNNING and not self._busy:
+                if self._draining:
+                    await self._shutdown("the worker is draining")
+                    self.end("drained")
+                    return
+                if child is None:
+                    if self._exited_in_session:  # a natural exit: no automatic restart
+                        if await self._fenced.transition(State.IDLE, "process_exited"):
+                            self.end("process_exited")
+                            return
+                    else:
+                        await self._start_child()
+                    continue
+                if self._queue:
+                    await self._write_message(child, self._queue.popleft())
+                    continue
+                if not self.spec.keep:
+                    idle_s = (self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT).total_seconds()
+                    if anyio.current_time() >= self._active_since + idle_s:
+                        await self._shutdown("idle timeout")
+                        if await self._fenced.transition(State.IDLE, "idle_timeout"):
+                            self.end("idle_timeout")
+                            return
+                        continue
+                    with anyio.move_on_after(self._active_since + idle_s - anyio.current_time()):
+                        await self._bell.wait()
+                    continue
+            elif self._draining and state is not State.STOPPING and not self._busy:
+                self.end("drained")
+                return
+            await self._bell.wait()
+
+    # -- stored evidence ------------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        """Find the last generation in the stream; one this worker does not hold is re-observed."""
+        try:
+            history = await self._fenced.session.history(self.lease.ref)
+        except Exception as exc:  # e.g. a token without the read scope: numbering starts afresh
+            log.warning("%s: cannot read the stream (%s); generations restart at 1", self.task_id, exc)
+            return
+        started: Evidence | None = None
+        ended = False
+        for event in _receipts(history):
+            value = event.value
+            if value.get("action") == "start" and value.get("generation"):
+                started, ended = Evidence.from_json(value["generation"]), False
+                self.generation = max(self.generation, started.generation)
+            elif value.get("action") in ("exit", "recover") and started is not None:
+                gen = value.get("generation") or {}
+                if gen.get("generation") == started.generation and value.get("disposition") != "held":
+                    ended = True
+                    self.last, self.last_status = started, value.get("exit_status")
+        if started is None or ended:
+            return
+        doubt = observe(started)
+        if doubt is None:
+            self.orphan = started
+            await self._receipt(
+                "recover",
+                "held",
+                evidence=started,
+                reason=(
+                    f"{started.describe()} is still running but was started by {started.worker_id or 'another worker'}: "
+                    "this worker cannot prove it, so it will never signal it"
+                ),
+            )
+        else:
+            self.last = started
+            await self._receipt(
+                "recover", "observed", evidence=started, reason=f"{started.describe()} is gone: {doubt}"
+            )
+
+    # -- the process ------------------------------------------------------------------------------
+
+    async def _start_child(self) -> None:
+        self.generation += 1
+        cwd = self.spec.cwd
+        try:
+            child = spawn(self.spec, self.task_id, self.generation, self.worker_id, cwd)
+        except OSError as exc:
+            log.warning("%s: cannot start %s: %s", self.task_id, self.spec.argv, exc)
+            self._exited_in_session = True
+            await self._receipt("start", "refused", reason=f"cannot start {self.spec.argv[0]!r}: {exc}")
+            return
+        self.child = child
+        self._active_since = anyio.current_time()
+        assert self._tg is not None
+        self._tg.start_soon(self._watch, child)
+        self._pumps = []
+        for name, stream in (("stdout", child.popen.stdout), ("stderr", child.popen.stderr)):
+            if stream is not None:
+                pump = OutputPump(
+                    stream, name, self.task_id, self.generation, self.spec.output_limit, self._emit
+                )
+                self._pumps.append(pump)
+                self._tg.start_soon(pump.run)
+        await self._receipt(
+            "start",
+            "observed",
+            evidence=child.evidence,
+            issued_at=datetime.now(UTC),
+            reason=f"started {self.spec.argv!r}",
+            tags=list(self.spec.tags),
+        )
+
+    async def _watch(self, child: Child) -> None:
+        await child.watch()
+        self._bell.ring()
+
+    async def _emit(self, chunk: pb.ExecOutput) -> None:
+        await self._fenced.write(retry=True, output=chunk)
+
+    async def _settle(
+        self, child: Child, reason: str, *, escalated: bool = False, signal_key: str = ""
+    ) -> None:
+        """The generation exited: let its output catch up, reap it, and say how it ended."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(OUTPUT_TRAIL_S):
+                for pump in self._pumps:
+                    await pump.done.wait()
+            status = child.reap()
+            if self.child is child:
+                self.child = None
+                self._exited_in_session = True
+            self.last, self.last_status = child.evidence, status
+            await self._receipt(
+                "exit",
+                "observed",
+                evidence=child.evidence,
+                issued_at=datetime.now(UTC),
+                exit_status=status,
+                escalated=escalated,
+                reason=f"{describe_status(status)}; {reason}",
+                signal_key=signal_key,
+            )
+        self._bell.ring()
+
+    async def _act(
+        self, child: Child, action: str, name: str, *, group: bool, reason: str, signal_key: str = ""
+    ) -> datetime | None:
+        """Plan → hook → re-observe → issue. Returns when it was issued, or None (held: receipt written)."""
+        plan = ActionPlan(self.task_id, child.evidence, action, name, group, reason)
+        await run_hook(plan)
+        doubt = child.recheck()
+        if doubt is None:
+            try:
+                child.send(name, group=group)
+                return datetime.now(UTC)
+            except OSError as exc:
+                doubt = f"{name} failed: {exc}"
+        await self._receipt(
+            action, "held", evidence=child.evidence, name=name, group=group, signal_key=signal_key,
+            reason=f"{reason}: nothing sent, because {doubt}",
+        )  # fmt: skip
+        return None
+
+    async def _shutdown(self, reason: str, signal_key: str = "") -> None:
+        """The shutdown policy on the current generation, to its end (exit, or force then exit)."""
+        child = self.child
+        if child is None or child.reaped:
+            return
+        self._busy += 1
+        try:
+            await self._shutdown_child(child, reason, signal_key)
+        finally:
+            self._busy -= 1
+            self._bell.ring()
+
+    async def _shutdown_child(self, child: Child, reason: str, signal_key: str) -> None:
+        if child.exited.is_set():
+            await self._settle(child, f"exited before the graceful action ({reason})", signal_key=signal_key)
+            return
+        timeout, why = self.etype.shutdown_timeout(self.entity.grace_period)
+        graceful = self.etype.graceful
+        group = graceful not in STDIN_ACTIONS
+        with anyio.CancelScope() as scope:  # SIGKILL cancels the wait and forces at once
+            self._shutdown_scope = scope
+            issued = await self._act(
+                child, "graceful", graceful, group=group, reason=reason, signal_key=signal_key
+            )
+            if issued is None:
+                if child.exit_status() is not None:
+                    await self._settle(
+                        child, f"exited before the graceful action ({reason})", signal_key=signal_key
+                    )
+                return
+            start = anyio.current_time()
+            if child.frozen and child.backend == "posix":  # a frozen process cannot act on it
+                child.send("SIGCONT", group=True)
+                child.frozen = False
+            await self._receipt(
+                "graceful", "issued", evidence=child.evidence, name=graceful, group=group,
+                issued_at=issued, deadline=issued + timeout, policy_timeout=timeout,
+                reason=f"{reason}; {why}", signal_key=signal_key,
+            )  # fmt: skip
+            with anyio.move_on_after(max(0.0, start + timeout.total_seconds() - anyio.current_time())):
+                await child.exited.wait()
+            if child.exit_status() is not None:
+                await self._settle(
+                    child, f"exited after {graceful}, before the timeout; no force", signal_key=signal_key
+                )
+                return
+            await self._force(child, f"{reason}: still running at the deadline", signal_key, issued + timeout)
+        if scope.cancelled_caught and self.child is child and not child.reaped:
+            return  # SIGKILL took over: _kill settles it
+
+    async def _force(
+        self, child: Child, reason: str, signal_key: str, deadline: datetime | None = None
+    ) -> None:
+        force = self.etype.force
+        group = child.backend == "posix"
+        issued = await self._act(child, "force", force, group=group, reason=reason, signal_key=signal_key)
+        if issued is not None:
+            await self._receipt(
+                "force", "issued", evidence=child.evidence, name=force, group=group, issued_at=issued,
+                deadline=deadline, escalated=True, reason=reason, signal_key=signal_key,
+            )  # fmt: skip
+            with anyio.move_on_after(FORCE_WAIT_S):
+                await child.exited.wait()
+        if child.exit_status() is not None:
+            await self._settle(child, reason, escalated=issued is not None, signal_key=signal_key)
+
+    async def _end_child(self) -> None:
+        """Hosting ended: a generation still running must not outlive its lease."""
+        child = self.child
+        if child is None or child.reaped:
+            return
+        with anyio.move_on_after(FORCE_WAIT_S + FINAL_WRITE_TIMEOUT_S):
+            if child.exit_status() is None:
+                await self._force(child, f"hosting ended ({self.end_reason})", "")
+            else:
+                await self._settle(child, f"exited as hosting ended ({self.end_reason})")
+        if not child.reaped and child.exit_status() is None:
+            log.error("%s: %s did not die; left unreaped", self.task_id, child.evidence.describe())
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def _line(self, message: Message) -> str:
+        if self.spec.stdin_format == "json":
+            body = {"key": message.key, "text": message.text, "data": message.data, "sender": message.sender}
+            return json.dumps(body | {"attempt": message.attempt}, separators=(",", ":"))
+        if not message.text and message.data is not None:
+            return json.dumps(message.data, separators=(",", ":"))
+        return message.text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
+
+    async def _write_message(self, child: Child, message: Message) -> None:
+        started = await self._fenced.run(message, pb.RUN_STATUS_STARTED)
+        if started is None or not started.applied:
+            if started is not None and self.state is not State.RUNNING:
+                self._queue.appendleft(message)  # paused meanwhile: it goes after SIGCONT
+            return
+        status, error = pb.RUN_STATUS_COMPLETED, ""
+        try:
+            await child.write(self._line(message))
+        except OSError as exc:
+            status, error = pb.RUN_STATUS_FAILED, f"the process does not read stdin: {exc}"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+            await self._fenced.run(message, status, error=error)
+            self._fenced.ack(message.offset)
+        self._active_since = anyio.current_time()
+
+    # -- signals --------------------------------------------------------------------------------
+
+    def deliver(self, event: pb.Event, attempt: int) -> None:
+        kind = event.WhichOneof("value")
+        if kind == "message":
+            if event.offset not in self._seen:
+                self._seen.add(event.offset)
+                self._queue.append(message_of(event, attempt))
+                self._bell.ring()
+            return
+        if kind == "signal":
+            self._on_signal(event)
+        elif kind == "state":
+            self._fenced.observe_state_event(event)
+        self._fenced.ack(event.offset)
+
+    def _on_signal(self, event: pb.Event) -> None:
+        info = signal_info(event, self.entity)
+        pending = event.signal.outcome == pb.SIGNAL_OUTCOME_PENDING
+        self._fenced.observe_state(info.new_state, event.headers.txid)
+        try:
+            cell = lifecycle.cell(info.previous_state, info.signal)
+            decision = lifecycle.decide(info.previous_state, info.signal, self.alive and cell.runs_possible)
+        except lifecycle.LifecycleError:
+            log.exception("%s: cannot judge %s", self.task_id, info.signal.value)
+            return
+        assert self._tg is not None
+        action = decision.action
+        if action is Action.KILL:
+            self._tg.start_soon(self._kill, info, pending)
+        elif action is Action.CLEANUP:
+            self._start_cleanup(info, pending)
+        elif info.signal is Signal.SIGINT and info.message_key:
+            self._tg.start_soon(self._cancel_queued, info, pending)
+        elif action in (Action.ABORT_RUN, Action.DELIVER, Action.RELOAD, Action.PAUSE, Action.RESUME):
+            self._tg.start_soon(self._forward, info, pending)
+        elif pending and decision.outcome is not Outcome.PENDING:
+            self._tg.start_soon(self._outcome, info, decision.outcome, "")
+        self._bell.ring()
+
+    async def _outcome(self, info: SignalInfo, outcome: Outcome, detail: str) -> None:
+        await self._fenced.outcome(info, outcome, detail)
+
+    async def _forward(self, info: SignalInfo, pending: bool) -> None:
+        name = FORWARDED[info.signal]
+        child = self.child
+        outcome, detail = Outcome.DELIVERED, ""
+        if child is None or child.exited.is_set():
+            outcome, detail = Outcome.IGNORED, "no process is running"
+            if info.signal is Signal.SIGCONT or info.signal is Signal.SIGSTOP:
+                outcome = Outcome.TRANSITIONED
+        elif child.backend != "posix":
+            outcome, detail = Outcome.IGNORED, f"the {child.backend} backend has no {name}"
+            await self._receipt(
+                "forward", "refused", evidence=child.evidence, name=name, signal_key=info.key, reason=detail
+            )
+        else:
+            issued = await self._act(
+                child,
+                "forward",
+                name,
+                group=True,
+                reason=f"{info.signal.value} {info.key}",
+                signal_key=info.key,
+            )
+            if issued is None:
+                outcome, detail = Outcome.FAILED, "the generation could not be proved; nothing sent"
+            else:
+                child.frozen = info.signal is Signal.SIGSTOP or (
+                    child.frozen and info.signal is not Signal.SIGCONT
+                )
+                detail = f"{name} sent to {child.evidence.describe()}"
+                await self._receipt(
+                    "forward", "issued", evidence=child.evidence, name=name, group=True, issued_at=issued,
+                    signal_key=info.key, reason=f"{info.signal.value}",
+                )  # fmt: skip
+        if info.signal in (Signal.SIGSTOP, Signal.SIGCONT) and outcome is Outcome.DELIVERED:
+            outcome = Outcome.TRANSITIONED  # the state change is the signal's outcome; the freeze its means
+        if pending:
+            await self._fenced.outcome(info, outcome, detail)
+        self._bell.ring()
+
+    async def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
+        queued = next((m for m in self._queue if m.key == info.message_key), None)
+        if queued is None:
+            if pending:
+                await self._fenced.outcome(info, Outcome.IGNORED, "that message's line was already written")
+            return
+        self._queue.remove(queued)
+        await self._fenced.run(queued, pb.RUN_STATUS_ABORTED, error="cancelled before it started")
+        self._fenced.ack(queued.offset)
+        if pending:
+            await self._fenced.outcome(info, Outcome.ABORTED, "cancelled before its line was written")
+
+    async def _kill(self, info: SignalInfo, pending: bool) -> None:
+        self._busy += 1
+        try:
+            if self._shutdown_scope is not None:
+                self._shutdown_scope.cancel()
+            child = self.child
+            if child is not None and not child.reaped:
+                await self._force(child, f"SIGKILL {info.key}", info.key)
+            if pending:
+                await self._fenced.outcome(info, Outcome.TRANSITIONED)
+        finally:
+            self._busy -= 1
+            self.end("killed")
+
+    # -- SIGTERM ----------------------------------------------------------------------------------
+
+    def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
+        if self._cleanup_started:
+            if info is not None and pending and self._tg is not None:
+                self._tg.start_soon(self._outcome, info, Outcome.SHUTDOWN_REQUESTED, "")
+            return
+        self._cleanup_started = True
+        assert self._tg is not None
+        self._tg.start_soon(self._cleanup, info, pending)
+
+    async def _cleanup(self, info: SignalInfo | None, pending: bool) -> None:
+        self._busy += 1
+        try:
+            key = info.key if info is not None else ""
+            if info is not None and pending:
+                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
+            if self.child is not None and not self.child.reaped:
+                await self._shutdown_child(self.child, f"SIGTERM {key}".strip(), key)
+            else:
+                await self._receipt(
+                    "graceful", "refused", evidence=self.orphan or self.last, name=self.etype.graceful,
+                    signal_key=key, reason=self._no_generation(),
+                )  # fmt: skip
+            if self.state is State.STOPPING:
+                await self._fenced.transition(State.STOPPED, "cleanup_complete")
+        finally:
+            self._busy -= 1
+            self.end("stopped")
+
+    def _no_generation(self) -> str:
+        if self.orphan is not None:
+            return (
+                f"this worker holds no generation: {self.orphan.describe()} was started by "
+                f"{self.orphan.worker_id or 'another worker'} and cannot be proved here; nothing sent"
+            )
+        if self.last is not None:
+            how = describe_status(self.last_status) if self.last_status is not None else "status unknown"
+            return (
+                f"no live generation: {self.last.describe()} ended ({how}) and was reaped; "
+                f"pid {self.last.pid} is not signalled"
+            )
+        return "no process was ever started; nothing sent"
+
+    # -- receipts -------------------------------------------------------------------------------
+
+    async def _receipt(
+        self,
+        action: str,
+        disposition: str,
+        *,
+        evidence: Evidence | None = None,
+        name: str = "",
+        reason: str = "",
+        signal_key: str = "",
+        issued_at: datetime | None = None,
+        deadline: datetime | None = None,
+        policy_timeout: timedelta | None = None,
+        escalated: bool = False,
+        group: bool = False,
+        exit_status: int | None = None,
+        tags: list[str] | None = None,
+    ) -> None:
+        receipt = pb.ExecReceipt(
+            task_id=self.task_id,
+            action=_A[action],
+            action_name=name,
+            disposition=_D[disposition],
+            escalated=escalated,
+            reason=reason,
+            backend=self.spec.backend,
+            signal_key=signal_key,
+            group=group,
+            tags=tags or [],
+        )
+        if evidence is not None:
+            receipt.generation.CopyFrom(evidence.to_pb())
+        if issued_at is not None:
+            receipt.issued_at.CopyFrom(_ts(issued_at))
+        if deadline is not None:
+            receipt.deadline.CopyFrom(_ts(deadline))
+        if policy_timeout is not None:
+            receipt.timeout.FromTimedelta(policy_timeout)
+        if exit_status is not None:
+            receipt.exit_status = exit_status
+        log.info("%s: exec %s %s %s %s", self.task_id, action, name, disposition, reason)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+            await self._fenced.write(retry=True, exec=receipt)
+
+
+def _receipts(history: list[Event]) -> list[Event]:
+    return [e for e in history if e.type == "exec"]

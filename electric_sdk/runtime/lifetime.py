@@ -1,0 +1,61 @@
+"""What every host shares (``EntityHost``, ``ExecHost``): its lease, what it last saw of the
+entity, and how its hosting ends (ended, revoked, drained)."""
+
+from __future__ import annotations
+
+import logging
+
+from anyio.abc import TaskGroup
+
+from .._proto.electric.v1 import runtime_service_pb2 as rt
+from ..lifecycle import State
+from ..models import Entity
+from .fenced import Doorbell, Fenced, Session
+
+__all__ = ["Lifetime"]
+
+log = logging.getLogger("electric.runtime")
+
+
+class Lifetime:
+    def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
+        self.lease = grant.lease
+        self._bell = Doorbell()
+        self._fenced = Fenced(session, grant.lease, grant.entity, self._bell.ring, self.end)
+        self._tg: TaskGroup | None = None
+        self._draining = False
+        self.end_reason: str | None = None
+        self.revoked = False
+
+    @property
+    def entity(self) -> Entity:
+        """The entity as last seen (deliveries and write results, newest txid wins)."""
+        return self._fenced.entity
+
+    @property
+    def state(self) -> State:
+        return self._fenced.state
+
+    async def wait_state(self, *states: State) -> State:
+        """Wait until the host has seen the entity enter one of ``states`` (or stops hosting it)."""
+        while self.state not in states and self.end_reason is None:
+            await self._bell.wait()
+        return self.state
+
+    def end(self, reason: str) -> None:
+        """Stop hosting now: everything in the task group is cancelled."""
+        self._bell.ring()
+        if self.end_reason is None:
+            self.end_reason = reason
+            log.debug("%s/%s: hosting ends (%s)", self.lease.ref.type, self.lease.ref.id, reason)
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def revoke(self, reason: str) -> None:
+        self.revoked = True
+        self.end(f"revoked: {reason}")
+
+    def drain(self) -> None:
+        """Finish what is under way (a run, a cleanup), start nothing new, then end."""
+        self._draining = True
+        self._bell.ring()

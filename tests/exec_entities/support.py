@@ -1,0 +1,75 @@
+"""Helpers for the exec tests: the child command, and reading receipts and output."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runtime.rt_support import until
+
+from electric_sdk import AsyncClient, Event
+
+CHILD = str(Path(__file__).with_name("child.py"))
+
+
+def child(*flags: str) -> list[str]:
+    return [sys.executable, "-u", CHILD, *flags]
+
+
+def receipt(action: str, disposition: str | None = None, name: str | None = None) -> Callable[[Event], bool]:
+    def match(event: Event) -> bool:
+        v = event.value
+        return (
+            event.type == "exec"
+            and v["action"] == action
+            and (disposition is None or v["disposition"] == disposition)
+            and (name is None or v["action_name"] == name)
+        )
+
+    return match
+
+
+def line(text: str) -> Callable[[Event], bool]:
+    """An output chunk holding ``text`` as one of its lines."""
+
+    def match(event: Event) -> bool:
+        return event.type == "output" and any(
+            ln == text or ln.startswith(text) for ln in event.value["text"].splitlines()
+        )
+
+    return match
+
+
+async def ready(client: AsyncClient, ref: str) -> int:
+    """Wait for the child's ``ready pid=N`` line; return N."""
+    event = await until(client, ref, line("ready pid="))
+    for ln in event.value["text"].splitlines():
+        if ln.startswith("ready pid="):
+            return int(ln.removeprefix("ready pid="))
+    raise AssertionError("no pid")
+
+
+async def events(client: AsyncClient, ref: str) -> list[Event]:
+    page = await client.events(ref, 0, limit=1000)
+    return list(page.events)
+
+
+async def receipts(client: AsyncClient, ref: str) -> list[dict[str, Any]]:
+    return [e.value for e in await events(client, ref) if e.type == "exec"]
+
+
+async def output(client: AsyncClient, ref: str) -> list[str]:
+    return [
+        ln for e in await events(client, ref) if e.type == "output" for ln in e.value["text"].splitlines()
+    ]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
