@@ -126,7 +126,11 @@ def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
             return Mutation([NewEvent("exec", key, INSERT, convert.body(receipt))], current)
         if op == "output":
             if len(write.output.text) > MAX_OUTPUT_CHARS:
-                raise Refused("OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current)
+                raise Refused(
+                    "OUTPUT_TOO_LARGE",
+                    f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters",
+                    current,
+                )
             chunk = pb.Event(output=write.output)
             return Mutation([NewEvent("output", key, INSERT, convert.body(chunk))], current)
         raise Refused("EMPTY_WRITE", "the write has no operation", current)
