@@ -31,11 +31,22 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-id", help="this worker's id (default: host-pid-random)")
     p.add_argument("--capacity", type=int, default=0, help="most entities hosted at once; 0: no limit")
     p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
+    p.add_argument(
+        "--exec",
+        dest="exec_files",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="also host the exec entity types declared in this TOML file (repeatable; docs/exec.md)",
+    )
 
 
 def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("worker", help="host the entity types of MODULE:APP (connects to a server)")
-    p.add_argument("app", metavar="MODULE:APP", help="e.g. examples.agents:app")
+    p.add_argument(
+        "app", nargs="?", metavar="MODULE:APP", help="e.g. examples.agents:app (optional with --exec)"
+    )
     # SUPPRESS: the global --address/--token given before the command are kept.
     p.add_argument("--address", default=argparse.SUPPRESS, help="the server (env ELECTRIC_ADDRESS)")
     p.add_argument("--token", default=argparse.SUPPRESS, help="bearer token with the runtime scope")
@@ -52,16 +63,45 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=_cmd_dev)
 
 
-def _load(spec: str) -> Any:
-    """An AppReloader: `dev` re-imports the module on a wake after an edit; `worker` never calls it."""
-    from ..runtime import AppReloader, DefinitionError
+class _Apps:
+    """MODULE:APP (re-imported by `dev` on a wake after an edit) plus the exec types of --exec files,
+    checked once at start: a bad policy stops the command before it connects, so nothing is written."""
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # MODULE is found from the current directory, as `python -m` does
-    try:
-        return AppReloader(spec)
-    except (ImportError, DefinitionError) as exc:
-        raise errors.InvalidArgument(f"cannot load {spec}: {exc}", code="USAGE") from exc
+    def __init__(self, spec: str | None, exec_files: list[Path]) -> None:
+        from ..runtime import App, AppReloader, DefinitionError
+        from ..runtime.exec import load_exec_file
+
+        if spec is None and not exec_files:
+            raise errors.InvalidArgument("name MODULE:APP, or exec types with --exec FILE", code="USAGE")
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # MODULE is found from the current directory, as `python -m` does
+        try:
+            self._reloader = AppReloader(spec) if spec is not None else None
+            self._exec = [t for path in exec_files for t in load_exec_file(path)]
+            self._files = b"".join(path.read_bytes() for path in exec_files)
+            self.app: App = self()
+        except (ImportError, DefinitionError, OSError) as exc:
+            raise errors.InvalidArgument(
+                f"cannot load {spec or 'the exec files'}: {exc}", code="USAGE"
+            ) from exc
+
+    def __call__(self) -> Any:
+        import hashlib
+
+        from ..runtime import App
+
+        base = self._reloader() if self._reloader is not None else None
+        if not self._exec and base is not None:
+            return base
+        version = base.code_version if base is not None else hashlib.sha256(self._files).hexdigest()[:12]
+        app = App(base.name if base is not None else "exec", code_version=version)
+        for etype in [*(base.types.values() if base is not None else ()), *self._exec]:
+            app.add(etype)  # a name defined twice is a DefinitionError
+        return app
+
+
+def _load(spec: str | None, exec_files: list[Path] | None = None) -> Any:
+    return _Apps(spec, exec_files or [])
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -163,7 +203,7 @@ async def _serve_until_drained(
 def _run(args: argparse.Namespace, server_config: Any = None) -> int:
     name = "dev" if server_config is not None else "worker"
     try:
-        reloader = _load(args.app)
+        reloader = _load(args.app, args.exec_files)
         return asyncio.run(_serve(reloader, args, server_config=server_config))
     except errors.ElectricError as exc:
         print(f"electric {name}: {exc.code}: {exc.message}", file=sys.stderr)

@@ -73,3 +73,20 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def proc_state(pid: int) -> str:
+    """Field 3 of /proc/<pid>/stat: R, S, T (stopped), Z, ... ('' when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
+
+
+def logged(path: Path, pid: int) -> list[str]:
+    """What process ``pid`` wrote to its --log file."""
+    if not path.exists():
+        return []
+    return [ln.split(" ", 1)[1] for ln in path.read_text().splitlines() if ln.split(" ", 1)[0] == str(pid)]

@@ -327,7 +327,7 @@ class ExecHost(Lifetime):
                 child, "graceful", graceful, group=group, reason=reason, signal_key=signal_key
             )
             if issued is None:
-                if child.exit_status() is not None:
+                if child.gone():
                     await self._settle(
                         child, f"exited before the graceful action ({reason})", signal_key=signal_key
                     )
@@ -343,7 +343,7 @@ class ExecHost(Lifetime):
             )  # fmt: skip
             with anyio.move_on_after(max(0.0, start + timeout.total_seconds() - anyio.current_time())):
                 await child.exited.wait()
-            if child.exit_status() is not None:
+            if child.gone():
                 await self._settle(
                     child, f"exited after {graceful}, before the timeout; no force", signal_key=signal_key
                 )
@@ -365,7 +365,7 @@ class ExecHost(Lifetime):
             )  # fmt: skip
             with anyio.move_on_after(FORCE_WAIT_S):
                 await child.exited.wait()
-        if child.exit_status() is not None:
+        if child.gone():
             await self._settle(child, reason, escalated=issued is not None, signal_key=signal_key)
 
     async def _end_child(self) -> None:
@@ -374,11 +374,11 @@ class ExecHost(Lifetime):
         if child is None or child.reaped:
             return
         with anyio.move_on_after(FORCE_WAIT_S + FINAL_WRITE_TIMEOUT_S):
-            if child.exit_status() is None:
+            if not child.gone():
                 await self._force(child, f"hosting ended ({self.end_reason})", "")
             else:
                 await self._settle(child, f"exited as hosting ended ({self.end_reason})")
-        if not child.reaped and child.exit_status() is None:
+        if not child.reaped and not child.gone():
             log.error("%s: %s did not die; left unreaped", self.task_id, child.evidence.describe())
 
     # -- messages -------------------------------------------------------------------------------
@@ -552,7 +552,7 @@ class ExecHost(Lifetime):
                 f"{self.orphan.worker_id or 'another worker'} and cannot be proved here; nothing sent"
             )
         if self.last is not None:
-            how = describe_status(self.last_status) if self.last_status is not None else "status unknown"
+            how = describe_status(self.last_status)
             return (
                 f"no live generation: {self.last.describe()} ended ({how}) and was reaped; "
                 f"pid {self.last.pid} is not signalled"

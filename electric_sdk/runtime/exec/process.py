@@ -41,7 +41,9 @@ __all__ = ["Child", "PortableChild", "PosixChild", "describe_status", "spawn"]
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
 
 
-def describe_status(status: int) -> str:
+def describe_status(status: int | None) -> str:
+    if status is None:
+        return "status unknown (reaped outside the runtime, or never seen)"
     if status < 0:
         try:
             return f"killed by {signal.Signals(-status).name}"
@@ -66,6 +68,8 @@ class Child:
         self.exited = anyio.Event()
         self.status: int | None = None
         self.reaped = False
+        # Reaped by someone else: it is gone, but nothing says how, and nothing proves it any more.
+        self.lost = False
         self.stdin: IO[bytes] | None = popen.stdin
         if self.stdin is not None:
             os.set_blocking(self.stdin.fileno(), False)  # a process that stops reading must not block us
@@ -84,11 +88,23 @@ class Child:
         """The exit status once the generation exited (never reaps); ChildProcessError if it was
         reaped by someone else, which leaves nothing to prove it by."""
         if self.status is None:
-            result = self._peek()
+            try:
+                result = self._peek()
+            except ChildProcessError:
+                self.lost = True
+                self.exited.set()
+                raise
             if result is not None and result.si_pid:
                 self.status = _status(result)
                 self.exited.set()
         return self.status
+
+    def gone(self) -> bool:
+        """Exited (or reaped behind our back): no action may name it any more."""
+        try:
+            return self.exit_status() is not None
+        except ChildProcessError:
+            return True
 
     def recheck(self) -> str | None:
         """None when this generation is proved to be alive and ours; else the doubt, in words."""
@@ -144,12 +160,16 @@ class Child:
             with contextlib.suppress(OSError):
                 self.stdin.close()
 
-    def reap(self) -> int:
-        """Collect the exited child: after this its PID may name another process."""
-        status = self.popen.wait()  # a zombie by now: returns at once
+    def reap(self) -> int | None:
+        """Collect the exited child: after this its PID may name another process.
+        None when someone else reaped it (its status is unknown)."""
+        if not self.lost:
+            self.popen.wait()  # a zombie by now: returns at once
+        else:
+            self.popen.returncode = -1  # so Popen never waits for it again
         self.reaped = True
         self.close()
-        return status if self.status is None else self.status
+        return self.status
 
     def close(self) -> None:
         self.close_stdin()
@@ -172,7 +192,7 @@ class PosixChild(Child):
 
     async def watch(self) -> None:
         # The pidfd turns readable when the process exits (not when it is reaped).
-        while self.exit_status() is None:
+        while not self.gone():
             await anyio.wait_readable(self.pidfd)
 
     def _signal(self, action: str, *, group: bool) -> None:
@@ -205,10 +225,11 @@ class PortableChild(Child):
     async def watch(self) -> None:
         # A thread blocked on the handle, as WaitForSingleObject would be; WNOWAIT leaves it unreaped.
         pid = self.pid
-        await anyio.to_thread.run_sync(
-            lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT), abandon_on_cancel=True
-        )
-        self.exit_status()
+        with contextlib.suppress(ChildProcessError):
+            await anyio.to_thread.run_sync(
+                lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT), abandon_on_cancel=True
+            )
+        self.gone()
 
     def _signal(self, action: str, *, group: bool) -> None:
         if action != "terminate":
@@ -225,8 +246,13 @@ def spawn(spec: ExecSpec, task_id: str, generation: int, worker_id: str, cwd: st
     """Start a generation. Call it from the event loop's thread: the parent-death signal fires
     when the thread that forked the child ends, and the loop's thread lives as long as the worker."""
     env = {**os.environ, **spec.env}
+    argv = spec.argv
+    # Checked here because the launcher would only fail after the fork, as an exit status.
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if program is None or not os.access(os.path.join(cwd or ".", program), os.X_OK):
+        raise FileNotFoundError(errno.ENOENT, "no such executable program", argv[0])
     popen = subprocess.Popen(
-        [*_launcher(), *spec.argv],
+        [*_launcher(), *argv],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
