@@ -1,0 +1,111 @@
+"""Entity signals mapped onto the process (ARCHITECTURE §4), seen from the process itself."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from runtime.rt_support import outcome_of, running_worker, state_is, until
+
+from electric_sdk import AsyncClient
+from electric_sdk.runtime import App
+from electric_sdk.runtime.exec import ShutdownPolicy
+from electric_sdk.testing import TestServer
+
+from .support import alive, child, line, output, proc_state, ready, receipt, receipts
+
+pytestmark = pytest.mark.anyio
+
+
+def _app() -> App:
+    app = App(code_version="t")
+    app.exec(
+        "p",
+        child("--on-term", "exit"),
+        grace_period="2s",
+        keep=True,
+        shutdown=ShutdownPolicy("SIGTERM", "1s"),
+    )
+    return app
+
+
+async def test_sigint_sighup_sigusr_are_passed_on(electric: TestServer, client: AsyncClient) -> None:
+    async with running_worker(_app(), electric.address):
+        await client.spawn("p/a")
+        await ready(client, "p/a")
+        for sig, name in (("SIGINT", "SIGINT"), ("SIGHUP", "SIGHUP"), ("SIGUSR", "SIGUSR1")):
+            result = await client.signal("p/a", sig)
+            await until(client, "p/a", line(f"signal {name}"))
+            update = await until(client, "p/a", outcome_of(result.key))
+            assert update.value["outcome"] == "delivered"
+            assert name in update.value["detail"]
+        assert (await client.get("p/a")).state.value == "running"
+    forwards = [r for r in await receipts(client, "p/a") if r["action"] == "forward"]
+    assert [(r["action_name"], r["disposition"], r["group"]) for r in forwards] == [
+        ("SIGINT", "issued", True),
+        ("SIGHUP", "issued", True),
+        ("SIGUSR1", "issued", True),
+    ]
+
+
+async def test_sigstop_freezes_and_sigcont_thaws_then_queued_lines_flow(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    async with running_worker(_app(), electric.address):
+        await client.spawn("p/a")
+        pid = await ready(client, "p/a")
+        await client.signal("p/a", "SIGSTOP")
+        await until(client, "p/a", receipt("forward", "issued", "SIGSTOP"))
+        assert await _state_becomes(pid, "T")
+        await client.send("p/a", "while paused")  # queues: paused delivers nothing
+        await client.signal("p/a", "SIGCONT")
+        await until(
+            client,
+            "p/a",
+            receipt("forward", "issued", "SIGCONT"),
+        )
+        await until(client, "p/a", line("got while paused"))
+        assert proc_state(pid) in ("S", "R")
+
+
+async def test_sigterm_to_a_frozen_process_is_followed_by_sigcont(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    async with running_worker(_app(), electric.address):
+        await client.spawn("p/a")
+        pid = await ready(client, "p/a")
+        await client.signal("p/a", "SIGSTOP")
+        await until(client, "p/a", receipt("forward", "issued", "SIGSTOP"))
+        assert await _state_becomes(pid, "T")
+        await client.signal("p/a", "SIGTERM")  # paused → stopping
+        exit_ = await until(client, "p/a", receipt("exit"))
+        await until(client, "p/a", state_is("stopped", "cleanup_complete"))
+    assert exit_.value["exit_status"] == 0  # it woke, caught SIGTERM and exited: no force
+    assert "signal SIGTERM" in await output(client, "p/a")
+    assert not [r for r in await receipts(client, "p/a") if r["action"] == "force"]
+
+
+async def test_sigkill_forces_at_once(electric: TestServer, client: AsyncClient) -> None:
+    app = App(code_version="t")
+    app.exec("p", child("--on-term", "ignore"), grace_period="30s", keep=True)
+    async with running_worker(app, electric.address):
+        await client.spawn("p/a")
+        pid = await ready(client, "p/a")
+        await client.signal("p/a", "SIGTERM")  # the policy's wait (30 s) is under way ...
+        await until(client, "p/a", receipt("graceful", "issued"))
+        await client.signal("p/a", "SIGKILL")  # ... and SIGKILL cuts it short
+        exit_ = await until(client, "p/a", receipt("exit"))
+    assert exit_.value["exit_status"] == -9
+    forces = [r for r in await receipts(client, "p/a") if r["action"] == "force"]
+    assert len(forces) == 1
+    assert forces[0]["reason"].startswith("SIGKILL")
+    assert not alive(pid)
+    assert (await client.get("p/a")).state.value == "killed"
+
+
+async def _state_becomes(pid: int, state: str) -> bool:
+    """The kernel stops a process asynchronously: look again (bounded) until /proc shows it."""
+    for _ in range(1000):
+        if proc_state(pid) == state:
+            return True
+        await anyio.sleep(0.005)
+    return False
