@@ -1,31 +1,15 @@
-"""Exit codes of the `electric` command: this table is the contract (docs/cli.md repeats it).
+"""Exit codes of every `electric` command: this module is the contract.
 
-====  ==========================================================================================
-code  meaning
-====  ==========================================================================================
-0     success (`verify`: nothing differs; `server`: drained and stopped)
-1     any other error: an unexpected server error (``INTERNAL``), a bug; `verify` found a
-      mismatch
-2     usage error or invalid argument: a bad flag, name, signal, state, duration or JSON, found
-      locally (nothing was sent) or by the server (``INVALID_ARGUMENT``: ``INVALID_NAME``,
-      ``UNKNOWN_SIGNAL``, ``PAYLOAD_NOT_ALLOWED``, ...); bad `server`/`verify` configuration
-3     not found (``ENTITY_NOT_FOUND``)
-4     invalid signal or failed precondition: ``INVALID_SIGNAL`` (the entity is stopped or
-      killed), ``ENTITY_TERMINAL`` (a message to a stopped or killed entity)
-5     unavailable or deadline exceeded: the server is unreachable or draining, or did not
-      answer within ``--timeout`` (retries included); a watch could not reconnect in time
-6     unauthenticated (missing or unknown token) or permission denied (missing scope, entity
-      type not allowed for the token)
-7     already exists (``ENTITY_EXISTS``: an id is never reused, not even after stopped/killed)
-130   interrupted by Ctrl-C (SIGINT); a second Ctrl-C ends the process at once
-141   stdout was closed early (a broken pipe, e.g. ``| head``), as if killed by SIGPIPE
-====  ==========================================================================================
-
-`electric server` also exits with 128 + N when a second signal N forces an immediate exit
-(130 for SIGINT, 143 for SIGTERM).
+``MEANINGS`` is the one table. The module's docstring (below), the help epilog
+(``SUMMARY``) and the table in docs/cli.md are all rendered from it; a test
+checks that docs/cli.md carries exactly ``markdown_table()``, and
+``python -m electric_sdk.cli.exit_codes docs/cli.md`` rewrites it there.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 from .. import errors
 
@@ -37,8 +21,96 @@ PRECONDITION = 4
 UNAVAILABLE = 5
 AUTH = 6
 EXISTS = 7
+RUN_FAILED = 8
+RUN_ABORTED = 9
+TIMEOUT = 124
 INTERRUPTED = 130
 BROKEN_PIPE = 141
+TERMINATED = 143
+
+# code: (a few words for `electric --help`, the meaning in docs/cli.md's markdown)
+MEANINGS: dict[int, tuple[str, str]] = {
+    OK: (
+        "ok",
+        "success: `run`: the run completed; `verify`: nothing differs; `server`, `worker`, `dev`: "
+        "drained on the first SIGTERM/SIGINT and stopped; `events --follow`: the stream ended",
+    ),
+    ERROR: (
+        "other error",
+        "any other error: an unexpected server error (`INTERNAL`) or a bug (with a traceback); "
+        "`verify` found a mismatch",
+    ),
+    USAGE: (
+        "usage or invalid argument",
+        "usage error or invalid argument: a bad flag, name, signal, state, duration or JSON, found "
+        "locally (nothing was sent) or by the server (`INVALID_ARGUMENT`: `INVALID_NAME`, "
+        "`UNKNOWN_SIGNAL`, `PAYLOAD_NOT_ALLOWED`, `EMPTY_MESSAGE`, ...); bad `server`/`verify` "
+        "configuration; `worker`/`dev`: the app cannot be loaded",
+    ),
+    NOT_FOUND: (
+        "not found",
+        "not found (`ENTITY_NOT_FOUND`; `run` without `--spawn` never creates the entity)",
+    ),
+    PRECONDITION: (
+        "invalid signal or failed precondition",
+        "invalid signal or failed precondition: `INVALID_SIGNAL` (the entity is stopped or killed), "
+        "`ENTITY_TERMINAL` (a message to a stopped or killed entity)",
+    ),
+    UNAVAILABLE: (
+        "unavailable or deadline exceeded",
+        "unavailable or deadline exceeded: the server is unreachable or draining, or did not answer "
+        "within the call deadline (retries included); a stream could not reconnect in time",
+    ),
+    AUTH: (
+        "unauthenticated or permission denied",
+        "unauthenticated (`UNAUTHENTICATED`: missing or unknown token) or permission denied "
+        "(`MISSING_SCOPE`, `TYPE_NOT_ALLOWED`)",
+    ),
+    EXISTS: ("already exists", "already exists (`ENTITY_EXISTS`: an id is never reused)"),
+    RUN_FAILED: ("run failed", "`run`: the run failed (the entity's `on_message` raised)"),
+    RUN_ABORTED: (
+        "run aborted",
+        "`run`: the run was aborted or its message cancelled by something else than this command "
+        "(another client's SIGINT), or the entity was stopped or killed before the run completed",
+    ),
+    TIMEOUT: ("run timed out", "`run`: the run did not end within `--timeout` (the command's own timeout)"),
+    INTERRUPTED: (
+        "Ctrl-C/SIGINT",
+        "interrupted by SIGINT (Ctrl-C); a second one ends any command at once. `run`: after "
+        "interrupting its run; `server`, `worker`, `dev`: a second SIGINT ended the drain",
+    ),
+    BROKEN_PIPE: (
+        "stdout closed",
+        "stdout was closed early (a broken pipe, e.g. `electric events a/b -f \\| head -1`), "
+        "as if killed by SIGPIPE",
+    ),
+    TERMINATED: (
+        "SIGTERM",
+        "terminated by SIGTERM. `run`: after interrupting its run; "
+        "`server`, `worker`, `dev`: a second SIGTERM ended the drain",
+    ),
+}
+
+SUMMARY = ", ".join(f"{code} {short}" for code, (short, _) in MEANINGS.items())
+
+DOCS_BEGIN = "<!-- BEGIN GENERATED: exit codes (python -m electric_sdk.cli.exit_codes docs/cli.md) -->"
+DOCS_END = "<!-- END GENERATED: exit codes -->"
+
+
+def markdown_table() -> str:
+    rows = [f"| {code} | {meaning} |" for code, (_, meaning) in MEANINGS.items()]
+    return "\n".join(["| code | meaning |", "|---|---|", *rows]) + "\n"
+
+
+def _plain_table() -> str:
+    plain = ["Every code, one per line (the first word is the code):", ""]
+    for code, (_, meaning) in MEANINGS.items():
+        text = meaning.replace("`", "").replace("\\|", "|")
+        plain.append(f"{code:<5} {text}")
+    return "\n".join(plain) + "\n"
+
+
+__doc__ = f"{__doc__}\n{_plain_table()}"
 
 # Most specific first: the first class an error is an instance of decides.
 _BY_ERROR: tuple[tuple[type[errors.ElectricError] | tuple[type[errors.ElectricError], ...], int], ...] = (
@@ -57,3 +129,20 @@ def for_error(error: errors.ElectricError) -> int:
         if isinstance(error, kinds):
             return code
     return ERROR
+
+
+def render_into(text: str) -> str:
+    """``text`` with the block between DOCS_BEGIN and DOCS_END replaced by ``markdown_table()``."""
+    head, begin, rest = text.partition(DOCS_BEGIN)
+    _, end, tail = rest.partition(DOCS_END)
+    if not begin or not end:
+        raise ValueError(f"the markers are missing: {DOCS_BEGIN} ... {DOCS_END}")
+    return f"{head}{DOCS_BEGIN}\n{markdown_table()}{DOCS_END}{tail}"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2:
+        path = Path(sys.argv[1])
+        path.write_text(render_into(path.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        sys.stdout.write(markdown_table())

@@ -18,15 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
-from . import commands, exit_codes, local, runtime_cmds, streams
+from . import commands, exit_codes, local, run_cmd, runtime_cmds, streams
 from .commands import Context, client_options
 from .output import Output
 
-EPILOG = (
-    "exit codes: 0 ok, 1 other error, 2 usage or invalid argument, 3 not found, 4 invalid signal or "
-    "failed precondition, 5 unavailable or deadline exceeded, 6 unauthenticated or permission denied, "
-    "7 already exists, 130 Ctrl-C. See docs/cli.md."
-)
+EPILOG = f"exit codes: {exit_codes.SUMMARY}. See docs/cli.md."
 CommandFunc = Callable[[Context, argparse.Namespace], int]
 Subparsers: TypeAlias = "argparse._SubParsersAction[Any]"  # of _Parser
 REF_HELP = "the entity, e.g. my_agent/agent_1"
@@ -151,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_options(parser, on_subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _client_commands(sub)
+    run_cmd.add_parser(sub)
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
     runtime_cmds.add_runtime_parsers(sub)
