@@ -167,9 +167,8 @@ TIMED_OUT = Stop("timeout", exit_codes.TIMEOUT, None)
 class RunView:
     """What the stream said about the command's message and its run."""
 
-    status: str = (
-        "not_sent"  # not_sent | queued | started | completed | failed | aborted | cancelled | unknown
-    )
+    # not_sent | queued | started, then how it ended: completed | failed | aborted | cancelled | unknown
+    status: str = "not_sent"
     started: bool = False
     attempt: int = 0
     output: str | None = None
@@ -209,8 +208,6 @@ _RUN_FATE = {
     "failed": "the run had failed before the interrupt landed",
     "unknown": "what became of the run is unknown: its end was not seen within the grace",
     "not_sent": "the message was not sent",
-    "queued": "the message is still queued: it may run later",
-    "started": "the run is still in progress",
 }
 
 
@@ -255,8 +252,9 @@ class HeadlessRun:
             self.out.stderr.flush()
 
     def _warn(self, text: str) -> None:
-        self.out.stderr.write(f"electric run: {text}\n")
-        self.out.stderr.flush()
+        with contextlib.suppress(OSError):  # a note nobody can read is no reason to fail the run
+            self.out.stderr.write(f"electric run: {text}\n")
+            self.out.stderr.flush()
 
     def _show(self, event: Event) -> None:
         self._record(event.to_json())
@@ -347,9 +345,13 @@ class HeadlessRun:
             else:
                 head = f"{stop.name} by {stop.signal}"
                 head += " after --timeout had expired" if self._timeout_fired else ""
-            message = f"{head}: {_RUN_FATE[run.status]}"
-            if error is not None:
-                message += f" ({error.code}: {error.message})"
+            if error is None:
+                message = f"{head}: {_RUN_FATE[run.status]}"
+            else:  # the server was lost, or the message could not be sent
+                fate = (
+                    "what became of the run is unknown" if run.status == "unknown" else _RUN_FATE[run.status]
+                )
+                message = f"{head}: {fate} ({error.code}: {error.message})"
             return Ending(stop.name, stop.exit_code, stop.name.upper(), message, stop.signal)
         if error is not None:
             return _from_error(error)
@@ -522,12 +524,12 @@ class HeadlessRun:
 def command(args: argparse.Namespace) -> int:
     out = Output(bool(args.json))
     try:
-        settings = Settings.from_args(args)
-    except errors.ElectricError as exc:
-        return HeadlessRun(out, _placeholder(args)).finish(_from_error(exc))
-    try:
+        try:
+            settings = Settings.from_args(args)  # may read the message from stdin
+        except errors.ElectricError as exc:
+            return HeadlessRun(out, _placeholder(args)).finish(_from_error(exc))
         return asyncio.run(HeadlessRun(out, settings).main())
-    except KeyboardInterrupt:  # a SIGINT just before the handlers were installed or after they were removed
+    except KeyboardInterrupt:  # Ctrl-C before the handlers were installed, or after they were removed
         return exit_codes.INTERRUPTED
 
 

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ELECTRIC = [sys.executable, "-m", "electric_sdk.cli.main"]
 APP = "tests.runtime.headless_app"
 WAIT_S = 30.0
-# Far longer than any wait in these tests: an exit well within WAIT_S was not the grace's doing.
+# Far longer than any wait in these tests: an exit well within WAIT_S was not the grace's doing,
+# and a run that is interrupted has all the time it needs to be recorded aborted.
 LONG_GRACE = "120s"
 # Nothing listens on port 1 of the loopback.
 NO_SERVER = "127.0.0.1:1"
@@ -275,7 +276,16 @@ def test_the_first_signal_aborts_its_own_run_and_nothing_else(
     sdk.spawn(ref)
     # --timeout is set (and long): a signal is still never reported as a timeout.
     cli = run(
-        procs, server.address, ref, "--message", f"hold {tmp_path / 'never'}", "--json", "--timeout", "1h"
+        procs,
+        server.address,
+        ref,
+        "--message",
+        f"hold {tmp_path / 'never'}",
+        "--json",
+        "--timeout",
+        "1h",
+        "--grace",
+        LONG_GRACE,
     )
     cli.out.until(STARTED)
     other = sdk.send(ref, "another client's")  # queued behind the CLI's run
@@ -315,7 +325,7 @@ def test_an_interrupt_cancels_its_queued_message_not_the_run_in_progress(
     sdk.spawn(ref)
     held = sdk.send(ref, f"hold {gate}")  # another client's run, in progress while the CLI's message queues
     wait_run_started(sdk, ref, held.key, held.offset)
-    cli = run(procs, server.address, ref, "--message", "mine", "--json")
+    cli = run(procs, server.address, ref, "--message", "mine", "--json", "--grace", LONG_GRACE)
     cli.out.until(record_is("session_start"))
     cli.signal(signal.SIGINT)
     assert cli.wait() == exit_codes.INTERRUPTED
@@ -397,7 +407,16 @@ def test_timeout_exits_124_and_interrupts_the_run(
     ref = "headless/timeout"
     sdk.spawn(ref)
     cli = run(
-        procs, server.address, ref, "--message", f"hold {tmp_path / 'never'}", "--json", "--timeout", "300ms"
+        procs,
+        server.address,
+        ref,
+        "--message",
+        f"hold {tmp_path / 'never'}",
+        "--json",
+        "--timeout",
+        "300ms",
+        "--grace",
+        LONG_GRACE,
     )
     assert cli.wait() == exit_codes.TIMEOUT == 124
     error, complete = terminal(cli.records())
