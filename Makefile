@@ -9,13 +9,16 @@ BUF    := $(TOOLS)/node_modules/.bin/buf
 LISTEN ?= 127.0.0.1:7700
 DATA   ?= .electric
 TS     := clients/typescript
+DASHBOARD_PORT ?= 8866
 
-.PHONY: run server test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	@# The notebooks' kernel: this virtualenv's Python, as the kernel spec "electric" inside it.
+	$(PY) -m ipykernel install --prefix $(VENV) --name electric --display-name "Python (electric)" >/dev/null
 	touch $@
 
 venv: $(STAMP)
@@ -32,6 +35,11 @@ run: $(STAMP)
 # The control plane alone (workers connect with `electric worker MODULE:APP`).
 server: $(STAMP)
 	$(VENV)/bin/electric server --listen $(LISTEN) --data $(DATA)
+
+# The control-panel notebook as a web app (Voilà), on http://127.0.0.1:$(DASHBOARD_PORT)/. It starts
+# its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
+dashboard: $(STAMP)
+	$(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py
