@@ -157,6 +157,11 @@ def run(procs: list[Proc], address: str, *args: str, stdin: int | None = subproc
     return proc
 
 
+def run_held(procs: list[Proc], address: str, ref: str, gate: Path, *args: str) -> Proc:
+    """`electric run --json` of a message whose step waits for ``gate``, with a long grace."""
+    return run(procs, address, ref, "--message", f"hold {gate}", "--json", "--grace", LONG_GRACE, *args)
+
+
 # -- what the tests look for ----------------------------------------------------------------------
 
 
@@ -275,18 +280,7 @@ def test_the_first_signal_aborts_its_own_run_and_nothing_else(
     ref = f"headless/first-{name}"
     sdk.spawn(ref)
     # --timeout is set (and long): a signal is still never reported as a timeout.
-    cli = run(
-        procs,
-        server.address,
-        ref,
-        "--message",
-        f"hold {tmp_path / 'never'}",
-        "--json",
-        "--timeout",
-        "1h",
-        "--grace",
-        LONG_GRACE,
-    )
+    cli = run_held(procs, server.address, ref, tmp_path / "never", "--timeout", "1h")
     cli.out.until(STARTED)
     other = sdk.send(ref, "another client's")  # queued behind the CLI's run
     cli.signal(signum)
@@ -345,9 +339,7 @@ def test_a_run_that_starts_after_an_ignored_interrupt_is_interrupted_then(
     comes and the message starts, the command interrupts again: the run is current now."""
     ref = "headless_late/late"
     sdk.spawn(ref)
-    cli = run(
-        procs, server.address, ref, "--message", f"hold {tmp_path / 'never'}", "--json", "--grace", LONG_GRACE
-    )
+    cli = run_held(procs, server.address, ref, tmp_path / "never")
     cli.out.until(record_is("session_start"))
     cli.signal(signal.SIGINT)
     cli.out.until(record_is("signal", signal="SIGINT", outcome="ignored"))
@@ -406,18 +398,7 @@ def test_timeout_exits_124_and_interrupts_the_run(
 ) -> None:
     ref = "headless/timeout"
     sdk.spawn(ref)
-    cli = run(
-        procs,
-        server.address,
-        ref,
-        "--message",
-        f"hold {tmp_path / 'never'}",
-        "--json",
-        "--timeout",
-        "300ms",
-        "--grace",
-        LONG_GRACE,
-    )
+    cli = run_held(procs, server.address, ref, tmp_path / "never", "--timeout", "300ms")
     assert cli.wait() == exit_codes.TIMEOUT == 124
     error, complete = terminal(cli.records())
     assert (error["name"], error["code"], error["signal"]) == ("timeout", "TIMEOUT", None)
@@ -433,8 +414,7 @@ def test_a_signal_after_the_timeout_is_reported_as_the_signal(
     (the interrupt is already under way); a worker comes, the run starts and is aborted."""
     ref = "headless_late/timeout-then-term"
     sdk.spawn(ref)
-    args = ("--message", f"hold {tmp_path / 'never'}", "--json", "--timeout", "200ms", "--grace", LONG_GRACE)
-    cli = run(procs, server.address, ref, *args)
+    cli = run_held(procs, server.address, ref, tmp_path / "never", "--timeout", "200ms")
     cli.err.until(lambda line: "--timeout 200ms expired" in line)
     cli.signal(signal.SIGTERM)
     cli.err.until(lambda line: "received SIGTERM" in line)
@@ -549,7 +529,7 @@ def test_an_entity_stopped_mid_run(
 ) -> None:
     ref, gate = f"headless/stopped-{how}", tmp_path / "gate"
     sdk.spawn(ref)
-    cli = run(procs, server.address, ref, "--message", f"hold {gate}", "--json")
+    cli = run_held(procs, server.address, ref, gate)
     cli.out.until(STARTED)
     if how == "kill":
         sdk.kill(ref, reason="test")
