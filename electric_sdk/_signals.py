@@ -51,12 +51,14 @@ def two_stage_signals(
         received.append(signum)
         (first if len(received) == 1 else second)(signum)
 
+    installed: list[signal.Signals] = []
     try:
         for signum in signals:
-            loop.add_signal_handler(signum, on_signal, signum)
+            loop.add_signal_handler(signum, on_signal, signum)  # off the main thread: raises here
+            installed.append(signum)
         yield
     finally:
-        for signum in signals:
+        for signum in installed:
             loop.remove_signal_handler(signum)
             handler = previous[signum]
             if handler is not None:  # None: installed outside Python, cannot be put back
