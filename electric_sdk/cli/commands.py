@@ -18,8 +18,9 @@ from typing import Any
 from .. import errors
 from ..client import Client, ClientOptions, RetryPolicy
 from ..durations import parse_ms
-from ..models import SignalResult
+from ..models import Entity, Event, SignalResult
 from . import output
+from .exec_view import process_json, process_lines
 from .output import Output
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -89,11 +90,29 @@ def spawn(ctx: Context, args: argparse.Namespace) -> int:
 
 def get(ctx: Context, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
+    process = _process(ctx, entity)
     if ctx.out.json_mode:
-        ctx.out.record(entity.to_json())
+        ctx.out.record(entity.to_json() | ({"process": process} if process else {}))
     else:
-        ctx.out.line(output.entity_detail(entity))
+        ctx.out.line(output.entity_detail(entity) + (f"\n{process_lines(process)}" if process else ""))
     return 0
+
+
+# How far back `get` looks for an exec entity's receipts.
+_PROCESS_LOOKBACK = 2000
+
+
+def _process(ctx: Context, entity: Entity) -> dict[str, Any] | None:
+    """An exec entity's process, from the receipts at the end of its stream."""
+    offset = max(0, entity.head_offset - _PROCESS_LOOKBACK)
+    events: list[Event] = []
+    while offset < entity.head_offset:
+        page = ctx.client.events(entity.ref.url.removeprefix("/"), offset, limit=500)
+        events.extend(page.events)
+        if not page.events:
+            break
+        offset = page.next_offset
+    return process_json(events)
 
 
 def ls(ctx: Context, args: argparse.Namespace) -> int:

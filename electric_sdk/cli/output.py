@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from ..durations import format_ms
 from ..errors import ElectricError
 from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
+from .exec_view import output_summary, receipt_summary
 
 # How much of a message text or payload an event line shows.
 SUMMARY_CHARS = 100
@@ -178,6 +179,10 @@ def event_summary(event: Event) -> str:
         if value.get("deadline"):
             notes.append(f"until {value['deadline']}")
         return text + (f" ({', '.join(notes)})" if notes else "")
+    if event.type == "exec":
+        return shorten(receipt_summary(value), 4 * SUMMARY_CHARS)
+    if event.type == "output":
+        return shorten(output_summary(value), 4 * SUMMARY_CHARS)
     if event.type == "message":
         text = f"{value.get('sender') or '?'}: {shorten(str(value.get('text', '')))}"
         if "data" in value:

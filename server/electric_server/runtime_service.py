@@ -210,7 +210,7 @@ class Runtime:
             after: Ref | None = None
             while not session.closed:
                 page = await self.store.list_entities(
-                    type_, [State.SPAWNING, State.RUNNING, State.IDLE], after, _PAGE
+                    type_, [State.SPAWNING, State.RUNNING, State.IDLE, State.STOPPING], after, _PAGE
                 )
                 for record in page:
                     if self._needs_runtime(record):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.rt_support import until
+from runtime.rt_support import running_worker, state_is, until
 
 from electric_sdk import AsyncClient, Event
+from electric_sdk.runtime import App
+from electric_sdk.runtime.exec import ActionPlan
 
 CHILD = str(Path(__file__).with_name("child.py"))
 
@@ -90,3 +93,25 @@ def logged(path: Path, pid: int) -> list[str]:
     if not path.exists():
         return []
     return [ln.split(" ", 1)[1] for ln in path.read_text().splitlines() if ln.split(" ", 1)[0] == str(pid)]
+
+
+def exit_before(action: str, signum: int = signal.SIGKILL) -> Callable[[ActionPlan], None]:
+    """An action hook: the generation exits (killed with ``signum``, left unreaped) between planning
+    ``action`` and issuing it."""
+
+    def hook(plan: ActionPlan) -> None:
+        if plan.action == action:
+            os.kill(plan.evidence.pid, signum)
+            os.waitid(os.P_PID, plan.evidence.pid, os.WEXITED | os.WNOWAIT)
+
+    return hook
+
+
+async def spawn_and_stop(client: AsyncClient, address: str, app: App, ref: str) -> list[dict[str, Any]]:
+    """Host ``app``, spawn ``ref``, wait for its process, SIGTERM it, wait for `stopped`; its receipts."""
+    async with running_worker(app, address):
+        await client.spawn(ref)
+        await ready(client, ref)
+        await client.signal(ref, "SIGTERM")
+        await until(client, ref, state_is("stopped", "cleanup_complete"))
+    return await receipts(client, ref)

@@ -16,7 +16,7 @@ from electric_sdk.runtime import App
 from electric_sdk.runtime.exec import ActionPlan, ShutdownPolicy, action_hook
 from electric_sdk.testing import TestServer
 
-from .support import alive, child, line, logged, output, ready, receipt, receipts
+from .support import alive, child, exit_before, line, logged, output, ready, receipt, receipts, spawn_and_stop
 
 pytestmark = pytest.mark.anyio
 
@@ -83,19 +83,14 @@ async def test_pre_action_race_exit_holds_the_graceful_action(
     app.exec("race", child("--on-term", "exit"), grace_period="2s", shutdown=ShutdownPolicy("SIGTERM", "1s"))
     planned: list[ActionPlan] = []
 
+    exit_first = exit_before("graceful")
+
     def kill_first(plan: ActionPlan) -> None:
         planned.append(plan)
-        if plan.action == "graceful":
-            os.kill(plan.evidence.pid, signal.SIGKILL)
-            os.waitid(os.P_PID, plan.evidence.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped
+        exit_first(plan)
 
     with action_hook(kill_first):
-        async with running_worker(app, electric.address):
-            await client.spawn("race/a")
-            await ready(client, "race/a")
-            await client.signal("race/a", "SIGTERM")
-            await until(client, "race/a", state_is("stopped", "cleanup_complete"))
-    got = await receipts(client, "race/a")
+        got = await spawn_and_stop(client, electric.address, app, "race/a")
     assert [(r["action"], r["disposition"]) for r in got] == [
         ("start", "observed"),
         ("graceful", "held"),
@@ -121,12 +116,7 @@ async def test_pre_action_race_reaped_elsewhere_is_unprovable_and_held(
             os.waitpid(plan.evidence.pid, 0)
 
     with action_hook(reap_it):
-        async with running_worker(app, electric.address):
-            await client.spawn("reaped/a")
-            await ready(client, "reaped/a")
-            await client.signal("reaped/a", "SIGTERM")
-            await until(client, "reaped/a", state_is("stopped", "cleanup_complete"))
-    got = await receipts(client, "reaped/a")
+        got = await spawn_and_stop(client, electric.address, app, "reaped/a")
     assert [(r["action"], r["disposition"]) for r in got] == [
         ("start", "observed"),
         ("graceful", "held"),
@@ -145,18 +135,8 @@ async def test_force_is_held_when_the_generation_changes_before_it(
         "late", child("--on-term", "ignore"), grace_period="2s", shutdown=ShutdownPolicy("SIGTERM", "200ms")
     )
 
-    def exit_before_force(plan: ActionPlan) -> None:
-        if plan.action == "force":
-            os.kill(plan.evidence.pid, signal.SIGUSR2)
-            os.waitid(os.P_PID, plan.evidence.pid, os.WEXITED | os.WNOWAIT)
-
-    with action_hook(exit_before_force):
-        async with running_worker(app, electric.address):
-            await client.spawn("late/a")
-            await ready(client, "late/a")
-            await client.signal("late/a", "SIGTERM")
-            await until(client, "late/a", state_is("stopped", "cleanup_complete"))
-    got = await receipts(client, "late/a")
+    with action_hook(exit_before("force", signal.SIGUSR2)):
+        got = await spawn_and_stop(client, electric.address, app, "late/a")
     assert [(r["action"], r["disposition"]) for r in got] == [
         ("start", "observed"),
         ("graceful", "issued"),

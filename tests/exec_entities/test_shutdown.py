@@ -13,7 +13,7 @@ from electric_sdk.runtime import App
 from electric_sdk.runtime.exec import ShutdownPolicy
 from electric_sdk.testing import TestServer
 
-from .support import alive, child, output, ready, receipt, receipts
+from .support import alive, child, output, ready, receipt, receipts, spawn_and_stop
 
 pytestmark = pytest.mark.anyio
 
@@ -56,12 +56,7 @@ async def test_graceful_success_exits_before_the_timeout_and_is_never_forced(
     app.exec(
         "polite", child("--on-term", "exit"), grace_period="5s", shutdown=ShutdownPolicy("SIGTERM", "3s")
     )
-    async with running_worker(app, electric.address):
-        await client.spawn("polite/a")
-        await ready(client, "polite/a")
-        await client.signal("polite/a", "SIGTERM")
-        await until(client, "polite/a", state_is("stopped", "cleanup_complete"))
-    got = await receipts(client, "polite/a")
+    got = await spawn_and_stop(client, electric.address, app, "polite/a")
     actions = [(r["action"], r["disposition"]) for r in got]
     assert actions == [("start", "observed"), ("graceful", "issued"), ("exit", "observed")]
     graceful, exit_ = got[1], got[2]

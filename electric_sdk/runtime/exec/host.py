@@ -458,6 +458,12 @@ class ExecHost(Lifetime):
             outcome, detail = Outcome.IGNORED, "no process is running"
             if info.signal is Signal.SIGCONT or info.signal is Signal.SIGSTOP:
                 outcome = Outcome.TRANSITIONED
+            elif self.last is not None or self.orphan is not None:  # say why a stored PID is left alone
+                evidence = self.orphan or self.last
+                await self._receipt(
+                    "forward", "refused", evidence=evidence, name=name, signal_key=info.key,
+                    reason=self._no_generation(),
+                )  # fmt: skip
         elif child.backend != "posix":
             outcome, detail = Outcome.IGNORED, f"the {child.backend} backend has no {name}"
             await self._receipt(

@@ -1,0 +1,184 @@
+"""PID reuse, for real: in a PID namespace of its own (``unshare``), the old generation exits and is
+reaped, ``ns_last_pid`` is set so that a new, unrelated process takes its PID, and then the entity
+is signalled. The new process is never touched, and the receipts say why.
+
+Both ways a generation ends without the runtime still holding it: it exited on its own (killed by
+someone else; its worker reaped it), or its worker died (the parent-death signal killed it; the
+namespace's init reaped it) and a new worker finds its stored evidence. The entity is paused
+first, so that it keeps its state (a lost `running` entity would go idle, where SIGTERM stops it
+without any runtime) and its SIGTERM goes to a runtime that must decide what the stored PID means.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime.rt_support import state_is, until
+
+from electric_sdk import AsyncClient
+from electric_sdk.testing import TestServer
+
+from .support import CHILD, child, ready, receipt, receipts
+
+pytestmark = pytest.mark.anyio
+NS_INIT = str(Path(__file__).with_name("ns_init.py"))
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def _unshare_works() -> str | None:
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", "echo 100 > /proc/sys/kernel/ns_last_pid"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"cannot make a PID namespace and set ns_last_pid here (needs root): {probe.stderr.strip()}"
+    return None
+
+
+_SKIP = _unshare_works()
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
+
+
+class Namespace:
+    """``ns_init.py`` as PID 1 of a new PID namespace; requests and answers as JSON lines."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.proc = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-u", NS_INIT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return answer
+
+    def spawn(self, argv: list[str], log: str) -> int:
+        return int(self.ask(op="spawn", argv=argv, log=str(self.tmp / log))["pid"])
+
+    def worker(self, exec_file: Path, address: str, name: str) -> int:
+        argv = [sys.executable, "-m", "electric_sdk.cli.main", "worker", "--exec", str(exec_file)]
+        return self.spawn([*argv, "--address", address, "--worker-id", name, "--grace", "1s"], f"{name}.log")
+
+    def take_pid(self, pid: int, log: Path) -> int:
+        """Start an unrelated process that gets exactly ``pid``."""
+        self.ask(op="last_pid", value=pid - 1)
+        return self.spawn(
+            child("--on-term", "ignore", "--on-eof", "ignore", "--log", str(log)), "sentinel.out"
+        )
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # init exits at EOF, and the kernel kills the rest of the namespace
+        self.proc.wait(timeout=30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def ns(tmp_path: Path) -> Iterator[Namespace]:
+    namespace = Namespace(tmp_path)
+    try:
+        yield namespace
+    finally:
+        namespace.close()
+
+
+def _exec_file(tmp: Path) -> Path:
+    path = tmp / "tasks.toml"
+    command = json.dumps([sys.executable, "-u", CHILD, "--on-term", "ignore"])
+    path.write_text(
+        f'[[exec]]\nid = "reuse"\ncommand = {command}\nkeep = true\ngrace_period = "20s"\n'
+        '[exec.shutdown]\ngraceful = "SIGTERM"\ntimeout = "500ms"\n'
+    )
+    return path
+
+
+async def _sentinel_untouched(ns: Namespace, sentinel: int, log: Path) -> None:
+    assert ns.ask(op="alive", pid=sentinel)["alive"]
+    assert [x for x in logged_any(log) if "signal" in x] == []
+
+
+def logged_any(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def test_pid_reused_after_the_worker_died(
+    ns: Namespace, electric: TestServer, client: AsyncClient, tmp_path: Path
+) -> None:
+    tasks = _exec_file(tmp_path)
+    first = ns.worker(tasks, electric.address, "w1")
+    await client.spawn("reuse/a")
+    pid = await ready(client, "reuse/a")
+    start = (await receipts(client, "reuse/a"))[0]
+    assert start["generation"]["pid"] == pid
+    await client.signal("reuse/a", "SIGSTOP")
+    await until(client, "reuse/a", receipt("forward", "issued", "SIGSTOP"))
+    ns.ask(op="kill", pid=first, sig=9)  # the worker dies; the parent-death signal takes its child
+    assert ns.ask(op="gone", pid=pid)["gone"]
+    log = tmp_path / "sentinel.log"
+    sentinel = ns.take_pid(pid, log)
+    assert sentinel == pid  # the old generation's PID now names an unrelated process
+    ns.worker(tasks, electric.address, "w2")
+    await client.signal("reuse/a", "SIGTERM")  # paused → stopping: w2 is leased for the cleanup
+    await until(client, "reuse/a", state_is("stopped", "cleanup_complete"))
+    got = await receipts(client, "reuse/a")
+    assert [(r["action"], r["disposition"]) for r in got] == [
+        ("start", "observed"),
+        ("forward", "issued"),
+        ("recover", "observed"),
+        ("graceful", "refused"),
+    ]
+    recover, refused = got[2], got[3]
+    assert recover["generation"] == start["generation"]
+    assert f"pid {pid} now belongs to another process" in recover["reason"]
+    assert "no live generation" in refused["reason"]
+    assert f"pid {pid} is not signalled" in refused["reason"]
+    await _sentinel_untouched(ns, sentinel, log)
+
+
+async def test_pid_reused_after_the_generation_exited_on_its_own(
+    ns: Namespace, electric: TestServer, client: AsyncClient, tmp_path: Path
+) -> None:
+    tasks = _exec_file(tmp_path)
+    ns.worker(tasks, electric.address, "w1")
+    await client.spawn("reuse/b")
+    pid = await ready(client, "reuse/b")
+    await client.signal("reuse/b", "SIGSTOP")
+    await until(client, "reuse/b", receipt("forward", "issued", "SIGSTOP"))
+    ns.ask(op="kill", pid=pid, sig=9)  # not electric's doing: to the runtime it exits on its own
+    await until(client, "reuse/b", receipt("exit"))
+    assert ns.ask(op="gone", pid=pid)["gone"]  # reaped by its worker
+    log = tmp_path / "sentinel.log"
+    sentinel = ns.take_pid(pid, log)
+    assert sentinel == pid
+    await client.signal("reuse/b", "SIGTERM")
+    await until(client, "reuse/b", state_is("stopped", "cleanup_complete"))
+    got = await receipts(client, "reuse/b")
+    assert [(r["action"], r["disposition"]) for r in got] == [
+        ("start", "observed"),
+        ("forward", "issued"),
+        ("exit", "observed"),
+        ("graceful", "refused"),
+    ]
+    assert got[2]["exit_status"] == -9
+    assert f"pid {pid} is not signalled" in got[3]["reason"]
+    await _sentinel_untouched(ns, sentinel, log)
