@@ -186,8 +186,8 @@ class Feed:
             assert self._changed is not None
             with anyio.move_on_after(self.interval_s if self._ticking() else math.inf):
                 await self._changed.wait()
-            # No await between the wake-up and the refresh: a change made meanwhile sets the
-            # new event and is in this refresh too, so nothing is lost.
+            # Nothing runs between the wake-up and taking the facts (no await): a change made
+            # after them sets the new event, so the next refresh shows it; none is lost.
             self._changed = anyio.Event()
             self.ui.call(self._refresh())
             await anyio.sleep(self.interval_s)
