@@ -57,17 +57,17 @@ def test_changed_proto_is_drift(repo_copy: Path) -> None:
     text = types.read_text()
     anchor = "message EntityRef {\n  string type = 1;\n  string id = 2;\n"
     assert anchor in text
-    types.write_text(text.replace(anchor, anchor + "  string namespace = 3;\n"))
+    types.write_text(text.replace(anchor, anchor + "  string drift_probe = 3;\n"))
 
     result = check(repo_copy)
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "drifted from proto/" in result.stderr
     assert "committed/electric/v1/types_pb2.py" in result.stdout
-    assert "namespace" in result.stdout  # the diff names the new field (in the .pyi stub)
+    assert "drift_probe" in result.stdout  # the diff names the new field (in the .pyi stub)
     # --check never writes: the committed copy is untouched.
     assert (repo_copy / "electric_sdk/_proto").exists()
-    assert "namespace" not in (repo_copy / "electric_sdk/_proto/electric/v1/types_pb2.pyi").read_text()
+    assert "drift_probe" not in (repo_copy / "electric_sdk/_proto/electric/v1/types_pb2.pyi").read_text()
 
 
 def test_removed_generated_file_is_drift(repo_copy: Path) -> None:
