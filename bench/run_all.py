@@ -31,6 +31,7 @@ BENCHES = [
     "bench_sdk",
     "bench_restart",
     "bench_runtime",
+    "bench_exec",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
