@@ -30,7 +30,7 @@ $(BUF):
 
 # The control plane and a worker hosting the example agents, in one process.
 run: $(STAMP)
-	$(VENV)/bin/electric dev examples.agents:app --listen $(LISTEN) --data $(DATA)
+	$(VENV)/bin/electric dev examples.agents:app --exec examples/tasks.toml --listen $(LISTEN) --data $(DATA)
 
 # The control plane alone (workers connect with `electric worker MODULE:APP`).
 server: $(STAMP)

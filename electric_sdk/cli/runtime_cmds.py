@@ -128,9 +128,25 @@ def _hints(address: str, app: Any) -> str:
             f'    {env}electric signal {first}/r1 SIGUSR --payload \'{{"focus": "cost"}}\'',
             f"    {env}electric signal {first}/r1 SIGSTOP      # then SIGCONT",
             f"    {env}electric signal {first}/r1 SIGTERM      # cleanup, then stopped",
+            *_exec_hints(env, app),
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
+
+
+def _exec_hints(env: str, app: Any) -> list[str]:
+    from ..runtime.exec import ExecType
+
+    kinds = [name for name, t in app.types.items() if isinstance(t, ExecType)]
+    if not kinds:
+        return []
+    first = kinds[0]
+    return [
+        f"  exec entities ({', '.join(kinds)}): OS processes; receipts in docs/exec.md",
+        f"    {env}electric spawn {first}/t1 && {env}electric events {first}/t1 --follow",
+        f"    {env}electric signal {first}/t1 SIGTERM      # graceful, then force after the timeout",
+        f"    {env}electric get {first}/t1                  # the process: generation, pid, last act",
+    ]
 
 
 async def _serve(reloader: Any, args: argparse.Namespace, *, server_config: Any = None) -> int:

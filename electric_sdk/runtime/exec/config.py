@@ -5,7 +5,7 @@
     [[exec]]
     id = "indexer"                        # the entity type
     command = ["python3", "-u", "index.py"]   # or a string, split like a shell (no shell runs)
-    cwd = "jobs"                          # relative to this file's folder
+    cwd = "jobs"                          # relative to this file's folder (the default)
     env = { LOG_LEVEL = "debug" }
     keep = false
     tags = ["batch"]
@@ -93,7 +93,7 @@ def _entry(raw: Any, index: int, base: Path) -> ExecType:
     spec = ExecSpec(
         id=raw["id"],
         command=raw["command"],
-        cwd=str(base / cwd) if cwd is not None else None,
+        cwd=str(base / (cwd or ".")),  # a file's commands run from its folder unless it says otherwise
         env=raw.get("env", {}),
         keep=raw.get("keep", False),
         tags=tuple(raw.get("tags", ())),

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import logging
 import os
 import shutil
 import signal
@@ -36,6 +38,8 @@ from .evidence import Evidence, boot_id, observe, start_time
 from .spec import SHUTDOWN_LINE, SIGNUMS, ExecSpec
 
 __all__ = ["Child", "PortableChild", "PosixChild", "describe_status", "spawn"]
+
+log = logging.getLogger("electric.runtime.exec")
 
 # include/uapi/linux/pidfd.h; Linux 6.9 and newer.
 PIDFD_SIGNAL_PROCESS_GROUP = 1 << 2
@@ -237,9 +241,13 @@ class PortableChild(Child):
         self.popen.kill()  # TerminateProcess on the handle; on POSIX the unreaped child's pid
 
 
-def _launcher() -> list[str]:
+@functools.cache
+def _launcher() -> tuple[str, ...]:
     setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+    if setpriv is None:
+        log.warning("setpriv (util-linux) is not on PATH: exec processes will not die with their worker")
+        return ()
+    return (setpriv, "--pdeathsig", "KILL", "--")
 
 
 def spawn(spec: ExecSpec, task_id: str, generation: int, worker_id: str, cwd: str | None) -> Child:
