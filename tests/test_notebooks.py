@@ -3,6 +3,7 @@ the ``electric`` kernel spec that ``make venv`` installs into the virtualenv."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -80,9 +81,13 @@ def own_server(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+def outputs_of(notebook: nbformat.NotebookNode) -> str:
+    return "\n".join(text_of(cell) for cell in notebook.cells if cell.cell_type == "code")
+
+
 def test_quickstart(kernel_name: str, tmp_path: Path) -> None:
     notebook = execute("quickstart.ipynb", kernel_name, tmp_path)
-    outputs = "\n".join(text_of(cell) for cell in notebook.cells if cell.cell_type == "code")
+    outputs = outputs_of(notebook)
     assert "SIGSTOP running → paused" in outputs
     assert "the queued message ran: completed" in outputs
     assert "aborted \"outline of 'a very long essay'\\n\"" in outputs
@@ -92,3 +97,25 @@ def test_quickstart(kernel_name: str, tmp_path: Path) -> None:
 def test_control_panel(kernel_name: str, tmp_path: Path) -> None:
     notebook = execute("control_panel.ipynb", kernel_name, tmp_path, PANEL_CHECK)
     assert text_of(notebook.cells[-1]).split() == ["paused", "3"]
+
+
+def test_exec_entities(kernel_name: str, tmp_path: Path) -> None:
+    notebook = execute("exec_entities.ipynb", kernel_name, tmp_path)
+    outputs = outputs_of(notebook)
+    assert outputs.count("same as in Python: True") == 2  # the TOML types equal the Python ones
+    assert "echo: hello, polite/p1" in outputs
+    assert "echo: hello, stubborn/s1" in outputs
+    # The polite process: SIGTERM, then its exit before the deadline; never forced.
+    assert "force actions: 0\nexited before the deadline: True\nexit status: 0" in outputs
+    # The stubborn one: one SIGKILL, after the deadline, escalated; killed by it.
+    assert re.search(r"graceful\s+SIGTERM\s+issued", outputs)
+    assert len(re.findall(r"force\s+SIGKILL\s+issued", outputs)) == 1
+    assert "force actions: 1 SIGKILL" in outputs
+    assert re.search(r"force issued [\d.]+ ms after the deadline: True", outputs)
+    assert "escalated: True True\nexit status: -9" in outputs
+    # Refused when defined, and nothing added to the app.
+    assert "refused: exec 'reckless': graceful action 'SIGKILL' is not supported" in outputs
+    assert "is longer than the grace period" in outputs
+    assert "unknown key(s) timout" in outputs
+    assert "types in the app: ['polite', 'stubborn']" in outputs
+    assert text_of(notebook.cells[-1]).strip() == "stopped"
