@@ -6,7 +6,6 @@ SIGTERM: its receipts show the escalation to SIGKILL."""
 import signal
 import sys
 import threading
-import time
 
 stop = threading.Event()
 stubborn = "--stubborn" in sys.argv

@@ -114,7 +114,7 @@ def test_exec_entities(kernel_name: str, tmp_path: Path) -> None:
     assert re.search(r"force issued [\d.]+ ms after the deadline: True", outputs)
     assert "escalated: True True\nexit status: -9" in outputs
     # Refused when defined, and nothing added to the app.
-    assert "refused: exec 'reckless': graceful action 'SIGKILL' is not supported" in outputs
+    assert "refused: exec 'reckless': SIGKILL cannot be a graceful action" in outputs
     assert "is longer than the grace period" in outputs
     assert "unknown key(s) timout" in outputs
     assert "types in the app: ['polite', 'stubborn']" in outputs

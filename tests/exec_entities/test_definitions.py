@@ -16,8 +16,11 @@ from electric_sdk.testing import TestServer
 from .support import CHILD
 
 BAD_POLICIES = [
-    ({"shutdown": ShutdownPolicy("SIGKILL", "1s")}, "graceful action 'SIGKILL' is not supported"),
-    ({"shutdown": ShutdownPolicy("SIGSTOP", "1s")}, "graceful action 'SIGSTOP' is not supported"),
+    (
+        {"shutdown": ShutdownPolicy("SIGKILL", "1s")},
+        "SIGKILL cannot be a graceful action: a process cannot catch it",
+    ),
+    ({"shutdown": ShutdownPolicy("SIGSTOP", "1s")}, "SIGSTOP cannot be a graceful action"),
     ({"shutdown": ShutdownPolicy("SIGFOO", "1s")}, "graceful action 'SIGFOO' is not supported"),
     (
         {"shutdown": ShutdownPolicy("SIGTERM", "1s"), "backend": "portable"},
@@ -26,7 +29,7 @@ BAD_POLICIES = [
     ({"shutdown": ShutdownPolicy("SIGTERM", "0s")}, "must be greater than 0"),
     ({"shutdown": ShutdownPolicy("SIGTERM", -1)}, "must be greater than 0"),
     ({"shutdown": ShutdownPolicy("SIGTERM", "11m"), "grace_period": "1h"}, "above the maximum"),
-    ({"shutdown": ShutdownPolicy("SIGTERM", "31s")}, "longer than the grace period 0:00:30"),
+    ({"shutdown": ShutdownPolicy("SIGTERM", "31s")}, "longer than the grace period 30s"),
     ({"shutdown": ShutdownPolicy("SIGTERM", "2s"), "grace_period": "1s"}, "longer than the grace period"),
     ({"shutdown": ShutdownPolicy("SIGTERM", "soon")}, "invalid duration"),
     ({"backend": "windows"}, "backend 'windows' is not one of"),
@@ -103,7 +106,7 @@ def test_the_toml_grammar(tmp_path: Path) -> None:
         ),
         (
             '[[exec]]\nid = "x"\ncommand = ["true"]\n[exec.shutdown]\ngraceful = "SIGKILL"\n',
-            "'SIGKILL' is not supported",
+            "SIGKILL cannot be a graceful action",
         ),
         ('[[exec]]\nid = "x"\ncommand = ["true"]\n[exec.shutdown]\ntimeout = "0ms"\n', "greater than 0"),
         (
@@ -150,7 +153,7 @@ def test_worker_with_a_bad_policy_refuses_to_start_and_writes_nothing(tmp_path: 
         client.close()
     assert proc.returncode == 2, proc.stderr
     assert (
-        "tasks.toml: exec[0] (job): shutdown timeout 0:00:45 is longer than the grace period" in proc.stderr
+        "tasks.toml: exec[0] (job): shutdown timeout 45s is longer than the grace period 30s" in proc.stderr
     )
     assert entity.state.value == "spawning"
     assert [e.offset for e in after] == [e.offset for e in before] == [0]

@@ -89,3 +89,27 @@ async def test_process_that_cannot_start_is_a_refused_start_receipt(
         start = await until(client, "missing/a", receipt("start", "refused"))
         await until(client, "missing/a", state_is("idle", "process_exited"))
     assert "cannot start" in start.value["reason"]
+
+
+async def test_a_draining_worker_shuts_its_processes_down_and_the_next_worker_starts_a_new_generation(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="t")
+    app.exec("svc", child(), keep=True, grace_period="2s")
+    async with running_worker(app, electric.address) as first:
+        await client.spawn("svc/a")
+        await ready(client, "svc/a")
+        await first.shutdown(1.0)
+    got = await receipts(client, "svc/a")
+    assert [(r["action"], r["disposition"]) for r in got] == [
+        ("start", "observed"),
+        ("graceful", "issued"),
+        ("exit", "observed"),
+    ]
+    assert got[1]["reason"].startswith("the worker is draining")
+    assert (await client.get("svc/a")).state.value == "running"  # unleased: the next worker takes it
+    async with running_worker(app, electric.address):
+        head = (await client.get("svc/a")).head_offset
+        await until(client, "svc/a", receipt("start", "observed"), head)
+    starts = [r for r in await receipts(client, "svc/a") if r["action"] == "start"]
+    assert [r["generation"]["generation"] for r in starts] == [1, 2]

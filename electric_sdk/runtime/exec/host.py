@@ -103,6 +103,8 @@ class ExecHost(Lifetime):
         self._cleanup_started = False
         self._shutdown_scope: anyio.CancelScope | None = None
         self._active_since = 0.0
+        # Signals delivered with the lease act only once the stored generation has been judged.
+        self._recovered = anyio.Event()
 
     @property
     def alive(self) -> bool:
@@ -123,7 +125,10 @@ class ExecHost(Lifetime):
 
     async def _main(self) -> None:
         try:
-            await self._recover()
+            try:
+                await self._recover()
+            finally:
+                self._recovered.set()
             if self.state is State.SPAWNING:
                 await self._fenced.transition(State.RUNNING, "started")
             elif self.state is State.IDLE:
@@ -374,10 +379,13 @@ class ExecHost(Lifetime):
         if child is None or child.reaped:
             return
         with anyio.move_on_after(FORCE_WAIT_S + FINAL_WRITE_TIMEOUT_S):
-            if not child.gone():
-                await self._force(child, f"hosting ended ({self.end_reason})", "")
-            else:
-                await self._settle(child, f"exited as hosting ended ({self.end_reason})")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.watch)  # the host's watcher went with its task group
+                if not child.gone():
+                    await self._force(child, f"hosting ended ({self.end_reason})", "")
+                else:
+                    await self._settle(child, f"exited as hosting ended ({self.end_reason})")
+                tg.cancel_scope.cancel()
         if not child.reaped and not child.gone():
             log.error("%s: %s did not die; left unreaped", self.task_id, child.evidence.describe())
 
@@ -436,6 +444,7 @@ class ExecHost(Lifetime):
         assert self._tg is not None
         action = decision.action
         if action is Action.KILL:
+            self._busy += 1  # at once: the loop must not end the hosting before the kill has run
             self._tg.start_soon(self._kill, info, pending)
         elif action is Action.CLEANUP:
             self._start_cleanup(info, pending)
@@ -451,6 +460,7 @@ class ExecHost(Lifetime):
         await self._fenced.outcome(info, outcome, detail)
 
     async def _forward(self, info: SignalInfo, pending: bool) -> None:
+        await self._recovered.wait()
         name = FORWARDED[info.signal]
         child = self.child
         outcome, detail = Outcome.DELIVERED, ""
@@ -508,8 +518,8 @@ class ExecHost(Lifetime):
             await self._fenced.outcome(info, Outcome.ABORTED, "cancelled before its line was written")
 
     async def _kill(self, info: SignalInfo, pending: bool) -> None:
-        self._busy += 1
         try:
+            await self._recovered.wait()
             if self._shutdown_scope is not None:
                 self._shutdown_scope.cancel()
             child = self.child
@@ -530,11 +540,12 @@ class ExecHost(Lifetime):
             return
         self._cleanup_started = True
         assert self._tg is not None
+        self._busy += 1  # at once: the loop must not end the hosting before the cleanup has run
         self._tg.start_soon(self._cleanup, info, pending)
 
     async def _cleanup(self, info: SignalInfo | None, pending: bool) -> None:
-        self._busy += 1
         try:
+            await self._recovered.wait()
             key = info.key if info is not None else ""
             if info is not None and pending:
                 await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)

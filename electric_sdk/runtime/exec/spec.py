@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Literal
 
 from ...client._options import DurationLike, to_duration
+from ...durations import format_ms
 from ..app import DefinitionError, EntityType
 
 __all__ = [
@@ -128,7 +129,7 @@ class ExecType(EntityType):
             return grace, "shutdown policy; timeout: the grace period"
         timeout = to_duration(policy.timeout).ToTimedelta()
         if timeout > grace:  # the entity was spawned with a shorter grace than its type's
-            return grace, f"shutdown policy; timeout {timeout} cut to the entity's grace period"
+            return grace, f"shutdown policy; timeout {_ms(timeout)} cut to the entity's grace period"
         return timeout, "shutdown policy"
 
 
@@ -171,6 +172,11 @@ def _check_policy(etype: ExecType, where: str) -> None:
     if policy is None:
         return
     allowed = GRACEFUL_ACTIONS[spec.backend]
+    if policy.graceful in ("SIGKILL", "SIGSTOP"):
+        raise DefinitionError(
+            f"{where}: {policy.graceful} cannot be a graceful action: a process cannot catch it "
+            f"(SIGKILL is the force that follows the timeout; graceful actions: {', '.join(allowed)})"
+        )
     if policy.graceful not in allowed or policy.graceful not in (*SIGNUMS, *STDIN_ACTIONS):
         raise DefinitionError(
             f"{where}: graceful action {policy.graceful!r} is not supported by the {spec.backend} "
@@ -186,15 +192,19 @@ def _check_policy(etype: ExecType, where: str) -> None:
         raise DefinitionError(f"{where}: shutdown timeout must be greater than 0")
     if timeout > MAX_SHUTDOWN_TIMEOUT:
         raise DefinitionError(
-            f"{where}: shutdown timeout {timeout} is above the maximum, {MAX_SHUTDOWN_TIMEOUT}"
+            f"{where}: shutdown timeout {_ms(timeout)} is above the maximum, {_ms(MAX_SHUTDOWN_TIMEOUT)}"
         )
     grace = to_duration(etype.grace_period).ToTimedelta() if etype.grace_period is not None else DEFAULT_GRACE
     if timeout > grace:
         raise DefinitionError(
-            f"{where}: shutdown timeout {timeout} is longer than the grace period {grace}: "
+            f"{where}: shutdown timeout {_ms(timeout)} is longer than the grace period {_ms(grace)}: "
             "the force action must come before the server ends the cleanup"
         )
 
 
 async def _never(_instance: object, _ctx: object, _message: object) -> None:
     raise RuntimeError("an exec entity's messages go to its process's stdin")
+
+
+def _ms(value: timedelta) -> str:
+    return format_ms(round(value / timedelta(milliseconds=1)))
