@@ -49,6 +49,8 @@ __all__ = ["EntityHost"]
 log = logging.getLogger("electric.runtime")
 
 DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
+# Scoped SIGINTs remembered for messages not yet delivered (a bound against a flood of bad keys).
+_MAX_SCOPED = 1000
 
 
 @dataclass
@@ -73,6 +75,10 @@ class EntityHost(Lifetime):
         self.instance: Any = etype.factory()
         self._queue: deque[Message] = deque()
         self._seen: set[int] = set()
+        self._seen_keys: set[str] = set()
+        # Pending SIGINTs scoped to a message that has not reached this host yet: it is cancelled
+        # on arrival (the signal can overtake its message on the way to the worker).
+        self._scoped: dict[str, tuple[SignalInfo, bool]] = {}
         self._run: _Run | None = None
         self._reload: SignalInfo | None = None
         self._cleanup_started = False
@@ -224,7 +230,10 @@ class EntityHost(Lifetime):
         if kind == "message":
             if event.offset not in self._seen:
                 self._seen.add(event.offset)
+                self._seen_keys.add(event.key)
                 self._queue.append(message_of(event, attempt))
+                if (scoped := self._scoped.pop(event.key, None)) is not None:
+                    self._scoped_sigint(*scoped)
                 self._bell.ring()
         elif kind == "signal":
             self._on_signal(event)
@@ -245,6 +254,10 @@ class EntityHost(Lifetime):
         except lifecycle.LifecycleError:
             log.exception("%s: cannot judge %s", self.entity.ref, info.signal.value)
             return
+        if info.signal is Signal.SIGINT and info.message_key and info.previous_state is not State.STOPPING:
+            self._scoped_sigint(info, pending)
+            self._bell.ring()
+            return
         run = self._run
         if (
             run is not None
@@ -253,10 +266,7 @@ class EntityHost(Lifetime):
         ):
             run.deferred.append(event)  # whether it was aimed at this run shows once STARTED is written
             return
-        if run is not None and (
-            (run.started_offset is not None and run.started_offset > info.offset)
-            or (info.message_key and run.message.key != info.message_key)
-        ):
+        if run is not None and run.started_offset is not None and run.started_offset > info.offset:
             run = None  # the signal was not aimed at this run
         decision = lifecycle.decide(info.previous_state, info.signal, run is not None and cell.runs_possible)
         action = decision.action
@@ -264,8 +274,6 @@ class EntityHost(Lifetime):
         if action is Action.ABORT_RUN and run is not None:
             run.stopped_by, run.outcome_pending = info, pending
             run.scope.cancel()
-        elif info.signal is Signal.SIGINT and info.message_key and cell.action_running is Action.ABORT_RUN:
-            self._cancel_queued(info, pending)
         elif action is Action.KILL:
             if self._run is not None:
                 self._run.stopped_by = info
@@ -291,13 +299,27 @@ class EntityHost(Lifetime):
         for event in deferred:
             self._on_signal(event)
 
-    def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
-        """A SIGINT scoped to a message that has not started: the message is cancelled."""
+    def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
+        """A SIGINT scoped to one message (headless runs) touches that message only: its run is
+        aborted if it is in progress (even if it started after the SIGINT was sent: the message had
+        not started then), it is cancelled if it is queued, or when it arrives if it has not yet."""
         assert self._tg is not None
-        queued = next((m for m in self._queue if m.key == info.message_key), None)
+        key = info.message_key
+        run = self._run
+        if run is not None and run.message.key == key:
+            if run.stopped_by is None:
+                run.stopped_by, run.outcome_pending = info, pending
+                run.scope.cancel()
+            elif pending:
+                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run is already ending")
+            return
+        queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
-            if pending:
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "no such run in progress")
+            if key in self._seen_keys or not pending:
+                if pending:
+                    self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+            elif len(self._scoped) < _MAX_SCOPED:
+                self._scoped[key] = (info, pending)
             return
         self._queue.remove(queued)
         run = _Run(queued, Context(self, message=queued), anyio.CancelScope(), stopped_by=info)

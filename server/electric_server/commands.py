@@ -8,14 +8,14 @@ or raises to refuse (nothing is written). Lifecycle rules come from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 from google.protobuf import struct_pb2
 
 from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import Outcome, Signal, State
 
 from . import convert
 from .errors import ApiError, not_found
@@ -112,6 +112,15 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
         if current is None:
             raise not_found(*ref)
         decision = lifecycle.decide(current.state, spec.signal)  # InvalidSignal for terminal states
+        if (
+            spec.message_key
+            and decision.outcome is Outcome.IGNORED
+            and current.state in (State.IDLE, State.SPAWNING)
+            and current.last_message_offset >= current.message_cursor
+        ):
+            # A SIGINT scoped to a message still waiting for a runtime: it cancels that message
+            # when a runtime takes the entity (and the message) up, so its outcome is the runtime's.
+            decision = replace(decision, outcome=Outcome.PENDING)
         key = f"sig_{ctx.txid}"
         value = pb.SignalValue(
             signal=convert.SIGNAL_TO_PB[spec.signal],

@@ -332,26 +332,25 @@ def test_an_interrupt_cancels_its_queued_message_not_the_run_in_progress(
     assert end.value["output"].endswith(" done")
 
 
-def test_a_run_that_starts_after_an_ignored_interrupt_is_interrupted_then(
+def test_an_interrupt_before_any_worker_cancels_the_message_when_one_comes(
     server: TestServer, procs: list[Proc], sdk: Client, tmp_path: Path
 ) -> None:
-    """No worker hosts the entity, so the server ignores SIGINT (spawning: no run). When a worker
-    comes and the message starts, the command interrupts again: the run is current now."""
+    """No worker hosts the entity yet, so the scoped SIGINT waits (pending) for the runtime that
+    takes the message up: it cancels the message before its run starts, and nothing else."""
     ref = "headless_late/late"
     sdk.spawn(ref)
     cli = run_held(procs, server.address, ref, tmp_path / "never")
     cli.out.until(record_is("session_start"))
     cli.signal(signal.SIGINT)
-    cli.out.until(record_is("signal", signal="SIGINT", outcome="ignored"))
+    cli.out.until(record_is("signal", signal="SIGINT", outcome="pending"))
     late = start_worker(procs, server.address, "late_app")
     assert cli.wait() == exit_codes.INTERRUPTED
     records = cli.records()
     error, complete = terminal(records)
-    assert (error["run_status"], complete["run"]["started"]) == ("aborted", True)
+    assert (error["run_status"], complete["run"]["started"]) == ("cancelled", False)
     interrupts = [r for r in records if r["type"] == "signal" and r["headers"]["operation"] == "insert"]
-    assert len(interrupts) == 2
-    started = next(r for r in run_records(records) if r["value"]["status"] == "started")
-    assert records.index(interrupts[0]) < records.index(started) < records.index(interrupts[1])
+    assert len(interrupts) == 1
+    assert [r["value"]["status"] for r in run_records(records)] == ["aborted"]
     stop_worker(late)
 
 
@@ -411,7 +410,7 @@ def test_a_signal_after_the_timeout_is_reported_as_the_signal(
     server: TestServer, procs: list[Proc], sdk: Client, tmp_path: Path
 ) -> None:
     """--timeout fires while the message waits for a worker; a SIGTERM during its grace takes over
-    (the interrupt is already under way); a worker comes, the run starts and is aborted."""
+    (the interrupt is already under way); a worker comes, and the message is cancelled before it starts."""
     ref = "headless_late/timeout-then-term"
     sdk.spawn(ref)
     cli = run_held(procs, server.address, ref, tmp_path / "never", "--timeout", "200ms")
@@ -422,7 +421,7 @@ def test_a_signal_after_the_timeout_is_reported_as_the_signal(
     assert cli.wait() == exit_codes.TERMINATED
     records = cli.records()
     error, _ = terminal(records)
-    assert (error["name"], error["signal"], error["run_status"]) == ("terminated", "SIGTERM", "aborted")
+    assert (error["name"], error["signal"], error["run_status"]) == ("terminated", "SIGTERM", "cancelled")
     assert "after --timeout had expired" in error["message"]
     assert not any(r.get("name") == "timeout" or r.get("status") == "timeout" for r in records)
     stop_worker(late)
