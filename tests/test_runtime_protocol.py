@@ -339,6 +339,28 @@ async def test_signals_pending_without_a_runtime_reach_the_next_lease(runtime_se
         second.close()
 
 
+async def test_signals_a_released_lease_never_reported_on_are_settled(runtime_server: ElectricServer) -> None:
+    """A runtime that lets go (Release) had its chance: what it never reported on gets `ignored`,
+    saying why, so no signal stays pending (a lost runtime's go to the next lease instead)."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-rel", ["agent"])
+        ref, lease = await running(stub, worker, "settle")
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert (await worker.next("delivery")).event.key == usr.key
+        worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        update = None
+        async with asyncio.timeout(10):  # the release is applied asynchronously: watch for the update
+            async for item in stub.WatchEvents(api.WatchEventsRequest(ref=ref, from_offset=0)):
+                if item.event.key == usr.key and item.event.headers.operation == pb.OPERATION_UPDATE:
+                    update = item.event
+                    break
+        assert update is not None
+        assert update.signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "lease ended first (released" in update.signal.detail
+        worker.close()
+
+
 async def test_a_draining_worker_hands_its_entities_to_another(runtime_server: ElectricServer) -> None:
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)

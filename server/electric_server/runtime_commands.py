@@ -51,18 +51,25 @@ def grant(ref: Ref, seen_epoch: int) -> Decide:
     return decide
 
 
-def end_lease(ref: Ref, epoch: int, cause: str) -> Decide:
+def end_lease(
+    ref: Ref, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None = None
+) -> Decide:
     """A lease ended (released, lost, expired): fence it off, and mend the state.
 
     A `running` entity whose runtime was lost goes idle (cause runtime_lost);
-    a terminal entity's stream closes now that nobody can append to it.
+    a terminal entity's stream closes now that nobody can append to it. The
+    signals its runtime never reported on (``unsettled``: it ended first, or
+    was lost) get the outcome `ignored`, saying so: every signal gets one.
     """
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.lease_epoch != epoch:
             return Mutation()  # someone else holds it now: nothing of ours to end
         record = current.replace(lease_epoch=epoch + 1)
-        events: list[NewEvent] = []
+        detail = (
+            f"not handled: the runtime's lease ended first ({cause}; the entity was {current.state.value})"
+        )
+        events = [_ignored(key, signal, detail) for key, signal in (unsettled or {}).items()]
         if current.state is State.RUNNING and cause == "runtime_lost":
             lifecycle.check_runtime_transition(State.RUNNING, State.IDLE, cause)
             events.append(state_event(f"state_{ctx.txid}", State.IDLE, State.RUNNING, cause))
@@ -72,6 +79,11 @@ def end_lease(ref: Ref, epoch: int, cause: str) -> Decide:
         return Mutation(events, record)
 
     return decide
+
+
+def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
+    value = pb.SignalValue(signal=signal, outcome=pb.SIGNAL_OUTCOME_IGNORED, detail=detail)
+    return NewEvent("signal", key, UPDATE, convert.body(pb.Event(signal=value)))
 
 
 def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:

@@ -69,6 +69,8 @@ class Lease:
     cursor: int
     pumping: bool = False
     pump_again: bool = False
+    # Signals this lease's runtime still owes an outcome: key → signal (settled when the lease ends).
+    unsettled: dict[str, pb.Signal.ValueType] = field(default_factory=dict)
 
     def pb(self) -> rt.Lease:
         return rt.Lease(ref=pb.EntityRef(type=self.ref[0], id=self.ref[1]), epoch=self.epoch)
@@ -165,7 +167,10 @@ class Runtime:
         lease.session.leases.pop(lease.ref, None)
         if self.leases.get(lease.ref) is lease:
             del self.leases[lease.ref]
-        await self.store.write(Write(lease.ref, end_lease(lease.ref, lease.epoch, cause)))
+        # A runtime that let go had its chance to report; one that was lost did not, and its
+        # pending signals go to the next lease holder instead (pending-signal delivery).
+        unsettled = lease.unsettled if cause == "released" else None
+        await self.store.write(Write(lease.ref, end_lease(lease.ref, lease.epoch, cause, unsettled)))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
             await self._offer(record)
@@ -271,6 +276,7 @@ class Runtime:
                 continue
             message = convert.event(event)
             if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
+                _owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
 
     # -- delivery -------------------------------------------------------------------------------
@@ -290,12 +296,16 @@ class Runtime:
             # a runtime that never lets go is cut off after the lease TTL.
             self._spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
+            for event in commit.events:
+                if event.kind == "signal":
+                    lease.unsettled.pop(event.key, None)  # the runtime reported its outcome
             return  # the worker knows what it wrote
         for event in commit.events:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
-                lease.session.send(
-                    rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=convert.event(event)))
-                )
+                message = convert.event(event)
+                if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
+                    _owe(lease, message)
+                lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
             elif event.kind == "message":
                 self._spawn(self._pump(lease))
         if (
@@ -386,6 +396,14 @@ class Runtime:
         result.txid = commit.txid
         result.created_at.CopyFrom(convert.timestamp(commit.timestamp_ms))
         return result
+
+
+def _owe(lease: Lease, message: pb.Event) -> None:
+    """A pending signal the lease holder must report on. A SIGTERM's cleanup and a SIGINT scoped to a
+    message still to come outlive a lease: they are left for the next one (pending-signal delivery)."""
+    signal = message.signal
+    if signal.signal != pb.SIGNAL_SIGTERM and not signal.message_key:
+        lease.unsettled[message.key] = signal.signal
 
 
 def _marked(decide: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from electric_sdk import AsyncClient
@@ -205,3 +206,33 @@ async def test_a_sigint_appended_before_a_run_started_does_not_abort_it(
 async def _offset_of(client: AsyncClient, key: str) -> int:
     event = await until(client, "probe/race", lambda e: e.key == key)
     return event.offset
+
+
+async def test_every_sighup_of_a_barrage_gets_an_outcome(electric: TestServer, client: AsyncClient) -> None:
+    """SIGHUPs keep coming as the entity goes idle (reload): the ones that reach the host after it
+    decided to end get their outcome when its lease is released; none stays pending."""
+    probe = Probe()
+    async with running_worker(probe_app(probe), electric.address) as worker:
+        for round_ in range(5):
+            ref = f"probe/hups{round_}"
+            await client.spawn(ref)
+            await client.wait_for_state(ref, "running", timeout=TIMEOUT_S)
+
+            async def barrage(ref: str = ref) -> None:
+                for _ in range(25):
+                    try:
+                        await client.signal(ref, "SIGHUP")
+                    except Exception:
+                        return
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(16):
+                    tg.start_soon(barrage)
+            with anyio.fail_after(TIMEOUT_S):
+                await worker.wait_host(ref, gone=True)
+            events = (await client.events(ref, 0, 1000)).events
+            inserted = [e for e in events if e.type == "signal" and e.operation == "insert"]
+            pending = {e.key for e in inserted if e.value["outcome"] == "pending"}
+            assert pending  # the barrage did reach the running entity
+            for key in pending:
+                await until(client, ref, outcome_of(key))
