@@ -10,7 +10,9 @@ epoch, closed stream) or a lost session ends the hosting, through ``on_gone``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -57,17 +59,44 @@ _RETRIES = 4
 
 
 class Doorbell:
-    """Wakes every waiter; each then re-checks the facts it waits on (no state kept in flags)."""
+    """Wakes every waiter; each then re-checks the facts it waits on (no state kept in flags).
+
+    Built on bare asyncio futures (the runtime runs on asyncio, as grpc.aio does): a host keeps
+    one for its whole life and a worker may host ten thousand, so it holds nothing while nobody
+    waits (an ``anyio.Event`` per ring costs an ``asyncio.Event`` and its deque each time).
+    """
+
+    __slots__ = ("_waiters",)
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        self._waiters: list[asyncio.Future[None]] | None = None
 
     def ring(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
+        waiters, self._waiters = self._waiters, None
+        for future in waiters or ():
+            if not future.done():
+                future.set_result(None)
 
-    async def wait(self) -> None:
-        await self._event.wait()
+    async def wait(self, at_most_s: float = math.inf) -> None:
+        """Until the next ring, or ``at_most_s`` seconds (a timer, not a cancel scope: cheap)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(future)
+        timer = loop.call_later(at_most_s, _wake, future) if at_most_s < math.inf else None
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if self._waiters is not None and future in self._waiters and not future.done():
+                self._waiters.remove(future)  # cancelled: leave the others be
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class SessionLost(Exception):
@@ -83,6 +112,8 @@ class Session(Protocol):
 
 
 class Fenced:
+    __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "session")
+
     def __init__(
         self,
         session: Session,

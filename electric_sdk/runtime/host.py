@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -68,17 +67,22 @@ class _Run:
 
 
 class EntityHost(Lifetime):
+    __slots__ = (
+        "_cleanup_scope", "_cleanup_started", "_idle_since", "_queue", "_reload", "_resume_offset",
+        "_run", "_scoped", "_seen", "_term", "etype", "grace_deadline", "instance",
+    )  # fmt: skip
+
     def __init__(self, session: Session, etype: EntityType, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
         self._resume_offset = grant.resume_offset  # older events predate this lease
         self.etype = etype
         self.instance: Any = etype.factory()
-        self._queue: deque[Message] = deque()
-        self._seen: set[int] = set()
-        self._seen_keys: set[str] = set()
+        # Small containers: a worker may host ten thousand entities, most with nothing queued.
+        self._queue: list[Message] = []
+        self._seen: set[str] = set()  # keys of the messages delivered to this lease
         # Pending SIGINTs scoped to a message that has not reached this host yet: it is cancelled
         # on arrival (the signal can overtake its message on the way to the worker).
-        self._scoped: dict[str, tuple[SignalInfo, bool]] = {}
+        self._scoped: dict[str, tuple[SignalInfo, bool]] | None = None
         self._run: _Run | None = None
         self._reload: SignalInfo | None = None
         self._cleanup_started = False
@@ -95,7 +99,7 @@ class EntityHost(Lifetime):
         async with anyio.create_task_group() as tg:
             self._tg = tg
             task_status.started()
-            tg.start_soon(self._main)
+            await self._main()  # in this task: one task per hosted entity, not two
 
     async def _main(self) -> None:
         try:
@@ -125,7 +129,7 @@ class EntityHost(Lifetime):
                 self.end("drained")
                 return
             if state is State.RUNNING and self._queue:
-                await self._run_message(self._queue.popleft())
+                await self._run_message(self._queue.pop(0))
                 continue
             timeout = math.inf
             if state is State.RUNNING:
@@ -137,8 +141,7 @@ class EntityHost(Lifetime):
                         return
                     self._idle_since = anyio.current_time()
                     continue
-            with anyio.move_on_after(timeout):
-                await self._bell.wait()
+            await self._bell.wait(max(timeout, 0.0))
 
     async def _do_reload(self, info: SignalInfo) -> None:
         handler = self.etype.handler_for(Signal.SIGHUP)
@@ -185,7 +188,7 @@ class EntityHost(Lifetime):
             started = await self._fenced.run(run.message, pb.RUN_STATUS_STARTED)
             if started is None or not started.applied:
                 if started is not None and self.state is not State.RUNNING:
-                    self._queue.appendleft(message)  # e.g. paused meanwhile: it runs after SIGCONT
+                    self._queue.insert(0, message)  # e.g. paused meanwhile: it runs after SIGCONT
                 return
             run.started_offset = started.entity.head_offset - 1
             self._judge_deferred(run)
@@ -228,11 +231,10 @@ class EntityHost(Lifetime):
         """A delivered stream event; signals act here, at once."""
         kind = event.WhichOneof("value")
         if kind == "message":
-            if event.offset not in self._seen:
-                self._seen.add(event.offset)
-                self._seen_keys.add(event.key)
+            if event.key not in self._seen:
+                self._seen.add(event.key)
                 self._queue.append(message_of(event, attempt))
-                if (scoped := self._scoped.pop(event.key, None)) is not None:
+                if self._scoped and (scoped := self._scoped.pop(event.key, None)) is not None:
                     self._scoped_sigint(*scoped)
                 self._bell.ring()
         elif kind == "signal":
@@ -315,11 +317,13 @@ class EntityHost(Lifetime):
             return
         queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
-            if key in self._seen_keys or not pending:
+            if key in self._seen or not pending:
                 if pending:
                     self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
-            elif len(self._scoped) < _MAX_SCOPED:
-                self._scoped[key] = (info, pending)
+            else:
+                self._scoped = self._scoped or {}
+                if len(self._scoped) < _MAX_SCOPED:
+                    self._scoped[key] = (info, pending)
             return
         self._queue.remove(queued)
         run = _Run(queued, Context(self, message=queued), anyio.CancelScope(), stopped_by=info)

@@ -18,10 +18,14 @@ log = logging.getLogger("electric.runtime")
 
 
 class Lifetime:
+    # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
+    __slots__ = ("_bell", "_draining", "_fenced", "_tg", "end_reason", "lease", "revoked")
+
     def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
-        self.lease = grant.lease
+        self.lease = rt.Lease()
+        self.lease.CopyFrom(grant.lease)  # a copy: a sub-message would keep the whole grant alive
         self._bell = Doorbell()
-        self._fenced = Fenced(session, grant.lease, grant.entity, self._bell.ring, self.end)
+        self._fenced = Fenced(session, self.lease, grant.entity, self._bell.ring, self.end)
         self._tg: TaskGroup | None = None
         self._draining = False
         self.end_reason: str | None = None

@@ -118,7 +118,7 @@ class ExecHost(Lifetime):
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 task_status.started()
-                tg.start_soon(self._main)
+                await self._main()
         finally:
             with anyio.CancelScope(shield=True):
                 await self._end_child()
@@ -174,8 +174,7 @@ class ExecHost(Lifetime):
                             self.end("idle_timeout")
                             return
                         continue
-                    with anyio.move_on_after(self._active_since + idle_s - anyio.current_time()):
-                        await self._bell.wait()
+                    await self._bell.wait(max(0.0, self._active_since + idle_s - anyio.current_time()))
                     continue
             elif self._draining and state is not State.STOPPING and not self._busy:
                 self.end("drained")
