@@ -272,7 +272,10 @@ def build_dataset(path: Path, entities: int) -> dict[str, Any]:
             next_txid = row
         if len(events) >= 100_000 or what == "meta":
             conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", events)
-            conn.executemany("INSERT INTO entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ents)
+            conn.executemany(
+                f"INSERT INTO entities {common.ENTITY_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ents,
+            )
             n_events += len(events)
             n_entities += len(ents)
             events, ents = [], []

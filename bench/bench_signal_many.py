@@ -116,7 +116,7 @@ def raw_ceiling(path: Path, entities: int) -> dict[str, Any]:
     ids = [f"e{i:06d}" for i in range(entities)]
     conn.execute("BEGIN")
     conn.executemany(
-        "INSERT INTO entities VALUES (?, ?, 'spawning', 30000, 60000, ?, ?, 1, 0, NULL, ?)",
+        f"INSERT INTO entities {common.ENTITY_COLUMNS} VALUES (?, ?, 'spawning', 30000, 60000, ?, ?, 1, 0, NULL, ?)",
         [(TYPE, i, now, now, n + 1) for n, i in enumerate(ids)],
     )
     conn.executemany(
@@ -143,7 +143,10 @@ def raw_ceiling(path: Path, entities: int) -> dict[str, Any]:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             events,
         )
-        conn.executemany("INSERT OR REPLACE INTO entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(
+            f"INSERT OR REPLACE INTO entities {common.ENTITY_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
         conn.execute("UPDATE meta SET value = ? WHERE name = 'next_txid'", (txid,))
         conn.execute("COMMIT")
         times.append(time.perf_counter() - t0)

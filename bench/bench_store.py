@@ -136,7 +136,7 @@ def raw_run(path: Path, sizes: list[int], shared: bool) -> dict[str, Any]:
             (t, i, f"state_{txid}", now, txid, SPAWN_BODY),
         )
         conn.execute(
-            "INSERT INTO entities VALUES (?, ?, 'spawning', 30000, 60000, ?, ?, 1, 0, NULL, ?)",
+            f"INSERT INTO entities {common.ENTITY_COLUMNS} VALUES (?, ?, 'spawning', 30000, 60000, ?, ?, 1, 0, NULL, ?)",
             (t, i, now, now, txid),
         )
         txid += 1
@@ -167,7 +167,10 @@ def raw_run(path: Path, sizes: list[int], shared: bool) -> dict[str, Any]:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             events,
         )
-        conn.executemany("INSERT OR REPLACE INTO entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", entities)
+        conn.executemany(
+            f"INSERT OR REPLACE INTO entities {common.ENTITY_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            entities,
+        )
         conn.execute(
             "INSERT INTO meta (name, value) VALUES ('next_txid', ?) "
             "ON CONFLICT (name) DO UPDATE SET value = excluded.value",

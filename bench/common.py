@@ -49,6 +49,9 @@ RESULTS = BENCH / "results"
 PY = sys.executable
 HOST = "127.0.0.1"
 
+# The entity columns the benches' raw-SQLite ceilings write (the store's later columns keep their defaults).
+ENTITY_COLUMNS = "(type, id, state, grace_ms, idle_timeout_ms, created_at, updated_at, head_offset, closed, stopping_deadline, txid)"
+
 _LISTEN_RE = re.compile(r"(?:electric|echo) server listening on (\S+)")
 
 
