@@ -22,25 +22,26 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
-from google.protobuf import timestamp_pb2
 
 from ... import lifecycle
 from ..._proto.electric.v1 import runtime_service_pb2 as rt
 from ..._proto.electric.v1 import types_pb2 as pb
 from ...lifecycle import Action, Outcome, Signal, State
-from ...models import Event
 from ..context import Message, SignalInfo
 from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of, signal_info
 from ..host import DEFAULT_IDLE_TIMEOUT
 from ..lifetime import Lifetime
+from . import receipts
 from .evidence import Evidence, observe
 from .hooks import ActionPlan, run_hook
 from .output import OutputPump
 from .process import Child, describe_status, spawn
+from .receipts import stored_generation
 from .spec import STDIN_ACTIONS, ExecType
 
 __all__ = ["ExecHost"]
@@ -58,27 +59,6 @@ FORWARDED = {
     Signal.SIGSTOP: "SIGSTOP",
     Signal.SIGCONT: "SIGCONT",
 }
-_A = {
-    "start": pb.EXEC_ACTION_START,
-    "graceful": pb.EXEC_ACTION_GRACEFUL,
-    "force": pb.EXEC_ACTION_FORCE,
-    "forward": pb.EXEC_ACTION_FORWARD,
-    "exit": pb.EXEC_ACTION_EXIT,
-    "recover": pb.EXEC_ACTION_RECOVER,
-}
-_D = {
-    "issued": pb.EXEC_DISPOSITION_ISSUED,
-    "held": pb.EXEC_DISPOSITION_HELD,
-    "refused": pb.EXEC_DISPOSITION_REFUSED,
-    "observed": pb.EXEC_DISPOSITION_OBSERVED,
-}
-_OUTCOME_PB = {o: pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}") for o in Outcome}
-
-
-def _ts(value: datetime) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 class ExecHost(Lifetime):
@@ -190,19 +170,12 @@ class ExecHost(Lifetime):
         except Exception as exc:  # e.g. a token without the read scope: numbering starts afresh
             log.warning("%s: cannot read the stream (%s); generations restart at 1", self.task_id, exc)
             return
-        started: Evidence | None = None
-        ended = False
-        for event in _receipts(history):
-            value = event.value
-            if value.get("action") == "start" and value.get("generation"):
-                started, ended = Evidence.from_json(value["generation"]), False
-                self.generation = max(self.generation, started.generation)
-            elif value.get("action") in ("exit", "recover") and started is not None:
-                gen = value.get("generation") or {}
-                if gen.get("generation") == started.generation and value.get("disposition") != "held":
-                    ended = True
-                    self.last, self.last_status = started, value.get("exit_status")
-        if started is None or ended:
+        stored = stored_generation(history)
+        self.generation = max(self.generation, stored.newest)
+        started = stored.started
+        if started is not None and stored.ended:
+            self.last, self.last_status = started, stored.exit_status
+        if started is None or stored.ended:
             return
         doubt = observe(started)
         if doubt is None:
@@ -577,49 +550,10 @@ class ExecHost(Lifetime):
 
     # -- receipts -------------------------------------------------------------------------------
 
-    async def _receipt(
-        self,
-        action: str,
-        disposition: str,
-        *,
-        evidence: Evidence | None = None,
-        name: str = "",
-        reason: str = "",
-        signal_key: str = "",
-        issued_at: datetime | None = None,
-        deadline: datetime | None = None,
-        policy_timeout: timedelta | None = None,
-        escalated: bool = False,
-        group: bool = False,
-        exit_status: int | None = None,
-        tags: list[str] | None = None,
-    ) -> None:
-        receipt = pb.ExecReceipt(
-            task_id=self.task_id,
-            action=_A[action],
-            action_name=name,
-            disposition=_D[disposition],
-            escalated=escalated,
-            reason=reason,
-            backend=self.spec.backend,
-            signal_key=signal_key,
-            group=group,
-            tags=tags or [],
-        )
-        if evidence is not None:
-            receipt.generation.CopyFrom(evidence.to_pb())
-        if issued_at is not None:
-            receipt.issued_at.CopyFrom(_ts(issued_at))
-        if deadline is not None:
-            receipt.deadline.CopyFrom(_ts(deadline))
-        if policy_timeout is not None:
-            receipt.timeout.FromTimedelta(policy_timeout)
-        if exit_status is not None:
-            receipt.exit_status = exit_status
+    async def _receipt(self, action: str, disposition: str, **fields: Any) -> None:
+        """Write an ``exec`` receipt (``receipts.build`` names the fields), even while cancelled."""
+        receipt = receipts.build(self.task_id, self.spec.backend, action, disposition, **fields)
+        name, reason = fields.get("name", ""), fields.get("reason", "")
         log.info("%s: exec %s %s %s %s", self.task_id, action, name, disposition, reason)
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
             await self._fenced.write(retry=True, exec=receipt)
-
-
-def _receipts(history: list[Event]) -> list[Event]:
-    return [e for e in history if e.type == "exec"]

@@ -1,0 +1,105 @@
+"""Exec receipts: building the ``exec`` events a host writes, and reading back from an entity's
+stream which generation it last started and whether that generation's end was recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from google.protobuf import timestamp_pb2
+
+from ..._proto.electric.v1 import types_pb2 as pb
+from ...models import Event
+from .evidence import Evidence
+
+__all__ = ["Stored", "build", "stored_generation"]
+
+_ACTIONS = {
+    "start": pb.EXEC_ACTION_START,
+    "graceful": pb.EXEC_ACTION_GRACEFUL,
+    "force": pb.EXEC_ACTION_FORCE,
+    "forward": pb.EXEC_ACTION_FORWARD,
+    "exit": pb.EXEC_ACTION_EXIT,
+    "recover": pb.EXEC_ACTION_RECOVER,
+}
+_DISPOSITIONS = {
+    "issued": pb.EXEC_DISPOSITION_ISSUED,
+    "held": pb.EXEC_DISPOSITION_HELD,
+    "refused": pb.EXEC_DISPOSITION_REFUSED,
+    "observed": pb.EXEC_DISPOSITION_OBSERVED,
+}
+
+
+def _ts(value: datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def build(
+    task_id: str,
+    backend: str,
+    action: str,
+    disposition: str,
+    *,
+    evidence: Evidence | None = None,
+    name: str = "",
+    reason: str = "",
+    signal_key: str = "",
+    issued_at: datetime | None = None,
+    deadline: datetime | None = None,
+    policy_timeout: timedelta | None = None,
+    escalated: bool = False,
+    group: bool = False,
+    exit_status: int | None = None,
+    tags: list[str] | None = None,
+) -> pb.ExecReceipt:
+    receipt = pb.ExecReceipt(
+        task_id=task_id,
+        action=_ACTIONS[action],
+        action_name=name,
+        disposition=_DISPOSITIONS[disposition],
+        escalated=escalated,
+        reason=reason,
+        backend=backend,
+        signal_key=signal_key,
+        group=group,
+        tags=tags or [],
+    )
+    if evidence is not None:
+        receipt.generation.CopyFrom(evidence.to_pb())
+    if issued_at is not None:
+        receipt.issued_at.CopyFrom(_ts(issued_at))
+    if deadline is not None:
+        receipt.deadline.CopyFrom(_ts(deadline))
+    if policy_timeout is not None:
+        receipt.timeout.FromTimedelta(policy_timeout)
+    if exit_status is not None:
+        receipt.exit_status = exit_status
+    return receipt
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What an entity's stream says of its newest generation."""
+
+    newest: int  # the highest generation number started (0: none)
+    started: Evidence | None  # the newest generation's evidence
+    ended: bool  # an exit (or a recovery that found it gone) was recorded for it
+    exit_status: int | None
+
+
+def stored_generation(history: list[Event]) -> Stored:
+    newest, started, ended, status = 0, None, False, None
+    for event in history:
+        if event.type != "exec":
+            continue
+        value = event.value
+        if value.get("action") == "start" and value.get("generation"):
+            started, ended, status = Evidence.from_json(value["generation"]), False, None
+            newest = max(newest, started.generation)
+        elif value.get("action") in ("exit", "recover") and started is not None:
+            gen = value.get("generation") or {}
+            if gen.get("generation") == started.generation and value.get("disposition") != "held":
+                ended, status = True, value.get("exit_status")
+    return Stored(newest, started, ended, status)
