@@ -5,8 +5,9 @@ Define one in Python (``app.exec(...)``) or in a TOML file the worker loads
 the receipts. Modules: ``spec`` (the definition and its checks), ``config``
 (the TOML file), ``evidence`` (what proves a generation), ``process`` (the
 posix and portable backends), ``output`` (stdout/stderr into the stream),
-``hooks`` (the test hook between planning and issuing an action), ``host``
-(one leased exec entity).
+``receipts`` (the ``exec`` events, and the stored generation read back from
+them), ``hooks`` (the test hook between planning and issuing an action),
+``host`` (one leased exec entity).
 """
 
 from .config import load_exec_file, parse_exec_file
