@@ -55,6 +55,8 @@ class SignalInfo:
 class Output:
     """The run's output so far; recorded with the run's end (partial output when aborted)."""
 
+    __slots__ = ("_parts",)
+
     def __init__(self) -> None:
         self._parts: list[str] = []
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskStatus
 
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
@@ -52,7 +51,7 @@ DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
 _MAX_SCOPED = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     message: Message
     ctx: Context
@@ -93,12 +92,11 @@ class EntityHost(Lifetime):
 
     # -- lifetime ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self) -> None:
         """Host the entity until its session ends (idle, reload, stopped, killed, revoked, drained)."""
         self._idle_since = anyio.current_time()
         async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
+            self.started(tg)
             await self._main()  # in this task: one task per hosted entity, not two
 
     async def _main(self) -> None:
@@ -227,8 +225,7 @@ class EntityHost(Lifetime):
 
     # -- signals ----------------------------------------------------------------------------
 
-    def deliver(self, event: pb.Event, attempt: int) -> None:
-        """A delivered stream event; signals act here, at once."""
+    def _on_delivery(self, event: pb.Event, attempt: int) -> None:
         kind = event.WhichOneof("value")
         if kind == "message":
             if event.key not in self._seen:

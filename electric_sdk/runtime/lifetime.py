@@ -8,6 +8,7 @@ import logging
 from anyio.abc import TaskGroup
 
 from .._proto.electric.v1 import runtime_service_pb2 as rt
+from .._proto.electric.v1 import types_pb2 as pb
 from ..lifecycle import State
 from ..models import Entity
 from .fenced import Doorbell, Fenced, Session
@@ -19,7 +20,7 @@ log = logging.getLogger("electric.runtime")
 
 class Lifetime:
     # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
-    __slots__ = ("_bell", "_draining", "_fenced", "_tg", "end_reason", "lease", "revoked")
+    __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "revoked")
 
     def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
         self.lease = rt.Lease()
@@ -27,6 +28,8 @@ class Lifetime:
         self._bell = Doorbell()
         self._fenced = Fenced(session, self.lease, grant.entity, self._bell.ring, self.end)
         self._tg: TaskGroup | None = None
+        # Deliveries that came before the host's task started: replayed once it has (``started``).
+        self._early: list[tuple[pb.Event, int]] | None = []
         self._draining = False
         self.end_reason: str | None = None
         self.revoked = False
@@ -45,6 +48,23 @@ class Lifetime:
         while self.state not in states and self.end_reason is None:
             await self._bell.wait()
         return self.state
+
+    def deliver(self, event: pb.Event, attempt: int) -> None:
+        """A delivered stream event (signals act at once); kept until the host's task runs."""
+        if self._early is not None:
+            self._early.append((event, attempt))
+        else:
+            self._on_delivery(event, attempt)
+
+    def _on_delivery(self, event: pb.Event, attempt: int) -> None:
+        raise NotImplementedError
+
+    def started(self, tg: TaskGroup) -> None:
+        """The host's task runs, in ``tg``: from now on deliveries act at once."""
+        self._tg = tg
+        early, self._early = self._early or [], None
+        for event, attempt in early:
+            self._on_delivery(event, attempt)
 
     def end(self, reason: str) -> None:
         """Stop hosting now: everything in the task group is cancelled."""

@@ -288,13 +288,13 @@ class Worker:
             ExecHost(self, etype, grant) if isinstance(etype, ExecType) else EntityHost(self, etype, grant)
         )
         self._hosts[key] = host
-        await tg.start(self._host_task, host)
+        tg.start_soon(self._host_task, host)  # deliveries before it runs wait in the host
         self._ring_hosts()
 
-    async def _host_task(self, host: Host, *, task_status: TaskStatus[None]) -> None:
+    async def _host_task(self, host: Host) -> None:
         key = _key(host.lease.ref)
         try:
-            await host.run(task_status=task_status)
+            await host.run()
         except Exception:
             log.exception("%s/%s: host failed", *key)
         finally:

@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-from anyio.abc import TaskStatus
 
 from ... import lifecycle
 from ..._proto.electric.v1 import runtime_service_pb2 as rt
@@ -92,12 +91,11 @@ class ExecHost(Lifetime):
 
     # -- lifetime -------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self) -> None:
         self._active_since = anyio.current_time()
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
-                task_status.started()
+                self.started(tg)
                 await self._main()
         finally:
             with anyio.CancelScope(shield=True):
@@ -389,7 +387,7 @@ class ExecHost(Lifetime):
 
     # -- signals --------------------------------------------------------------------------------
 
-    def deliver(self, event: pb.Event, attempt: int) -> None:
+    def _on_delivery(self, event: pb.Event, attempt: int) -> None:
         kind = event.WhichOneof("value")
         if kind == "message":
             if event.offset not in self._seen:
