@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -180,19 +180,21 @@ class Fenced:
             log.info("%s: write refused: %s %s", self.entity.ref, result.reason, result.message)
         return result
 
-    async def transition(self, to: State, cause: str) -> bool:
+    async def transition(
+        self, to: State, cause: str, settles: Sequence[tuple[SignalInfo, Outcome]] = ()
+    ) -> bool:
+        """A runtime transition; ``settles``: signal outcomes recorded in the same commit."""
         lifecycle.check_runtime_transition(self.state, to, cause)
-        result = await self.write(retry=False, transition=rt.Transition(to=state_to_pb(to), cause=cause))
+        outcomes = [_update(info, outcome) for info, outcome in settles]
+        transition = rt.Transition(to=state_to_pb(to), cause=cause, outcomes=outcomes)
+        result = await self.write(retry=False, transition=transition)
         return result is not None and result.applied
 
     async def outcome(self, info: SignalInfo, outcome: Outcome, detail: str = "") -> None:
         """A signal's outcome is written even while the host is being cancelled (its lease
         ending, SIGKILL): a signal left pending would reach the next lease again."""
-        update = rt.SignalOutcomeUpdate(
-            signal_key=info.key, outcome=_OUTCOME_PB[outcome], detail=detail, signal=signal_to_pb(info.signal)
-        )
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            await self.write(retry=True, signal_outcome=update)
+            await self.write(retry=True, signal_outcome=_update(info, outcome, detail))
 
     async def run(
         self, message: Message, status: pb.RunStatus.ValueType, **fields: Any
@@ -206,6 +208,12 @@ class Fenced:
         )
         # A run starts only in the state the host saw; its later records follow the entity.
         return await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value)
+
+
+def _update(info: SignalInfo, outcome: Outcome, detail: str = "") -> rt.SignalOutcomeUpdate:
+    return rt.SignalOutcomeUpdate(
+        signal_key=info.key, outcome=_OUTCOME_PB[outcome], detail=detail, signal=signal_to_pb(info.signal)
+    )
 
 
 def loop_deadline(deadline: datetime) -> float:

@@ -67,7 +67,7 @@ class _Run:
 
 class EntityHost(Lifetime):
     __slots__ = (
-        "_cleanup_scope", "_cleanup_started", "_idle_since", "_queue", "_reload", "_resume_offset",
+        "_cleanup_scope", "_cleanup_started", "_idle_since", "_queue", "_reload", "_reload_settles", "_resume_offset",
         "_run", "_scoped", "_seen", "_term", "etype", "grace_deadline", "instance",
     )  # fmt: skip
 
@@ -84,6 +84,8 @@ class EntityHost(Lifetime):
         self._scoped: dict[str, tuple[SignalInfo, bool]] | None = None
         self._run: _Run | None = None
         self._reload: SignalInfo | None = None
+        # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
+        self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
         self._cleanup_started = False
         self._term: SignalInfo | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
@@ -145,9 +147,14 @@ class EntityHost(Lifetime):
         handler = self.etype.handler_for(Signal.SIGHUP)
         if handler is not None:
             await self._call_handler(handler, info)
-        if await self._fenced.transition(State.IDLE, "reload"):
+        settles, self._reload_settles = self._reload_settles or [], None
+        if await self._fenced.transition(State.IDLE, "reload", settles):
             self.end("reload")
-        elif self.state is State.RUNNING:
+            return
+        for pending, outcome in settles:  # refused (e.g. SIGTERM came first): they are still owed
+            assert self._tg is not None
+            self._tg.start_soon(self._fenced.outcome, pending, outcome)
+        if self.state is State.RUNNING:
             self._reload = None  # refused for another reason than a state change: do not loop on it
 
     # -- Context's side ---------------------------------------------------------------------
@@ -284,7 +291,10 @@ class EntityHost(Lifetime):
         elif action is Action.RELOAD:
             if info.offset >= self._resume_offset:  # an older one was for the session before this lease
                 self._reload = info
-            if pending:
+            if pending and self._reload is not None and self._run is None:
+                # No run to wait for: the reload follows at once, and its commit carries the outcome.
+                self._reload_settles = [*(self._reload_settles or ()), (info, decision.outcome)]
+            elif pending:
                 self._tg.start_soon(self._fenced.outcome, info, decision.outcome)
         else:
             if action is Action.RESUME and (handler := self.etype.handler_for(info.signal)) is not None:

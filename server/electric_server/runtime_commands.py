@@ -82,8 +82,17 @@ def end_lease(
 
 
 def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
-    value = pb.SignalValue(signal=signal, outcome=pb.SIGNAL_OUTCOME_IGNORED, detail=detail)
-    return NewEvent("signal", key, UPDATE, convert.body(pb.Event(signal=value)))
+    return _outcome_event(
+        rt.SignalOutcomeUpdate(
+            signal_key=key, signal=signal, outcome=pb.SIGNAL_OUTCOME_IGNORED, detail=detail
+        )
+    )
+
+
+def _outcome_event(update: rt.SignalOutcomeUpdate) -> NewEvent:
+    """A signal record's outcome, as an update of the record's own key."""
+    value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
+    return NewEvent("signal", update.signal_key, UPDATE, convert.body(pb.Event(signal=value)))
 
 
 def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
@@ -109,7 +118,8 @@ def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
             except lifecycle.InvalidTransition as exc:
                 raise Refused("INVALID_TRANSITION", str(exc), current) from exc
             event = state_event(f"state_{ctx.txid}", new, current.state, write.transition.cause)
-            return Mutation([event], current.replace(state=new, stopping_deadline_ms=None))
+            settled = [_outcome_event(update) for update in write.transition.outcomes]
+            return Mutation([event, *settled], current.replace(state=new, stopping_deadline_ms=None))
         if op == "run":
             run = write.run
             record = current
@@ -123,10 +133,7 @@ def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             return Mutation([NewEvent("run", run_key, operation, convert.body(pb.Event(run=run)))], record)
         if op == "signal_outcome":
-            update = write.signal_outcome
-            value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
-            event = NewEvent("signal", update.signal_key, UPDATE, convert.body(pb.Event(signal=value)))
-            return Mutation([event], current)
+            return Mutation([_outcome_event(write.signal_outcome)], current)
         if op == "custom":
             kind = write.custom.type
             if not kind or kind in BUILTIN_TYPES or len(kind) > 128:

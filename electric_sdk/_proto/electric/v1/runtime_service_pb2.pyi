@@ -159,20 +159,26 @@ class Transition(_message.Message):
 
     TO_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
+    OUTCOMES_FIELD_NUMBER: _builtins.int
     to: _types_pb2.State.ValueType
     cause: _builtins.str
     """running → idle: idle_timeout | reload | process_exited; spawning → running: started;
     idle → running: wake; stopping → stopped: cleanup_complete.
     """
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___SignalOutcomeUpdate]:
+        """Signal outcomes recorded in the same commit (the SIGHUPs a reload carries out)."""
+
     def __init__(
         self,
         *,
         to: _types_pb2.State.ValueType = ...,
         cause: _builtins.str = ...,
+        outcomes: _abc.Iterable[Global___SignalOutcomeUpdate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "outcomes", b"outcomes", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
