@@ -8,8 +8,6 @@ SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -127,20 +125,13 @@ class Context:
         """The grace deadline while the entity is stopping, else None."""
         return self._host.grace_deadline
 
-    @asynccontextmanager
-    async def step(self, name: str) -> AsyncIterator[None]:
-        """One step of a run (a model call, a tool call); its edges are step boundaries."""
-        if self.message is None:  # a signal handler's steps are not run steps
-            yield
-            return
-        await self._host.step_boundary(self)
-        await self._host.record_step(self, name)
-        self.current_step = name
-        try:
-            yield
-        finally:
-            self.current_step = None
-        await self._host.step_boundary(self)
+    def step(self, name: str) -> _Step:
+        """One step of a run (a model call, a tool call); its edges are step boundaries::
+
+        async with ctx.step("tool:search"):
+            ...
+        """
+        return _Step(self, name)
 
     async def emit(self, type: str, data: Any = None) -> None:
         """Append a custom event (``type`` must not be a built-in event type) to the stream."""
@@ -149,3 +140,31 @@ class Context:
     async def history(self) -> list[Event]:
         """The entity's stream so far, oldest first."""
         return await self._host.history()
+
+
+class _Step:
+    """``ctx.step(name)``: a small object rather than a generator-based context manager, because
+    ten thousand runs may each be waiting inside one."""
+
+    __slots__ = ("_ctx", "_name")
+
+    def __init__(self, ctx: Context, name: str) -> None:
+        self._ctx, self._name = ctx, name
+
+    async def __aenter__(self) -> None:
+        ctx = self._ctx
+        if ctx.message is None:  # a signal handler's steps are not run steps
+            return
+        await ctx._host.step_boundary(ctx)
+        await ctx._host.record_step(ctx, self._name)
+        ctx.current_step = self._name
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        ctx = self._ctx
+        if ctx.message is None:
+            return
+        ctx.current_step = None
+        if exc_type is None:
+            await ctx._host.step_boundary(ctx)

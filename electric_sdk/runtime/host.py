@@ -94,20 +94,6 @@ class EntityHost(Lifetime):
 
     # -- lifetime ---------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Host the entity until its session ends (idle, reload, stopped, killed, revoked, drained)."""
-        self._idle_since = anyio.current_time()
-        async with anyio.create_task_group() as tg:
-            self.started(tg)
-            await self._main()  # in this task: one task per hosted entity, not two
-
-    async def _main(self) -> None:
-        try:
-            await self._start()
-            await self._loop()
-        finally:
-            self.end(self.end_reason or "done")
-
     async def _start(self) -> None:
         if self.state is State.SPAWNING:
             await self._fenced.transition(State.RUNNING, "started")
@@ -115,6 +101,14 @@ class EntityHost(Lifetime):
             await self._fenced.transition(State.RUNNING, "wake")
         elif self.state is State.STOPPING:  # leased mid-cleanup: the previous worker was lost
             self._start_cleanup(None, pending=False)
+
+    async def _main(self) -> None:
+        self._idle_since = anyio.current_time()
+        try:
+            await self._start()
+            await self._loop()
+        finally:
+            self.end(self.end_reason or "done")
 
     async def _loop(self) -> None:
         while self.end_reason is None:

@@ -4,7 +4,9 @@ entity, and how its hosting ends (ended, revoked, drained)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+import anyio
 from anyio.abc import TaskGroup
 
 from .._proto.electric.v1 import runtime_service_pb2 as rt
@@ -20,7 +22,7 @@ log = logging.getLogger("electric.runtime")
 
 class Lifetime:
     # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
-    __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "revoked")
+    __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "on_end", "revoked")
 
     def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
         self.lease = rt.Lease()
@@ -33,6 +35,29 @@ class Lifetime:
         self._draining = False
         self.end_reason: str | None = None
         self.revoked = False
+        # Called with the host when its task ends (the worker forgets it and gives the lease back).
+        self.on_end: Callable[[Lifetime], None] | None = None
+
+    async def run(self) -> None:
+        """Host the entity until its session ends (idle, reload, stopped, killed, revoked, drained).
+        The host's own loop runs in this task: one task, and one frame chain, per hosted entity."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self.started(tg)
+                await self._main()
+        except Exception:
+            log.exception("%s/%s: host failed", self.lease.ref.type, self.lease.ref.id)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._after()
+            if self.on_end is not None:
+                self.on_end(self)
+
+    async def _main(self) -> None:
+        raise NotImplementedError
+
+    async def _after(self) -> None:
+        """What must happen once hosting ended, even under cancellation (an exec host's child)."""
 
     @property
     def entity(self) -> Entity:

@@ -45,6 +45,7 @@ from .exec.host import ExecHost
 from .exec.spec import ExecType
 from .fenced import SessionLost
 from .host import EntityHost
+from .lifetime import Lifetime
 
 __all__ = ["Worker"]
 
@@ -288,21 +289,17 @@ class Worker:
             ExecHost(self, etype, grant) if isinstance(etype, ExecType) else EntityHost(self, etype, grant)
         )
         self._hosts[key] = host
-        tg.start_soon(self._host_task, host)  # deliveries before it runs wait in the host
+        host.on_end = self._host_ended
+        tg.start_soon(host.run)  # deliveries before it runs wait in the host
         self._ring_hosts()
 
-    async def _host_task(self, host: Host) -> None:
+    def _host_ended(self, host: Lifetime) -> None:
         key = _key(host.lease.ref)
-        try:
-            await host.run()
-        except Exception:
-            log.exception("%s/%s: host failed", *key)
-        finally:
-            if self._hosts.get(key) is host:
-                del self._hosts[key]
-            if not host.revoked:
-                self._send(rt.ConnectRequest(release=rt.Release(ref=host.lease.ref, epoch=host.lease.epoch)))
-            self._ring_hosts()
+        if self._hosts.get(key) is host:
+            del self._hosts[key]
+        if not host.revoked:
+            self._send(rt.ConnectRequest(release=rt.Release(ref=host.lease.ref, epoch=host.lease.epoch)))
+        self._ring_hosts()
 
     def _ring_hosts(self) -> None:
         self._hosts_changed.set()

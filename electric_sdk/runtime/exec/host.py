@@ -91,17 +91,11 @@ class ExecHost(Lifetime):
 
     # -- lifetime -------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        self._active_since = anyio.current_time()
-        try:
-            async with anyio.create_task_group() as tg:
-                self.started(tg)
-                await self._main()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._end_child()
+    async def _after(self) -> None:
+        await self._end_child()
 
     async def _main(self) -> None:
+        self._active_since = anyio.current_time()
         try:
             try:
                 await self._recover()
