@@ -109,6 +109,7 @@ class Worker:
         # Called on every wake (dev mode): the app to host the woken entity with.
         self._reload_app = reload_app
         self._hosts: dict[tuple[str, str], Host] = {}
+        self._host_tasks: set[asyncio.Task[None]] = set()
         self._hosts_changed = anyio.Event()
         self._pending: dict[int, _Pending] = {}
         self._next_request_id = 0
@@ -218,6 +219,8 @@ class Worker:
             for pending in self._pending.values():
                 pending.done.set()  # result None: the write failed with the session
             self._pending.clear()
+            with anyio.CancelScope(shield=True):
+                await self._stop_hosts()  # their leases went with the session
             send.close()
             receive.close()
             with anyio.CancelScope(shield=True):
@@ -268,13 +271,13 @@ class Worker:
                 if host is not None and host.lease.epoch == d.lease.epoch and host.end_reason is None:
                     host.deliver(d.event, d.attempt)
             elif kind == "lease_granted":
-                await self._grant(response.lease_granted, tg)
+                await self._grant(response.lease_granted)
             elif kind == "lease_revoked":
                 host = self._hosts.get(_key(response.lease_revoked.lease.ref))
                 if host is not None and host.lease.epoch <= response.lease_revoked.lease.epoch:
                     host.revoke(response.lease_revoked.reason)
 
-    async def _grant(self, grant: rt.LeaseGranted, tg: TaskGroup) -> None:
+    async def _grant(self, grant: rt.LeaseGranted) -> None:
         if self._reload_app is not None and grant.entity.state in (pb.STATE_IDLE, pb.STATE_SPAWNING):
             self.app = self._reload_app()
         etype = self.app.types.get(grant.lease.ref.type)
@@ -290,8 +293,20 @@ class Worker:
         )
         self._hosts[key] = host
         host.on_end = self._host_ended
-        tg.start_soon(host.run)  # deliveries before it runs wait in the host
+        # A bare asyncio task (the session's end cancels it, below): anyio's task handles cost
+        # about a kilobyte per task, and a worker may host ten thousand entities.
+        # Deliveries that come before it runs wait in the host.
+        task = asyncio.get_running_loop().create_task(host.run(), name=f"host {key[0]}/{key[1]}")
+        self._host_tasks.add(task)
+        task.add_done_callback(self._host_tasks.discard)
         self._ring_hosts()
+
+    async def _stop_hosts(self) -> None:
+        tasks = list(self._host_tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _host_ended(self, host: Lifetime) -> None:
         key = _key(host.lease.ref)
