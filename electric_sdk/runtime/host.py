@@ -67,8 +67,20 @@ class _Run:
 
 class EntityHost(Lifetime):
     __slots__ = (
-        "_cleanup_scope", "_cleanup_started", "_idle_since", "_queue", "_reload", "_reload_settles", "_resume_offset",
-        "_run", "_scoped", "_seen", "_term", "etype", "grace_deadline", "instance",
+        "_cleanup_scope",
+        "_cleanup_started",
+        "_delivered",
+        "_idle_since",
+        "_queue",
+        "_reload",
+        "_reload_settles",
+        "_resume_offset",
+        "_run",
+        "_scoped",
+        "_term",
+        "etype",
+        "grace_deadline",
+        "instance",
     )  # fmt: skip
 
     def __init__(self, session: Session, etype: EntityType, grant: rt.LeaseGranted) -> None:
@@ -78,7 +90,9 @@ class EntityHost(Lifetime):
         self.instance: Any = etype.factory()
         # Small containers: a worker may host ten thousand entities, most with nothing queued.
         self._queue: list[Message] = []
-        self._seen: set[str] = set()  # keys of the messages delivered to this lease
+        # The offset of the newest message delivered to this lease: the server delivers them in
+        # stream order, once each, so this one number stands for every message seen so far.
+        self._delivered = -1
         # Pending SIGINTs scoped to a message that has not reached this host yet: it is cancelled
         # on arrival (the signal can overtake its message on the way to the worker).
         self._scoped: dict[str, tuple[SignalInfo, bool]] | None = None
@@ -229,11 +243,11 @@ class EntityHost(Lifetime):
     def _on_delivery(self, event: pb.Event, attempt: int) -> None:
         kind = event.WhichOneof("value")
         if kind == "message":
-            if event.key not in self._seen:
-                self._seen.add(event.key)
+            if event.offset > self._delivered:
+                self._delivered = event.offset
                 self._queue.append(message_of(event, attempt))
-                if self._scoped and (scoped := self._scoped.pop(event.key, None)) is not None:
-                    self._scoped_sigint(*scoped)
+                if self._scoped:
+                    self._settle_scoped(event)
                 self._bell.ring()
         elif kind == "signal":
             self._on_signal(event)
@@ -302,6 +316,18 @@ class EntityHost(Lifetime):
         for event in deferred:
             self._on_signal(event)
 
+    def _settle_scoped(self, message: pb.Event) -> None:
+        """A message arrived: a remembered scoped SIGINT for it cancels it; one sent after an older
+        message that never came in this lease found that message already done."""
+        assert self._scoped is not None
+        assert self._tg is not None
+        if (scoped := self._scoped.pop(message.key, None)) is not None:
+            self._scoped_sigint(*scoped)
+        for key, (info, _pending) in list(self._scoped.items()):
+            if info.offset < message.offset:
+                del self._scoped[key]
+                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         """A SIGINT scoped to one message (headless runs) touches that message only: its run is
         aborted if it is in progress (even if it started after the SIGINT was sent: the message had
@@ -318,7 +344,7 @@ class EntityHost(Lifetime):
             return
         queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
-            if key in self._seen or not pending:
+            if self._delivered > info.offset or not pending:  # its message came (in order) and went
                 if pending:
                     self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
             else:
