@@ -49,6 +49,7 @@ log = logging.getLogger("electric.runtime")
 DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
 # Scoped SIGINTs remembered for messages not yet delivered (a bound against a flood of bad keys).
 _MAX_SCOPED = 1000
+_RECENT = 32
 
 
 @dataclass(slots=True)
@@ -72,6 +73,7 @@ class EntityHost(Lifetime):
         "_delivered",
         "_idle_since",
         "_queue",
+        "_recent",
         "_reload",
         "_reload_settles",
         "_resume_offset",
@@ -93,6 +95,8 @@ class EntityHost(Lifetime):
         # The offset of the newest message delivered to this lease: the server delivers them in
         # stream order, once each, so this one number stands for every message seen so far.
         self._delivered = -1
+        # The keys of the last few messages delivered: a scoped SIGINT for one of them is answered at once.
+        self._recent: list[str] = []
         # Pending SIGINTs scoped to a message that has not reached this host yet: it is cancelled
         # on arrival (the signal can overtake its message on the way to the worker).
         self._scoped: dict[str, tuple[SignalInfo, bool]] | None = None
@@ -245,6 +249,9 @@ class EntityHost(Lifetime):
         if kind == "message":
             if event.offset > self._delivered:
                 self._delivered = event.offset
+                self._recent.append(event.key)
+                if len(self._recent) > _RECENT:
+                    del self._recent[0]
                 self._queue.append(message_of(event, attempt))
                 if self._scoped:
                     self._settle_scoped(event)
@@ -344,7 +351,7 @@ class EntityHost(Lifetime):
             return
         queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
-            if self._delivered > info.offset or not pending:  # its message came (in order) and went
+            if key in self._recent or self._delivered > info.offset or not pending:  # it came and went
                 if pending:
                     self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
             else:

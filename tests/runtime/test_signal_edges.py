@@ -236,3 +236,20 @@ async def test_every_sighup_of_a_barrage_gets_an_outcome(electric: TestServer, c
             assert pending  # the barrage did reach the running entity
             for key in pending:
                 await until(client, ref, outcome_of(key))
+
+
+async def test_a_scoped_sigint_for_a_message_that_already_ran_is_answered_at_once(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """The host remembers the last few messages it was given: a SIGINT scoped to one whose run has
+    ended touches nothing and says so at once (it does not wait for the lease to end)."""
+    probe = Probe()
+    async with running_worker(probe_app(probe), electric.address):
+        await client.spawn("probe/late-int")
+        done = await client.send("probe/late-int", "quick")
+        await until(client, "probe/late-int", run_status(COMPLETED, done.key))
+        result = await client.signal("probe/late-int", "SIGINT", message_key=done.key)
+        update = await until(client, "probe/late-int", outcome_of(result.key))
+        assert update.value["outcome"] == "ignored"
+        assert update.value["detail"] == "its run already ended"
+        assert (await client.get("probe/late-int")).state is State.RUNNING
