@@ -127,32 +127,14 @@ def main() -> None:
         tasks_file(tasks, args.timeout_ms)
         server = common.start_electric(tmpdir / "data")
         worker_log = tmpdir / "worker.log"
-        with open(worker_log, "w") as log:
-            worker = subprocess.Popen(
-                [
-                    *(common.PY, "-m", "electric_sdk.cli.main", "worker", "--exec", str(tasks)),
-                    "--address",
-                    server.address,
-                    "--grace",
-                    "1s",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=common.REPO,
-                start_new_session=True,
-            )
+        worker = common.start_worker(server.address, worker_log, "--exec", str(tasks))
         try:
             ours = asyncio.run(electric_runs(server.address, args.runs))
         except BaseException:
             print(worker_log.read_text()[-3000:], file=sys.stderr)
             raise
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(10)
+            common.stop_worker(worker)
             server.stop()
         theirs = timeout_runs(args.runs, args.timeout_ms)
     elapsed = time.perf_counter() - started

@@ -30,8 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -356,38 +354,14 @@ def main() -> None:
             "BENCHRT_COUNT_FILE": str(count_file),
         }
         worker_log = tmpdir / "worker.log"
-        with open(worker_log, "w") as log:
-            worker = subprocess.Popen(
-                [
-                    common.PY,
-                    "-m",
-                    "electric_sdk.cli.main",
-                    "worker",
-                    "benchrt_app:app",
-                    "--address",
-                    server.address,
-                    "--grace",
-                    "1s",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=common.REPO,
-                env=env,
-                start_new_session=True,
-            )
+        worker = common.start_worker(server.address, worker_log, "benchrt_app:app", env=env)
         try:
             out = asyncio.run(client(server.address, echo.address, server.pid, worker.pid, count_file, args))
         except BaseException:
             print(worker_log.read_text()[-3000:], file=sys.stderr)
             raise
         finally:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(5)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait(10)
+            common.stop_worker(worker, 5)
             server.stop()
             echo.stop()
     elapsed = time.perf_counter() - started

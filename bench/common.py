@@ -198,6 +198,42 @@ def start_electric(
     return _spawn_server(cmd, "electric", log or data_dir.parent / f"{data_dir.name}.server.log", timeout)
 
 
+def start_worker(
+    address: str, log: Path, *worker_args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``electric worker WORKER_ARGS --address ADDR`` in its own process (and session), output to ``log``."""
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "electric_sdk.cli.main",
+                "worker",
+                *worker_args,
+                "--address",
+                address,
+                "--grace",
+                "1s",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def stop_worker(worker: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM (it drains), then SIGKILL if it is still there after ``timeout``."""
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
+
+
 def start_echo(listen: str = f"{HOST}:0", timeout: float = 60.0, log: Path | None = None) -> ServerProc:
     """The bare grpc.aio echo server (this file as a script) in its own process."""
     cmd = [PY, str(Path(__file__).resolve()), "echo-server", "--listen", listen]

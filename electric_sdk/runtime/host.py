@@ -38,7 +38,6 @@ from .fenced import (
     Session,
     loop_deadline,
     message_of,
-    signal_info,
 )
 from .lifetime import Lifetime
 
@@ -267,14 +266,9 @@ class EntityHost(Lifetime):
             self._fenced.ack(event.offset)
 
     def _on_signal(self, event: pb.Event) -> None:
-        info = signal_info(event, self.entity)
-        pending = event.signal.outcome == pb.SIGNAL_OUTCOME_PENDING
-        self._fenced.observe_state(info.new_state, event.headers.txid)
-        try:
-            cell = lifecycle.cell(info.previous_state, info.signal)
-        except lifecycle.LifecycleError:
-            log.exception("%s: cannot judge %s", self.entity.ref, info.signal.value)
+        if (judged := self._signal_event(event)) is None:
             return
+        info, pending, cell = judged
         if info.signal is Signal.SIGINT and info.message_key and info.previous_state is not State.STOPPING:
             self._scoped_sigint(info, pending)
             self._bell.ring()

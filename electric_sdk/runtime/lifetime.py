@@ -4,23 +4,26 @@ entity, and how its hosting ends (ended, revoked, drained)."""
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import anyio
 from anyio.abc import TaskGroup
 
+from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..lifecycle import State
 from ..models import Entity
-from .fenced import Doorbell, Fenced, Session
+from .context import SignalInfo
+from .fenced import Doorbell, Fenced, Session, signal_info
 
 __all__ = ["Lifetime"]
 
 log = logging.getLogger("electric.runtime")
 
 
-class Lifetime:
+class Lifetime(ABC):
     # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
     __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "on_end", "revoked")
 
@@ -53,11 +56,13 @@ class Lifetime:
             if self.on_end is not None:
                 self.on_end(self)
 
+    @abstractmethod
     async def _main(self) -> None:
-        raise NotImplementedError
+        """The host's own loop, until its hosting ends."""
 
     async def _after(self) -> None:
         """What must happen once hosting ended, even under cancellation (an exec host's child)."""
+        return  # an entity of Python code leaves nothing behind
 
     @property
     def entity(self) -> Entity:
@@ -81,8 +86,21 @@ class Lifetime:
         else:
             self._on_delivery(event, attempt)
 
+    @abstractmethod
     def _on_delivery(self, event: pb.Event, attempt: int) -> None:
-        raise NotImplementedError
+        """A delivered event, once the host's task runs."""
+
+    def _signal_event(self, event: pb.Event) -> tuple[SignalInfo, bool, lifecycle.Cell] | None:
+        """A delivered signal: what it is, whether its outcome is still ours to write, and its table
+        cell (judged in the state the server judged it in); None if the table cannot judge it."""
+        info = signal_info(event, self.entity)
+        pending = event.signal.outcome == pb.SIGNAL_OUTCOME_PENDING
+        self._fenced.observe_state(info.new_state, event.headers.txid)
+        try:
+            return info, pending, lifecycle.cell(info.previous_state, info.signal)
+        except lifecycle.LifecycleError:
+            log.exception("%s/%s: cannot judge %s", self.lease.ref.type, self.lease.ref.id, info.signal.value)
+            return None
 
     def started(self, tg: TaskGroup) -> None:
         """The host's task runs, in ``tg``: from now on deliveries act at once."""

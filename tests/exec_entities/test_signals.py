@@ -51,18 +51,10 @@ async def test_sigstop_freezes_and_sigcont_thaws_then_queued_lines_flow(
     electric: TestServer, client: AsyncClient
 ) -> None:
     async with running_worker(_app(), electric.address):
-        await client.spawn("p/a")
-        pid = await ready(client, "p/a")
-        await client.signal("p/a", "SIGSTOP")
-        await until(client, "p/a", receipt("forward", "issued", "SIGSTOP"))
-        assert await _state_becomes(pid, "T")
+        pid = await _spawn_frozen(client, "p/a")
         await client.send("p/a", "while paused")  # queues: paused delivers nothing
         await client.signal("p/a", "SIGCONT")
-        await until(
-            client,
-            "p/a",
-            receipt("forward", "issued", "SIGCONT"),
-        )
+        await until(client, "p/a", receipt("forward", "issued", "SIGCONT"))
         await until(client, "p/a", line("got while paused"))
         assert proc_state(pid) in ("S", "R")
 
@@ -71,11 +63,7 @@ async def test_sigterm_to_a_frozen_process_is_followed_by_sigcont(
     electric: TestServer, client: AsyncClient
 ) -> None:
     async with running_worker(_app(), electric.address):
-        await client.spawn("p/a")
-        pid = await ready(client, "p/a")
-        await client.signal("p/a", "SIGSTOP")
-        await until(client, "p/a", receipt("forward", "issued", "SIGSTOP"))
-        assert await _state_becomes(pid, "T")
+        await _spawn_frozen(client, "p/a")
         await client.signal("p/a", "SIGTERM")  # paused → stopping
         exit_ = await until(client, "p/a", receipt("exit"))
         await until(client, "p/a", state_is("stopped", "cleanup_complete"))
@@ -100,6 +88,16 @@ async def test_sigkill_forces_at_once(electric: TestServer, client: AsyncClient)
     assert forces[0]["reason"].startswith("SIGKILL")
     assert not alive(pid)
     assert (await client.get("p/a")).state.value == "killed"
+
+
+async def _spawn_frozen(client: AsyncClient, ref: str) -> int:
+    """Spawn ``ref``, wait for its process, SIGSTOP it and wait until the kernel shows it stopped."""
+    await client.spawn(ref)
+    pid = await ready(client, ref)
+    await client.signal(ref, "SIGSTOP")
+    await until(client, ref, receipt("forward", "issued", "SIGSTOP"))
+    assert await _state_becomes(pid, "T")
+    return pid
 
 
 async def _state_becomes(pid: int, state: str) -> bool:

@@ -32,7 +32,7 @@ from ..._proto.electric.v1 import runtime_service_pb2 as rt
 from ..._proto.electric.v1 import types_pb2 as pb
 from ...lifecycle import Action, Outcome, Signal, State
 from ..context import Message, SignalInfo
-from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of, signal_info
+from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of
 from ..host import DEFAULT_IDLE_TIMEOUT
 from ..lifetime import Lifetime
 from . import receipts
@@ -396,15 +396,10 @@ class ExecHost(Lifetime):
         self._fenced.ack(event.offset)
 
     def _on_signal(self, event: pb.Event) -> None:
-        info = signal_info(event, self.entity)
-        pending = event.signal.outcome == pb.SIGNAL_OUTCOME_PENDING
-        self._fenced.observe_state(info.new_state, event.headers.txid)
-        try:
-            cell = lifecycle.cell(info.previous_state, info.signal)
-            decision = lifecycle.decide(info.previous_state, info.signal, self.alive and cell.runs_possible)
-        except lifecycle.LifecycleError:
-            log.exception("%s: cannot judge %s", self.task_id, info.signal.value)
+        if (judged := self._signal_event(event)) is None:
             return
+        info, pending, cell = judged
+        decision = lifecycle.decide(info.previous_state, info.signal, self.alive and cell.runs_possible)
         assert self._tg is not None
         action = decision.action
         if action is Action.KILL:

@@ -29,6 +29,7 @@ import os
 import shutil
 import signal
 import subprocess
+from abc import ABC, abstractmethod
 from typing import IO
 
 import anyio
@@ -60,7 +61,7 @@ def _status(result: os.waitid_result) -> int:
     return int(result.si_status) if result.si_code == os.CLD_EXITED else -int(result.si_status)
 
 
-class Child:
+class Child(ABC):
     """A started generation. Subclasses say how to wait for it and how to act on it."""
 
     backend = ""
@@ -84,9 +85,9 @@ class Child:
 
     # -- observing ----------------------------------------------------------------------------
 
+    @abstractmethod
     def _peek(self) -> os.waitid_result | None:
         """The exit, if it happened, without reaping (WNOWAIT)."""
-        raise NotImplementedError
 
     def exit_status(self) -> int | None:
         """The exit status once the generation exited (never reaps); ChildProcessError if it was
@@ -120,9 +121,9 @@ class Child:
             return f"{self.evidence.describe()} has exited ({describe_status(status)})"
         return observe(self.evidence)
 
+    @abstractmethod
     async def watch(self) -> None:
         """Set ``exited`` when the generation exits."""
-        raise NotImplementedError
 
     # -- acting ---------------------------------------------------------------------------------
 
@@ -135,8 +136,9 @@ class Child:
         else:
             self._signal(action, group=group)
 
+    @abstractmethod
     def _signal(self, action: str, *, group: bool) -> None:
-        raise NotImplementedError
+        """A signal (or the platform's force) to the generation, or its whole group."""
 
     def _stdin_fd(self) -> int:
         if self.stdin is None or self.stdin.closed:
