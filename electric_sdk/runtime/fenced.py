@@ -112,7 +112,7 @@ class Session(Protocol):
 
 
 class Fenced:
-    __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "session")
+    __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "released", "session")
 
     def __init__(
         self,
@@ -128,6 +128,8 @@ class Fenced:
         self._txid = entity.txid
         self._on_change = on_change
         self._on_gone = on_gone
+        # The lease went back with a write (``transition(release=True)``): no Release owed.
+        self.released = False
 
     @property
     def state(self) -> State:
@@ -181,14 +183,22 @@ class Fenced:
         return result
 
     async def transition(
-        self, to: State, cause: str, settles: Sequence[tuple[SignalInfo, Outcome]] = ()
+        self,
+        to: State,
+        cause: str,
+        settles: Sequence[tuple[SignalInfo, Outcome]] = (),
+        *,
+        release: bool = False,
     ) -> bool:
-        """A runtime transition; ``settles``: signal outcomes recorded in the same commit."""
+        """A runtime transition; ``settles``: signal outcomes recorded in the same commit;
+        ``release``: the lease goes back in that commit too, if it applies (the host then ends)."""
         lifecycle.check_runtime_transition(self.state, to, cause)
         outcomes = [_update(info, outcome) for info, outcome in settles]
         transition = rt.Transition(to=state_to_pb(to), cause=cause, outcomes=outcomes)
-        result = await self.write(retry=False, transition=transition)
-        return result is not None and result.applied
+        result = await self.write(retry=False, transition=transition, release=release)
+        applied = result is not None and result.applied
+        self.released = self.released or (applied and release)
+        return applied
 
     async def outcome(self, info: SignalInfo, outcome: Outcome, detail: str = "") -> None:
         """A signal's outcome is written even while the host is being cancelled (its lease

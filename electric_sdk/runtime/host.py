@@ -147,7 +147,7 @@ class EntityHost(Lifetime):
                 idle_s = (self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT).total_seconds()
                 timeout = self._idle_since + idle_s - anyio.current_time()
                 if timeout <= 0:
-                    if await self._fenced.transition(State.IDLE, "idle_timeout"):
+                    if await self._fenced.transition(State.IDLE, "idle_timeout", release=True):
                         self.end("idle_timeout")
                         return
                     self._idle_since = anyio.current_time()
@@ -159,7 +159,7 @@ class EntityHost(Lifetime):
         if handler is not None:
             await self._call_handler(handler, info)
         settles, self._reload_settles = self._reload_settles or [], None
-        if await self._fenced.transition(State.IDLE, "reload", settles):
+        if await self._fenced.transition(State.IDLE, "reload", settles, release=True):
             self.end("reload")
             return
         for pending, outcome in settles:  # refused (e.g. SIGTERM came first): they are still owed

@@ -118,6 +118,11 @@ class Lifetime(ABC):
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
+    @property
+    def lease_returned(self) -> bool:
+        """The server has ended the lease (revoked, or given back with a write): no Release owed."""
+        return self.revoked or self._fenced.released
+
     def revoke(self, reason: str) -> None:
         self.revoked = True
         self.end(f"revoked: {reason}")

@@ -40,6 +40,7 @@ from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
 from ..durations import parse_ms
 from ..models import Event
+from ..stream_batches import EMPTY, Empty, coalesce
 from .app import App
 from .exec.host import ExecHost
 from .exec.spec import ExecType
@@ -229,7 +230,11 @@ class Worker:
     def _hello(self) -> rt.Hello:
         types = [rt.HostedType(type=t.name, profile=t.profile()) for t in self.app.types.values()]
         return rt.Hello(
-            worker_id=self.worker_id, types=types, code_version=self.code_version, capacity=self.capacity
+            worker_id=self.worker_id,
+            types=types,
+            code_version=self.code_version,
+            capacity=self.capacity,
+            accepts_batches=True,
         )
 
     async def _sender(self, call: Any, receive: Any, tg: TaskGroup) -> None:
@@ -238,7 +243,11 @@ class Worker:
                 if request is None:  # shutdown: the leases are back, close our half
                     await call.done_writing()
                     return
-                await call.write(request)
+                message, ended = coalesce(request, lambda: _poll(receive), _request_batch)
+                await call.write(message)
+                if ended:
+                    await call.done_writing()
+                    return
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             tg.cancel_scope.cancel()  # the stream is gone; the receiver reports why, if it can
 
@@ -259,23 +268,30 @@ class Worker:
             response = await call.read()
             if not isinstance(response, rt.ConnectResponse):  # grpc.aio.EOF
                 return
-            kind = response.WhichOneof("msg")
-            if kind == "write_result":
-                pending = self._pending.pop(response.write_result.request_id, None)
-                if pending is not None:
-                    pending.result = response.write_result
-                    pending.done.set()
-            elif kind == "delivery":
-                d = response.delivery
-                host = self._hosts.get(_key(d.lease.ref))
-                if host is not None and host.lease.epoch == d.lease.epoch and host.end_reason is None:
-                    host.deliver(d.event, d.attempt)
-            elif kind == "lease_granted":
-                await self._grant(response.lease_granted)
-            elif kind == "lease_revoked":
-                host = self._hosts.get(_key(response.lease_revoked.lease.ref))
-                if host is not None and host.lease.epoch <= response.lease_revoked.lease.epoch:
-                    host.revoke(response.lease_revoked.reason)
+            if response.WhichOneof("msg") == "batch":
+                for item in response.batch.responses:
+                    await self._handle(item)
+            else:
+                await self._handle(response)
+
+    async def _handle(self, response: rt.ConnectResponse) -> None:
+        kind = response.WhichOneof("msg")
+        if kind == "write_result":
+            pending = self._pending.pop(response.write_result.request_id, None)
+            if pending is not None:
+                pending.result = response.write_result
+                pending.done.set()
+        elif kind == "delivery":
+            d = response.delivery
+            host = self._hosts.get(_key(d.lease.ref))
+            if host is not None and host.lease.epoch == d.lease.epoch and host.end_reason is None:
+                host.deliver(d.event, d.attempt)
+        elif kind == "lease_granted":
+            await self._grant(response.lease_granted)
+        elif kind == "lease_revoked":
+            host = self._hosts.get(_key(response.lease_revoked.lease.ref))
+            if host is not None and host.lease.epoch <= response.lease_revoked.lease.epoch:
+                host.revoke(response.lease_revoked.reason)
 
     async def _grant(self, grant: rt.LeaseGranted) -> None:
         if self._reload_app is not None and grant.entity.state in (pb.STATE_IDLE, pb.STATE_SPAWNING):
@@ -312,7 +328,7 @@ class Worker:
         key = _key(host.lease.ref)
         if self._hosts.get(key) is host:
             del self._hosts[key]
-        if not host.revoked:
+        if not host.lease_returned:
             self._send(rt.ConnectRequest(release=rt.Release(ref=host.lease.ref, epoch=host.lease.epoch)))
         self._ring_hosts()
 
@@ -396,3 +412,15 @@ class Worker:
         if self._session_scope is not None:
             self._session_scope.cancel()
         await self._stopped.wait()
+
+
+def _poll(receive: Any) -> rt.ConnectRequest | Empty | None:
+    try:
+        item: rt.ConnectRequest | None = receive.receive_nowait()
+    except anyio.WouldBlock:
+        return EMPTY
+    return item
+
+
+def _request_batch(requests: list[rt.ConnectRequest]) -> rt.ConnectRequest:
+    return rt.ConnectRequest(batch=rt.RequestBatch(requests=requests))

@@ -65,20 +65,47 @@ def end_lease(
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.lease_epoch != epoch:
             return Mutation()  # someone else holds it now: nothing of ours to end
-        record = current.replace(lease_epoch=epoch + 1)
-        detail = (
-            f"not handled: the runtime's lease ended first ({cause}; the entity was {current.state.value})"
-        )
-        events = [_ignored(key, signal, detail) for key, signal in (unsettled or {}).items()]
+        mutation = _let_go(Mutation([], current), epoch, cause, unsettled)
+        assert mutation.entity is not None
         if current.state is State.RUNNING and cause == "runtime_lost":
             lifecycle.check_runtime_transition(State.RUNNING, State.IDLE, cause)
-            events.append(state_event(f"state_{ctx.txid}", State.IDLE, State.RUNNING, cause))
-            record = record.replace(state=State.IDLE)
-        if current.state.terminal and not current.closed:
-            record = record.replace(closed=True)
-        return Mutation(events, record)
+            mutation.events.append(state_event(f"state_{ctx.txid}", State.IDLE, State.RUNNING, cause))
+            mutation.entity = mutation.entity.replace(state=State.IDLE)
+        return mutation
 
     return decide
+
+
+def settle_ignored(unsettled: dict[str, pb.Signal.ValueType], state: State) -> Decide:
+    """Signals a lease's runtime never reported on, found owed only after its lease ended with a
+    write (they landed while that write was on its way): ignored, saying so."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            return Mutation()
+        return Mutation(
+            [_ignored(key, signal, _not_handled("released", state)) for key, signal in unsettled.items()],
+            current,
+        )
+
+    return decide
+
+
+def _not_handled(cause: str, state: State) -> str:
+    return f"not handled: the runtime's lease ended first ({cause}; the entity was {state.value})"
+
+
+def _let_go(
+    mutation: Mutation, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None
+) -> Mutation:
+    """``mutation`` plus the end of lease ``epoch``: fenced off, the signals its runtime never
+    reported on settled as ignored, and a terminal entity's stream closed (nobody may append)."""
+    record = mutation.entity
+    assert record is not None
+    detail = _not_handled(cause, record.state)
+    mutation.events.extend(_ignored(key, signal, detail) for key, signal in (unsettled or {}).items())
+    mutation.entity = record.replace(lease_epoch=epoch + 1, closed=record.closed or record.state.terminal)
+    return mutation
 
 
 def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
@@ -95,10 +122,25 @@ def _outcome_event(update: rt.SignalOutcomeUpdate) -> NewEvent:
     return NewEvent("signal", update.signal_key, UPDATE, convert.body(pb.Event(signal=value)))
 
 
-def runtime_write(ref: Ref, write: rt.RuntimeWrite) -> Decide:
-    expect = convert.PB_TO_STATE.get(write.expect_state)
+def runtime_write(
+    ref: Ref, write: rt.RuntimeWrite, unsettled: dict[str, pb.Signal.ValueType] | None = None
+) -> Decide:
+    """A runtime's fenced write; with ``write.release``, the lease ends in the same commit
+    (``unsettled``: the signals its runtime still owes an outcome, as for a Release)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        mutation = apply(current, ctx)
+        if not write.release:
+            return mutation
+        settled = {u.signal_key for u in write.transition.outcomes}
+        if write.HasField("signal_outcome"):
+            settled.add(write.signal_outcome.signal_key)
+        owed = {key: signal for key, signal in (unsettled or {}).items() if key not in settled}
+        return _let_go(mutation, write.epoch, "released", owed)
+
+    expect = convert.PB_TO_STATE.get(write.expect_state)
+
+    def apply(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
         if write.epoch != current.lease_epoch:

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,13 +24,14 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
+from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
 from . import convert
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, translate_stream
-from .runtime_commands import Refused, end_lease, grant, runtime_write
-from .store.base import Commit, EntityRecord, Ref, Store, Write
+from .runtime_commands import Refused, end_lease, grant, runtime_write, settle_ignored
+from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class Session:
     last_seen: float = field(default_factory=time.monotonic)
     closed: bool = False
     draining: bool = False  # takes no new lease
+    # Per entity, the newest of this worker's requests still being applied (see Runtime._handle).
+    tails: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
 
     def send(self, message: rt.ConnectResponse) -> None:
         if not self.closed:
@@ -163,10 +166,13 @@ class Runtime:
         for lease in list(session.leases.values()):
             await self._end(lease, cause)
 
-    async def _end(self, lease: Lease, cause: str) -> None:
+    def _forget(self, lease: Lease) -> None:
         lease.session.leases.pop(lease.ref, None)
         if self.leases.get(lease.ref) is lease:
             del self.leases[lease.ref]
+
+    async def _end(self, lease: Lease, cause: str) -> None:
+        self._forget(lease)
         # A runtime that let go had its chance to report; one that was lost did not, and its
         # pending signals go to the next lease holder instead (pending-signal delivery).
         unsettled = lease.unsettled if cause == "released" else None
@@ -286,6 +292,15 @@ class Runtime:
         if after is None:
             return
         lease = self.leases.get(commit.ref)
+        if lease is not None and after.lease_epoch > lease.epoch:
+            # A write that gave the lease back with it (RuntimeWrite.release): forgotten here, in
+            # commit order, so whatever lands next is offered to a runtime instead of this one.
+            self._forget(lease)
+            settled = {e.key for e in commit.events if e.kind == "signal"}
+            owed = {k: s for k, s in lease.unsettled.items() if k not in settled}
+            if owed:  # signals that landed while the write was on its way: queued before any offer
+                self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
+            lease = None
         if lease is None:
             if self._needs_runtime(after):
                 self._spawn(self._offer(after))
@@ -359,35 +374,114 @@ class Runtime:
         try:
             async for request in requests:
                 session.last_seen = time.monotonic()
-                kind = request.WhichOneof("msg")
-                if kind == "write":
-                    session.send(rt.ConnectResponse(write_result=await self._write(session, request.write)))
-                elif kind == "drain":
-                    session.draining = True
-                elif kind == "release":
-                    lease = session.leases.get(v.ref(request.release.ref))
-                    if lease is not None and lease.epoch == request.release.epoch:
-                        await self._end(lease, "released")
+                if request.WhichOneof("msg") == "batch":
+                    self._handle(session, request.batch.requests)
+                else:
+                    self._handle(session, (request,))
         finally:
             session.outbox.put_nowait(None)  # the worker hung up: end the response stream too
 
-    async def _write(self, session: Session, write: rt.RuntimeWrite) -> rt.WriteResult:
-        result = rt.WriteResult(request_id=write.request_id)
-        ref = (write.ref.type, write.ref.id)
+    def _handle(self, session: Session, requests: Iterable[rt.ConnectRequest]) -> None:
+        """Start applying a worker's requests, without waiting for them.
+
+        Requests are not awaited one by one: a fan-out (a SIGHUP to thousands
+        of entities) has thousands of writes in flight at once, and the store
+        commits them together instead of one fsync each. Per entity, a
+        worker's requests still apply in the order it sent them: one waits for
+        the session's previous request on that entity (``Session.tails``).
+        """
+        together: list[rt.RuntimeWrite] = []  # writes with nothing ahead of them: one store call
+        together_refs: list[Ref] = []
+        task: asyncio.Task[None] | None = None
+        for request in requests:
+            kind = request.WhichOneof("msg")
+            if kind == "drain":
+                session.draining = True
+            elif kind == "release":
+                ref = v.ref(request.release.ref)
+                self._after_tail(session, ref, self._release(session, ref, request.release.epoch))
+            elif kind == "write":
+                write = request.write
+                ref = (write.ref.type, write.ref.id)
+                if ref in session.tails:
+                    self._after_tail(session, ref, self._answer(session, [write]))
+                    continue
+                if task is None:
+                    task = self._track(session, self._answer(session, together), together_refs)
+                together.append(write)
+                together_refs.append(ref)
+                session.tails[ref] = task
+
+    def _after_tail(self, session: Session, ref: Ref, step: Coroutine[Any, Any, None]) -> None:
+        before = session.tails.get(ref)
+
+        async def chained() -> None:
+            try:
+                if before is not None and not before.done():
+                    await asyncio.wait([before])
+            except BaseException:
+                step.close()  # cancelled while waiting its turn: it never runs
+                raise
+            await step
+
+        session.tails[ref] = self._track(session, chained(), [ref])
+
+    def _track(
+        self, session: Session, coro: Coroutine[Any, Any, None], refs: list[Ref]
+    ) -> asyncio.Task[None]:
+        """A task applying requests on ``refs`` (filled in until it first runs), the tail of each."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+
+        def untrack(done: asyncio.Task[None]) -> None:
+            self._tasks.discard(done)
+            for ref in refs:
+                if session.tails.get(ref) is done:
+                    del session.tails[ref]
+
+        task.add_done_callback(untrack)
+        return task
+
+    async def _release(self, session: Session, ref: Ref, epoch: int) -> None:
         lease = session.leases.get(ref)
-        if lease is None or lease.epoch != write.epoch:
-            result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
-            return result
-        try:
-            outcome = await self.store.write(Write(ref, _marked(runtime_write(ref, write))))
-        except Refused as refused:
-            result.reason, result.message = refused.reason, refused.message
-            if refused.entity is not None:
-                result.entity.CopyFrom(convert.entity(refused.entity))
-            return result
-        except ApiError as error:
-            result.reason, result.message = error.reason, error.message
-            return result
+        if lease is not None and lease.epoch == epoch:
+            await self._end(lease, "released")
+
+    async def _answer(self, session: Session, writes: list[rt.RuntimeWrite]) -> None:
+        """Apply fenced writes (each its own commit, all in one store call) and answer each."""
+        results = [rt.WriteResult(request_id=write.request_id) for write in writes]
+        staged: list[tuple[rt.WriteResult, Write]] = []
+        for write, result in zip(writes, results, strict=True):
+            ref = (write.ref.type, write.ref.id)
+            lease = session.leases.get(ref)
+            if lease is None or lease.epoch != write.epoch:
+                result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
+                continue
+            unsettled = dict(lease.unsettled) if write.release else None
+            staged.append((result, Write(ref, _marked(runtime_write(ref, write, unsettled)))))
+        if staged:
+            outcomes: list[WriteOutcome | BaseException]
+            try:
+                outcomes = await self.store.write_many([w for _, w in staged])
+            except Exception as exc:  # e.g. the store is closing: every write says so
+                outcomes = [exc] * len(staged)
+            for (result, _), outcome in zip(staged, outcomes, strict=True):
+                _fill(result, outcome)
+        for result in results:
+            session.send(rt.ConnectResponse(write_result=result))
+
+
+def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None:
+    if isinstance(outcome, Refused):
+        result.reason, result.message = outcome.reason, outcome.message
+        if outcome.entity is not None:
+            result.entity.CopyFrom(convert.entity(outcome.entity))
+    elif isinstance(outcome, ApiError):
+        result.reason, result.message = outcome.reason, outcome.message
+    elif isinstance(outcome, BaseException):
+        log.error("a runtime write failed: %s", outcome)
+        result.reason, result.message = "INTERNAL", f"the write failed: {outcome}"
+    else:
         commit = outcome.commit
         assert commit is not None
         assert commit.after is not None
@@ -395,7 +489,17 @@ class Runtime:
         result.entity.CopyFrom(convert.entity(commit.after))
         result.txid = commit.txid
         result.created_at.CopyFrom(convert.timestamp(commit.timestamp_ms))
-        return result
+
+
+def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:
+    try:
+        return outbox.get_nowait()
+    except asyncio.QueueEmpty:
+        return EMPTY
+
+
+def _response_batch(responses: list[rt.ConnectResponse]) -> rt.ConnectResponse:
+    return rt.ConnectResponse(batch=rt.ResponseBatch(responses=responses))
 
 
 def _owe(lease: Lease, message: pb.Event) -> None:
@@ -459,7 +563,13 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
         reader = asyncio.create_task(self.runtime.read(session, request_iterator))
         try:
             while (item := await session.outbox.get()) is not None:
-                yield item
+                if not hello.accepts_batches:
+                    yield item
+                    continue
+                message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
+                yield message
+                if ended:
+                    break
         finally:
             reader.cancel()
             await self.runtime.close(session, "runtime_lost")

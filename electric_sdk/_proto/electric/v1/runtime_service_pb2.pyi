@@ -55,12 +55,17 @@ class Hello(_message.Message):
     TYPES_FIELD_NUMBER: _builtins.int
     CODE_VERSION_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    ACCEPTS_BATCHES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """Unique per worker process, e.g. "host-1234-ab12"."""
     code_version: _builtins.str
     """The code version this worker runs (a deploy's new workers announce a newer one)."""
     capacity: _builtins.int
     """How many entities this worker may host at once; 0 means no limit."""
+    accepts_batches: _builtins.bool
+    """The worker understands `ConnectResponse.batch`; the server sends batches
+    only to workers that set this.
+    """
     @_builtins.property
     def types(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedType]: ...
     def __init__(
@@ -70,10 +75,11 @@ class Hello(_message.Message):
         types: _abc.Iterable[Global___HostedType] | None = ...,
         code_version: _builtins.str = ...,
         capacity: _builtins.int = ...,
+        accepts_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "code_version", b"code_version", "types", b"types", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_batches", b"accepts_batches", "capacity", b"capacity", "code_version", b"code_version", "types", b"types", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -246,6 +252,7 @@ class RuntimeWrite(_message.Message):
     REF_FIELD_NUMBER: _builtins.int
     EPOCH_FIELD_NUMBER: _builtins.int
     EXPECT_STATE_FIELD_NUMBER: _builtins.int
+    RELEASE_FIELD_NUMBER: _builtins.int
     TRANSITION_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     SIGNAL_OUTCOME_FIELD_NUMBER: _builtins.int
@@ -257,6 +264,11 @@ class RuntimeWrite(_message.Message):
     epoch: _builtins.int
     expect_state: _types_pb2.State.ValueType
     """The state the entity must be in for the write to apply."""
+    release: _builtins.bool
+    """Give the lease back in the same commit as this write, if it applies (as
+    if a `Release` followed it): the host ends with it, e.g. a reload's or an
+    idle timeout's transition to idle. A refused write keeps the lease.
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     @_builtins.property
@@ -278,6 +290,7 @@ class RuntimeWrite(_message.Message):
         ref: _types_pb2.EntityRef | None = ...,
         epoch: _builtins.int = ...,
         expect_state: _types_pb2.State.ValueType = ...,
+        release: _builtins.bool = ...,
         transition: Global___Transition | None = ...,
         run: _types_pb2.RunValue | None = ...,
         signal_outcome: Global___SignalOutcomeUpdate | None = ...,
@@ -287,7 +300,7 @@ class RuntimeWrite(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "op", b"op", "output", b"output", "ref", b"ref", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "request_id", b"request_id", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "release", b"release", "request_id", b"request_id", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["transition", "run", "signal_outcome", "custom", "exec", "output"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
@@ -315,6 +328,33 @@ class Drain(_message.Message):
 Global___Drain: _TypeAlias = Drain  # noqa: Y015
 
 @_typing.final
+class RequestBatch(_message.Message):
+    """Several requests in one stream message, applied in order as if sent one by
+    one. A worker may coalesce what it has queued into a batch: under a fan-out
+    (a deploy's SIGHUP to thousands of entities) one stream message then carries
+    hundreds of writes and releases instead of one each. A batch never holds a
+    hello or another batch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectRequest]: ...
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___ConnectRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestBatch: _TypeAlias = RequestBatch  # noqa: Y015
+
+@_typing.final
 class ConnectRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -324,6 +364,7 @@ class ConnectRequest(_message.Message):
     WRITE_FIELD_NUMBER: _builtins.int
     RELEASE_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -336,6 +377,8 @@ class ConnectRequest(_message.Message):
     def release(self) -> Global___Release: ...
     @_builtins.property
     def drain(self) -> Global___Drain: ...
+    @_builtins.property
+    def batch(self) -> Global___RequestBatch: ...
     def __init__(
         self,
         *,
@@ -345,12 +388,13 @@ class ConnectRequest(_message.Message):
         write: Global___RuntimeWrite | None = ...,
         release: Global___Release | None = ...,
         drain: Global___Drain | None = ...,
+        batch: Global___RequestBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release", "drain"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release", "drain", "batch"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
@@ -528,6 +572,31 @@ class LeaseRevoked(_message.Message):
 Global___LeaseRevoked: _TypeAlias = LeaseRevoked  # noqa: Y015
 
 @_typing.final
+class ResponseBatch(_message.Message):
+    """Several responses in one stream message, in order; sent only to a worker
+    whose hello set `accepts_batches`. A batch never holds a welcome or another
+    batch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectResponse]: ...
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___ConnectResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResponseBatch: _TypeAlias = ResponseBatch  # noqa: Y015
+
+@_typing.final
 class ConnectResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -536,6 +605,7 @@ class ConnectResponse(_message.Message):
     DELIVERY_FIELD_NUMBER: _builtins.int
     WRITE_RESULT_FIELD_NUMBER: _builtins.int
     LEASE_REVOKED_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def welcome(self) -> Global___Welcome: ...
     @_builtins.property
@@ -546,6 +616,8 @@ class ConnectResponse(_message.Message):
     def write_result(self) -> Global___WriteResult: ...
     @_builtins.property
     def lease_revoked(self) -> Global___LeaseRevoked: ...
+    @_builtins.property
+    def batch(self) -> Global___ResponseBatch: ...
     def __init__(
         self,
         *,
@@ -554,12 +626,13 @@ class ConnectResponse(_message.Message):
         delivery: Global___Delivery | None = ...,
         write_result: Global___WriteResult | None = ...,
         lease_revoked: Global___LeaseRevoked | None = ...,
+        batch: Global___ResponseBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["delivery", b"delivery", "lease_granted", b"lease_granted", "lease_revoked", b"lease_revoked", "msg", b"msg", "welcome", b"welcome", "write_result", b"write_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "delivery", b"delivery", "lease_granted", b"lease_granted", "lease_revoked", b"lease_revoked", "msg", b"msg", "welcome", b"welcome", "write_result", b"write_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery", b"delivery", "lease_granted", b"lease_granted", "lease_revoked", b"lease_revoked", "msg", b"msg", "welcome", b"welcome", "write_result", b"write_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "delivery", b"delivery", "lease_granted", b"lease_granted", "lease_revoked", b"lease_revoked", "msg", b"msg", "welcome", b"welcome", "write_result", b"write_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["welcome", "lease_granted", "delivery", "write_result", "lease_revoked"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["welcome", "lease_granted", "delivery", "write_result", "lease_revoked", "batch"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

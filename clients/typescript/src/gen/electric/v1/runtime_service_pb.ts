@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/runtime_service.proto.
  */
 export const file_electric_v1_runtime_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSJqCgVIZWxsbxIRCgl3b3JrZXJfaWQYASABKAkSJgoFdHlwZXMYAiADKAsyFy5lbGVjdHJpYy52MS5Ib3N0ZWRUeXBlEhQKDGNvZGVfdmVyc2lvbhgDIAEoCRIQCghjYXBhY2l0eRgEIAEoDSIvCglIZWFydGJlYXQSIgoGbGVhc2VzGAEgAygLMhIuZWxlY3RyaWMudjEuTGVhc2UiSQoDQWNrEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBBIOCgZvZmZzZXQYAyABKAQiPQoHUmVsZWFzZRIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDQoFZXBvY2gYAiABKAQibwoKVHJhbnNpdGlvbhIeCgJ0bxgBIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEg0KBWNhdXNlGAIgASgJEjIKCG91dGNvbWVzGAMgAygLMiAuZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZVVwZGF0ZSKLAQoTU2lnbmFsT3V0Y29tZVVwZGF0ZRISCgpzaWduYWxfa2V5GAEgASgJEisKB291dGNvbWUYAiABKA4yGi5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lEg4KBmRldGFpbBgDIAEoCRIjCgZzaWduYWwYBCABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwiQQoLQ3VzdG9tRXZlbnQSDAoEdHlwZRgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIpgDCgxSdW50aW1lV3JpdGUSEgoKcmVxdWVzdF9pZBgBIAEoBBIjCgNyZWYYAiABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDQoFZXBvY2gYAyABKAQSKAoMZXhwZWN0X3N0YXRlGAQgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSLQoKdHJhbnNpdGlvbhgKIAEoCzIXLmVsZWN0cmljLnYxLlRyYW5zaXRpb25IABIkCgNydW4YCyABKAsyFS5lbGVjdHJpYy52MS5SdW5WYWx1ZUgAEjoKDnNpZ25hbF9vdXRjb21lGAwgASgLMiAuZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZVVwZGF0ZUgAEioKBmN1c3RvbRgNIAEoCzIYLmVsZWN0cmljLnYxLkN1c3RvbUV2ZW50SAASKAoEZXhlYxgOIAEoCzIYLmVsZWN0cmljLnYxLkV4ZWNSZWNlaXB0SAASKQoGb3V0cHV0GA8gASgLMhcuZWxlY3RyaWMudjEuRXhlY091dHB1dEgAQgQKAm9wIgcKBURyYWluIoQCCg5Db25uZWN0UmVxdWVzdBIjCgVoZWxsbxgBIAEoCzISLmVsZWN0cmljLnYxLkhlbGxvSAASKwoJaGVhcnRiZWF0GAIgASgLMhYuZWxlY3RyaWMudjEuSGVhcnRiZWF0SAASHwoDYWNrGAMgASgLMhAuZWxlY3RyaWMudjEuQWNrSAASKgoFd3JpdGUYBCABKAsyGS5lbGVjdHJpYy52MS5SdW50aW1lV3JpdGVIABInCgdyZWxlYXNlGAUgASgLMhQuZWxlY3RyaWMudjEuUmVsZWFzZUgAEiMKBWRyYWluGAYgASgLMhIuZWxlY3RyaWMudjEuRHJhaW5IAEIFCgNtc2cibgoHV2VsY29tZRIsCglsZWFzZV90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaGVhcnRiZWF0X2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjsKBUxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJtCgxMZWFzZUdyYW50ZWQSIQoFbGVhc2UYASABKAsyEi5lbGVjdHJpYy52MS5MZWFzZRIjCgZlbnRpdHkYAiABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSFQoNcmVzdW1lX29mZnNldBgDIAEoBCJhCghEZWxpdmVyeRIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEiEKBWV2ZW50GAIgASgLMhIuZWxlY3RyaWMudjEuRXZlbnQSDwoHYXR0ZW1wdBgDIAEoDSK2AQoLV3JpdGVSZXN1bHQSEgoKcmVxdWVzdF9pZBgBIAEoBBIPCgdhcHBsaWVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEiMKBmVudGl0eRgFIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIMCgR0eGlkGAYgASgEEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkEKDExlYXNlUmV2b2tlZBIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEg4KBnJlYXNvbhgCIAEoCSKGAgoPQ29ubmVjdFJlc3BvbnNlEicKB3dlbGNvbWUYASABKAsyFC5lbGVjdHJpYy52MS5XZWxjb21lSAASMgoNbGVhc2VfZ3JhbnRlZBgCIAEoCzIZLmVsZWN0cmljLnYxLkxlYXNlR3JhbnRlZEgAEikKCGRlbGl2ZXJ5GAMgASgLMhUuZWxlY3RyaWMudjEuRGVsaXZlcnlIABIwCgx3cml0ZV9yZXN1bHQYBCABKAsyGC5lbGVjdHJpYy52MS5Xcml0ZVJlc3VsdEgAEjIKDWxlYXNlX3Jldm9rZWQYBSABKAsyGS5lbGVjdHJpYy52MS5MZWFzZVJldm9rZWRIAEIFCgNtc2cyWgoOUnVudGltZVNlcnZpY2USSAoHQ29ubmVjdBIbLmVsZWN0cmljLnYxLkNvbm5lY3RSZXF1ZXN0GhwuZWxlY3RyaWMudjEuQ29ubmVjdFJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSKDAQoFSGVsbG8SEQoJd29ya2VyX2lkGAEgASgJEiYKBXR5cGVzGAIgAygLMhcuZWxlY3RyaWMudjEuSG9zdGVkVHlwZRIUCgxjb2RlX3ZlcnNpb24YAyABKAkSEAoIY2FwYWNpdHkYBCABKA0SFwoPYWNjZXB0c19iYXRjaGVzGAUgASgIIi8KCUhlYXJ0YmVhdBIiCgZsZWFzZXMYASADKAsyEi5lbGVjdHJpYy52MS5MZWFzZSJJCgNBY2sSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEg0KBWVwb2NoGAIgASgEEg4KBm9mZnNldBgDIAEoBCI9CgdSZWxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJvCgpUcmFuc2l0aW9uEh4KAnRvGAEgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDQoFY2F1c2UYAiABKAkSMgoIb3V0Y29tZXMYAyADKAsyIC5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lVXBkYXRlIosBChNTaWduYWxPdXRjb21lVXBkYXRlEhIKCnNpZ25hbF9rZXkYASABKAkSKwoHb3V0Y29tZRgCIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAMgASgJEiMKBnNpZ25hbBgEIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbCJBCgtDdXN0b21FdmVudBIMCgR0eXBlGAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiqQMKDFJ1bnRpbWVXcml0ZRISCgpyZXF1ZXN0X2lkGAEgASgEEiMKA3JlZhgCIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgDIAEoBBIoCgxleHBlY3Rfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIPCgdyZWxlYXNlGAUgASgIEi0KCnRyYW5zaXRpb24YCiABKAsyFy5lbGVjdHJpYy52MS5UcmFuc2l0aW9uSAASJAoDcnVuGAsgASgLMhUuZWxlY3RyaWMudjEuUnVuVmFsdWVIABI6Cg5zaWduYWxfb3V0Y29tZRgMIAEoCzIgLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWVVcGRhdGVIABIqCgZjdXN0b20YDSABKAsyGC5lbGVjdHJpYy52MS5DdXN0b21FdmVudEgAEigKBGV4ZWMYDiABKAsyGC5lbGVjdHJpYy52MS5FeGVjUmVjZWlwdEgAEikKBm91dHB1dBgPIAEoCzIXLmVsZWN0cmljLnYxLkV4ZWNPdXRwdXRIAEIECgJvcCIHCgVEcmFpbiI9CgxSZXF1ZXN0QmF0Y2gSLQoIcmVxdWVzdHMYASADKAsyGy5lbGVjdHJpYy52MS5Db25uZWN0UmVxdWVzdCKwAgoOQ29ubmVjdFJlcXVlc3QSIwoFaGVsbG8YASABKAsyEi5lbGVjdHJpYy52MS5IZWxsb0gAEisKCWhlYXJ0YmVhdBgCIAEoCzIWLmVsZWN0cmljLnYxLkhlYXJ0YmVhdEgAEh8KA2FjaxgDIAEoCzIQLmVsZWN0cmljLnYxLkFja0gAEioKBXdyaXRlGAQgASgLMhkuZWxlY3RyaWMudjEuUnVudGltZVdyaXRlSAASJwoHcmVsZWFzZRgFIAEoCzIULmVsZWN0cmljLnYxLlJlbGVhc2VIABIjCgVkcmFpbhgGIAEoCzISLmVsZWN0cmljLnYxLkRyYWluSAASKgoFYmF0Y2gYByABKAsyGS5lbGVjdHJpYy52MS5SZXF1ZXN0QmF0Y2hIAEIFCgNtc2cibgoHV2VsY29tZRIsCglsZWFzZV90dGwYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SNQoSaGVhcnRiZWF0X2ludGVydmFsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIjsKBUxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJtCgxMZWFzZUdyYW50ZWQSIQoFbGVhc2UYASABKAsyEi5lbGVjdHJpYy52MS5MZWFzZRIjCgZlbnRpdHkYAiABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSFQoNcmVzdW1lX29mZnNldBgDIAEoBCJhCghEZWxpdmVyeRIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEiEKBWV2ZW50GAIgASgLMhIuZWxlY3RyaWMudjEuRXZlbnQSDwoHYXR0ZW1wdBgDIAEoDSK2AQoLV3JpdGVSZXN1bHQSEgoKcmVxdWVzdF9pZBgBIAEoBBIPCgdhcHBsaWVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEiMKBmVudGl0eRgFIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIMCgR0eGlkGAYgASgEEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkEKDExlYXNlUmV2b2tlZBIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEg4KBnJlYXNvbhgCIAEoCSJACg1SZXNwb25zZUJhdGNoEi8KCXJlc3BvbnNlcxgBIAMoCzIcLmVsZWN0cmljLnYxLkNvbm5lY3RSZXNwb25zZSKzAgoPQ29ubmVjdFJlc3BvbnNlEicKB3dlbGNvbWUYASABKAsyFC5lbGVjdHJpYy52MS5XZWxjb21lSAASMgoNbGVhc2VfZ3JhbnRlZBgCIAEoCzIZLmVsZWN0cmljLnYxLkxlYXNlR3JhbnRlZEgAEikKCGRlbGl2ZXJ5GAMgASgLMhUuZWxlY3RyaWMudjEuRGVsaXZlcnlIABIwCgx3cml0ZV9yZXN1bHQYBCABKAsyGC5lbGVjdHJpYy52MS5Xcml0ZVJlc3VsdEgAEjIKDWxlYXNlX3Jldm9rZWQYBSABKAsyGS5lbGVjdHJpYy52MS5MZWFzZVJldm9rZWRIABIrCgViYXRjaBgGIAEoCzIaLmVsZWN0cmljLnYxLlJlc3BvbnNlQmF0Y2hIAEIFCgNtc2cyWgoOUnVudGltZVNlcnZpY2USSAoHQ29ubmVjdBIbLmVsZWN0cmljLnYxLkNvbm5lY3RSZXF1ZXN0GhwuZWxlY3RyaWMudjEuQ29ubmVjdFJlc3BvbnNlKAEwAWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.HostedType
@@ -69,6 +69,14 @@ export type Hello = Message<"electric.v1.Hello"> & {
    * @generated from field: uint32 capacity = 4;
    */
   capacity: number;
+
+  /**
+   * The worker understands `ConnectResponse.batch`; the server sends batches
+   * only to workers that set this.
+   *
+   * @generated from field: bool accepts_batches = 5;
+   */
+  acceptsBatches: boolean;
 };
 
 /**
@@ -271,6 +279,15 @@ export type RuntimeWrite = Message<"electric.v1.RuntimeWrite"> & {
   expectState: State;
 
   /**
+   * Give the lease back in the same commit as this write, if it applies (as
+   * if a `Release` followed it): the host ends with it, e.g. a reload's or an
+   * idle timeout's transition to idle. A refused write keeps the lease.
+   *
+   * @generated from field: bool release = 5;
+   */
+  release: boolean;
+
+  /**
    * @generated from oneof electric.v1.RuntimeWrite.op
    */
   op: {
@@ -336,6 +353,29 @@ export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
   messageDesc(file_electric_v1_runtime_service, 9);
 
 /**
+ * Several requests in one stream message, applied in order as if sent one by
+ * one. A worker may coalesce what it has queued into a batch: under a fan-out
+ * (a deploy's SIGHUP to thousands of entities) one stream message then carries
+ * hundreds of writes and releases instead of one each. A batch never holds a
+ * hello or another batch.
+ *
+ * @generated from message electric.v1.RequestBatch
+ */
+export type RequestBatch = Message<"electric.v1.RequestBatch"> & {
+  /**
+   * @generated from field: repeated electric.v1.ConnectRequest requests = 1;
+   */
+  requests: ConnectRequest[];
+};
+
+/**
+ * Describes the message electric.v1.RequestBatch.
+ * Use `create(RequestBatchSchema)` to create a new message.
+ */
+export const RequestBatchSchema: GenMessage<RequestBatch> = /*@__PURE__*/
+  messageDesc(file_electric_v1_runtime_service, 10);
+
+/**
  * @generated from message electric.v1.ConnectRequest
  */
 export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
@@ -378,6 +418,12 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
      */
     value: Drain;
     case: "drain";
+  } | {
+    /**
+     * @generated from field: electric.v1.RequestBatch batch = 7;
+     */
+    value: RequestBatch;
+    case: "batch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -386,7 +432,7 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
  * Use `create(ConnectRequestSchema)` to create a new message.
  */
 export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 10);
+  messageDesc(file_electric_v1_runtime_service, 11);
 
 /**
  * @generated from message electric.v1.Welcome
@@ -408,7 +454,7 @@ export type Welcome = Message<"electric.v1.Welcome"> & {
  * Use `create(WelcomeSchema)` to create a new message.
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 11);
+  messageDesc(file_electric_v1_runtime_service, 12);
 
 /**
  * @generated from message electric.v1.Lease
@@ -430,7 +476,7 @@ export type Lease = Message<"electric.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 12);
+  messageDesc(file_electric_v1_runtime_service, 13);
 
 /**
  * @generated from message electric.v1.LeaseGranted
@@ -460,7 +506,7 @@ export type LeaseGranted = Message<"electric.v1.LeaseGranted"> & {
  * Use `create(LeaseGrantedSchema)` to create a new message.
  */
 export const LeaseGrantedSchema: GenMessage<LeaseGranted> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 13);
+  messageDesc(file_electric_v1_runtime_service, 14);
 
 /**
  * @generated from message electric.v1.Delivery
@@ -489,7 +535,7 @@ export type Delivery = Message<"electric.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 14);
+  messageDesc(file_electric_v1_runtime_service, 15);
 
 /**
  * @generated from message electric.v1.WriteResult
@@ -540,7 +586,7 @@ export type WriteResult = Message<"electric.v1.WriteResult"> & {
  * Use `create(WriteResultSchema)` to create a new message.
  */
 export const WriteResultSchema: GenMessage<WriteResult> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 15);
+  messageDesc(file_electric_v1_runtime_service, 16);
 
 /**
  * @generated from message electric.v1.LeaseRevoked
@@ -564,7 +610,28 @@ export type LeaseRevoked = Message<"electric.v1.LeaseRevoked"> & {
  * Use `create(LeaseRevokedSchema)` to create a new message.
  */
 export const LeaseRevokedSchema: GenMessage<LeaseRevoked> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 16);
+  messageDesc(file_electric_v1_runtime_service, 17);
+
+/**
+ * Several responses in one stream message, in order; sent only to a worker
+ * whose hello set `accepts_batches`. A batch never holds a welcome or another
+ * batch.
+ *
+ * @generated from message electric.v1.ResponseBatch
+ */
+export type ResponseBatch = Message<"electric.v1.ResponseBatch"> & {
+  /**
+   * @generated from field: repeated electric.v1.ConnectResponse responses = 1;
+   */
+  responses: ConnectResponse[];
+};
+
+/**
+ * Describes the message electric.v1.ResponseBatch.
+ * Use `create(ResponseBatchSchema)` to create a new message.
+ */
+export const ResponseBatchSchema: GenMessage<ResponseBatch> = /*@__PURE__*/
+  messageDesc(file_electric_v1_runtime_service, 18);
 
 /**
  * @generated from message electric.v1.ConnectResponse
@@ -603,6 +670,12 @@ export type ConnectResponse = Message<"electric.v1.ConnectResponse"> & {
      */
     value: LeaseRevoked;
     case: "leaseRevoked";
+  } | {
+    /**
+     * @generated from field: electric.v1.ResponseBatch batch = 6;
+     */
+    value: ResponseBatch;
+    case: "batch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -611,7 +684,7 @@ export type ConnectResponse = Message<"electric.v1.ConnectResponse"> & {
  * Use `create(ConnectResponseSchema)` to create a new message.
  */
 export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 17);
+  messageDesc(file_electric_v1_runtime_service, 19);
 
 /**
  * The runtime's side of the control plane: a worker's session.
