@@ -27,18 +27,29 @@ class RawWorker:
     """A worker speaking the protocol by hand: requests in, responses out."""
 
     def __init__(
-        self, channel: grpc.aio.Channel, worker_id: str, types: list[str], version: str = "v1"
+        self,
+        channel: grpc.aio.Channel,
+        worker_id: str,
+        types: list[str],
+        version: str = "v1",
+        accepts_batches: bool = False,
     ) -> None:
         self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
         self.requests.put_nowait(
             rt.ConnectRequest(
                 hello=rt.Hello(
-                    worker_id=worker_id, types=[rt.HostedType(type=t) for t in types], code_version=version
+                    worker_id=worker_id,
+                    types=[rt.HostedType(type=t) for t in types],
+                    code_version=version,
+                    accepts_batches=accepts_batches,
                 )
             )
         )
         self.call = rt_grpc.RuntimeServiceStub(channel).Connect(self._requests())
         self._ids = 0
+        self.accepts_batches = accepts_batches
+        self.batches_seen = 0
+        self._unpacked: list[rt.ConnectResponse] = []
 
     async def _requests(self) -> AsyncIterator[rt.ConnectRequest]:
         while (item := await self.requests.get()) is not None:
@@ -48,8 +59,17 @@ class RawWorker:
         """The next response of this kind; others in between are skipped."""
         with anyio.fail_after(10):
             while True:
-                response = await self.call.read()
-                assert response is not grpc.aio.EOF, f"the session ended while waiting for {kind}"
+                if self._unpacked:
+                    response = self._unpacked.pop(0)
+                else:
+                    response = await self.call.read()
+                    assert response is not grpc.aio.EOF, f"the session ended while waiting for {kind}"
+                    if response.WhichOneof("msg") == "batch":
+                        # Only for a worker that said it takes them; every test checks that.
+                        assert self.accepts_batches, "a batch sent to a worker that does not accept them"
+                        self.batches_seen += 1
+                        self._unpacked.extend(response.batch.responses)
+                        continue
                 if response.WhichOneof("msg") == kind:
                     return getattr(response, kind)
 
@@ -412,3 +432,74 @@ def convert_ms(ms: int) -> Any:
     from google.protobuf import duration_pb2
 
     return duration_pb2.Duration(seconds=ms // 1000, nanos=ms % 1000 * 1_000_000)
+
+
+async def test_a_batch_applies_in_order_and_a_write_can_give_the_lease_back(
+    runtime_server: ElectricServer,
+) -> None:
+    """A RequestBatch applies as if its requests came one by one. A transition with `release` ends
+    the lease in its own commit: the signals the runtime owed are settled there, the next write
+    with that epoch is refused, and the next message is leased anew."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-batch", ["agent"])
+        ref, lease = await running(stub, worker, "batched")
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert (await worker.next("delivery")).event.key == usr.key
+
+        def write(request_id: int, **op: Any) -> rt.ConnectRequest:
+            return rt.ConnectRequest(
+                write=rt.RuntimeWrite(
+                    request_id=request_id, ref=ref, epoch=lease.epoch, expect_state=pb.STATE_RUNNING, **op
+                )
+            )
+
+        to_idle = rt.Transition(to=pb.STATE_IDLE, cause="idle_timeout")
+        batch = [
+            write(101, custom=rt.CustomEvent(type="first")),
+            write(102, custom=rt.CustomEvent(type="second")),
+            write(103, transition=to_idle, release=True),
+            write(104, custom=rt.CustomEvent(type="too_late")),
+        ]
+        worker.requests.put_nowait(rt.ConnectRequest(batch=rt.RequestBatch(requests=batch)))
+        results = {r.request_id: r for r in [await worker.next("write_result") for _ in batch]}
+        assert [results[i].applied for i in (101, 102, 103)] == [True, True, True]
+        assert (results[104].applied, results[104].reason) == (False, "STALE_EPOCH")
+
+        log = await events(stub, ref)
+        tail = log[-4:]
+        assert [e.type for e in tail] == ["first", "second", "state", "signal"]
+        state, settled = tail[2], tail[3]
+        assert (state.state.state, state.state.cause) == (pb.STATE_IDLE, "idle_timeout")
+        assert (settled.key, settled.headers.operation) == (usr.key, pb.OPERATION_UPDATE)
+        assert settled.signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "lease ended first (released" in settled.signal.detail
+        assert settled.headers.txid == state.headers.txid  # one commit
+
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+        again = await worker.next("lease_granted")
+        assert again.lease.epoch == lease.epoch + 2  # + 1 for the release, + 1 for the new grant
+        assert again.entity.state == pb.STATE_IDLE
+        worker.close()
+
+
+async def test_batches_reach_only_a_worker_that_accepts_them(runtime_server: ElectricServer) -> None:
+    """One SignalEntities to 200 leased entities commits together, so 200 deliveries are queued at
+    once: a worker that set `accepts_batches` gets them coalesced (RawWorker unpacks them).
+    `RawWorker.next` fails any test whose worker did not set it and got a batch."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-batches", ["agent"], accepts_batches=True)
+        await worker.next("welcome")
+        refs = [pb.EntityRef(type="agent", id=f"b{i:03}") for i in range(200)]
+        await asyncio.gather(*(stub.SpawnEntity(api.SpawnEntityRequest(ref=r)) for r in refs))
+        granted = [await worker.next("lease_granted") for _ in refs]
+        assert sorted(g.lease.ref.id for g in granted) == sorted(r.id for r in refs)
+        before = worker.batches_seen
+        selector = api.EntitySelector(type="agent")
+        await stub.SignalEntities(api.SignalEntitiesRequest(selector=selector, signal=pb.SIGNAL_SIGUSR))
+        delivered = [await worker.next("delivery") for _ in refs]
+        assert sorted(d.lease.ref.id for d in delivered) == sorted(r.id for r in refs)
+        assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
+        assert worker.batches_seen > before
+        worker.close()

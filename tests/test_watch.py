@@ -282,3 +282,43 @@ async def test_server_drain_ends_watches_with_unavailable(server: ElectricServer
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
                 info = error_info(caught.value)
                 assert (info.reason, info.domain) == ("SERVER_DRAINING", "electric.v1")
+
+
+async def read_changes(call: Any, count: int) -> tuple[list[api.EntityChange], list[int]]:
+    """``count`` changes, flattened, and how many each stream message carried."""
+    changes: list[api.EntityChange] = []
+    sizes: list[int] = []
+    while len(changes) < count:
+        item = await next_item(call)
+        kind = item.WhichOneof("item")
+        batch = [item.change] if kind == "change" else list(item.changes.changes)
+        assert batch, f"unexpected {kind}"
+        changes.extend(batch)
+        sizes.append(len(batch))
+    return changes, sizes
+
+
+@pytest.mark.parametrize("batches", [True, False])
+async def test_a_burst_of_changes_comes_batched_only_to_a_watcher_that_accepts_it(
+    stub: Stub, batches: bool
+) -> None:
+    """One SignalEntities(SIGKILL) commits 300 state changes together: a watcher that set
+    `accepts_batches` gets them in few messages, in commit order; any other gets one each."""
+    refs = await asyncio.gather(*(spawn(stub, "burst", f"b{i:03}") for i in range(300)))
+    with anyio.fail_after(20):
+        call = stub.WatchEntities(api.WatchEntitiesRequest(type="burst", accepts_batches=batches))
+        await read_snapshot(call)
+        killed = await stub.SignalEntities(
+            api.SignalEntitiesRequest(signal=pb.SIGNAL_SIGKILL, selector=api.EntitySelector(type="burst"))
+        )
+        assert killed.signalled == 300
+        changes, sizes = await read_changes(call, 300)
+        assert sorted(c.entity.ref.id for c in changes) == sorted(r.id for r in refs)
+        assert {c.entity.state for c in changes} == {pb.STATE_KILLED}
+        txids = [c.entity.txid for c in changes]
+        assert txids == sorted(txids)  # commit order, batched or not
+        if batches:
+            assert max(sizes) > 1, sizes
+        else:
+            assert set(sizes) == {1}
+        call.cancel()

@@ -398,18 +398,18 @@ class AsyncClient:
         """
         wanted = [state_to_pb(s) for s in _states(states)]
         async for item in self._resumable(
-            lambda: api.WatchEntitiesRequest(type=type or "", states=wanted), "WatchEntities"
+            lambda: api.WatchEntitiesRequest(type=type or "", states=wanted, accepts_batches=True),
+            "WatchEntities",
         ):
             kind = item.WhichOneof("item")
             if kind == "snapshot":
                 for entity in item.snapshot.entities:
                     yield EntityChange(Entity.from_pb(entity), None, snapshot=True)
             elif kind == "change":
-                yield EntityChange(
-                    Entity.from_pb(item.change.entity),
-                    state_from_pb(item.change.previous_state),
-                    snapshot=False,
-                )
+                yield _change(item.change)
+            elif kind == "changes":
+                for change in item.changes.changes:
+                    yield _change(change)
 
     async def _resumable(self, request: Callable[[], Any], rpc: str) -> AsyncIterator[Any]:
         """A server stream that reconnects with backoff on UNAVAILABLE/lagging."""
@@ -479,3 +479,7 @@ class AsyncClient:
                 f"{r.url} did not reach {sorted(s.value for s in wanted)} within {timeout} s",
                 code="WAIT_TIMEOUT",
             ) from None
+
+
+def _change(change: api.EntityChange) -> EntityChange:
+    return EntityChange(Entity.from_pb(change.entity), state_from_pb(change.previous_state), snapshot=False)

@@ -144,7 +144,9 @@ class EntityTable(LiveWidget):
         # snapshot ends, to show an empty one, and to replace its rows with the fresh snapshot a
         # reconnect brings (an entity that left the filter meanwhile must go).
         aio = self._client.aio
-        request = api.WatchEntitiesRequest(type=self.type or "", states=[state_to_pb(s) for s in self.states])
+        request = api.WatchEntitiesRequest(
+            type=self.type or "", states=[state_to_pb(s) for s in self.states], accepts_batches=True
+        )
         snapshot: dict[EntityRef, Entity] | None = {}
         async for item in aio._resumable(lambda: request, "WatchEntities"):
             kind = item.WhichOneof("item")
@@ -157,12 +159,13 @@ class EntityTable(LiveWidget):
                 continue
             if kind == "snapshot_complete":
                 self._entities, snapshot = snapshot or {}, None
-            elif kind == "change":
-                entity = Entity.from_pb(item.change.entity)
-                if self.states and entity.state not in self.states:
-                    self._entities.pop(entity.ref, None)  # it left the filter
-                else:
-                    self._entities[entity.ref] = entity
+            elif kind in ("change", "changes"):
+                for change in [item.change] if kind == "change" else item.changes.changes:
+                    entity = Entity.from_pb(change.entity)
+                    if self.states and entity.state not in self.states:
+                        self._entities.pop(entity.ref, None)  # it left the filter
+                    else:
+                        self._entities[entity.ref] = entity
             self._loaded = True
             assert self._feed is not None
             self._feed.changed()

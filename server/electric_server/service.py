@@ -353,7 +353,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> AsyncIterator[api.WatchEntitiesResponse]:
         type_ = v.name(request.type, "type") if request.type else None
         states = v.states(request.states)
-        async for item in self.watches.entities(type_, states):
+        async for item in self.watches.entities(type_, states, request.accepts_batches):
             yield item
 
 

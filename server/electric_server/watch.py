@@ -30,6 +30,7 @@ from .store.base import Commit, Ref, Store
 READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
 QUEUE_LIMIT = 10_000
+CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
 
 _DRAIN = object()
 _OVERFLOW = object()
@@ -103,8 +104,9 @@ class Watches:
             queue.put((commit.txid, after.ref, response))
 
     async def entities(
-        self, type_: str | None, states: Sequence[State]
+        self, type_: str | None, states: Sequence[State], batches: bool = False
     ) -> AsyncIterator[api.WatchEntitiesResponse]:
+        """A snapshot, then live changes; ``batches``: the client takes several changes at once."""
         if self._draining:
             raise draining_error()
         queue = _Queue(self.queue_limit)
@@ -127,8 +129,9 @@ class Watches:
                     break
                 after = page[-1].ref
             yield api.WatchEntitiesResponse(snapshot_complete=api.SnapshotComplete(txid=snapshot_txid))
+            held: object = None  # taken from the queue while batching, not yet handled
             while True:
-                item = await queue.items.get()
+                item, held = (held if held is not None else await queue.items.get()), None
                 if item is _DRAIN:
                     raise draining_error()
                 if item is _OVERFLOW:
@@ -140,7 +143,20 @@ class Watches:
                 txid, ref, response = cast(tuple[int, Ref, api.WatchEntitiesResponse], item)
                 if sent and txid <= sent.get(ref, 0):
                     continue  # the snapshot already showed this or a later state
-                yield response
+                if not batches or queue.items.empty():
+                    yield response
+                    continue
+                # A burst (a fan-out changed many entities): what is waiting goes as one message.
+                changes = [response.change]
+                while len(changes) < CHANGES_BATCH and not queue.items.empty():
+                    held = queue.items.get_nowait()
+                    if held is _DRAIN or held is _OVERFLOW:
+                        break
+                    txid, ref, response = cast(tuple[int, Ref, api.WatchEntitiesResponse], held)
+                    held = None
+                    if not sent or txid > sent.get(ref, 0):
+                        changes.append(response.change)
+                yield api.WatchEntitiesResponse(changes=api.EntityChanges(changes=changes))
         finally:
             self._entity_watchers.discard(watcher)
             self._queues.discard(queue)

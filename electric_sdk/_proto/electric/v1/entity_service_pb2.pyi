@@ -600,8 +600,13 @@ class WatchEntitiesRequest(_message.Message):
 
     TYPE_FIELD_NUMBER: _builtins.int
     STATES_FIELD_NUMBER: _builtins.int
+    ACCEPTS_BATCHES_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Empty: every type."""
+    accepts_batches: _builtins.bool
+    """The client understands `changes`: when several changes are waiting (a
+    fan-out changed thousands of entities), the server sends them together.
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.State.ValueType]:
         """Empty: every state. A change is sent when its old or new state matches."""
@@ -611,10 +616,11 @@ class WatchEntitiesRequest(_message.Message):
         *,
         type: _builtins.str = ...,
         states: _abc.Iterable[_types_pb2.State.ValueType] | None = ...,
+        accepts_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["states", b"states", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_batches", b"accepts_batches", "states", b"states", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -688,30 +694,56 @@ class EntityChange(_message.Message):
 Global___EntityChange: _TypeAlias = EntityChange  # noqa: Y015
 
 @_typing.final
+class EntityChanges(_message.Message):
+    """Several changes, in commit order (only to a watcher that set `accepts_batches`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___EntityChange]: ...
+    def __init__(
+        self,
+        *,
+        changes: _abc.Iterable[Global___EntityChange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntityChanges: _TypeAlias = EntityChanges  # noqa: Y015
+
+@_typing.final
 class WatchEntitiesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SNAPSHOT_FIELD_NUMBER: _builtins.int
     SNAPSHOT_COMPLETE_FIELD_NUMBER: _builtins.int
     CHANGE_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def snapshot(self) -> Global___EntitySnapshot: ...
     @_builtins.property
     def snapshot_complete(self) -> Global___SnapshotComplete: ...
     @_builtins.property
     def change(self) -> Global___EntityChange: ...
+    @_builtins.property
+    def changes(self) -> Global___EntityChanges: ...
     def __init__(
         self,
         *,
         snapshot: Global___EntitySnapshot | None = ...,
         snapshot_complete: Global___SnapshotComplete | None = ...,
         change: Global___EntityChange | None = ...,
+        changes: Global___EntityChanges | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "item", b"item", "snapshot", b"snapshot", "snapshot_complete", b"snapshot_complete"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "changes", b"changes", "item", b"item", "snapshot", b"snapshot", "snapshot_complete", b"snapshot_complete"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "item", b"item", "snapshot", b"snapshot", "snapshot_complete", b"snapshot_complete"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "changes", b"changes", "item", b"item", "snapshot", b"snapshot", "snapshot_complete", b"snapshot_complete"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["snapshot", "snapshot_complete", "change"]  # noqa: Y015
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["snapshot", "snapshot_complete", "change", "changes"]  # noqa: Y015
     _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 
