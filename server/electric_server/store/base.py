@@ -22,18 +22,21 @@ The store knows nothing about gRPC; event bodies are opaque bytes.
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from electric_sdk.lifecycle import State
 
 Ref = tuple[str, str]  # (entity type, instance id)
 
 
-@dataclass(frozen=True, slots=True)
-class EntityRecord:
+# The records a write creates by the thousand are NamedTuples: as immutable as a frozen
+# dataclass, and built several times faster (a frozen dataclass sets each field through
+# object.__setattr__; EntityRecord's sixteen fields cost a microsecond per write).
+
+
+class EntityRecord(NamedTuple):
     type: str
     id: str
     state: State
@@ -65,19 +68,17 @@ class EntityRecord:
         return (self.type, self.id)
 
     def replace(self, **changes: Any) -> EntityRecord:
-        return dataclasses.replace(self, **changes)
+        return self._replace(**changes)
 
 
-@dataclass(frozen=True, slots=True)
-class NewEvent:
+class NewEvent(NamedTuple):
     kind: str  # the event's `type`: signal, state, message, run, or custom
     key: str
     operation: int  # electric.v1.Operation value
     body: bytes  # the serialized value; opaque to the store
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
+class StoredEvent(NamedTuple):
     offset: int
     kind: str
     key: str
@@ -87,8 +88,7 @@ class StoredEvent:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class WriteContext:
+class WriteContext(NamedTuple):
     """What a decide function may use: the transaction's identity and clock."""
 
     txid: int
@@ -111,8 +111,7 @@ class Mutation:
     result: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(NamedTuple):
     """One applied mutation, as published to watchers and returned to callers."""
 
     ref: Ref
@@ -130,8 +129,7 @@ class Idempotency:
     request_hash: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class WriteOutcome:
+class WriteOutcome(NamedTuple):
     commit: Commit | None  # None when an idempotent retry replayed the response
     response: bytes | None  # the encoded response (stored for idempotent retries)
     replayed: bool
@@ -141,8 +139,7 @@ Decide = Callable[[EntityRecord | None, WriteContext], Mutation]
 Encode = Callable[[Commit], bytes]
 
 
-@dataclass(frozen=True, slots=True)
-class Write:
+class Write(NamedTuple):
     """One logical write: ``decide`` for ``ref``, optionally idempotent."""
 
     ref: Ref
@@ -238,7 +235,15 @@ class Hub:
         return lambda: self._all.discard(callback)
 
     def publish(self, commit: Commit) -> None:
-        for callback in tuple(self._entity.get(commit.ref, ())):
-            callback(commit)
-        for callback in tuple(self._all):
-            callback(commit)
+        self.publish_many((commit,))
+
+    def publish_many(self, commits: Sequence[Commit]) -> None:
+        """A batch's commits, in order (subscribers are looked up once per commit, not copied)."""
+        everyone = tuple(self._all)
+        by_entity = self._entity
+        for commit in commits:
+            if by_entity:
+                for callback in tuple(by_entity.get(commit.ref, ())):
+                    callback(commit)
+            for callback in everyone:
+                callback(commit)

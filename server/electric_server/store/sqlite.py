@@ -231,11 +231,13 @@ class _Refused(Exception):
         self.error = error
 
 
-@dataclass(slots=True)
 class _Pending:
-    writes: Sequence[Write]
-    future: asyncio.Future[list[WriteOutcome | BaseException]]
-    outcomes: list[WriteOutcome | BaseException] = field(default_factory=list)
+    __slots__ = ("future", "outcomes", "writes")
+
+    def __init__(self, writes: Sequence[Write], future: asyncio.Future[list[WriteOutcome | BaseException]]):
+        self.writes = writes
+        self.future = future
+        self.outcomes: list[WriteOutcome | BaseException] = []  # filled in when the batch applies
 
 
 class SQLiteStore(Store):
@@ -329,12 +331,16 @@ class SQLiteStore(Store):
     # -- writes ----------------------------------------------------------------
 
     async def write(self, write: Write) -> WriteOutcome:
-        (outcome,) = await self.write_many([write])
+        (outcome,) = await self._submit((write,))  # not through write_many: one coroutine less
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
     async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
+        return await self._submit(writes)
+
+    def _submit(self, writes: Sequence[Write]) -> asyncio.Future[list[WriteOutcome | BaseException]]:
+        """Queue writes for the writer (in call order: the order they are applied in)."""
         if self._closing or self._writer_task is None:
             raise RuntimeError("store is closed")
         future: asyncio.Future[list[WriteOutcome | BaseException]] = (
@@ -342,7 +348,7 @@ class SQLiteStore(Store):
         )
         self._pending.append(_Pending(writes, future))
         self._wakeup.set()
-        return await future
+        return future
 
     async def _writer_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -377,10 +383,14 @@ class SQLiteStore(Store):
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_result(pending.outcomes)
-            for pending in batch:
-                for outcome in pending.outcomes:
-                    if isinstance(outcome, WriteOutcome) and outcome.commit is not None:
-                        self.hub.publish(outcome.commit)
+            self.hub.publish_many(
+                [
+                    outcome.commit
+                    for pending in batch
+                    for outcome in pending.outcomes
+                    if isinstance(outcome, WriteOutcome) and outcome.commit is not None
+                ]
+            )
             if self._closing and not self._pending:
                 return
 
@@ -457,7 +467,7 @@ class SQLiteStore(Store):
                 if remembered is not None:
                     if remembered[0] != idem.request_hash:
                         raise IdempotencyKeyReused(idem.key)
-                    return WriteOutcome(None, remembered[1], replayed=True)
+                    return WriteOutcome(None, remembered[1], True)
             before = self._current(conn, ref, staged)
             mutation: Mutation = write.decide(before, ctx)
             if mutation.events and before is not None and before.closed:
@@ -472,13 +482,13 @@ class SQLiteStore(Store):
         else:
             head = before.head_offset if before else 0
             stored = tuple(
-                StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
-                for offset, ev in enumerate(mutation.events, start=head)
+                [
+                    StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
+                    for offset, ev in enumerate(mutation.events, start=head)
+                ]
             )
-            staged.events.extend(
-                (ref[0], ref[1], e.offset, e.kind, e.key, e.operation, e.timestamp_ms, e.txid, e.body)
-                for e in stored
-            )
+            # A StoredEvent's fields are the events table's columns after (type, id), in order.
+            staged.events.extend([ref + e for e in stored])
             base = mutation.entity or before
             assert base is not None, "a mutation that creates an entity must return its record"
             after = _advanced(base, head + len(stored), ctx)
@@ -490,7 +500,7 @@ class SQLiteStore(Store):
             staged.idempotency_rows.append(
                 (ref[0], ref[1], idem.key, idem.request_hash, response, ctx.now_ms)
             )
-        return WriteOutcome(commit, response, replayed=False)
+        return WriteOutcome(commit, response, False)
 
     # -- reads -----------------------------------------------------------------
 
