@@ -302,7 +302,8 @@ class Runtime:
                 self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
             lease = None
         if lease is None:
-            if self._needs_runtime(after):
+            # No task for an entity no connected worker could take (e.g. spawns with no worker up).
+            if self._needs_runtime(after) and self._pick(after) is not None:
                 self._spawn(self._offer(after))
             return
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):

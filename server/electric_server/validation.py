@@ -52,16 +52,31 @@ def ref(message: pb.EntityRef, field: str = "ref") -> Ref:
     return (name(message.type, f"{field}.type"), name(message.id, f"{field}.id"))
 
 
+# Wire value → enum, built once (every signal call looks one up).
+_SIGNALS: dict[int, Signal] = {
+    value: Signal(pb.Signal.Name(value).removeprefix("SIGNAL_"))
+    for value in pb.Signal.values()
+    if value != pb.SIGNAL_UNSPECIFIED
+}
+_STATES: dict[int, State] = {
+    value: State(pb.State.Name(value).removeprefix("STATE_").lower())
+    for value in pb.State.values()
+    if value != pb.STATE_UNSPECIFIED
+}
+
+
 def signal(value: int) -> Signal:
-    if value == pb.SIGNAL_UNSPECIFIED or value not in pb.Signal.values():
+    found = _SIGNALS.get(value)
+    if found is None:
         raise invalid_argument("UNKNOWN_SIGNAL", f"unknown signal {value}", field="signal")
-    return Signal(pb.Signal.Name(value).removeprefix("SIGNAL_"))  # type: ignore[arg-type]
+    return found
 
 
 def state(value: int, field: str = "states") -> State:
-    if value == pb.STATE_UNSPECIFIED or value not in pb.State.values():
+    found = _STATES.get(value)
+    if found is None:
         raise invalid_argument("UNKNOWN_STATE", f"unknown state {value}", field=field)
-    return State(pb.State.Name(value).removeprefix("STATE_").lower())  # type: ignore[arg-type]
+    return found
 
 
 def states(values: Iterable[int]) -> list[State]:
