@@ -25,7 +25,9 @@ Durable method: the smallest possible durable group commit — queue, one
 writer thread, one SQLite transaction + fsync per batch, WAL,
 synchronous=FULL — then echo), i.e. what any durable design on grpc.aio
 pays on this machine; and the latency of one durable single-write
-transaction in plain sqlite3 (the fsync floor).
+transaction in plain sqlite3 (the fsync floor). A second electric server
+runs with ``--commit-delay 1ms`` (informational rows): what trading up to a
+millisecond of latency for larger group commits buys.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ SIGNAL_METHOD = "/electric.v1.EntityService/SignalEntity"
 ENTITY_TYPE = "bench"
 PHASE_TIMEOUT_S = 300.0  # per phase, warm-up included
 CALL_TIMEOUT_S = 30.0
+COMMIT_DELAY = "1ms"  # the informational run with `electric server --commit-delay`
 
 
 def build_requests(count: int, entities: int) -> list[bytes]:
@@ -307,19 +310,23 @@ def main() -> None:
         {"callers": 1, "warmup": common.scale(200, quick), "count": common.scale(2000, quick)},
     ]
     params = {"entities": entities, "phases": plan}
-    results: dict[str, list[dict[str, Any]]] = {"echo": [], "durable": [], "electric": []}
+    results: dict[str, list[dict[str, Any]]] = {"echo": [], "durable": [], "electric": [], "delayed": []}
     with tempfile.TemporaryDirectory(prefix="electric-bench-signal-") as tmp:
         # Both servers stay up (idle when not measured); the client alternates between them round by
         # round, so background load on this shared machine hits figure and ceiling alike.
         with (
             common.start_echo(log=Path(tmp) / "echo.log") as echo,
             common.start_electric(Path(tmp) / "data") as srv,
+            common.start_electric(Path(tmp) / "delayed", "--commit-delay", COMMIT_DELAY) as delayed,
         ):
             for r in range(rounds):
                 results["echo"].append(run_client("echo", echo.address, echo.pid, params))
                 results["durable"].append(run_client("durable", echo.address, echo.pid, params))
                 results["electric"].append(
                     run_client("electric", srv.address, srv.pid, params | {"prespawn": r == 0})
+                )
+                results["delayed"].append(
+                    run_client("electric", delayed.address, delayed.pid, params | {"prespawn": r == 0})
                 )
         durable = raw_commit_latency(Path(tmp) / "raw.db", common.scale(2000, quick))
 
@@ -337,9 +344,13 @@ def main() -> None:
     stored = el[-1]["events_stored"]
     if stored != expected:
         print(f"WARNING: electric stored {stored} events, expected {expected}", file=sys.stderr)
+    dl = results["delayed"]
+    if dl[-1]["events_stored"] != entities + sum(r["signals_sent"] for r in dl):
+        print("WARNING: electric with --commit-delay lost or repeated events", file=sys.stderr)
     e64, c64 = _median_phase(el, 0), _median_phase(ec, 0)
     e1, c1 = _median_phase(el, 1), _median_phase(ec, 1)
     d64, d1 = _median_phase(results["durable"], 0), _median_phase(results["durable"], 1)
+    x64, x1 = _median_phase(results["delayed"], 0), _median_phase(results["delayed"], 1)
     n = f" (median of {rounds})" if rounds > 1 else ""
     rows = [
         common.ratio_row(
@@ -360,6 +371,18 @@ def main() -> None:
         ),
         common.value_row("  (info) p50 latency, 64 callers, vs durable echo", e64["p50"], d64["p50"], "ms"),
         common.value_row("  (info) p50 latency, 1 caller, vs durable echo", e1["p50"], d1["p50"], "ms"),
+        common.value_row(
+            f"  (info) --commit-delay {COMMIT_DELAY}: throughput, 64 callers",
+            x64["throughput"],
+            c64["throughput"],
+            "calls/s",
+        ),
+        common.value_row(
+            f"  (info) --commit-delay {COMMIT_DELAY}: p50, 64 callers", x64["p50"], c64["p50"], "ms"
+        ),
+        common.value_row(
+            f"  (info) --commit-delay {COMMIT_DELAY}: p50, 1 caller", x1["p50"], c1["p50"], "ms"
+        ),
         common.value_row("  (info) p99 latency, 64 callers", e64["p99"], c64["p99"], "ms"),
         common.value_row("  (info) p99 latency, 1 caller", e1["p99"], c1["p99"], "ms"),
         common.value_row(
@@ -385,12 +408,15 @@ def main() -> None:
         "electric": el,
         "echo": ec,
         "durable_echo": results["durable"],
+        "commit_delay": COMMIT_DELAY,
+        "electric_commit_delay": results["delayed"],
     }
     common.report("bench_signal", rows, info, elapsed, quick)
     print("\nper round (CPU in cores: 1.0 = one core; 'other' = everything else on the machine;")
-    print("          'durable' = the echo server's Durable method, the minimal durable group commit):")
+    print("          'durable' = the echo server's Durable method, the minimal durable group commit;")
+    print(f"          'delayed' = electric with --commit-delay {COMMIT_DELAY}):")
     for r in range(rounds):
-        for kind in ("echo", "durable", "electric"):
+        for kind in ("echo", "durable", "electric", "delayed"):
             for ph in results[kind][r]["phases"]:
                 print(
                     f"  round {r} {kind:8s} {ph['callers']:2d} callers: {ph['throughput']:7,.0f} calls/s, "

@@ -88,6 +88,8 @@ BAD_SERVER_ARGS = {
     "tls-key-alone": (["--tls-key", "key.pem"], "--tls-cert and --tls-key go together"),
     "tls-files-missing": (["--tls-cert", "/nope/c.pem", "--tls-key", "/nope/k.pem"], "/nope/k.pem"),
     "drain-grace": (["--drain-grace", "soon"], "invalid duration 'soon'"),
+    "commit-delay": (["--commit-delay", "soon"], "invalid duration 'soon'"),
+    "commit-delay-too-long": (["--commit-delay", "1s"], "the commit delay must be 0-100 ms, not 1000 ms"),
 }
 
 

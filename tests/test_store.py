@@ -97,6 +97,34 @@ async def test_group_commit_batches_but_each_write_is_its_own_transaction(store:
     assert await store.head_txid() == max(txids)
 
 
+@pytest.mark.parametrize("delay_ms", [0, 100])
+async def test_a_commit_delay_lets_a_later_write_share_the_commit(tmp_path: Path, delay_ms: int) -> None:
+    """--commit-delay: once batches have company, the writer waits for more before committing, so
+    a write that comes after it woke up still shares the commit; without a delay it gets its own."""
+    store = SQLiteStore(tmp_path / "electric.db", commit_delay_ms=delay_ms)
+    await store.open()
+    try:
+        refs: list[Ref] = [("agent", "a"), ("agent", "b")]
+        for outcome in await store.write_many([spawn(r) for r in refs]):  # a batch of two: company
+            committed(outcome)
+        batches = store.batches_committed
+        first = asyncio.ensure_future(store.write(note(refs[0])))
+        for _ in range(3):  # scheduling passes, not a wait: the writer takes `first` (or waits)
+            await asyncio.sleep(0)
+        second = asyncio.ensure_future(store.write(note(refs[1])))
+        outcomes = await asyncio.gather(first, second)
+        txids = [committed(o).commit.txid for o in outcomes]  # type: ignore[union-attr]
+        assert txids[1] == txids[0] + 1
+        assert store.batches_committed - batches == (1 if delay_ms else 2)
+    finally:
+        await store.close()
+
+
+def test_a_commit_delay_is_bounded(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="the commit delay must be 0-100 ms"):
+        SQLiteStore(tmp_path / "electric.db", commit_delay_ms=101)
+
+
 async def test_a_refused_write_leaves_no_trace_and_spares_its_batch(store: SQLiteStore) -> None:
     ref: Ref = ("agent", "a")
     committed(await store.write(spawn(ref)))

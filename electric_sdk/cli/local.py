@@ -39,6 +39,12 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         choices=["FULL", "NORMAL"],
         help="SQLite durability; FULL (default) survives power loss",
     )
+    p.add_argument(
+        "--commit-delay",
+        default="0",
+        help="under concurrent load, how long a commit waits for more writes to share its fsync, "
+        "e.g. 1ms (default 0: never; at most 100ms)",
+    )
     p.set_defaults(func=_cmd_server)
 
 
@@ -69,6 +75,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             insecure=args.insecure,
             drain_grace_s=parse_ms(args.drain_grace) / 1000,
             synchronous=args.synchronous,
+            commit_delay_ms=parse_ms(args.commit_delay),
         )
         return asyncio.run(serve(config))
     except (ConfigError, TokenFileError, ValueError) as exc:

@@ -58,6 +58,8 @@ class ServerConfig:
     # How long in-flight calls may run once draining starts.
     drain_grace_s: float = 10.0
     synchronous: str = "FULL"
+    # Under concurrent load, a commit waits this long for more writes to share it (0: never).
+    commit_delay_ms: float = 0.0
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
     watch_queue_limit: int = 10_000
@@ -108,7 +110,12 @@ class ElectricServer:
                 f"refusing to listen on non-loopback address {host!r} without --tokens; "
                 "pass --insecure to allow unauthenticated access from the network"
             )
-        self.store = store or SQLiteStore(config.database, synchronous=config.synchronous)
+        try:
+            self.store = store or SQLiteStore(
+                config.database, synchronous=config.synchronous, commit_delay_ms=config.commit_delay_ms
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         self.health = health.aio.HealthServicer()
         self.port = 0
         self._server: grpc.aio.Server | None = None

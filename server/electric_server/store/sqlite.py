@@ -153,6 +153,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+MAX_COMMIT_DELAY_MS = 100
 ENTITY_CACHE_SIZE = 50_000
 
 _INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -243,9 +244,21 @@ class _Pending:
 class SQLiteStore(Store):
     """See the module docstring. ``path`` is the database file."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", readonly: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        readonly: bool = False,
+        commit_delay_ms: float = 0.0,
+    ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA", "OFF"}:
             raise ValueError(f"synchronous must be FULL, NORMAL, EXTRA or OFF, not {synchronous!r}")
+        if not 0 <= commit_delay_ms <= MAX_COMMIT_DELAY_MS:
+            raise ValueError(f"the commit delay must be 0-{MAX_COMMIT_DELAY_MS} ms, not {commit_delay_ms} ms")
+        # Under concurrent load, how long a batch waits for more writes before it commits
+        # (PostgreSQL's commit_delay): fewer, larger commits, for a little latency. 0: never.
+        self.commit_delay_s = commit_delay_ms / 1000
         self.path = Path(path)
         self.synchronous = synchronous.upper()
         # Read-only: no writer at all, so `electric verify` can run beside a live server.
@@ -354,6 +367,9 @@ class SQLiteStore(Store):
         loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
+            if self.commit_delay_s and self._last_batch_writes > 1:
+                # Only when the last batch had company: a lone writer is never delayed.
+                await asyncio.sleep(self.commit_delay_s)
             self._wakeup.clear()
             batch, self._pending = self._pending, []
             if not batch:
