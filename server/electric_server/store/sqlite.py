@@ -484,7 +484,7 @@ class SQLiteStore(Store):
                     if remembered[0] != idem.request_hash:
                         raise IdempotencyKeyReused(idem.key)
                     return WriteOutcome(None, remembered[1], True)
-            before = self._current(conn, ref, staged)
+            before = staged.entities.get(ref) or self._cache.get(ref) or self._current(conn, ref, staged)
             mutation: Mutation = write.decide(before, ctx)
             if mutation.events and before is not None and before.closed:
                 raise RuntimeError(f"append to the closed stream {ref[0]}/{ref[1]}")
@@ -497,14 +497,21 @@ class SQLiteStore(Store):
                 response = write.encode(Commit(ref, 0, ctx.now_ms, (), before, before, mutation.result))
         else:
             head = before.head_offset if before else 0
-            stored = tuple(
-                [
-                    StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
-                    for offset, ev in enumerate(mutation.events, start=head)
-                ]
-            )
-            # A StoredEvent's fields are the events table's columns after (type, id), in order.
-            staged.events.extend([ref + e for e in stored])
+            if len(mutation.events) == 1:  # the common case, without the comprehensions
+                ev = mutation.events[0]
+                stored: tuple[StoredEvent, ...] = (
+                    StoredEvent(head, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body),
+                )
+                # A StoredEvent's fields are the events table's columns after (type, id), in order.
+                staged.events.append(ref + stored[0])
+            else:
+                stored = tuple(
+                    [
+                        StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
+                        for offset, ev in enumerate(mutation.events, start=head)
+                    ]
+                )
+                staged.events.extend([ref + e for e in stored])
             base = mutation.entity or before
             assert base is not None, "a mutation that creates an entity must return its record"
             after = _advanced(base, head + len(stored), ctx)
