@@ -13,6 +13,7 @@ import grpc
 import pytest
 from conftest import StartServer
 from electric_server.app import ElectricServer
+from helpers import error_info
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -100,6 +101,11 @@ async def running(
     )
     assert started.applied, started
     return ref, lease
+
+
+async def read_to_end(call: Any) -> None:
+    while (await call.read()) is not grpc.aio.EOF:
+        pass
 
 
 async def events(stub: api_grpc.EntityServiceStub, ref: pb.EntityRef) -> list[pb.Event]:
@@ -503,3 +509,42 @@ async def test_batches_reach_only_a_worker_that_accepts_them(runtime_server: Ele
         assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
         assert worker.batches_seen > before
         worker.close()
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (
+            rt.ConnectRequest(batch=rt.RequestBatch(requests=[rt.ConnectRequest(hello=rt.Hello())])),
+            "UNEXPECTED_REQUEST",
+        ),
+        (
+            rt.ConnectRequest(hello=rt.Hello(worker_id="again", types=[rt.HostedType(type="agent")])),
+            "UNEXPECTED_REQUEST",
+        ),
+        (
+            rt.ConnectRequest(release=rt.Release(ref=pb.EntityRef(type="agent", id="no/slash"), epoch=1)),
+            "INVALID_NAME",
+        ),
+    ],
+    ids=["hello-in-a-batch", "second-hello", "malformed-release-ref"],
+)
+async def test_a_bad_request_ends_the_session_with_its_status(
+    runtime_server: ElectricServer, bad: rt.ConnectRequest, reason: str
+) -> None:
+    """A request the protocol does not allow ends the worker's session with INVALID_ARGUMENT and
+    the reason (not a silent hang-up), and writes nothing; its leases are given up."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-bad", ["agent"])
+        ref, _ = await running(stub, worker, "bad")
+        before = await events(stub, ref)
+        worker.requests.put_nowait(bad)
+        with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as caught:
+            await read_to_end(worker.call)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_info(caught.value).reason == reason
+        after = await events(stub, ref)
+        assert after[: len(before)] == before
+        # Only the session's end is written: the running entity went idle, its runtime lost.
+        assert [(e.type, e.state.cause) for e in after[len(before) :]] == [("state", "runtime_lost")]

@@ -401,6 +401,13 @@ class Runtime:
             elif kind == "release":
                 ref = v.ref(request.release.ref)
                 self._after_tail(session, ref, self._release(session, ref, request.release.epoch))
+            elif kind in ("hello", "batch"):
+                # The reader task's error ends the session with this status (see Connect).
+                raise invalid_argument(
+                    "UNEXPECTED_REQUEST",
+                    "hello comes once, first; a batch holds no hello and no batch",
+                    request=kind,
+                )
             elif kind == "write":
                 write = request.write
                 ref = (write.ref.type, write.ref.id)
@@ -571,6 +578,8 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
                 yield message
                 if ended:
                     break
+            if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
+                raise error  # a bad request (e.g. a malformed ref) ends the session with its status
         finally:
             reader.cancel()
             await self.runtime.close(session, "runtime_lost")
