@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from electric_server import commands
@@ -219,8 +223,14 @@ async def test_stopping_deadlines_follow_the_state(store: SQLiteStore) -> None:
     assert await store.stopping_deadlines() == []
 
 
-@pytest.mark.parametrize(("mode", "level"), [(None, 2), ("NORMAL", 1), ("FULL", 2)])
-async def test_synchronous_full_by_default(tmp_path: Path, mode: str | None, level: int) -> None:
+@pytest.mark.parametrize(
+    ("mode", "level", "syncs_itself"),
+    [(None, 1, True), ("FULL", 1, True), ("NORMAL", 1, False), ("EXTRA", 3, False)],
+)
+async def test_synchronous_full_by_default(
+    tmp_path: Path, mode: str | None, level: int, syncs_itself: bool
+) -> None:
+    """FULL is SQLite at NORMAL plus the store's own WAL sync after every commit."""
     store = (
         SQLiteStore(tmp_path / "electric.db")
         if mode is None
@@ -242,7 +252,96 @@ async def test_synchronous_full_by_default(tmp_path: Path, mode: str | None, lev
             ),
         )
         assert (sync, journal) == (level, "wal")
+        assert (store._wal_fd is not None) == syncs_itself
+        ref = ("t", "a")
+        committed(await store.write(spawn(ref)))  # a lone write: synced on the loop
+        committed_batches = store._committed
+        await asyncio.gather(*(store.write(note(ref)) for _ in range(5)))  # a burst: in the sync thread
+        assert store._committed > committed_batches
+        if syncs_itself:
+            assert store._synced == store._committed, "every acknowledged batch was synced"
+        assert (await store.get_entity(ref)) is not None
     finally:
         await store.close()
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(tmp_path / "y.db", synchronous="SOMETIMES")
+
+
+class _GatedExecutor(ThreadPoolExecutor):
+    """The store's sync thread, held at the door: each sync waits for ``opened``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(1)
+        self.loop = loop
+        self.requested = asyncio.Event()
+        self.opened = threading.Event()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.loop.call_soon_threadsafe(self.requested.set)
+
+        def gated() -> Any:
+            self.opened.wait(30)
+            return fn(*args, **kwargs)
+
+        return super().submit(gated)
+
+
+async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(store: SQLiteStore) -> None:
+    """A burst commits on the loop and syncs in the sync thread: until the fdatasync
+    returns, no writer is answered, no watcher told and no read shown the change."""
+    a, b = ("t", "a"), ("t", "b")
+    committed(await store.write(spawn(a)))
+    committed(await store.write(spawn(b)))
+    assert store._sync_executor is not None
+    store._sync_executor.shutdown()
+    gate = store._sync_executor = _GatedExecutor(asyncio.get_running_loop())
+    seen: list[Ref] = []
+    store.hub.subscribe_all(lambda commit: seen.append(commit.ref))
+    burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))  # two writes: not a lone one
+    try:
+        await asyncio.wait_for(gate.requested.wait(), 10)  # committed; its sync is waiting at the gate
+        read = asyncio.ensure_future(store.get_entity(a))
+        events = asyncio.ensure_future(store.read_events(b, 0, 10))
+        for _ in range(20):  # many turns of the loop: enough for any of them to finish if not held
+            await asyncio.sleep(0)
+        assert not burst.done()
+        assert not read.done()
+        assert not events.done()
+        assert seen == []
+    finally:
+        gate.opened.set()
+    outcomes = await asyncio.wait_for(burst, 10)
+    assert all(isinstance(o, WriteOutcome) and o.commit is not None for o in outcomes)
+    record = await asyncio.wait_for(read, 10)
+    assert record is not None
+    assert record.head_offset == 2  # what it shows is what was synced
+    assert [e.kind for e in await asyncio.wait_for(events, 10)][-1] == "note"
+    assert seen == [a, b]
+
+
+async def test_a_failed_wal_sync_acknowledges_nothing_and_stops_the_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "electric.db")
+    await store.open()
+    try:
+        ref = ("t", "a")
+        committed(await store.write(spawn(ref)))
+        assert store._wal_fd is not None
+        os.close(store._wal_fd)  # the next fdatasync fails with a real OSError (EBADF)
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            await store.write(note(ref))
+        with pytest.raises(RuntimeError, match="failed WAL sync"):
+            await store.write(note(ref))
+    finally:
+        await store.close()
+
+
+async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteStore) -> None:
+    """SQLite's own checkpoint is off (it would run on the loop); the store's keeps
+    the WAL about as small as SQLite's default 1,000 pages would."""
+    refs = [("t", f"e{i}") for i in range(200)]
+    await store.write_many([spawn(r) for r in refs])
+    for i in range(3000):  # lone writes, one commit each: about 4 WAL pages apiece
+        committed(await store.write(note(refs[i % len(refs)])))
+    wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
+    assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
+    assert len(await store.read_events(refs[0], 0, 100)) == 16  # the spawn record and 15 notes

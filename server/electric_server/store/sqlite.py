@@ -1,21 +1,31 @@
 """The embedded default store: one SQLite file in WAL mode.
 
-One writer thread owns the write connection. Writes queue up while the
-previous batch commits; the next batch applies all of them in one SQLite
-transaction and one fsync (group commit). Each write is still its own logical
-transaction with its own txid: its decide function raises before anything is
-written, so a refused write leaves no trace, and the batch commits or fails as
-a whole — no caller is told "done" before its data is durable.
+Writes queue up while the previous batch commits; the next batch applies all
+of them in one SQLite transaction and one WAL sync (group commit). Each write
+is still its own logical transaction with its own txid: its decide function
+raises before anything is written, so a refused write leaves no trace, and the
+batch commits or fails as a whole — no caller is told "done" before its data
+is durable.
 
 ``synchronous=FULL`` by default: an acknowledged append survives a crash or
-power loss. Reads use a separate connection on the event loop's thread; WAL
-lets them run alongside the writer and see only committed data. Reads are
-bounded (pages), so they never hold the loop for long.
+power loss. SQLite runs at NORMAL and the store syncs the WAL after each
+commit itself (``_sync``), so the commit — page-cache writes only — runs on the
+event loop and the disk's round trip does not hold it; a commit is
+acknowledged, published and readable only once synced. Checkpoints run in the
+writer thread (``_checkpoint``). With EXTRA, SQLite syncs inside COMMIT, so
+commits run in the writer thread.
+
+Reads use a separate connection on the event loop's thread; WAL lets them run
+alongside the writer. Reads are bounded (pages), so they never hold the loop
+for long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 import sqlite3
 import time
 from collections import OrderedDict
@@ -149,11 +159,19 @@ def _event(row: tuple[Any, ...]) -> StoredEvent:
     return StoredEvent(int(offset), str(kind), str(key), int(op), int(ts), int(txid), bytes(body))
 
 
+log = logging.getLogger(__name__)
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 MAX_COMMIT_DELAY_MS = 100
+# The store checkpoints the WAL itself (SQLiteStore._checkpoint) about as often
+# as SQLite would (its default wal_autocheckpoint is 1,000 pages), counting a
+# write as the pages it usually changes: its event's, its entity's, and an index's.
+CHECKPOINT_FRAMES = 1000
+_FRAMES_PER_WRITE = 3
 ENTITY_CACHE_SIZE = 50_000
 
 _INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -269,6 +287,18 @@ class SQLiteStore(Store):
         self._closing = False
         self._writer_task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._sync_executor: ThreadPoolExecutor | None = None
+        # With synchronous=FULL the store syncs the WAL itself (see _sync): the
+        # file it syncs, batches committed and batches synced, and the sync in flight.
+        self._wal_fd: int | None = None
+        self._committed = 0
+        self._synced = 0
+        self._syncing: asyncio.Future[None] | None = None
+        self._conn_lock = asyncio.Lock()
+        # Commits run on the loop unless SQLite itself must sync inside them (EXTRA).
+        self._commits_on_loop = self.synchronous != "EXTRA"
+        self._frames_since_checkpoint = 0
+        self._failed: OSError | None = None
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._next_txid = 1
@@ -288,12 +318,15 @@ class SQLiteStore(Store):
             return conn
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        # FULL is kept by syncing the WAL after each commit in _sync, not inside COMMIT.
+        conn.execute(f"PRAGMA synchronous={'NORMAL' if self.synchronous == 'FULL' else self.synchronous}")
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
     def _open_writer(self) -> None:
         conn = self._connect()
+        if self._commits_on_loop:
+            conn.execute("PRAGMA wal_autocheckpoint=0")  # _checkpoint does it, off the loop
         conn.executescript(SCHEMA)
         present = {row[1] for row in conn.execute("PRAGMA table_info(entities)")}
         for column, definition in _ADDED_ENTITY_COLUMNS.items():
@@ -314,6 +347,9 @@ class SQLiteStore(Store):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._open_writer)
         self._rconn = self._connect()
+        if self.synchronous == "FULL":
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+            self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-sync")
         self._writer_task = asyncio.create_task(self._writer_loop(), name="electric-sqlite-writer")
 
     async def close(self) -> None:
@@ -330,6 +366,13 @@ class SQLiteStore(Store):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_writer)
         self._executor.shutdown(wait=True)
+        if self._sync_executor is not None:
+            self._sync_executor.shutdown(wait=True)
+            self._sync_executor = None
+        if self._wal_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._wal_fd)
+            self._wal_fd = None
         if self._rconn is not None:
             self._rconn.close()
             self._rconn = None
@@ -354,6 +397,8 @@ class SQLiteStore(Store):
 
     def _submit(self, writes: Sequence[Write]) -> asyncio.Future[list[WriteOutcome | BaseException]]:
         """Queue writes for the writer (in call order: the order they are applied in)."""
+        if self._failed is not None:
+            raise RuntimeError(f"the store stopped after a failed WAL sync: {self._failed}")
         if self._closing or self._writer_task is None:
             raise RuntimeError("store is closed")
         future: asyncio.Future[list[WriteOutcome | BaseException]] = (
@@ -376,23 +421,39 @@ class SQLiteStore(Store):
                 if self._closing:
                     return
                 continue
+            writes = sum(len(p.writes) for p in batch)
+            lone = writes == 1 and self._last_batch_writes <= 1
+            self._last_batch_writes = writes
             try:
-                writes = sum(len(p.writes) for p in batch)
-                if writes == 1 and self._last_batch_writes <= 1:
-                    # Light load: nothing queued to overlap with, and the thread
-                    # hop (a GIL handoff around every SQLite call) costs more than
-                    # it saves, so apply the lone write right here. Under load,
-                    # batches grow and go to the writer thread, so the loop keeps
-                    # serving while SQLite waits for the disk.
-                    self._apply_batch(batch)
-                else:
-                    await loop.run_in_executor(self._executor, self._apply_batch, batch)
-                self._last_batch_writes = writes
+                async with self._conn_lock:
+                    if self._commits_on_loop:
+                        # SQLite does not sync inside this commit (see _sync): the
+                        # loop is held for page-cache writes only.
+                        self._apply_batch(batch)
+                    else:
+                        await loop.run_in_executor(self._executor, self._apply_batch, batch)
             except Exception as exc:  # the whole batch failed to commit: nobody is acknowledged
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(exc)
                 continue
+            self._committed += 1
+            self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
+            if self._wal_fd is not None:
+                try:
+                    await self._sync(inline=lone)
+                except OSError as exc:
+                    # The disk refused the sync, so what the WAL holds may be lost:
+                    # retrying could report a write durable that is not (PostgreSQL
+                    # stops for the same reason). Nobody is acknowledged, and the
+                    # store takes no more writes.
+                    log.critical("the WAL sync failed (%s): the store takes no more writes", exc)
+                    self._failed = exc
+                    for pending in batch + self._pending:
+                        if not pending.future.done():
+                            pending.future.set_exception(exc)
+                    self._pending = []
+                    return
             self.batches_committed += 1
             # Answer the writers first, then wake the watchers: with many
             # watchers open, fan-out must not delay the acknowledgements.
@@ -407,8 +468,75 @@ class SQLiteStore(Store):
                     if isinstance(outcome, WriteOutcome) and outcome.commit is not None
                 ]
             )
+            if self._commits_on_loop and self._frames_since_checkpoint >= CHECKPOINT_FRAMES:
+                await self._checkpoint()
             if self._closing and not self._pending:
                 return
+
+    async def _sync(self, *, inline: bool) -> None:
+        """Make every commit so far durable: fdatasync the WAL.
+
+        With synchronous=FULL SQLite would sync inside COMMIT; the store runs
+        SQLite at NORMAL and syncs the WAL here instead, which is the same
+        guarantee (the WAL holds every commit since the last checkpoint, and a
+        checkpoint syncs it first). A burst's sync runs in the sync thread, so the
+        loop keeps serving while the disk works and the writes that arrive
+        meanwhile form the next batch; a lone write (light load) syncs right here,
+        because with nothing to overlap, the thread hop only adds latency. A
+        commit is acknowledged, published to watchers and shown to reads
+        (_durable) only after its sync.
+        """
+        assert self._wal_fd is not None
+        assert self._sync_executor is not None
+        target = self._committed
+        if inline:
+            os.fdatasync(self._wal_fd)
+            self._synced = target
+            return
+        loop = asyncio.get_running_loop()
+        self._syncing = done = loop.create_future()
+        try:
+            await loop.run_in_executor(self._sync_executor, os.fdatasync, self._wal_fd)
+        except BaseException as exc:
+            done.set_exception(
+                exc if isinstance(exc, Exception) else RuntimeError("the WAL sync was cancelled")
+            )
+            done.exception()  # marked retrieved: a reader waiting on it gets it raised
+            raise
+        finally:
+            self._syncing = None
+        self._synced = target
+        done.set_result(None)
+
+    async def _durable(self) -> None:
+        """Return once everything a read may have seen is durable.
+
+        A read sees what SQLite has committed, and a commit precedes its WAL sync
+        (_sync): a read that ran between the two waits for that sync, so nobody
+        is shown a change that a power loss could still take back.
+        """
+        if self._synced < self._committed and self._syncing is not None:
+            await asyncio.shield(self._syncing)
+
+    async def _checkpoint(self) -> None:
+        """Copy the WAL back into the database file, in the writer thread.
+
+        SQLite's own automatic checkpoint would run inside a COMMIT, on the
+        loop, with two fsyncs and megabytes of copying; here the loop keeps
+        serving and writes queue up meanwhile. PASSIVE: readers are never
+        blocked. Once the WAL is fully copied, the next commit rewrites it from
+        the start, so the file stops growing and its blocks are reused.
+        """
+        self._frames_since_checkpoint = 0
+        conn = self._wconn
+        assert conn is not None
+        loop = asyncio.get_running_loop()
+
+        def checkpoint() -> None:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # fetched: the statement ends
+
+        async with self._conn_lock:
+            await loop.run_in_executor(self._executor, checkpoint)
 
     def _apply_batch(self, batch: list[_Pending]) -> None:
         conn = self._wconn
@@ -538,6 +666,7 @@ class SQLiteStore(Store):
             .execute(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", ref)
             .fetchone()
         )
+        await self._durable()
         return _entity(row) if row else None
 
     async def list_entities(
@@ -558,7 +687,9 @@ class SQLiteStore(Store):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY type, id LIMIT ?"
         args.append(str(limit))
-        return [_entity(r) for r in self._reader().execute(sql, args).fetchall()]
+        rows = self._reader().execute(sql, args).fetchall()
+        await self._durable()
+        return [_entity(r) for r in rows]
 
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
         rows = (
@@ -570,6 +701,7 @@ class SQLiteStore(Store):
             )
             .fetchall()
         )
+        await self._durable()
         return [_event(r) for r in rows]
 
     async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
@@ -581,6 +713,7 @@ class SQLiteStore(Store):
             )
             .fetchone()
         )
+        await self._durable()
         return (bytes(row[0]), bytes(row[1])) if row else None
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
@@ -589,10 +722,12 @@ class SQLiteStore(Store):
             .execute("SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL")
             .fetchall()
         )
+        await self._durable()
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
     async def head_txid(self) -> int:
         row = self._reader().execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
+        await self._durable()
         return (int(row[0]) if row else 1) - 1
 
     async def purge_idempotency(self, older_than_ms: int) -> int:
@@ -603,4 +738,5 @@ class SQLiteStore(Store):
             ).rowcount
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, purge)
+        async with self._conn_lock:  # the writer connection is not shared mid-statement
+            return await loop.run_in_executor(self._executor, purge)
