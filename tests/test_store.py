@@ -345,3 +345,45 @@ async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteSt
     wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
     assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
     assert len(await store.read_events(refs[0], 0, 100)) == 16  # the spawn record and 15 notes
+
+
+def change(**fields: Any) -> Decide:
+    """A write that appends a note and changes the given entity fields."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        event = NewEvent("note", f"note_{ctx.txid}", pb.OPERATION_INSERT, b"n")
+        return Mutation([event], current.replace(**fields))
+
+    return decide
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # only what every write changes: updated_at, head_offset, txid
+        {"state": State.RUNNING},
+        {"state": State.STOPPING, "stopping_deadline_ms": 123_456},
+        {"lease_epoch": 7, "message_cursor": 3, "cursor_attempt": 2, "last_message_offset": 9},
+        {"reload_pending": True, "closed": True},
+        {"grace_ms": 5, "idle_timeout_ms": 6},
+    ],
+)
+async def test_an_entity_row_written_with_only_its_changed_columns_matches_the_commit(
+    store: SQLiteStore, fields: dict[str, Any]
+) -> None:
+    """The batch writes only the columns that changed: what the file then holds, and
+    what the indexes find, must be exactly the record the commit reported."""
+    ref, other = ("t", "a"), ("t", "b")
+    await store.write_many([spawn(ref), spawn(other)])
+    outcomes = await store.write_many([Write(ref, change(**fields)), Write(other, change())])
+    after = committed(outcomes[0]).commit.after  # type: ignore[union-attr]
+    assert await store.get_entity(ref) == after
+    assert await store.get_entity(other) == committed(outcomes[1]).commit.after  # type: ignore[union-attr]
+    state = fields.get("state", State.SPAWNING)
+    assert ref in [r.ref for r in await store.list_entities("t", [state], None, 10)]
+    expected = [(ref, 123_456)] if "stopping_deadline_ms" in fields else []
+    assert await store.stopping_deadlines() == expected
+    if not fields.get("closed"):  # a closed stream takes no more events
+        lone = committed(await store.write(Write(ref, change())))  # and a lone write after it
+        assert await store.get_entity(ref) == lone.commit.after  # type: ignore[union-attr]
