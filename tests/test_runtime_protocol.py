@@ -497,17 +497,28 @@ async def test_batches_reach_only_a_worker_that_accepts_them(runtime_server: Ele
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-batches", ["agent"], accepts_batches=True)
         await worker.next("welcome")
-        refs = [pb.EntityRef(type="agent", id=f"b{i:03}") for i in range(200)]
-        await asyncio.gather(*(stub.SpawnEntity(api.SpawnEntityRequest(ref=r)) for r in refs))
-        granted = [await worker.next("lease_granted") for _ in refs]
-        assert sorted(g.lease.ref.id for g in granted) == sorted(r.id for r in refs)
-        before = worker.batches_seen
-        selector = api.EntitySelector(type="agent")
-        await stub.SignalEntities(api.SignalEntitiesRequest(selector=selector, signal=pb.SIGNAL_SIGUSR))
-        delivered = [await worker.next("delivery") for _ in refs]
-        assert sorted(d.lease.ref.id for d in delivered) == sorted(r.id for r in refs)
-        assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
-        assert worker.batches_seen > before
+        async with anyio.create_task_group() as tg:
+
+            async def keep_alive() -> None:
+                # 200 spawns and grants can outlast the 400 ms lease TTL on a loaded machine:
+                # heartbeat as a worker does, so the test does not depend on speed.
+                while True:
+                    worker.requests.put_nowait(rt.ConnectRequest(heartbeat=rt.Heartbeat()))
+                    await anyio.sleep(0.05)  # the heartbeat interval the server asked for
+
+            tg.start_soon(keep_alive)
+            refs = [pb.EntityRef(type="agent", id=f"b{i:03}") for i in range(200)]
+            await asyncio.gather(*(stub.SpawnEntity(api.SpawnEntityRequest(ref=r)) for r in refs))
+            granted = [await worker.next("lease_granted") for _ in refs]
+            assert sorted(g.lease.ref.id for g in granted) == sorted(r.id for r in refs)
+            before = worker.batches_seen
+            selector = api.EntitySelector(type="agent")
+            await stub.SignalEntities(api.SignalEntitiesRequest(selector=selector, signal=pb.SIGNAL_SIGUSR))
+            delivered = [await worker.next("delivery") for _ in refs]
+            assert sorted(d.lease.ref.id for d in delivered) == sorted(r.id for r in refs)
+            assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
+            assert worker.batches_seen > before
+            tg.cancel_scope.cancel()
         worker.close()
 
 
