@@ -34,6 +34,7 @@ class RawWorker:
         types: list[str],
         version: str = "v1",
         accepts_batches: bool = False,
+        heartbeats: bool = True,
     ) -> None:
         self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
         self.requests.put_nowait(
@@ -51,6 +52,14 @@ class RawWorker:
         self.accepts_batches = accepts_batches
         self.batches_seen = 0
         self._unpacked: list[rt.ConnectResponse] = []
+        self._beating = asyncio.get_running_loop().create_task(self._heartbeat()) if heartbeats else None
+
+    async def _heartbeat(self) -> None:
+        """Heartbeat as a worker does, at the interval the test server asks for (50 ms), so a
+        loaded machine cannot expire a lease mid-test; a worker meant to go silent opts out."""
+        while True:
+            await asyncio.sleep(0.05)
+            self.requests.put_nowait(rt.ConnectRequest(heartbeat=rt.Heartbeat()))
 
     async def _requests(self) -> AsyncIterator[rt.ConnectRequest]:
         while (item := await self.requests.get()) is not None:
@@ -86,6 +95,8 @@ class RawWorker:
         return result
 
     def close(self) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
         self.call.cancel()
 
 
@@ -209,7 +220,7 @@ async def test_lost_lease_goes_idle_and_the_message_is_redelivered(runtime_serve
 async def test_missed_heartbeats_expire_the_lease(runtime_server: ElectricServer) -> None:
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
-        silent = RawWorker(channel, "w-silent", ["agent"])
+        silent = RawWorker(channel, "w-silent", ["agent"], heartbeats=False)
         ref, _lease = await running(stub, silent, "quiet")
         # No heartbeat follows: after the lease TTL the server ends the session.
         with anyio.fail_after(10):
@@ -497,28 +508,17 @@ async def test_batches_reach_only_a_worker_that_accepts_them(runtime_server: Ele
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-batches", ["agent"], accepts_batches=True)
         await worker.next("welcome")
-        async with anyio.create_task_group() as tg:
-
-            async def keep_alive() -> None:
-                # 200 spawns and grants can outlast the 400 ms lease TTL on a loaded machine:
-                # heartbeat as a worker does, so the test does not depend on speed.
-                while True:
-                    worker.requests.put_nowait(rt.ConnectRequest(heartbeat=rt.Heartbeat()))
-                    await anyio.sleep(0.05)  # the heartbeat interval the server asked for
-
-            tg.start_soon(keep_alive)
-            refs = [pb.EntityRef(type="agent", id=f"b{i:03}") for i in range(200)]
-            await asyncio.gather(*(stub.SpawnEntity(api.SpawnEntityRequest(ref=r)) for r in refs))
-            granted = [await worker.next("lease_granted") for _ in refs]
-            assert sorted(g.lease.ref.id for g in granted) == sorted(r.id for r in refs)
-            before = worker.batches_seen
-            selector = api.EntitySelector(type="agent")
-            await stub.SignalEntities(api.SignalEntitiesRequest(selector=selector, signal=pb.SIGNAL_SIGUSR))
-            delivered = [await worker.next("delivery") for _ in refs]
-            assert sorted(d.lease.ref.id for d in delivered) == sorted(r.id for r in refs)
-            assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
-            assert worker.batches_seen > before
-            tg.cancel_scope.cancel()
+        refs = [pb.EntityRef(type="agent", id=f"b{i:03}") for i in range(200)]
+        await asyncio.gather(*(stub.SpawnEntity(api.SpawnEntityRequest(ref=r)) for r in refs))
+        granted = [await worker.next("lease_granted") for _ in refs]
+        assert sorted(g.lease.ref.id for g in granted) == sorted(r.id for r in refs)
+        before = worker.batches_seen
+        selector = api.EntitySelector(type="agent")
+        await stub.SignalEntities(api.SignalEntitiesRequest(selector=selector, signal=pb.SIGNAL_SIGUSR))
+        delivered = [await worker.next("delivery") for _ in refs]
+        assert sorted(d.lease.ref.id for d in delivered) == sorted(r.id for r in refs)
+        assert {d.event.signal.signal for d in delivered} == {pb.SIGNAL_SIGUSR}
+        assert worker.batches_seen > before
         worker.close()
 
 
