@@ -435,21 +435,17 @@ class SQLiteStore(Store):
     def _write_now(self, write: Write) -> WriteOutcome | BaseException:
         """Commit and sync one write right here (see _alone): no hand-over to the
         writer task and back, which costs two turns of the loop."""
-        assert self._wal_fd is not None
         pending = _Pending((write,), asyncio.get_running_loop().create_future())
         self._apply_batch([pending])  # raises if the commit failed: nobody is acknowledged
-        self._committed += 1
-        self._frames_since_checkpoint += _FRAMES_PER_WRITE
+        self._counted(1)
         try:
-            os.fdatasync(self._wal_fd)
+            self._sync_here()
         except OSError as exc:
             self._fail(exc)
             raise
-        self._synced = self._committed
         self.batches_committed += 1
+        self._publish([pending])
         (outcome,) = pending.outcomes
-        if isinstance(outcome, WriteOutcome) and outcome.commit is not None:
-            self.hub.publish_many([outcome.commit])
         return outcome
 
     async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
@@ -499,8 +495,7 @@ class SQLiteStore(Store):
                     if not pending.future.done():
                         pending.future.set_exception(exc)
                 continue
-            self._committed += 1
-            self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
+            self._counted(writes)
             if self._wal_fd is not None:
                 try:
                     await self._sync(inline=lone)
@@ -516,18 +511,33 @@ class SQLiteStore(Store):
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_result(pending.outcomes)
-            self.hub.publish_many(
-                [
-                    outcome.commit
-                    for pending in batch
-                    for outcome in pending.outcomes
-                    if isinstance(outcome, WriteOutcome) and outcome.commit is not None
-                ]
-            )
+            self._publish(batch)
             if self._commits_on_loop and self._frames_since_checkpoint >= CHECKPOINT_FRAMES:
                 await self._checkpoint()
             if self._closing and not self._pending:
                 return
+
+    def _counted(self, writes: int) -> None:
+        """A batch of this many writes was committed (not yet synced)."""
+        self._committed += 1
+        self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
+
+    def _publish(self, batch: list[_Pending]) -> None:
+        self.hub.publish_many(
+            [
+                outcome.commit
+                for pending in batch
+                for outcome in pending.outcomes
+                if isinstance(outcome, WriteOutcome) and outcome.commit is not None
+            ]
+        )
+
+    def _sync_here(self) -> None:
+        """fdatasync the WAL on this thread: every commit so far is durable after it."""
+        assert self._wal_fd is not None
+        target = self._committed
+        os.fdatasync(self._wal_fd)
+        self._synced = target
 
     def _fail(self, exc: OSError) -> None:
         """After a failed WAL sync: what the WAL holds may be lost, and retrying could
@@ -549,18 +559,19 @@ class SQLiteStore(Store):
         guarantee (the WAL holds every commit since the last checkpoint, and a
         checkpoint syncs it first). A burst's sync runs in the sync thread, so the
         loop keeps serving while the disk works and the writes that arrive
-        meanwhile form the next batch; a lone write (light load) syncs right here,
-        because with nothing to overlap, the thread hop only adds latency. A
+        meanwhile form the next batch; a batch of one write after another such
+        batch (light load that did not qualify for _write_now, e.g. a worker
+        session's write_many) syncs right here, where the thread hop would only
+        add latency. A
         commit is acknowledged, published to watchers and shown to reads
         (_durable) only after its sync.
         """
+        if inline:
+            self._sync_here()
+            return
         assert self._wal_fd is not None
         assert self._sync_executor is not None
         target = self._committed
-        if inline:
-            os.fdatasync(self._wal_fd)
-            self._synced = target
-            return
         loop = asyncio.get_running_loop()
         self._syncing = done = loop.create_future()
         try:
