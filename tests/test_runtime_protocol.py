@@ -97,6 +97,9 @@ class RawWorker:
     def close(self) -> None:
         if self._beating is not None:
             self._beating.cancel()
+        # End the request stream too: once the call is over, cancel() no longer
+        # stops grpc's task that feeds it, which would be left waiting on the queue.
+        self.requests.put_nowait(None)
         self.call.cancel()
 
 
@@ -228,6 +231,7 @@ async def test_missed_heartbeats_expire_the_lease(runtime_server: ElectricServer
                 pass
         entity = (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity
         assert entity.state == pb.STATE_IDLE
+        silent.close()
 
 
 async def test_paused_entities_get_no_messages_until_sigcont(runtime_server: ElectricServer) -> None:

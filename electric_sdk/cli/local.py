@@ -45,6 +45,14 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="under concurrent load, how long a commit waits for more writes to share its fsync, "
         "e.g. 1ms (default 0: never; at most 100ms)",
     )
+    p.add_argument(
+        "--acceptors",
+        type=int,
+        default=8,
+        metavar="N",
+        help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls "
+        "(default %(default)s; 0: grpc's own acceptor only)",
+    )
     p.set_defaults(func=_cmd_server)
 
 
@@ -76,6 +84,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             drain_grace_s=parse_ms(args.drain_grace) / 1000,
             synchronous=args.synchronous,
             commit_delay_ms=parse_ms(args.commit_delay),
+            acceptors_per_method=args.acceptors,
         )
         return asyncio.run(serve(config))
     except (ConfigError, TokenFileError, ValueError) as exc:

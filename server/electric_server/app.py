@@ -26,6 +26,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
 
+from .accept import Acceptors
 from .auth import AuthInterceptor, TokenTable
 from .reaper import Reaper
 from .runtime_service import Runtime, RuntimeService
@@ -40,6 +41,7 @@ SERVICE_NAME = api.DESCRIPTOR.services_by_name["EntityService"].full_name
 RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_name
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
+MAX_ACCEPTORS = 64
 
 
 class ConfigError(ValueError):
@@ -60,6 +62,8 @@ class ServerConfig:
     synchronous: str = "FULL"
     # Under concurrent load, a commit waits this long for more writes to share it (0: never).
     commit_delay_ms: float = 0.0
+    # Calls accepted ahead per method, beyond grpc.aio's one (accept.py); 0: grpc's own only.
+    acceptors_per_method: int = 8
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
     watch_queue_limit: int = 10_000
@@ -98,6 +102,8 @@ class ElectricServer:
         host = _host(config.listen)
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ConfigError("--tls-cert and --tls-key go together")
+        if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
+            raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
         self._tls: tuple[bytes, bytes] | None = None
         if config.tls_cert and config.tls_key:
             try:
@@ -119,6 +125,7 @@ class ElectricServer:
         self.health = health.aio.HealthServicer()
         self.port = 0
         self._server: grpc.aio.Server | None = None
+        self.acceptors: Acceptors | None = None
         self._watches: Watches | None = None
         self._reaper: Reaper | None = None
         self._stopped = asyncio.Event()
@@ -138,7 +145,7 @@ class ElectricServer:
         self._reaper.is_leased = self.runtime.is_leased
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
-            interceptors=interceptors,
+            interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
@@ -149,6 +156,7 @@ class ElectricServer:
                 ("grpc.http2.max_ping_strikes", 0),
             ],
         )
+        acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
         api_grpc.add_EntityServiceServicer_to_server(
             EntityService(self.store, self._watches, self.runtime), server
         )
@@ -178,7 +186,9 @@ class ElectricServer:
             why = "invalid TLS certificate or key, " if self._tls else ""
             raise ConfigError(f"cannot listen on {self.config.listen} ({why}address in use or not local?)")
         await server.start()
+        acceptors.start()
         self._server = server
+        self.acceptors = acceptors
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -195,6 +205,8 @@ class ElectricServer:
         self._watches.drain()
         self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
         await server.stop(self.config.drain_grace_s if grace is None else grace)
+        if self.acceptors is not None:
+            await self.acceptors.wait_closed()
         await self.runtime.stop()
         await self._reaper.stop()
         self._watches.close()
