@@ -13,11 +13,19 @@ PRAGMAs (journal_mode=WAL, synchronous=FULL) writing the same rows — per
 write one `events` row and one `entities` upsert, per batch one `meta`
 update — with ``executemany``, one transaction per batch, replaying exactly
 the batch sizes the store achieved. Both report events/s.
+
+The store runs under the garbage-collector settings of the ``electric
+server`` process (``electric_server.app.tune_gc``: a young-generation pass
+every 5,000 allocations instead of 700, start-up objects frozen), since that
+is how the server runs it; the settings are put back after each run. An
+informational row repeats the store runs under Python's default settings.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import sqlite3
 import sys
 import tempfile
@@ -27,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+from electric_server.app import tune_gc
 from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext
 from electric_server.store.sqlite import SCHEMA, SQLiteStore, now_ms
 
@@ -121,6 +130,19 @@ async def store_run(path: Path, total: int, shared: bool) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def collector(server: bool) -> Any:
+    """The server process's collector settings (server=True) or Python's defaults, for one run."""
+    saved = gc.get_threshold()
+    if server:
+        tune_gc()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
+
+
 def raw_run(path: Path, sizes: list[int], shared: bool) -> dict[str, Any]:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -197,9 +219,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="electric-bench-store-") as tmp:
         for layout in ("distinct", "shared"):
             shared = layout == "shared"
-            stores, raws = [], []
+            stores, raws, defaults = [], [], []
             for r in range(rounds):  # alternate, so background load hits both alike
-                st = asyncio.run(store_run(Path(tmp) / f"store-{layout}-{r}.db", total, shared))
+                with collector(server=True):
+                    st = asyncio.run(store_run(Path(tmp) / f"store-{layout}-{r}.db", total, shared))
+                with collector(server=False):
+                    dflt = asyncio.run(store_run(Path(tmp) / f"default-{layout}-{r}.db", total, shared))
+                defaults.append(dflt["events_per_s"])
                 raws.append(raw_run(Path(tmp) / f"raw-{layout}-{r}.db", st["batch_sizes"], shared))
                 sizes = sorted(st.pop("batch_sizes"))
                 st["batch_size_p50"] = common.percentile(sizes, 50, presorted=True)
@@ -207,7 +233,7 @@ def main() -> None:
                 stores.append(st)
                 if st["timed_out"]:
                     print(f"WARNING: {layout} store run hit its time limit", file=sys.stderr)
-            info[layout] = {"store": stores, "raw": raws}
+            info[layout] = {"store": stores, "raw": raws, "store_default_gc_events_per_s": defaults}
             s_rate = common.percentile([x["events_per_s"] for x in stores], 50)
             r_rate = common.percentile([x["events_per_s"] for x in raws], 50)
             where = "own entity each" if not shared else "one shared entity"
@@ -215,6 +241,14 @@ def main() -> None:
             rows.append(
                 common.ratio_row(
                     f"store appends, {APPENDERS} appenders, {where}{n}", s_rate, r_rate, "events/s", ">=", 0.5
+                )
+            )
+            rows.append(
+                common.value_row(
+                    f"  (info) {layout}, Python's default GC settings",
+                    common.percentile(defaults, 50),
+                    r_rate,
+                    "events/s",
                 )
             )
             rows.append(

@@ -7,6 +7,7 @@ configuration (nothing started or written).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import socket
 import sqlite3
@@ -188,3 +189,16 @@ async def test_verify_reports_a_tampered_entity(stopped_data: Path) -> None:
     assert lines[-1] == "verified 3 entities, 6 events: 1 entity(ies) differ"
     assert all(line.startswith("/agent/a2: ") for line in lines[:-1])
     assert any("running" in line and "spawning" in line for line in lines[:-1])
+
+
+def test_tune_gc_sets_the_server_process_collector() -> None:
+    from electric_server.app import GC_YOUNG_THRESHOLD, tune_gc
+
+    saved = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, saved[1], saved[2])
+        assert gc.get_freeze_count() > 0  # start-up objects are out of the collector's way
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)
