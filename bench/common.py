@@ -234,9 +234,16 @@ def stop_worker(worker: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
             worker.wait(10)
 
 
-def start_echo(listen: str = f"{HOST}:0", timeout: float = 60.0, log: Path | None = None) -> ServerProc:
-    """The bare grpc.aio echo server (this file as a script) in its own process."""
+def start_echo(
+    listen: str = f"{HOST}:0", timeout: float = 60.0, log: Path | None = None, acceptors: int = 0
+) -> ServerProc:
+    """The bare grpc.aio echo server (this file as a script) in its own process.
+
+    ``acceptors`` > 0: not bare — its methods are registered and get electric's
+    extra acceptors (electric_server/accept.py), for an informational row."""
     cmd = [PY, str(Path(__file__).resolve()), "echo-server", "--listen", listen]
+    if acceptors:
+        cmd += ["--acceptors", str(acceptors)]
     return _spawn_server(cmd, "echo", log, timeout)
 
 
@@ -255,7 +262,7 @@ ECHO_PUBLISH = "/bench.Echo/Publish"
 ECHO_DURABLE = "/bench.Echo/Durable"
 
 
-async def _echo_main(listen: str) -> None:
+async def _echo_main(listen: str, acceptors: int = 0) -> None:
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -333,25 +340,31 @@ async def _echo_main(listen: str) -> None:
             queue.put_nowait(message)
         return len(subscribers).to_bytes(4, "big")
 
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Echo",
-        {
-            "Unary": grpc.unary_unary_rpc_method_handler(unary),
-            "Stream": grpc.unary_stream_rpc_method_handler(stream),
-            "Subscribe": grpc.unary_stream_rpc_method_handler(subscribe),
-            "Publish": grpc.unary_unary_rpc_method_handler(publish),
-            "Durable": grpc.unary_unary_rpc_method_handler(durable),
-        },
-    )
+    methods = {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary),
+        "Stream": grpc.unary_stream_rpc_method_handler(stream),
+        "Subscribe": grpc.unary_stream_rpc_method_handler(subscribe),
+        "Publish": grpc.unary_unary_rpc_method_handler(publish),
+        "Durable": grpc.unary_unary_rpc_method_handler(durable),
+    }
     # Same server options as ElectricServer.
     server = grpc.aio.server(
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 1024 * 1024)]
     )
-    server.add_generic_rpc_handlers((handler,))
+    extra = None
+    if acceptors:
+        from electric_server.accept import Acceptors
+
+        extra = Acceptors(server, (), acceptors)
+        server.add_registered_method_handlers("bench.Echo", methods)
+    else:
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", methods),))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(listen)
     await server.start()
+    if extra is not None:
+        extra.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -568,9 +581,10 @@ def _main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("echo-server")
     e.add_argument("--listen", default=f"{HOST}:0")
+    e.add_argument("--acceptors", type=int, default=0, help="electric's extra acceptors per method (0: bare)")
     args = p.parse_args()
     if args.cmd == "echo-server":
-        asyncio.run(_echo_main(args.listen))
+        asyncio.run(_echo_main(args.listen, args.acceptors))
 
 
 if __name__ == "__main__":
