@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 
 # The grpc.aio internals used here, with the parameters they must take.
 _HANDLE_RPC = ("method_name", "method_resolver", "interceptors", "rpc_state", "loop", "concurrency_exceeded")
-CLOSE_TIMEOUT_S = 5.0
 _SCHEDULE_RPC = ("rpc_coro", "rpc_state", "loop", "method_name")
+CLOSE_TIMEOUT_S = 5.0
 
 
 def _parameters(fn: Any) -> tuple[str, ...]:
@@ -78,8 +78,7 @@ class Acceptors:
         interceptors: Sequence[grpc.aio.ServerInterceptor],
         per_method: int,
     ) -> None:
-        if per_method < 0:
-            raise ValueError(f"acceptors per method must be 0 or more, not {per_method}")
+        # The range is checked where it is configured (ServerConfig via ElectricServer).
         self.per_method = per_method
         # Typed loosely: grpc.aio.Server's internals are reached below.
         self._server: Any = server
@@ -104,7 +103,10 @@ class Acceptors:
     def start(self) -> None:
         """Issue the extra requests; the server must be started."""
         if self.reason is not None:
-            log.info("one acceptor per method (grpc's own): %s", self.reason)
+            # Disabled on purpose is news to nobody; a grpcio without the internals
+            # costs throughput under load, which an operator should hear about.
+            report = log.info if self.per_method == 0 else log.warning
+            report("one acceptor per method (grpc's own): %s", self.reason)
             return
         core = self._server._server  # grpc.aio.Server's cygrpc.AioServer
         # Registered handlers are looked up first; generic ones are not needed
