@@ -36,13 +36,13 @@ def test_the_installed_grpcio_has_what_the_acceptors_use() -> None:
     assert unavailable_reason() is None
 
 
-async def _spawn_concurrently(
+async def _spawn_all(
     address: str, prefix: str, metadata: tuple[tuple[str, str], ...] = ()
-) -> list[str]:
-    """CALLS concurrent SpawnEntity calls; the ids spawned (each response's url)."""
+) -> list[api.SpawnEntityResponse | BaseException]:
+    """CALLS concurrent SpawnEntity calls, every one awaited to its end: responses or errors."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
-        replies = await asyncio.gather(
+        return await asyncio.gather(
             *(
                 stub.SpawnEntity(
                     api.SpawnEntityRequest(ref=pb.EntityRef(type="agent", id=f"{prefix}{i}")),
@@ -50,9 +50,20 @@ async def _spawn_concurrently(
                     timeout=30,
                 )
                 for i in range(CALLS)
-            )
+            ),
+            return_exceptions=True,
         )
-    return [r.entity.ref.id for r in replies]
+
+
+async def _spawn_concurrently(
+    address: str, prefix: str, metadata: tuple[tuple[str, str], ...] = ()
+) -> list[str]:
+    """CALLS concurrent SpawnEntity calls that must all succeed; the ids spawned."""
+    ids = []
+    for reply in await _spawn_all(address, prefix, metadata):
+        assert isinstance(reply, api.SpawnEntityResponse), reply
+        ids.append(reply.entity.ref.id)
+    return ids
 
 
 async def test_calls_taken_by_the_extra_acceptors_are_served(start_server: StartServer) -> None:
