@@ -27,7 +27,11 @@ synchronous=FULL — then echo), i.e. what any durable design on grpc.aio
 pays on this machine; and the latency of one durable single-write
 transaction in plain sqlite3 (the fsync floor). A second electric server
 runs with ``--commit-delay 1ms`` (informational rows): what trading up to a
-millisecond of latency for larger group commits buys.
+millisecond of latency for larger group commits buys. A third runs with
+``--synchronous NORMAL`` (informational rows; not durable: commits are not
+synced, so a power loss can take back acknowledged signals): everything electric
+does except the fsync, which splits the one-caller latency into the WAL sync
+and the rest.
 
 Electric keeps 8 extra call requests outstanding per method (its
 ``--acceptors``, server/electric_server/accept.py); the bare echo keeps
@@ -55,6 +59,7 @@ ENTITY_TYPE = "bench"
 PHASE_TIMEOUT_S = 300.0  # per phase, warm-up included
 CALL_TIMEOUT_S = 30.0
 COMMIT_DELAY = "1ms"  # the informational run with `electric server --commit-delay`
+NOSYNC = "NORMAL"  # the informational run with `electric server --synchronous` (no fsync per commit)
 ACCEPTORS = 8  # electric's default --acceptors, given to the informational second echo server
 
 
@@ -323,6 +328,7 @@ def main() -> None:
         "durable": [],
         "electric": [],
         "delayed": [],
+        "nosync": [],
         "echo+acc": [],
     }
     with tempfile.TemporaryDirectory(prefix="electric-bench-signal-") as tmp:
@@ -333,6 +339,7 @@ def main() -> None:
             common.start_echo(log=Path(tmp) / "echo-acc.log", acceptors=ACCEPTORS) as echo_acc,
             common.start_electric(Path(tmp) / "data") as srv,
             common.start_electric(Path(tmp) / "delayed", "--commit-delay", COMMIT_DELAY) as delayed,
+            common.start_electric(Path(tmp) / "nosync", "--synchronous", NOSYNC) as nosync,
         ):
             for r in range(rounds):
                 results["echo"].append(run_client("echo", echo.address, echo.pid, params))
@@ -342,6 +349,9 @@ def main() -> None:
                 )
                 results["delayed"].append(
                     run_client("electric", delayed.address, delayed.pid, params | {"prespawn": r == 0})
+                )
+                results["nosync"].append(
+                    run_client("electric", nosync.address, nosync.pid, params | {"prespawn": r == 0})
                 )
                 results["echo+acc"].append(run_client("echo", echo_acc.address, echo_acc.pid, params))
         durable = raw_commit_latency(Path(tmp) / "raw.db", common.scale(2000, quick))
@@ -360,14 +370,16 @@ def main() -> None:
     stored = el[-1]["events_stored"]
     if stored != expected:
         print(f"WARNING: electric stored {stored} events, expected {expected}", file=sys.stderr)
-    dl = results["delayed"]
-    if dl[-1]["events_stored"] != entities + sum(r["signals_sent"] for r in dl):
-        print("WARNING: electric with --commit-delay lost or repeated events", file=sys.stderr)
+    for kind in ("delayed", "nosync"):
+        rs = results[kind]
+        if rs[-1]["events_stored"] != entities + sum(r["signals_sent"] for r in rs):
+            print(f"WARNING: electric ({kind}) lost or repeated events", file=sys.stderr)
     e64, c64 = _median_phase(el, 0), _median_phase(ec, 0)
     e1, c1 = _median_phase(el, 1), _median_phase(ec, 1)
     d64, d1 = _median_phase(results["durable"], 0), _median_phase(results["durable"], 1)
     x64, x1 = _median_phase(results["delayed"], 0), _median_phase(results["delayed"], 1)
     a64, a1 = _median_phase(results["echo+acc"], 0), _median_phase(results["echo+acc"], 1)
+    n1 = _median_phase(results["nosync"], 1)
     n = f" (median of {rounds})" if rounds > 1 else ""
     rows = [
         common.ratio_row(
@@ -399,6 +411,15 @@ def main() -> None:
         ),
         common.value_row(
             f"  (info) --commit-delay {COMMIT_DELAY}: p50, 1 caller", x1["p50"], c1["p50"], "ms"
+        ),
+        common.value_row(
+            f"  (info) --synchronous {NOSYNC} (not durable): p50, 1 caller", n1["p50"], c1["p50"], "ms"
+        ),
+        common.value_row(
+            f"  (info) p50, 1 caller: synchronous FULL vs {NOSYNC} (what the fsync adds)",
+            e1["p50"],
+            n1["p50"],
+            "ms",
         ),
         common.value_row(
             f"  (info) echo + {ACCEPTORS} extra acceptors: throughput, 64 callers",
@@ -451,17 +472,20 @@ def main() -> None:
         "durable_echo": results["durable"],
         "commit_delay": COMMIT_DELAY,
         "electric_commit_delay": results["delayed"],
+        "synchronous_nosync": NOSYNC,
+        "electric_nosync": results["nosync"],
         "echo_with_acceptors": results["echo+acc"],
     }
     common.report("bench_signal", rows, info, elapsed, quick)
     print("\nper round (CPU in cores: 1.0 = one core; 'other' = everything else on the machine;")
     print("          'durable' = the echo server's Durable method, the minimal durable group commit;")
     print(f"          'delayed' = electric with --commit-delay {COMMIT_DELAY};")
+    print(f"          'nosync' = electric with --synchronous {NOSYNC}, not durable;")
     print(
         f"          'echo+acc' = the echo with its methods registered and {ACCEPTORS} extra acceptors each):"
     )
     for r in range(rounds):
-        for kind in ("echo", "durable", "electric", "delayed", "echo+acc"):
+        for kind in ("echo", "durable", "electric", "delayed", "nosync", "echo+acc"):
             for ph in results[kind][r]["phases"]:
                 print(
                     f"  round {r} {kind:8s} {ph['callers']:2d} callers: {ph['throughput']:7,.0f} calls/s, "
