@@ -25,7 +25,7 @@ from electric_server.store.base import (
     WriteContext,
     WriteOutcome,
 )
-from electric_server.store.sqlite import SQLiteStore
+from electric_server.store.sqlite import SQLiteStore, _WalIndex
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
@@ -345,6 +345,33 @@ async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteSt
     wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
     assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
     assert len(await store.read_events(refs[0], 0, 100)) == 16  # the spawn record and 15 notes
+
+
+async def test_checkpoints_follow_the_frames_sqlite_wrote(store: SQLiteStore) -> None:
+    """Checkpoints are scheduled by the frames the WAL index says were appended,
+    not by an estimate per write: a batch of many writes to one entity changes a
+    few pages, so it must not checkpoint as if each write had changed three."""
+    ref = ("t", "busy")
+    await store.write_many([spawn(ref)])
+    for _ in range(4):  # 4 batches of 256 writes: 3,072 frames at 3 per write
+        for outcome in await store.write_many([note(ref) for _ in range(256)]):
+            committed(outcome)
+    wal_bytes = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
+    frames = (wal_bytes - 32) // (4096 + 24)  # WAL header, then frames of header + page
+    assert store.checkpoints == 0, f"{store.checkpoints} checkpoints for {frames} frames"
+    assert 0 < frames < 200
+    assert store._frames_since_checkpoint == frames
+    assert len(await store.read_events(ref, 0, 2000)) == 1 + 4 * 256
+
+
+def test_an_unreadable_wal_index_header_is_none(tmp_path: Path) -> None:
+    """Where the header is not SQLite's 3.7.0 wal-index layout, the store falls back
+    to its estimate instead of trusting what it read."""
+    shm = tmp_path / "x.db-shm"
+    for content in (b"", b"\0" * 40, (3007001).to_bytes(4, "little") + b"\0" * 36):
+        shm.write_bytes(content)
+        assert _WalIndex.open(tmp_path / "x.db") is None
+    assert _WalIndex.open(tmp_path / "missing.db") is None
 
 
 def change(**fields: Any) -> Decide:

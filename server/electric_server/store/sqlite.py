@@ -28,6 +28,7 @@ import functools
 import logging
 import os
 import sqlite3
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -168,10 +169,13 @@ def now_ms() -> int:
 
 
 MAX_COMMIT_DELAY_MS = 100
-# The store checkpoints the WAL itself (SQLiteStore._checkpoint) about as often
-# as SQLite would (its default wal_autocheckpoint is 1,000 pages), counting a
-# write as the pages it usually changes: its event's, its entity's, and an index's.
+# The store checkpoints the WAL itself (SQLiteStore._checkpoint) as often as
+# SQLite would (its default wal_autocheckpoint is 1,000 pages): after this many
+# frames appended since the last checkpoint, read from the WAL index (_WalIndex).
 CHECKPOINT_FRAMES = 1000
+# Where the WAL index cannot be read: a write counted as the pages a lone write
+# changes (its event's, its entity's, an index's). Batches change far fewer per
+# write (256 signals to one entity: 13 pages, not 768), so this is the fallback only.
 _FRAMES_PER_WRITE = 3
 ENTITY_CACHE_SIZE = 50_000
 _BUSY = (None,)  # stands in for the ready queue of a loop that has none (see SQLiteStore._alone)
@@ -258,6 +262,54 @@ class _Staged:
     idempotency_rows: list[tuple[object, ...]] = field(default_factory=list)
 
 
+class _WalIndex:
+    """Reads how many frames the WAL holds from the header of SQLite's WAL index.
+
+    The ``-shm`` file starts with the wal-index header, a documented part of
+    SQLite's file format (walformat.html, "The WAL-Index Header"; unchanged
+    since 3.7.0): iVersion (u32, 3007000) at 0, mxFrame (u32, the last valid
+    frame) at 16, and the salts at 32, which change whenever the WAL restarts
+    from its beginning; native byte order. Read with pread, not mmap, so a
+    truncated file can only fail a read, never fault the process. The count only
+    decides when to checkpoint: a misread costs an early or late checkpoint,
+    never data.
+    """
+
+    _HEADER = struct.Struct("=I12xI12xII")  # iVersion, mxFrame, aSalt[0], aSalt[1]
+    _VERSION = 3007000
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def open(cls, db_path: Path) -> _WalIndex | None:
+        """The database's WAL index, or None where its header is not one this reads."""
+        try:
+            fd = os.open(f"{db_path}-shm", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        index = cls(fd)
+        if index.read() is None:
+            index.close()
+            return None
+        return index
+
+    def read(self) -> tuple[int, tuple[int, int]] | None:
+        """(frames in the WAL, the WAL's salts), or None if the header is unreadable."""
+        try:
+            data = os.pread(self._fd, self._HEADER.size, 0)
+        except OSError:
+            return None
+        if len(data) < self._HEADER.size:
+            return None
+        version, frames, salt1, salt2 = self._HEADER.unpack(data)
+        return (frames, (salt1, salt2)) if version == self._VERSION else None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
 class _Refused(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -311,6 +363,10 @@ class SQLiteStore(Store):
         # Commits run on the loop unless SQLite itself must sync inside them (EXTRA).
         self._commits_on_loop = self.synchronous != "EXTRA"
         self._frames_since_checkpoint = 0
+        self._wal_index: _WalIndex | None = None
+        # The WAL as the last checkpoint left it (frames, salts): frames appended
+        # since are counted from there, or from zero once the WAL has restarted.
+        self._checkpointed_at: tuple[int, tuple[int, int]] = (0, (0, 0))
         self._failed: OSError | None = None
         self._writer_idle = False  # waiting for writes: nothing being applied or synced
         self._wconn: sqlite3.Connection | None = None
@@ -320,8 +376,9 @@ class SQLiteStore(Store):
         # (bounded, least recently used first out) instead of reading them back.
         self._cache: OrderedDict[Ref, EntityRecord] = OrderedDict()
         self._last_batch_writes = 0
-        # Batches committed: exposed for tests and the group-commit benchmark.
+        # Batches committed and checkpoints run: exposed for tests and benchmarks.
         self.batches_committed = 0
+        self.checkpoints = 0
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -363,6 +420,16 @@ class SQLiteStore(Store):
         self._rconn = self._connect()
         if self.synchronous == "FULL":
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        if self._commits_on_loop:
+            self._wal_index = _WalIndex.open(self.path)
+            if self._wal_index is None:
+                log.info(
+                    "the WAL index header is unreadable: checkpoints follow an estimate of pages written"
+                )
+            else:
+                # Frames already in the WAL (the schema's, or a previous run's) count too.
+                wal = self._wal_index.read()
+                self._checkpointed_at = (0, wal[1]) if wal is not None else self._checkpointed_at
             self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-sync")
         self._writer_task = asyncio.create_task(self._writer_loop(), name="electric-sqlite-writer")
 
@@ -387,6 +454,9 @@ class SQLiteStore(Store):
             with contextlib.suppress(OSError):
                 os.close(self._wal_fd)
             self._wal_fd = None
+        if self._wal_index is not None:
+            self._wal_index.close()
+            self._wal_index = None
         if self._rconn is not None:
             self._rconn.close()
             self._rconn = None
@@ -520,7 +590,15 @@ class SQLiteStore(Store):
     def _counted(self, writes: int) -> None:
         """A batch of this many writes was committed (not yet synced)."""
         self._committed += 1
-        self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
+        wal = self._wal_index.read() if self._wal_index is not None else None
+        if wal is None:
+            self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
+            return
+        frames, salts = wal
+        at_frames, at_salts = self._checkpointed_at
+        # The same salts: the WAL still holds what the last checkpoint saw (it may
+        # not have copied all of it, e.g. for a reader's snapshot); new ones: it restarted.
+        self._frames_since_checkpoint = frames - at_frames if salts == at_salts else frames
 
     def _publish(self, batch: list[_Pending]) -> None:
         self.hub.publish_many(
@@ -607,6 +685,9 @@ class SQLiteStore(Store):
         the start, so the file stops growing and its blocks are reused.
         """
         self._frames_since_checkpoint = 0
+        self.checkpoints += 1
+        if self._wal_index is not None:
+            self._checkpointed_at = self._wal_index.read() or self._checkpointed_at
         conn = self._wconn
         assert conn is not None
         loop = asyncio.get_running_loop()
