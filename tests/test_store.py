@@ -344,6 +344,7 @@ async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteSt
         committed(await store.write(note(refs[i % len(refs)])))
     wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
     assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
+    assert store.checkpoints >= 5  # ~3,000 commits of ~3 pages each: about 9 checkpoints of 1,000 pages
     assert len(await store.read_events(refs[0], 0, 100)) == 16  # the spawn record and 15 notes
 
 

@@ -597,8 +597,10 @@ class SQLiteStore(Store):
         frames, salts = wal
         at_frames, at_salts = self._checkpointed_at
         # The same salts: the WAL still holds what the last checkpoint saw (it may
-        # not have copied all of it, e.g. for a reader's snapshot); new ones: it restarted.
-        self._frames_since_checkpoint = frames - at_frames if salts == at_salts else frames
+        # not have copied all of it, e.g. for a reader's snapshot); new ones, or
+        # fewer frames: it restarted.
+        restarted = salts != at_salts or frames < at_frames
+        self._frames_since_checkpoint = frames if restarted else frames - at_frames
 
     def _publish(self, batch: list[_Pending]) -> None:
         self.hub.publish_many(
