@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -363,6 +364,33 @@ async def test_checkpoints_follow_the_frames_sqlite_wrote(store: SQLiteStore) ->
     assert 0 < frames < 200
     assert store._frames_since_checkpoint == frames
     assert len(await store.read_events(ref, 0, 2000)) == 1 + 4 * 256
+
+
+async def test_a_wal_pinned_by_a_reader_checkpoints_every_1000_pages_not_every_write(
+    store: SQLiteStore,
+) -> None:
+    """A reader's open snapshot keeps the WAL from restarting, so it keeps growing;
+    pages are then counted from where the last checkpoint left them, not from the
+    start of the WAL (which would checkpoint after every write)."""
+    ref = ("t", "pinned")
+    await store.write_many([spawn(ref)])
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()  # the snapshot is now held
+        for _ in range(1500):  # ~3 pages each: ~4,500 pages
+            committed(await store.write(note(ref)))
+        pinned = store.checkpoints
+        assert 2 <= pinned <= 8, f"{pinned} checkpoints for ~4,500 pages"
+        wal_bytes = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
+        assert wal_bytes > 3_000 * 4096, "the reader's snapshot should have kept the WAL growing"
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    for _ in range(1500):
+        committed(await store.write(note(ref)))
+    assert store.checkpoints - pinned <= 8
+    assert len(await store.read_events(ref, 0, 5000)) == 3001
 
 
 def test_an_unreadable_wal_index_header_is_none(tmp_path: Path) -> None:
