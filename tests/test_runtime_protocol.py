@@ -20,6 +20,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.runtime_session import SESSION_ACCEPTED
 
 pytestmark = pytest.mark.anyio
 
@@ -286,26 +287,29 @@ async def test_workers_need_the_runtime_scope(start_server: StartServer, tmp_pat
     async with grpc.aio.insecure_channel(srv.address) as channel:
         stub = rt_grpc.RuntimeServiceStub(channel)
 
-        def hello(types: list[str]) -> AsyncIterator[rt.ConnectRequest]:
-            async def requests() -> AsyncIterator[rt.ConnectRequest]:
-                yield rt.ConnectRequest(
-                    hello=rt.Hello(worker_id="w1", types=[rt.HostedType(type=t) for t in types])
-                )
-                await anyio.sleep_forever()
+        async def connect(token: str, types: list[str]) -> tuple[Any, bool]:
+            """Connect as runtime_session says: hello only once the server accepted the stream."""
+            call = stub.Connect(metadata=[("authorization", f"Bearer {token}")])
+            accepted = (await call.initial_metadata()).get(SESSION_ACCEPTED[0]) == SESSION_ACCEPTED[1]
+            if accepted:
+                hello = rt.Hello(worker_id="w1", types=[rt.HostedType(type=t) for t in types])
+                await call.write(rt.ConnectRequest(hello=hello))
+            return call, accepted
 
-            return requests()
-
-        for token, types, code in [
-            ("reader-token-1", ["agent"], grpc.StatusCode.PERMISSION_DENIED),
-            ("nobody-token-1", ["agent"], grpc.StatusCode.UNAUTHENTICATED),
-            ("worker-token-1", ["other"], grpc.StatusCode.PERMISSION_DENIED),
+        for token, types, code, at_the_door in [
+            ("reader-token-1", ["agent"], grpc.StatusCode.PERMISSION_DENIED, True),
+            ("nobody-token-1", ["agent"], grpc.StatusCode.UNAUTHENTICATED, True),
+            ("worker-token-1", ["other"], grpc.StatusCode.PERMISSION_DENIED, False),  # after hello
         ]:
-            call = stub.Connect(hello(types), metadata=[("authorization", f"Bearer {token}")])
+            with anyio.fail_after(10):
+                call, accepted = await connect(token, types)
+            assert accepted is not at_the_door
             with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as denied:
                 await call.read()
             assert denied.value.code() == code
-        call = stub.Connect(hello(["agent"]), metadata=[("authorization", "Bearer worker-token-1")])
         with anyio.fail_after(10):
+            call, accepted = await connect("worker-token-1", ["agent"])
+            assert accepted
             assert (await call.read()).HasField("welcome")
         call.cancel()
 

@@ -40,6 +40,7 @@ from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
 from ..durations import parse_ms
 from ..models import Event
+from ..runtime_session import SESSION_ACCEPTED
 from ..stream_batches import EMPTY, Empty, coalesce
 from .app import App
 from .exec.host import ExecHost
@@ -189,9 +190,13 @@ class Worker:
         try:
             stub = rt_grpc.RuntimeServiceStub(channel)
             call = stub.Connect(metadata=self.options.metadata)
-            with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                # A call the server already ended (e.g. a bad token) fails here; read() says why.
-                await call.write(rt.ConnectRequest(hello=self._hello()))
+            # Hello only once the server has accepted the stream (see runtime_session);
+            # a stream it refused ends without the marker, and read() says why.
+            accepted = await call.initial_metadata()
+            if accepted.get(SESSION_ACCEPTED[0]) == SESSION_ACCEPTED[1]:
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    # The stream may still end first (e.g. the server drains); read() says why.
+                    await call.write(rt.ConnectRequest(hello=self._hello()))
             welcome = await call.read()
             if not isinstance(welcome, rt.ConnectResponse) or welcome.WhichOneof("msg") != "welcome":
                 raise SessionLost("the server did not welcome the worker")

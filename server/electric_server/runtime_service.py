@@ -24,6 +24,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
+from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
 from . import convert
@@ -535,6 +536,7 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
     async def Connect(
         self, request_iterator: AsyncIterator[rt.ConnectRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[rt.ConnectResponse]:
+        await context.send_initial_metadata((SESSION_ACCEPTED,))  # the worker may now say hello
         first = await anext(aiter(request_iterator), None)
         if first is None:
             return

@@ -29,9 +29,13 @@ GRPC_VERSION: str
 class RuntimeServiceStub:
     """The runtime's side of the control plane: a worker's session.
 
-    One bidirectional stream per worker process (`Connect`). The worker opens
-    it with `Hello`; the server answers `Welcome` (its lease TTL and the
-    heartbeat interval it expects), then:
+    One bidirectional stream per worker process (`Connect`). The server accepts
+    the stream by sending initial metadata `electric-session: accepted` before it
+    reads anything; a stream refused at the door (UNAUTHENTICATED,
+    PERMISSION_DENIED) ends without it. The worker then opens with `Hello` (a
+    worker may wait for the marker first, as the Python SDK does, so that its
+    write cannot race a refusal); the server answers `Welcome` (its lease TTL
+    and the heartbeat interval it expects), then:
 
     - grants leases: an entity of a hosted type that needs a runtime (spawning,
       running without a live lease, or idle with an undelivered message) is
@@ -63,9 +67,13 @@ class RuntimeServiceStub:
 class RuntimeServiceAsyncStub(RuntimeServiceStub):
     """The runtime's side of the control plane: a worker's session.
 
-    One bidirectional stream per worker process (`Connect`). The worker opens
-    it with `Hello`; the server answers `Welcome` (its lease TTL and the
-    heartbeat interval it expects), then:
+    One bidirectional stream per worker process (`Connect`). The server accepts
+    the stream by sending initial metadata `electric-session: accepted` before it
+    reads anything; a stream refused at the door (UNAUTHENTICATED,
+    PERMISSION_DENIED) ends without it. The worker then opens with `Hello` (a
+    worker may wait for the marker first, as the Python SDK does, so that its
+    write cannot race a refusal); the server answers `Welcome` (its lease TTL
+    and the heartbeat interval it expects), then:
 
     - grants leases: an entity of a hosted type that needs a runtime (spawning,
       running without a live lease, or idle with an undelivered message) is
@@ -93,9 +101,13 @@ class RuntimeServiceAsyncStub(RuntimeServiceStub):
 class RuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """The runtime's side of the control plane: a worker's session.
 
-    One bidirectional stream per worker process (`Connect`). The worker opens
-    it with `Hello`; the server answers `Welcome` (its lease TTL and the
-    heartbeat interval it expects), then:
+    One bidirectional stream per worker process (`Connect`). The server accepts
+    the stream by sending initial metadata `electric-session: accepted` before it
+    reads anything; a stream refused at the door (UNAUTHENTICATED,
+    PERMISSION_DENIED) ends without it. The worker then opens with `Hello` (a
+    worker may wait for the marker first, as the Python SDK does, so that its
+    write cannot race a refusal); the server answers `Welcome` (its lease TTL
+    and the heartbeat interval it expects), then:
 
     - grants leases: an entity of a hosted type that needs a runtime (spawning,
       running without a live lease, or idle with an undelivered message) is
