@@ -98,19 +98,7 @@ async def test_the_auth_interceptor_guards_calls_the_extra_acceptors_take(
     assert srv.acceptors is not None
     wrong = (("authorization", "Bearer wrong-token-001"),)
     before = srv.acceptors.accepted
-    async with grpc.aio.insecure_channel(srv.address) as channel:
-        stub = api_grpc.EntityServiceStub(channel)
-        results = await asyncio.gather(
-            *(
-                stub.SpawnEntity(
-                    api.SpawnEntityRequest(ref=pb.EntityRef(type="agent", id=f"c{i}")),
-                    metadata=wrong,
-                    timeout=30,
-                )
-                for i in range(CALLS)
-            ),
-            return_exceptions=True,
-        )
+    results = await _spawn_all(srv.address, "c", wrong)
     assert srv.acceptors.accepted - before >= CALLS // 2
     # Every one of the 64 was refused, including those the extra acceptors took.
     for result in results:

@@ -420,18 +420,19 @@ class SQLiteStore(Store):
         self._rconn = self._connect()
         if self.synchronous == "FULL":
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
-        if self._commits_on_loop:
-            self._wal_index = _WalIndex.open(self.path)
-            if self._wal_index is None:
-                log.info(
-                    "the WAL index header is unreadable: checkpoints follow an estimate of pages written"
-                )
-            else:
-                # Frames already in the WAL (the schema's, or a previous run's) count too.
-                wal = self._wal_index.read()
-                self._checkpointed_at = (0, wal[1]) if wal is not None else self._checkpointed_at
             self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-sync")
+        if self._commits_on_loop:  # the store checkpoints itself (see _checkpoint)
+            self._open_wal_index()
         self._writer_task = asyncio.create_task(self._writer_loop(), name="electric-sqlite-writer")
+
+    def _open_wal_index(self) -> None:
+        self._wal_index = _WalIndex.open(self.path)
+        wal = self._wal_index.read() if self._wal_index is not None else None
+        if wal is None:
+            log.info("the WAL index header is unreadable: checkpoints follow an estimate of pages written")
+            return
+        # Frames already in the WAL (the schema's, or a previous run's) count too.
+        self._checkpointed_at = (0, wal[1])
 
     async def close(self) -> None:
         if self._writer_task is None:
