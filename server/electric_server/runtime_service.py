@@ -425,15 +425,16 @@ class Runtime:
         before = session.tails.get(ref)
 
         async def chained() -> None:
-            try:
-                if before is not None and not before.done():
-                    await asyncio.wait([before])
-            except BaseException:
-                step.close()  # cancelled while waiting its turn: it never runs
-                raise
+            if before is not None and not before.done():
+                await asyncio.wait([before])
             await step
 
-        session.tails[ref] = self._track(session, chained(), [ref])
+        task = self._track(session, chained(), [ref])
+        # A task cancelled before its step's turn (the server drains, even before the task first
+        # ran) never awaits the step: close it, or it is reported as never awaited. Once the task
+        # is done, the step has finished or never started, so closing it is always safe.
+        task.add_done_callback(lambda _: step.close())
+        session.tails[ref] = task
 
     def _track(
         self, session: Session, coro: Coroutine[Any, Any, None], refs: list[Ref]
