@@ -30,12 +30,6 @@ def _session() -> Session:
     return Session(worker_id="w", types=frozenset({"t"}), code_version="v1", announced=1, capacity=1)
 
 
-async def _tail_of(session: Session) -> asyncio.Task[None]:
-    task = session.tails[("t", "a")]
-    await asyncio.wait([task])
-    return task
-
-
 async def test_a_step_cancelled_before_its_task_first_ran_is_closed(runtime: Runtime) -> None:
     session = _session()
     step = runtime._release(session, ("t", "a"), 1)
@@ -82,7 +76,8 @@ async def test_steps_on_one_entity_run_in_order(runtime: Runtime) -> None:
     await asyncio.sleep(0)
     assert ran == []
     gate.set()
-    task = await _tail_of(session)
+    task = session.tails[("t", "a")]
+    await asyncio.wait([task])
     assert not task.cancelled()
     assert ran == [1, 2, 3]
     assert ("t", "a") not in session.tails
