@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -654,20 +653,7 @@ def watch_client_main(
 
 
 def run_client(target: Callable[..., None], *args: Any) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=target, args=(*args, queue), daemon=True)
-    proc.start()
-    try:
-        result: dict[str, Any] = queue.get(timeout=CLIENT_TIMEOUT_S)
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-    if "error" in result:
-        raise RuntimeError(f"{target.__name__} failed:\n{result['error']}")
-    return result
+    return common.run_in_process(target, *args, timeout=CLIENT_TIMEOUT_S)
 
 
 def _median(rounds: list[dict[str, Any]], key: str) -> float:

@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import math
+import multiprocessing as mp
 import os
 import re
 import signal
@@ -38,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,31 @@ def start_echo(
     if acceptors:
         cmd += ["--acceptors", str(acceptors)]
     return _spawn_server(cmd, "echo", log, timeout)
+
+
+def run_in_process(
+    target: Callable[..., None], *args: Any, timeout: float, name: str | None = None
+) -> dict[str, Any]:
+    """Run ``target(*args, queue)`` in a fresh (spawned) process and return what it puts.
+
+    The client side of a benchmark runs in its own process so it never shares
+    a GIL or an event loop with the server under test. ``target`` puts one dict;
+    a dict with "error" (what the target put when it failed) is raised here.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue), daemon=True)
+    proc.start()
+    try:
+        result: dict[str, Any] = queue.get(timeout=timeout)
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    if "error" in result:
+        raise RuntimeError(f"{name or target.__name__} failed:\n{result['error']}")
+    return result
 
 
 def free_port() -> int:
