@@ -24,12 +24,12 @@ lands on figure and ceiling alike. The targets are against the bare echo.
 The one-caller figure is measured paired: each round, one more client process
 with one caller rotates between the echo, electric and the ``--synchronous
 NORMAL`` electric (below) in blocks of 100 calls (ABBA order), so their p50s
-come from the same seconds. The unpaired
-one-caller phases above run tens of seconds apart; on this machine the echo's
-p50 moved by up to 0.2 ms between them, which flipped that ratio between 1.35x
-and 1.71x from run to run (passing three runs of five), while the paired
-ratio stayed between 1.52x and 1.67x. The figure is the round with the median
-paired ratio; the unpaired ratio is still printed, as an informational row. Two
+come from the same seconds. The unpaired one-caller phases above run tens of
+seconds apart; on this machine the echo's p50 moved by up to 0.2 ms between
+them, which flipped that ratio between 1.35x and 1.71x from run to run
+(passing three runs of five), while the paired ratio stayed between 1.52x and
+1.67x. The figure is the round with the median paired ratio; the unpaired
+ratio is still printed, as an informational row. Two
 informational references sit beside it: "durable echo" (the echo server's
 Durable method: the smallest possible durable group commit — queue, one
 writer thread, one SQLite transaction + fsync per batch, WAL,
@@ -258,8 +258,8 @@ def paired_client_main(targets: dict[str, str], params: dict[str, Any], out: Any
     ``targets``: kind ("echo", or an electric server's name) -> address. The
     unpaired one-caller phases run tens of seconds apart, so whatever else the
     machine does in between lands on one side only; here every server is
-    measured in the same seconds. Blocks go forward in even rounds of the
-    rotation and backward in odd ones (ABBA), so a drift within a round cancels.
+    measured in the same seconds. The servers take their turns in order in even
+    blocks and in reverse order in odd ones (ABBA), so a drift within a round cancels.
     """
 
     async def main() -> dict[str, Any]:
@@ -271,7 +271,7 @@ def paired_client_main(targets: dict[str, str], params: dict[str, Any], out: Any
         lat: dict[str, list[int]] = {kind: [] for kind in kinds}
         channels = {kind: grpc.aio.insecure_channel(address) for kind, address in targets.items()}
         try:
-            calls = {
+            calls: dict[str, Any] = {
                 kind: channel.unary_unary(common.ECHO_UNARY if kind == "echo" else SIGNAL_METHOD)
                 for kind, channel in channels.items()
             }
@@ -358,6 +358,13 @@ def _median_phase(rounds: list[dict[str, Any]], index: int) -> dict[str, Any]:
         "p99": med(lambda p: p["latency_ms"]["p99"]),
         "server_cpu_us_per_call": med(lambda p: p["server_cpu_us_per_call"]),
     }
+
+
+def _median_round(paired: list[dict[str, Any]], kind: str) -> tuple[float, float]:
+    """(kind's p50, echo's p50) of the paired round with the median ratio: a
+    round's p50s were measured together, so they are kept together."""
+    mid = sorted(paired, key=lambda r: r[kind]["p50"] / r["echo"]["p50"])[len(paired) // 2]
+    return mid[kind]["p50"], mid["echo"]["p50"]
 
 
 def main() -> None:
@@ -449,10 +456,8 @@ def main() -> None:
     x64, x1 = _median_phase(results["delayed"], 0), _median_phase(results["delayed"], 1)
     a64, a1 = _median_phase(results["echo+acc"], 0), _median_phase(results["echo+acc"], 1)
     n1 = _median_phase(results["nosync"], 1)
-    # Paired: the round with the median ratio (each round's two p50s belong together).
-    mid = sorted(paired, key=lambda r: r["electric"]["p50"] / r["echo"]["p50"])[len(paired) // 2]
-    pe1, pc1 = mid["electric"]["p50"], mid["echo"]["p50"]
-    mid_nosync = sorted(paired, key=lambda r: r["nosync"]["p50"] / r["echo"]["p50"])[len(paired) // 2]
+    pe1, pc1 = _median_round(paired, "electric")
+    pn1, pnc1 = _median_round(paired, "nosync")
     n = f" (median of {rounds})" if rounds > 1 else ""
     rows = [
         common.ratio_row(
@@ -468,8 +473,8 @@ def main() -> None:
         common.value_row(f"  (info) p50 latency, 1 caller, unpaired phases{n}", e1["p50"], c1["p50"], "ms"),
         common.value_row(
             f"  (info) --synchronous {NOSYNC} (not durable): p50, 1 caller, paired{n}",
-            mid_nosync["nosync"]["p50"],
-            mid_nosync["echo"]["p50"],
+            pn1,
+            pnc1,
             "ms",
         ),
         common.value_row(
