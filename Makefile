@@ -67,8 +67,14 @@ lint: $(STAMP) buf-lint
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy electric_sdk server/electric_server
 
+# Then the store and accept tests once more with every private-internal seam's
+# fallback forced (server/electric_server/internals/), so the code that runs on a
+# dependency without those internals is tested too.
+FALLBACK_TESTS := tests/test_store.py tests/test_accept.py
+
 pytest: $(STAMP)
 	$(VENV)/bin/pytest
+	ELECTRIC_FORCE_FALLBACKS=acceptors,ready_queue,wal_index $(VENV)/bin/pytest -q -p no:cacheprovider $(FALLBACK_TESTS)
 
 # The TypeScript client (clients/typescript): regenerate src/gen with buf and
 # protoc-gen-es (pinned in its package.json), or check it for drift and run

@@ -1,9 +1,11 @@
-"""Extra acceptors (server/electric_server/accept.py): calls they accept are served
+"""Extra acceptors (server/electric_server/internals/acceptors.py): calls they accept are served
 like grpc's own — the same handlers, interceptors and statuses — and they end with
 the server.
 
 They rely on grpc.aio internals; the first test fails when an upgraded grpcio no
 longer has them, so the server is never silently back on one acceptor per method.
+With ``ELECTRIC_FORCE_FALLBACKS=acceptors`` (``make test`` runs this file so once)
+the same calls must be served by grpc's own acceptor alone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 import pytest
-from electric_server.accept import unavailable_reason
+from electric_server.internals import forced
+from electric_server.internals.acceptors import FORCED, missing_internals
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
@@ -30,10 +33,12 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 CALLS = 64
+# The fallback forced: grpc's own acceptor takes every call, the extra ones take none.
+FALLBACK = forced("acceptors")
 
 
 def test_the_installed_grpcio_has_what_the_acceptors_use() -> None:
-    assert unavailable_reason() is None
+    assert missing_internals() is None
 
 
 async def _spawn_all(
@@ -69,12 +74,16 @@ async def _spawn_concurrently(
 async def test_calls_taken_by_the_extra_acceptors_are_served(start_server: StartServer) -> None:
     srv = await start_server(acceptors_per_method=8)
     assert srv.acceptors is not None
-    assert srv.acceptors.reason is None
+    assert srv.acceptors.reason == (FORCED if FALLBACK else None)
     ids = await _spawn_concurrently(srv.address, "a")
     assert sorted(ids) == sorted(f"a{i}" for i in range(CALLS))
     # grpc's own acceptor has one request out per method, these eight more:
     # under 64 concurrent calls most of them are accepted here.
-    assert srv.acceptors.accepted >= CALLS // 2
+    if FALLBACK:
+        assert srv.acceptors.accepted == 0
+        assert srv.acceptors.outstanding == 0
+    else:
+        assert srv.acceptors.accepted >= CALLS // 2
     record = await srv.store.get_entity(("agent", "a0"))
     assert record is not None
 
@@ -99,7 +108,7 @@ async def test_the_auth_interceptor_guards_calls_the_extra_acceptors_take(
     wrong = (("authorization", "Bearer wrong-token-001"),)
     before = srv.acceptors.accepted
     results = await _spawn_all(srv.address, "c", wrong)
-    assert srv.acceptors.accepted - before >= CALLS // 2
+    assert srv.acceptors.accepted - before >= (0 if FALLBACK else CALLS // 2)
     # Every one of the 64 was refused, including those the extra acceptors took.
     for result in results:
         assert isinstance(result, grpc.aio.AioRpcError)
@@ -119,7 +128,7 @@ async def test_the_acceptors_end_with_the_server(start_server: StartServer) -> N
     srv = await start_server(acceptors_per_method=8)
     acceptors = srv.acceptors
     assert acceptors is not None
-    assert acceptors.outstanding > 0
+    assert (acceptors.outstanding > 0) is not FALLBACK
     await _spawn_concurrently(srv.address, "e")
     await srv.stop(0)
     assert acceptors.outstanding == 0

@@ -27,8 +27,9 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
 
-from .accept import Acceptors
 from .auth import AuthInterceptor, TokenTable
+from .internals import forced_fallbacks
+from .internals.acceptors import Acceptors
 from .reaper import Reaper
 from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
@@ -63,7 +64,7 @@ class ServerConfig:
     synchronous: str = "FULL"
     # Under concurrent load, a commit waits this long for more writes to share it (0: never).
     commit_delay_ms: float = 0.0
-    # Calls accepted ahead per method, beyond grpc.aio's one (accept.py); 0: grpc's own only.
+    # Calls accepted ahead per method, beyond grpc.aio's one (internals/acceptors.py); 0: grpc's own only.
     acceptors_per_method: int = 8
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
@@ -105,6 +106,10 @@ class ElectricServer:
             raise ConfigError("--tls-cert and --tls-key go together")
         if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
+        try:
+            self.forced_fallbacks = forced_fallbacks()
+        except ValueError as exc:  # a typo must not quietly run without the fallback it meant
+            raise ConfigError(str(exc)) from exc
         self._tls: tuple[bytes, bytes] | None = None
         if config.tls_cert and config.tls_key:
             try:
@@ -194,6 +199,10 @@ class ElectricServer:
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
+        if self.forced_fallbacks:
+            log.warning(
+                "fallbacks forced for: %s (slower; meant for tests)", ", ".join(sorted(self.forced_fallbacks))
+            )
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain and stop; safe to call more than once."""

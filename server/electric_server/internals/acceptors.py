@@ -16,10 +16,13 @@ call: the re-arming's ``asyncio.wait`` over every method's request is skipped.
 registered method, each in a task that hands its call to grpc's own call
 handling (interceptors, deserialization, status) and re-arms at once. It uses
 grpc.aio internals: the server's registered-call request, its method resolver and
-the coroutines its main loop schedules. They are checked once (``unavailable_reason``);
-with a grpcio where they differ, the server keeps grpc's own acceptor and logs
-why. grpcio is pinned exactly in pyproject.toml, and tests/test_accept.py
-fails if these calls stop being the ones that serve requests.
+the coroutines its main loop schedules. This module is the ``acceptors`` seam
+(see ``internals/__init__.py``): they are checked once (``unavailable_reason``);
+with a grpcio where they differ, or with the fallback forced
+(``ELECTRIC_FORCE_FALLBACKS=acceptors``), the server keeps grpc's own acceptor
+and logs why. grpcio is pinned exactly in pyproject.toml, and
+tests/test_accept.py fails if these calls stop being the ones that serve
+requests.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
+
+from . import forced
 
 # grpc's Cython core: no type stubs, and only its internals are used here.
 cygrpc: Any = importlib.import_module("grpc._cython.cygrpc")
@@ -50,8 +55,16 @@ def _parameters(fn: Any) -> tuple[str, ...]:
     return tuple(code.co_varnames[: code.co_argcount])
 
 
+FORCED = "fallback forced (ELECTRIC_FORCE_FALLBACKS)"
+
+
 def unavailable_reason() -> str | None:
-    """Why extra acceptors cannot run with the installed grpcio; None when they can."""
+    """Why extra acceptors cannot run here; None when they can."""
+    return FORCED if forced("acceptors") else missing_internals()
+
+
+def missing_internals() -> str | None:
+    """What the installed grpcio lacks of the internals used here; None when it has them all."""
     version = getattr(grpc, "__version__", "?")
     if not hasattr(cygrpc.AioServer, "_request_registered_call"):
         return f"grpcio {version} has no AioServer._request_registered_call"
@@ -105,7 +118,7 @@ class Acceptors:
         if self.reason is not None:
             # Disabled on purpose is news to nobody; a grpcio without the internals
             # costs throughput under load, which an operator should hear about.
-            report = log.info if self.per_method == 0 else log.warning
+            report = log.info if self.per_method == 0 or self.reason == FORCED else log.warning
             report("one acceptor per method (grpc's own): %s", self.reason)
             return
         core = self._server._server  # grpc.aio.Server's cygrpc.AioServer

@@ -1,0 +1,80 @@
+"""The private-internal seams (server/electric_server/internals/).
+
+Our dependencies' internals are reached only inside that package, each behind a
+named seam with a fallback; ``ELECTRIC_FORCE_FALLBACKS`` forces the fallbacks
+and a typo in it is an error, never a quiet run without the fallback meant.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from electric_server.internals import ENV, SEAMS, forced, forced_fallbacks
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERNALS = ROOT / "server" / "electric_server" / "internals"
+
+# What each seam reaches into. Outside the seams' package, none of these may appear.
+PRIVATE_USES = {
+    "acceptors": re.compile(r"grpc\._cython|cygrpc|_request_registered_call"),
+    "ready_queue": re.compile(r"""\._ready\b|["']_ready["']"""),
+    "wal_index": re.compile(r"""-shm\b|mxFrame"""),
+}
+
+
+def _sources() -> list[Path]:
+    files = [*(ROOT / "electric_sdk").rglob("*.py"), *(ROOT / "server").rglob("*.py")]
+    return [f for f in files if "_proto" not in f.parts and INTERNALS not in f.parents]
+
+
+def test_private_internals_are_reached_only_through_their_seams() -> None:
+    found = []
+    for path in _sources():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            for seam, pattern in PRIVATE_USES.items():
+                if pattern.search(code):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {seam}: {line.strip()}")
+    assert not found, "private internals outside server/electric_server/internals/:\n" + "\n".join(found)
+
+
+def test_every_seam_has_its_module() -> None:
+    assert {p.stem for p in INTERNALS.glob("*.py")} - {"__init__"} == SEAMS
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", frozenset()),
+        ("acceptors", frozenset({"acceptors"})),
+        (" wal_index , ready_queue,", frozenset({"wal_index", "ready_queue"})),
+        ("all", SEAMS),
+    ],
+)
+def test_the_forced_fallbacks_are_parsed(value: str, expected: frozenset[str]) -> None:
+    assert forced_fallbacks(value) == expected
+
+
+def test_an_unknown_seam_is_an_error_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown seam wal_indx.*acceptors, ready_queue, wal_index"):
+        forced_fallbacks("acceptors,wal_indx")
+    with pytest.raises(ValueError, match="unknown seam"):
+        forced("nope")
+
+
+def test_the_server_refuses_a_misspelt_fallback_and_writes_nothing(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "electric_sdk.cli.main", "server", "--data", str(tmp_path / "d")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "", ENV: "acceptor"},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"{ENV}: unknown seam acceptor" in proc.stderr
+    assert not (tmp_path / "d" / "electric.db").exists()
