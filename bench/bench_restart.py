@@ -102,10 +102,11 @@ def _histories() -> dict[str, list[tuple[str, Any]]]:
 
 def _rows(entities: int, base_ms: int) -> Iterator[tuple[str, Any]]:
     """Yields ("event", row) and ("entity", row) in primary-key order."""
-    from electric_server import convert
-
     from electric_sdk import lifecycle
     from electric_sdk._proto.electric.v1 import types_pb2 as pb
+    from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+    from electric_sdk._wire.events import event_body
+    from electric_sdk._wire.times import timestamp_from_ms
     from electric_sdk.lifecycle import Signal, State
 
     histories = _histories()
@@ -143,7 +144,7 @@ def _rows(entities: int, base_ms: int) -> Iterator[tuple[str, Any]]:
                 if kind == "spawn":
                     value = pb.StateValue(state=pb.STATE_SPAWNING, cause="spawn")
                     events.append(
-                        ("state", f"state_{txid}", pb.OPERATION_INSERT, convert.body(pb.Event(state=value)))
+                        ("state", f"state_{txid}", pb.OPERATION_INSERT, event_body(pb.Event(state=value)))
                     )
                     state = State.SPAWNING
                 elif kind == "state":
@@ -151,12 +152,12 @@ def _rows(entities: int, base_ms: int) -> Iterator[tuple[str, Any]]:
                     assert state is not None
                     lifecycle.check_runtime_transition(state, new, arg[1])
                     value = pb.StateValue(
-                        state=convert.STATE_TO_PB[new],
-                        previous_state=convert.STATE_TO_PB[state],
+                        state=STATE_TO_PB[new],
+                        previous_state=STATE_TO_PB[state],
                         cause=arg[1],
                     )
                     events.append(
-                        ("state", f"state_{txid}", pb.OPERATION_INSERT, convert.body(pb.Event(state=value)))
+                        ("state", f"state_{txid}", pb.OPERATION_INSERT, event_body(pb.Event(state=value)))
                     )
                     state = new
                 elif kind == "message":
@@ -166,7 +167,7 @@ def _rows(entities: int, base_ms: int) -> Iterator[tuple[str, Any]]:
                             "message",
                             msg_key,
                             pb.OPERATION_INSERT,
-                            convert.body(
+                            event_body(
                                 pb.Event(
                                     message=pb.MessageValue(
                                         text=f"please look at ticket {n}-{offset}", sender="user:alice"
@@ -186,37 +187,37 @@ def _rows(entities: int, base_ms: int) -> Iterator[tuple[str, Any]]:
                         output="done: 3 results" if arg == "completed" else "",
                     )
                     op = pb.OPERATION_INSERT if arg == "started" else pb.OPERATION_UPDATE
-                    events.append(("run", run_key, op, convert.body(pb.Event(run=run_value))))
+                    events.append(("run", run_key, op, event_body(pb.Event(run=run_value))))
                 elif kind == "signal":
                     assert state is not None
                     sig = Signal(arg)
                     d = lifecycle.decide(state, sig)
                     key = f"sig_{txid}"
                     sig_value = pb.SignalValue(
-                        signal=convert.SIGNAL_TO_PB[sig],
+                        signal=SIGNAL_TO_PB[sig],
                         sender="anonymous",
                         reason="bench",
-                        outcome=convert.OUTCOME_TO_PB[d.outcome],
-                        previous_state=convert.STATE_TO_PB[d.previous_state],
-                        new_state=convert.STATE_TO_PB[d.new_state],
+                        outcome=OUTCOME_TO_PB[d.outcome],
+                        previous_state=STATE_TO_PB[d.previous_state],
+                        new_state=STATE_TO_PB[d.new_state],
                     )
                     if sig is Signal.SIGUSR:
                         sig_value.payload.struct_value.update({"op": "refresh", "n": n})
                     events.append(
-                        ("signal", key, pb.OPERATION_INSERT, convert.body(pb.Event(signal=sig_value)))
+                        ("signal", key, pb.OPERATION_INSERT, event_body(pb.Event(signal=sig_value)))
                     )
                     if d.transitions:
                         dl = now + 30 * 86_400_000 if d.new_state is State.STOPPING else None
                         sv = pb.StateValue(
-                            state=convert.STATE_TO_PB[d.new_state],
-                            previous_state=convert.STATE_TO_PB[state],
+                            state=STATE_TO_PB[d.new_state],
+                            previous_state=STATE_TO_PB[state],
                             cause="signal",
                             signal_key=key,
                         )
                         if dl is not None:
-                            sv.deadline.CopyFrom(convert.timestamp(dl))
+                            sv.deadline.CopyFrom(timestamp_from_ms(dl))
                         events.append(
-                            ("state", f"state_{txid}", pb.OPERATION_INSERT, convert.body(pb.Event(state=sv)))
+                            ("state", f"state_{txid}", pb.OPERATION_INSERT, event_body(pb.Event(state=sv)))
                         )
                         deadline = dl
                         state = d.new_state

@@ -44,18 +44,17 @@ TAIL_S = 30.0  # how long watchers wait after the last change is due
 
 
 def _change_size() -> int:
-    from electric_server import convert
     from electric_server.store.base import EntityRecord
 
     from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._wire.entities import entity_to_pb
+    from electric_sdk._wire.times import timestamp_from_ms
     from electric_sdk.lifecycle import State
 
     now = int(time.time() * 1000)
     rec = EntityRecord(TYPE, "c000000", State.KILLED, 30000, 60000, now, now, 3, True, None, 123456)
     msg = api.WatchEntitiesResponse(
-        change=api.EntityChange(
-            entity=convert.entity(rec), previous_state=1, changed_at=convert.timestamp(now)
-        )
+        change=api.EntityChange(entity=entity_to_pb(rec), previous_state=1, changed_at=timestamp_from_ms(now))
     )
     return msg.ByteSize()
 

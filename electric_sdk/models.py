@@ -2,7 +2,8 @@
 out of here; each model keeps its wire message as ``.raw`` as an escape hatch.
 
 Times are timezone-aware ``datetime`` in UTC; durations are ``timedelta``.
-``Event.to_json()`` renders the RFC's event shape.
+``Event.to_json()`` renders the RFC's event shape. Each conversion of a field
+to or from the wire is ``_wire``'s, which the server shares; a model assembles them.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-
-from google.protobuf import struct_pb2, timestamp_pb2
 
 from ._proto.electric.v1 import entity_service_pb2 as api
 from ._proto.electric.v1 import types_pb2 as pb
+from ._wire.entities import entity_url
+from ._wire.enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_pb
+from ._wire.events import event_value_json
+from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
 from .lifecycle import Outcome, Signal, State
 
 __all__ = [
@@ -34,71 +37,7 @@ __all__ = [
 ]
 
 
-# -- enum mapping -------------------------------------------------------------------
-
-
-# Lookup tables, built once: these run for every event a watch delivers.
-_STATE_TO_PB: dict[State, pb.State.ValueType] = {s: pb.State.Value(f"STATE_{s.name}") for s in State}
-_PB_TO_STATE: dict[int, State] = {v: k for k, v in _STATE_TO_PB.items()}
-_SIGNAL_TO_PB: dict[Signal, pb.Signal.ValueType] = {s: pb.Signal.Value(f"SIGNAL_{s.name}") for s in Signal}
-_PB_TO_SIGNAL: dict[int, Signal] = {v: k for k, v in _SIGNAL_TO_PB.items()}
-_PB_TO_OUTCOME: dict[int, Outcome] = {pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}"): o for o in Outcome}
-_RUN_STATUS: dict[int, str] = {v: n.removeprefix("RUN_STATUS_").lower() for n, v in pb.RunStatus.items()}
-_OPERATIONS: dict[int, str] = {v: n.removeprefix("OPERATION_").lower() for n, v in pb.Operation.items()}
-_EXEC_ACTIONS: dict[int, str] = {v: n.removeprefix("EXEC_ACTION_").lower() for n, v in pb.ExecAction.items()}
-_EXEC_DISPOSITIONS: dict[int, str] = {
-    v: n.removeprefix("EXEC_DISPOSITION_").lower() for n, v in pb.ExecDisposition.items()
-}
-
-
-def state_from_pb(value: int) -> State | None:
-    return _PB_TO_STATE.get(value)
-
-
-def state_to_pb(state: State) -> pb.State.ValueType:
-    return _STATE_TO_PB[state]
-
-
-def signal_from_pb(value: int) -> Signal:
-    return _PB_TO_SIGNAL[value]
-
-
-def signal_to_pb(signal: Signal) -> pb.Signal.ValueType:
-    return _SIGNAL_TO_PB[signal]
-
-
-def outcome_from_pb(value: int) -> Outcome | None:
-    return _PB_TO_OUTCOME.get(value)
-
-
-def _time(ts: timestamp_pb2.Timestamp) -> datetime:
-    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, UTC)
-
-
-def _iso(dt: datetime) -> str:
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _ms(dt: datetime) -> int:
-    return round(dt.timestamp() * 1000)
-
-
-def _json_value(value: struct_pb2.Value) -> Any:
-    """A protobuf Value as plain Python (walked directly: MessageToDict is slow)."""
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        n = value.number_value
-        # JSON numbers travel as doubles; give back 1, not 1.0.
-        return int(n) if n.is_integer() and abs(n) < 2**53 else n
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "struct_value":
-        return {k: _json_value(v) for k, v in value.struct_value.fields.items()}
-    if kind == "list_value":
-        return [_json_value(v) for v in value.list_value.values]
-    return None
+# -- notebooks --------------------------------------------------------------------------
 
 
 def _html_table(title: str, rows: list[tuple[str, Any]]) -> str:
@@ -130,7 +69,7 @@ class EntityRef:
 
     @property
     def url(self) -> str:
-        return f"/{self.type}/{self.id}"
+        return entity_url(self.type, self.id)
 
     def __str__(self) -> str:
         return f"{self.type}/{self.id}"
@@ -165,11 +104,13 @@ class Entity:
             state=state,
             grace_period=m.profile.grace_period.ToTimedelta(),
             idle_timeout=m.profile.idle_timeout.ToTimedelta(),
-            created_at=_time(m.created_at),
-            updated_at=_time(m.updated_at),
+            created_at=timestamp_to_datetime(m.created_at),
+            updated_at=timestamp_to_datetime(m.updated_at),
             head_offset=m.head_offset,
             closed=m.closed,
-            stopping_deadline=_time(m.stopping_deadline) if m.HasField("stopping_deadline") else None,
+            stopping_deadline=timestamp_to_datetime(m.stopping_deadline)
+            if m.HasField("stopping_deadline")
+            else None,
             txid=m.txid,
             raw=m,
         )
@@ -181,14 +122,14 @@ class Entity:
             "id": self.ref.id,
             "state": self.state.value,
             "profile": {
-                "grace_period_ms": int(self.grace_period / timedelta(milliseconds=1)),
-                "idle_timeout_ms": int(self.idle_timeout / timedelta(milliseconds=1)),
+                "grace_period_ms": timedelta_to_ms(self.grace_period),
+                "idle_timeout_ms": timedelta_to_ms(self.idle_timeout),
             },
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
+            "created_at": to_iso(self.created_at),
+            "updated_at": to_iso(self.updated_at),
             "head_offset": self.head_offset,
             "closed": self.closed,
-            "stopping_deadline": _iso(self.stopping_deadline) if self.stopping_deadline else None,
+            "stopping_deadline": to_iso(self.stopping_deadline) if self.stopping_deadline else None,
             "txid": str(self.txid),
         }
 
@@ -199,10 +140,10 @@ class Entity:
             ("idle timeout", self.idle_timeout),
             ("events", self.head_offset),
             ("closed", self.closed),
-            ("updated", _iso(self.updated_at)),
+            ("updated", to_iso(self.updated_at)),
         ]
         if self.stopping_deadline:
-            rows.append(("stopping deadline", _iso(self.stopping_deadline)))
+            rows.append(("stopping deadline", to_iso(self.stopping_deadline)))
         return _html_table(self.ref.url, rows)
 
 
@@ -235,10 +176,10 @@ class Event:
             offset=m.offset,
             type=m.type,
             key=m.key,
-            operation=_OPERATIONS.get(m.headers.operation, "unspecified"),
-            timestamp=_time(m.headers.timestamp),
+            operation=OPERATION_NAMES.get(m.headers.operation, "unspecified"),
+            timestamp=timestamp_to_datetime(m.headers.timestamp),
             txid=m.headers.txid,
-            value=_value_json(m),
+            value=event_value_json(m),
             raw=m,
         )
 
@@ -258,7 +199,7 @@ class Event:
             "value": self.value,
             "headers": {
                 "operation": self.operation,
-                "timestamp": _iso(self.timestamp),
+                "timestamp": to_iso(self.timestamp),
                 "txid": str(self.txid),
             },
             "offset": self.offset,
@@ -267,117 +208,8 @@ class Event:
     def _repr_html_(self) -> str:
         return _html_table(
             f"#{self.offset} {self.type} {self.key}",
-            [*self.value.items(), ("operation", self.operation), ("at", _iso(self.timestamp))],
+            [*self.value.items(), ("operation", self.operation), ("at", to_iso(self.timestamp))],
         )
-
-
-def _value_json(m: pb.Event) -> dict[str, Any]:
-    kind = m.WhichOneof("value")
-    if kind == "signal":
-        s = m.signal
-        out: dict[str, Any] = {
-            "signal": signal_from_pb(s.signal).value,
-            "sender": s.sender,
-            "reason": s.reason,
-        }
-        if s.HasField("payload"):
-            out["payload"] = _json_value(s.payload)
-        outcome = outcome_from_pb(s.outcome)
-        out["outcome"] = outcome.value if outcome else None
-        for name, value in (("previous_state", s.previous_state), ("new_state", s.new_state)):
-            judged = state_from_pb(value)
-            out[name] = judged.value if judged else None
-        if s.detail:
-            out["detail"] = s.detail
-        if s.message_key:
-            out["message_key"] = s.message_key
-        return out
-    if kind == "state":
-        st = m.state
-        new = state_from_pb(st.state)
-        out = {"state": new.value if new else None}
-        prev = state_from_pb(st.previous_state)
-        out["previous_state"] = prev.value if prev else None
-        out["cause"] = st.cause
-        if st.signal_key:
-            out["signal_key"] = st.signal_key
-        if st.HasField("deadline"):
-            out["deadline"] = _iso(_time(st.deadline))
-        return out
-    if kind == "message":
-        msg = m.message
-        out = {"text": msg.text, "sender": msg.sender}
-        if msg.HasField("data"):
-            out["data"] = _json_value(msg.data)
-        return out
-    if kind == "run":
-        r = m.run
-        run: dict[str, Any] = {
-            "message_key": r.message_key,
-            "message_offset": r.message_offset,
-            "status": _RUN_STATUS.get(r.status, "unspecified"),
-            "attempt": r.attempt,
-        }
-        for name in ("step", "output", "error"):
-            if getattr(r, name):
-                run[name] = getattr(r, name)
-        return run
-    if kind == "custom":
-        data = _json_value(m.custom.data) if m.custom.HasField("data") else None
-        return {"data": data}
-    if kind == "exec":
-        return _receipt_json(m.exec)
-    if kind == "output":
-        o = m.output
-        chunk: dict[str, Any] = {
-            "task_id": o.task_id,
-            "generation": o.generation,
-            "stream": o.stream,
-            "text": o.text,
-        }
-        if o.truncated:
-            chunk["truncated"] = True
-            chunk["dropped_bytes"] = o.dropped_bytes
-        return chunk
-    return {}
-
-
-def _receipt_json(r: pb.ExecReceipt) -> dict[str, Any]:
-    """An exec receipt: every field named, times as ISO strings, the evidence as a nested object."""
-    g = r.generation
-    out: dict[str, Any] = {
-        "task_id": r.task_id,
-        "action": _EXEC_ACTIONS.get(r.action, "unspecified"),
-        "action_name": r.action_name,
-        "disposition": _EXEC_DISPOSITIONS.get(r.disposition, "unspecified"),
-        "backend": r.backend,
-        "generation": {
-            "task_id": g.task_id,
-            "generation": g.generation,
-            "pid": g.pid,
-            "start_time": g.start_time,
-            "boot_id": g.boot_id,
-            "worker_id": g.worker_id,
-        }
-        if r.HasField("generation")
-        else None,
-        "escalated": r.escalated,
-        "group": r.group,
-    }
-    if r.HasField("issued_at"):
-        out["issued_at"] = _iso(_time(r.issued_at))
-    if r.HasField("deadline"):
-        out["deadline"] = _iso(_time(r.deadline))
-    if r.HasField("timeout"):
-        out["timeout_ms"] = r.timeout.ToMilliseconds()
-    if r.HasField("exit_status"):
-        out["exit_status"] = r.exit_status
-    for name in ("reason", "signal_key"):
-        if getattr(r, name):
-            out[name] = getattr(r, name)
-    if r.tags:
-        out["tags"] = list(r.tags)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,7 +247,7 @@ class SignalResult:
             signal=signal_from_pb(m.signal),
             previous_state=prev,
             new_state=new,
-            created_at=_time(m.created_at),
+            created_at=timestamp_to_datetime(m.created_at),
             txid=m.txid,
             key=m.key,
             outcome=outcome_from_pb(m.outcome),
@@ -433,7 +265,7 @@ class SignalResult:
             "signal": self.signal.value,
             "previous_state": self.previous_state.value,
             "new_state": self.new_state.value,
-            "created_at": _ms(self.created_at),
+            "created_at": datetime_to_ms(self.created_at),
             "txid": str(self.txid),
             "key": self.key,
             "outcome": self.outcome.value if self.outcome else None,
@@ -460,7 +292,7 @@ class SignalManyResult:
             "ignored": self.ignored,
             "skipped": self.skipped,
             "not_found": self.not_found,
-            "created_at": _ms(self.created_at),
+            "created_at": datetime_to_ms(self.created_at),
         }
 
     def _repr_html_(self) -> str:
@@ -482,7 +314,7 @@ class MessageReceipt:
             "key": self.key,
             "offset": self.offset,
             "txid": str(self.txid),
-            "created_at": _ms(self.created_at),
+            "created_at": datetime_to_ms(self.created_at),
             "state": self.state.value,
         }
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import uuid
 import warnings
@@ -19,7 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
@@ -27,6 +26,9 @@ from .. import errors
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
+from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
+from .._wire.json_values import json_to_value
+from .._wire.times import timestamp_to_datetime
 from ..lifecycle import Signal
 from ..models import (
     Entity,
@@ -38,10 +40,6 @@ from ..models import (
     SignalManyResult,
     SignalResult,
     State,
-    _time,
-    signal_to_pb,
-    state_from_pb,
-    state_to_pb,
 )
 from ._options import ClientOptions, DurationLike, to_duration
 
@@ -81,13 +79,11 @@ def _states(values: StateLike | Iterable[StateLike] | None) -> list[State]:
 
 def _json(value: Any, field: str) -> struct_pb2.Value:
     try:
-        message = struct_pb2.Value()
-        json_format.Parse(json.dumps(value), message)
-    except (TypeError, ValueError, json_format.ParseError) as exc:
+        return json_to_value(value)
+    except ValueError as exc:
         raise errors.InvalidArgument(
             f"{field} is not JSON-serializable: {exc}", code="INVALID_PAYLOAD"
         ) from exc
-    return message
 
 
 def new_idempotency_key() -> str:
@@ -328,7 +324,7 @@ class AsyncClient:
             ignored=response.ignored,
             skipped=response.skipped,
             not_found=response.not_found,
-            created_at=_time(response.created_at),
+            created_at=timestamp_to_datetime(response.created_at),
         )
 
     async def delete(self, ref: RefLike) -> SignalResult:
@@ -355,7 +351,7 @@ class AsyncClient:
         state = state_from_pb(response.state)
         assert state is not None
         return MessageReceipt(
-            r, response.key, response.offset, response.txid, _time(response.created_at), state
+            r, response.key, response.offset, response.txid, timestamp_to_datetime(response.created_at), state
         )
 
     async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:

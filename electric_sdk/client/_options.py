@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from google.protobuf import duration_pb2
 
+from .._wire.times import duration_from_ms
 from ..durations import parse_ms
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -54,4 +55,4 @@ def to_duration(value: DurationLike) -> duration_pb2.Duration:
         ms = parse_ms(value)
     else:
         ms = round(float(value) * 1000)
-    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    return duration_from_ms(ms)

@@ -23,17 +23,11 @@ import anyio
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
+from .._wire.enums import OUTCOME_TO_PB, signal_from_pb, signal_to_pb, state_from_pb, state_to_pb
+from .._wire.json_values import value_to_json
+from .._wire.times import timestamp_to_datetime
 from ..lifecycle import Outcome, State
-from ..models import (
-    Entity,
-    Event,
-    _json_value,
-    _time,
-    signal_from_pb,
-    signal_to_pb,
-    state_from_pb,
-    state_to_pb,
-)
+from ..models import Entity, Event
 from .context import Message, SignalInfo
 
 __all__ = [
@@ -54,7 +48,6 @@ DEFAULT_GRACE = timedelta(seconds=30)
 # Last records (a run's end, a signal's outcome) are written even while the host is being
 # cancelled, within this bound.
 FINAL_WRITE_TIMEOUT_S = 5.0
-_OUTCOME_PB = {o: pb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{o.name}") for o in Outcome}
 _RETRIES = 4
 
 
@@ -153,7 +146,7 @@ class Fenced:
         new = state_from_pb(event.state.state)
         if new is not None:
             self.observe_state(new, event.headers.txid)
-        return _time(event.state.deadline) if event.state.HasField("deadline") else None
+        return timestamp_to_datetime(event.state.deadline) if event.state.HasField("deadline") else None
 
     def ack(self, offset: int) -> None:
         self.session.ack(self.lease, offset)
@@ -222,7 +215,7 @@ class Fenced:
 
 def _update(info: SignalInfo, outcome: Outcome, detail: str = "") -> rt.SignalOutcomeUpdate:
     return rt.SignalOutcomeUpdate(
-        signal_key=info.key, outcome=_OUTCOME_PB[outcome], detail=detail, signal=signal_to_pb(info.signal)
+        signal_key=info.key, outcome=OUTCOME_TO_PB[outcome], detail=detail, signal=signal_to_pb(info.signal)
     )
 
 
@@ -233,7 +226,7 @@ def loop_deadline(deadline: datetime) -> float:
 
 def message_of(event: pb.Event, attempt: int) -> Message:
     m = event.message
-    data = _json_value(m.data) if m.HasField("data") else None
+    data = value_to_json(m.data) if m.HasField("data") else None
     return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1)
 
 
@@ -242,14 +235,14 @@ def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:
     previous = state_from_pb(s.previous_state) or entity.state
     deadline = None
     if s.signal == pb.SIGNAL_SIGTERM:  # the server's deadline: the signal's time + the grace
-        deadline = _time(event.headers.timestamp) + (entity.grace_period or DEFAULT_GRACE)
+        deadline = timestamp_to_datetime(event.headers.timestamp) + (entity.grace_period or DEFAULT_GRACE)
     return SignalInfo(
         signal=signal_from_pb(s.signal),
         key=event.key,
         offset=event.offset,
         reason=s.reason,
         sender=s.sender,
-        payload=_json_value(s.payload) if s.HasField("payload") else None,
+        payload=value_to_json(s.payload) if s.HasField("payload") else None,
         previous_state=previous,
         new_state=state_from_pb(s.new_state) or previous,
         message_key=s.message_key,

@@ -10,10 +10,11 @@ import ipywidgets as widgets
 import traitlets
 
 from .._proto.electric.v1 import entity_service_pb2 as api
+from .._wire.enums import state_to_pb
 from ..client import AsyncClient, Client
 from ..client._async import StateLike, _states
 from ..lifecycle import Signal
-from ..models import Entity, EntityRef, SignalManyResult, SignalResult, state_to_pb
+from ..models import Entity, EntityRef, SignalManyResult, SignalResult
 from ._base import LiveWidget
 from ._parts import Confirm, signal_button
 from ._view import (

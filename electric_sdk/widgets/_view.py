@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from .._wire.times import from_iso
 from ..cli.output import event_summary
 from ..errors import ElectricError
 from ..lifecycle import TABLE, Signal, State, valid_signals
@@ -115,7 +116,7 @@ def parse_payload(text: str) -> Any:
 def _deadline(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
-    return datetime.fromisoformat(value)
+    return from_iso(value)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,12 @@ from google.protobuf import struct_pb2
 
 from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_url
+from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.events import event_body
+from electric_sdk._wire.times import timestamp_from_ms
 from electric_sdk.lifecycle import Outcome, Signal, State
 
-from . import convert
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 
@@ -54,14 +57,14 @@ def state_event(
     deadline_ms: int | None = None,
 ) -> NewEvent:
     value = pb.StateValue(
-        state=convert.STATE_TO_PB[new],
-        previous_state=convert.STATE_TO_PB[previous] if previous else pb.STATE_UNSPECIFIED,
+        state=STATE_TO_PB[new],
+        previous_state=STATE_TO_PB[previous] if previous else pb.STATE_UNSPECIFIED,
         cause=cause,
         signal_key=signal_key,
     )
     if deadline_ms is not None:
-        value.deadline.CopyFrom(convert.timestamp(deadline_ms))
-    return NewEvent("state", key, INSERT, convert.body(pb.Event(state=value)))
+        value.deadline.CopyFrom(timestamp_from_ms(deadline_ms))
+    return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
 
 
 def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
@@ -70,8 +73,8 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
             raise ApiError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 "ENTITY_EXISTS",
-                f"Entity {convert.url(*ref)} already exists ({current.state.value})",
-                {"entity": convert.url(*ref), "state": current.state.value},
+                f"Entity {entity_url(*ref)} already exists ({current.state.value})",
+                {"entity": entity_url(*ref), "state": current.state.value},
             )
         record = EntityRecord(
             type=ref[0],
@@ -123,17 +126,17 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
             decision = replace(decision, outcome=Outcome.PENDING)
         key = f"sig_{ctx.txid}"
         value = pb.SignalValue(
-            signal=convert.SIGNAL_TO_PB[spec.signal],
+            signal=SIGNAL_TO_PB[spec.signal],
             sender=spec.sender,
             reason=spec.reason,
-            outcome=convert.OUTCOME_TO_PB[decision.outcome],
-            previous_state=convert.STATE_TO_PB[decision.previous_state],
-            new_state=convert.STATE_TO_PB[decision.new_state],
+            outcome=OUTCOME_TO_PB[decision.outcome],
+            previous_state=STATE_TO_PB[decision.previous_state],
+            new_state=STATE_TO_PB[decision.new_state],
             message_key=spec.message_key,
         )
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
-        events = [NewEvent("signal", key, INSERT, convert.body(pb.Event(signal=value)))]
+        events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
         record = current
         if spec.signal is Signal.SIGHUP and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
@@ -154,16 +157,14 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "ENTITY_TERMINAL",
                 f"Cannot send a message to a {current.state.value} entity",
-                {"entity": convert.url(*ref), "state": current.state.value},
+                {"entity": entity_url(*ref), "state": current.state.value},
             )
         value = pb.MessageValue(text=text, sender=sender)
         if data is not None:
             value.data.CopyFrom(data)
         key = f"msg_{ctx.txid}"
         record = current.replace(last_message_offset=current.head_offset)  # the offset it is about to get
-        return Mutation(
-            [NewEvent("message", key, INSERT, convert.body(pb.Event(message=value)))], record, key
-        )
+        return Mutation([NewEvent("message", key, INSERT, event_body(pb.Event(message=value)))], record, key)
 
     return decide
 

@@ -19,6 +19,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from electric_sdk._wire.entities import entity_url
 from electric_sdk.lifecycle import InvalidSignal, InvalidTransition
 
 from .store.base import IdempotencyKeyReused
@@ -43,12 +44,8 @@ def invalid_argument(reason: str, message: str, **metadata: str) -> ApiError:
 
 
 def not_found(type_: str, id_: str) -> ApiError:
-    return ApiError(
-        grpc.StatusCode.NOT_FOUND,
-        "ENTITY_NOT_FOUND",
-        f"No entity /{type_}/{id_}",
-        {"entity": f"/{type_}/{id_}"},
-    )
+    url = entity_url(type_, id_)
+    return ApiError(grpc.StatusCode.NOT_FOUND, "ENTITY_NOT_FOUND", f"No entity {url}", {"entity": url})
 
 
 def to_api_error(exc: BaseException) -> ApiError | None:

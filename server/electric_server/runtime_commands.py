@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import PB_TO_STATE
+from electric_sdk._wire.events import event_body
 from electric_sdk.lifecycle import State
 
-from . import convert
 from .commands import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
@@ -119,7 +120,7 @@ def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
 def _outcome_event(update: rt.SignalOutcomeUpdate) -> NewEvent:
     """A signal record's outcome, as an update of the record's own key."""
     value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
-    return NewEvent("signal", update.signal_key, UPDATE, convert.body(pb.Event(signal=value)))
+    return NewEvent("signal", update.signal_key, UPDATE, event_body(pb.Event(signal=value)))
 
 
 def runtime_write(
@@ -138,7 +139,7 @@ def runtime_write(
         owed = {key: signal for key, signal in (unsettled or {}).items() if key not in settled}
         return _let_go(mutation, write.epoch, "released", owed)
 
-    expect = convert.PB_TO_STATE.get(write.expect_state)
+    expect = PB_TO_STATE.get(write.expect_state)
 
     def apply(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
@@ -152,7 +153,7 @@ def runtime_write(
         op = write.WhichOneof("op")
         key = f"rt_{ctx.txid}"
         if op == "transition":
-            new = convert.PB_TO_STATE.get(write.transition.to)
+            new = PB_TO_STATE.get(write.transition.to)
             if new is None:
                 raise Refused("INVALID_TRANSITION", "no target state", current)
             try:
@@ -173,7 +174,7 @@ def runtime_write(
                 record = record.replace(message_cursor=run.message_offset + 1, cursor_attempt=0)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
-            return Mutation([NewEvent("run", run_key, operation, convert.body(pb.Event(run=run)))], record)
+            return Mutation([NewEvent("run", run_key, operation, event_body(pb.Event(run=run)))], record)
         if op == "signal_outcome":
             return Mutation([_outcome_event(write.signal_outcome)], current)
         if op == "custom":
@@ -181,10 +182,10 @@ def runtime_write(
             if not kind or kind in BUILTIN_TYPES or len(kind) > 128:
                 raise Refused("INVALID_EVENT_TYPE", f"{kind!r} is not an entity-defined event type", current)
             custom = pb.CustomValue(data=write.custom.data)
-            return Mutation([NewEvent(kind, key, INSERT, convert.body(pb.Event(custom=custom)))], current)
+            return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
-            return Mutation([NewEvent("exec", key, INSERT, convert.body(receipt))], current)
+            return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], current)
         if op == "output":
             if len(write.output.text) > MAX_OUTPUT_CHARS:
                 raise Refused(
@@ -193,7 +194,7 @@ def runtime_write(
                     current,
                 )
             chunk = pb.Event(output=write.output)
-            return Mutation([NewEvent("output", key, INSERT, convert.body(chunk))], current)
+            return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
         raise Refused("EMPTY_WRITE", "the write has no operation", current)
 
     return decide

@@ -23,11 +23,13 @@ import grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_to_pb
+from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.times import duration_from_ms, timestamp_from_ms
 from electric_sdk.lifecycle import State
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
-from . import convert
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, translate_stream
@@ -262,7 +264,7 @@ class Runtime:
             session.send(
                 rt.ConnectResponse(
                     lease_granted=rt.LeaseGranted(
-                        lease=lease.pb(), entity=convert.entity(after), resume_offset=after.head_offset
+                        lease=lease.pb(), entity=entity_to_pb(after), resume_offset=after.head_offset
                     )
                 )
             )
@@ -281,7 +283,7 @@ class Runtime:
         for event in recent:
             if event.kind != "signal" or event.operation != pb.OPERATION_INSERT or event.key in updated:
                 continue
-            message = convert.event(event)
+            message = event_to_pb(event)
             if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
                 _owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
@@ -319,7 +321,7 @@ class Runtime:
             return  # the worker knows what it wrote
         for event in commit.events:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
-                message = convert.event(event)
+                message = event_to_pb(event)
                 if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
                     _owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
@@ -360,7 +362,7 @@ class Runtime:
                         lease.session.send(
                             rt.ConnectResponse(
                                 delivery=rt.Delivery(
-                                    lease=lease.pb(), event=convert.event(event), attempt=attempt
+                                    lease=lease.pb(), event=event_to_pb(event), attempt=attempt
                                 )
                             )
                         )
@@ -485,7 +487,7 @@ def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None
     if isinstance(outcome, Refused):
         result.reason, result.message = outcome.reason, outcome.message
         if outcome.entity is not None:
-            result.entity.CopyFrom(convert.entity(outcome.entity))
+            result.entity.CopyFrom(entity_to_pb(outcome.entity))
     elif isinstance(outcome, ApiError):
         result.reason, result.message = outcome.reason, outcome.message
     elif isinstance(outcome, BaseException):
@@ -496,9 +498,9 @@ def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None
         assert commit is not None
         assert commit.after is not None
         result.applied = True
-        result.entity.CopyFrom(convert.entity(commit.after))
+        result.entity.CopyFrom(entity_to_pb(commit.after))
         result.txid = commit.txid
-        result.created_at.CopyFrom(convert.timestamp(commit.timestamp_ms))
+        result.created_at.CopyFrom(timestamp_from_ms(commit.timestamp_ms))
 
 
 def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:
@@ -567,8 +569,8 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
         session = self.runtime.open(hello)
         yield rt.ConnectResponse(
             welcome=rt.Welcome(
-                lease_ttl=convert.duration(round(self.runtime.lease_ttl_s * 1000)),
-                heartbeat_interval=convert.duration(self.runtime.heartbeat_interval_ms),
+                lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
+                heartbeat_interval=duration_from_ms(self.runtime.heartbeat_interval_ms),
             )
         )
         reader = asyncio.create_task(self.runtime.read(session, request_iterator))

@@ -16,9 +16,13 @@ from google.protobuf.message import Message
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._wire.entities import entity_to_pb, entity_url
+from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.times import timestamp_from_ms
 from electric_sdk.lifecycle import InvalidSignal, Outcome, Signal
 
-from . import commands, convert
+from . import commands
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
@@ -84,14 +88,14 @@ def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEnti
     commit_result: commands.Signalled = commit.result
     d = commit_result.decision
     return api.SignalEntityResponse(
-        url=convert.url(*ref),
-        signal=convert.SIGNAL_TO_PB[signal],
-        previous_state=convert.STATE_TO_PB[d.previous_state],
-        new_state=convert.STATE_TO_PB[d.new_state],
-        created_at=convert.timestamp(commit.timestamp_ms),
+        url=entity_url(*ref),
+        signal=SIGNAL_TO_PB[signal],
+        previous_state=STATE_TO_PB[d.previous_state],
+        new_state=STATE_TO_PB[d.new_state],
+        created_at=timestamp_from_ms(commit.timestamp_ms),
         txid=commit.txid,
         key=commit_result.key,
-        outcome=convert.OUTCOME_TO_PB[d.outcome],
+        outcome=OUTCOME_TO_PB[d.outcome],
     )
 
 
@@ -135,7 +139,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             ref,
             commands.spawn(ref, grace, idle),
             _idempotency("SpawnEntity", request),
-            lambda c: api.SpawnEntityResponse(entity=convert.entity(c.after)),  # type: ignore[arg-type]
+            lambda c: api.SpawnEntityResponse(entity=entity_to_pb(c.after)),  # type: ignore[arg-type]
             api.SpawnEntityResponse,
         )
 
@@ -145,7 +149,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         record = await self.store.get_entity(ref)
         if record is None:
             raise not_found(*ref)
-        return api.GetEntityResponse(entity=convert.entity(record))
+        return api.GetEntityResponse(entity=entity_to_pb(record))
 
     @translate
     async def ListEntities(self, request: api.ListEntitiesRequest, context: Ctx) -> api.ListEntitiesResponse:
@@ -156,7 +160,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         records = await self.store.list_entities(type_, states, after, limit + 1)
         page = records[:limit]
         token = _encode_page_token(page[-1].ref) if len(records) > limit else ""
-        return api.ListEntitiesResponse(entities=[convert.entity(r) for r in page], next_page_token=token)
+        return api.ListEntitiesResponse(entities=[entity_to_pb(r) for r in page], next_page_token=token)
 
     # -- signals -----------------------------------------------------------------
 
@@ -285,7 +289,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             return response
 
         def remember(c: Any) -> bytes:
-            response.created_at.CopyFrom(convert.timestamp(c.timestamp_ms))
+            response.created_at.CopyFrom(timestamp_from_ms(c.timestamp_ms))
             return response.SerializeToString()
 
         outcome = await self.store.write(Write(BULK_SCOPE, lambda _c, _x: Mutation(), idem, remember))
@@ -308,8 +312,8 @@ class EntityService(api_grpc.EntityServiceServicer):
                 key=c.result,
                 offset=c.events[0].offset,
                 txid=c.txid,
-                created_at=convert.timestamp(c.timestamp_ms),
-                state=convert.STATE_TO_PB[c.after.state],
+                created_at=timestamp_from_ms(c.timestamp_ms),
+                state=STATE_TO_PB[c.after.state],
             )
 
         return await _write(
@@ -333,7 +337,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         events = await self.store.read_events(ref, request.from_offset, limit)
         next_offset = events[-1].offset + 1 if events else request.from_offset
         return api.ReadEventsResponse(
-            events=[convert.event(e) for e in events],
+            events=[event_to_pb(e) for e in events],
             next_offset=next_offset,
             head_offset=record.head_offset,
             end_of_stream=record.closed and next_offset >= record.head_offset,

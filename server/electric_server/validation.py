@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from google.protobuf import json_format, struct_pb2
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
 from electric_sdk.lifecycle import Signal, State
 
 from .errors import invalid_argument
@@ -52,28 +53,15 @@ def ref(message: pb.EntityRef, field: str = "ref") -> Ref:
     return (name(message.type, f"{field}.type"), name(message.id, f"{field}.id"))
 
 
-# Wire value → enum, built once (every signal call looks one up).
-_SIGNALS: dict[int, Signal] = {
-    value: Signal(pb.Signal.Name(value).removeprefix("SIGNAL_"))
-    for value in pb.Signal.values()
-    if value != pb.SIGNAL_UNSPECIFIED
-}
-_STATES: dict[int, State] = {
-    value: State(pb.State.Name(value).removeprefix("STATE_").lower())
-    for value in pb.State.values()
-    if value != pb.STATE_UNSPECIFIED
-}
-
-
 def signal(value: int) -> Signal:
-    found = _SIGNALS.get(value)
+    found = PB_TO_SIGNAL.get(value)
     if found is None:
         raise invalid_argument("UNKNOWN_SIGNAL", f"unknown signal {value}", field="signal")
     return found
 
 
 def state(value: int, field: str = "states") -> State:
-    found = _STATES.get(value)
+    found = PB_TO_STATE.get(value)
     if found is None:
         raise invalid_argument("UNKNOWN_STATE", f"unknown state {value}", field=field)
     return found

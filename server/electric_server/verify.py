@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
+from electric_sdk._wire.times import timestamp_to_ms
+from electric_sdk.lifecycle import State
 
-from .convert import PB_TO_STATE
 from .store.base import EntityRecord, Ref, Store
 
 PAGE = 1000
@@ -39,10 +40,6 @@ class Report:
     @property
     def clean(self) -> bool:
         return not self.mismatches
-
-
-def _ms(ts: object) -> int:
-    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000  # type: ignore[attr-defined]
 
 
 async def replay(store: Store, ref: Ref) -> Replayed:
@@ -82,14 +79,14 @@ def _apply_state(r: Replayed, value: pb.StateValue, offset: int) -> None:
         except lifecycle.InvalidTransition as exc:
             r.problems.append(f"@{offset}: {exc}")
     r.state = new
-    r.deadline_ms = _ms(value.deadline) if value.HasField("deadline") else None
+    r.deadline_ms = timestamp_to_ms(value.deadline) if value.HasField("deadline") else None
 
 
 def _check_signal(r: Replayed, value: pb.SignalValue, offset: int) -> None:
     if r.state is None:
         r.problems.append(f"@{offset}: signal before spawn")
         return
-    signal = Signal(pb.Signal.Name(value.signal).removeprefix("SIGNAL_"))
+    signal = PB_TO_SIGNAL[value.signal]
     try:
         decision = lifecycle.decide(r.state, signal)
     except lifecycle.LifecycleError as exc:

@@ -21,9 +21,12 @@ import grpc
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_to_pb
+from electric_sdk._wire.enums import STATE_TO_PB
+from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.times import timestamp_from_ms
 from electric_sdk.lifecycle import State
 
-from . import convert
 from .errors import ApiError, not_found
 from .store.base import Commit, Ref, Store
 
@@ -91,9 +94,9 @@ class Watches:
         # Built once and shared by every watcher: serialization is per stream anyway.
         response = api.WatchEntitiesResponse(
             change=api.EntityChange(
-                entity=convert.entity(after),
-                previous_state=convert.STATE_TO_PB[before.state] if before else pb.STATE_UNSPECIFIED,
-                changed_at=convert.timestamp(commit.timestamp_ms),
+                entity=entity_to_pb(after),
+                previous_state=STATE_TO_PB[before.state] if before else pb.STATE_UNSPECIFIED,
+                changed_at=timestamp_from_ms(commit.timestamp_ms),
             )
         )
         for queue, type_, states in self._entity_watchers:
@@ -123,7 +126,7 @@ class Watches:
                     for record in page:
                         sent[record.ref] = record.txid
                     yield api.WatchEntitiesResponse(
-                        snapshot=api.EntitySnapshot(entities=[convert.entity(r) for r in page])
+                        snapshot=api.EntitySnapshot(entities=[entity_to_pb(r) for r in page])
                     )
                 if len(page) < SNAPSHOT_CHUNK:
                     break
@@ -179,7 +182,7 @@ class Watches:
                 while True:
                     stored = await self.store.read_events(ref, offset, READ_PAGE)
                     for event in stored:
-                        yield api.WatchEventsResponse(event=convert.event(event))
+                        yield api.WatchEventsResponse(event=event_to_pb(event))
                     if stored:
                         offset = stored[-1].offset + 1
                     if len(stored) < READ_PAGE:
@@ -206,7 +209,7 @@ class Watches:
                         break  # a gap: read it from the store
                     for event in commit.events:
                         if event.offset == offset:
-                            yield api.WatchEventsResponse(event=convert.event(event))
+                            yield api.WatchEventsResponse(event=event_to_pb(event))
                             offset += 1
                     if (
                         commit.after is not None

@@ -27,8 +27,9 @@ from electric_server.verify import compare, replay
 
 from electric_sdk import AsyncClient, errors
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import state_from_pb
 from electric_sdk.lifecycle import Signal, State
-from electric_sdk.models import SignalResult, state_from_pb
+from electric_sdk.models import SignalResult
 from electric_sdk.runtime import App, Context, Message, SignalInfo, Worker
 from electric_sdk.testing import TestServer
 

@@ -7,8 +7,9 @@ import pytest
 
 from electric_sdk import Event
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import state_to_pb
 from electric_sdk.lifecycle import Signal, State, valid_signals
-from electric_sdk.models import EntityRef, state_to_pb
+from electric_sdk.models import EntityRef
 from electric_sdk.widgets import EntityView
 from electric_sdk.widgets._view import parse_payload
 

@@ -6,34 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from google.protobuf import timestamp_pb2
-
 from ..._proto.electric.v1 import types_pb2 as pb
+from ..._wire.enums import EXEC_ACTION_BY_NAME, EXEC_DISPOSITION_BY_NAME
+from ..._wire.times import timestamp_from_datetime
 from ...models import Event
 from .evidence import Evidence
 
 __all__ = ["Stored", "build", "stored_generation"]
-
-_ACTIONS = {
-    "start": pb.EXEC_ACTION_START,
-    "graceful": pb.EXEC_ACTION_GRACEFUL,
-    "force": pb.EXEC_ACTION_FORCE,
-    "forward": pb.EXEC_ACTION_FORWARD,
-    "exit": pb.EXEC_ACTION_EXIT,
-    "recover": pb.EXEC_ACTION_RECOVER,
-}
-_DISPOSITIONS = {
-    "issued": pb.EXEC_DISPOSITION_ISSUED,
-    "held": pb.EXEC_DISPOSITION_HELD,
-    "refused": pb.EXEC_DISPOSITION_REFUSED,
-    "observed": pb.EXEC_DISPOSITION_OBSERVED,
-}
-
-
-def _ts(value: datetime) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 def build(
@@ -56,9 +35,9 @@ def build(
 ) -> pb.ExecReceipt:
     receipt = pb.ExecReceipt(
         task_id=task_id,
-        action=_ACTIONS[action],
+        action=EXEC_ACTION_BY_NAME[action],
         action_name=name,
-        disposition=_DISPOSITIONS[disposition],
+        disposition=EXEC_DISPOSITION_BY_NAME[disposition],
         escalated=escalated,
         reason=reason,
         backend=backend,
@@ -69,9 +48,9 @@ def build(
     if evidence is not None:
         receipt.generation.CopyFrom(evidence.to_pb())
     if issued_at is not None:
-        receipt.issued_at.CopyFrom(_ts(issued_at))
+        receipt.issued_at.CopyFrom(timestamp_from_datetime(issued_at))
     if deadline is not None:
-        receipt.deadline.CopyFrom(_ts(deadline))
+        receipt.deadline.CopyFrom(timestamp_from_datetime(deadline))
     if policy_timeout is not None:
         receipt.timeout.FromTimedelta(policy_timeout)
     if exit_status is not None:

@@ -1,0 +1,67 @@
+"""An entity on the wire: its record to a ``pb.Entity``, and its URL.
+
+The server's store record (``EntityRecord``) is taken by the fields it has,
+through ``EntityFields``: this package knows nothing of the server.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .._proto.electric.v1 import types_pb2 as pb
+from ..lifecycle import State
+from .enums import STATE_TO_PB
+from .times import duration_from_ms, timestamp_from_ms
+
+__all__ = ["EntityFields", "entity_to_pb", "entity_url"]
+
+
+class EntityFields(Protocol):
+    """What ``entity_to_pb`` reads of an entity's record (read-only: records are NamedTuples)."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def grace_ms(self) -> int: ...
+    @property
+    def idle_timeout_ms(self) -> int: ...
+    @property
+    def created_at_ms(self) -> int: ...
+    @property
+    def updated_at_ms(self) -> int: ...
+    @property
+    def head_offset(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def stopping_deadline_ms(self) -> int | None: ...
+    @property
+    def txid(self) -> int: ...
+
+
+def entity_url(type_: str, id_: str) -> str:
+    """``/{entity_type}/{instance_id}``: how the RFC names an entity."""
+    return f"/{type_}/{id_}"
+
+
+def entity_to_pb(record: EntityFields) -> pb.Entity:
+    message = pb.Entity(
+        ref=pb.EntityRef(type=record.type, id=record.id),
+        state=STATE_TO_PB[record.state],
+        profile=pb.Profile(
+            grace_period=duration_from_ms(record.grace_ms),
+            idle_timeout=duration_from_ms(record.idle_timeout_ms),
+        ),
+        created_at=timestamp_from_ms(record.created_at_ms),
+        updated_at=timestamp_from_ms(record.updated_at_ms),
+        head_offset=record.head_offset,
+        closed=record.closed,
+        txid=record.txid,
+    )
+    if record.stopping_deadline_ms is not None:
+        message.stopping_deadline.CopyFrom(timestamp_from_ms(record.stopping_deadline_ms))
+    return message

@@ -1,0 +1,42 @@
+"""JSON values between the wire (``google.protobuf.Value``) and plain Python.
+
+A SIGUSR payload, a message's data and a custom event's data travel as
+``Value``; users and the RFC's JSON see plain ``dict``/``list``/``str``/numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+__all__ = ["json_to_value", "value_to_json"]
+
+
+def value_to_json(value: struct_pb2.Value) -> Any:
+    """A protobuf Value as plain Python (walked directly: MessageToDict is slow)."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        n = value.number_value
+        # JSON numbers travel as doubles; give back 1, not 1.0.
+        return int(n) if n.is_integer() and abs(n) < 2**53 else n
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return {k: value_to_json(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [value_to_json(v) for v in value.list_value.values]
+    return None
+
+
+def json_to_value(obj: Any) -> struct_pb2.Value:
+    """Plain Python as a protobuf Value; ValueError (saying why) when it is not JSON."""
+    message = struct_pb2.Value()
+    try:
+        json_format.Parse(json.dumps(obj), message)
+    except (TypeError, json_format.ParseError) as exc:
+        raise ValueError(str(exc)) from exc
+    return message
