@@ -58,7 +58,7 @@ class TestServer:
     def start(self) -> TestServer:
         if self._server is not None:
             return self
-        from electric_server.app import ElectricServer, ServerConfig  # the server ships in this distribution
+        from electric_server import ElectricServer, ServerConfig  # the server ships in this distribution
 
         config = ServerConfig(
             listen=self._config.pop("listen", "127.0.0.1:0"),

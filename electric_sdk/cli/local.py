@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._wire.entities import entity_url
 from . import exit_codes
 
 
@@ -67,8 +68,7 @@ def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from electric_server.app import ConfigError, ServerConfig, serve
-    from electric_server.auth import TokenFileError
+    from electric_server import ServerConfig, serve
 
     from ..durations import parse_ms
 
@@ -87,45 +87,34 @@ def _cmd_server(args: argparse.Namespace) -> int:
             acceptors_per_method=args.acceptors,
         )
         return asyncio.run(serve(config))
-    except (ConfigError, TokenFileError, ValueError) as exc:
+    except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors
         print(f"electric server: {exc}", file=sys.stderr)
         return exit_codes.USAGE
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from electric_server.store.sqlite import SQLiteStore
-    from electric_server.verify import verify
+    from electric_server import verify_data_dir
 
-    database = args.data / "electric.db"
-
-    async def run() -> int:
-        store = SQLiteStore(database, readonly=True)
-        try:
-            await store.open()
-        except FileNotFoundError as exc:
-            print(f"electric verify: {exc}", file=sys.stderr)
-            return exit_codes.USAGE
-        try:
-            report = await verify(store)
-        finally:
-            await store.close()
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "entities": report.entities,
-                        "events": report.events,
-                        "clean": report.clean,
-                        "mismatches": {f"/{t}/{i}": p for (t, i), p in report.mismatches.items()},
-                    }
-                )
+    try:
+        report = asyncio.run(verify_data_dir(args.data))
+    except FileNotFoundError as exc:
+        print(f"electric verify: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "entities": report.entities,
+                    "events": report.events,
+                    "clean": report.clean,
+                    "mismatches": {entity_url(*ref): p for ref, p in report.mismatches.items()},
+                }
             )
-        else:
-            for (t, i), problems in report.mismatches.items():
-                for problem in problems:
-                    print(f"/{t}/{i}: {problem}")
-            verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
-            print(f"verified {report.entities} entities, {report.events} events: {verdict}")
-        return exit_codes.OK if report.clean else exit_codes.ERROR
-
-    return asyncio.run(run())
+        )
+    else:
+        for ref, problems in report.mismatches.items():
+            for problem in problems:
+                print(f"{entity_url(*ref)}: {problem}")
+        verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
+        print(f"verified {report.entities} entities, {report.events} events: {verdict}")
+    return exit_codes.OK if report.clean else exit_codes.ERROR

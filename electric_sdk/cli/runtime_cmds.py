@@ -174,7 +174,7 @@ async def _serve_until_drained(
     try:
         overrides: dict[str, Any] = {}
         if server_config is not None:
-            from electric_server.app import ElectricServer
+            from electric_server import ElectricServer
 
             server = ElectricServer(server_config)
             await server.start()
@@ -232,7 +232,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
-    from electric_server.app import ConfigError, ServerConfig
+    from electric_server import ConfigError, ServerConfig
 
     _setup_logging(args.verbose)
     try:

@@ -1,4 +1,24 @@
-"""The electric control plane: gRPC services, auth, reaper and stores."""
+"""The electric control plane: gRPC services, auth, reaper and stores.
 
-__all__ = ["__version__"]
+This top level is the one door the SDK uses to reach the server (the CLI's
+``server``, ``verify`` and ``dev`` commands, and ``electric_sdk.testing``);
+nothing in ``electric_sdk`` imports a module inside this package
+(tests/test_layers.py). ``ConfigError`` and ``TokenFileError`` are
+``ValueError``s: a configuration that must not start.
+"""
+
+from .app import ConfigError, ElectricServer, ServerConfig, serve, verify_data_dir
+from .auth import TokenFileError
+from .verify import Report
+
+__all__ = [
+    "ConfigError",
+    "ElectricServer",
+    "Report",
+    "ServerConfig",
+    "TokenFileError",
+    "__version__",
+    "serve",
+    "verify_data_dir",
+]
 __version__ = "0.1.0"

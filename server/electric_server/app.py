@@ -35,6 +35,7 @@ from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
 from .store.base import Store
 from .store.sqlite import SQLiteStore
+from .verify import Report, verify
 from .watch import Watches
 
 log = logging.getLogger("electric.server")
@@ -76,7 +77,12 @@ class ServerConfig:
 
     @property
     def database(self) -> Path:
-        return self.data_dir / "electric.db"
+        return database_path(self.data_dir)
+
+
+def database_path(data_dir: Path) -> Path:
+    """The SQLite database in a data directory."""
+    return data_dir / "electric.db"
 
 
 def _host(listen: str) -> str:
@@ -265,6 +271,19 @@ def tune_gc() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
+async def verify_data_dir(data_dir: Path) -> Report:
+    """`electric verify`: open a data directory's store read-only, replay and compare it.
+
+    Raises FileNotFoundError when the directory holds no database.
+    """
+    store = SQLiteStore(database_path(data_dir), readonly=True)
+    await store.open()
+    try:
+        return await verify(store)
+    finally:
+        await store.close()
 
 
 async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> int:
