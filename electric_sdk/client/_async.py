@@ -18,7 +18,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import struct_pb2
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
@@ -27,63 +26,25 @@ from .._proto.electric.v1 import entity_service_pb2 as api
 from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
-from .._wire.json_values import json_to_value
 from .._wire.times import timestamp_to_datetime
+from ..arguments import RefLike, SignalLike, StateLike, json_argument, parse_ref, parse_signal, parse_states
 from ..lifecycle import Signal
 from ..models import (
     Entity,
     EntityChange,
-    EntityRef,
     Event,
     EventPage,
     MessageReceipt,
     SignalManyResult,
     SignalResult,
-    State,
 )
 from ._options import ClientOptions, DurationLike, to_duration
 
 T = TypeVar("T")
-RefLike = EntityRef | str
-SignalLike = Signal | str
-StateLike = State | str
 
 _RETRYABLE = (errors.Unavailable, errors.DeadlineExceeded)
 # A stream open this long had connected: gRPC gives up a connection attempt after 20 s.
 _CONNECTED_AFTER_S = 30.0
-
-
-def _ref(value: RefLike) -> EntityRef:
-    try:
-        return EntityRef.parse(value)
-    except ValueError as exc:
-        raise errors.InvalidArgument(str(exc), code="INVALID_NAME") from exc
-
-
-def _signal(value: SignalLike) -> Signal:
-    try:
-        return Signal.parse(value)
-    except ValueError as exc:
-        raise errors.InvalidArgument(str(exc), code="UNKNOWN_SIGNAL") from exc
-
-
-def _states(values: StateLike | Iterable[StateLike] | None) -> list[State]:
-    if values is None:
-        return []
-    items = [values] if isinstance(values, State | str) else list(values)
-    try:
-        return [State.parse(v) for v in items]
-    except ValueError as exc:
-        raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from exc
-
-
-def _json(value: Any, field: str) -> struct_pb2.Value:
-    try:
-        return json_to_value(value)
-    except ValueError as exc:
-        raise errors.InvalidArgument(
-            f"{field} is not JSON-serializable: {exc}", code="INVALID_PAYLOAD"
-        ) from exc
 
 
 def new_idempotency_key() -> str:
@@ -195,7 +156,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
     ) -> Entity:
         """Create an entity in `spawning`. Raises EntityExists if the id was ever used."""
-        r = _ref(ref)
+        r = parse_ref(ref)
         profile = pb.Profile()
         try:
             if grace_period is not None:
@@ -212,7 +173,7 @@ class AsyncClient:
 
     async def get(self, ref: RefLike) -> Entity:
         response: api.GetEntityResponse = await self._call(
-            "GetEntity", api.GetEntityRequest(ref=_ref(ref).to_pb())
+            "GetEntity", api.GetEntityRequest(ref=parse_ref(ref).to_pb())
         )
         return Entity.from_pb(response.entity)
 
@@ -227,7 +188,7 @@ class AsyncClient:
         """Entities ordered by type and id, all pages (or the first ``limit``)."""
         out: list[Entity] = []
         token = ""
-        wanted = [state_to_pb(s) for s in _states(states)]
+        wanted = [state_to_pb(s) for s in parse_states(states)]
         while True:
             size = page_size if limit is None else max(1, min(page_size, limit - len(out)))
             request = api.ListEntitiesRequest(
@@ -252,16 +213,16 @@ class AsyncClient:
         idempotency_key: str | None = None,
     ) -> SignalResult:
         """Send a signal; returns the RFC's result (previous → new state, txid)."""
-        sig = _signal(signal)
+        sig = parse_signal(signal)
         request = api.SignalEntityRequest(
-            ref=_ref(ref).to_pb(),
+            ref=parse_ref(ref).to_pb(),
             signal=signal_to_pb(sig),
             reason=reason,
             message_key=message_key,
             idempotency_key=idempotency_key or new_idempotency_key(),
         )
         if payload is not None:
-            request.payload.CopyFrom(_json(payload, "payload"))
+            request.payload.CopyFrom(json_argument(payload, "payload"))
         response: api.SignalEntityResponse = await self._call("SignalEntity", request)
         return SignalResult.from_pb(response)
 
@@ -307,17 +268,17 @@ class AsyncClient:
         """One signal to every entity matching the selector (type and/or states, or refs)."""
         selector = api.EntitySelector(
             type=type or "",
-            states=[state_to_pb(s) for s in _states(states)],
-            refs=[_ref(r).to_pb() for r in refs],
+            states=[state_to_pb(s) for s in parse_states(states)],
+            refs=[parse_ref(r).to_pb() for r in refs],
         )
         request = api.SignalEntitiesRequest(
             selector=selector,
-            signal=signal_to_pb(_signal(signal)),
+            signal=signal_to_pb(parse_signal(signal)),
             reason=reason,
             idempotency_key=idempotency_key or new_idempotency_key(),
         )
         if payload is not None:
-            request.payload.CopyFrom(_json(payload, "payload"))
+            request.payload.CopyFrom(json_argument(payload, "payload"))
         response: api.SignalEntitiesResponse = await self._call("SignalEntities", request)
         return SignalManyResult(
             signalled=response.signalled,
@@ -332,7 +293,7 @@ class AsyncClient:
         warnings.warn(
             "delete() is deprecated: it sends SIGKILL; call kill() instead", DeprecationWarning, stacklevel=2
         )
-        request = api.DeleteEntityRequest(ref=_ref(ref).to_pb(), idempotency_key=new_idempotency_key())
+        request = api.DeleteEntityRequest(ref=parse_ref(ref).to_pb(), idempotency_key=new_idempotency_key())
         response: api.DeleteEntityResponse = await self._call("DeleteEntity", request)
         return SignalResult.from_pb(response.result)
 
@@ -341,12 +302,12 @@ class AsyncClient:
     async def send(
         self, ref: RefLike, text: str = "", *, data: Any = None, idempotency_key: str | None = None
     ) -> MessageReceipt:
-        r = _ref(ref)
+        r = parse_ref(ref)
         request = api.SendMessageRequest(
             ref=r.to_pb(), text=text, idempotency_key=idempotency_key or new_idempotency_key()
         )
         if data is not None:
-            request.data.CopyFrom(_json(data, "data"))
+            request.data.CopyFrom(json_argument(data, "data"))
         response: api.SendMessageResponse = await self._call("SendMessage", request)
         state = state_from_pb(response.state)
         assert state is not None
@@ -356,7 +317,7 @@ class AsyncClient:
 
     async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         """One page of the entity's stream from an offset (inclusive)."""
-        request = api.ReadEventsRequest(ref=_ref(ref).to_pb(), from_offset=from_offset, limit=limit)
+        request = api.ReadEventsRequest(ref=parse_ref(ref).to_pb(), from_offset=from_offset, limit=limit)
         response: api.ReadEventsResponse = await self._call("ReadEvents", request)
         return EventPage(
             tuple(Event.from_pb(e) for e in response.events),
@@ -371,7 +332,7 @@ class AsyncClient:
         Reconnects after a broken connection or a server restart and resumes
         after the last event seen: nothing missed, nothing repeated.
         """
-        r = _ref(ref)
+        r = parse_ref(ref)
         offset = from_offset
         async for item in self._resumable(
             # Late binding is the point: a reconnect resumes after the last event seen.
@@ -392,7 +353,7 @@ class AsyncClient:
         After a reconnect the server sends a fresh snapshot, again marked
         ``snapshot=True``, so a consumer can rebuild its view.
         """
-        wanted = [state_to_pb(s) for s in _states(states)]
+        wanted = [state_to_pb(s) for s in parse_states(states)]
         async for item in self._resumable(
             lambda: api.WatchEntitiesRequest(type=type or "", states=wanted, accepts_batches=True),
             "WatchEntities",
@@ -450,8 +411,8 @@ class AsyncClient:
         Raises DeadlineExceeded after ``timeout`` seconds, and
         FailedPrecondition if the entity ends (stopped/killed) elsewhere.
         """
-        wanted = set(_states(states))
-        r = _ref(ref)
+        wanted = set(parse_states(states))
+        r = parse_ref(ref)
 
         async def wait() -> Entity:
             entity = await self.get(r)

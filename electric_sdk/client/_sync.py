@@ -22,8 +22,9 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from .._portal import start_portal
+from ..arguments import RefLike, SignalLike, StateLike
 from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
-from ._async import AsyncClient, RefLike, SignalLike, StateLike
+from ._async import AsyncClient
 from ._options import ClientOptions, DurationLike
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ import anyio.lowlevel
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
-from ..client._async import _json
+from ..arguments import json_argument
 from ..lifecycle import Action, Outcome, Signal, State
 from ..models import Event
 from .app import EntityType
@@ -187,7 +187,7 @@ class EntityHost(Lifetime):
     async def emit(self, type: str, data: Any) -> None:
         custom = rt.CustomEvent(type=type)
         if data is not None:
-            custom.data.CopyFrom(_json(data, "data"))
+            custom.data.CopyFrom(json_argument(data, "data"))
         await self._fenced.write(retry=True, custom=custom)
 
     async def history(self) -> list[Event]:

@@ -9,8 +9,8 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from ..arguments import RefLike, parse_ref
 from ..client import AsyncClient, Client
-from ..client._async import RefLike, _ref
 from ..lifecycle import Signal
 from ..models import SignalResult
 from ._base import LiveWidget
@@ -46,7 +46,7 @@ class EntityControl(LiveWidget):
         self, client: Client | AsyncClient, ref: RefLike, *, log_size: int = 20, throttle_s: float = 0.1
     ) -> None:
         super().__init__(client, throttle_s=throttle_s)
-        self.ref = _ref(ref)
+        self.ref = parse_ref(ref)
         # The facts, written on the client's loop; `view` is what the widgets show now.
         self._facts = EntityView(self.ref, log_size)
         self.view = self._facts

@@ -11,8 +11,8 @@ import traitlets
 
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._wire.enums import state_to_pb
+from ..arguments import StateLike, parse_states
 from ..client import AsyncClient, Client
-from ..client._async import StateLike, _states
 from ..lifecycle import Signal
 from ..models import Entity, EntityRef, SignalManyResult, SignalResult
 from ._base import LiveWidget
@@ -83,7 +83,7 @@ class EntityTable(LiveWidget):
     ) -> None:
         super().__init__(client, throttle_s=throttle_s)
         self.type = type
-        self.states = frozenset(_states(state))
+        self.states = frozenset(parse_states(state))
         self.limit = limit
         # The facts, written on the client's loop.
         self._entities: dict[EntityRef, Entity] = {}
