@@ -5,40 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..event_text import receipt_summary
 from ..models import Event
 
-__all__ = ["output_summary", "process_json", "process_lines", "receipt_summary"]
-
-
-def _generation(value: dict[str, Any]) -> str:
-    g = value.get("generation") or {}
-    if not g:
-        return "no generation"
-    return f"gen {g.get('generation')} pid {g.get('pid')} (start {g.get('start_time')})"
-
-
-def receipt_summary(value: dict[str, Any]) -> str:
-    """``graceful SIGTERM issued → gen 1 pid 4242 (start 1234) group, deadline …: reason``."""
-    action, name, disposition = value.get("action"), value.get("action_name"), value.get("disposition")
-    parts = [f"{action}{' ' + name if name else ''} {disposition}", "→", _generation(value)]
-    if value.get("group"):
-        parts.append("group")
-    if "timeout_ms" in value:
-        parts.append(f"timeout {value['timeout_ms']}ms")
-    if value.get("deadline"):
-        parts.append(f"deadline {value['deadline']}")
-    if "exit_status" in value:
-        parts.append(f"exit {value['exit_status']}")
-    if value.get("escalated"):
-        parts.append("escalated")
-    text = " ".join(parts)
-    return text + (f": {value['reason']}" if value.get("reason") else "")
-
-
-def output_summary(value: dict[str, Any]) -> str:
-    text = str(value.get("text", "")).rstrip("\n").replace("\n", " ⏎ ")
-    note = f" [truncated: {value.get('dropped_bytes')} bytes dropped]" if value.get("truncated") else ""
-    return f"{value.get('stream')} gen {value.get('generation')}: {text}{note}"
+__all__ = ["process_json", "process_lines"]
 
 
 def process_json(events: list[Event]) -> dict[str, Any] | None:

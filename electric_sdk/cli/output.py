@@ -17,11 +17,8 @@ from typing import Any, TextIO
 
 from ..durations import format_ms
 from ..errors import ElectricError
+from ..event_text import event_summary
 from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
-from .exec_view import output_summary, receipt_summary
-
-# How much of a message text or payload an event line shows.
-SUMMARY_CHARS = 100
 
 
 class Output:
@@ -58,16 +55,6 @@ def when(dt: datetime, *, ms: bool = False) -> str:
 
 def duration(value: timedelta) -> str:
     return format_ms(int(value / timedelta(milliseconds=1)))
-
-
-def compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def shorten(text: str, limit: int = SUMMARY_CHARS) -> str:
-    """One line, at most ``limit`` characters."""
-    flat = text.replace("\r", "\\r").replace("\n", "\\n")
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> str:
@@ -142,53 +129,6 @@ def receipt_line(receipt: MessageReceipt) -> str:
 
 
 # -- events ---------------------------------------------------------------------------------------
-
-
-def event_summary(event: Event) -> str:
-    """The value in a few words: signals, state changes and messages read as sentences."""
-    value = event.value
-    if event.type == "signal" and event.operation == "update":  # the runtime reporting what it did
-        text = f"{value.get('signal')} → {value.get('outcome')}"
-        return text + (f": {shorten(str(value['detail']))}" if value.get("detail") else "")
-    if event.type == "run":
-        status = str(value.get("status"))
-        text = f"{value.get('message_key')} {status}"
-        if status == "started" and value.get("attempt", 1) > 1:
-            text += f" (attempt {value['attempt']})"
-        if value.get("step"):
-            text += f" {value['step']}"
-        if status == "aborted" and value.get("output"):
-            text += f" with {len(str(value['output']))} chars of partial output"
-        if value.get("error"):
-            text += f": {shorten(str(value['error']))}"
-        return text
-    if event.type == "signal":
-        text = f"{value.get('signal')} by {value.get('sender') or '?'}"
-        if value.get("reason"):
-            text += f" ({shorten(str(value['reason']))})"
-        if "payload" in value:
-            text += f" payload={shorten(compact(value['payload']))}"
-        text += f" → {value.get('outcome') or 'pending'}"
-        if value.get("detail"):
-            text += f": {shorten(str(value['detail']))}"
-        return text
-    if event.type == "state":
-        previous = value.get("previous_state")
-        text = f"{previous} → {value.get('state')}" if previous else f"→ {value.get('state')}"
-        notes = [str(value["cause"])] if value.get("cause") else []
-        if value.get("deadline"):
-            notes.append(f"until {value['deadline']}")
-        return text + (f" ({', '.join(notes)})" if notes else "")
-    if event.type == "exec":
-        return shorten(receipt_summary(value), 4 * SUMMARY_CHARS)
-    if event.type == "output":
-        return shorten(output_summary(value), 4 * SUMMARY_CHARS)
-    if event.type == "message":
-        text = f"{value.get('sender') or '?'}: {shorten(str(value.get('text', '')))}"
-        if "data" in value:
-            text += f" data={shorten(compact(value['data']))}"
-        return text
-    return shorten(compact(value))
 
 
 def event_line(event: Event) -> str:

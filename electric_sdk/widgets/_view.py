@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._wire.times import from_iso
-from ..cli.output import event_summary
 from ..errors import ElectricError
+from ..event_text import event_summary
 from ..lifecycle import TABLE, Signal, State, valid_signals
 from ..models import Entity, EntityRef, Event, SignalManyResult, SignalResult
 
