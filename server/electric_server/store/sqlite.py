@@ -28,10 +28,9 @@ import functools
 import logging
 import os
 import sqlite3
-import struct
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,8 @@ from typing import Any
 
 from electric_sdk.lifecycle import State
 
+from ..internals.ready_queue import BUSY, ready_queue
+from ..internals.wal_index import Estimate, FrameCounter, frame_counter
 from .base import (
     Commit,
     EntityRecord,
@@ -171,14 +172,10 @@ def now_ms() -> int:
 MAX_COMMIT_DELAY_MS = 100
 # The store checkpoints the WAL itself (SQLiteStore._checkpoint) as often as
 # SQLite would (its default wal_autocheckpoint is 1,000 pages): after this many
-# frames appended since the last checkpoint, read from the WAL index (_WalIndex).
+# frames appended since the last checkpoint, as the wal_index seam counts them
+# (internals/wal_index.py).
 CHECKPOINT_FRAMES = 1000
-# Where the WAL index cannot be read: a write counted as the pages a lone write
-# changes (its event's, its entity's, an index's). Batches change far fewer per
-# write (256 signals to one entity: 13 pages, not 768), so this is the fallback only.
-_FRAMES_PER_WRITE = 3
 ENTITY_CACHE_SIZE = 50_000
-_BUSY = (None,)  # stands in for the ready queue of a loop that has none (see SQLiteStore._alone)
 
 _INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_ENTITY = (
@@ -262,54 +259,6 @@ class _Staged:
     idempotency_rows: list[tuple[object, ...]] = field(default_factory=list)
 
 
-class _WalIndex:
-    """Reads how many frames the WAL holds from the header of SQLite's WAL index.
-
-    The ``-shm`` file starts with the wal-index header, a documented part of
-    SQLite's file format (walformat.html, "The WAL-Index Header"; unchanged
-    since 3.7.0): iVersion (u32, 3007000) at 0, mxFrame (u32, the last valid
-    frame) at 16, and the salts at 32, which change whenever the WAL restarts
-    from its beginning; native byte order. Read with pread, not mmap, so a
-    truncated file can only fail a read, never fault the process. The count only
-    decides when to checkpoint: a misread costs an early or late checkpoint,
-    never data.
-    """
-
-    _HEADER = struct.Struct("=I12xI12xII")  # iVersion, mxFrame, aSalt[0], aSalt[1]
-    _VERSION = 3007000
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    @classmethod
-    def open(cls, db_path: Path) -> _WalIndex | None:
-        """The database's WAL index, or None where its header is not one this reads."""
-        try:
-            fd = os.open(f"{db_path}-shm", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        index = cls(fd)
-        if index.read() is None:
-            index.close()
-            return None
-        return index
-
-    def read(self) -> tuple[int, tuple[int, int]] | None:
-        """(frames in the WAL, the WAL's salts), or None if the header is unreadable."""
-        try:
-            data = os.pread(self._fd, self._HEADER.size, 0)
-        except OSError:
-            return None
-        if len(data) < self._HEADER.size:
-            return None
-        version, frames, salt1, salt2 = self._HEADER.unpack(data)
-        return (frames, (salt1, salt2)) if version == self._VERSION else None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-
-
 class _Refused(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -363,12 +312,11 @@ class SQLiteStore(Store):
         # Commits run on the loop unless SQLite itself must sync inside them (EXTRA).
         self._commits_on_loop = self.synchronous != "EXTRA"
         self._frames_since_checkpoint = 0
-        self._wal_index: _WalIndex | None = None
-        # The WAL as the last checkpoint left it (frames, salts): frames appended
-        # since are counted from there, or from zero once the WAL has restarted.
-        self._checkpointed_at: tuple[int, tuple[int, int]] = (0, (0, 0))
+        self._frames: FrameCounter = Estimate()  # until open: see open
         self._failed: OSError | None = None
         self._writer_idle = False  # waiting for writes: nothing being applied or synced
+        # The loop's callbacks ready to run, from the ready_queue seam once the store is open (see _alone).
+        self._loop_ready: Sized = BUSY
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._next_txid = 1
@@ -422,17 +370,9 @@ class SQLiteStore(Store):
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
             self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-sync")
         if self._commits_on_loop:  # the store checkpoints itself (see _checkpoint)
-            self._open_wal_index()
+            self._frames = frame_counter(self.path)
+        self._loop_ready = ready_queue(loop)
         self._writer_task = asyncio.create_task(self._writer_loop(), name="electric-sqlite-writer")
-
-    def _open_wal_index(self) -> None:
-        self._wal_index = _WalIndex.open(self.path)
-        wal = self._wal_index.read() if self._wal_index is not None else None
-        if wal is None:
-            log.info("the WAL index header is unreadable: checkpoints follow an estimate of pages written")
-            return
-        # Frames already in the WAL (the schema's, or a previous run's) count too.
-        self._checkpointed_at = (0, wal[1])
 
     async def close(self) -> None:
         if self._writer_task is None:
@@ -444,6 +384,7 @@ class SQLiteStore(Store):
         self._wakeup.set()
         await self._writer_task
         self._writer_task = None
+        self._loop_ready = BUSY
         assert self._executor is not None
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._close_writer)
@@ -455,9 +396,8 @@ class SQLiteStore(Store):
             with contextlib.suppress(OSError):
                 os.close(self._wal_fd)
             self._wal_fd = None
-        if self._wal_index is not None:
-            self._wal_index.close()
-            self._wal_index = None
+        self._frames.close()
+        self._frames = Estimate()
         if self._rconn is not None:
             self._rconn.close()
             self._rconn = None
@@ -489,7 +429,8 @@ class SQLiteStore(Store):
         about to run (at 64 concurrent callers, 99% of writes find two or more
         callbacks ready; one caller's find none), and those calls' writes must
         wait for the writer to batch them, or every write would take its own
-        fsync. A loop without CPython's ready queue (``_ready``) always queues.
+        fsync. The ready_queue seam says what is ready (internals/ready_queue.py);
+        its fallback is never empty, so every write then queues.
         """
         return (
             self._writer_idle
@@ -500,7 +441,7 @@ class SQLiteStore(Store):
             and self._failed is None
             and not self._closing
             and not self._conn_lock.locked()
-            and len(getattr(asyncio.get_running_loop(), "_ready", _BUSY)) == 0
+            and not self._loop_ready
         )
 
     def _write_now(self, write: Write) -> WriteOutcome | BaseException:
@@ -591,17 +532,7 @@ class SQLiteStore(Store):
     def _counted(self, writes: int) -> None:
         """A batch of this many writes was committed (not yet synced)."""
         self._committed += 1
-        wal = self._wal_index.read() if self._wal_index is not None else None
-        if wal is None:
-            self._frames_since_checkpoint += writes * _FRAMES_PER_WRITE
-            return
-        frames, salts = wal
-        at_frames, at_salts = self._checkpointed_at
-        # The same salts: the WAL still holds what the last checkpoint saw (it may
-        # not have copied all of it, e.g. for a reader's snapshot); new ones, or
-        # fewer frames: it restarted.
-        restarted = salts != at_salts or frames < at_frames
-        self._frames_since_checkpoint = frames if restarted else frames - at_frames
+        self._frames_since_checkpoint = self._frames.appended(self._frames_since_checkpoint, writes)
 
     def _publish(self, batch: list[_Pending]) -> None:
         self.hub.publish_many(
@@ -689,8 +620,7 @@ class SQLiteStore(Store):
         """
         self._frames_since_checkpoint = 0
         self.checkpoints += 1
-        if self._wal_index is not None:
-            self._checkpointed_at = self._wal_index.read() or self._checkpointed_at
+        self._frames.checkpointed()
         conn = self._wconn
         assert conn is not None
         loop = asyncio.get_running_loop()
