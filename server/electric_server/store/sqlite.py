@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import sqlite3
@@ -34,7 +33,6 @@ from collections.abc import Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from electric_sdk.lifecycle import State
 
@@ -53,114 +51,26 @@ from .base import (
     WriteContext,
     WriteOutcome,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS entities (
-    type TEXT NOT NULL,
-    id TEXT NOT NULL,
-    state TEXT NOT NULL,
-    grace_ms INTEGER NOT NULL,
-    idle_timeout_ms INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    head_offset INTEGER NOT NULL,
-    closed INTEGER NOT NULL,
-    stopping_deadline INTEGER,
-    txid INTEGER NOT NULL,
-    lease_epoch INTEGER NOT NULL DEFAULT 0,
-    message_cursor INTEGER NOT NULL DEFAULT 0,
-    cursor_attempt INTEGER NOT NULL DEFAULT 0,
-    last_message_offset INTEGER NOT NULL DEFAULT -1,
-    reload_pending INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (type, id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
-CREATE INDEX IF NOT EXISTS entities_by_deadline ON entities (stopping_deadline)
-    WHERE stopping_deadline IS NOT NULL;
-CREATE TABLE IF NOT EXISTS events (
-    type TEXT NOT NULL,
-    id TEXT NOT NULL,
-    offset INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    operation INTEGER NOT NULL,
-    ts INTEGER NOT NULL,
-    txid INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (type, id, offset)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS idempotency (
-    type TEXT NOT NULL,
-    id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    request_hash BLOB NOT NULL,
-    response BLOB NOT NULL,
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (type, id, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-"""
-
-_ENTITY_COLUMNS = (
-    "type, id, state, grace_ms, idle_timeout_ms, created_at, updated_at, head_offset, closed, "
-    "stopping_deadline, txid, lease_epoch, message_cursor, cursor_attempt, last_message_offset, reload_pending"
+from .rows import ENTITY_VALUE_INDEXES, advanced, entity_from_row, entity_row, event_from_row
+from .sqlite_schema import (
+    INSERT_EVENT,
+    INSERT_IDEMPOTENCY,
+    PURGE_IDEMPOTENCY,
+    SCHEMA,
+    SELECT_ENTITIES,
+    SELECT_ENTITY,
+    SELECT_EVENTS,
+    SELECT_IDEMPOTENCY,
+    SELECT_NEXT_TXID,
+    SELECT_STOPPING_DEADLINES,
+    SET_NEXT_TXID,
+    UPSERT_ENTITY,
+    migrate,
+    update_entity_sql,
 )
-# Columns added after the first release, with their definitions: added to an
-# older database when it is opened.
-_ADDED_ENTITY_COLUMNS = {
-    "lease_epoch": "INTEGER NOT NULL DEFAULT 0",
-    "message_cursor": "INTEGER NOT NULL DEFAULT 0",
-    "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
-    "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
-    "reload_pending": "INTEGER NOT NULL DEFAULT 0",
-}
-_EVENT_COLUMNS = "offset, kind, key, operation, ts, txid, body"
 
-
-def _entity(row: tuple[Any, ...]) -> EntityRecord:
-    (
-        t,
-        i,
-        state,
-        grace,
-        idle,
-        created,
-        updated,
-        head,
-        closed,
-        deadline,
-        txid,
-        epoch,
-        cursor,
-        attempt,
-        last,
-        hup,
-    ) = row
-    return EntityRecord(
-        type=str(t),
-        id=str(i),
-        state=State(state),
-        grace_ms=int(grace),
-        idle_timeout_ms=int(idle),
-        created_at_ms=int(created),
-        updated_at_ms=int(updated),
-        head_offset=int(head),
-        closed=bool(closed),
-        stopping_deadline_ms=None if deadline is None else int(deadline),
-        txid=int(txid),
-        lease_epoch=int(epoch),
-        message_cursor=int(cursor),
-        cursor_attempt=int(attempt),
-        last_message_offset=int(last),
-        reload_pending=bool(hup),
-    )
-
-
-def _event(row: tuple[Any, ...]) -> StoredEvent:
-    offset, kind, key, op, ts, txid, body = row
-    return StoredEvent(int(offset), str(kind), str(key), int(op), int(ts), int(txid), bytes(body))
-
+# SCHEMA and now_ms are here too for the benchmarks, which build files the store's way.
+__all__ = ["CHECKPOINT_FRAMES", "ENTITY_CACHE_SIZE", "MAX_COMMIT_DELAY_MS", "SCHEMA", "SQLiteStore", "now_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -176,77 +86,6 @@ MAX_COMMIT_DELAY_MS = 100
 # (internals/wal_index.py).
 CHECKPOINT_FRAMES = 1000
 ENTITY_CACHE_SIZE = 50_000
-
-_INSERT_EVENT = "INSERT INTO events (type, id, offset, kind, key, operation, ts, txid, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_UPSERT_ENTITY = (
-    f"INSERT INTO entities ({_ENTITY_COLUMNS}) VALUES ({', '.join('?' * 16)}) "
-    "ON CONFLICT (type, id) DO UPDATE SET state = excluded.state, grace_ms = excluded.grace_ms, "
-    "idle_timeout_ms = excluded.idle_timeout_ms, updated_at = excluded.updated_at, "
-    "head_offset = excluded.head_offset, closed = excluded.closed, "
-    "stopping_deadline = excluded.stopping_deadline, txid = excluded.txid, "
-    "lease_epoch = excluded.lease_epoch, message_cursor = excluded.message_cursor, "
-    "cursor_attempt = excluded.cursor_attempt, last_message_offset = excluded.last_message_offset, "
-    "reload_pending = excluded.reload_pending"
-)
-_INSERT_IDEMPOTENCY = (
-    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
-_SET_NEXT_TXID = "INSERT INTO meta (name, value) VALUES ('next_txid', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value"
-
-
-_ENTITY_COLUMN_NAMES = tuple(_ENTITY_COLUMNS.split(", "))
-_VALUE_COLUMNS = range(2, len(_ENTITY_COLUMN_NAMES))  # all but the key (type, id)
-
-
-@functools.cache
-def _update_sql(changed: tuple[int, ...]) -> str:
-    """UPDATE of just these entity columns (indexes into _ENTITY_COLUMN_NAMES)."""
-    sets = ", ".join(f"{_ENTITY_COLUMN_NAMES[i]} = ?" for i in changed)
-    return f"UPDATE entities SET {sets} WHERE type = ? AND id = ?"
-
-
-def _entity_row(r: EntityRecord) -> tuple[object, ...]:
-    return (
-        r.type,
-        r.id,
-        r.state.value,
-        r.grace_ms,
-        r.idle_timeout_ms,
-        r.created_at_ms,
-        r.updated_at_ms,
-        r.head_offset,
-        int(r.closed),
-        r.stopping_deadline_ms,
-        r.txid,
-        r.lease_epoch,
-        r.message_cursor,
-        r.cursor_attempt,
-        r.last_message_offset,
-        int(r.reload_pending),
-    )
-
-
-def _advanced(base: EntityRecord, head_offset: int, ctx: WriteContext) -> EntityRecord:
-    # Built directly: dataclasses.replace costs twice as much on this hot path.
-    return EntityRecord(
-        base.type,
-        base.id,
-        base.state,
-        base.grace_ms,
-        base.idle_timeout_ms,
-        base.created_at_ms,
-        ctx.now_ms,
-        head_offset,
-        base.closed,
-        base.stopping_deadline_ms,
-        ctx.txid,
-        base.lease_epoch,
-        base.message_cursor,
-        base.cursor_attempt,
-        base.last_message_offset,
-        base.reload_pending,
-    )
 
 
 @dataclass(slots=True)
@@ -346,12 +185,8 @@ class SQLiteStore(Store):
         conn = self._connect()
         if self._commits_on_loop:
             conn.execute("PRAGMA wal_autocheckpoint=0")  # _checkpoint does it, off the loop
-        conn.executescript(SCHEMA)
-        present = {row[1] for row in conn.execute("PRAGMA table_info(entities)")}
-        for column, definition in _ADDED_ENTITY_COLUMNS.items():
-            if column not in present:
-                conn.execute(f"ALTER TABLE entities ADD COLUMN {column} {definition}")
-        row = conn.execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
+        migrate(conn)
+        row = conn.execute(SELECT_NEXT_TXID).fetchone()
         self._next_txid = int(row[0]) if row else 1
         self._wconn = conn
 
@@ -655,13 +490,13 @@ class SQLiteStore(Store):
             # One statement per table for the whole batch; a failure here fails
             # (and rolls back) the batch, so no half-written transaction survives.
             if staged.events:
-                conn.executemany(_INSERT_EVENT, staged.events)
+                conn.executemany(INSERT_EVENT, staged.events)
             if staged.entities:
                 self._write_entities(conn, staged.entities)
             if staged.idempotency_rows:
-                conn.executemany(_INSERT_IDEMPOTENCY, staged.idempotency_rows)
+                conn.executemany(INSERT_IDEMPOTENCY, staged.idempotency_rows)
             if txid != start_txid:
-                conn.execute(_SET_NEXT_TXID, (txid,))
+                conn.execute(SET_NEXT_TXID, (txid,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -686,29 +521,27 @@ class SQLiteStore(Store):
         fresh: list[tuple[object, ...]] = []
         updates: dict[tuple[int, ...], list[tuple[object, ...]]] = {}
         for ref, after in entities.items():
-            row = _entity_row(after)
+            row = entity_row(after)
             before = self._cache.get(ref)
             if before is None:  # new, or not read by this batch (a spawn): the whole row
                 fresh.append(row)
                 continue
-            old = _entity_row(before)
-            changed = tuple([i for i in _VALUE_COLUMNS if row[i] != old[i]])
+            old = entity_row(before)
+            changed = tuple([i for i in ENTITY_VALUE_INDEXES if row[i] != old[i]])
             if changed:
                 updates.setdefault(changed, []).append(tuple([row[i] for i in changed]) + ref)
         if fresh:
-            conn.executemany(_UPSERT_ENTITY, fresh)
+            conn.executemany(UPSERT_ENTITY, fresh)
         for changed, rows in updates.items():
-            conn.executemany(_update_sql(changed), rows)
+            conn.executemany(update_entity_sql(changed), rows)
 
     def _current(self, conn: sqlite3.Connection, ref: Ref, staged: _Staged) -> EntityRecord | None:
         """The entity as this batch sees it: staged, cached, or from the file."""
         record = staged.entities.get(ref) or self._cache.get(ref)
         if record is None:
-            row = conn.execute(
-                f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", ref
-            ).fetchone()
+            row = conn.execute(SELECT_ENTITY, ref).fetchone()
             if row is not None:
-                record = self._cache[ref] = _entity(row)
+                record = self._cache[ref] = entity_from_row(row)
         return record
 
     def _remembered(
@@ -716,7 +549,7 @@ class SQLiteStore(Store):
     ) -> tuple[bytes, bytes] | None:
         found = staged.idempotency.get((ref[0], ref[1], key))
         if found is None:
-            row = conn.execute(_SELECT_IDEMPOTENCY, (ref[0], ref[1], key)).fetchone()
+            row = conn.execute(SELECT_IDEMPOTENCY, (ref[0], ref[1], key)).fetchone()
             found = (bytes(row[0]), bytes(row[1])) if row else None
         return found
 
@@ -762,7 +595,7 @@ class SQLiteStore(Store):
                 staged.events.extend([ref + e for e in stored])
             base = mutation.entity or before
             assert base is not None, "a mutation that creates an entity must return its record"
-            after = _advanced(base, head + len(stored), ctx)
+            after = advanced(base, head + len(stored), ctx)
             staged.entities[ref] = after
             commit = Commit(ref, ctx.txid, ctx.now_ms, stored, before, after, mutation.result)
             response = write.encode(commit) if write.encode is not None else None
@@ -781,13 +614,9 @@ class SQLiteStore(Store):
         return self._rconn
 
     async def get_entity(self, ref: Ref) -> EntityRecord | None:
-        row = (
-            self._reader()
-            .execute(f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE type = ? AND id = ?", ref)
-            .fetchone()
-        )
+        row = self._reader().execute(SELECT_ENTITY, ref).fetchone()
         await self._durable()
-        return _entity(row) if row else None
+        return entity_from_row(row) if row else None
 
     async def list_entities(
         self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
@@ -802,60 +631,39 @@ class SQLiteStore(Store):
         if after is not None:
             where.append("(type, id) > (?, ?)")
             args.extend(after)
-        sql = f"SELECT {_ENTITY_COLUMNS} FROM entities"
+        sql = SELECT_ENTITIES
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY type, id LIMIT ?"
         args.append(str(limit))
         rows = self._reader().execute(sql, args).fetchall()
         await self._durable()
-        return [_entity(r) for r in rows]
+        return [entity_from_row(r) for r in rows]
 
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
-        rows = (
-            self._reader()
-            .execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE type = ? AND id = ? AND offset >= ? "
-                "ORDER BY offset LIMIT ?",
-                (ref[0], ref[1], from_offset, limit),
-            )
-            .fetchall()
-        )
+        rows = self._reader().execute(SELECT_EVENTS, (ref[0], ref[1], from_offset, limit)).fetchall()
         await self._durable()
-        return [_event(r) for r in rows]
+        return [event_from_row(r) for r in rows]
 
     async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
-        row = (
-            self._reader()
-            .execute(
-                "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?",
-                (ref[0], ref[1], key),
-            )
-            .fetchone()
-        )
+        row = self._reader().execute(SELECT_IDEMPOTENCY, (ref[0], ref[1], key)).fetchone()
         await self._durable()
         return (bytes(row[0]), bytes(row[1])) if row else None
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
-        rows = (
-            self._reader()
-            .execute("SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL")
-            .fetchall()
-        )
+        rows = self._reader().execute(SELECT_STOPPING_DEADLINES).fetchall()
         await self._durable()
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
     async def head_txid(self) -> int:
-        row = self._reader().execute("SELECT value FROM meta WHERE name = 'next_txid'").fetchone()
+        row = self._reader().execute(SELECT_NEXT_TXID).fetchone()
         await self._durable()
         return (int(row[0]) if row else 1) - 1
 
     async def purge_idempotency(self, older_than_ms: int) -> int:
         def purge() -> int:
             assert self._wconn is not None
-            return self._wconn.execute(
-                "DELETE FROM idempotency WHERE created_at < ?", (older_than_ms,)
-            ).rowcount
+            return self._wconn.execute(PURGE_IDEMPOTENCY, (older_than_ms,)).rowcount
 
         loop = asyncio.get_running_loop()
         async with self._conn_lock:  # the writer connection is not shared mid-statement
