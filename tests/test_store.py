@@ -29,7 +29,8 @@ from electric_server.store.base import (
     WriteContext,
     WriteOutcome,
 )
-from electric_server.store.sqlite import CHECKPOINT_FRAMES, SQLiteStore
+from electric_server.store.sqlite import SQLiteStore
+from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
