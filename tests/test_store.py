@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 from electric_server import commands
+from electric_server.internals import ENV, forced
+from electric_server.internals.ready_queue import BUSY, ready_queue
+from electric_server.internals.wal_index import FRAMES_PER_WRITE, Estimate, WalIndex, frame_counter
 from electric_server.store.base import (
     Decide,
     EntityRecord,
@@ -26,7 +29,8 @@ from electric_server.store.base import (
     WriteContext,
     WriteOutcome,
 )
-from electric_server.store.sqlite import SQLiteStore, _WalIndex
+from electric_server.store.sqlite import SQLiteStore
+from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
@@ -349,6 +353,10 @@ async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteSt
     assert len(await store.read_events(refs[0], 0, 100)) == 16  # the spawn record and 15 notes
 
 
+@pytest.mark.skipif(
+    forced("wal_index"),
+    reason="about the WAL index header; test_the_wal_index_fallback_still_checkpoints runs this load on the fallback",
+)
 async def test_checkpoints_follow_the_frames_sqlite_wrote(store: SQLiteStore) -> None:
     """Checkpoints are scheduled by the frames the WAL index says were appended,
     not by an estimate per write: a batch of many writes to one entity changes a
@@ -399,8 +407,88 @@ def test_an_unreadable_wal_index_header_is_none(tmp_path: Path) -> None:
     shm = tmp_path / "x.db-shm"
     for content in (b"", b"\0" * 40, (3007001).to_bytes(4, "little") + b"\0" * 36):
         shm.write_bytes(content)
-        assert _WalIndex.open(tmp_path / "x.db") is None
-    assert _WalIndex.open(tmp_path / "missing.db") is None
+        assert WalIndex.open(tmp_path / "x.db") is None
+    assert WalIndex.open(tmp_path / "missing.db") is None
+
+
+async def test_the_wal_index_fallback_still_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the wal_index seam's fallback, checkpoints follow its estimate of 3 frames
+    a write: the load of test_checkpoints_follow_the_frames_sqlite_wrote, whose few
+    frames called for no checkpoint, now checkpoints twice, and lone writes keep the
+    WAL from growing."""
+    monkeypatch.setenv(ENV, "wal_index")
+    store = SQLiteStore(tmp_path / "electric.db")
+    await store.open()
+    try:
+        ref = ("t", "busy")
+        await store.write_many([spawn(ref)])
+        for _ in range(4):  # 4 batches of 256 writes: 3,075 frames, counted after each batch
+            for outcome in await store.write_many([note(ref) for _ in range(256)]):
+                committed(outcome)
+        assert store.checkpoints == 2  # after the 2nd batch (1,539 frames) and the 4th (1,536)
+        assert store._frames_since_checkpoint == 0
+        for _ in range(1000):  # lone writes, one commit each: 3,000 frames
+            committed(await store.write(note(ref)))
+        assert store.checkpoints >= 4
+        assert store._frames_since_checkpoint < CHECKPOINT_FRAMES
+        wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
+        assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
+        assert len(await store.read_events(ref, 0, 3000)) == 1 + 4 * 256 + 1000
+    finally:
+        await store.close()
+
+
+def test_the_wal_index_seam_falls_back_to_the_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The estimate where the header cannot be read, or where the fallback is forced."""
+    db = tmp_path / "x.db"
+    monkeypatch.setenv(ENV, "")
+    assert isinstance(frame_counter(db), Estimate)  # no -shm file
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (x)")
+        counter = frame_counter(db)
+        assert isinstance(counter, WalIndex)
+        counter.close()
+        monkeypatch.setenv(ENV, "wal_index")
+        assert isinstance(frame_counter(db), Estimate)
+    finally:
+        conn.close()
+    assert Estimate().appended(10, 2) == 10 + 2 * FRAMES_PER_WRITE
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["ready_queue", "ready_queue_fallback"])
+async def test_a_lone_write_commits_in_its_callers_task_unless_the_ready_queue_falls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback: bool
+) -> None:
+    """A write alone commits right in its caller's task: the ready_queue seam finds
+    nothing else ready on the loop. With the seam's fallback it goes through the
+    writer task, every time."""
+    monkeypatch.setenv(ENV, "ready_queue" if fallback else "")
+    store = SQLiteStore(tmp_path / "electric.db")
+    await store.open()
+    try:
+        publishers: list[asyncio.Task[Any] | None] = []
+        store.hub.subscribe_all(lambda commit: publishers.append(asyncio.current_task()))
+        ref = ("t", "a")
+        committed(await store.write(spawn(ref)))  # the writer task's first turn may still be ready
+        for _ in range(3):
+            committed(await store.write(note(ref)))
+        expected = store._writer_task if fallback else asyncio.current_task()
+        assert publishers[1:] == [expected] * 3
+        assert len(await store.read_events(ref, 0, 10)) == 4
+    finally:
+        await store.close()
+
+
+def test_a_loop_without_a_ready_queue_is_always_busy() -> None:
+    loop = asyncio.AbstractEventLoop()  # the interface alone, as a loop that keeps its own queue
+    assert ready_queue(loop) is BUSY
+    assert len(BUSY) > 0
 
 
 def change(**fields: Any) -> Decide:

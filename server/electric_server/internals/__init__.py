@@ -6,7 +6,7 @@ Three wins lean on things their owners do not promise to keep:
 |---|---|---|
 | ``acceptors`` | grpc.aio's Cython core: extra outstanding call requests per method | grpc's own acceptor |
 | ``ready_queue`` | asyncio's ready queue: a lone write skips the writer task | every write goes through the writer task |
-| ``wal_index`` | SQLite's ``-shm`` header: checkpoints follow the frames really appended | frames estimated per write |
+| ``wal_index`` | SQLite's ``-shm`` header: checkpoints follow the frames really appended | 3 frames counted per write: more checkpoints, never fewer |
 
 Each seam checks what it needs once and falls back, logging why, when the
 installed version differs. Nothing outside this package touches those

@@ -1,0 +1,152 @@
+"""The SQLite file's schema, how an older file is brought up to it, and the store's statements.
+
+The entity table's columns are ``rows.ENTITY_COLUMNS`` (the record's fields);
+their SQLite definitions are listed here once, and both the CREATE TABLE and
+the columns added to an older file are built from that list. Every statement
+is built once, at import: the write path only looks them up.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+
+from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+
+__all__ = [
+    "INSERT_EVENT",
+    "INSERT_IDEMPOTENCY",
+    "PURGE_IDEMPOTENCY",
+    "SCHEMA",
+    "SELECT_ENTITIES",
+    "SELECT_ENTITY",
+    "SELECT_EVENTS",
+    "SELECT_IDEMPOTENCY",
+    "SELECT_NEXT_TXID",
+    "SELECT_STOPPING_DEADLINES",
+    "SET_NEXT_TXID",
+    "UPSERT_ENTITY",
+    "migrate",
+    "update_entity_sql",
+]
+
+# Each entity column's definition, in ENTITY_COLUMNS order. The columns with a
+# default came after the first release: an older file gains them when it is
+# opened (migrate), so a column added later needs a default too.
+_ENTITY_DEFINITIONS = {
+    "type": "TEXT NOT NULL",
+    "id": "TEXT NOT NULL",
+    "state": "TEXT NOT NULL",
+    "grace_ms": "INTEGER NOT NULL",
+    "idle_timeout_ms": "INTEGER NOT NULL",
+    "created_at": "INTEGER NOT NULL",
+    "updated_at": "INTEGER NOT NULL",
+    "head_offset": "INTEGER NOT NULL",
+    "closed": "INTEGER NOT NULL",
+    "stopping_deadline": "INTEGER",
+    "txid": "INTEGER NOT NULL",
+    "lease_epoch": "INTEGER NOT NULL DEFAULT 0",
+    "message_cursor": "INTEGER NOT NULL DEFAULT 0",
+    "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
+    "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
+    "reload_pending": "INTEGER NOT NULL DEFAULT 0",
+}
+if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
+    # A field added to EntityRecord without its column (or the other way round)
+    # would fail every write; fail at import instead, naming the difference.
+    raise ImportError(
+        f"the entities table's columns {tuple(_ENTITY_DEFINITIONS)} are not EntityRecord's {ENTITY_COLUMNS}"
+    )
+
+_ENTITY_TABLE = ",\n".join(f"    {column} {definition}" for column, definition in _ENTITY_DEFINITIONS.items())
+_KEY = ", ".join(ENTITY_KEY)
+
+# The entity table is built from the definitions above (it gains columns); the
+# others are as they were first released.
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS entities (
+{_ENTITY_TABLE},
+    PRIMARY KEY ({_KEY})
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
+CREATE INDEX IF NOT EXISTS entities_by_deadline ON entities (stopping_deadline)
+    WHERE stopping_deadline IS NOT NULL;
+CREATE TABLE IF NOT EXISTS events (
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    ts INTEGER NOT NULL,
+    txid INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (type, id, offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idempotency (
+    type TEXT NOT NULL,
+    id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash BLOB NOT NULL,
+    response BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (type, id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Create what the file lacks: its tables and indexes, or the entity columns added since it was written."""
+    conn.executescript(SCHEMA)
+    present = {row[1] for row in conn.execute("PRAGMA table_info(entities)")}
+    for column, definition in _ENTITY_DEFINITIONS.items():
+        if column not in present:
+            conn.execute(f"ALTER TABLE entities ADD COLUMN {column} {definition}")
+
+
+def _placeholders(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+_ENTITY_LIST = ", ".join(ENTITY_COLUMNS)
+_EVENT_LIST = ", ".join(EVENT_COLUMNS)
+_WHERE_KEY = " AND ".join(f"{column} = ?" for column in ENTITY_KEY)
+# A row written whole over an existing one keeps the time the entity was created.
+_KEPT_ON_CONFLICT = {*ENTITY_KEY, "created_at"}
+
+SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WHERE_KEY}"
+SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
+UPSERT_ENTITY = (
+    f"INSERT INTO entities ({_ENTITY_LIST}) VALUES ({_placeholders(len(ENTITY_COLUMNS))}) "
+    f"ON CONFLICT ({_KEY}) DO UPDATE SET "
+    + ", ".join(
+        f"{column} = excluded.{column}" for column in ENTITY_COLUMNS if column not in _KEPT_ON_CONFLICT
+    )
+)
+SELECT_STOPPING_DEADLINES = (
+    f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
+)
+
+INSERT_EVENT = f"INSERT INTO events ({_KEY}, {_EVENT_LIST}) VALUES ({_placeholders(len(ENTITY_KEY) + len(EVENT_COLUMNS))})"
+SELECT_EVENTS = f"SELECT {_EVENT_LIST} FROM events WHERE {_WHERE_KEY} AND offset >= ? ORDER BY offset LIMIT ?"
+
+INSERT_IDEMPOTENCY = (
+    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
+
+SELECT_NEXT_TXID = "SELECT value FROM meta WHERE name = 'next_txid'"
+SET_NEXT_TXID = (
+    "INSERT INTO meta (name, value) VALUES ('next_txid', ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+
+
+@functools.cache
+def update_entity_sql(changed: tuple[int, ...]) -> str:
+    """UPDATE of just these entity columns (indexes into ENTITY_COLUMNS); the key's values follow theirs."""
+    sets = ", ".join(f"{ENTITY_COLUMNS[i]} = ?" for i in changed)
+    return f"UPDATE entities SET {sets} WHERE {_WHERE_KEY}"
