@@ -70,7 +70,7 @@ lint: $(STAMP) buf-lint
 # Then the store and accept tests once more with every private-internal seam's
 # fallback forced (server/electric_server/internals/), so the code that runs on a
 # dependency without those internals is tested too.
-FALLBACK_TESTS := tests/test_store.py tests/test_accept.py
+FALLBACK_TESTS := tests/test_store.py tests/test_store_rows.py tests/test_accept.py tests/test_internals.py
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest
