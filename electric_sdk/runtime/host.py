@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -28,12 +28,13 @@ from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._async import _json
-from ..lifecycle import Action, Outcome, Signal, State
+from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..models import Event
 from .app import EntityType
 from .context import Context, Message, SignalInfo
 from .fenced import (
     DEFAULT_GRACE,
+    DEFAULT_IDLE_TIMEOUT,
     FINAL_WRITE_TIMEOUT_S,
     Session,
     loop_deadline,
@@ -45,10 +46,12 @@ __all__ = ["EntityHost"]
 
 log = logging.getLogger("electric.runtime")
 
-DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
 # Scoped SIGINTs remembered for messages not yet delivered (a bound against a flood of bad keys).
 _MAX_SCOPED = 1000
 _RECENT = 32
+# A scoped SIGINT whose message's run had already ended; a SIGTERM whose cleanup has begun.
+_SCOPED_MISSED = runtime_outcome(Action.ABORT_RUN, Effect.NO_TARGET)
+_CLEANING_UP = runtime_outcome(Action.CLEANUP, Effect.ACTED)
 
 
 @dataclass(slots=True)
@@ -112,11 +115,10 @@ class EntityHost(Lifetime):
     # -- lifetime ---------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        if self.state is State.SPAWNING:
-            await self._fenced.transition(State.RUNNING, "started")
-        elif self.state is State.IDLE:
-            await self._fenced.transition(State.RUNNING, "wake")
-        elif self.state is State.STOPPING:  # leased mid-cleanup: the previous worker was lost
+        rules = STATE_RULES[self.state]
+        if rules.start_cause is not None:
+            await self._fenced.transition(State.RUNNING, rules.start_cause)
+        elif rules.cleanup:  # leased mid-cleanup: the previous worker was lost
             self._start_cleanup(None, pending=False)
 
     async def _main(self) -> None:
@@ -236,7 +238,7 @@ class EntityHost(Lifetime):
         info = run.stopped_by
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
-                await self._fenced.outcome(info, Outcome.ABORTED)
+                await self._fenced.outcome(info, runtime_outcome(Action.ABORT_RUN, Effect.ACTED))
             handler = self.etype.handler_for(Signal.SIGINT)
             if handler is not None and self._tg is not None and self.end_reason is None:
                 self._tg.start_soon(self._call_handler, handler, replace(info, partial_output=output))
@@ -269,7 +271,12 @@ class EntityHost(Lifetime):
         if (judged := self._signal_event(event)) is None:
             return
         info, pending, cell = judged
-        if info.signal is Signal.SIGINT and info.message_key and info.previous_state is not State.STOPPING:
+        # A SIGINT scoped to one message acts on that message only, unless the entity is shutting down.
+        if (
+            info.signal is Signal.SIGINT
+            and info.message_key
+            and not STATE_RULES[info.previous_state].shutting_down
+        ):
             self._scoped_sigint(info, pending)
             self._bell.ring()
             return
@@ -327,7 +334,7 @@ class EntityHost(Lifetime):
         for key, (info, _pending) in list(self._scoped.items()):
             if info.offset < message.offset:
                 del self._scoped[key]
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+                self._tg.start_soon(self._fenced.outcome, info, _SCOPED_MISSED, "its run already ended")
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         """A SIGINT scoped to one message (headless runs) touches that message only: its run is
@@ -341,13 +348,13 @@ class EntityHost(Lifetime):
                 run.stopped_by, run.outcome_pending = info, pending
                 run.scope.cancel()
             elif pending:
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run is already ending")
+                self._tg.start_soon(self._fenced.outcome, info, _SCOPED_MISSED, "its run is already ending")
             return
         queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
             if key in self._recent or self._delivered > info.offset or not pending:  # it came and went
                 if pending:
-                    self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+                    self._tg.start_soon(self._fenced.outcome, info, _SCOPED_MISSED, "its run already ended")
             else:
                 self._scoped = self._scoped or {}
                 if len(self._scoped) < _MAX_SCOPED:
@@ -358,21 +365,21 @@ class EntityHost(Lifetime):
         run.outcome_pending = pending
         self._tg.start_soon(self._finish_run, run, pb.RUN_STATUS_ABORTED, "cancelled before it started")
 
-    async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Outcome, str]:
+    async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Effect, str]:
         try:
             await handler(self.instance, Context(self), info)
         except Exception as exc:
             log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
-            return Outcome.FAILED, f"{type(exc).__name__}: {exc}"
-        return Outcome.DELIVERED, ""
+            return Effect.FAILED, f"{type(exc).__name__}: {exc}"
+        return Effect.DELIVERED, ""
 
     async def _deliver(self, info: SignalInfo, pending: bool) -> None:
         handler = self.etype.handler_for(info.signal)
-        outcome, detail = (Outcome.DELIVERED, "no on_signal handler")
+        effect, detail = (Effect.DELIVERED, "no on_signal handler")
         if handler is not None:
-            outcome, detail = await self._call_handler(handler, info)
+            effect, detail = await self._call_handler(handler, info)
         if pending:
-            await self._fenced.outcome(info, outcome, detail)
+            await self._fenced.outcome(info, runtime_outcome(Action.DELIVER, effect), detail)
 
     # -- SIGTERM ----------------------------------------------------------------------------
 
@@ -384,7 +391,7 @@ class EntityHost(Lifetime):
         if self._cleanup_started:
             if info is not None and pending and self._tg is not None:
                 # The SIGTERM reached us after a cleanup resumed on a lease taken mid-stopping.
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.SHUTDOWN_REQUESTED)
+                self._tg.start_soon(self._fenced.outcome, info, _CLEANING_UP)
             return
         self._cleanup_started = True
         self._term = info
@@ -402,7 +409,7 @@ class EntityHost(Lifetime):
             while self._run is not None:  # the run stops at its next step boundary
                 await self._bell.wait()
             if pending:
-                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
+                await self._fenced.outcome(info, _CLEANING_UP)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
                 await self._call_handler(handler, info)

@@ -12,7 +12,7 @@ import traitlets
 from .._proto.electric.v1 import entity_service_pb2 as api
 from ..client import AsyncClient, Client
 from ..client._async import StateLike, _states
-from ..lifecycle import Signal
+from ..lifecycle import Signal, possible_signals
 from ..models import Entity, EntityRef, SignalManyResult, SignalResult, state_to_pb
 from ._base import LiveWidget
 from ._parts import Confirm, signal_button
@@ -23,7 +23,6 @@ from ._view import (
     error_html,
     note_html,
     parse_payload,
-    possible_signals,
 )
 
 

@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
-from electric_sdk.lifecycle import InvalidSignal, Outcome, Signal
+from electric_sdk.lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, InvalidSignal, Outcome, Signal
 
 from . import commands, convert
 from . import validation as v
@@ -111,7 +111,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         ref = v.ref(request.ref)
         # The profile is fixed at spawn: from the request, else the entity
         # type's default (announced by its workers), else the server's.
-        grace, idle = commands.DEFAULT_GRACE_MS, commands.DEFAULT_IDLE_TIMEOUT_MS
+        grace, idle = DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
         type_default = self.runtime.type_profile(ref[0]) if self.runtime is not None else None
         for profile, where in ((type_default, "the type's profile"), (request.profile, "profile")):
             if profile is None:

@@ -30,10 +30,9 @@ import anyio
 from ... import lifecycle
 from ..._proto.electric.v1 import runtime_service_pb2 as rt
 from ..._proto.electric.v1 import types_pb2 as pb
-from ...lifecycle import Action, Outcome, Signal, State
+from ...lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..context import Message, SignalInfo
-from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of
-from ..host import DEFAULT_IDLE_TIMEOUT
+from ..fenced import DEFAULT_IDLE_TIMEOUT, FINAL_WRITE_TIMEOUT_S, Session, message_of
 from ..lifetime import Lifetime
 from . import receipts
 from .evidence import Evidence, observe
@@ -58,6 +57,10 @@ FORWARDED = {
     Signal.SIGSTOP: "SIGSTOP",
     Signal.SIGCONT: "SIGCONT",
 }
+# A scoped SIGINT: its message's line was already written, or it was cancelled before.
+_SCOPED_MISSED = runtime_outcome(Action.ABORT_RUN, Effect.NO_TARGET)
+_SCOPED_CANCELLED = runtime_outcome(Action.ABORT_RUN, Effect.ACTED)
+_CLEANING_UP = runtime_outcome(Action.CLEANUP, Effect.ACTED)  # a SIGTERM whose cleanup has begun
 
 
 class ExecHost(Lifetime):
@@ -101,11 +104,10 @@ class ExecHost(Lifetime):
                 await self._recover()
             finally:
                 self._recovered.set()
-            if self.state is State.SPAWNING:
-                await self._fenced.transition(State.RUNNING, "started")
-            elif self.state is State.IDLE:
-                await self._fenced.transition(State.RUNNING, "wake")
-            elif self.state is State.STOPPING:  # leased for the cleanup: nothing of ours runs
+            rules = STATE_RULES[self.state]
+            if rules.start_cause is not None:
+                await self._fenced.transition(State.RUNNING, rules.start_cause)
+            elif rules.cleanup:  # leased for the cleanup: nothing of ours runs
                 self._start_cleanup(None, pending=False)
             await self._loop()
         finally:
@@ -410,7 +412,7 @@ class ExecHost(Lifetime):
         elif info.signal is Signal.SIGINT and info.message_key:
             self._tg.start_soon(self._cancel_queued, info, pending)
         elif action in (Action.ABORT_RUN, Action.DELIVER, Action.RELOAD, Action.PAUSE, Action.RESUME):
-            self._tg.start_soon(self._forward, info, pending)
+            self._tg.start_soon(self._forward, info, pending, action)
         elif pending and decision.outcome is not Outcome.PENDING:
             self._tg.start_soon(self._outcome, info, decision.outcome, "")
         self._bell.ring()
@@ -418,23 +420,23 @@ class ExecHost(Lifetime):
     async def _outcome(self, info: SignalInfo, outcome: Outcome, detail: str) -> None:
         await self._fenced.outcome(info, outcome, detail)
 
-    async def _forward(self, info: SignalInfo, pending: bool) -> None:
+    async def _forward(self, info: SignalInfo, pending: bool, action: Action) -> None:
         await self._recovered.wait()
         name = FORWARDED[info.signal]
         child = self.child
-        outcome, detail = Outcome.DELIVERED, ""
+        effect, detail = Effect.DELIVERED, ""
         if child is None or child.exited.is_set():
-            outcome, detail = Outcome.IGNORED, "no process is running"
-            if info.signal is Signal.SIGCONT or info.signal is Signal.SIGSTOP:
-                outcome = Outcome.TRANSITIONED
-            elif self.last is not None or self.orphan is not None:  # say why a stored PID is left alone
+            effect, detail = Effect.NO_TARGET, "no process is running"
+            # An ignored signal says why a stored PID is left alone.
+            ignored = runtime_outcome(action, effect) is Outcome.IGNORED
+            if ignored and (self.last is not None or self.orphan is not None):
                 evidence = self.orphan or self.last
                 await self._receipt(
                     "forward", "refused", evidence=evidence, name=name, signal_key=info.key,
                     reason=self._no_generation(),
                 )  # fmt: skip
         elif child.backend != "posix":
-            outcome, detail = Outcome.IGNORED, f"the {child.backend} backend has no {name}"
+            effect, detail = Effect.UNSUPPORTED, f"the {child.backend} backend has no {name}"
             await self._receipt(
                 "forward", "refused", evidence=child.evidence, name=name, signal_key=info.key, reason=detail
             )
@@ -448,7 +450,7 @@ class ExecHost(Lifetime):
                 signal_key=info.key,
             )
             if issued is None:
-                outcome, detail = Outcome.FAILED, "the generation could not be proved; nothing sent"
+                effect, detail = Effect.FAILED, "the generation could not be proved; nothing sent"
             else:
                 child.frozen = info.signal is Signal.SIGSTOP or (
                     child.frozen and info.signal is not Signal.SIGCONT
@@ -458,23 +460,21 @@ class ExecHost(Lifetime):
                     "forward", "issued", evidence=child.evidence, name=name, group=True, issued_at=issued,
                     signal_key=info.key, reason=f"{info.signal.value}",
                 )  # fmt: skip
-        if info.signal in (Signal.SIGSTOP, Signal.SIGCONT) and outcome is Outcome.DELIVERED:
-            outcome = Outcome.TRANSITIONED  # the state change is the signal's outcome; the freeze its means
         if pending:
-            await self._fenced.outcome(info, outcome, detail)
+            await self._fenced.outcome(info, runtime_outcome(action, effect), detail)
         self._bell.ring()
 
     async def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
         queued = next((m for m in self._queue if m.key == info.message_key), None)
         if queued is None:
             if pending:
-                await self._fenced.outcome(info, Outcome.IGNORED, "that message's line was already written")
+                await self._fenced.outcome(info, _SCOPED_MISSED, "that message's line was already written")
             return
         self._queue.remove(queued)
         await self._fenced.run(queued, pb.RUN_STATUS_ABORTED, error="cancelled before it started")
         self._fenced.ack(queued.offset)
         if pending:
-            await self._fenced.outcome(info, Outcome.ABORTED, "cancelled before its line was written")
+            await self._fenced.outcome(info, _SCOPED_CANCELLED, "cancelled before its line was written")
 
     async def _kill(self, info: SignalInfo, pending: bool) -> None:
         try:
@@ -485,7 +485,7 @@ class ExecHost(Lifetime):
             if child is not None and not child.reaped:
                 await self._force(child, f"SIGKILL {info.key}", info.key)
             if pending:
-                await self._fenced.outcome(info, Outcome.TRANSITIONED)
+                await self._fenced.outcome(info, runtime_outcome(Action.KILL, Effect.ACTED))
         finally:
             self._busy -= 1
             self.end("killed")
@@ -495,7 +495,7 @@ class ExecHost(Lifetime):
     def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
         if self._cleanup_started:
             if info is not None and pending and self._tg is not None:
-                self._tg.start_soon(self._outcome, info, Outcome.SHUTDOWN_REQUESTED, "")
+                self._tg.start_soon(self._outcome, info, _CLEANING_UP, "")
             return
         self._cleanup_started = True
         assert self._tg is not None
@@ -507,7 +507,7 @@ class ExecHost(Lifetime):
             await self._recovered.wait()
             key = info.key if info is not None else ""
             if info is not None and pending:
-                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
+                await self._fenced.outcome(info, _CLEANING_UP)
             if self.child is not None and not self.child.reaped:
                 await self._shutdown_child(self.child, f"SIGTERM {key}".strip(), key)
             else:
