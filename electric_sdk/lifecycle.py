@@ -394,6 +394,11 @@ def decide(
     takes the message up cancels it, so an `ignored` outcome stays pending
     unless the entity is shutting down.
     """
+    decision = _DECISIONS.get((state, signal, run_in_progress, message_waiting))
+    return decision if decision is not None else _judge(state, signal, run_in_progress, message_waiting)
+
+
+def _judge(state: State, signal: Signal, run_in_progress: bool | None, message_waiting: bool) -> Decision:
     c = cell(state, signal)
     if run_in_progress and not c.runs_possible:
         raise InvalidTransition(f"no run can be in progress in {state.value}")
@@ -415,6 +420,16 @@ def decide(
     else:
         outcome = Outcome.IGNORED
     return Decision(c, state, c.new_state or state, action, outcome)
+
+
+# Every decision the table allows, judged once: the server judges each signal in its write path.
+_DECISIONS = {
+    (state, signal, run, waiting): _judge(state, signal, run, waiting)
+    for state, row in TABLE.items()
+    for signal in row
+    for run in ((None, False, True) if STATE_RULES[state].runs_possible else (None, False))
+    for waiting in (False, True)
+}
 
 
 def valid_signals(state: State, run_in_progress: bool = False) -> dict[Signal, Decision]:
