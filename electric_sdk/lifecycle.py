@@ -1,10 +1,11 @@
-"""The entity lifecycle: the RFC's signal table, and nothing else.
+"""The entity lifecycle: the RFC's signal table and every rule about states.
 
 Two rules, as in h11's ``_state.py``:
 
-1. Everything that decides a lifecycle transition lives in this module. The
-   server, the runtime, the CLI and the widgets ask it; nobody re-encodes a
-   rule.
+1. Every rule about states and signals lives in this module: what a state
+   allows, what a signal does in it, what a runtime records. The server, the
+   runtime, the CLI and the widgets ask it; nobody re-encodes a rule (a test
+   fails on a group of states tested anywhere else).
 2. This module does no I/O. It answers from facts it is given: the entity's
    state, the signal, and whether a run is in progress (``None`` when the
    caller cannot know, as the server cannot).
@@ -13,8 +14,12 @@ Signal-driven transitions follow the RFC's table cell for cell (ARCHITECTURE
 §2: where the RFC's diagram and table differ, the table wins). The other
 transitions (spawning → running, running ⇄ idle, stopping → stopped) are
 written by the runtime or the server's reaper and are listed in
-``RUNTIME_TRANSITIONS``. ``python -m electric_sdk.lifecycle`` prints the table
-as Markdown; the docs are generated from it, never retyped.
+``RUNTIME_TRANSITIONS``. What each state allows besides (whether it takes
+messages, starts runs, needs a runtime, how a runtime takes it up) is
+``STATE_RULES``; the outcome a runtime records for what it did about a signal
+is ``RUNTIME_OUTCOMES``; the profile's default durations and the signals a
+handler may see are here too. ``python -m electric_sdk.lifecycle`` prints the
+tables as Markdown; the docs are generated from them, never retyped.
 """
 
 from __future__ import annotations
@@ -23,24 +28,41 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "DEFAULT_GRACE_MS",
+    "DEFAULT_IDLE_TIMEOUT_MS",
+    "HANDLEABLE",
+    "HOSTED_STATES",
+    "INITIAL_STATE",
+    "RUNTIME_OUTCOMES",
     "RUNTIME_TRANSITIONS",
+    "STATE_RULES",
     "TABLE",
     "TERMINAL_STATES",
     "Action",
     "Cell",
     "Decision",
+    "Effect",
     "InvalidSignal",
     "InvalidTransition",
     "LifecycleError",
     "Outcome",
     "Signal",
     "State",
+    "StateRules",
     "cell",
     "check_runtime_transition",
     "decide",
     "markdown_table",
+    "needs_runtime",
+    "possible_signals",
+    "runtime_outcome",
+    "runtime_target",
     "valid_signals",
 ]
+
+# An entity's profile when neither the spawn request nor its type names one (ARCHITECTURE §1).
+DEFAULT_GRACE_MS = 30_000
+DEFAULT_IDLE_TIMEOUT_MS = 60_000
 
 
 class Signal(enum.Enum):
@@ -64,6 +86,11 @@ class Signal(enum.Enum):
             if candidate in cls.__members__:
                 return cls[candidate]
         raise ValueError(f"unknown signal {text!r}; expected one of {', '.join(s.value for s in cls)}")
+
+
+# The signals entity code may register ``on_signal`` for: every one but the two the
+# runtime enforces unconditionally (ARCHITECTURE §3).
+HANDLEABLE = frozenset(Signal) - {Signal.SIGKILL, Signal.SIGSTOP}
 
 
 class State(enum.Enum):
@@ -93,7 +120,58 @@ class State(enum.Enum):
         return self in TERMINAL_STATES
 
 
-TERMINAL_STATES = frozenset({State.STOPPED, State.KILLED})
+@dataclass(frozen=True, slots=True)
+class StateRules:
+    """What one state allows, besides what each signal does in it (``TABLE``)."""
+
+    # The server appends messages sent to it (they may only queue).
+    accepts_messages: bool
+    # The server hands the entity's queued messages to its runtime.
+    delivers_messages: bool
+    # The runtime starts a run for a delivered message; the idle timeout runs meanwhile.
+    starts_runs: bool
+    # A run may be in progress: `paused` too, as SIGSTOP lets the current run finish.
+    runs_possible: bool
+    # A runtime is leased for it even with no message waiting.
+    needs_runtime: bool
+    # A runtime is leased for it when a message waits.
+    wakes_for_message: bool
+    # The cause of the → running transition a runtime writes when it takes the entity up.
+    start_cause: str | None
+    # SIGTERM's cleanup runs in it, until the grace deadline the state carries; a runtime
+    # leased in it resumes the cleanup, and a draining one waits for it.
+    cleanup: bool
+    # On its way out or out: no run starts again (a message-scoped SIGINT has nothing to do).
+    shutting_down: bool
+    # Final: signals are rejected, messages refused, the stream closes.
+    terminal: bool
+
+
+_R = StateRules
+# fmt: off
+STATE_RULES: dict[State, StateRules] = {
+    #                 accepts delivers starts runs   needs  wakes  start cause cleanup shutting terminal
+    #                 messages messages runs  possible runtime msg
+    State.SPAWNING: _R(True,   True,    False, False, True,  False, "started",  False, False,   False),
+    State.RUNNING:  _R(True,   True,    True,  True,  True,  False, None,       False, False,   False),
+    State.IDLE:     _R(True,   True,    False, False, False, True,  "wake",     False, False,   False),
+    State.PAUSED:   _R(True,   False,   False, True,  False, False, None,       False, False,   False),
+    State.STOPPING: _R(True,   False,   False, False, True,  False, None,       True,  True,    False),
+    State.STOPPED:  _R(False,  False,   False, False, False, False, None,       False, True,    True),
+    State.KILLED:   _R(False,  False,   False, False, False, False, None,       False, True,    True),
+}
+# fmt: on
+
+INITIAL_STATE = State.SPAWNING  # where every entity starts (the `spawn` state event)
+TERMINAL_STATES = frozenset(s for s, r in STATE_RULES.items() if r.terminal)
+# The states in which an entity may need a runtime, in State order (for store queries).
+HOSTED_STATES = tuple(s for s, r in STATE_RULES.items() if r.needs_runtime or r.wakes_for_message)
+
+
+def needs_runtime(state: State, message_waiting: bool) -> bool:
+    """Whether an entity in ``state`` wants a runtime leased to it now."""
+    rules = STATE_RULES[state]
+    return rules.needs_runtime or (message_waiting and rules.wakes_for_message)
 
 
 class Action(enum.Enum):
@@ -119,6 +197,16 @@ class Outcome(enum.Enum):
     ABORTED = "aborted"
     SHUTDOWN_REQUESTED = "shutdown_requested"
     FAILED = "failed"
+
+
+class Effect(enum.Enum):
+    """What a runtime did about a signal, which decides the outcome it records."""
+
+    ACTED = "acted"  # did the action: aborted the run, began the cleanup or the reload, enforced the state
+    DELIVERED = "delivered"  # passed it on: to on_signal (even with none registered), or to a process
+    NO_TARGET = "no_target"  # found nothing to act on: no run in progress, no process, the run ended
+    UNSUPPORTED = "unsupported"  # cannot carry it out (an exec backend without that signal)
+    FAILED = "failed"  # tried and failed: the handler raised, the process could not be proved
 
 
 class LifecycleError(Exception):
@@ -163,7 +251,7 @@ class Cell:
     @property
     def runs_possible(self) -> bool:
         """Whether a run can be in progress in this state at all."""
-        return self.state in _RUN_STATES
+        return STATE_RULES[self.state].runs_possible
 
 
 @dataclass(frozen=True)
@@ -182,10 +270,6 @@ class Decision:
     def transitions(self) -> bool:
         return self.new_state is not self.previous_state
 
-
-# States in which a run may be in progress. `paused`: SIGSTOP lets the current
-# run finish, so a run can still be going (ARCHITECTURE §2 clarifications).
-_RUN_STATES = frozenset({State.RUNNING, State.PAUSED})
 
 S, G, A = State, Signal, Action
 _N = A.NONE
@@ -249,16 +333,45 @@ TABLE: dict[State, dict[Signal, Cell]] = {
 }
 # fmt: on
 
-# Outcome a cell gets once its action is known. KILL/PAUSE/RESUME/CLEANUP are
-# transitions the server already wrote; the runtime enforces them, but the
-# record's outcome is the transition itself, except SIGTERM's cleanup, whose
-# outcome the runtime reports when the cleanup has been asked for.
-_OUTCOME_OF_ACTION = {
-    A.ABORT_RUN: Outcome.ABORTED,
-    A.RELOAD: Outcome.SHUTDOWN_REQUESTED,
-    A.CLEANUP: Outcome.SHUTDOWN_REQUESTED,
-    A.DELIVER: Outcome.DELIVERED,
+# The outcome a runtime records, by the cell's action and by what it did. KILL, PAUSE
+# and RESUME come with a transition the server already wrote: that is their outcome,
+# whatever means the runtime used. Whatever could not be done (UNSUPPORTED) is ignored.
+E = Effect
+_T, _I, _F, _D = Outcome.TRANSITIONED, Outcome.IGNORED, Outcome.FAILED, Outcome.DELIVERED
+_AB, _SR = Outcome.ABORTED, Outcome.SHUTDOWN_REQUESTED
+
+
+def _row(
+    acted: Outcome, delivered: Outcome, no_target: Outcome, unsupported: Outcome
+) -> dict[Effect, Outcome]:
+    return {
+        E.ACTED: acted,
+        E.DELIVERED: delivered,
+        E.NO_TARGET: no_target,
+        E.UNSUPPORTED: unsupported,
+        E.FAILED: _F,
+    }
+
+
+# fmt: off
+RUNTIME_OUTCOMES: dict[Action, dict[Effect, Outcome]] = {
+    #                acted  delivered  no target  unsupported    (failed: always `failed`)
+    A.ABORT_RUN: _row(_AB,  _D,        _I,        _I),
+    A.RELOAD:    _row(_SR,  _D,        _I,        _I),
+    A.CLEANUP:   _row(_SR,  _D,        _I,        _I),
+    A.KILL:      _row(_T,   _T,        _T,        _I),
+    A.PAUSE:     _row(_T,   _T,        _T,        _I),
+    A.RESUME:    _row(_T,   _T,        _T,        _I),
+    A.DELIVER:   _row(_D,   _D,        _I,        _I),
 }
+# fmt: on
+# Actions whose outcome depends on the runtime: the server leaves their record `pending`.
+_REPORTED_BY_RUNTIME = frozenset({A.ABORT_RUN, A.RELOAD, A.CLEANUP, A.DELIVER})
+
+
+def runtime_outcome(action: Action, effect: Effect) -> Outcome:
+    """The outcome a runtime records for a signal whose cell asked ``action``, given what it did."""
+    return RUNTIME_OUTCOMES[action][effect]
 
 
 def cell(state: State, signal: Signal) -> Cell:
@@ -268,14 +381,24 @@ def cell(state: State, signal: Signal) -> Cell:
     return TABLE[state][signal]
 
 
-def decide(state: State, signal: Signal, run_in_progress: bool | None = None) -> Decision:
+def decide(
+    state: State, signal: Signal, run_in_progress: bool | None = None, *, message_waiting: bool = False
+) -> Decision:
     """Judge one signal against the entity's state.
 
     ``run_in_progress`` is ``None`` when the caller cannot know (the server).
     The outcome is then ``PENDING`` wherever the runtime acts or the action
     depends on the run, and final everywhere else (a plain transition, or
-    ``ignored``).
+    ``ignored``). ``message_waiting``: the signal is scoped to one message (a
+    headless run's SIGINT) that still waits for a runtime; the runtime that
+    takes the message up cancels it, so an `ignored` outcome stays pending
+    unless the entity is shutting down.
     """
+    decision = _DECISIONS.get((state, signal, run_in_progress, message_waiting))
+    return decision if decision is not None else _judge(state, signal, run_in_progress, message_waiting)
+
+
+def _judge(state: State, signal: Signal, run_in_progress: bool | None, message_waiting: bool) -> Decision:
     c = cell(state, signal)
     if run_in_progress and not c.runs_possible:
         raise InvalidTransition(f"no run can be in progress in {state.value}")
@@ -286,15 +409,27 @@ def decide(state: State, signal: Signal, run_in_progress: bool | None = None) ->
     else:
         possible = {c.action_not_running}
     action = next(iter(possible)) if len(possible) == 1 else None
-    if action is None or (action in _OUTCOME_OF_ACTION and run_in_progress is None):
+    if action is None or (action in _REPORTED_BY_RUNTIME and run_in_progress is None):
         outcome = Outcome.PENDING
-    elif action in _OUTCOME_OF_ACTION:
-        outcome = _OUTCOME_OF_ACTION[action]
+    elif action is not _N:
+        outcome = RUNTIME_OUTCOMES[action][Effect.ACTED]
     elif c.new_state is not None:
         outcome = Outcome.TRANSITIONED
+    elif message_waiting and not STATE_RULES[state].shutting_down:
+        outcome = Outcome.PENDING
     else:
         outcome = Outcome.IGNORED
     return Decision(c, state, c.new_state or state, action, outcome)
+
+
+# Every decision the table allows, judged once: the server judges each signal in its write path.
+_DECISIONS = {
+    (state, signal, run, waiting): _judge(state, signal, run, waiting)
+    for state, row in TABLE.items()
+    for signal in row
+    for run in ((None, False, True) if STATE_RULES[state].runs_possible else (None, False))
+    for waiting in (False, True)
+}
 
 
 def valid_signals(state: State, run_in_progress: bool = False) -> dict[Signal, Decision]:
@@ -309,6 +444,17 @@ def valid_signals(state: State, run_in_progress: bool = False) -> dict[Signal, D
     return result
 
 
+def possible_signals(state: State) -> frozenset[Signal]:
+    """Signals that have an effect in ``state`` with or without a run in progress.
+
+    For views that do not follow each entity's runs (the widgets' table): a SIGINT
+    to a `running` entity is worth sending, the runtime decides whether it aborts.
+    """
+    if not STATE_RULES[state].runs_possible:
+        return frozenset(valid_signals(state))
+    return frozenset(valid_signals(state, False)) | frozenset(valid_signals(state, True))
+
+
 # Transitions not driven by a signal: (from, to) → causes that may write it.
 RUNTIME_TRANSITIONS: dict[tuple[State, State], frozenset[str]] = {
     (S.SPAWNING, S.RUNNING): frozenset({"started"}),
@@ -316,6 +462,12 @@ RUNTIME_TRANSITIONS: dict[tuple[State, State], frozenset[str]] = {
     (S.IDLE, S.RUNNING): frozenset({"wake"}),
     (S.STOPPING, S.STOPPED): frozenset({"cleanup_complete", "grace_expired"}),
 }
+_TARGETS = {(a, cause): b for (a, b), causes in RUNTIME_TRANSITIONS.items() for cause in causes}
+
+
+def runtime_target(state: State, cause: str) -> State | None:
+    """The state a runtime (or reaper) transition with ``cause`` leads to from ``state``; None: none does."""
+    return _TARGETS.get((state, cause))
 
 
 def check_runtime_transition(previous: State, new: State, cause: str) -> None:
@@ -329,8 +481,47 @@ def check_runtime_transition(previous: State, new: State, cause: str) -> None:
         )
 
 
+def _yes(flag: bool) -> str:
+    return "yes" if flag else ""
+
+
+def _state_rules_table() -> list[str]:
+    lines = [
+        "| State | accepts messages | delivers messages | starts runs | run may be in progress "
+        "| leased to a runtime | taken up with cause | SIGTERM cleanup | shutting down |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for state, r in STATE_RULES.items():
+        leased = "always" if r.needs_runtime else "when a message waits" if r.wakes_for_message else ""
+        cells = [
+            _yes(r.accepts_messages),
+            _yes(r.delivers_messages),
+            _yes(r.starts_runs),
+            _yes(r.runs_possible),
+            leased,
+            r.start_cause or "",
+            _yes(r.cleanup),
+            "terminal" if r.terminal else _yes(r.shutting_down),
+        ]
+        lines.append(f"| `{state.value}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _outcomes_table() -> list[str]:
+    effects = list(Effect)
+    lines = [
+        "| Action | " + " | ".join(e.value.replace("_", " ") for e in effects) + " |",
+        "|---|" + "---|" * len(effects),
+    ]
+    for action, row in RUNTIME_OUTCOMES.items():
+        lines.append(
+            f"| {action.value.replace('_', ' ')} | " + " | ".join(f"`{row[e].value}`" for e in effects) + " |"
+        )
+    return lines
+
+
 def markdown_table() -> str:
-    """The RFC table, rendered from TABLE, for the docs."""
+    """The RFC table, rendered from TABLE, and the other rules' tables, for the docs."""
     signals = list(Signal)
     lines = [
         "| Current state | " + " | ".join(s.value for s in signals) + " |",
@@ -355,6 +546,20 @@ def markdown_table() -> str:
     lines.append("|---|---|---|")
     for (a, b), causes in RUNTIME_TRANSITIONS.items():
         lines.append(f"| `{a.value}` | `{b.value}` | {', '.join(sorted(causes))} |")
+    lines.append("")
+    lines.append("What each state allows:")
+    lines.append("")
+    lines.extend(_state_rules_table())
+    lines.append("")
+    lines.append("The outcome the runtime records, by the cell's action and by what it did:")
+    lines.append("")
+    lines.extend(_outcomes_table())
+    lines.append("")
+    handlers = ", ".join(s.value for s in Signal if s in HANDLEABLE)
+    lines.append(
+        f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
+        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {handlers}."
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -404,6 +404,191 @@ def test_runtime_transitions_are_exactly_the_documented_ones() -> None:
                     check_runtime_transition(previous, new, "started")
 
 
+# --- what each state allows (ARCHITECTURE §2-§4) -----------------------------------
+
+# The states with each property, written out from ARCHITECTURE (not from lifecycle.STATE_RULES).
+ACCEPTS_MESSAGES = {"spawning", "running", "idle", "paused", "stopping"}  # closing is final at once
+DELIVERS_MESSAGES = {"spawning", "running", "idle"}  # paused: they queue; stopping: never delivered
+STARTS_RUNS = {"running"}
+RUNS_POSSIBLE = {"running", "paused"}  # paused: the run SIGSTOP caught may still be finishing
+NEEDS_RUNTIME = {"spawning", "running", "stopping"}  # stopping: for its cleanup
+WAKES_FOR_MESSAGE = {"idle"}  # a message wakes it; one sent to a paused entity only queues
+START_CAUSES = {"spawning": "started", "idle": "wake"}
+CLEANUP = {"stopping"}
+SHUTTING_DOWN = {"stopping", "stopped", "killed"}
+
+
+def _states_where(flag: str) -> set[str]:
+    return {state.value for state, rules in lifecycle.STATE_RULES.items() if getattr(rules, flag)}
+
+
+def test_state_rules_cover_every_state() -> None:
+    assert list(lifecycle.STATE_RULES) == list(State)
+
+
+@pytest.mark.parametrize(
+    ("flag", "want"),
+    [
+        ("accepts_messages", ACCEPTS_MESSAGES),
+        ("delivers_messages", DELIVERS_MESSAGES),
+        ("starts_runs", STARTS_RUNS),
+        ("runs_possible", RUNS_POSSIBLE),
+        ("needs_runtime", NEEDS_RUNTIME),
+        ("wakes_for_message", WAKES_FOR_MESSAGE),
+        ("cleanup", CLEANUP),
+        ("shutting_down", SHUTTING_DOWN),
+        ("terminal", RFC_TERMINAL),
+    ],
+)
+def test_state_rule(flag: str, want: set[str]) -> None:
+    assert _states_where(flag) == want
+
+
+def test_start_causes_are_the_runtime_transitions_to_running() -> None:
+    causes = {s.value: r.start_cause for s, r in lifecycle.STATE_RULES.items() if r.start_cause}
+    assert causes == START_CAUSES
+    for state, cause in causes.items():
+        assert lifecycle.runtime_target(State(state), cause) is State.RUNNING
+
+
+def test_the_rules_agree_with_each_other_and_the_table() -> None:
+    for state, r in lifecycle.STATE_RULES.items():
+        assert r.terminal is state.terminal is (state in TERMINAL_STATES)
+        assert r.accepts_messages is not r.terminal
+        assert r.shutting_down is (r.cleanup or r.terminal)
+        assert not (r.starts_runs and not r.runs_possible)
+        assert not (r.starts_runs and not r.delivers_messages)
+        if state in TABLE:
+            assert all(c.runs_possible is r.runs_possible for c in TABLE[state].values())
+    # SIGTERM's cleanup runs in the state SIGTERM moves a running entity to.
+    stopping = cell(State.RUNNING, Signal.SIGTERM).new_state
+    assert {s for s in State if lifecycle.STATE_RULES[s].cleanup} == {stopping}
+
+
+def test_initial_and_hosted_states() -> None:
+    assert lifecycle.INITIAL_STATE is State.SPAWNING
+    assert [s.value for s in lifecycle.HOSTED_STATES] == ["spawning", "running", "idle", "stopping"]
+
+
+@pytest.mark.parametrize("message_waiting", [False, True])
+@pytest.mark.parametrize("state", RFC_STATES)
+def test_needs_runtime(state: str, message_waiting: bool) -> None:
+    want = state in NEEDS_RUNTIME or (message_waiting and state in WAKES_FOR_MESSAGE)
+    assert lifecycle.needs_runtime(State(state), message_waiting) is want
+
+
+# --- runtime transitions by cause -------------------------------------------------
+
+
+@pytest.mark.parametrize(("previous", "new", "cause"), ALLOWED)
+def test_runtime_target(previous: str, new: str, cause: str) -> None:
+    assert lifecycle.runtime_target(State(previous), cause) is State(new)
+
+
+@pytest.mark.parametrize(("previous", "new", "cause"), REFUSED)
+def test_runtime_target_refused(previous: str, new: str, cause: str) -> None:
+    target = lifecycle.runtime_target(State(previous), cause)
+    assert target is None or target is not State(new)
+
+
+def test_runtime_target_of_a_lease_ending() -> None:
+    assert lifecycle.runtime_target(State.RUNNING, "runtime_lost") is State.IDLE
+    assert lifecycle.runtime_target(State.PAUSED, "runtime_lost") is None
+    assert lifecycle.runtime_target(State.RUNNING, "released") is None
+
+
+# --- message-scoped SIGINT: the server leaves it to the runtime that takes the message up ----
+
+
+@pytest.mark.parametrize("state", sorted(set(RFC_STATES) - RFC_TERMINAL))
+def test_scoped_sigint_to_a_waiting_message(state: str) -> None:
+    plain = decide(State(state), Signal.SIGINT)
+    waiting = decide(State(state), Signal.SIGINT, message_waiting=True)
+    want = {"spawning": "pending", "running": "pending", "idle": "pending", "paused": "pending"}
+    assert waiting.outcome.value == want.get(state, "ignored")  # stopping: SIGKILL is the way out
+    assert (waiting.action, waiting.new_state) == (plain.action, plain.new_state)
+
+
+def test_message_waiting_changes_nothing_but_an_ignored_outcome() -> None:
+    for state, signal in LIVE_CELLS:
+        plain = decide(State(state), Signal(signal))
+        waiting = decide(State(state), Signal(signal), message_waiting=True)
+        if plain.outcome is not Outcome.IGNORED:
+            assert waiting == plain
+
+
+# --- what the runtime records (ARCHITECTURE §1 outcomes, §3-§4) ----------------------
+
+# (action, what the runtime did) → outcome, written out from ARCHITECTURE.
+RUNTIME: dict[tuple[str, str], str] = {
+    ("abort_run", "acted"): "aborted",  # SIGINT cancelled the run
+    ("abort_run", "delivered"): "delivered",  # an exec entity's process got SIGINT
+    ("abort_run", "no_target"): "ignored",  # the scoped run had already ended
+    ("reload", "acted"): "shutdown_requested",
+    ("reload", "delivered"): "delivered",  # SIGHUP passed on to a process
+    ("reload", "no_target"): "ignored",
+    ("cleanup", "acted"): "shutdown_requested",
+    ("deliver", "acted"): "delivered",
+    ("deliver", "delivered"): "delivered",  # on_signal ran (or none was registered)
+    ("deliver", "no_target"): "ignored",
+    ("kill", "acted"): "transitioned",
+    ("pause", "delivered"): "transitioned",  # the state change is the outcome; the freeze its means
+    ("pause", "no_target"): "transitioned",
+    ("resume", "delivered"): "transitioned",
+    ("resume", "no_target"): "transitioned",
+}
+
+
+@pytest.mark.parametrize(("action", "effect"), list(RUNTIME), ids=[f"{a}-{e}" for a, e in RUNTIME])
+def test_runtime_outcome(action: str, effect: str) -> None:
+    assert (
+        lifecycle.runtime_outcome(Action(action), lifecycle.Effect(effect)).value == RUNTIME[action, effect]
+    )
+
+
+@pytest.mark.parametrize("action", [a for a in Action if a is not Action.NONE])
+def test_failed_and_unsupported(action: Action) -> None:
+    assert lifecycle.runtime_outcome(action, lifecycle.Effect.FAILED) is Outcome.FAILED
+    assert lifecycle.runtime_outcome(action, lifecycle.Effect.UNSUPPORTED) is Outcome.IGNORED
+
+
+def test_decide_reports_what_the_runtime_records_when_it_acts() -> None:
+    for state, signal in LIVE_CELLS:
+        for run in (False, True) if state in RUNS_POSSIBLE else (False,):
+            d = decide(State(state), Signal(signal), run)
+            if d.action not in (None, Action.NONE):
+                assert d.outcome is lifecycle.runtime_outcome(d.action, lifecycle.Effect.ACTED)
+
+
+# --- handlers, defaults, the widgets' table -----------------------------------------
+
+
+def test_handleable_signals() -> None:
+    # "on_signal may be registered for every signal but SIGKILL and SIGSTOP" (ARCHITECTURE §3).
+    assert {s.value for s in lifecycle.HANDLEABLE} == set(RFC_SIGNALS) - {"SIGKILL", "SIGSTOP"}
+
+
+def test_default_durations() -> None:
+    # ARCHITECTURE §1: grace period default 30 s; the idle timeout's default is 60 s.
+    assert (lifecycle.DEFAULT_GRACE_MS, lifecycle.DEFAULT_IDLE_TIMEOUT_MS) == (30_000, 60_000)
+
+
+POSSIBLE: dict[str, set[str]] = {
+    "spawning": {"SIGKILL"},
+    "running": {"SIGINT", "SIGHUP", "SIGTERM", "SIGKILL", "SIGSTOP", "SIGUSR"},
+    "idle": {"SIGTERM", "SIGKILL", "SIGSTOP"},
+    "paused": {"SIGINT", "SIGTERM", "SIGKILL", "SIGCONT", "SIGUSR"},
+    "stopping": {"SIGKILL"},
+    "stopped": set(),
+    "killed": set(),
+}
+
+
+@pytest.mark.parametrize("state", RFC_STATES)
+def test_possible_signals(state: str) -> None:
+    assert {s.value for s in lifecycle.possible_signals(State(state))} == POSSIBLE[state]
+
+
 # --- the rendered table agrees with the RFC ----------------------------------------
 
 

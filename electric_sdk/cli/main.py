@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
+from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
 from . import commands, exit_codes, local, run_cmd, runtime_cmds, streams
 from .commands import Context, client_options
 from .output import Output
@@ -105,8 +106,9 @@ def _client_commands(sub: Subparsers) -> None:
 
     p = add("spawn", commands.spawn, "create an entity (it starts in spawning)")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
-    p.add_argument("--grace", metavar="DURATION", help="SIGTERM grace period (server default 30s)")
-    p.add_argument("--idle-timeout", metavar="DURATION", help="idle timeout (server default 60s)")
+    grace, idle = DEFAULT_GRACE_MS // 1000, DEFAULT_IDLE_TIMEOUT_MS // 1000
+    p.add_argument("--grace", metavar="DURATION", help=f"SIGTERM grace period (server default {grace}s)")
+    p.add_argument("--idle-timeout", metavar="DURATION", help=f"idle timeout (server default {idle}s)")
 
     p = add("get", commands.get, "show one entity")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)

@@ -38,7 +38,7 @@ from .. import errors
 from .._signals import two_stage_signals
 from ..client import AsyncClient, ClientOptions, RetryPolicy
 from ..durations import format_ms, parse_ms
-from ..lifecycle import Signal
+from ..lifecycle import STATE_RULES, Signal
 from ..models import EntityRef, Event, MessageReceipt
 from . import exit_codes, output
 from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, parse_json
@@ -209,6 +209,8 @@ _RUN_FATE = {
     "unknown": "what became of the run is unknown: its end was not seen within the grace",
     "not_sent": "the message was not sent",
 }
+# The entity states (as the stream names them) in which its runs are over for good.
+_SHUTTING_DOWN = frozenset(state.value for state, rules in STATE_RULES.items() if rules.shutting_down)
 
 
 def _from_error(error: errors.ElectricError) -> Ending:
@@ -360,7 +362,7 @@ class HeadlessRun:
         if run.status == "failed":
             return Ending("run_failed", exit_codes.RUN_FAILED, "RUN_FAILED", f"the run failed: {run.error}")
         by_entity_signal = run.error in (Signal.SIGTERM.value, Signal.SIGKILL.value)
-        if by_entity_signal or run.entity_state in ("stopping", "stopped", "killed"):
+        if by_entity_signal or run.entity_state in _SHUTTING_DOWN:
             message = f"the entity is {run.entity_state or 'stopping'}: {_RUN_FATE[run.status]}"
             return Ending("entity_stopped", exit_codes.RUN_ABORTED, "ENTITY_STOPPED", message)
         message = _RUN_FATE[run.status] + (f" ({run.error})" if run.error else "")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._options import DurationLike, to_duration
-from ..lifecycle import Signal
+from ..lifecycle import HANDLEABLE, Signal
 
 if TYPE_CHECKING:
     from .context import Context, Message, SignalInfo
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
 
-# Every signal but the two the runtime enforces unconditionally.
-HANDLEABLE = frozenset(Signal) - {Signal.SIGKILL, Signal.SIGSTOP}
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 MessageHandler = Callable[[Any, "Context", "Message"], Awaitable[Any]]

@@ -26,12 +26,13 @@ from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import OUTCOME_TO_PB, signal_from_pb, signal_to_pb, state_from_pb, state_to_pb
 from .._wire.json_values import value_to_json
 from .._wire.times import timestamp_to_datetime
-from ..lifecycle import Outcome, State
+from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
 from ..models import Entity, Event
 from .context import Message, SignalInfo
 
 __all__ = [
     "DEFAULT_GRACE",
+    "DEFAULT_IDLE_TIMEOUT",
     "FINAL_WRITE_TIMEOUT_S",
     "Doorbell",
     "Fenced",
@@ -44,7 +45,9 @@ __all__ = [
 
 log = logging.getLogger("electric.runtime")
 
-DEFAULT_GRACE = timedelta(seconds=30)
+# The lifecycle's profile defaults, for an entity seen without them.
+DEFAULT_GRACE = timedelta(milliseconds=DEFAULT_GRACE_MS)
+DEFAULT_IDLE_TIMEOUT = timedelta(milliseconds=DEFAULT_IDLE_TIMEOUT_MS)
 # Last records (a run's end, a signal's outcome) are written even while the host is being
 # cancelled, within this bound.
 FINAL_WRITE_TIMEOUT_S = 5.0

@@ -2,7 +2,8 @@
 
 It runs messages one at a time, each in its own cancel scope, and enforces
 every signal (ARCHITECTURE §3) as ``lifecycle.decide`` answers from the state
-the server judged the signal against and whether a run is in progress:
+the server judged the signal against and whether a run is in progress
+(host_base.py judges and dispatches; this module says how each action acts):
 ABORT_RUN (SIGINT) cancels the run's scope now and records it ABORTED with its
 partial output; KILL (SIGKILL) cancels the whole task group, no handler runs;
 DELIVER (SIGUSR) runs the handler as its own task beside the run; CLEANUP
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -28,7 +29,7 @@ from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..arguments import json_argument
-from ..lifecycle import Action, Outcome, Signal, State
+from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..models import Event
 from .app import EntityType
 from .context import Context, Message, SignalInfo
@@ -39,16 +40,18 @@ from .fenced import (
     loop_deadline,
     message_of,
 )
-from .lifetime import Lifetime
+from .host_base import HostBase
 
 __all__ = ["EntityHost"]
 
 log = logging.getLogger("electric.runtime")
 
-DEFAULT_IDLE_TIMEOUT = timedelta(seconds=60)
 # Scoped SIGINTs remembered for messages not yet delivered (a bound against a flood of bad keys).
 _MAX_SCOPED = 1000
 _RECENT = 32
+# A scoped SIGINT whose message's run had already ended, or was cancelled.
+_SCOPED_MISSED = runtime_outcome(Action.ABORT_RUN, Effect.NO_TARGET)
+_ABORTED = runtime_outcome(Action.ABORT_RUN, Effect.ACTED)
 
 
 @dataclass(slots=True)
@@ -65,22 +68,17 @@ class _Run:
     deferred: list[pb.Event] = field(default_factory=list)
 
 
-class EntityHost(Lifetime):
+class EntityHost(HostBase):
     __slots__ = (
         "_cleanup_scope",
-        "_cleanup_started",
         "_delivered",
-        "_idle_since",
-        "_queue",
         "_recent",
         "_reload",
         "_reload_settles",
         "_resume_offset",
         "_run",
         "_scoped",
-        "_term",
         "etype",
-        "grace_deadline",
         "instance",
     )  # fmt: skip
 
@@ -89,8 +87,6 @@ class EntityHost(Lifetime):
         self._resume_offset = grant.resume_offset  # older events predate this lease
         self.etype = etype
         self.instance: Any = etype.factory()
-        # Small containers: a worker may host ten thousand entities, most with nothing queued.
-        self._queue: list[Message] = []
         # The offset of the newest message delivered to this lease: the server delivers them in
         # stream order, once each, so this one number stands for every message seen so far.
         self._delivered = -1
@@ -103,29 +99,9 @@ class EntityHost(Lifetime):
         self._reload: SignalInfo | None = None
         # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
         self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
-        self._cleanup_started = False
-        self._term: SignalInfo | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
-        self._idle_since = 0.0
-        self.grace_deadline: datetime | None = self.entity.stopping_deadline
 
     # -- lifetime ---------------------------------------------------------------------------
-
-    async def _start(self) -> None:
-        if self.state is State.SPAWNING:
-            await self._fenced.transition(State.RUNNING, "started")
-        elif self.state is State.IDLE:
-            await self._fenced.transition(State.RUNNING, "wake")
-        elif self.state is State.STOPPING:  # leased mid-cleanup: the previous worker was lost
-            self._start_cleanup(None, pending=False)
-
-    async def _main(self) -> None:
-        self._idle_since = anyio.current_time()
-        try:
-            await self._start()
-            await self._loop()
-        finally:
-            self.end(self.end_reason or "done")
 
     async def _loop(self) -> None:
         while self.end_reason is None:
@@ -133,22 +109,21 @@ class EntityHost(Lifetime):
             if state.terminal:
                 self.end(state.value)
                 return
-            if self._reload is not None and state is State.RUNNING:
+            rules = STATE_RULES[state]
+            if self._reload is not None and rules.starts_runs:
                 await self._do_reload(self._reload)
                 continue
-            if self._draining and state is not State.STOPPING:
+            if self._draining and not rules.cleanup:
                 self.end("drained")
                 return
-            if state is State.RUNNING and self._queue:
+            if rules.starts_runs and self._queue:
                 await self._run_message(self._queue.pop(0))
                 continue
             timeout = math.inf
-            if state is State.RUNNING:
-                idle_s = (self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT).total_seconds()
-                timeout = self._idle_since + idle_s - anyio.current_time()
+            if rules.starts_runs:
+                timeout = self._idle_left_s()
                 if timeout <= 0:
-                    if await self._fenced.transition(State.IDLE, "idle_timeout", release=True):
-                        self.end("idle_timeout")
+                    if await self._go_idle("idle_timeout", release=True):
                         return
                     self._idle_since = anyio.current_time()
                     continue
@@ -159,13 +134,11 @@ class EntityHost(Lifetime):
         if handler is not None:
             await self._call_handler(handler, info)
         settles, self._reload_settles = self._reload_settles or [], None
-        if await self._fenced.transition(State.IDLE, "reload", settles, release=True):
-            self.end("reload")
+        if await self._go_idle("reload", settles, release=True):
             return
         for pending, outcome in settles:  # refused (e.g. SIGTERM came first): they are still owed
-            assert self._tg is not None
-            self._tg.start_soon(self._fenced.outcome, pending, outcome)
-        if self.state is State.RUNNING:
+            self._report(pending, outcome)
+        if STATE_RULES[self.state].starts_runs:
             self._reload = None  # refused for another reason than a state change: do not loop on it
 
     # -- Context's side ---------------------------------------------------------------------
@@ -174,7 +147,7 @@ class EntityHost(Lifetime):
         run = self._run
         if run is None or run.ctx is not ctx or run.stopped_by is not None:
             return
-        if self.state is State.STOPPING:  # SIGTERM: stop the run here, the cleanup follows
+        if STATE_RULES[self.state].cleanup:  # SIGTERM: stop the run here, the cleanup follows
             run.stopped_by = self._term_info()
             run.scope.cancel()
             await anyio.lowlevel.checkpoint()
@@ -201,10 +174,7 @@ class EntityHost(Lifetime):
         status: pb.RunStatus.ValueType | None = None
         error = ""
         try:
-            started = await self._fenced.run(run.message, pb.RUN_STATUS_STARTED)
-            if started is None or not started.applied:
-                if started is not None and self.state is not State.RUNNING:
-                    self._queue.insert(0, message)  # e.g. paused meanwhile: it runs after SIGCONT
+            if (started := await self._started(message)) is None:
                 return
             run.started_offset = started.entity.head_offset - 1
             self._judge_deferred(run)
@@ -231,72 +201,56 @@ class EntityHost(Lifetime):
 
     async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
-        await self._fenced.run(run.message, status, output=output, error=error)
-        self._fenced.ack(run.message.offset)
+        await self._ended(run.message, status, output=output, error=error)
         info = run.stopped_by
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
-                await self._fenced.outcome(info, Outcome.ABORTED)
+                await self._fenced.outcome(info, _ABORTED)
             handler = self.etype.handler_for(Signal.SIGINT)
             if handler is not None and self._tg is not None and self.end_reason is None:
                 self._tg.start_soon(self._call_handler, handler, replace(info, partial_output=output))
 
     # -- signals ----------------------------------------------------------------------------
 
-    def _on_delivery(self, event: pb.Event, attempt: int) -> None:
-        kind = event.WhichOneof("value")
-        if kind == "message":
-            if event.offset > self._delivered:
-                self._delivered = event.offset
-                self._recent.append(event.key)
-                if len(self._recent) > _RECENT:
-                    del self._recent[0]
-                self._queue.append(message_of(event, attempt))
-                if self._scoped:
-                    self._settle_scoped(event)
-                self._bell.ring()
-        elif kind == "signal":
-            self._on_signal(event)
-            self._fenced.ack(event.offset)
-        else:
-            if kind == "state" and (deadline := self._fenced.observe_state_event(event)) is not None:
-                self.grace_deadline = deadline  # the `stopping` event's: the cleanup ends then
-                if self._cleanup_scope is not None:
-                    self._cleanup_scope.deadline = loop_deadline(deadline)
-            self._fenced.ack(event.offset)
-
-    def _on_signal(self, event: pb.Event) -> None:
-        if (judged := self._signal_event(event)) is None:
-            return
-        info, pending, cell = judged
-        if info.signal is Signal.SIGINT and info.message_key and info.previous_state is not State.STOPPING:
-            self._scoped_sigint(info, pending)
+    def _on_message(self, event: pb.Event, attempt: int) -> None:
+        if event.offset > self._delivered:
+            self._delivered = event.offset
+            self._recent.append(event.key)
+            if len(self._recent) > _RECENT:
+                del self._recent[0]
+            self._queue.append(message_of(event, attempt))
+            if self._scoped:
+                self._settle_scoped(event)
             self._bell.ring()
-            return
+
+    def _on_grace_deadline(self, deadline: datetime) -> None:
+        super()._on_grace_deadline(deadline)
+        if self._cleanup_scope is not None:
+            self._cleanup_scope.deadline = loop_deadline(deadline)
+
+    def _run_in_progress(self, event: pb.Event, info: SignalInfo, cell: lifecycle.Cell) -> bool | None:
         run = self._run
-        if (
-            run is not None
-            and run.started_offset is None
-            and cell.action_running is not cell.action_not_running
-        ):
+        if run is None:
+            return False
+        if run.started_offset is None and cell.action_running is not cell.action_not_running:
             run.deferred.append(event)  # whether it was aimed at this run shows once STARTED is written
-            return
-        if run is not None and run.started_offset is not None and run.started_offset > info.offset:
-            run = None  # the signal was not aimed at this run
-        decision = lifecycle.decide(info.previous_state, info.signal, run is not None and cell.runs_possible)
+            return None
+        # A signal appended before the run's STARTED record was not aimed at it.
+        return run.started_offset is None or run.started_offset <= info.offset
+
+    def _kill(self, info: SignalInfo, pending: bool) -> None:
+        if self._run is not None:
+            self._run.stopped_by = info
+        self.end("killed")
+
+    def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
         action = decision.action
-        assert self._tg is not None
-        if action is Action.ABORT_RUN and run is not None:
+        if action is Action.ABORT_RUN and (run := self._run) is not None:
             run.stopped_by, run.outcome_pending = info, pending
             run.scope.cancel()
-        elif action is Action.KILL:
-            if self._run is not None:
-                self._run.stopped_by = info
-            self.end("killed")
         elif action is Action.DELIVER:
+            assert self._tg is not None
             self._tg.start_soon(self._deliver, info, pending)
-        elif action is Action.CLEANUP:
-            self._start_cleanup(info, pending)
         elif action is Action.RELOAD:
             if info.offset >= self._resume_offset:  # an older one was for the session before this lease
                 self._reload = info
@@ -304,13 +258,12 @@ class EntityHost(Lifetime):
                 # No run to wait for: the reload follows at once, and its commit carries the outcome.
                 self._reload_settles = [*(self._reload_settles or ()), (info, decision.outcome)]
             elif pending:
-                self._tg.start_soon(self._fenced.outcome, info, decision.outcome)
-        else:
+                self._report(info, decision.outcome)
+        else:  # PAUSE, RESUME: the server wrote the state; runs start only in `running`
             if action is Action.RESUME and (handler := self.etype.handler_for(info.signal)) is not None:
+                assert self._tg is not None
                 self._tg.start_soon(self._call_handler, handler, info)
-            if pending and decision.outcome is not Outcome.PENDING:
-                self._tg.start_soon(self._fenced.outcome, info, decision.outcome)
-        self._bell.ring()
+            self._record_decision(info, pending, decision)
 
     def _judge_deferred(self, run: _Run) -> None:
         deferred, run.deferred = run.deferred, []
@@ -327,7 +280,7 @@ class EntityHost(Lifetime):
         for key, (info, _pending) in list(self._scoped.items()):
             if info.offset < message.offset:
                 del self._scoped[key]
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+                self._report(info, _SCOPED_MISSED, "its run already ended")
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         """A SIGINT scoped to one message (headless runs) touches that message only: its run is
@@ -341,13 +294,13 @@ class EntityHost(Lifetime):
                 run.stopped_by, run.outcome_pending = info, pending
                 run.scope.cancel()
             elif pending:
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run is already ending")
+                self._report(info, _SCOPED_MISSED, "its run is already ending")
             return
         queued = next((m for m in self._queue if m.key == key), None)
         if queued is None:
             if key in self._recent or self._delivered > info.offset or not pending:  # it came and went
                 if pending:
-                    self._tg.start_soon(self._fenced.outcome, info, Outcome.IGNORED, "its run already ended")
+                    self._report(info, _SCOPED_MISSED, "its run already ended")
             else:
                 self._scoped = self._scoped or {}
                 if len(self._scoped) < _MAX_SCOPED:
@@ -358,21 +311,21 @@ class EntityHost(Lifetime):
         run.outcome_pending = pending
         self._tg.start_soon(self._finish_run, run, pb.RUN_STATUS_ABORTED, "cancelled before it started")
 
-    async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Outcome, str]:
+    async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Effect, str]:
         try:
             await handler(self.instance, Context(self), info)
         except Exception as exc:
             log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
-            return Outcome.FAILED, f"{type(exc).__name__}: {exc}"
-        return Outcome.DELIVERED, ""
+            return Effect.FAILED, f"{type(exc).__name__}: {exc}"
+        return Effect.DELIVERED, ""
 
     async def _deliver(self, info: SignalInfo, pending: bool) -> None:
         handler = self.etype.handler_for(info.signal)
-        outcome, detail = (Outcome.DELIVERED, "no on_signal handler")
+        effect, detail = (Effect.DELIVERED, "no on_signal handler")
         if handler is not None:
-            outcome, detail = await self._call_handler(handler, info)
+            effect, detail = await self._call_handler(handler, info)
         if pending:
-            await self._fenced.outcome(info, outcome, detail)
+            await self._fenced.outcome(info, runtime_outcome(Action.DELIVER, effect), detail)
 
     # -- SIGTERM ----------------------------------------------------------------------------
 
@@ -380,35 +333,23 @@ class EntityHost(Lifetime):
         stopping, why = State.STOPPING, "cleanup resumed after a lost lease"
         return self._term or SignalInfo(Signal.SIGTERM, "", 0, why, "", None, stopping, stopping)
 
-    def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
-        if self._cleanup_started:
-            if info is not None and pending and self._tg is not None:
-                # The SIGTERM reached us after a cleanup resumed on a lease taken mid-stopping.
-                self._tg.start_soon(self._fenced.outcome, info, Outcome.SHUTDOWN_REQUESTED)
-            return
-        self._cleanup_started = True
-        self._term = info
-        assert self._tg is not None
-        self._tg.start_soon(self._cleanup, self._term_info(), pending)
-
-    async def _cleanup(self, info: SignalInfo, pending: bool) -> None:
+    async def _clean_up(self, info: SignalInfo | None, pending: bool) -> bool:
+        """Stop the run at its next step boundary, then call on_signal(SIGTERM), all within the grace."""
+        term = self._term_info()  # ``info``, or what stands for it when the cleanup resumed
         # The `stopping` event's deadline when it has arrived, else the signal's time + the grace.
         grace = self.entity.grace_period or DEFAULT_GRACE
-        deadline = self.grace_deadline or info.deadline or datetime.now(UTC) + grace
+        deadline = self.grace_deadline or term.deadline or datetime.now(UTC) + grace
         self.grace_deadline = deadline
         cleaned = False
         with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
             self._cleanup_scope = scope
             while self._run is not None:  # the run stops at its next step boundary
                 await self._bell.wait()
-            if pending:
-                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
+            await self._cleanup_requested(term, pending)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
-                await self._call_handler(handler, info)
+                await self._call_handler(handler, term)
             cleaned = True
-        if cleaned and self.state is State.STOPPING:
-            await self._fenced.transition(State.STOPPED, "cleanup_complete")
-        elif self._run is not None:  # the grace ran out mid-step: cancel it, as SIGKILL would
-            self._run.stopped_by = info
-        self.end("stopped")
+        if not cleaned and self._run is not None:  # the grace ran out mid-step: cancel it, as SIGKILL would
+            self._run.stopped_by = term
+        return cleaned

@@ -13,7 +13,7 @@ from .._proto.electric.v1 import entity_service_pb2 as api
 from .._wire.enums import state_to_pb
 from ..arguments import StateLike, parse_states
 from ..client import AsyncClient, Client
-from ..lifecycle import Signal
+from ..lifecycle import Signal, possible_signals
 from ..models import Entity, EntityRef, SignalManyResult, SignalResult
 from ._base import LiveWidget
 from ._parts import Confirm, signal_button
@@ -24,7 +24,6 @@ from ._view import (
     error_html,
     note_html,
     parse_payload,
-    possible_signals,
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from .._wire.times import from_iso
 from ..errors import ElectricError
 from ..event_text import event_summary
-from ..lifecycle import TABLE, Signal, State, valid_signals
+from ..lifecycle import STATE_RULES, Signal, State, valid_signals
 from ..models import Entity, EntityRef, Event, SignalManyResult, SignalResult
 
 # The six lifecycle buttons: label, what it does (the tooltip), ipywidgets button style.
@@ -47,20 +47,8 @@ _RUN_CLOSED = frozenset({"completed", "aborted", "failed"})
 
 
 def runs_possible(state: State | None) -> bool:
-    """Whether a run can be in progress in ``state`` at all (the lifecycle table says)."""
-    cells = TABLE.get(state) if state is not None else None
-    return cells is not None and any(c.runs_possible for c in cells.values())
-
-
-def possible_signals(state: State) -> frozenset[Signal]:
-    """Signals that have an effect in ``state`` with or without a run in progress.
-
-    For views that do not follow each entity's runs (the table): a SIGINT to a
-    `running` entity is worth sending, the runtime decides whether it aborts.
-    """
-    if not runs_possible(state):
-        return frozenset(valid_signals(state))
-    return frozenset(valid_signals(state, False)) | frozenset(valid_signals(state, True))
+    """Whether a run can be in progress in ``state`` at all (the lifecycle says)."""
+    return state is not None and STATE_RULES[state].runs_possible
 
 
 def badge_html(state: State | None) -> str:
@@ -160,7 +148,9 @@ class EntityView:
             view = replace(
                 view,
                 state=state,
-                stopping_deadline=_deadline(event.value.get("deadline")) if state is State.STOPPING else None,
+                stopping_deadline=_deadline(event.value.get("deadline"))
+                if STATE_RULES[state].cleanup
+                else None,
                 run_in_progress=view.run_in_progress and runs_possible(state),
             )
         return view
@@ -173,7 +163,7 @@ class EntityView:
 
     def grace_left_s(self, now: datetime | None = None) -> float | None:
         """Seconds until the grace deadline while stopping; None otherwise."""
-        if self.state is not State.STOPPING or self.stopping_deadline is None:
+        if self.state is None or not STATE_RULES[self.state].cleanup or self.stopping_deadline is None:
             return None
         return (self.stopping_deadline - (now or datetime.now(UTC))).total_seconds()
 

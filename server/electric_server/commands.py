@@ -8,7 +8,7 @@ or raises to refuse (nothing is written). Lifecycle rules come from
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf import struct_pb2
@@ -19,13 +19,10 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import Outcome, Signal, State
+from electric_sdk.lifecycle import INITIAL_STATE, STATE_RULES, Signal, State
 
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
-
-DEFAULT_GRACE_MS = 30_000
-DEFAULT_IDLE_TIMEOUT_MS = 60_000
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
@@ -79,7 +76,7 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
         record = EntityRecord(
             type=ref[0],
             id=ref[1],
-            state=State.SPAWNING,
+            state=INITIAL_STATE,
             grace_ms=grace_ms,
             idle_timeout_ms=idle_timeout_ms,
             created_at_ms=ctx.now_ms,
@@ -89,7 +86,7 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
             stopping_deadline_ms=None,
             txid=ctx.txid,
         )
-        return Mutation([state_event(f"state_{ctx.txid}", State.SPAWNING, None, "spawn")], record)
+        return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
 
     return decide
 
@@ -102,7 +99,7 @@ def _transition(
     signal_key: str = "",
     leased: bool = False,
 ) -> tuple[NewEvent, EntityRecord]:
-    deadline = ctx.now_ms + current.grace_ms if new is State.STOPPING else None
+    deadline = ctx.now_ms + current.grace_ms if STATE_RULES[new].cleanup else None
     event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
     # A terminal entity's stream closes (EOF) once nobody is left to write its
     # last records: at once without a lease, else when the lease ends.
@@ -114,16 +111,10 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
-        decision = lifecycle.decide(current.state, spec.signal)  # InvalidSignal for terminal states
-        if (
-            spec.message_key
-            and decision.outcome is Outcome.IGNORED
-            and current.state in (State.IDLE, State.SPAWNING)
-            and current.last_message_offset >= current.message_cursor
-        ):
-            # A SIGINT scoped to a message still waiting for a runtime: it cancels that message
-            # when a runtime takes the entity (and the message) up, so its outcome is the runtime's.
-            decision = replace(decision, outcome=Outcome.PENDING)
+        # A SIGINT scoped to a message still waiting for a runtime: the runtime that takes the
+        # message up cancels it, so its outcome is the runtime's (InvalidSignal: a terminal entity).
+        waiting = bool(spec.message_key) and current.last_message_offset >= current.message_cursor
+        decision = lifecycle.decide(current.state, spec.signal, message_waiting=waiting)
         key = f"sig_{ctx.txid}"
         value = pb.SignalValue(
             signal=SIGNAL_TO_PB[spec.signal],
@@ -152,7 +143,7 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
-        if current.state.terminal:
+        if not STATE_RULES[current.state].accepts_messages:
             raise ApiError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "ENTITY_TERMINAL",
@@ -176,15 +167,12 @@ def expire_grace(ref: Ref, deadline_ms: int, leased: bool = False) -> Decide:
     still append what the cleanup's end produced (an exec entity's force receipt)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if (
-            current is None
-            or current.state is not State.STOPPING
-            or current.stopping_deadline_ms != deadline_ms
-            or ctx.now_ms < deadline_ms
-        ):
+        if current is None or current.stopping_deadline_ms != deadline_ms or ctx.now_ms < deadline_ms:
             return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
-        lifecycle.check_runtime_transition(State.STOPPING, State.STOPPED, "grace_expired")
-        event, record = _transition(current, State.STOPPED, ctx, "grace_expired", leased=leased)
+        new = lifecycle.runtime_target(current.state, "grace_expired")
+        if new is None:
+            return Mutation()  # no longer stopping
+        event, record = _transition(current, new, ctx, "grace_expired", leased=leased)
         return Mutation([event], record)
 
     return decide

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from electric_sdk.lifecycle import State
+from electric_sdk.lifecycle import STATE_RULES
 
 from . import commands
 from .store.base import Commit, Ref, Store, Write
@@ -49,7 +49,7 @@ class Reaper:
         after = commit.after
         if (
             after is not None
-            and after.state is State.STOPPING
+            and STATE_RULES[after.state].cleanup
             and after.stopping_deadline_ms is not None
             and (commit.before is None or commit.before.stopping_deadline_ms != after.stopping_deadline_ms)
         ):

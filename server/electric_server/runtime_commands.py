@@ -68,10 +68,10 @@ def end_lease(
             return Mutation()  # someone else holds it now: nothing of ours to end
         mutation = _let_go(Mutation([], current), epoch, cause, unsettled)
         assert mutation.entity is not None
-        if current.state is State.RUNNING and cause == "runtime_lost":
-            lifecycle.check_runtime_transition(State.RUNNING, State.IDLE, cause)
-            mutation.events.append(state_event(f"state_{ctx.txid}", State.IDLE, State.RUNNING, cause))
-            mutation.entity = mutation.entity.replace(state=State.IDLE)
+        new = lifecycle.runtime_target(current.state, cause)  # runtime_lost: running → idle
+        if new is not None:
+            mutation.events.append(state_event(f"state_{ctx.txid}", new, current.state, cause))
+            mutation.entity = mutation.entity.replace(state=new)
         return mutation
 
     return decide

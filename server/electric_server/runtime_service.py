@@ -26,7 +26,7 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.times import duration_from_ms, timestamp_from_ms
-from electric_sdk.lifecycle import State
+from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
@@ -39,7 +39,6 @@ from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
 log = logging.getLogger(__name__)
 
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
-_DELIVERABLE = frozenset({State.SPAWNING, State.RUNNING, State.IDLE})
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
 
@@ -198,9 +197,7 @@ class Runtime:
     def _needs_runtime(self, record: EntityRecord) -> bool:
         if record.closed or record.ref in self.leases:
             return False
-        if record.state in (State.SPAWNING, State.RUNNING, State.STOPPING):  # stopping: for its cleanup
-            return True
-        return record.state is State.IDLE and record.last_message_offset >= record.message_cursor
+        return needs_runtime(record.state, record.last_message_offset >= record.message_cursor)
 
     def _pick(self, record: EntityRecord) -> Session | None:
         hosts = [
@@ -223,9 +220,7 @@ class Runtime:
         for type_ in session.types:
             after: Ref | None = None
             while not session.closed:
-                page = await self.store.list_entities(
-                    type_, [State.SPAWNING, State.RUNNING, State.IDLE, State.STOPPING], after, _PAGE
-                )
+                page = await self.store.list_entities(type_, HOSTED_STATES, after, _PAGE)
                 for record in page:
                     if self._needs_runtime(record):
                         await self._offer(record)
@@ -330,7 +325,7 @@ class Runtime:
         if (
             commit.before is not None
             and commit.before.state is not after.state
-            and after.state in _DELIVERABLE
+            and STATE_RULES[after.state].delivers_messages
         ):
             self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
 
@@ -351,7 +346,7 @@ class Runtime:
                 record = await self.store.get_entity(lease.ref)
                 if (
                     record is None
-                    or record.state not in _DELIVERABLE
+                    or not STATE_RULES[record.state].delivers_messages
                     or self.leases.get(lease.ref) is not lease
                 ):
                     return

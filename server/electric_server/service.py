@@ -20,7 +20,7 @@ from electric_sdk._wire.entities import entity_to_pb, entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import InvalidSignal, Outcome, Signal
+from electric_sdk.lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, InvalidSignal, Outcome, Signal
 
 from . import commands
 from . import validation as v
@@ -115,7 +115,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         ref = v.ref(request.ref)
         # The profile is fixed at spawn: from the request, else the entity
         # type's default (announced by its workers), else the server's.
-        grace, idle = commands.DEFAULT_GRACE_MS, commands.DEFAULT_IDLE_TIMEOUT_MS
+        grace, idle = DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
         type_default = self.runtime.type_profile(ref[0]) if self.runtime is not None else None
         for profile, where in ((type_default, "the type's profile"), (request.profile, "profile")):
             if profile is None:

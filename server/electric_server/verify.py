@@ -16,7 +16,7 @@ from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
 from electric_sdk._wire.times import timestamp_to_ms
-from electric_sdk.lifecycle import State
+from electric_sdk.lifecycle import INITIAL_STATE, STATE_RULES, State
 
 from .store.base import EntityRecord, Ref, Store
 
@@ -69,7 +69,7 @@ def _apply_state(r: Replayed, value: pb.StateValue, offset: int) -> None:
         r.problems.append(f"@{offset}: state event without a state")
         return
     if r.state is None:
-        if value.cause != "spawn" or new is not State.SPAWNING:
+        if value.cause != "spawn" or new is not INITIAL_STATE:
             r.problems.append(f"@{offset}: stream does not start with spawn")
     elif previous is not r.state:
         r.problems.append(f"@{offset}: state event leaves {previous} but replay is in {r.state.value}")
@@ -108,7 +108,7 @@ def compare(record: EntityRecord, r: Replayed) -> list[str]:
         problems.append(f"head offset: stored {record.head_offset}, replayed {r.head_offset}")
     if record.closed and r.state is not None and not r.state.terminal:
         problems.append(f"closed, but replayed state {r.state.value} is not terminal")
-    if r.state is State.STOPPING and r.deadline_ms != record.stopping_deadline_ms:
+    if r.state is not None and STATE_RULES[r.state].cleanup and r.deadline_ms != record.stopping_deadline_ms:
         problems.append(f"deadline: stored {record.stopping_deadline_ms}, replayed {r.deadline_ms}")
     return problems
 

@@ -6,10 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from electric_sdk import Client, Entity
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import Signal, State, possible_signals
 from electric_sdk.testing import TestServer
 from electric_sdk.widgets import EntityTable
-from electric_sdk.widgets._view import possible_signals
 
 from .support import ThreadedWorker, enabled, wait_for, wait_until
 

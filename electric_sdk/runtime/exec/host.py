@@ -7,7 +7,9 @@ moves the entity to ``idle`` (cause ``process_exited``) and the next message
 starts a new generation. Signals map onto the process: SIGTERM runs the
 shutdown policy, SIGKILL forces now, SIGSTOP/SIGCONT freeze and thaw the
 process group, SIGINT, SIGHUP and SIGUSR are passed on as SIGINT, SIGHUP and
-SIGUSR1. Every act writes an ``exec`` receipt.
+SIGUSR1. Every act writes an ``exec`` receipt. Taking the entity up, judging
+signals and the cleanup's frame are host_base.py's, as for Python code; this
+module says what the process does.
 
 The shutdown's rules (seed 003): the timeout starts only once the graceful
 action was issued to the proved generation; an exit before the timeout ends
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,11 +31,10 @@ import anyio
 from ... import lifecycle
 from ..._proto.electric.v1 import runtime_service_pb2 as rt
 from ..._proto.electric.v1 import types_pb2 as pb
-from ...lifecycle import Action, Outcome, Signal, State
+from ...lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, runtime_outcome
 from ..context import Message, SignalInfo
 from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of
-from ..host import DEFAULT_IDLE_TIMEOUT
-from ..lifetime import Lifetime
+from ..host_base import HostBase
 from . import receipts
 from .evidence import Evidence, observe
 from .hooks import ActionPlan, run_hook
@@ -58,9 +58,12 @@ FORWARDED = {
     Signal.SIGSTOP: "SIGSTOP",
     Signal.SIGCONT: "SIGCONT",
 }
+# A scoped SIGINT: its message's line was already written, or it was cancelled before.
+_SCOPED_MISSED = runtime_outcome(Action.ABORT_RUN, Effect.NO_TARGET)
+_SCOPED_CANCELLED = runtime_outcome(Action.ABORT_RUN, Effect.ACTED)
 
 
-class ExecHost(Lifetime):
+class ExecHost(HostBase):
     def __init__(self, session: Session, etype: ExecType, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
         self.etype = etype
@@ -77,11 +80,8 @@ class ExecHost(Lifetime):
         self._exited_in_session = False
         self._busy = 0  # shutdowns/kills in progress: they settle the exit themselves
         self._pumps: list[OutputPump] = []
-        self._queue: deque[Message] = deque()
         self._seen: set[int] = set()
-        self._cleanup_started = False
         self._shutdown_scope: anyio.CancelScope | None = None
-        self._active_since = 0.0
         # Signals delivered with the lease act only once the stored generation has been judged.
         self._recovered = anyio.Event()
 
@@ -94,61 +94,49 @@ class ExecHost(Lifetime):
     async def _after(self) -> None:
         await self._end_child()
 
-    async def _main(self) -> None:
-        self._active_since = anyio.current_time()
+    async def _prepare(self) -> None:
         try:
-            try:
-                await self._recover()
-            finally:
-                self._recovered.set()
-            if self.state is State.SPAWNING:
-                await self._fenced.transition(State.RUNNING, "started")
-            elif self.state is State.IDLE:
-                await self._fenced.transition(State.RUNNING, "wake")
-            elif self.state is State.STOPPING:  # leased for the cleanup: nothing of ours runs
-                self._start_cleanup(None, pending=False)
-            await self._loop()
+            await self._recover()
         finally:
-            self.end(self.end_reason or "done")
+            self._recovered.set()
 
     async def _loop(self) -> None:
         while self.end_reason is None:
             state = self.state
+            rules = STATE_RULES[state]
             child = self.child
-            if state.terminal:
+            if rules.terminal:
                 if not self._busy:
                     self.end(state.value)
                     return
             elif child is not None and child.exited.is_set() and not self._busy:
                 await self._settle(child, "exited on its own")
                 continue
-            elif state is State.RUNNING and not self._busy:
+            elif rules.starts_runs and not self._busy:
                 if self._draining:
                     await self._shutdown("the worker is draining")
                     self.end("drained")
                     return
                 if child is None:
                     if self._exited_in_session:  # a natural exit: no automatic restart
-                        if await self._fenced.transition(State.IDLE, "process_exited"):
-                            self.end("process_exited")
+                        if await self._go_idle("process_exited"):
                             return
                     else:
                         await self._start_child()
                     continue
                 if self._queue:
-                    await self._write_message(child, self._queue.popleft())
+                    await self._write_message(child, self._queue.pop(0))
                     continue
                 if not self.spec.keep:
-                    idle_s = (self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT).total_seconds()
-                    if anyio.current_time() >= self._active_since + idle_s:
+                    left = self._idle_left_s()
+                    if left <= 0:
                         await self._shutdown("idle timeout")
-                        if await self._fenced.transition(State.IDLE, "idle_timeout"):
-                            self.end("idle_timeout")
+                        if await self._go_idle("idle_timeout"):
                             return
                         continue
-                    await self._bell.wait(max(0.0, self._active_since + idle_s - anyio.current_time()))
+                    await self._bell.wait(left)
                     continue
-            elif self._draining and state is not State.STOPPING and not self._busy:
+            elif self._draining and not rules.cleanup and not self._busy:
                 self.end("drained")
                 return
             await self._bell.wait()
@@ -200,7 +188,7 @@ class ExecHost(Lifetime):
             await self._receipt("start", "refused", reason=f"cannot start {self.spec.argv[0]!r}: {exc}")
             return
         self.child = child
-        self._active_since = anyio.current_time()
+        self._idle_since = anyio.current_time()
         assert self._tg is not None
         self._tg.start_soon(self._watch, child)
         self._pumps = []
@@ -364,10 +352,7 @@ class ExecHost(Lifetime):
         return message.text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
 
     async def _write_message(self, child: Child, message: Message) -> None:
-        started = await self._fenced.run(message, pb.RUN_STATUS_STARTED)
-        if started is None or not started.applied:
-            if started is not None and self.state is not State.RUNNING:
-                self._queue.appendleft(message)  # paused meanwhile: it goes after SIGCONT
+        if await self._started(message) is None:
             return
         status, error = pb.RUN_STATUS_COMPLETED, ""
         try:
@@ -375,66 +360,51 @@ class ExecHost(Lifetime):
         except OSError as exc:
             status, error = pb.RUN_STATUS_FAILED, f"the process does not read stdin: {exc}"
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            await self._fenced.run(message, status, error=error)
-            self._fenced.ack(message.offset)
-        self._active_since = anyio.current_time()
+            await self._ended(message, status, error=error)
+        self._idle_since = anyio.current_time()
 
     # -- signals --------------------------------------------------------------------------------
 
-    def _on_delivery(self, event: pb.Event, attempt: int) -> None:
-        kind = event.WhichOneof("value")
-        if kind == "message":
-            if event.offset not in self._seen:
-                self._seen.add(event.offset)
-                self._queue.append(message_of(event, attempt))
-                self._bell.ring()
-            return
-        if kind == "signal":
-            self._on_signal(event)
-        elif kind == "state":
-            self._fenced.observe_state_event(event)
-        self._fenced.ack(event.offset)
+    def _on_message(self, event: pb.Event, attempt: int) -> None:
+        if event.offset not in self._seen:
+            self._seen.add(event.offset)
+            self._queue.append(message_of(event, attempt))
+            self._bell.ring()
 
-    def _on_signal(self, event: pb.Event) -> None:
-        if (judged := self._signal_event(event)) is None:
-            return
-        info, pending, cell = judged
-        decision = lifecycle.decide(info.previous_state, info.signal, self.alive and cell.runs_possible)
+    def _run_in_progress(self, event: pb.Event, info: SignalInfo, cell: lifecycle.Cell) -> bool:
+        return self.alive  # the process stands for the run
+
+    def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         assert self._tg is not None
-        action = decision.action
-        if action is Action.KILL:
-            self._busy += 1  # at once: the loop must not end the hosting before the kill has run
-            self._tg.start_soon(self._kill, info, pending)
-        elif action is Action.CLEANUP:
-            self._start_cleanup(info, pending)
-        elif info.signal is Signal.SIGINT and info.message_key:
-            self._tg.start_soon(self._cancel_queued, info, pending)
-        elif action in (Action.ABORT_RUN, Action.DELIVER, Action.RELOAD, Action.PAUSE, Action.RESUME):
-            self._tg.start_soon(self._forward, info, pending)
-        elif pending and decision.outcome is not Outcome.PENDING:
-            self._tg.start_soon(self._outcome, info, decision.outcome, "")
-        self._bell.ring()
+        self._tg.start_soon(self._cancel_queued, info, pending)
 
-    async def _outcome(self, info: SignalInfo, outcome: Outcome, detail: str) -> None:
-        await self._fenced.outcome(info, outcome, detail)
+    def _kill(self, info: SignalInfo, pending: bool) -> None:
+        assert self._tg is not None
+        self._busy += 1  # at once: the loop must not end the hosting before the kill has run
+        self._tg.start_soon(self._force_now, info, pending)
 
-    async def _forward(self, info: SignalInfo, pending: bool) -> None:
+    def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
+        assert self._tg is not None
+        assert decision.action is not None
+        self._tg.start_soon(self._forward, info, pending, decision.action)
+
+    async def _forward(self, info: SignalInfo, pending: bool, action: Action) -> None:
         await self._recovered.wait()
         name = FORWARDED[info.signal]
         child = self.child
-        outcome, detail = Outcome.DELIVERED, ""
+        effect, detail = Effect.DELIVERED, ""
         if child is None or child.exited.is_set():
-            outcome, detail = Outcome.IGNORED, "no process is running"
-            if info.signal is Signal.SIGCONT or info.signal is Signal.SIGSTOP:
-                outcome = Outcome.TRANSITIONED
-            elif self.last is not None or self.orphan is not None:  # say why a stored PID is left alone
+            effect, detail = Effect.NO_TARGET, "no process is running"
+            # An ignored signal says why a stored PID is left alone.
+            ignored = runtime_outcome(action, effect) is Outcome.IGNORED
+            if ignored and (self.last is not None or self.orphan is not None):
                 evidence = self.orphan or self.last
                 await self._receipt(
                     "forward", "refused", evidence=evidence, name=name, signal_key=info.key,
                     reason=self._no_generation(),
                 )  # fmt: skip
         elif child.backend != "posix":
-            outcome, detail = Outcome.IGNORED, f"the {child.backend} backend has no {name}"
+            effect, detail = Effect.UNSUPPORTED, f"the {child.backend} backend has no {name}"
             await self._receipt(
                 "forward", "refused", evidence=child.evidence, name=name, signal_key=info.key, reason=detail
             )
@@ -448,7 +418,7 @@ class ExecHost(Lifetime):
                 signal_key=info.key,
             )
             if issued is None:
-                outcome, detail = Outcome.FAILED, "the generation could not be proved; nothing sent"
+                effect, detail = Effect.FAILED, "the generation could not be proved; nothing sent"
             else:
                 child.frozen = info.signal is Signal.SIGSTOP or (
                     child.frozen and info.signal is not Signal.SIGCONT
@@ -458,25 +428,23 @@ class ExecHost(Lifetime):
                     "forward", "issued", evidence=child.evidence, name=name, group=True, issued_at=issued,
                     signal_key=info.key, reason=f"{info.signal.value}",
                 )  # fmt: skip
-        if info.signal in (Signal.SIGSTOP, Signal.SIGCONT) and outcome is Outcome.DELIVERED:
-            outcome = Outcome.TRANSITIONED  # the state change is the signal's outcome; the freeze its means
         if pending:
-            await self._fenced.outcome(info, outcome, detail)
+            await self._fenced.outcome(info, runtime_outcome(action, effect), detail)
         self._bell.ring()
 
     async def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
         queued = next((m for m in self._queue if m.key == info.message_key), None)
         if queued is None:
             if pending:
-                await self._fenced.outcome(info, Outcome.IGNORED, "that message's line was already written")
+                await self._fenced.outcome(info, _SCOPED_MISSED, "that message's line was already written")
             return
         self._queue.remove(queued)
-        await self._fenced.run(queued, pb.RUN_STATUS_ABORTED, error="cancelled before it started")
-        self._fenced.ack(queued.offset)
+        await self._ended(queued, pb.RUN_STATUS_ABORTED, error="cancelled before it started")
         if pending:
-            await self._fenced.outcome(info, Outcome.ABORTED, "cancelled before its line was written")
+            await self._fenced.outcome(info, _SCOPED_CANCELLED, "cancelled before its line was written")
 
-    async def _kill(self, info: SignalInfo, pending: bool) -> None:
+    async def _force_now(self, info: SignalInfo, pending: bool) -> None:
+        """SIGKILL: the shutdown in progress gives way; the generation is forced at once."""
         try:
             await self._recovered.wait()
             if self._shutdown_scope is not None:
@@ -485,7 +453,7 @@ class ExecHost(Lifetime):
             if child is not None and not child.reaped:
                 await self._force(child, f"SIGKILL {info.key}", info.key)
             if pending:
-                await self._fenced.outcome(info, Outcome.TRANSITIONED)
+                await self._fenced.outcome(info, runtime_outcome(Action.KILL, Effect.ACTED))
         finally:
             self._busy -= 1
             self.end("killed")
@@ -493,33 +461,26 @@ class ExecHost(Lifetime):
     # -- SIGTERM ----------------------------------------------------------------------------------
 
     def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
-        if self._cleanup_started:
-            if info is not None and pending and self._tg is not None:
-                self._tg.start_soon(self._outcome, info, Outcome.SHUTDOWN_REQUESTED, "")
-            return
-        self._cleanup_started = True
-        assert self._tg is not None
-        self._busy += 1  # at once: the loop must not end the hosting before the cleanup has run
-        self._tg.start_soon(self._cleanup, info, pending)
+        if not self._cleanup_started:
+            self._busy += 1  # at once: the loop must not end the hosting before the cleanup has run
+        super()._start_cleanup(info, pending)
 
-    async def _cleanup(self, info: SignalInfo | None, pending: bool) -> None:
-        try:
-            await self._recovered.wait()
-            key = info.key if info is not None else ""
-            if info is not None and pending:
-                await self._fenced.outcome(info, Outcome.SHUTDOWN_REQUESTED)
-            if self.child is not None and not self.child.reaped:
-                await self._shutdown_child(self.child, f"SIGTERM {key}".strip(), key)
-            else:
-                await self._receipt(
-                    "graceful", "refused", evidence=self.orphan or self.last, name=self.etype.graceful,
-                    signal_key=key, reason=self._no_generation(),
-                )  # fmt: skip
-            if self.state is State.STOPPING:
-                await self._fenced.transition(State.STOPPED, "cleanup_complete")
-        finally:
-            self._busy -= 1
-            self.end("stopped")
+    async def _clean_up(self, info: SignalInfo | None, pending: bool) -> bool:
+        """The shutdown policy on the current generation (leased for the cleanup: nothing of ours runs)."""
+        await self._recovered.wait()
+        key = info.key if info is not None else ""
+        await self._cleanup_requested(info, pending)
+        if self.child is not None and not self.child.reaped:
+            await self._shutdown_child(self.child, f"SIGTERM {key}".strip(), key)
+        else:
+            await self._receipt(
+                "graceful", "refused", evidence=self.orphan or self.last, name=self.etype.graceful,
+                signal_key=key, reason=self._no_generation(),
+            )  # fmt: skip
+        return True
+
+    def _cleanup_ended(self) -> None:
+        self._busy -= 1
 
     def _no_generation(self) -> str:
         if self.orphan is not None:

@@ -21,6 +21,7 @@ from typing import Literal
 from ...client._options import DurationLike, to_duration
 from ...durations import format_ms
 from ..app import DefinitionError, EntityType
+from ..fenced import DEFAULT_GRACE
 
 __all__ = [
     "BACKENDS",
@@ -49,7 +50,6 @@ FORCE_ACTIONS: dict[Backend, str] = {"posix": "SIGKILL", "portable": "terminate"
 COMPAT_GRACEFUL: dict[Backend, str] = {"posix": "SIGTERM", "portable": "stdin:close"}
 # The longest shutdown timeout a policy may name (a stuck shutdown must end in bounded time).
 MAX_SHUTDOWN_TIMEOUT = timedelta(minutes=10)
-DEFAULT_GRACE = timedelta(seconds=30)
 # Output kept per generation and stream before the rest is dropped (and counted).
 DEFAULT_OUTPUT_LIMIT = 1 << 20
 # The line the ``stdin:shutdown`` action writes: documented, so programs can act on it.
