@@ -15,120 +15,30 @@ import hashlib
 import importlib
 import inspect
 import os
-import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
-from .._proto.electric.v1 import types_pb2 as pb
-from ..client._options import DurationLike, to_duration
+from ..client._options import DurationLike
 from ..lifecycle import HANDLEABLE, Signal
-
-if TYPE_CHECKING:
-    from .context import Context, Message, SignalInfo
-    from .exec.spec import Backend, ExecType, ShutdownPolicy
+from .entity_type import (
+    TYPE_NAME,
+    DefinitionError,
+    EntityType,
+    SignalHandler,
+    drop_instance,
+    handled_signals,
+    require_async,
+    unhandleable,
+)
+from .exec import spec as exec_spec
+from .exec.config import load_exec_file
+from .exec.spec import Backend, ExecType, ShutdownPolicy
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
 
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-
-MessageHandler = Callable[[Any, "Context", "Message"], Awaitable[Any]]
-SignalHandler = Callable[[Any, "Context", "SignalInfo"], Awaitable[Any]]
 C = TypeVar("C", bound=type)
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-class DefinitionError(TypeError):
-    """An entity type that must not run: found when it is defined, before any state is written."""
-
-
-def _unhandleable(signal: Signal) -> DefinitionError:
-    return DefinitionError(
-        f"{signal.value} cannot be handled: the runtime enforces it unconditionally "
-        f"(handlers may be registered for {', '.join(s.value for s in Signal if s in HANDLEABLE)})"
-    )
-
-
-def _handles(handles: Iterable[Signal | str] | None) -> frozenset[Signal]:
-    if handles is None:
-        return HANDLEABLE
-    try:
-        wanted = frozenset(Signal.parse(s) for s in handles)
-    except ValueError as exc:
-        raise DefinitionError(str(exc)) from None
-    for signal in Signal:
-        if signal in wanted and signal not in HANDLEABLE:
-            raise _unhandleable(signal)
-    return wanted
-
-
-def _require_async(func: object, what: str) -> None:
-    if not inspect.iscoroutinefunction(func):
-        raise DefinitionError(f"{what} must be an async function (async def)")
-
-
-@dataclass
-class EntityType:
-    """One hosted entity type: its handlers and the profile defaults announced to the server."""
-
-    name: str
-    on_message: MessageHandler
-    factory: Callable[[], Any]
-    grace_period: DurationLike | None = None
-    idle_timeout: DurationLike | None = None
-    handlers: dict[Signal, SignalHandler] = field(default_factory=dict)
-    # The objects whose source makes up the code version.
-    sources: list[object] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not _NAME.fullmatch(self.name):
-            raise DefinitionError(f"entity type {self.name!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        for label, value in (("grace_period", self.grace_period), ("idle_timeout", self.idle_timeout)):
-            if value is not None:
-                try:
-                    to_duration(value)
-                except ValueError as exc:
-                    raise DefinitionError(f"{self.name}: {label}: {exc}") from None
-
-    def handler_for(self, signal: Signal) -> SignalHandler | None:
-        return self.handlers.get(signal)
-
-    def profile(self) -> pb.Profile:
-        profile = pb.Profile()
-        if self.grace_period is not None:
-            profile.grace_period.CopyFrom(to_duration(self.grace_period))
-        if self.idle_timeout is not None:
-            profile.idle_timeout.CopyFrom(to_duration(self.idle_timeout))
-        return profile
-
-    @overload
-    def on_signal(self, func: F, *, handles: Iterable[Signal | str] | None = None) -> F: ...
-    @overload
-    def on_signal(
-        self, func: None = None, *, handles: Iterable[Signal | str] | None = None
-    ) -> Callable[[F], F]: ...
-    def on_signal(
-        self, func: F | None = None, *, handles: Iterable[Signal | str] | None = None
-    ) -> F | Callable[[F], F]:
-        """Register ``async def handler(ctx, signal)`` for a function-style entity type."""
-
-        def register(f: F) -> F:
-            _require_async(f, f"{self.name}: on_signal")
-            for signal in _handles(handles):
-                self.handlers[signal] = _drop_instance(f)
-            self.sources.append(f)
-            return f
-
-        return register(func) if func is not None else register
-
-
-def _drop_instance(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    async def call(_instance: Any, ctx: Any, arg: Any) -> Any:
-        return await func(ctx, arg)
-
-    return call
 
 
 def _class_type(
@@ -137,19 +47,19 @@ def _class_type(
     on_message = getattr(cls, "on_message", None)
     if on_message is None:
         raise DefinitionError(f"{cls.__qualname__} needs async def on_message(self, ctx, message)")
-    _require_async(on_message, f"{cls.__qualname__}.on_message")
+    require_async(on_message, f"{cls.__qualname__}.on_message")
     handlers: dict[Signal, SignalHandler] = {}
     generic = getattr(cls, "on_signal", None)
     if generic is not None:
-        _require_async(generic, f"{cls.__qualname__}.on_signal")
+        require_async(generic, f"{cls.__qualname__}.on_signal")
         handlers = dict.fromkeys(handles, generic)
     for signal in Signal:
         method = getattr(cls, f"on_{signal.name.lower()}", None)
         if method is None:
             continue
         if signal not in HANDLEABLE:
-            raise _unhandleable(signal)
-        _require_async(method, f"{cls.__qualname__}.on_{signal.name.lower()}")
+            raise unhandleable(signal)
+        require_async(method, f"{cls.__qualname__}.on_{signal.name.lower()}")
         handlers[signal] = method  # a per-signal method wins over on_signal
     return EntityType(name, on_message, cls, grace, idle, handlers, [cls])
 
@@ -192,9 +102,9 @@ class App:
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler)."""
-        if not _NAME.fullmatch(name):
+        if not TYPE_NAME.fullmatch(name):
             raise DefinitionError(f"entity type {name!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        wanted = _handles(handles)
+        wanted = handled_signals(handles)
 
         def define(target: Any) -> Any:
             if name in self.types:
@@ -202,9 +112,9 @@ class App:
             if inspect.isclass(target):
                 self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted)
                 return target
-            _require_async(target, f"{name}: the message handler")
+            require_async(target, f"{name}: the message handler")
             etype = EntityType(
-                name, _drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
+                name, drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
             )
             self.types[name] = etype
             return etype
@@ -232,8 +142,6 @@ class App:
         >>> app.exec("tail", ["tail", "-F", "app.log"], keep=True,
         ...          shutdown=ShutdownPolicy("SIGTERM", "5s"), grace_period="10s")
         """
-        from .exec import spec as exec_spec
-
         spec = exec_spec.ExecSpec(
             id=id,
             command=command,
@@ -254,8 +162,6 @@ class App:
 
     def add_exec_file(self, path: str | os.PathLike[str]) -> list[ExecType]:
         """Add every exec type declared in a TOML file (docs/exec.md has the grammar)."""
-        from .exec.config import load_exec_file
-
         types = load_exec_file(path)
         for etype in types:
             self.add(etype)

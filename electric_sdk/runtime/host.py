@@ -31,8 +31,8 @@ from .._proto.electric.v1 import types_pb2 as pb
 from ..arguments import json_argument
 from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..models import Event
-from .app import EntityType
 from .context import Context, Message, SignalInfo
+from .entity_type import EntityType
 from .fenced import (
     DEFAULT_GRACE,
     FINAL_WRITE_TIMEOUT_S,

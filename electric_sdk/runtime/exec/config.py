@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..app import DefinitionError
+from ..entity_type import DefinitionError
 from .spec import ExecSpec, ExecType, ShutdownPolicy, define
 
 __all__ = ["load_exec_file", "parse_exec_file"]

@@ -20,7 +20,7 @@ from typing import Literal
 
 from ...client._options import DurationLike, to_duration
 from ...durations import format_ms
-from ..app import DefinitionError, EntityType
+from ..entity_type import DefinitionError, EntityType
 from ..fenced import DEFAULT_GRACE
 
 __all__ = [

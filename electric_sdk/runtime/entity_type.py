@@ -1,0 +1,130 @@
+"""An entity type's definition: its name, handlers and profile defaults.
+
+``App`` builds these (from a class or a function) and the exec module builds
+its own kind (``ExecType``); both check a definition here, when it is made,
+so a type that must not run fails before any lifecycle state is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from .._proto.electric.v1 import types_pb2 as pb
+from ..client._options import DurationLike, to_duration
+from ..lifecycle import HANDLEABLE, Signal
+
+if TYPE_CHECKING:
+    from .context import Context, Message, SignalInfo
+
+__all__ = [
+    "TYPE_NAME",
+    "DefinitionError",
+    "EntityType",
+    "MessageHandler",
+    "SignalHandler",
+    "drop_instance",
+    "handled_signals",
+    "require_async",
+    "unhandleable",
+]
+
+TYPE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+MessageHandler = Callable[[Any, "Context", "Message"], Awaitable[Any]]
+SignalHandler = Callable[[Any, "Context", "SignalInfo"], Awaitable[Any]]
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+class DefinitionError(TypeError):
+    """An entity type that must not run: found when it is defined, before any state is written."""
+
+
+def unhandleable(signal: Signal) -> DefinitionError:
+    return DefinitionError(
+        f"{signal.value} cannot be handled: the runtime enforces it unconditionally "
+        f"(handlers may be registered for {', '.join(s.value for s in Signal if s in HANDLEABLE)})"
+    )
+
+
+def handled_signals(handles: Iterable[Signal | str] | None) -> frozenset[Signal]:
+    if handles is None:
+        return HANDLEABLE
+    try:
+        wanted = frozenset(Signal.parse(s) for s in handles)
+    except ValueError as exc:
+        raise DefinitionError(str(exc)) from None
+    for signal in Signal:
+        if signal in wanted and signal not in HANDLEABLE:
+            raise unhandleable(signal)
+    return wanted
+
+
+def require_async(func: object, what: str) -> None:
+    if not inspect.iscoroutinefunction(func):
+        raise DefinitionError(f"{what} must be an async function (async def)")
+
+
+@dataclass
+class EntityType:
+    """One hosted entity type: its handlers and the profile defaults announced to the server."""
+
+    name: str
+    on_message: MessageHandler
+    factory: Callable[[], Any]
+    grace_period: DurationLike | None = None
+    idle_timeout: DurationLike | None = None
+    handlers: dict[Signal, SignalHandler] = field(default_factory=dict)
+    # The objects whose source makes up the code version.
+    sources: list[object] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not TYPE_NAME.fullmatch(self.name):
+            raise DefinitionError(f"entity type {self.name!r} must match [A-Za-z0-9_.-]{{1,128}}")
+        for label, value in (("grace_period", self.grace_period), ("idle_timeout", self.idle_timeout)):
+            if value is not None:
+                try:
+                    to_duration(value)
+                except ValueError as exc:
+                    raise DefinitionError(f"{self.name}: {label}: {exc}") from None
+
+    def handler_for(self, signal: Signal) -> SignalHandler | None:
+        return self.handlers.get(signal)
+
+    def profile(self) -> pb.Profile:
+        profile = pb.Profile()
+        if self.grace_period is not None:
+            profile.grace_period.CopyFrom(to_duration(self.grace_period))
+        if self.idle_timeout is not None:
+            profile.idle_timeout.CopyFrom(to_duration(self.idle_timeout))
+        return profile
+
+    @overload
+    def on_signal(self, func: F, *, handles: Iterable[Signal | str] | None = None) -> F: ...
+    @overload
+    def on_signal(
+        self, func: None = None, *, handles: Iterable[Signal | str] | None = None
+    ) -> Callable[[F], F]: ...
+    def on_signal(
+        self, func: F | None = None, *, handles: Iterable[Signal | str] | None = None
+    ) -> F | Callable[[F], F]:
+        """Register ``async def handler(ctx, signal)`` for a function-style entity type."""
+
+        def register(f: F) -> F:
+            require_async(f, f"{self.name}: on_signal")
+            for signal in handled_signals(handles):
+                self.handlers[signal] = drop_instance(f)
+            self.sources.append(f)
+            return f
+
+        return register(func) if func is not None else register
+
+
+def drop_instance(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def call(_instance: Any, ctx: Any, arg: Any) -> Any:
+        return await func(ctx, arg)
+
+    return call
