@@ -402,10 +402,10 @@ async def _signal_breakdown(address: str, response: Any, payload_pb: Any, n: int
             lambda: client._call("SignalEntity", request), n
         )
         out["  fake stub call alone"] = await _per_op_us_async(lambda: fake.SignalEntity(request), n)
-        from electric_sdk.client._async import _json
+        from electric_sdk.arguments import json_argument
 
-        out["  payload: json.dumps + json_format.Parse (SDK)"] = _per_op_us(
-            lambda: _json(PAYLOAD, "payload"), n
+        out["  payload: JSON value to the wire's Value (SDK)"] = _per_op_us(
+            lambda: json_argument(PAYLOAD, "payload"), n
         )
         out["  payload: request.payload.CopyFrom(Value)"] = _per_op_us(
             lambda: api.SignalEntityRequest().payload.CopyFrom(payload_pb), n
@@ -605,19 +605,20 @@ async def _watch_breakdown(address: str, responses: list[Any], n: int) -> dict[s
         out["  Event.from_pb"] = _per_op_us(lambda: Event.from_pb(next(it)), len(events))
         from google.protobuf import json_format
 
-        from electric_sdk import models
+        from electric_sdk._wire.events import event_value_json
+        from electric_sdk._wire.times import timestamp_to_datetime
 
         it = itertools.cycle(events)
-        out["    _value_json (event value -> dict)"] = _per_op_us(
-            lambda: models._value_json(next(it)), len(events)
+        out["    event_value_json (event value -> dict)"] = _per_op_us(
+            lambda: event_value_json(next(it)), len(events)
         )
         it = itertools.cycle(events)
         out["      json_format.MessageToDict(payload)"] = _per_op_us(
             lambda: json_format.MessageToDict(next(it).signal.payload), len(events)
         )
         it = itertools.cycle(events)
-        out["    _time (Timestamp -> datetime)"] = _per_op_us(
-            lambda: models._time(next(it).headers.timestamp), len(events)
+        out["    timestamp_to_datetime (Timestamp -> datetime)"] = _per_op_us(
+            lambda: timestamp_to_datetime(next(it).headers.timestamp), len(events)
         )
         enc = itertools.cycle(encoded)
         out["  WatchEventsResponse.FromString (stub's decode)"] = _per_op_us(

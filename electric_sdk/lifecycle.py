@@ -42,11 +42,11 @@ __all__ = [
     "Cell",
     "Decision",
     "Effect",
-    "InvalidSignal",
     "InvalidTransition",
     "LifecycleError",
     "Outcome",
     "Signal",
+    "SignalRejected",
     "State",
     "StateRules",
     "cell",
@@ -215,7 +215,7 @@ class LifecycleError(Exception):
     reason = "LIFECYCLE_ERROR"
 
 
-class InvalidSignal(LifecycleError):
+class SignalRejected(LifecycleError):
     """A signal to a terminal entity: the server rejects it and writes nothing."""
 
     reason = "INVALID_SIGNAL"
@@ -375,9 +375,9 @@ def runtime_outcome(action: Action, effect: Effect) -> Outcome:
 
 
 def cell(state: State, signal: Signal) -> Cell:
-    """The table cell for a state and signal; terminal states raise InvalidSignal."""
+    """The table cell for a state and signal; terminal states raise SignalRejected."""
     if state in TERMINAL_STATES:
-        raise InvalidSignal(state, signal)
+        raise SignalRejected(state, signal)
     return TABLE[state][signal]
 
 

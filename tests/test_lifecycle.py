@@ -23,11 +23,11 @@ from electric_sdk.lifecycle import (
     TERMINAL_STATES,
     Action,
     Decision,
-    InvalidSignal,
     InvalidTransition,
     LifecycleError,
     Outcome,
     Signal,
+    SignalRejected,
     State,
     cell,
     check_runtime_transition,
@@ -241,20 +241,20 @@ def test_decide(state: str, signal: str, mode: Mode) -> None:
 @pytest.mark.parametrize("mode", ["server", "no_run", "run"])
 @pytest.mark.parametrize(("state", "signal"), TERMINAL_CELLS, ids=_ids(TERMINAL_CELLS))
 def test_terminal_cell_is_rejected(state: str, signal: str, mode: Mode) -> None:
-    with pytest.raises(InvalidSignal) as err:
+    with pytest.raises(SignalRejected) as err:
         decide(State(state), Signal(signal), RUN_IN_PROGRESS[mode])
     assert str(err.value) == f"Cannot signal a {state} entity"
     assert err.value.reason == "INVALID_SIGNAL"
     assert (err.value.state, err.value.signal) == (State(state), Signal(signal))
     assert isinstance(err.value, LifecycleError)
-    with pytest.raises(InvalidSignal, match=f"^Cannot signal a {state} entity$"):
+    with pytest.raises(SignalRejected, match=f"^Cannot signal a {state} entity$"):
         cell(State(state), Signal(signal))
 
 
 def test_terminal_messages_are_the_rfc_wording() -> None:
-    assert str(InvalidSignal(State.STOPPED, Signal.SIGTERM)) == "Cannot signal a stopped entity"
-    assert str(InvalidSignal(State.KILLED, Signal.SIGINT)) == "Cannot signal a killed entity"
-    assert InvalidSignal.reason == "INVALID_SIGNAL"
+    assert str(SignalRejected(State.STOPPED, Signal.SIGTERM)) == "Cannot signal a stopped entity"
+    assert str(SignalRejected(State.KILLED, Signal.SIGINT)) == "Cannot signal a killed entity"
+    assert SignalRejected.reason == "INVALID_SIGNAL"
 
 
 # --- ARCHITECTURE §2 clarifications, by name ---------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from electric_server import commands
+from electric_server import entity_writes
 from electric_server.internals import ENV, forced
 from electric_server.internals.ready_queue import BUSY, ready_queue
 from electric_server.internals.wal_index import FRAMES_PER_WRITE, Estimate, WalIndex, frame_counter
@@ -47,7 +47,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 
 def spawn(ref: Ref) -> Write:
-    return Write(ref, commands.spawn(ref, 30_000, 60_000))
+    return Write(ref, entity_writes.spawn(ref, 30_000, 60_000))
 
 
 def note(ref: Ref, text: str = "n") -> Write:

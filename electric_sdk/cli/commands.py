@@ -1,6 +1,6 @@
 """The one-shot client commands: spawn, get, ls, signal, kill, send.
 
-Each takes the parsed arguments and a ``Context`` (the output, and a
+Each takes the parsed arguments and an ``Invocation`` (the output, and a
 ``Client`` made on first use), does its local checks first (a bad JSON
 payload is an error before anything is sent), makes one SDK call and prints
 the result: a human summary, or the model's ``to_json()`` with ``--json``.
@@ -19,9 +19,9 @@ from .. import errors
 from ..client import Client, ClientOptions, RetryPolicy
 from ..durations import parse_ms
 from ..models import Entity, Event, SignalResult
-from . import output
+from . import console
+from .console import Console
 from .exec_view import process_json, process_lines
-from .output import Output
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
 DEFAULT_TIMEOUT = "10s"
@@ -53,8 +53,8 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
 
 
 @dataclass
-class Context:
-    out: Output
+class Invocation:
+    out: Console
     options: ClientOptions
     _client: Client | None = field(default=None, init=False)
 
@@ -79,22 +79,22 @@ def parse_json(text: str | None, flag: str) -> Any:
         raise errors.InvalidArgument(f"{flag} is not valid JSON: {exc}", code="INVALID_PAYLOAD") from None
 
 
-def spawn(ctx: Context, args: argparse.Namespace) -> int:
+def spawn(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.spawn(args.ref, grace_period=args.grace, idle_timeout=args.idle_timeout)
     if ctx.out.json_mode:
         ctx.out.record(entity.to_json())
     else:
-        ctx.out.line(output.entity_detail(entity))
+        ctx.out.line(console.entity_detail(entity))
     return 0
 
 
-def get(ctx: Context, args: argparse.Namespace) -> int:
+def get(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
     process = _process(ctx, entity)
     if ctx.out.json_mode:
         ctx.out.record(entity.to_json() | ({"process": process} if process else {}))
     else:
-        ctx.out.line(output.entity_detail(entity) + (f"\n{process_lines(process)}" if process else ""))
+        ctx.out.line(console.entity_detail(entity) + (f"\n{process_lines(process)}" if process else ""))
     return 0
 
 
@@ -102,7 +102,7 @@ def get(ctx: Context, args: argparse.Namespace) -> int:
 _PROCESS_LOOKBACK = 2000
 
 
-def _process(ctx: Context, entity: Entity) -> dict[str, Any] | None:
+def _process(ctx: Invocation, entity: Entity) -> dict[str, Any] | None:
     """An exec entity's process, from the receipts at the end of its stream."""
     offset = max(0, entity.head_offset - _PROCESS_LOOKBACK)
     events: list[Event] = []
@@ -115,12 +115,12 @@ def _process(ctx: Context, entity: Entity) -> dict[str, Any] | None:
     return process_json(events)
 
 
-def ls(ctx: Context, args: argparse.Namespace) -> int:
+def ls(ctx: Invocation, args: argparse.Namespace) -> int:
     entities = ctx.client.list(args.type, states_of(args), limit=args.limit)
     if ctx.out.json_mode:
         ctx.out.record({"entities": [e.to_json() for e in entities]})
     else:
-        ctx.out.line(output.entity_table(entities))
+        ctx.out.line(console.entity_table(entities))
     return 0
 
 
@@ -129,30 +129,30 @@ def states_of(args: argparse.Namespace) -> list[str]:
     return [s for item in args.state or () for s in item.split(",") if s]
 
 
-def signal(ctx: Context, args: argparse.Namespace) -> int:
+def signal(ctx: Invocation, args: argparse.Namespace) -> int:
     payload = parse_json(args.payload, "--payload")
     result = ctx.client.signal(args.ref, args.signal, reason=args.reason, payload=payload)
     _print_signal(ctx, result)
     return 0
 
 
-def kill(ctx: Context, args: argparse.Namespace) -> int:
+def kill(ctx: Invocation, args: argparse.Namespace) -> int:
     _print_signal(ctx, ctx.client.kill(args.ref, reason=args.reason))
     return 0
 
 
-def _print_signal(ctx: Context, result: SignalResult) -> None:
+def _print_signal(ctx: Invocation, result: SignalResult) -> None:
     if ctx.out.json_mode:
         ctx.out.record(result.to_json())
     else:
-        ctx.out.line(output.signal_line(result))
+        ctx.out.line(console.signal_line(result))
 
 
-def send(ctx: Context, args: argparse.Namespace) -> int:
+def send(ctx: Invocation, args: argparse.Namespace) -> int:
     data = parse_json(args.data, "--data")
     receipt = ctx.client.send(args.ref, args.text, data=data)
     if ctx.out.json_mode:
         ctx.out.record(receipt.to_json())
     else:
-        ctx.out.line(output.receipt_line(receipt))
+        ctx.out.line(console.receipt_line(receipt))
     return 0

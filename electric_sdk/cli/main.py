@@ -20,11 +20,11 @@ from typing import Any, NoReturn, TypeAlias
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
 from . import commands, exit_codes, local, run_cmd, runtime_cmds, streams
-from .commands import Context, client_options
-from .output import Output
+from .commands import Invocation, client_options
+from .console import Console
 
 EPILOG = f"exit codes: {exit_codes.SUMMARY}. See docs/cli.md."
-CommandFunc = Callable[[Context, argparse.Namespace], int]
+CommandFunc = Callable[[Invocation, argparse.Namespace], int]
 Subparsers: TypeAlias = "argparse._SubParsersAction[Any]"  # of _Parser
 REF_HELP = "the entity, e.g. my_agent/agent_1"
 
@@ -157,9 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_client_command(args: argparse.Namespace) -> int:
-    out = Output(args.json)
+    out = Console(args.json)
     try:
-        ctx = Context(out, client_options(args))
+        ctx = Invocation(out, client_options(args))
         try:
             func: CommandFunc = args.client_func
             return func(ctx, args)
@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
-        out = Output("--json" in argv)
+        out = Console("--json" in argv)
         out.stderr.write(exc.usage)
         out.error(exc)
         return exit_codes.USAGE

@@ -40,9 +40,9 @@ from ..client import AsyncClient, ClientOptions, RetryPolicy
 from ..durations import format_ms, parse_ms
 from ..lifecycle import STATE_RULES, Signal
 from ..models import EntityRef, Event, MessageReceipt
-from . import exit_codes, output
+from . import console, exit_codes
 from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, parse_json
-from .output import Output
+from .console import Console
 
 SCHEMA = "electric.run/v1"
 DEFAULT_GRACE = "5s"
@@ -221,7 +221,7 @@ def _from_error(error: errors.ElectricError) -> Ending:
 
 
 class HeadlessRun:
-    def __init__(self, out: Output, settings: Settings) -> None:
+    def __init__(self, out: Console, settings: Settings) -> None:
         self.out = out
         self.settings = settings
         self.ref = settings.ref
@@ -260,7 +260,7 @@ class HeadlessRun:
 
     def _show(self, event: Event) -> None:
         self._record(event.to_json())
-        self._note(output.event_line(event))
+        self._note(console.event_line(event))
 
     def finish(self, ending: Ending) -> int:
         """The terminal records: ``error`` (unless the run completed), then ``session_complete``."""
@@ -396,7 +396,7 @@ class HeadlessRun:
                 "spawned": self.spawned,
             }
         )
-        self._note(output.receipt_line(receipt))
+        self._note(console.receipt_line(receipt))
         if s.timeout_s is not None:
             assert self._tg is not None
             self._tg.start_soon(self._time_out, s.timeout_s)
@@ -524,7 +524,7 @@ class HeadlessRun:
 
 
 def command(args: argparse.Namespace) -> int:
-    out = Output(bool(args.json))
+    out = Console(bool(args.json))
     try:
         try:
             settings = Settings.from_args(args)  # may read the message from stdin

@@ -17,8 +17,8 @@ from typing import TextIO
 from .. import errors
 from ..lifecycle import State
 from ..models import Entity, EntityChange, Event
-from . import output
-from .commands import Context, states_of
+from . import console
+from .commands import Invocation, states_of
 
 # ReadEvents pages; the server caps a page at 1000.
 EVENTS_PAGE = 500
@@ -26,12 +26,12 @@ EVENTS_PAGE = 500
 REDRAW_INTERVAL_S = 0.1
 
 
-def events(ctx: Context, args: argparse.Namespace) -> int:
+def events(ctx: Invocation, args: argparse.Namespace) -> int:
     def show(event: Event) -> None:
         if ctx.out.json_mode:
             ctx.out.record(event.to_json())
         else:
-            ctx.out.line(output.event_line(event))
+            ctx.out.line(console.event_line(event))
 
     limit: int | None = args.limit
     if args.follow:
@@ -57,7 +57,7 @@ def events(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def watch(ctx: Context, args: argparse.Namespace) -> int:
+def watch(ctx: Invocation, args: argparse.Namespace) -> int:
     states = states_of(args)
     try:
         wanted = {State.parse(s) for s in states}
@@ -67,7 +67,7 @@ def watch(ctx: Context, args: argparse.Namespace) -> int:
     changes = ctx.client.watch_entities(args.type, wanted)
     if ctx.out.json_mode:
         for change in changes:
-            ctx.out.record(output.change_record(change))
+            ctx.out.record(console.change_record(change))
     elif ctx.out.stdout.isatty():
         title = f"electric watch {ctx.options.address}" + (f" --type {args.type}" if args.type else "")
         title += "".join(f" --state {s.value}" for s in sorted(wanted, key=lambda s: s.value))
@@ -76,7 +76,7 @@ def watch(ctx: Context, args: argparse.Namespace) -> int:
                 view.apply(change)
     else:
         for change in changes:
-            ctx.out.line(output.change_line(change))
+            ctx.out.line(console.change_line(change))
     return 0
 
 
@@ -120,18 +120,18 @@ class LiveTable:
             if self._wanted and entity.state not in self._wanted:
                 self._rows.pop(entity.ref.url, None)  # it left the --state filter
             else:
-                self._rows[entity.ref.url] = (entity, output.transition(change))
+                self._rows[entity.ref.url] = (entity, console.transition(change))
         self._changed.set()
 
     def render(self) -> str:
         with self._lock:
             rows = [
-                [url, e.state.value, last, str(e.head_offset), output.when(e.updated_at)]
+                [url, e.state.value, last, str(e.head_offset), console.when(e.updated_at)]
                 for url, (e, last) in sorted(self._rows.items())
             ]
-        now = output.when(datetime.now(UTC))
+        now = console.when(datetime.now(UTC))
         head = f"{self._title} · {len(rows)} entities · {now} · Ctrl-C to quit"
-        return f"{head}\n\n{output.table(self.HEADERS, rows, frozenset({3}))}\n"
+        return f"{head}\n\n{console.table(self.HEADERS, rows, frozenset({3}))}\n"
 
     def _draw_loop(self) -> None:
         while not self._stop.is_set():

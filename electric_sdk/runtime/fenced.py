@@ -36,8 +36,8 @@ __all__ = [
     "FINAL_WRITE_TIMEOUT_S",
     "Doorbell",
     "Fenced",
-    "Session",
     "SessionLost",
+    "WorkerLink",
     "loop_deadline",
     "message_of",
     "signal_info",
@@ -99,7 +99,7 @@ class SessionLost(Exception):
     """The worker's session with the server ended; the lease is gone with it."""
 
 
-class Session(Protocol):
+class WorkerLink(Protocol):
     """What a host needs from its worker (worker.py implements it)."""
 
     async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult: ...
@@ -112,7 +112,7 @@ class Fenced:
 
     def __init__(
         self,
-        session: Session,
+        session: WorkerLink,
         lease: rt.Lease,
         entity: pb.Entity,
         on_change: Callable[[], None],

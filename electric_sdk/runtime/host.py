@@ -36,7 +36,7 @@ from .entity_type import EntityType
 from .fenced import (
     DEFAULT_GRACE,
     FINAL_WRITE_TIMEOUT_S,
-    Session,
+    WorkerLink,
     loop_deadline,
     message_of,
 )
@@ -82,7 +82,7 @@ class EntityHost(HostBase):
         "instance",
     )  # fmt: skip
 
-    def __init__(self, session: Session, etype: EntityType, grant: rt.LeaseGranted) -> None:
+    def __init__(self, session: WorkerLink, etype: EntityType, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
         self._resume_offset = grant.resume_offset  # older events predate this lease
         self.etype = etype

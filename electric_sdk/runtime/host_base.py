@@ -28,7 +28,7 @@ from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State
 from .context import Message, SignalInfo
-from .fenced import DEFAULT_IDLE_TIMEOUT, Session
+from .fenced import DEFAULT_IDLE_TIMEOUT, WorkerLink
 from .lifetime import Lifetime
 
 __all__ = ["HostBase"]
@@ -40,7 +40,7 @@ _CLEANING_UP = lifecycle.runtime_outcome(Action.CLEANUP, Effect.ACTED)
 class HostBase(Lifetime):
     __slots__ = ("_cleanup_started", "_idle_since", "_queue", "_term", "grace_deadline")
 
-    def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
+    def __init__(self, session: WorkerLink, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
         # Messages delivered and not yet run (a list: a worker may host ten thousand entities,
         # most with nothing queued).

@@ -16,7 +16,7 @@ from .._proto.electric.v1 import types_pb2 as pb
 from ..lifecycle import State
 from ..models import Entity
 from .context import SignalInfo
-from .fenced import Doorbell, Fenced, Session, signal_info
+from .fenced import Doorbell, Fenced, WorkerLink, signal_info
 
 __all__ = ["Lifetime"]
 
@@ -27,7 +27,7 @@ class Lifetime(ABC):
     # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
     __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "on_end", "revoked")
 
-    def __init__(self, session: Session, grant: rt.LeaseGranted) -> None:
+    def __init__(self, session: WorkerLink, grant: rt.LeaseGranted) -> None:
         self.lease = rt.Lease()
         self.lease.CopyFrom(grant.lease)  # a copy: a sub-message would keep the whole grant alive
         self._bell = Doorbell()

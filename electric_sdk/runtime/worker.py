@@ -348,7 +348,7 @@ class Worker:
             await changed.wait()
         return self.host(ref)
 
-    # -- the Session protocol (hosts call these) ---------------------------------------------
+    # -- the WorkerLink protocol (hosts call these) ------------------------------------------
 
     async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult:
         if self._outbox is None:

@@ -20,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from electric_sdk._wire.entities import entity_url
-from electric_sdk.lifecycle import InvalidSignal, InvalidTransition
+from electric_sdk.lifecycle import InvalidTransition, SignalRejected
 
 from .store.base import IdempotencyKeyReused
 
@@ -52,7 +52,7 @@ def to_api_error(exc: BaseException) -> ApiError | None:
     """Map a domain exception to its wire error; None for unexpected ones."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, InvalidSignal):
+    if isinstance(exc, SignalRejected):
         return ApiError(
             grpc.StatusCode.FAILED_PRECONDITION,
             exc.reason,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from electric_sdk.lifecycle import STATE_RULES
 
-from . import commands
+from . import entity_writes
 from .store.base import Commit, Ref, Store, Write
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Reaper:
                 due.append(heapq.heappop(self._heap))
             if due:
                 writes = [
-                    Write(ref, commands.expire_grace(ref, deadline, self.is_leased(ref)))
+                    Write(ref, entity_writes.expire_grace(ref, deadline, self.is_leased(ref)))
                     for deadline, ref in due
                 ]
                 for (deadline, ref), outcome in zip(due, await self.store.write_many(writes), strict=True):

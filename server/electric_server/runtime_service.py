@@ -33,7 +33,7 @@ from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, translate_stream
-from .runtime_commands import Refused, end_lease, grant, runtime_write, settle_ignored
+from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a leas
 
 
 @dataclass(eq=False)
-class Session:
+class WorkerSession:
     worker_id: str
     types: frozenset[str]
     code_version: str
@@ -68,7 +68,7 @@ class Session:
 class Lease:
     ref: Ref
     epoch: int
-    session: Session
+    session: WorkerSession
     next_message: int
     first_attempt: int  # the attempt number for the message at the cursor when leased
     cursor: int
@@ -88,7 +88,7 @@ class Runtime:
         self.store = store
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, WorkerSession] = {}
         self.leases: dict[Ref, Lease] = {}
         self._offering: set[Ref] = set()
         self._announcements = itertools.count(1)
@@ -137,11 +137,11 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def open(self, hello: rt.Hello) -> Session:
+    def open(self, hello: rt.Hello) -> WorkerSession:
         old = self.sessions.get(hello.worker_id)
         if old is not None:
             self._spawn(self.close(old, "runtime_lost"))
-        session = Session(
+        session = WorkerSession(
             worker_id=hello.worker_id,
             types=frozenset(t.type for t in hello.types),
             code_version=hello.code_version,
@@ -153,7 +153,7 @@ class Runtime:
         self._spawn(self.offer_all(session))
         return session
 
-    async def close(self, session: Session, cause: str) -> None:
+    async def close(self, session: WorkerSession, cause: str) -> None:
         if session.closed and not session.leases:
             return
         session.closed = True
@@ -199,7 +199,7 @@ class Runtime:
             return False
         return needs_runtime(record.state, record.last_message_offset >= record.message_cursor)
 
-    def _pick(self, record: EntityRecord) -> Session | None:
+    def _pick(self, record: EntityRecord) -> WorkerSession | None:
         hosts = [
             s
             for s in self.sessions.values()
@@ -216,7 +216,7 @@ class Runtime:
             hosts = [s for s in hosts if s.code_version == newest]
         return min(hosts, key=lambda s: len(s.leases))
 
-    async def offer_all(self, session: Session) -> None:
+    async def offer_all(self, session: WorkerSession) -> None:
         for type_ in session.types:
             after: Ref | None = None
             while not session.closed:
@@ -369,7 +369,7 @@ class Runtime:
 
     # -- the worker's requests ---------------------------------------------------------------------
 
-    async def read(self, session: Session, requests: AsyncIterator[rt.ConnectRequest]) -> None:
+    async def read(self, session: WorkerSession, requests: AsyncIterator[rt.ConnectRequest]) -> None:
         try:
             async for request in requests:
                 session.last_seen = time.monotonic()
@@ -380,14 +380,14 @@ class Runtime:
         finally:
             session.outbox.put_nowait(None)  # the worker hung up: end the response stream too
 
-    def _handle(self, session: Session, requests: Iterable[rt.ConnectRequest]) -> None:
+    def _handle(self, session: WorkerSession, requests: Iterable[rt.ConnectRequest]) -> None:
         """Start applying a worker's requests, without waiting for them.
 
         Requests are not awaited one by one: a fan-out (a SIGHUP to thousands
         of entities) has thousands of writes in flight at once, and the store
         commits them together instead of one fsync each. Per entity, a
         worker's requests still apply in the order it sent them: one waits for
-        the session's previous request on that entity (``Session.tails``).
+        the session's previous request on that entity (``WorkerSession.tails``).
         """
         together: list[rt.RuntimeWrite] = []  # writes with nothing ahead of them: one store call
         together_refs: list[Ref] = []
@@ -418,7 +418,7 @@ class Runtime:
                 together_refs.append(ref)
                 session.tails[ref] = task
 
-    def _after_tail(self, session: Session, ref: Ref, step: Coroutine[Any, Any, None]) -> None:
+    def _after_tail(self, session: WorkerSession, ref: Ref, step: Coroutine[Any, Any, None]) -> None:
         before = session.tails.get(ref)
 
         async def chained() -> None:
@@ -434,7 +434,7 @@ class Runtime:
         session.tails[ref] = task
 
     def _track(
-        self, session: Session, coro: Coroutine[Any, Any, None], refs: list[Ref]
+        self, session: WorkerSession, coro: Coroutine[Any, Any, None], refs: list[Ref]
     ) -> asyncio.Task[None]:
         """A task applying requests on ``refs`` (filled in until it first runs), the tail of each."""
         task = asyncio.create_task(coro)
@@ -449,12 +449,12 @@ class Runtime:
         task.add_done_callback(untrack)
         return task
 
-    async def _release(self, session: Session, ref: Ref, epoch: int) -> None:
+    async def _release(self, session: WorkerSession, ref: Ref, epoch: int) -> None:
         lease = session.leases.get(ref)
         if lease is not None and lease.epoch == epoch:
             await self._end(lease, "released")
 
-    async def _answer(self, session: Session, writes: list[rt.RuntimeWrite]) -> None:
+    async def _answer(self, session: WorkerSession, writes: list[rt.RuntimeWrite]) -> None:
         """Apply fenced writes (each its own commit, all in one store call) and answer each."""
         results = [rt.WriteResult(request_id=write.request_id) for write in writes]
         staged: list[tuple[rt.WriteResult, Write]] = []

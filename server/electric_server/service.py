@@ -1,7 +1,7 @@
 """The EntityService: validation, then one store write or read per call.
 
 Handlers validate first (nothing is written on bad input), then hand a pure
-decide function from ``commands`` to the store. Errors leave through
+decide function from ``entity_writes`` to the store. Errors leave through
 ``errors.translate``; watches live in ``watch``.
 """
 
@@ -20,9 +20,9 @@ from electric_sdk._wire.entities import entity_to_pb, entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, InvalidSignal, Outcome, Signal
+from electric_sdk.lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, Signal, SignalRejected
 
-from . import commands
+from . import entity_writes
 from . import validation as v
 from .auth import current_principal
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
@@ -85,7 +85,7 @@ async def _write(
 
 
 def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEntityResponse:
-    commit_result: commands.Signalled = commit.result
+    commit_result: entity_writes.Signalled = commit.result
     d = commit_result.decision
     return api.SignalEntityResponse(
         url=entity_url(*ref),
@@ -137,7 +137,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         return await _write(
             self.store,
             ref,
-            commands.spawn(ref, grace, idle),
+            entity_writes.spawn(ref, grace, idle),
             _idempotency("SpawnEntity", request),
             lambda c: api.SpawnEntityResponse(entity=entity_to_pb(c.after)),  # type: ignore[arg-type]
             api.SpawnEntityResponse,
@@ -166,7 +166,7 @@ class EntityService(api_grpc.EntityServiceServicer):
 
     def _signal_spec(
         self, request: api.SignalEntityRequest | api.SignalEntitiesRequest
-    ) -> commands.SignalSpec:
+    ) -> entity_writes.SignalSpec:
         signal = v.signal(request.signal)
         payload = v.json_value(request.payload, request.HasField("payload"), "payload")
         if payload is not None and signal is not Signal.SIGUSR:
@@ -178,7 +178,7 @@ class EntityService(api_grpc.EntityServiceServicer):
                     "MESSAGE_KEY_NOT_ALLOWED", "only SIGINT can be scoped to a message", field="message_key"
                 )
             v.name(message_key, "message_key")
-        return commands.SignalSpec(
+        return entity_writes.SignalSpec(
             signal, v.reason(request.reason), payload, current_principal.get().name, message_key
         )
 
@@ -189,12 +189,12 @@ class EntityService(api_grpc.EntityServiceServicer):
         return await self._signal(ref, spec, _idempotency("SignalEntity", request))
 
     async def _signal(
-        self, ref: Ref, spec: commands.SignalSpec, idem: Idempotency | None
+        self, ref: Ref, spec: entity_writes.SignalSpec, idem: Idempotency | None
     ) -> api.SignalEntityResponse:
         return await _write(
             self.store,
             ref,
-            commands.signal(ref, spec, self._leased(ref)),
+            entity_writes.signal(ref, spec, self._leased(ref)),
             idem,
             lambda c: _signal_response(ref, spec.signal, c),
             api.SignalEntityResponse,
@@ -203,7 +203,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def DeleteEntity(self, request: api.DeleteEntityRequest, context: Ctx) -> api.DeleteEntityResponse:
         ref = v.ref(request.ref)
-        spec = commands.SignalSpec(Signal.SIGKILL, "legacy delete", None, current_principal.get().name)
+        spec = entity_writes.SignalSpec(Signal.SIGKILL, "legacy delete", None, current_principal.get().name)
         result = await self._signal(ref, spec, _idempotency("DeleteEntity", request))
         return api.DeleteEntityResponse(result=result)
 
@@ -259,18 +259,23 @@ class EntityService(api_grpc.EntityServiceServicer):
                     break
                 after = page[-1].ref
 
-        def category(result: commands.Signalled) -> bytes:
+        def category(result: entity_writes.Signalled) -> bytes:
             return b"i" if result.decision.outcome is Outcome.IGNORED else b"s"
 
         for start in range(0, len(targets), BULK_CHUNK):
             writes = [
-                Write(ref, commands.signal(ref, spec, self._leased(ref)), idem, lambda c: category(c.result))
+                Write(
+                    ref,
+                    entity_writes.signal(ref, spec, self._leased(ref)),
+                    idem,
+                    lambda c: category(c.result),
+                )
                 for ref in targets[start : start + BULK_CHUNK]
             ]
             for outcome in await self.store.write_many(writes):
                 if isinstance(outcome, ApiError) and outcome.code is grpc.StatusCode.NOT_FOUND:
                     counts["not_found"] += 1
-                elif isinstance(outcome, InvalidSignal):
+                elif isinstance(outcome, SignalRejected):
                     # Became terminal since it was listed: judged like any other terminal entity.
                     counts["skipped"] += 1
                 elif isinstance(outcome, BaseException):
@@ -319,7 +324,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         return await _write(
             self.store,
             ref,
-            commands.send_message(ref, text, data, sender),
+            entity_writes.send_message(ref, text, data, sender),
             _idempotency("SendMessage", request),
             build,
             api.SendMessageResponse,

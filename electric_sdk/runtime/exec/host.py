@@ -33,7 +33,7 @@ from ..._proto.electric.v1 import runtime_service_pb2 as rt
 from ..._proto.electric.v1 import types_pb2 as pb
 from ...lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, runtime_outcome
 from ..context import Message, SignalInfo
-from ..fenced import FINAL_WRITE_TIMEOUT_S, Session, message_of
+from ..fenced import FINAL_WRITE_TIMEOUT_S, WorkerLink, message_of
 from ..host_base import HostBase
 from . import receipts
 from .evidence import Evidence, observe
@@ -64,7 +64,7 @@ _SCOPED_CANCELLED = runtime_outcome(Action.ABORT_RUN, Effect.ACTED)
 
 
 class ExecHost(HostBase):
-    def __init__(self, session: Session, etype: ExecType, grant: rt.LeaseGranted) -> None:
+    def __init__(self, session: WorkerLink, etype: ExecType, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
         self.etype = etype
         self.spec = etype.spec

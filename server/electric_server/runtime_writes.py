@@ -17,7 +17,7 @@ from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk.lifecycle import State
 
-from .commands import INSERT, UPDATE, state_event
+from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 

@@ -21,7 +21,7 @@ from ..event_text import event_summary
 from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
 
 
-class Output:
+class Console:
     """stdout for results, stderr for errors; every write is flushed (streams are watched live)."""
 
     def __init__(self, json_mode: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:

@@ -112,7 +112,7 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
         if current is None:
             raise not_found(*ref)
         # A SIGINT scoped to a message still waiting for a runtime: the runtime that takes the
-        # message up cancels it, so its outcome is the runtime's (InvalidSignal: a terminal entity).
+        # message up cancels it, so its outcome is the runtime's (SignalRejected: a terminal entity).
         waiting = bool(spec.message_key) and current.last_message_offset >= current.message_cursor
         decision = lifecycle.decide(current.state, spec.signal, message_waiting=waiting)
         key = f"sig_{ctx.txid}"
