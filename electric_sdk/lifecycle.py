@@ -33,6 +33,9 @@ __all__ = [
     "HANDLEABLE",
     "HOSTED_STATES",
     "INITIAL_STATE",
+    "MESSAGE_SCOPED_SIGNALS",
+    "PAYLOAD_SIGNALS",
+    "RELOAD_SIGNALS",
     "RUNTIME_OUTCOMES",
     "RUNTIME_TRANSITIONS",
     "STATE_RULES",
@@ -91,6 +94,14 @@ class Signal(enum.Enum):
 # The signals entity code may register ``on_signal`` for: every one but the two the
 # runtime enforces unconditionally (ARCHITECTURE §3).
 HANDLEABLE = frozenset(Signal) - {Signal.SIGKILL, Signal.SIGSTOP}
+# The one signal that carries a payload for its handler (the RFC's "user-provided payload").
+PAYLOAD_SIGNALS = frozenset({Signal.SIGUSR})
+# The one signal a caller may scope to a message it sent: `electric run` interrupts only its
+# own message's run (ARCHITECTURE §5), and a message not yet started is cancelled instead.
+MESSAGE_SCOPED_SIGNALS = frozenset({Signal.SIGINT})
+# The signal that marks the entity for new code: whatever its state, the next wake is leased
+# to a worker with the newest code version announced for its type (ARCHITECTURE §2).
+RELOAD_SIGNALS = frozenset({Signal.SIGHUP})
 
 
 class State(enum.Enum):
@@ -555,10 +566,15 @@ def markdown_table() -> str:
     lines.append("")
     lines.extend(_outcomes_table())
     lines.append("")
-    handlers = ", ".join(s.value for s in Signal if s in HANDLEABLE)
+
+    def names(signals: frozenset[Signal]) -> str:
+        return ", ".join(s.value for s in Signal if s in signals)
+
     lines.append(
         f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
-        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {handlers}."
+        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
+        f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
+        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
     )
     return "\n".join(lines) + "\n"
 

@@ -19,7 +19,7 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import INITIAL_STATE, STATE_RULES, Signal, State
+from electric_sdk.lifecycle import INITIAL_STATE, RELOAD_SIGNALS, STATE_RULES, Signal, State
 
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
@@ -129,7 +129,7 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
             value.payload.CopyFrom(spec.payload)
         events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
         record = current
-        if spec.signal is Signal.SIGHUP and not current.reload_pending:
+        if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
             event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)

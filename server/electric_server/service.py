@@ -20,7 +20,15 @@ from electric_sdk._wire.entities import entity_to_pb, entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, Signal, SignalRejected
+from electric_sdk.lifecycle import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    MESSAGE_SCOPED_SIGNALS,
+    PAYLOAD_SIGNALS,
+    Outcome,
+    Signal,
+    SignalRejected,
+)
 
 from . import entity_writes
 from . import validation as v
@@ -169,11 +177,11 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> entity_writes.SignalSpec:
         signal = v.signal(request.signal)
         payload = v.json_value(request.payload, request.HasField("payload"), "payload")
-        if payload is not None and signal is not Signal.SIGUSR:
+        if payload is not None and signal not in PAYLOAD_SIGNALS:
             raise invalid_argument("PAYLOAD_NOT_ALLOWED", "only SIGUSR carries a payload", field="payload")
         message_key = getattr(request, "message_key", "")
         if message_key:
-            if signal is not Signal.SIGINT:
+            if signal not in MESSAGE_SCOPED_SIGNALS:
                 raise invalid_argument(
                     "MESSAGE_KEY_NOT_ALLOWED", "only SIGINT can be scoped to a message", field="message_key"
                 )
