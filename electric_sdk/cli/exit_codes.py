@@ -23,6 +23,9 @@ AUTH = 6
 EXISTS = 7
 RUN_FAILED = 8
 RUN_ABORTED = 9
+# From BSD's sysexits.h, as PostgreSQL and etcd tooling use them for these faults.
+DATA_DAMAGED = 65  # EX_DATAERR
+STORAGE_FAILED = 74  # EX_IOERR
 TIMEOUT = 124
 INTERRUPTED = 130
 BROKEN_PIPE = 141
@@ -72,6 +75,16 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "run aborted",
         "`run`: the run was aborted or its message cancelled by something else than this command "
         "(another client's SIGINT), or the entity was stopped or killed before the run completed",
+    ),
+    DATA_DAMAGED: (
+        "data directory damaged",
+        "`server`, `dev`: the data directory is damaged and the server refused to start (see "
+        'docs/server.md, "Damage"; `--accept-data-loss` starts anyway); `verify`: the store is damaged',
+    ),
+    STORAGE_FAILED: (
+        "storage failed",
+        "`server`, `dev`: the disk failed a write the server cannot take back (a failed WAL sync); "
+        "the server acknowledged nothing more and stopped",
     ),
     TIMEOUT: ("run timed out", "`run`: the run did not end within `--timeout` (the command's own timeout)"),
     INTERRUPTED: (
