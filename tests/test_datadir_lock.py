@@ -1,6 +1,7 @@
 """One server per data directory (issue 17): a second `electric server`, `electric dev` or
 `TestServer` on a directory a server holds is refused (exit 2, naming the directory and the
-holder's pid) and writes nothing; a kill -9 frees the lock. Real processes and files throughout.
+holder's pid) and writes nothing; a kill -9 frees the lock; readers (`verify`, `backup`) need
+no lock. Real processes and files throughout.
 """
 
 from __future__ import annotations
@@ -198,3 +199,23 @@ def test_a_read_only_or_uncreatable_dir_is_a_clear_error(read_only_dir: Path, su
     expected = "cannot create the data directory" if sub else "cannot lock the data directory"
     assert f"electric server: {expected} {data}" in result.stderr, result.stderr
     assert "Read-only file system" in result.stderr or "Permission denied" in result.stderr
+
+
+def test_verify_and_backup_run_beside_a_live_server(
+    server_process: Callable[..., Any], tmp_path: Path
+) -> None:
+    srv = server_process()
+    with Client(srv.address) as client:
+        client.spawn("agent/a1")
+        client.signal("agent/a1", "SIGUSR", payload={"n": 1})
+
+        verified = electric("verify", "--data", str(srv.data_dir), "--json")
+        backed_up = electric("backup", "--data", str(srv.data_dir), str(tmp_path / "copy.db"), "--json")
+
+        assert verified.returncode == 0, verified.stderr
+        report = json.loads(verified.stdout)
+        assert (report["clean"], report["entities"], report["events"]) == (True, 1, 2)
+        assert backed_up.returncode == 0, backed_up.stderr
+        assert json.loads(backed_up.stdout)["events"] == 2
+        assert holder(srv.data_dir)["pid"] == srv.proc.pid, "a reader took the lock"
+        client.spawn("agent/a2")  # and the server never noticed them
