@@ -40,7 +40,11 @@ __all__ = ["TestServer", "electric_client", "electric_server"]
 
 
 class TestServer:
-    """Start with ``start()`` or ``with``; stop with ``stop()``. Safe to repeat."""
+    """Start with ``start()`` or ``with``; stop with ``stop()``. Safe to repeat.
+
+    One server per data directory: starting a second on a ``data_dir`` that a
+    server holds, in this process or another, raises ``DataDirLocked``.
+    """
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
@@ -73,7 +77,12 @@ class TestServer:
             await server.start()
             return server
 
-        self._server = self._portal.call(start)
+        try:
+            self._server = self._portal.call(start)
+        except BaseException:  # e.g. DataDirLocked: another server uses data_dir; end the loop thread too
+            self._portal.call(self._portal.stop)
+            self._thread.join()
+            raise
         self.address = self._server.address
         return self
 

@@ -48,7 +48,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "usage error or invalid argument: a bad flag, name, signal, state, duration or JSON, found "
         "locally (nothing was sent) or by the server (`INVALID_ARGUMENT`: `INVALID_NAME`, "
         "`UNKNOWN_SIGNAL`, `PAYLOAD_NOT_ALLOWED`, `EMPTY_MESSAGE`, ...); bad `server`/`verify` "
-        "configuration; `worker`/`dev`: the app cannot be loaded",
+        "configuration, or a data directory another server holds; `backup`/`restore` refused "
+        "(nothing written); `worker`/`dev`: the app cannot be loaded",
     ),
     NOT_FOUND: (
         "not found",

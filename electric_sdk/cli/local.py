@@ -1,8 +1,10 @@
-"""The commands that work on a data directory, not through a client: `server` and `verify`.
+"""The commands that work on a data directory, not through a client: `server`, `verify`,
+`backup` and `restore`.
 
 They report their own errors (``electric server: ...``, ``electric verify: ...``)
 and use the exit codes of exit_codes.py: 0 ok, 1 `verify` found a mismatch, 2
-bad usage or configuration (nothing was started or written).
+bad usage or configuration, or a backup or restore refused (nothing was started
+or written).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._wire.entities import entity_url
 from . import exit_codes
+
+if TYPE_CHECKING:
+    from electric_server import StoreCopy
 
 
 def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
@@ -118,3 +124,59 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
         print(f"verified {report.entities} entities, {report.events} events: {verdict}")
     return exit_codes.OK if report.clean else exit_codes.ERROR
+
+
+def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    p = sub.add_parser("backup", help="copy a data directory's store, live or not, to a file")
+    p.add_argument(
+        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+    )
+    p.add_argument("out", type=Path, metavar="OUT", help="the backup file to write")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
+    p.set_defaults(func=_cmd_backup)
+
+    p = sub.add_parser("restore", help="put a backup back into a new, empty data directory")
+    p.add_argument("backup", type=Path, metavar="BACKUP", help="a file written by `electric backup`")
+    p.add_argument(
+        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+    )
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
+    p.set_defaults(func=_cmd_restore)
+
+
+def _cmd_backup(args: argparse.Namespace) -> int:
+    from electric_server import backup_data_dir
+
+    return _copy_store(
+        "backup", "backed up", lambda: backup_data_dir(args.data, args.out, force=args.force), args
+    )
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from electric_server import restore_data_dir
+
+    return _copy_store("restore", "restored", lambda: restore_data_dir(args.backup, args.data), args)
+
+
+def _copy_store(command: str, done: str, copy: Callable[[], StoreCopy], args: argparse.Namespace) -> int:
+    try:
+        result = copy()
+    except ValueError as exc:  # BackupError, or the data directory's ConfigError (locked, read-only)
+        print(f"electric {command}: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    fields = {
+        "path": str(result.path),
+        "entities": result.entities,
+        "events": result.events,
+        "head_txid": result.head_txid,
+        "bytes": result.size_bytes,
+    }
+    if args.json:
+        print(json.dumps(fields))
+    else:
+        print(
+            f"{done} {result.entities} entities, {result.events} events (txids up to {result.head_txid}) "
+            f"into {result.path}: {result.size_bytes:,} bytes"
+        )
+    return exit_codes.OK

@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_parser(sub)
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
+    local.add_backup_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
     return parser
 

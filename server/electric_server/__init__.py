@@ -1,23 +1,33 @@
 """The electric control plane: gRPC services, auth, reaper and stores.
 
 This top level is the one door the SDK uses to reach the server (the CLI's
-``server``, ``verify`` and ``dev`` commands, and ``electric_sdk.testing``);
-nothing in ``electric_sdk`` imports a module inside this package
-(tests/test_layers.py). ``ConfigError`` and ``TokenFileError`` are
-``ValueError``s: a configuration that must not start.
+``server``, ``verify``, ``backup``, ``restore`` and ``dev`` commands, and
+``electric_sdk.testing``); nothing in ``electric_sdk`` imports a module inside
+this package (tests/test_layers.py). ``ConfigError`` (and ``DataDirLocked``,
+one of them), ``TokenFileError`` and ``BackupError`` are ``ValueError``s: a
+configuration that must not start, or a backup or restore refused.
 """
 
-from .app import ConfigError, ElectricServer, ServerConfig, serve, verify_data_dir
+from .app import ElectricServer, ServerConfig, serve, verify_data_dir
 from .auth import TokenFileError
+from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
+from .config_error import ConfigError
+from .datadir import DataDirError, DataDirLocked
 from .verify import Report
 
 __all__ = [
+    "BackupError",
     "ConfigError",
+    "DataDirError",
+    "DataDirLocked",
     "ElectricServer",
     "Report",
     "ServerConfig",
+    "StoreCopy",
     "TokenFileError",
     "__version__",
+    "backup_data_dir",
+    "restore_data_dir",
     "serve",
     "verify_data_dir",
 ]

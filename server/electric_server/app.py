@@ -28,6 +28,8 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
 
 from .auth import AuthInterceptor, TokenTable
+from .config_error import ConfigError
+from .datadir import DataDirLock, database_path
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors
 from .reaper import Reaper
@@ -45,10 +47,6 @@ RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_nam
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
 MAX_ACCEPTORS = 64
-
-
-class ConfigError(ValueError):
-    """A server configuration that must not start (the CLI exits 2)."""
 
 
 @dataclass
@@ -78,11 +76,6 @@ class ServerConfig:
     @property
     def database(self) -> Path:
         return database_path(self.data_dir)
-
-
-def database_path(data_dir: Path) -> Path:
-    """The SQLite database in a data directory."""
-    return data_dir / "electric.db"
 
 
 def _host(listen: str) -> str:
@@ -141,6 +134,7 @@ class ElectricServer:
         self._watches: Watches | None = None
         self._reaper: Reaper | None = None
         self._stopped = asyncio.Event()
+        self._datadir_lock: DataDirLock | None = None
 
     @property
     def address(self) -> str:
@@ -148,6 +142,17 @@ class ElectricServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
+        """Lock the data directory (datadir.py), then open the store and listen; unlock on failure."""
+        lock = DataDirLock.acquire(self.config.data_dir, "electric server")
+        try:
+            await self._open_and_listen()
+        except BaseException:
+            lock.release()
+            raise
+        lock.listening_on(self.address)
+        self._datadir_lock = lock
+
+    async def _open_and_listen(self) -> None:
         await self.store.open()
         self._watches = Watches(self.store, self.config.watch_queue_limit)
         self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
@@ -226,7 +231,11 @@ class ElectricServer:
         await self.runtime.stop()
         await self._reaper.stop()
         self._watches.close()
-        await self.store.close()
+        try:
+            await self.store.close()
+        finally:
+            if self._datadir_lock is not None:
+                self._datadir_lock.release()
         self._stopped.set()
         log.info("electric server stopped")
 
