@@ -28,6 +28,9 @@ from typing import Any
 import anyio
 import grpc
 import pytest
+from electric_server import entity_writes
+from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext, WriteOutcome
+from electric_server.store.sqlite import SQLiteStore
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -103,6 +106,17 @@ def flip_byte(path: Path, offset: int) -> None:
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ 0x55]))
+
+
+def note(ref: tuple[str, str]) -> Write:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        return Mutation([NewEvent("note", f"note_{ctx.txid}", pb.OPERATION_INSERT, b"n")], current)
+
+    return Write(ref, decide)
+
+
+spawn_x = entity_writes.spawn(("t", "x"), 30_000, 60_000)
 
 
 def start_refused(data: Path) -> subprocess.CompletedProcess[str]:
@@ -314,3 +328,38 @@ async def test_damage_found_beside_a_live_server_is_not_a_race(
             assert json.loads(result.stdout)["damage"] == []
     srv.send(signal.SIGTERM)
     assert srv.wait() == 0
+
+
+async def test_txids_are_reserved_in_blocks_and_a_crash_never_reuses_one(tmp_path: Path) -> None:
+    """Past a block of 10,000 txids the store reserves the next before handing one out; a copy
+    of its files taken while it runs (as a crash leaves them, WAL and all) continues above the
+    reservation, and so does one whose WAL was lost, with --accept-data-loss."""
+    db = tmp_path / "live" / "electric.db"
+    store = SQLiteStore(db)
+    await store.open()
+    try:
+        ref = ("t", "e")
+        await store.write(Write(ref, entity_writes.spawn(ref, 30_000, 60_000)))
+        last = 0
+        for _ in range(45):  # 11,520 txids in batches of 256: past the first block
+            for outcome in await store.write_many([note(ref) for _ in range(256)]):
+                assert isinstance(outcome, WriteOutcome)
+                assert outcome.commit is not None
+                last = outcome.commit.txid
+        reserved = json.loads(db.with_suffix(".state").read_text())["txids_reserved_below"]
+        assert last < reserved <= last + 10_000
+        assert reserved > 10_001  # the open's reservation was followed by another
+        for name in ("crashed", "lost"):
+            shutil.copytree(db.parent, tmp_path / name)  # a crash: the state says running
+    finally:
+        await store.close()
+    (tmp_path / "lost" / "electric.db-wal").unlink()
+    for name, accept in (("crashed", False), ("lost", True)):
+        copy = SQLiteStore(tmp_path / name / "electric.db", accept_data_loss=accept)
+        await copy.open()
+        try:
+            outcome = await copy.write(note(("t", "e")) if name == "crashed" else Write(("t", "x"), spawn_x))
+            assert outcome.commit is not None
+            assert outcome.commit.txid == reserved, name
+        finally:
+            await copy.close()
