@@ -151,6 +151,9 @@ class SQLiteFaults:
                 "unexpected error in the store's writer during %s; the writer goes on", during, exc_info=exc
             )
             return exc
+        if isinstance(fault, StoreBusy):  # another process's lock: this batch only
+            log.error("%s during %s: its writes failed; the writer goes on", fault, during)
+            return fault
         if isinstance(fault, DiskFull):
             return self._disk_full(fault, during)
         return self._fail(fault, during)
