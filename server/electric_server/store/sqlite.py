@@ -87,6 +87,10 @@ class SQLiteStore(SQLiteWriter, Store):
             raise ValueError(f"synchronous must be FULL, NORMAL, EXTRA or OFF, not {synchronous!r}")
         if not 0 <= commit_delay_ms <= MAX_COMMIT_DELAY_MS:
             raise ValueError(f"the commit delay must be 0-{MAX_COMMIT_DELAY_MS} ms, not {commit_delay_ms} ms")
+        if disk_full_retry_ms <= 0:  # 0 would retry without pause: the spin refusing writes avoids
+            raise ValueError(
+                f"the retry interval on a full disk must be positive, not {disk_full_retry_ms} ms"
+            )
         super().__init__(commit_delay_ms / 1000)
         self.path = Path(path)
         self.synchronous = synchronous.upper()
