@@ -168,7 +168,7 @@ async def test_verify_json(stopped_data: Path) -> None:
     result = await electric_async("verify", "--data", str(stopped_data), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report == {"entities": 3, "events": 6, "clean": True, "mismatches": {}}
+    assert report == {"entities": 3, "events": 6, "clean": True, "damage": [], "mismatches": {}}
 
 
 @pytest.mark.anyio

@@ -1,9 +1,11 @@
-"""The SQLite store on a real file: group commit, refusals, per-entity offsets, reopen, durability."""
+"""The SQLite store on a real file: group commit, refusals, per-entity offsets, reopen, durability,
+and a writer that no error ends silently."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import sqlite3
 import threading
@@ -18,12 +20,14 @@ from electric_server.internals import ENV, forced
 from electric_server.internals.ready_queue import BUSY, ready_queue
 from electric_server.internals.wal_index import FRAMES_PER_WRITE, Estimate, WalIndex, frame_counter
 from electric_server.store.base import (
+    Commit,
     Decide,
     EntityRecord,
     Idempotency,
     Mutation,
     NewEvent,
     Ref,
+    StorageFailed,
     StoreError,
     Write,
     WriteContext,
@@ -332,12 +336,55 @@ async def test_a_failed_wal_sync_acknowledges_nothing_and_stops_the_store(tmp_pa
         committed(await store.write(spawn(ref)))
         assert store._wal_fd is not None
         os.close(store._wal_fd)  # the next fdatasync fails with a real OSError (EBADF)
-        with pytest.raises(OSError, match="Bad file descriptor"):
+        with pytest.raises(StorageFailed, match="Bad file descriptor"):
             await store.write(note(ref))
-        with pytest.raises(RuntimeError, match="failed WAL sync"):
-            await store.write(note(ref))
+        with pytest.raises(StorageFailed, match="Bad file descriptor"):  # at once, for good
+            await store.write_many([note(ref), note(ref)])
     finally:
         await store.close()
+
+
+async def test_a_subscriber_that_raises_stops_neither_the_writer_nor_the_others(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[Ref] = []
+
+    def broken(commit: Commit) -> None:
+        raise ValueError("a bug in a subscriber")
+
+    store.hub.subscribe_all(broken)
+    store.hub.subscribe_all(lambda commit: seen.append(commit.ref))
+    a, b = ("t", "a"), ("t", "b")
+    # Two writes: through the writer task, which the subscriber's error used to end.
+    for outcome in await asyncio.wait_for(store.write_many([spawn(a), spawn(b)]), 10):
+        assert not isinstance(outcome, BaseException)
+    failures = [r for r in caplog.records if "subscriber" in r.getMessage()]
+    assert failures
+    assert all(r.exc_info is not None for r in failures)  # with its traceback
+    for outcome in await asyncio.wait_for(store.write_many([note(a), note(b)]), 10):
+        assert not isinstance(outcome, BaseException)
+    assert seen == [a, b, a, b]
+
+
+async def test_an_unexpected_error_in_a_batch_fails_that_batch_loudly_and_the_writer_goes_on(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = ("t", "a")
+
+    def encode(commit: Commit) -> bytes:
+        raise TypeError("a bug in a response's encoder")
+
+    broken = Write(a, entity_writes.spawn(a, 30_000, 60_000), encode=encode)
+    with pytest.raises(TypeError, match="encoder"):  # one batch, one transaction: all of it rolled back
+        await asyncio.wait_for(store.write_many([broken, spawn(("t", "other"))]), 10)
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info is not None]
+    assert len(logged) == 1
+    assert "during a commit" in logged[0].getMessage()
+    assert await store.get_entity(a) is None
+    assert await store.get_entity(("t", "other")) is None
+    for outcome in await asyncio.wait_for(store.write_many([spawn(a), note(a)]), 10):
+        assert not isinstance(outcome, BaseException)
+    assert (await store.get_entity(a)) is not None
 
 
 async def test_the_store_checkpoints_the_wal_so_it_stops_growing(store: SQLiteStore) -> None:

@@ -4,7 +4,8 @@
 They report their own errors (``electric server: ...``, ``electric verify: ...``)
 and use the exit codes of exit_codes.py: 0 ok, 1 `verify` found a mismatch, 2
 bad usage or configuration, or a backup or restore refused (nothing was started
-or written).
+or written), 65 a damaged store (the server refused to start; `verify` found
+damage), 74 the storage failed (the server stopped).
 """
 
 from __future__ import annotations
@@ -60,7 +61,25 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls "
         "(default %(default)s; 0: grpc's own acceptor only)",
     )
+    add_accept_data_loss(p)
     p.set_defaults(func=_cmd_server)
+
+
+def add_accept_data_loss(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="start on a damaged data directory anyway, dropping what the damage cut off "
+        '(logged; see docs/server.md, "Damage")',
+    )
+
+
+def storage_exit(command: str, exc: Exception) -> int:
+    """Report a store that refused to start (65: damaged) or failed (74), and the exit code."""
+    from electric_server import DamagedStore
+
+    print(f"electric {command}: {exc}", file=sys.stderr)
+    return exit_codes.DATA_DAMAGED if isinstance(exc, DamagedStore) else exit_codes.STORAGE_FAILED
 
 
 def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
@@ -74,7 +93,7 @@ def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from electric_server import ServerConfig, serve
+    from electric_server import ServerConfig, StorageFault, serve
 
     from ..durations import parse_ms
 
@@ -91,21 +110,36 @@ def _cmd_server(args: argparse.Namespace) -> int:
             synchronous=args.synchronous,
             commit_delay_ms=parse_ms(args.commit_delay),
             acceptors_per_method=args.acceptors,
+            accept_data_loss=args.accept_data_loss,
         )
         return asyncio.run(serve(config))
     except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors
         print(f"electric server: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    except StorageFault as exc:  # damaged (refused to start), or failed (stopped)
+        return storage_exit("server", exc)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from electric_server import verify_data_dir
+    from electric_server import StorageFault, verify_data_dir
 
     try:
         report = asyncio.run(verify_data_dir(args.data))
     except FileNotFoundError as exc:
         print(f"electric verify: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    except OSError as exc:  # e.g. permission denied
+        print(f"electric verify: cannot read {args.data}: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
+    except StorageFault as exc:  # not damage: e.g. another process holds the database locked
+        print(f"electric verify: {exc}; try again", file=sys.stderr)
+        return exit_codes.ERROR
+    except Exception as exc:  # never a traceback: say what could not be read
+        print(
+            f"electric verify: cannot read the store in {args.data}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return exit_codes.ERROR
     if args.json:
         print(
             json.dumps(
@@ -113,6 +147,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                     "entities": report.entities,
                     "events": report.events,
                     "clean": report.clean,
+                    "damage": report.damage,
                     "mismatches": {entity_url(*ref): p for ref, p in report.mismatches.items()},
                 }
             )
@@ -121,8 +156,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         for ref, problems in report.mismatches.items():
             for problem in problems:
                 print(f"{entity_url(*ref)}: {problem}")
-        verdict = "clean" if report.clean else f"{len(report.mismatches)} entity(ies) differ"
+        for problem in report.damage:
+            print(f"damaged: {problem}")
+        if report.damage:
+            verdict = (
+                "the store is damaged (counted: what could be read); restore a backup, or start the "
+                "server with --accept-data-loss"
+            )
+        elif report.mismatches:
+            verdict = f"{len(report.mismatches)} entity(ies) differ"
+        else:
+            verdict = "clean"
         print(f"verified {report.entities} entities, {report.events} events: {verdict}")
+    if report.damage:
+        return exit_codes.DATA_DAMAGED
     return exit_codes.OK if report.clean else exit_codes.ERROR
 
 

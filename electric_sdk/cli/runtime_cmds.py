@@ -20,6 +20,7 @@ from typing import Any
 from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
+from .local import add_accept_data_loss, storage_exit
 
 DEFAULT_APP = "examples.agents:app"
 
@@ -59,6 +60,7 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
+    add_accept_data_loss(p)
     _common(p)
     p.set_defaults(func=_cmd_dev)
 
@@ -178,6 +180,7 @@ async def _serve_until_drained(
 
             server = ElectricServer(server_config)
             await server.start()
+            server.drain_on_failure(drain)  # the store failed for good: stop, and say so (exit 74)
             overrides["address"] = server.address
             print(
                 f"electric server listening on {server.address} (data: {server_config.data_dir})", flush=True
@@ -210,10 +213,12 @@ async def _serve_until_drained(
             await worker.shutdown(grace_s)
         if failure:
             raise failure[0]
-        return exit_codes.OK
     finally:
         if server is not None:
             await server.stop()
+    if server is not None and server.failure is not None:
+        raise server.failure
+    return exit_codes.OK
 
 
 def _run(args: argparse.Namespace, server_config: Any = None) -> int:
@@ -232,12 +237,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
-    from electric_server import ConfigError, ServerConfig
+    from electric_server import ConfigError, ServerConfig, StorageFault
 
     _setup_logging(args.verbose)
     try:
-        config = ServerConfig(listen=args.listen, data_dir=args.data, drain_grace_s=1.0)
+        config = ServerConfig(
+            listen=args.listen, data_dir=args.data, drain_grace_s=1.0, accept_data_loss=args.accept_data_loss
+        )
         return _run(args, server_config=config)
     except ConfigError as exc:
         print(f"electric dev: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    except StorageFault as exc:  # damaged (refused to start), or failed (stopped)
+        return storage_exit("dev", exc)

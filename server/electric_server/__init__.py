@@ -6,6 +6,8 @@ This top level is the one door the SDK uses to reach the server (the CLI's
 this package (tests/test_layers.py). ``ConfigError`` (and ``DataDirLocked``,
 one of them), ``TokenFileError`` and ``BackupError`` are ``ValueError``s: a
 configuration that must not start, or a backup or restore refused.
+``StorageFault``s are the store's: ``DamagedStore`` (refused to start, or found
+damage while running), ``StorageFailed`` (the disk failed; the server stopped).
 """
 
 from .app import ElectricServer, ServerConfig, serve, verify_data_dir
@@ -13,16 +15,20 @@ from .auth import TokenFileError
 from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
 from .config_error import ConfigError
 from .datadir import DataDirError, DataDirLocked
+from .store.base import DamagedStore, StorageFailed, StorageFault
 from .verify import Report
 
 __all__ = [
     "BackupError",
     "ConfigError",
+    "DamagedStore",
     "DataDirError",
     "DataDirLocked",
     "ElectricServer",
     "Report",
     "ServerConfig",
+    "StorageFailed",
+    "StorageFault",
     "StoreCopy",
     "TokenFileError",
     "__version__",

@@ -5,6 +5,11 @@ run. ``serve`` adds process signal handling: the first SIGTERM or SIGINT
 drains (health NOT_SERVING, watches ended so clients reconnect elsewhere,
 in-flight calls finish within the drain grace, the store is flushed) and the
 process exits 0; a second signal exits at once.
+
+Health follows the store: while the disk is full the readiness of writes
+(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; if the
+store fails for good, every service turns NOT_SERVING and ``serve`` drains
+and raises the failure (the CLI exits 74, or 65 for damage).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import gc
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +41,7 @@ from .internals.acceptors import Acceptors
 from .reaper import Reaper
 from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
-from .store.base import Store
+from .store.base import DiskFull, StorageFault, Store
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
 from .watch import Watches
@@ -44,6 +50,8 @@ log = logging.getLogger("electric.server")
 
 SERVICE_NAME = api.DESCRIPTOR.services_by_name["EntityService"].full_name
 RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_name
+# The readiness of writes, for grpc.health.v1: NOT_SERVING while the disk is full (reads go on).
+WRITES_HEALTH_NAME = "electric.v1.writes"
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
 MAX_ACCEPTORS = 64
@@ -72,6 +80,10 @@ class ServerConfig:
     lease_ttl_ms: int = 10_000
     # How often workers are asked to send a heartbeat.
     heartbeat_interval_ms: int = 3_000
+    # Start on a damaged store, dropping what the damage cut off (docs/server.md, "Damage").
+    accept_data_loss: bool = False
+    # While the disk is full, how often the store tries writing again.
+    disk_full_retry_ms: int = 1_000
 
     @property
     def database(self) -> Path:
@@ -123,7 +135,11 @@ class ElectricServer:
             )
         try:
             self.store = store or SQLiteStore(
-                config.database, synchronous=config.synchronous, commit_delay_ms=config.commit_delay_ms
+                config.database,
+                synchronous=config.synchronous,
+                commit_delay_ms=config.commit_delay_ms,
+                accept_data_loss=config.accept_data_loss,
+                disk_full_retry_ms=config.disk_full_retry_ms,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
@@ -135,6 +151,11 @@ class ElectricServer:
         self._reaper: Reaper | None = None
         self._stopped = asyncio.Event()
         self._datadir_lock: DataDirLock | None = None
+        # A failure of the store for good: the server must stop (see drain_on_failure).
+        self.failure: StorageFault | None = None
+        self._on_failure: list[asyncio.Event] = []
+        self._health_update: asyncio.Future[None] | None = None
+        self._unsubscribe_faults: Callable[[], None] = lambda: None
 
     @property
     def address(self) -> str:
@@ -153,7 +174,8 @@ class ElectricServer:
         self._datadir_lock = lock
 
     async def _open_and_listen(self) -> None:
-        await self.store.open()
+        await self.store.open()  # raises DamagedStore, or another StorageFault, to refuse to start
+        self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
         self._watches = Watches(self.store, self.config.watch_queue_limit)
         self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
         await self._reaper.start()
@@ -209,6 +231,7 @@ class ElectricServer:
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
         if self.forced_fallbacks:
             log.warning(
@@ -220,6 +243,9 @@ class ElectricServer:
         if self._server is None:
             return
         server, self._server = self._server, None
+        self._unsubscribe_faults()
+        if self._health_update is not None:
+            await self._health_update
         await self.health.enter_graceful_shutdown()  # every service NOT_SERVING
         assert self._watches is not None
         assert self._reaper is not None
@@ -241,6 +267,33 @@ class ElectricServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    def drain_on_failure(self, drain: asyncio.Event) -> None:
+        """Set ``drain`` if the store fails for good; the caller then stops the server and
+        raises ``failure``."""
+        if self.failure is not None:
+            drain.set()
+        self._on_failure.append(drain)
+
+    def _on_store_fault(self, fault: StorageFault | None) -> None:
+        """Writes stopped (a full disk: readiness only; a failure for good: every service,
+        and the server must stop) or resumed."""
+        if fault is not None and not isinstance(fault, DiskFull):
+            self.failure = fault
+            for drain in self._on_failure:
+                drain.set()
+        self._health_update = asyncio.ensure_future(self._follow_store(fault, self._health_update))
+
+    async def _follow_store(self, fault: StorageFault | None, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await previous  # in the order the store changed
+        serving = health_pb2.HealthCheckResponse.SERVING
+        if fault is None:
+            await self.health.set(WRITES_HEALTH_NAME, serving)
+        elif isinstance(fault, DiskFull):
+            await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        else:
+            await self.health.enter_graceful_shutdown()  # every service NOT_SERVING: the server stops
 
 
 def _usage_hint(server: ElectricServer) -> str:
@@ -296,17 +349,21 @@ async def verify_data_dir(data_dir: Path) -> Report:
 
 
 async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
+    """Run until SIGTERM/SIGINT; returns the exit code. Raises the store's failure, if it
+    failed for good (after draining), or its damage (refusing to start)."""
     server = ElectricServer(config)
     await server.start()
     tune_gc()
     with drain_on_signals(
         lambda name: log.info("received %s: draining (send it again to exit at once)", name)
     ) as drain:
+        server.drain_on_failure(drain)
         print(f"electric server listening on {server.address}", flush=True)
         print(_usage_hint(server), flush=True)
         if ready is not None:
             ready.set()
         await drain.wait()
         await server.stop()
+    if server.failure is not None:
+        raise server.failure
     return 0

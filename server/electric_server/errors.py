@@ -22,7 +22,7 @@ from grpc_status import rpc_status
 from electric_sdk._wire.entities import entity_url
 from electric_sdk.lifecycle import InvalidTransition, SignalRejected
 
-from .store.base import IdempotencyKeyReused
+from .store.base import DamagedStore, DiskFull, IdempotencyKeyReused, StorageFault, StoreBusy
 
 DOMAIN = "electric.v1"
 log = logging.getLogger(__name__)
@@ -63,7 +63,36 @@ def to_api_error(exc: BaseException) -> ApiError | None:
         return ApiError(grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc))
     if isinstance(exc, IdempotencyKeyReused):
         return invalid_argument("IDEMPOTENCY_KEY_REUSED", str(exc), idempotency_key=exc.key)
+    if isinstance(exc, StorageFault):
+        return _storage_error(exc)
     return None
+
+
+def _storage_error(fault: StorageFault) -> ApiError:
+    """A storage fault, for the client: what it means for the call (the server's log says
+    where and what to do; the client is not told the server's paths)."""
+    if isinstance(fault, DiskFull):  # nothing of the write was kept; retry once space is freed
+        return ApiError(
+            grpc.StatusCode.UNAVAILABLE,
+            "DISK_FULL",
+            "the server's disk is full: writes are refused until space is freed (reads still work)",
+        )
+    if isinstance(fault, StoreBusy):  # another process holds the database locked: nothing was written
+        return ApiError(
+            grpc.StatusCode.UNAVAILABLE, "STORAGE_BUSY", "the server's database is locked by another process"
+        )
+    if isinstance(fault, DamagedStore):
+        return ApiError(
+            grpc.StatusCode.DATA_LOSS,
+            "DATA_DAMAGED",
+            "the server's data is damaged: it cannot read or write it",
+        )
+    # StorageFailed: the disk failed a write (e.g. its sync); the server acknowledges nothing more
+    return ApiError(
+        grpc.StatusCode.UNAVAILABLE,
+        "STORAGE_FAILED",
+        "the server's storage failed: it acknowledges no more writes and is stopping",
+    )
 
 
 def status_for(error: ApiError) -> grpc.Status:

@@ -8,6 +8,10 @@ The write re-checks state and deadline inside the entity's serialized write,
 so an entity killed or cleaned up meanwhile is left alone.
 
 It also forgets idempotency keys older than the retention (at least 24 h).
+
+A write the store refuses (a full disk: the store has said so) or that fails
+is tried again a second later, for the same deadline; nothing ends the
+reaper but ``stop``.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from collections.abc import Callable
 from electric_sdk.lifecycle import STATE_RULES
 
 from . import entity_writes
-from .store.base import Commit, Ref, Store, Write
+from .store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 
 log = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S = 3600.0
+RETRY_MS = 1000
 
 
 def _now_ms() -> int:
@@ -37,7 +42,7 @@ class Reaper:
     def __init__(self, store: Store, idempotency_retention_ms: int) -> None:
         self.store = store
         self.retention_ms = idempotency_retention_ms
-        self._heap: list[tuple[int, Ref]] = []
+        self._heap: list[tuple[int, Ref, int]] = []  # (when due, entity, its grace deadline)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
@@ -55,9 +60,10 @@ class Reaper:
         ):
             self._push(after.stopping_deadline_ms, after.ref)
 
-    def _push(self, deadline_ms: int, ref: Ref) -> None:
-        heapq.heappush(self._heap, (deadline_ms, ref))
-        if self._heap[0][0] == deadline_ms:
+    def _push(self, deadline_ms: int, ref: Ref, due_ms: int | None = None) -> None:
+        due = deadline_ms if due_ms is None else due_ms
+        heapq.heappush(self._heap, (due, ref, deadline_ms))
+        if self._heap[0][0] == due:
             self._wakeup.set()
 
     async def start(self) -> None:
@@ -78,28 +84,40 @@ class Reaper:
         next_purge = time.monotonic()
         while True:
             now = _now_ms()
-            due: list[tuple[int, Ref]] = []
+            due: list[tuple[int, Ref, int]] = []
             while self._heap and self._heap[0][0] <= now:
                 due.append(heapq.heappop(self._heap))
             if due:
-                writes = [
-                    Write(ref, entity_writes.expire_grace(ref, deadline, self.is_leased(ref)))
-                    for deadline, ref in due
-                ]
-                for (deadline, ref), outcome in zip(due, await self.store.write_many(writes), strict=True):
-                    if isinstance(outcome, BaseException):
-                        log.error("grace expiry of %s/%s failed: %s", *ref, outcome)
-                        self._push(deadline + 1000, ref)  # try again shortly
-                    elif outcome.commit is not None:
-                        self.expired += 1
+                await self._expire([(ref, deadline) for _, ref, deadline in due])
             if time.monotonic() >= next_purge:
-                purged = await self.store.purge_idempotency(_now_ms() - self.retention_ms)
+                next_purge = time.monotonic() + PURGE_INTERVAL_S
+                try:
+                    purged = await self.store.purge_idempotency(_now_ms() - self.retention_ms)
+                except StorageFault:
+                    purged = 0  # the store has said why; the next purge will do
                 if purged:
                     log.info("forgot %d idempotency key(s) older than the retention", purged)
-                next_purge = time.monotonic() + PURGE_INTERVAL_S
             timeout = PURGE_INTERVAL_S
             if self._heap:
                 timeout = min(timeout, max(0.0, (self._heap[0][0] - _now_ms()) / 1000))
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _expire(self, due: list[tuple[Ref, int]]) -> None:
+        writes = [
+            Write(ref, entity_writes.expire_grace(ref, deadline, self.is_leased(ref)))
+            for ref, deadline in due
+        ]
+        outcomes: list[WriteOutcome | BaseException]
+        try:
+            outcomes = await self.store.write_many(writes)
+        except Exception as exc:  # refused at once, e.g. while the disk is full
+            outcomes = [exc] * len(writes)
+        for (ref, deadline), outcome in zip(due, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, StorageFault):  # a storage fault: the store has logged it
+                    log.error("grace expiry of %s/%s failed: %s", *ref, outcome)
+                self._push(deadline, ref, _now_ms() + RETRY_MS)  # the same deadline, a second later
+            elif outcome.commit is not None:
+                self.expired += 1

@@ -32,7 +32,7 @@ from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
 from . import validation as v
 from .auth import current_principal
-from .errors import ApiError, invalid_argument, translate_stream
+from .errors import ApiError, invalid_argument, to_api_error, translate_stream
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
 
@@ -483,8 +483,10 @@ def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None
         result.reason, result.message = outcome.reason, outcome.message
         if outcome.entity is not None:
             result.entity.CopyFrom(entity_to_pb(outcome.entity))
-    elif isinstance(outcome, ApiError):
-        result.reason, result.message = outcome.reason, outcome.message
+    elif (
+        isinstance(outcome, BaseException) and (error := to_api_error(outcome)) is not None
+    ):  # e.g. DISK_FULL
+        result.reason, result.message = error.reason, error.message
     elif isinstance(outcome, BaseException):
         log.error("a runtime write failed: %s", outcome)
         result.reason, result.message = "INTERNAL", f"the write failed: {outcome}"

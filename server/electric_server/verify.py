@@ -1,10 +1,15 @@
-"""`electric verify`: replay every stream and compare with the stored state.
+"""`electric verify`: check the store's storage, then replay every stream and compare with the stored state.
 
-The replay rebuilds each entity from its events alone, checking on the way
+First the storage (``Store.damage``: for SQLite, its files as the server
+checks them before opening them, and SQLite's integrity check). Then the
+replay rebuilds each entity from its events alone, checking on the way
 that offsets are gap-free, that every state change is one the lifecycle
 allows (a signal's cell in the RFC table, or a runtime transition), and that
 every signal record agrees with the state it was judged against. The result
 must equal the materialized record: state, head offset, closed, deadline.
+
+A damaged store is reported, never a traceback: what could not be read is
+one more line of damage, and the report counts what could.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
 from electric_sdk._wire.times import timestamp_to_ms
 from electric_sdk.lifecycle import INITIAL_STATE, STATE_RULES, State
 
-from .store.base import EntityRecord, Ref, Store
+from .store.base import DamagedStore, EntityRecord, Ref, StorageFault, Store, StoreBusy
 
 PAGE = 1000
+UNREADABLE_LISTED = 10  # streams listed by name when they cannot be read; the rest are counted
 
 
 @dataclass
@@ -36,10 +42,12 @@ class Report:
     entities: int = 0
     events: int = 0
     mismatches: dict[Ref, list[str]] = field(default_factory=dict)
+    # The storage's damage, and what could not be read because of it.
+    damage: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not self.mismatches
+        return not self.mismatches and not self.damage
 
 
 async def replay(store: Store, ref: Ref) -> Replayed:
@@ -125,12 +133,39 @@ async def entities(store: Store) -> AsyncIterator[EntityRecord]:
 
 
 async def verify(store: Store) -> Report:
-    report = Report()
-    async for record in entities(store):
-        replayed = await replay(store, record.ref)
-        report.entities += 1
-        report.events += replayed.head_offset
-        problems = compare(record, replayed)
-        if problems:
-            report.mismatches[record.ref] = problems
+    """Raises StoreBusy where another process holds the store locked (not damage), and
+    what a read raised where the storage is not known to be damaged."""
+    report = Report(damage=await store.damage())
+    unreadable = 0
+
+    def lost(exc: Exception) -> bool:  # a read failed because of damage: one more line of it
+        return not isinstance(exc, StoreBusy) and (isinstance(exc, StorageFault) or bool(report.damage))
+
+    try:
+        async for record in entities(store):
+            try:
+                replayed = await replay(store, record.ref)
+            except Exception as exc:
+                if not lost(exc):
+                    raise
+                unreadable += 1
+                if unreadable <= UNREADABLE_LISTED:
+                    report.damage.extend(_unreadable(exc, f"the stream of {record.type}/{record.id}"))
+                continue
+            report.entities += 1
+            report.events += replayed.head_offset
+            problems = compare(record, replayed)
+            if problems:
+                report.mismatches[record.ref] = problems
+    except Exception as exc:
+        if not lost(exc):
+            raise
+        report.damage.extend(_unreadable(exc, f"the entities after the first {report.entities + unreadable}"))
+    if unreadable > UNREADABLE_LISTED:
+        report.damage.append(f"... {unreadable} streams in all cannot be read")
     return report
+
+
+def _unreadable(exc: Exception, what: str) -> list[str]:
+    reasons = exc.problems if isinstance(exc, DamagedStore) else [f"{type(exc).__name__}: {exc}"]
+    return [f"{what} cannot be read: {reason}" for reason in reasons]

@@ -15,6 +15,12 @@ replicas later):
 - A closed stream keeps its history; nothing is appended after it.
 - After each commit, ``Commit`` records are published to the ``Hub`` for
   live watchers (a doorbell: watchers can always fall back to reading).
+- A disk that refuses a write fails it with a ``StorageFault``, and nothing
+  of its batch is acknowledged, published or readable: ``DiskFull`` pauses
+  writes until space is freed (they resume by themselves; reads go on),
+  ``StorageFailed`` (e.g. a failed WAL sync) and ``DamagedStore`` stop them
+  for good. ``subscribe_faults`` tells the server when writes stop and resume.
+- Txids are never handed out twice, even after a crash that lost the WAL.
 
 The store knows nothing about gRPC; event bodies are opaque bytes.
 """
@@ -22,6 +28,8 @@ The store knows nothing about gRPC; event bodies are opaque bytes.
 from __future__ import annotations
 
 import abc
+import copy
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -29,6 +37,8 @@ from typing import Any, NamedTuple
 from electric_sdk.lifecycle import State
 
 Ref = tuple[str, str]  # (entity type, instance id)
+
+log = logging.getLogger(__name__)
 
 
 # The records a write creates by the thousand are NamedTuples: as immutable as a frozen
@@ -158,6 +168,48 @@ class IdempotencyKeyReused(StoreError):
         super().__init__(f"idempotency key {key!r} was already used with a different request")
 
 
+class StorageFault(Exception):
+    """The storage refused a write or a read: nothing of the write was acknowledged,
+    published or made readable. Each kind below says what an operator must do."""
+
+    def again(self) -> StorageFault:
+        """A fresh copy, to refuse one more write with (an exception raised in many
+        tasks would gather all their tracebacks)."""
+        return copy.copy(self)
+
+
+class DiskFull(StorageFault):
+    """The disk holding the store is full: writes are refused until space is
+    freed, then resume by themselves; reads go on."""
+
+
+class StorageFailed(StorageFault):
+    """The disk failed in a way the store cannot take back (a failed WAL sync, an
+    I/O error): it takes no more writes, and the server stops."""
+
+
+class StoreBusy(StorageFault):
+    """Another process holds the database locked, past the busy timeout. No server
+    does (the data directory's lock keeps a second one out): a tool must let go."""
+
+
+class DamagedStore(StorageFault):
+    """The store's files are damaged: found before opening them (the server
+    refuses to start) or by the database while running."""
+
+    def __init__(self, where: str, problems: Sequence[str], remedy: str) -> None:
+        super().__init__(where, tuple(problems), remedy)
+        self.where = where
+        self.problems = list(problems)
+        self.remedy = remedy
+
+    def __str__(self) -> str:
+        return "\n".join([f"{self.where} is damaged:", *(f"  - {p}" for p in self.problems), self.remedy])
+
+
+FaultListener = Callable[[StorageFault | None], None]
+
+
 class Store(abc.ABC):
     """The durable store. See the module docstring for the guarantees."""
 
@@ -206,6 +258,16 @@ class Store(abc.ABC):
     async def purge_idempotency(self, older_than_ms: int) -> int:
         """Forget idempotency keys stored before the given time; returns how many."""
 
+    async def damage(self) -> list[str]:
+        """What is damaged in the store's storage, found read-only (for `electric verify`,
+        which may run beside a live server); [] when nothing is."""
+        return []
+
+    @abc.abstractmethod
+    def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
+        """Call ``callback`` on the loop when writes stop (with the fault that stopped
+        them) and when they resume (with None); returns the unsubscribe."""
+
 
 class Hub:
     """In-process fan-out of commits to live subscribers (a doorbell).
@@ -241,9 +303,17 @@ class Hub:
         """A batch's commits, in order (subscribers are looked up once per commit, not copied)."""
         everyone = tuple(self._all)
         by_entity = self._entity
+        # A subscriber's bug must not stop the others, nor the writer that
+        # publishes (the commits are acknowledged already): it is logged.
         for commit in commits:
             if by_entity:
                 for callback in tuple(by_entity.get(commit.ref, ())):
-                    callback(commit)
+                    try:
+                        callback(commit)
+                    except Exception:
+                        log.exception("a subscriber to %s/%s failed on txid %d", *commit.ref, commit.txid)
             for callback in everyone:
-                callback(commit)
+                try:
+                    callback(commit)
+                except Exception:
+                    log.exception("a subscriber to every commit failed on txid %d", commit.txid)

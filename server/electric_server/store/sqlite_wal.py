@@ -5,32 +5,47 @@ power loss. SQLite runs at NORMAL and the store syncs the WAL after each
 commit itself (``_sync``), so the commit (page-cache writes only) runs on the
 event loop and the disk's round trip does not hold it; a commit is
 acknowledged, published and readable only once synced. With EXTRA, SQLite
-syncs inside COMMIT, so commits run in the writer thread, and SQLite
-checkpoints as it always does.
+syncs inside COMMIT, so commits run in the writer thread.
 
-Otherwise the store checkpoints the WAL itself, in the writer thread
+The store checkpoints the WAL itself, in the writer thread
 (``_checkpoint``), as often as SQLite would (its default wal_autocheckpoint
 is 1,000 pages): after ``CHECKPOINT_FRAMES`` frames appended since the last
 checkpoint, as the ``wal_index`` seam counts them (internals/wal_index.py).
+SQLite's own automatic checkpoint is off in every mode: it runs inside
+COMMIT, and when it fails (a full disk) COMMIT reports the failure although
+the transaction was committed, so the store could not tell whom to
+acknowledge.
+
+While the disk is full (store/sqlite_faults.py), the writer tries again
+every ``disk_full_retry_s`` (``_try_again``): writes resume once
+``RESUME_ROOM`` bytes fit on the disk (about what the WAL grows between two
+checkpoints: a byte freed is not room enough, and writes refused again at
+once would only make the log flap), the checkpoint succeeds if one is due
+(else the next batch would only fail it again), and a commit of one page
+does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..internals.wal_index import Estimate, FrameCounter, frame_counter
+from .sqlite_faults import SQLiteFaults, roll_back
+from .sqlite_schema import SET_NEXT_TXID
 
-__all__ = ["CHECKPOINT_FRAMES", "SQLiteWal"]
+__all__ = ["CHECKPOINT_FRAMES", "RESUME_ROOM", "SQLiteWal"]
 
 CHECKPOINT_FRAMES = 1000
+RESUME_ROOM = CHECKPOINT_FRAMES * 4096
 
 
-class SQLiteWal:
+class SQLiteWal(SQLiteFaults):
     """The WAL half of ``SQLiteStore``: syncing it after commits and checkpointing it."""
 
     # The store's (store/sqlite.py): the database, whether commits run on the loop,
@@ -42,6 +57,7 @@ class SQLiteWal:
     _wconn: sqlite3.Connection | None
     _executor: ThreadPoolExecutor | None
     _conn_lock: asyncio.Lock
+    _next_txid: int  # the writer's (sqlite_writer.py)
 
     def __init__(self) -> None:
         super().__init__()
@@ -62,8 +78,7 @@ class SQLiteWal:
         if self.synchronous == "FULL":
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
             self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="electric-sqlite-sync")
-        if self._commits_on_loop:  # the store checkpoints itself (see _checkpoint)
-            self._frames = frame_counter(self.path)
+        self._frames = frame_counter(self.path)  # the store checkpoints itself (see _checkpoint)
 
     def _close_wal(self) -> None:
         if self._sync_executor is not None:
@@ -131,8 +146,14 @@ class SQLiteWal:
         (_sync): a read that ran between the two waits for that sync, so nobody
         is shown a change that a power loss could still take back.
         """
-        if self._synced < self._committed and self._syncing is not None:
-            await asyncio.shield(self._syncing)
+        if self._synced < self._committed:
+            if self._syncing is not None:
+                try:
+                    await asyncio.shield(self._syncing)
+                except OSError as exc:
+                    raise self._fail(exc, "a WAL sync") from exc
+            elif self._failed is not None:  # what the read saw may never reach the disk
+                raise self._failed.again()
 
     async def _checkpoint(self) -> None:
         """Copy the WAL back into the database file, in the writer thread.
@@ -141,11 +162,12 @@ class SQLiteWal:
         loop, with two fsyncs and megabytes of copying; here the loop keeps
         serving and writes queue up meanwhile. PASSIVE: readers are never
         blocked. Once the WAL is fully copied, the next commit rewrites it from
-        the start, so the file stops growing and its blocks are reused.
+        the start, so the file stops growing and its blocks are reused. If it
+        fails (a full disk), nothing is lost: the WAL still holds every commit.
         """
-        self._frames_since_checkpoint = 0
+        counted = self._frames_since_checkpoint
+        self._checkpointed()
         self.checkpoints += 1
-        self._frames.checkpointed()
         conn = self._wconn
         assert conn is not None
         loop = asyncio.get_running_loop()
@@ -153,5 +175,63 @@ class SQLiteWal:
         def checkpoint() -> None:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # fetched: the statement ends
 
-        async with self._conn_lock:
-            await loop.run_in_executor(self._executor, checkpoint)
+        try:
+            async with self._conn_lock:
+                await loop.run_in_executor(self._executor, checkpoint)
+        except BaseException:
+            self._frames_since_checkpoint = counted  # still due
+            raise
+
+    def _checkpointed(self) -> None:
+        self._frames_since_checkpoint = 0
+        self._frames.checkpointed()
+
+    # -- a full disk: trying again ------------------------------------------------------
+
+    async def _wait_for_room(self, wakeup: asyncio.Event) -> None:
+        """While the disk is full, try again every ``disk_full_retry_s`` until it works, or
+        ``wakeup`` is set (the store closes or failed: no write is queued meanwhile)."""
+        while self._refusal is not None and self._failed is None and not wakeup.is_set():
+            try:
+                await asyncio.wait_for(wakeup.wait(), self.disk_full_retry_s)
+            except TimeoutError:
+                await self._try_again()
+
+    async def _try_again(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = self._frames_since_checkpoint >= CHECKPOINT_FRAMES
+        try:
+            async with self._conn_lock:
+                await loop.run_in_executor(self._executor, self._probe, due)
+        except Exception as exc:
+            self._fault(exc, "a retry after the disk was full")  # still full, or worse
+            return
+        if due:
+            self._checkpointed()
+        self._resume()
+
+    def _probe(self, checkpoint: bool) -> None:
+        """Room for ``RESUME_ROOM`` bytes, the checkpoint if due, then a commit of one
+        page (the next txid, unchanged): what the next batches need room for."""
+        conn = self._wconn
+        assert conn is not None
+        scratch = self.path.with_name(f".{self.path.name}.room")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, RESUME_ROOM)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A file system that cannot tell this way (EOPNOTSUPP): the commit below does.
+        finally:
+            os.close(fd)
+            scratch.unlink()
+        if checkpoint:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(SET_NEXT_TXID, (self._next_txid,))
+            conn.execute("COMMIT")
+        except BaseException:
+            roll_back(conn)
+            raise

@@ -7,6 +7,16 @@ raises before anything is written, so a refused write leaves no trace, and the
 batch commits or fails as a whole — no caller is told "done" before its data
 is durable. At light load a write alone commits right in its caller
 (``_alone``, ``_write_now``).
+
+No error ends the writer task: a batch that fails fails its writes, with what
+``_fault`` makes of the error (store/sqlite_faults.py: a full disk pauses
+writes, a failed disk stops them, anything else is logged with its
+traceback), and the writer goes on; were the loop itself to fail, every
+queued and later write would be refused, never left waiting.
+
+Txids are handed out below the reservation in the state file
+(store/state_file.py): a batch that needs a txid beyond it reserves the next
+block before it commits, once per ``TXID_BLOCK`` txids.
 """
 
 from __future__ import annotations
@@ -27,12 +37,14 @@ from .base import (
     IdempotencyKeyReused,
     Mutation,
     Ref,
+    StorageFailed,
     StoredEvent,
     Write,
     WriteContext,
     WriteOutcome,
 )
 from .rows import ENTITY_VALUE_INDEXES, advanced, entity_from_row, entity_row
+from .sqlite_faults import roll_back
 from .sqlite_schema import (
     INSERT_EVENT,
     INSERT_IDEMPOTENCY,
@@ -43,6 +55,7 @@ from .sqlite_schema import (
     update_entity_sql,
 )
 from .sqlite_wal import CHECKPOINT_FRAMES, SQLiteWal
+from .state_file import TXID_BLOCK, StateFile, StoreState
 
 __all__ = ["ENTITY_CACHE_SIZE", "SQLiteWriter", "now_ms"]
 
@@ -70,6 +83,12 @@ class _Refused(Exception):
         self.error = error
 
 
+def _refuse(batch: list[_Pending], error: BaseException) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
+
 class _Pending:
     __slots__ = ("future", "outcomes", "writes")
 
@@ -93,11 +112,13 @@ class SQLiteWriter(SQLiteWal):
         self._wakeup = asyncio.Event()
         self._closing = False
         self._writer_task: asyncio.Task[None] | None = None
-        self._failed: OSError | None = None
         self._writer_idle = False  # waiting for writes: nothing being applied or synced
         # The loop's callbacks ready to run, from the ready_queue seam once the store is open (see _alone).
         self._loop_ready: Sized = BUSY
         self._next_txid = 1
+        # Every txid handed out is below this; the state file records it (see _reserve).
+        self._reserved_below = 1
+        self._state_file: StateFile | None = None
         # The writer is the only writer, so it may remember entity records
         # (bounded, least recently used first out) instead of reading them back.
         self._cache: OrderedDict[Ref, EntityRecord] = OrderedDict()
@@ -132,7 +153,7 @@ class SQLiteWriter(SQLiteWal):
             and self._last_batch_writes <= 1
             and self._wal_fd is not None
             and self._frames_since_checkpoint < CHECKPOINT_FRAMES
-            and self._failed is None
+            and self._refusal is None
             and not self._closing
             and not self._conn_lock.locked()
             and not self._loop_ready
@@ -142,13 +163,15 @@ class SQLiteWriter(SQLiteWal):
         """Commit and sync one write right here (see _alone): no hand-over to the
         writer task and back, which costs two turns of the loop."""
         pending = _Pending((write,), asyncio.get_running_loop().create_future())
-        self._apply_batch([pending])  # raises if the commit failed: nobody is acknowledged
+        try:
+            self._apply_batch([pending])
+        except Exception as exc:  # the commit failed: nobody is acknowledged
+            return self._fault(exc, "a commit")
         self._counted(1)
         try:
             self._sync_here()
-        except OSError as exc:
-            self._fail(exc)
-            raise
+        except Exception as exc:
+            return self._fail(exc, "a WAL sync")
         self.batches_committed += 1
         self._publish([pending])
         (outcome,) = pending.outcomes
@@ -159,8 +182,8 @@ class SQLiteWriter(SQLiteWal):
 
     def _submit(self, writes: Sequence[Write]) -> asyncio.Future[list[WriteOutcome | BaseException]]:
         """Queue writes for the writer (in call order: the order they are applied in)."""
-        if self._failed is not None:
-            raise RuntimeError(f"the store stopped after a failed WAL sync: {self._failed}")
+        if self._refusal is not None:  # a full or failed disk: refused at once, costing nothing
+            raise self._refusal.again()
         if self._closing or self._writer_task is None:
             raise RuntimeError("store is closed")
         future: asyncio.Future[list[WriteOutcome | BaseException]] = (
@@ -171,9 +194,23 @@ class SQLiteWriter(SQLiteWal):
         return future
 
     async def _writer_loop(self) -> None:
+        try:
+            await self._write_batches()
+        except (
+            BaseException
+        ) as exc:  # the loop itself failed (a bug): refuse writes, never leave them waiting
+            if not self._closing or not isinstance(exc, asyncio.CancelledError):
+                stopped = StorageFailed(f"the store's writer stopped on {type(exc).__name__}: {exc}")
+                self._fail(stopped, "the writer's loop", exc_info=exc)
+            self._refuse_queued(RuntimeError("store is closed"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _write_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             self._writer_idle = True
+            await self._wait_for_room(self._wakeup)  # returns at once unless the disk is full
             await self._wakeup.wait()
             self._writer_idle = False
             if self.commit_delay_s and self._last_batch_writes > 1:
@@ -185,43 +222,45 @@ class SQLiteWriter(SQLiteWal):
                 if self._closing or self._failed is not None:
                     return
                 continue
-            writes = sum(len(p.writes) for p in batch)
-            lone = writes == 1 and self._last_batch_writes <= 1
-            self._last_batch_writes = writes
-            try:
-                async with self._conn_lock:
-                    if self._commits_on_loop:
-                        # SQLite does not sync inside this commit (see _sync): the
-                        # loop is held for page-cache writes only.
-                        self._apply_batch(batch)
-                    else:
-                        await loop.run_in_executor(self._executor, self._apply_batch, batch)
-            except Exception as exc:  # the whole batch failed to commit: nobody is acknowledged
-                for pending in batch:
-                    if not pending.future.done():
-                        pending.future.set_exception(exc)
-                continue
-            self._counted(writes)
-            if self._wal_fd is not None:
+            await self._commit(batch, loop)
+            if self._frames_since_checkpoint >= CHECKPOINT_FRAMES and self._refusal is None:
                 try:
-                    await self._sync(inline=lone)
-                except OSError as exc:  # nobody in the batch is acknowledged (see _fail)
-                    for pending in batch:
-                        if not pending.future.done():
-                            pending.future.set_exception(exc)
-                    self._fail(exc)
-                    return
-            self.batches_committed += 1
-            # Answer the writers first, then wake the watchers: with many
-            # watchers open, fan-out must not delay the acknowledgements.
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_result(pending.outcomes)
-            self._publish(batch)
-            if self._commits_on_loop and self._frames_since_checkpoint >= CHECKPOINT_FRAMES:
-                await self._checkpoint()
-            if self._closing and not self._pending:
+                    await self._checkpoint()
+                except Exception as exc:  # nothing is lost: the WAL still holds every commit
+                    self._fault(exc, "a checkpoint")
+            if (self._closing and not self._pending) or self._failed is not None:
                 return
+
+    async def _commit(self, batch: list[_Pending], loop: asyncio.AbstractEventLoop) -> None:
+        """Apply, sync and acknowledge one batch; a failure fails the batch's writes only."""
+        writes = sum(len(p.writes) for p in batch)
+        lone = writes == 1 and self._last_batch_writes <= 1
+        self._last_batch_writes = writes
+        try:
+            async with self._conn_lock:
+                if self._commits_on_loop:
+                    # SQLite does not sync inside this commit (see _sync): the
+                    # loop is held for page-cache writes only.
+                    self._apply_batch(batch)
+                else:
+                    await loop.run_in_executor(self._executor, self._apply_batch, batch)
+        except Exception as exc:  # the whole batch failed to commit: nobody is acknowledged
+            _refuse(batch, self._fault(exc, "a commit"))
+            return
+        self._counted(writes)
+        if self._wal_fd is not None:
+            try:
+                await self._sync(inline=lone)
+            except Exception as exc:  # nobody in the batch is acknowledged; never retried (see _fail)
+                _refuse(batch, self._fail(exc, "a WAL sync"))
+                return
+        self.batches_committed += 1
+        # Answer the writers first, then wake the watchers: with many
+        # watchers open, fan-out must not delay the acknowledgements.
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_result(pending.outcomes)
+        self._publish(batch)
 
     def _publish(self, batch: list[_Pending]) -> None:
         self.hub.publish_many(
@@ -233,17 +272,10 @@ class SQLiteWriter(SQLiteWal):
             ]
         )
 
-    def _fail(self, exc: OSError) -> None:
-        """After a failed WAL sync: what the WAL holds may be lost, and retrying could
-        report a write durable that is not (PostgreSQL stops for the same reason).
-        Nobody queued is acknowledged, and the store takes no more writes."""
-        log.critical("the WAL sync failed (%s): the store takes no more writes", exc)
-        self._failed = exc
-        for pending in self._pending:
-            if not pending.future.done():
-                pending.future.set_exception(exc)
+    def _refuse_queued(self, error: BaseException) -> None:
+        _refuse(self._pending, error)
         self._pending = []
-        self._wakeup.set()  # the writer task ends
+        self._wakeup.set()  # a writer waiting for work or for room sees why
 
     def _apply_batch(self, batch: list[_Pending]) -> None:
         conn = self._wconn
@@ -275,10 +307,12 @@ class SQLiteWriter(SQLiteWal):
             if staged.idempotency_rows:
                 conn.executemany(INSERT_IDEMPOTENCY, staged.idempotency_rows)
             if txid != start_txid:
+                if txid > self._reserved_below:  # once per TXID_BLOCK txids
+                    self._reserve(txid)
                 conn.execute(SET_NEXT_TXID, (txid,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            roll_back(conn)
             raise
         self._next_txid = txid
         for ref, record in staged.entities.items():
@@ -286,6 +320,14 @@ class SQLiteWriter(SQLiteWal):
             self._cache.move_to_end(ref)
         while len(self._cache) > ENTITY_CACHE_SIZE:
             self._cache.popitem(last=False)
+
+    def _reserve(self, next_txid: int) -> None:
+        """Record in the state file, durably, that txids below ``next_txid`` + a block may
+        be handed out, before any of them commits (raises OSError, failing the batch)."""
+        assert self._state_file is not None
+        reserved = next_txid + TXID_BLOCK
+        self._state_file.write(StoreState(clean=False, reserved_below=reserved))
+        self._reserved_below = reserved
 
     def _write_entities(self, conn: sqlite3.Connection, entities: dict[Ref, EntityRecord]) -> None:
         """Write the batch's entity rows, setting only the columns that changed.
