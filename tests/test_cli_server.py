@@ -164,6 +164,20 @@ async def test_verify_data_written_by_server(stopped_data: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_verify_a_data_directory_whose_name_looks_like_a_uri(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """The read-only store is opened by URI: '?', '#' and '%' in the path must stay part of it."""
+    data = tmp_path / "odd?name#with%25"
+    srv = await start_server(data)
+    await populate(srv)
+    await srv.stop(0)
+    result = await electric_async("verify", "--data", str(data))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode() == "verified 3 entities, 6 events: clean\n"
+
+
+@pytest.mark.anyio
 async def test_verify_json(stopped_data: Path) -> None:
     result = await electric_async("verify", "--data", str(stopped_data), "--json")
     assert result.returncode == 0, result.stderr

@@ -114,7 +114,9 @@ class SQLiteStore(SQLiteWriter, Store):
             # SQLite would create a missing WAL (empty), even read-only, hiding its loss from the
             # next start (sqlite_damage.py); without one there is nothing to read in it anyway.
             immutable = "" if wal_path(self.path).exists() else "&immutable=1"
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro{immutable}", uri=True, isolation_level=None)
+            # As a URI: as_uri() escapes what a file name may hold and a URI may not ('?', '#', '%').
+            uri = f"{self.path.resolve().as_uri()}?mode=ro{immutable}"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
             conn.execute("PRAGMA busy_timeout=10000")
             return conn
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
