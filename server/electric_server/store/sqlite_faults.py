@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 DISK_FULL_RETRY_S = 1.0
 DAMAGED_REMEDY = (
-    'what to do: restore a backup (docs/server.md, "Backups"), or start the server with '
+    'what to do: restore a backup (docs/server.md, "Backups and restore"), or start the server with '
     "--accept-data-loss to drop what the damage cut off and go on"
 )
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
