@@ -33,6 +33,7 @@ from electric_sdk.lifecycle import (
 from . import entity_writes
 from . import validation as v
 from .auth import current_principal
+from .caps import Caps
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
 from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
@@ -108,10 +109,13 @@ def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEnti
 
 
 class EntityService(api_grpc.EntityServiceServicer):
-    def __init__(self, store: Store, watches: Watches, runtime: Runtime | None = None) -> None:
+    def __init__(
+        self, store: Store, watches: Watches, runtime: Runtime | None = None, caps: Caps | None = None
+    ) -> None:
         self.store = store
         self.watches = watches
         self.runtime = runtime
+        self.caps = caps or Caps()
 
     def _leased(self, ref: Ref) -> bool:
         return self.runtime is not None and self.runtime.is_leased(ref)
@@ -343,6 +347,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def ReadEvents(self, request: api.ReadEventsRequest, context: Ctx) -> api.ReadEventsResponse:
         ref = v.ref(request.ref)
+        v.int64(request.from_offset, "from_offset")
         limit = v.page_size(request.limit, "limit")
         record = await self.store.get_entity(ref)
         if record is None:
@@ -361,8 +366,10 @@ class EntityService(api_grpc.EntityServiceServicer):
         self, request: api.WatchEventsRequest, context: Ctx
     ) -> AsyncIterator[api.WatchEventsResponse]:
         ref = v.ref(request.ref)
-        async for item in self.watches.events(ref, request.from_offset):
-            yield item
+        v.int64(request.from_offset, "from_offset")
+        with self.caps.stream(current_principal.get().name):
+            async for item in self.watches.events(ref, request.from_offset):
+                yield item
 
     @translate_stream
     async def WatchEntities(
@@ -370,8 +377,9 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> AsyncIterator[api.WatchEntitiesResponse]:
         type_ = v.name(request.type, "type") if request.type else None
         states = v.states(request.states)
-        async for item in self.watches.entities(type_, states, request.accepts_batches):
-            yield item
+        with self.caps.stream(current_principal.get().name):
+            async for item in self.watches.entities(type_, states, request.accepts_batches):
+                yield item
 
 
 def _encode_page_token(ref: Ref) -> str:
