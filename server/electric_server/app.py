@@ -162,6 +162,8 @@ class ElectricServer:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         self.health = health.aio.HealthServicer()
+        # Open streams and worker sessions per principal (caps.py), shared by both services.
+        self.caps = Caps(config.max_streams, config.max_sessions)
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
@@ -215,12 +217,11 @@ class ElectricServer:
         )
         acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
         guard_server(server)  # after Acceptors: they record the guarded handlers
-        caps = Caps(self.config.max_streams, self.config.max_sessions)
         api_grpc.add_EntityServiceServicer_to_server(
-            EntityService(self.store, self._watches, self.runtime, caps), server
+            EntityService(self.store, self._watches, self.runtime, self.caps), server
         )
         rt_grpc.add_RuntimeServiceServicer_to_server(
-            RuntimeService(self.runtime, caps, self.config.hello_timeout_ms), server
+            RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
