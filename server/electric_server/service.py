@@ -271,6 +271,19 @@ class EntityService(api_grpc.EntityServiceServicer):
                     break
                 after = page[-1].ref
 
+        if idem is not None:
+            # A key another request used on one of the targets would refuse that entity's write
+            # after the others committed: refuse the call before it writes anything instead.
+            for ref in targets:
+                used = await self.store.idempotent_response(ref, idem.key)
+                if used is not None and used[0] != idem.request_hash:
+                    raise invalid_argument(
+                        "IDEMPOTENCY_KEY_REUSED",
+                        f"idempotency key {idem.key!r} was already used on {entity_url(*ref)} "
+                        "with a different request",
+                        idempotency_key=idem.key,
+                    )
+
         def category(result: entity_writes.Signalled) -> bytes:
             return b"i" if result.decision.outcome is Outcome.IGNORED else b"s"
 
