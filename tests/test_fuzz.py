@@ -472,13 +472,19 @@ class Harness:
 
     def report(self) -> None:
         elapsed = time.monotonic() - self.started
-        line = f"fuzz ({self.mode}): {self.calls} calls in {elapsed:.1f}s: {dict(sorted(self.tally.items()))}"
+        tracebacks = sum(1 for r in self.log.records if r.exc_info)
+        lines = sum(1 for r in self.log.records if r.levelno >= logging.WARNING)
+        line = (
+            f"fuzz ({self.mode}): {self.calls} calls in {elapsed:.1f}s: {dict(sorted(self.tally.items()))}; "
+            f"log: {lines} lines at WARNING or above, {tracebacks} tracebacks"
+        )
         print(line)
         for what, n in sorted(self.reasons.items()):
             print(f"  {n:5} {what}")
         if TALLY is not None:
             with Path(TALLY).open("a") as out:
-                out.write(json.dumps({"mode": self.mode, "calls": self.calls, "codes": self.tally}) + "\n")
+                record = {"mode": self.mode, "calls": self.calls, "codes": self.tally, "log_lines": lines}
+                out.write(json.dumps({**record, "tracebacks": tracebacks}) + "\n")
 
 
 def error_reason(error: Any) -> str:

@@ -26,7 +26,9 @@ import pytest
 from conftest import StartServer
 from electric_server import errors as server_errors
 from electric_server.app import ElectricServer
+from electric_server.internals import acceptors
 from google.protobuf import struct_pb2
+from grpc._cython import cygrpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import error_info
 
@@ -345,3 +347,27 @@ async def test_a_bad_runtime_frame_ends_the_session_with_its_reason(
         session.frames.put_nowait(None)
     assert (caught.value.code(), error_info(caught.value).reason) == (Code.INVALID_ARGUMENT, reason)
     assert db_rows(server) == before
+
+
+async def test_writes_to_clients_that_had_gone_are_one_line_not_tracebacks(
+    server: ElectricServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grpc.aio logs a write that failed because the client had hung up (a race any client can
+    cause by abandoning a stream) as an ERROR with a traceback; the server condenses those."""
+    monkeypatch.setattr(acceptors.abandoned_writes, "last", None)
+    monkeypatch.setattr(acceptors.abandoned_writes, "count", 0)
+    core = logging.getLogger(cygrpc.__name__)
+    caplog.set_level(logging.INFO)
+    for _ in range(20):
+        try:
+            raise cygrpc.ExecuteBatchError('Failed "execute_batch": (SendMessageOperation,)')
+        except cygrpc.ExecuteBatchError:
+            core.exception(
+                "ExecuteBatchError raised in core by servicer method [/electric.v1.EntityService/X]"
+            )
+        core.error("any other error of grpc's core is left alone")
+    records = [r for r in caplog.records if r.name == cygrpc.__name__]
+    assert len(records) == 21
+    assert [(r.levelno, r.exc_info) for r in records[:1]] == [(logging.INFO, None)]
+    assert "write(s) failed: the client had gone" in records[0].getMessage()
+    assert all(r.levelno == logging.ERROR for r in records[1:])

@@ -39,7 +39,7 @@ from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .handlers import guard_server
 from .internals import forced_fallbacks
-from .internals.acceptors import Acceptors
+from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .reaper import Reaper
 from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
@@ -216,6 +216,7 @@ class ElectricServer:
             ],
         )
         acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
+        quiet_abandoned_writes()  # a client that walks away is no error of the server's
         guard_server(server)  # after Acceptors: they record the guarded handlers
         api_grpc.add_EntityServiceServicer_to_server(
             EntityService(self.store, self._watches, self.runtime, self.caps), server
