@@ -46,6 +46,13 @@ TOKENS_TOML = "".join(
 )
 
 
+def tokens_file(folder: Path, mode: int) -> Path:
+    path = folder / "tokens.toml"
+    path.write_text(TOKENS_TOML)
+    path.chmod(mode)
+    return path
+
+
 def auth(name: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {TOKENS[name]}")]
 
@@ -124,10 +131,7 @@ async def read_to_end(call: Any) -> None:
 
 
 async def test_streams_per_principal_are_capped(start_server: StartServer, tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens.toml"
-    tokens.write_text(TOKENS_TOML)
-    tokens.chmod(0o600)
-    srv = await start_server(tokens_file=tokens, max_streams=3)
+    srv = await start_server(tokens_file=tokens_file(tmp_path, 0o600), max_streams=3)
     async with grpc.aio.insecure_channel(srv.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         await stub.SpawnEntity(api.SpawnEntityRequest(ref=A1), metadata=auth("alice"))
@@ -183,9 +187,7 @@ def electric_server(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660], ids=lambda m: f"{m:04o}")
 def test_a_tokens_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> None:
-    tokens = tmp_path / "tokens.toml"
-    tokens.write_text(TOKENS_TOML)
-    tokens.chmod(mode)
+    tokens = tokens_file(tmp_path, mode)
     data = tmp_path / "data"
     result = electric_server("--listen", "127.0.0.1:0", "--data", str(data), "--tokens", str(tokens))
     assert result.returncode == 2, result.stderr
@@ -199,9 +201,7 @@ def test_a_tokens_file_others_can_read_is_refused(tmp_path: Path, mode: int) -> 
 def test_a_readable_tokens_file_is_used_with_the_flag_and_a_warning(
     tmp_path: Path, server_process: Callable[..., ServerProcess]
 ) -> None:
-    tokens = tmp_path / "tokens.toml"
-    tokens.write_text(TOKENS_TOML)
-    tokens.chmod(0o644)
+    tokens = tokens_file(tmp_path, 0o644)
     proc = server_process(None, "--tokens", str(tokens), "--allow-readable-tokens")
     output = "".join(proc.lines)
     assert re.search(
@@ -215,10 +215,7 @@ def test_a_readable_tokens_file_is_used_with_the_flag_and_a_warning(
 def test_a_private_tokens_file_gets_no_warning(
     tmp_path: Path, server_process: Callable[..., ServerProcess]
 ) -> None:
-    tokens = tmp_path / "tokens.toml"
-    tokens.write_text(TOKENS_TOML)
-    tokens.chmod(0o600)
-    proc = server_process(None, "--tokens", str(tokens))
+    proc = server_process(None, "--tokens", str(tokens_file(tmp_path, 0o600)))
     assert "tokens file" not in "".join(proc.lines)
     proc.send(signal.SIGTERM)
     assert proc.wait() == 0

@@ -158,23 +158,17 @@ json_leaves = st.one_of(
     st.booleans().map(lambda b: _value(bool_value=b)),
     st.just(struct_pb2.Value()),  # no kind set: not JSON
 )
+small_json = st.recursive(
+    json_leaves,
+    lambda children: (
+        st.lists(children, max_size=3).map(_list)
+        | st.dictionaries(st.text(max_size=4), children, max_size=3).map(_object)
+    ),
+    max_leaves=8,
+)
 json_values = st.one_of(
-    st.recursive(
-        json_leaves,
-        lambda children: (
-            st.lists(children, max_size=3).map(_list)
-            | st.dictionaries(st.text(max_size=4), children, max_size=3).map(_object)
-        ),
-        max_leaves=8,
-    ),
-    st.recursive(
-        json_leaves,
-        lambda children: (
-            st.lists(children, max_size=3).map(_list)
-            | st.dictionaries(st.text(max_size=4), children, max_size=3).map(_object)
-        ),
-        max_leaves=8,
-    ),
+    small_json,
+    small_json,  # twice: mostly small values
     st.integers(28, 48).map(_nested),  # around the 32-level limit, and past it
     st.sampled_from([65_534, 65_535]).map(lambda n: _value(string_value="v" * n)),  # at 64 KiB, and past it
 )
