@@ -1,10 +1,10 @@
 """Arguments as users give them → typed values, or ``errors.InvalidArgument``.
 
 The client, the runtime's ``Context`` and the widgets take entity refs,
-signals, states and JSON values as strings or as their types; each is parsed
+signals, states, offsets and JSON values as strings or as their types; each is parsed
 here, once, into the SDK's error with the same reason the server would give
-(``INVALID_NAME``, ``UNKNOWN_SIGNAL``, ``UNKNOWN_STATE``, ``INVALID_PAYLOAD``),
-before anything is sent.
+(``INVALID_NAME``, ``UNKNOWN_SIGNAL``, ``UNKNOWN_STATE``, ``INVALID_PAYLOAD``,
+``PAYLOAD_TOO_DEEP``, ``VALUE_OUT_OF_RANGE``), before anything is sent.
 """
 
 from __future__ import annotations
@@ -15,15 +15,27 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from . import errors
-from ._wire.json_values import json_to_value
+from ._wire.json_values import MAX_JSON_DEPTH, json_to_value, nests_too_deep
 from .lifecycle import Signal, State
 from .models import EntityRef
 
-__all__ = ["RefLike", "SignalLike", "StateLike", "json_argument", "parse_ref", "parse_signal", "parse_states"]
+__all__ = [
+    "MAX_OFFSET",
+    "RefLike",
+    "SignalLike",
+    "StateLike",
+    "json_argument",
+    "parse_offset",
+    "parse_ref",
+    "parse_signal",
+    "parse_states",
+]
 
 RefLike = EntityRef | str
 SignalLike = Signal | str
 StateLike = State | str
+# The server stores offsets as SQLite's signed 64-bit integers.
+MAX_OFFSET = 2**63 - 1
 
 
 def parse_ref(value: RefLike) -> EntityRef:
@@ -51,8 +63,20 @@ def parse_states(values: StateLike | Iterable[StateLike] | None) -> list[State]:
         raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from exc
 
 
+def parse_offset(value: int, field: str = "from_offset") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise errors.InvalidArgument(
+            f"{field} must be a whole number from 0 to 2^63-1, got {value!r}", code="VALUE_OUT_OF_RANGE"
+        )
+    return value
+
+
 def json_argument(value: Any, field: str) -> struct_pb2.Value:
     """A payload or data argument as the wire's JSON value; ``field`` names it in the error."""
+    if nests_too_deep(value):
+        raise errors.InvalidArgument(
+            f"{field} nests more than {MAX_JSON_DEPTH} arrays and objects deep", code="PAYLOAD_TOO_DEEP"
+        )
     try:
         return json_to_value(value)
     except ValueError as exc:

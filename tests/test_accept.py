@@ -103,6 +103,7 @@ async def test_the_auth_interceptor_guards_calls_the_extra_acceptors_take(
 ) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text('[[tokens]]\ntoken = "good-token-0001"\nprincipal = "p"\nscopes = ["admin"]\n')
+    tokens.chmod(0o600)  # a tokens file others may read is refused
     srv = await start_server(tokens_file=tokens, acceptors_per_method=8)
     assert srv.acceptors is not None
     wrong = (("authorization", "Bearer wrong-token-001"),)

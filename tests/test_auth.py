@@ -118,6 +118,7 @@ async def denied(call: Awaitable[object]) -> tuple[Code, str]:
 def tokens_file(tmp_path: Path) -> Path:
     path = tmp_path / "tokens.toml"
     path.write_text(TOKENS_TOML)
+    path.chmod(0o600)  # a tokens file others may read is refused
     return path
 
 
@@ -313,6 +314,7 @@ def test_bad_tokens_file_exits_2(tmp_path: Path, case: str) -> None:
     tokens = tmp_path / "tokens.toml"
     if content is not None:
         tokens.write_text(content)
+        tokens.chmod(0o600)
     data = tmp_path / "data"
     result = electric_server("--listen", "127.0.0.1:0", "--data", str(data), "--tokens", str(tokens))
     assert result.returncode == 2, result.stderr

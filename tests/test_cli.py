@@ -431,6 +431,7 @@ def test_address_flag_overrides_env(live: TestServer, sdk: Client, kind: str) ->
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestServer]:
     tokens = tmp_path_factory.mktemp("auth") / "tokens.toml"
     tokens.write_text(TOKENS_TOML)
+    tokens.chmod(0o600)  # a tokens file others may read is refused
     with TestServer(tokens_file=tokens) as server:
         yield server
 

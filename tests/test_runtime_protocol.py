@@ -283,6 +283,7 @@ async def test_workers_need_the_runtime_scope(start_server: StartServer, tmp_pat
         '[[tokens]]\ntoken = "reader-token-1"\nprincipal = "reader"\nscopes = ["read", "signal", "send"]\n'
         '[[tokens]]\ntoken = "worker-token-1"\nprincipal = "w"\nscopes = ["runtime"]\ntypes = ["agent"]\n'
     )
+    tokens.chmod(0o600)  # a tokens file others may read is refused
     srv = await start_server(tokens_file=tokens)
     async with grpc.aio.insecure_channel(srv.address) as channel:
         stub = rt_grpc.RuntimeServiceStub(channel)

@@ -200,6 +200,7 @@ def test_auth_errors(tmp_path: Path) -> None:
         '[[tokens]]\ntoken = "reader-token-1"\nprincipal = "reader"\nscopes = ["read"]\n'
         '[[tokens]]\ntoken = "admin-token-1"\nprincipal = "root"\nscopes = ["admin"]\n'
     )
+    tokens.chmod(0o600)  # a tokens file others may read is refused
     with TestServer(tmp_path / "data", tokens_file=tokens) as srv:
         srv.client(token="admin-token-1").spawn("agent/a1")
         with pytest.raises(Unauthenticated):

@@ -2,6 +2,9 @@
 
 A SIGUSR payload, a message's data and a custom event's data travel as
 ``Value``; users and the RFC's JSON see plain ``dict``/``list``/``str``/numbers.
+
+They nest at most ``MAX_JSON_DEPTH`` arrays and objects deep: the server
+refuses deeper ones (``PAYLOAD_TOO_DEEP``), and the SDK before sending them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-__all__ = ["json_to_value", "value_to_json"]
+__all__ = ["MAX_JSON_DEPTH", "json_to_value", "nests_too_deep", "value_to_json"]
+
+# Each level of JSON is two nested protobuf messages (a Value and its ListValue or Struct), and
+# protobuf decodes at most 100: 32 levels leave room for the messages around a value, wherever
+# it sits in a request, and are far more than any payload needs.
+MAX_JSON_DEPTH = 32
 
 
 def value_to_json(value: struct_pb2.Value) -> Any:
@@ -40,3 +48,21 @@ def json_to_value(obj: Any) -> struct_pb2.Value:
     except (TypeError, json_format.ParseError) as exc:
         raise ValueError(str(exc)) from exc
     return message
+
+
+def nests_too_deep(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether plain Python nests more than ``limit`` lists and dicts deep (walked without
+    recursion, so a value too deep for Python's own stack is answered too)."""
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -61,6 +61,31 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls "
         "(default %(default)s; 0: grpc's own acceptor only)",
     )
+    p.add_argument(
+        "--allow-readable-tokens",
+        action="store_true",
+        help="use a --tokens file that its group or others may read (logged as a warning) instead of "
+        "refusing it",
+    )
+    p.add_argument(
+        "--hello-timeout",
+        default="10s",
+        help="how long a runtime stream may stay open without its hello (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="open streams (watches and runtime sessions) per principal (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=100,
+        metavar="N",
+        help="worker sessions per principal (default %(default)s)",
+    )
     add_accept_data_loss(p)
     p.set_defaults(func=_cmd_server)
 
@@ -111,6 +136,10 @@ def _cmd_server(args: argparse.Namespace) -> int:
             commit_delay_ms=parse_ms(args.commit_delay),
             acceptors_per_method=args.acceptors,
             accept_data_loss=args.accept_data_loss,
+            allow_readable_tokens=args.allow_readable_tokens,
+            hello_timeout_ms=parse_ms(args.hello_timeout),
+            max_streams=args.max_streams,
+            max_sessions=args.max_sessions,
         )
         return asyncio.run(serve(config))
     except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors

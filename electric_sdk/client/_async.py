@@ -27,7 +27,16 @@ from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
 from .._wire.times import timestamp_to_datetime
-from ..arguments import RefLike, SignalLike, StateLike, json_argument, parse_ref, parse_signal, parse_states
+from ..arguments import (
+    RefLike,
+    SignalLike,
+    StateLike,
+    json_argument,
+    parse_offset,
+    parse_ref,
+    parse_signal,
+    parse_states,
+)
 from ..lifecycle import Signal
 from ..models import (
     Entity,
@@ -317,7 +326,9 @@ class AsyncClient:
 
     async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         """One page of the entity's stream from an offset (inclusive)."""
-        request = api.ReadEventsRequest(ref=parse_ref(ref).to_pb(), from_offset=from_offset, limit=limit)
+        request = api.ReadEventsRequest(
+            ref=parse_ref(ref).to_pb(), from_offset=parse_offset(from_offset), limit=limit
+        )
         response: api.ReadEventsResponse = await self._call("ReadEvents", request)
         return EventPage(
             tuple(Event.from_pb(e) for e in response.events),
@@ -333,7 +344,7 @@ class AsyncClient:
         after the last event seen: nothing missed, nothing repeated.
         """
         r = parse_ref(ref)
-        offset = from_offset
+        offset = parse_offset(from_offset)
         async for item in self._resumable(
             # Late binding is the point: a reconnect resumes after the last event seen.
             lambda: api.WatchEventsRequest(ref=r.to_pb(), from_offset=offset),  # noqa: B023

@@ -34,10 +34,12 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
 
 from .auth import AuthInterceptor, TokenTable
+from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
 from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
+from .handlers import guard_server
 from .internals import forced_fallbacks
-from .internals.acceptors import Acceptors
+from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .reaper import Reaper
 from .runtime_service import Runtime, RuntimeService
 from .service import EntityService
@@ -84,6 +86,13 @@ class ServerConfig:
     accept_data_loss: bool = False
     # While the disk is full, how often the store tries writing again.
     disk_full_retry_ms: int = 1_000
+    # A runtime stream that sends no hello this long after it opened is ended (HELLO_TIMEOUT).
+    hello_timeout_ms: int = 10_000
+    # Per principal (caps.py): open streams (watches and runtime streams), and worker sessions.
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+    # Use a tokens file its group or others may read (logged as a warning) instead of refusing it.
+    allow_readable_tokens: bool = False
 
     @property
     def database(self) -> Path:
@@ -117,6 +126,13 @@ class ElectricServer:
             raise ConfigError("--tls-cert and --tls-key go together")
         if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
+        for flag, value in (
+            ("--hello-timeout", config.hello_timeout_ms),
+            ("--max-streams", config.max_streams),
+            ("--max-sessions", config.max_sessions),
+        ):
+            if value < 1:
+                raise ConfigError(f"{flag} must be at least 1, not {value}")
         try:
             self.forced_fallbacks = forced_fallbacks()
         except ValueError as exc:  # a typo must not quietly run without the fallback it meant
@@ -127,7 +143,9 @@ class ElectricServer:
                 self._tls = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
             except OSError as exc:
                 raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
-        self.tokens = TokenTable.load(config.tokens_file) if config.tokens_file else None
+        self.tokens = (
+            TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
+        )
         if self.tokens is None and not is_loopback(host) and not config.insecure:
             raise ConfigError(
                 f"refusing to listen on non-loopback address {host!r} without --tokens; "
@@ -144,6 +162,8 @@ class ElectricServer:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         self.health = health.aio.HealthServicer()
+        # Open streams and worker sessions per principal (caps.py), shared by both services.
+        self.caps = Caps(config.max_streams, config.max_sessions)
         self.port = 0
         self._server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
@@ -196,10 +216,14 @@ class ElectricServer:
             ],
         )
         acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
+        quiet_abandoned_writes()  # a client that walks away is no error of the server's
+        guard_server(server)  # after Acceptors: they record the guarded handlers
         api_grpc.add_EntityServiceServicer_to_server(
-            EntityService(self.store, self._watches, self.runtime), server
+            EntityService(self.store, self._watches, self.runtime, self.caps), server
         )
-        rt_grpc.add_RuntimeServiceServicer_to_server(RuntimeService(self.runtime), server)
+        rt_grpc.add_RuntimeServiceServicer_to_server(
+            RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (

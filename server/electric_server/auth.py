@@ -14,11 +14,20 @@ SendMessage, ``runtime`` for workers; ``admin`` grants all. Health and
 reflection need no token. A token restricted to types may only name those
 types: listing or watching every type, or a selector without a type, is
 PERMISSION_DENIED.
+
+The token and the scope are checked on the call's metadata alone: a call
+refused for them is answered by a handler that never decodes its body, so
+bytes from someone without a token are never parsed. The file holds secrets:
+one that its group or others may read or write is refused
+(``TokenFileError``) unless allowed, and then logged as a warning.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+import os
+import stat
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
@@ -28,7 +37,9 @@ from typing import Any
 
 import grpc
 
-from .errors import ApiError, status_for
+from .errors import ApiError, Malformed, abort_with
+
+log = logging.getLogger(__name__)
 
 SCOPES = frozenset({"read", "signal", "send", "runtime", "admin"})
 _SERVICE = "/electric.v1.EntityService/"
@@ -71,8 +82,11 @@ class TokenTable:
         self._by_token = principals
 
     @classmethod
-    def load(cls, path: Path) -> TokenTable:
+    def load(cls, path: Path, allow_readable: bool = False) -> TokenTable:
+        """Read a tokens file; one its group or others may read or write is refused, unless
+        ``allow_readable`` (then a warning is logged)."""
         try:
+            _check_mode(path, allow_readable)
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise TokenFileError(f"cannot read tokens file {path}: {exc}") from exc
@@ -112,6 +126,25 @@ class TokenTable:
         return found
 
 
+ALLOW_READABLE_FLAG = "--allow-readable-tokens"
+
+
+def _check_mode(path: Path, allow_readable: bool) -> None:
+    if os.name != "posix":
+        return  # no such mode bits to read
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & 0o066:
+        return
+    problem = f"tokens file {path} may be read or changed by its group or others (mode {mode:04o})"
+    if not allow_readable:
+        raise TokenFileError(
+            f"{problem}: run `chmod 600 {path}`, or pass {ALLOW_READABLE_FLAG} to use it anyway"
+        )
+    log.warning(
+        "%s; used anyway (%s): `chmod 600 %s` to keep its secrets", problem, ALLOW_READABLE_FLAG, path
+    )
+
+
 def _types_named(request: Any) -> list[str]:
     """The entity types a request touches; [] means "every type"."""
     if request.HasField("ref") if hasattr(request, "ref") else False:
@@ -125,7 +158,8 @@ def _types_named(request: Any) -> list[str]:
     return [type_] if type_ else []
 
 
-def _denial(principal: Principal | None, scope: str, request: Any) -> ApiError | None:
+def _denial(principal: Principal | None, scope: str) -> ApiError | None:
+    """Why the token in the metadata may not call a method of ``scope``; None when it may."""
     if principal is None:
         return ApiError(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or unknown bearer token")
     if not principal.allows(scope):
@@ -135,15 +169,19 @@ def _denial(principal: Principal | None, scope: str, request: Any) -> ApiError |
             f"principal {principal.name!r} lacks the {scope!r} scope",
             {"scope": scope},
         )
-    if principal.types is not None and request is not None:
-        types = _types_named(request)
-        if not types or not set(types) <= principal.types:
-            return ApiError(
-                grpc.StatusCode.PERMISSION_DENIED,
-                "TYPE_NOT_ALLOWED",
-                f"principal {principal.name!r} may only use entity types {sorted(principal.types)}",
-                {"types": ",".join(types) or "*"},
-            )
+    return None
+
+
+def _type_denial(principal: Principal, request: Any) -> ApiError | None:
+    """Why a principal restricted to types may not make this request; None when it may."""
+    types = _types_named(request)
+    if not types or not set(types) <= (principal.types or frozenset()):
+        return ApiError(
+            grpc.StatusCode.PERMISSION_DENIED,
+            "TYPE_NOT_ALLOWED",
+            f"principal {principal.name!r} may only use entity types {sorted(principal.types or ())}",
+            {"types": ",".join(types) or "*"},
+        )
     return None
 
 
@@ -166,18 +204,39 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 scheme, _, token = value.partition(" ")
                 if scheme.lower() == "bearer" and token.strip():  # the scheme is case-insensitive (RFC 9110)
                     principal = self.tokens.lookup(token.strip())
-        early = _denial(principal, scope, None)
-        return _wrap(handler, principal, scope, early)
+        refused = _denial(principal, scope)
+        if refused is not None:
+            return _refusal(handler, refused, details.method)
+        assert principal is not None
+        return _wrap(handler, principal, details.method)
 
 
-def _wrap(handler: Any, principal: Principal | None, scope: str, early: ApiError | None) -> Any:
+def _refusal(handler: Any, error: ApiError, method: str) -> Any:
+    """A handler that answers ``error`` and never decodes the request (no deserializer: the
+    body stays bytes; a stream is not read at all)."""
+
+    async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await abort_with(context, error, method)
+
+    serialize = handler.response_serializer
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, None, serialize)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(refuse, None, serialize)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(refuse, None, serialize)
+    return grpc.stream_stream_rpc_method_handler(refuse, None, serialize)
+
+
+def _wrap(handler: Any, principal: Principal, method: str) -> Any:
     # grpc's stubs type handlers for the sync API; the aio server calls the
     # same slots with coroutines and async generators, hence Any here.
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        error = early or _denial(principal, scope, request)
-        if error is not None:
-            await context.abort_with_status(status_for(error))
-        assert principal is not None
+        # An undecodable request is the handler's to answer (MALFORMED_REQUEST), not a type's.
+        if principal.types is not None and request is not None and request.__class__ is not Malformed:
+            error = _type_denial(principal, request)
+            if error is not None:
+                await abort_with(context, error, method)
         current_principal.set(principal)
 
     if handler.unary_unary is not None:

@@ -5,12 +5,21 @@ detail (domain ``electric.v1``, an UPPER_SNAKE ``reason``, string metadata).
 Handlers raise ``ApiError`` (or a domain exception mapped below);
 ``translate`` turns it into ``context.abort_with_status``. Nothing else in the
 server builds a status.
+
+A request body that cannot be decoded becomes ``MALFORMED_REQUEST`` (or
+``PAYLOAD_TOO_DEEP``) here too: ``handlers.py`` guards every registered
+deserializer with ``decode_error``, and the handlers see a ``Malformed`` in
+place of the request. Refusals an operator should hear about (a wrong token,
+an undecodable body, a cap reached) are logged by ``refusals``: one line per
+reason per interval, with the count of those it left out, so a flood of bad
+calls cannot flood the log.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,6 +29,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from electric_sdk._wire.entities import entity_url
+from electric_sdk._wire.json_values import MAX_JSON_DEPTH
 from electric_sdk.lifecycle import InvalidTransition, SignalRejected
 
 from .store.base import DamagedStore, DiskFull, IdempotencyKeyReused, StorageFault, StoreBusy
@@ -41,6 +51,10 @@ class ApiError(Exception):
 
 def invalid_argument(reason: str, message: str, **metadata: str) -> ApiError:
     return ApiError(grpc.StatusCode.INVALID_ARGUMENT, reason, message, metadata)
+
+
+def resource_exhausted(reason: str, message: str, **metadata: str) -> ApiError:
+    return ApiError(grpc.StatusCode.RESOURCE_EXHAUSTED, reason, message, metadata)
 
 
 def not_found(type_: str, id_: str) -> ApiError:
@@ -104,6 +118,79 @@ def status_for(error: ApiError) -> grpc.Status:
     return result
 
 
+class Malformed:
+    """Stands in for a unary request whose body could not be decoded (see ``handlers.py``)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ApiError) -> None:
+        self.error = error
+
+
+# The decoders' words for a message nested deeper than they parse: upb's, and the pure-Python
+# decoder's. Only JSON values nest that deep in a valid request (ARCHITECTURE §7).
+_TOO_DEEP = ("MaxDepth", "too many levels of nesting")
+
+
+def decode_error(exc: Exception) -> ApiError:
+    """What an undecodable request body is, for the client."""
+    text = str(exc)
+    if any(words in text for words in _TOO_DEEP):
+        return invalid_argument(
+            "PAYLOAD_TOO_DEEP",
+            f"the request nests deeper than it can be decoded; JSON values nest at most "
+            f"{MAX_JSON_DEPTH} levels",
+        )
+    return invalid_argument("MALFORMED_REQUEST", f"the request body cannot be decoded: {text[:200]}")
+
+
+# Refusals worth an operator's attention; the others (a bad name, a terminal entity) are the
+# caller's business, answered with their reason and not logged.
+LOGGED_REASONS = frozenset(
+    {"UNAUTHENTICATED", "MALFORMED_REQUEST", "HELLO_TIMEOUT", "TOO_MANY_STREAMS", "TOO_MANY_SESSIONS"}
+)
+REFUSAL_LOG_INTERVAL_S = 10.0
+
+
+class RefusalLog:
+    """At most one log line per reason per interval; the next line counts those left out."""
+
+    def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._last: dict[str, float] = {}
+        self._left_out: dict[str, int] = {}
+
+    def note(self, error: ApiError, method: str, peer: str) -> None:
+        now = time.monotonic()
+        last = self._last.get(error.reason)
+        if last is not None and now - last < self.interval_s:
+            self._left_out[error.reason] = self._left_out.get(error.reason, 0) + 1
+            return
+        self._last[error.reason] = now
+        left_out = self._left_out.pop(error.reason, 0)
+        since = f"; {left_out} more since the last such line" if left_out else ""
+        log.warning(
+            "refused %s from %s: %s %s: %s%s (logged at most every %gs)",
+            method,
+            peer,
+            error.code.name,
+            error.reason,
+            error.message,
+            since,
+            self.interval_s,
+        )
+
+
+refusals = RefusalLog()
+
+
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: ApiError, method: str) -> None:
+    """End the call with ``error``'s status (logged, rate-limited, if it is worth it)."""
+    if error.reason in LOGGED_REASONS:
+        refusals.note(error, method, context.peer())
+    await context.abort_with_status(status_for(error))
+
+
 def _unexpected(exc: BaseException, method: str) -> ApiError:
     log.exception("unexpected error in %s", method, exc_info=exc)
     return ApiError(grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
@@ -118,8 +205,7 @@ S = TypeVar("S", bound=Streaming)
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
     if isinstance(exc, grpc.aio.AbortError):
         raise exc  # already a status (e.g. from the auth check)
-    error = to_api_error(exc) or _unexpected(exc, method)
-    await context.abort_with_status(status_for(error))
+    await abort_with(context, to_api_error(exc) or _unexpected(exc, method), method)
 
 
 def translate(method: U) -> U:
@@ -128,10 +214,13 @@ def translate(method: U) -> U:
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if request.__class__ is Malformed:
+                raise request.error
             return await method(self, request, context)
         except Exception as exc:
             await _abort(context, exc, method.__name__)
 
+    wrapper.checks_malformed = True  # type: ignore[attr-defined]  # see handlers.py
     return wrapper  # type: ignore[return-value]
 
 
@@ -143,9 +232,12 @@ def translate_stream(method: S) -> S:
         self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         try:
+            if request.__class__ is Malformed:
+                raise request.error
             async for item in method(self, request, context):
                 yield item
         except Exception as exc:
             await _abort(context, exc, method.__name__)
 
+    wrapper.checks_malformed = True  # type: ignore[attr-defined]  # see handlers.py
     return wrapper  # type: ignore[return-value]

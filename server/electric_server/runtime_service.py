@@ -31,7 +31,8 @@ from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
 from . import validation as v
-from .auth import current_principal
+from .auth import Principal, current_principal
+from .caps import Caps
 from .errors import ApiError, invalid_argument, to_api_error, translate_stream
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
@@ -398,7 +399,8 @@ class Runtime:
                 session.draining = True
             elif kind == "release":
                 ref = v.ref(request.release.ref)
-                self._after_tail(session, ref, self._release(session, ref, request.release.epoch))
+                epoch = v.int64(request.release.epoch, "release.epoch")
+                self._after_tail(session, ref, self._release(session, ref, epoch))
             elif kind in ("hello", "batch"):
                 # The reader task's error ends the session with this status (see Connect).
                 raise invalid_argument(
@@ -408,6 +410,7 @@ class Runtime:
                 )
             elif kind == "write":
                 write = request.write
+                _check_write(write)
                 ref = (write.ref.type, write.ref.id)
                 if ref in session.tails:
                     self._after_tail(session, ref, self._answer(session, [write]))
@@ -478,6 +481,16 @@ class Runtime:
             session.send(rt.ConnectResponse(write_result=result))
 
 
+def _check_write(write: rt.RuntimeWrite) -> None:
+    """The limits of a runtime write's fields (validation.py); what it means is runtime_writes'."""
+    v.int64(write.epoch, "write.epoch")
+    op = write.WhichOneof("op")
+    if op == "run":
+        v.int64(write.run.message_offset, "write.run.message_offset")
+    elif op == "custom":
+        v.json_data(write.custom.data, write.custom.HasField("data"), "write.custom.data")
+
+
 def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None:
     if isinstance(outcome, Refused):
         result.reason, result.message = outcome.reason, outcome.message
@@ -529,59 +542,74 @@ def _marked(decide: Any) -> Any:
 
 
 class RuntimeService(rt_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = 10_000) -> None:
         self.runtime = runtime
+        self.caps = caps or Caps()
+        self.hello_timeout_s = hello_timeout_ms / 1000
 
     @translate_stream
     async def Connect(
         self, request_iterator: AsyncIterator[rt.ConnectRequest], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[rt.ConnectResponse]:
-        await context.send_initial_metadata((SESSION_ACCEPTED,))  # the worker may now say hello
-        first = await anext(aiter(request_iterator), None)
-        if first is None:
-            return
-        if first.WhichOneof("msg") != "hello":
-            raise invalid_argument("HELLO_FIRST", "a worker's session starts with hello")
-        hello = first.hello
-        v.name(hello.worker_id, "hello.worker_id")
-        types = [v.name(t.type, "hello.types.type") for t in hello.types]
-        for hosted in hello.types:
-            if hosted.HasField("profile"):  # checked here, so a spawn never trips over it later
-                for name in ("grace_period", "idle_timeout"):
-                    d = getattr(hosted.profile, name)
-                    v.duration_ms(
-                        d.seconds, d.nanos, hosted.profile.HasField(name), 0, f"hello.types.profile.{name}"
-                    )
-        if not types:
-            raise invalid_argument(
-                "NO_TYPES", "hello must name at least one entity type", field="hello.types"
-            )
         principal = current_principal.get()
-        if principal.types is not None and not set(types) <= principal.types:
-            raise ApiError(
-                grpc.StatusCode.PERMISSION_DENIED,
-                "TYPE_NOT_ALLOWED",
-                f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
-            )
-        session = self.runtime.open(hello)
-        yield rt.ConnectResponse(
-            welcome=rt.Welcome(
-                lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
-                heartbeat_interval=duration_from_ms(self.runtime.heartbeat_interval_ms),
-            )
+        with self.caps.stream(principal.name):  # refused at the door: no marker
+            await context.send_initial_metadata((SESSION_ACCEPTED,))  # the worker may now say hello
+            try:
+                first = await asyncio.wait_for(anext(aiter(request_iterator), None), self.hello_timeout_s)
+            except TimeoutError:
+                raise ApiError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "HELLO_TIMEOUT",
+                    f"no hello within {self.hello_timeout_s * 1000:g} ms of the stream's start",
+                ) from None
+            if first is None:
+                return
+            hello = _check_hello(first, principal)
+            with self.caps.session(principal.name):
+                session = self.runtime.open(hello)
+                yield rt.ConnectResponse(
+                    welcome=rt.Welcome(
+                        lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
+                        heartbeat_interval=duration_from_ms(self.runtime.heartbeat_interval_ms),
+                    )
+                )
+                reader = asyncio.create_task(self.runtime.read(session, request_iterator))
+                try:
+                    while (item := await session.outbox.get()) is not None:
+                        if not hello.accepts_batches:
+                            yield item
+                            continue
+                        message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
+                        yield message
+                        if ended:
+                            break
+                    if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
+                        raise error  # a bad request (e.g. a malformed ref) ends the session with its status
+                finally:
+                    reader.cancel()
+                    await self.runtime.close(session, "runtime_lost")
+
+
+def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
+    """The session's hello, checked: its names, its types' profiles, the principal's types."""
+    if first.WhichOneof("msg") != "hello":
+        raise invalid_argument("HELLO_FIRST", "a worker's session starts with hello")
+    hello = first.hello
+    v.name(hello.worker_id, "hello.worker_id")
+    types = [v.name(t.type, "hello.types.type") for t in hello.types]
+    for hosted in hello.types:
+        if hosted.HasField("profile"):  # checked here, so a spawn never trips over it later
+            for name in ("grace_period", "idle_timeout"):
+                d = getattr(hosted.profile, name)
+                v.duration_ms(
+                    d.seconds, d.nanos, hosted.profile.HasField(name), 0, f"hello.types.profile.{name}"
+                )
+    if not types:
+        raise invalid_argument("NO_TYPES", "hello must name at least one entity type", field="hello.types")
+    if principal.types is not None and not set(types) <= principal.types:
+        raise ApiError(
+            grpc.StatusCode.PERMISSION_DENIED,
+            "TYPE_NOT_ALLOWED",
+            f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
         )
-        reader = asyncio.create_task(self.runtime.read(session, request_iterator))
-        try:
-            while (item := await session.outbox.get()) is not None:
-                if not hello.accepts_batches:
-                    yield item
-                    continue
-                message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
-                yield message
-                if ended:
-                    break
-            if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
-                raise error  # a bad request (e.g. a malformed ref) ends the session with its status
-        finally:
-            reader.cancel()
-            await self.runtime.close(session, "runtime_lost")
+    return hello

@@ -33,6 +33,7 @@ from electric_sdk.lifecycle import (
 from . import entity_writes
 from . import validation as v
 from .auth import current_principal
+from .caps import Caps
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
 from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
@@ -108,10 +109,13 @@ def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEnti
 
 
 class EntityService(api_grpc.EntityServiceServicer):
-    def __init__(self, store: Store, watches: Watches, runtime: Runtime | None = None) -> None:
+    def __init__(
+        self, store: Store, watches: Watches, runtime: Runtime | None = None, caps: Caps | None = None
+    ) -> None:
         self.store = store
         self.watches = watches
         self.runtime = runtime
+        self.caps = caps or Caps()
 
     def _leased(self, ref: Ref) -> bool:
         return self.runtime is not None and self.runtime.is_leased(ref)
@@ -267,6 +271,19 @@ class EntityService(api_grpc.EntityServiceServicer):
                     break
                 after = page[-1].ref
 
+        if idem is not None:
+            # A key another request used on one of the targets would refuse that entity's write
+            # after the others committed: refuse the call before it writes anything instead.
+            for ref in targets:
+                used = await self.store.idempotent_response(ref, idem.key)
+                if used is not None and used[0] != idem.request_hash:
+                    raise invalid_argument(
+                        "IDEMPOTENCY_KEY_REUSED",
+                        f"idempotency key {idem.key!r} was already used on {entity_url(*ref)} "
+                        "with a different request",
+                        idempotency_key=idem.key,
+                    )
+
         def category(result: entity_writes.Signalled) -> bytes:
             return b"i" if result.decision.outcome is Outcome.IGNORED else b"s"
 
@@ -343,6 +360,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def ReadEvents(self, request: api.ReadEventsRequest, context: Ctx) -> api.ReadEventsResponse:
         ref = v.ref(request.ref)
+        v.int64(request.from_offset, "from_offset")
         limit = v.page_size(request.limit, "limit")
         record = await self.store.get_entity(ref)
         if record is None:
@@ -361,8 +379,10 @@ class EntityService(api_grpc.EntityServiceServicer):
         self, request: api.WatchEventsRequest, context: Ctx
     ) -> AsyncIterator[api.WatchEventsResponse]:
         ref = v.ref(request.ref)
-        async for item in self.watches.events(ref, request.from_offset):
-            yield item
+        v.int64(request.from_offset, "from_offset")
+        with self.caps.stream(current_principal.get().name):
+            async for item in self.watches.events(ref, request.from_offset):
+                yield item
 
     @translate_stream
     async def WatchEntities(
@@ -370,8 +390,9 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> AsyncIterator[api.WatchEntitiesResponse]:
         type_ = v.name(request.type, "type") if request.type else None
         states = v.states(request.states)
-        async for item in self.watches.entities(type_, states, request.accepts_batches):
-            yield item
+        with self.caps.stream(current_principal.get().name):
+            async for item in self.watches.entities(type_, states, request.accepts_batches):
+                yield item
 
 
 def _encode_page_token(ref: Ref) -> str:

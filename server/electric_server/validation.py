@@ -4,13 +4,17 @@
 |---|---|
 | entity type, instance id | ``[A-Za-z0-9_.-]``, 1-128 characters |
 | reason | at most 1 KiB (UTF-8) |
-| SIGUSR payload, message data | any JSON value, at most 64 KiB encoded |
+| SIGUSR payload, message data | any JSON value, at most 64 KiB encoded, 32 levels deep |
+| a runtime's custom event data | any JSON value, 32 levels deep |
 | message text | at most 64 KiB (UTF-8) |
 | idempotency key | 1-128 printable ASCII characters |
 | grace period, idle timeout | 1 ms to 24 h |
 | page size, read limit | 1-1000 (0 means 100) |
+| offsets, lease epochs | 0 to 2^63-1 (SQLite's integers are signed 64-bit) |
 
-Every violation is INVALID_ARGUMENT with a specific ErrorInfo reason.
+Every violation is INVALID_ARGUMENT with a specific ErrorInfo reason. The
+other integer fields of the requests are safe at any value of their wire type
+(a worker's capacity, request ids, run attempts, an exec receipt's numbers).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from google.protobuf import json_format, struct_pb2
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
+from electric_sdk._wire.json_values import MAX_JSON_DEPTH
 from electric_sdk.lifecycle import Signal, State
 
 from .errors import invalid_argument
@@ -37,6 +42,7 @@ MAX_TEXT_BYTES = 64 * 1024
 MAX_DURATION_MS = 24 * 3600 * 1000
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
+MAX_INT64 = 2**63 - 1
 
 
 def name(value: str, field: str) -> str:
@@ -77,16 +83,23 @@ def reason(value: str) -> str:
     return value
 
 
-def _is_json(value: struct_pb2.Value) -> bool:
-    """Every node set, every number finite: JSON can encode it."""
+def _check_json(value: struct_pb2.Value, field: str, depth: int = 0) -> None:
+    """Every node set, every number finite (JSON can encode it), nested at most MAX_JSON_DEPTH deep."""
     kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        return math.isfinite(value.number_value)
-    if kind == "struct_value":
-        return all(_is_json(v) for v in value.struct_value.fields.values())
-    if kind == "list_value":
-        return all(_is_json(v) for v in value.list_value.values)
-    return kind is not None
+    if kind in {"struct_value", "list_value"}:
+        if depth == MAX_JSON_DEPTH:
+            raise invalid_argument(
+                "PAYLOAD_TOO_DEEP",
+                f"{field} nests more than {MAX_JSON_DEPTH} arrays and objects deep",
+                field=field,
+            )
+        children = value.struct_value.fields.values() if kind == "struct_value" else value.list_value.values
+        for child in children:
+            _check_json(child, field, depth + 1)
+    elif kind is None or (kind == "number_value" and not math.isfinite(value.number_value)):
+        raise invalid_argument(
+            "INVALID_PAYLOAD", f"{field} is not a JSON value (empty, NaN or infinite)", field=field
+        )
 
 
 # JSON is at most ~6x the protobuf encoding (a control character in a string
@@ -99,10 +112,7 @@ def json_value(value: struct_pb2.Value, present: bool, field: str) -> struct_pb2
     """A JSON value within the size limit (compact UTF-8 JSON), or None when absent."""
     if not present:
         return None
-    if not _is_json(value):
-        raise invalid_argument(
-            "INVALID_PAYLOAD", f"{field} is not a JSON value (empty, NaN or infinite)", field=field
-        )
+    _check_json(value, field)
     if value.ByteSize() >= _SURELY_SMALL:
         # Compact UTF-8 JSON, as a client would send it ("é" is 2 bytes, not "\u00e9").
         encoded = json.dumps(json_format.MessageToDict(value), separators=(",", ":"), ensure_ascii=False)
@@ -114,6 +124,12 @@ def json_value(value: struct_pb2.Value, present: bool, field: str) -> struct_pb2
                 field=field,
             )
     return value
+
+
+def json_data(value: struct_pb2.Value, present: bool, field: str) -> None:
+    """A runtime's custom event data: JSON, at most MAX_JSON_DEPTH deep (no size limit of its own)."""
+    if present:
+        _check_json(value, field)
 
 
 def text(value: str) -> str:
@@ -149,3 +165,12 @@ def page_size(value: int, field: str = "page_size") -> int:
     if value > MAX_PAGE:
         raise invalid_argument("PAGE_TOO_LARGE", f"{field} must be at most {MAX_PAGE}", field=field)
     return value or DEFAULT_PAGE
+
+
+def int64(value: int, field: str) -> int:
+    """An offset or an epoch: SQLite stores it as a signed 64-bit integer."""
+    if value > MAX_INT64:
+        raise invalid_argument(
+            "VALUE_OUT_OF_RANGE", f"{field} must be at most 2^63-1, got {value}", field=field
+        )
+    return value

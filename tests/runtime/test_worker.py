@@ -141,6 +141,7 @@ async def test_worker_authenticates_with_a_runtime_token(tmp_path: Path) -> None
         '[[tokens]]\ntoken = "worker-token-1"\nprincipal = "w"\nscopes = ["runtime", "read"]\ntypes = ["probe"]\n'
         '[[tokens]]\ntoken = "admin-token-1"\nprincipal = "admin"\nscopes = ["admin"]\n'
     )
+    tokens.chmod(0o600)  # a tokens file others may read is refused
     probe = Probe()
     probe.release.set()
     with TestServer(tmp_path / "electric", tokens_file=tokens) as server:

@@ -23,6 +23,13 @@ with a grpcio where they differ, or with the fallback forced
 and logs why. grpcio is pinned exactly in pyproject.toml, and
 tests/test_accept.py fails if these calls stop being the ones that serve
 requests.
+
+The same core logs, at ERROR and with a traceback, a response write that
+failed because the client had already gone (hung up, or its deadline passed)
+before grpc noticed (``ExecuteBatchError raised in core by servicer method``,
+grpc/grpc#32551): any client can cause one per stream it abandons.
+``quiet_abandoned_writes`` turns those into one line per interval, with a
+count, and leaves every other record of that logger alone.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -160,3 +168,42 @@ class Acceptors:
         _, pending = await asyncio.wait(set(self._tasks), timeout=CLOSE_TIMEOUT_S)
         for task in pending:
             task.cancel()
+
+
+ABANDONED_WRITES_INTERVAL_S = 10.0
+
+
+class _AbandonedWrites(logging.Filter):
+    """grpc.aio core's ERROR, with its traceback, for a write to a client that had gone: one
+    line per interval instead, at INFO, counting the writes since the last line."""
+
+    def __init__(self, interval_s: float = ABANDONED_WRITES_INTERVAL_S) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.last: float | None = None
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, cygrpc.ExecuteBatchError):
+            return True
+        self.count += 1
+        now = time.monotonic()
+        if self.last is not None and now - self.last < self.interval_s:
+            return False
+        self.last = now
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg = "%d response write(s) failed: the client had gone (logged at most every %gs)"
+        record.args = (self.count, self.interval_s)
+        record.exc_info, record.exc_text = None, None
+        self.count = 0
+        return True
+
+
+abandoned_writes = _AbandonedWrites()
+
+
+def quiet_abandoned_writes() -> None:
+    """Condense grpc.aio core's tracebacks for writes to clients that had gone (idempotent)."""
+    if hasattr(cygrpc, "ExecuteBatchError"):
+        logging.getLogger(cygrpc.__name__).addFilter(abandoned_writes)
