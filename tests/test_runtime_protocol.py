@@ -509,11 +509,16 @@ async def test_a_batch_applies_in_order_and_a_write_can_give_the_lease_back(
         worker.close()
 
 
-async def test_batches_reach_only_a_worker_that_accepts_them(runtime_server: ElectricServer) -> None:
+async def test_batches_reach_only_a_worker_that_accepts_them(start_server: StartServer) -> None:
     """One SignalEntities to 200 leased entities commits together, so 200 deliveries are queued at
     once: a worker that set `accepts_batches` gets them coalesced (RawWorker unpacks them).
-    `RawWorker.next` fails any test whose worker did not set it and got a batch."""
-    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+    `RawWorker.next` fails any test whose worker did not set it and got a batch.
+
+    Its own server, with a lease TTL of 10 s: 200 spawns at once can keep a loaded CI machine's
+    loop from reading a heartbeat for longer than the other tests' 400 ms, and this test is about
+    batching, not about expiry (test_missed_heartbeats_expire_the_lease owns that)."""
+    server = await start_server(lease_ttl_ms=10_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-batches", ["agent"], accepts_batches=True)
         await worker.next("welcome")
