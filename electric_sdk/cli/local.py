@@ -73,6 +73,14 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="how long a runtime stream may stay open without its hello (default %(default)s)",
     )
     p.add_argument(
+        "--watch-message-rate",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="messages per second all event watches share once there are many: each watcher then "
+        "sends what arrived meanwhile in one message (default %(default)s)",
+    )
+    p.add_argument(
         "--max-streams",
         type=int,
         default=5000,
@@ -140,6 +148,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             hello_timeout_ms=parse_ms(args.hello_timeout),
             max_streams=args.max_streams,
             max_sessions=args.max_sessions,
+            watch_message_rate=args.watch_message_rate,
         )
         return asyncio.run(serve(config))
     except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors

@@ -26,6 +26,7 @@ from .._proto.electric.v1 import entity_service_pb2 as api
 from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
+from .._wire.limits import CHANNEL_OPTIONS
 from .._wire.times import timestamp_to_datetime
 from ..arguments import (
     RefLike,
@@ -87,12 +88,11 @@ class AsyncClient:
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         opts = self.options
-        channel_options = [("grpc.keepalive_time_ms", 30_000), ("grpc.enable_retries", 0)]
         if opts.tls or opts.root_certificates:
             creds = grpc.ssl_channel_credentials(root_certificates=opts.root_certificates)
-            self._channel = grpc.aio.secure_channel(opts.address, creds, options=channel_options)
+            self._channel = grpc.aio.secure_channel(opts.address, creds, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.aio.insecure_channel(opts.address, options=channel_options)
+            self._channel = grpc.aio.insecure_channel(opts.address, options=CHANNEL_OPTIONS)
         self._stub = api_grpc.EntityServiceStub(self._channel)
 
     def _stub_for_this_loop(self) -> api_grpc.EntityServiceStub:
@@ -347,14 +347,16 @@ class AsyncClient:
         offset = parse_offset(from_offset)
         async for item in self._resumable(
             # Late binding is the point: a reconnect resumes after the last event seen.
-            lambda: api.WatchEventsRequest(ref=r.to_pb(), from_offset=offset),  # noqa: B023
+            lambda: api.WatchEventsRequest(ref=r.to_pb(), from_offset=offset, accepts_batches=True),  # noqa: B023
             "WatchEvents",
         ):
-            if item.HasField("end_of_stream"):
+            kind = item.WhichOneof("item")
+            if kind == "end_of_stream":
                 return
-            event = Event.from_pb(item.event)
-            offset = event.offset + 1
-            yield event
+            for message in item.events.events if kind == "events" else (item.event,):
+                event = Event.from_pb(message)
+                offset = event.offset + 1
+                yield event
 
     async def watch_entities(
         self, type: str | None = None, states: StateLike | Iterable[StateLike] | None = None

@@ -36,6 +36,7 @@ from .. import errors
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from .._proto.electric.v1 import types_pb2 as pb
+from .._wire.limits import CHANNEL_OPTIONS
 from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
 from ..durations import parse_ms
@@ -180,12 +181,11 @@ class Worker:
 
     async def _session(self, on_welcome: Callable[[], None]) -> None:
         """One Connect stream, until it ends; ``on_welcome`` is called once the server welcomed us."""
-        channel_options = [("grpc.keepalive_time_ms", 30_000), ("grpc.enable_retries", 0)]
         if self.options.tls or self.options.root_certificates:
             creds = grpc.ssl_channel_credentials(root_certificates=self.options.root_certificates)
-            channel = grpc.aio.secure_channel(self.options.address, creds, options=channel_options)
+            channel = grpc.aio.secure_channel(self.options.address, creds, options=CHANNEL_OPTIONS)
         else:
-            channel = grpc.aio.insecure_channel(self.options.address, options=channel_options)
+            channel = grpc.aio.insecure_channel(self.options.address, options=CHANNEL_OPTIONS)
         send, receive = anyio.create_memory_object_stream[rt.ConnectRequest | None](math.inf)
         try:
             stub = rt_grpc.RuntimeServiceStub(channel)

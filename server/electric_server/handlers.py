@@ -49,12 +49,25 @@ def _stream_decoder(deserialize: Deserializer) -> Deserializer:
     return decode
 
 
+def _passing_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """A response serializer that sends a message a handler encoded already (bytes) as it is:
+    a watch fans one event out to thousands of streams, encoded once (event_feed.py)."""
+    if serialize is None:
+        return None
+
+    def encode(message: Any) -> bytes:
+        return message if message.__class__ is bytes else serialize(message)
+
+    return encode
+
+
 def guarded(handler: Handler, method: str) -> Handler:
-    """``handler`` with its requests decoded under the guard (see the module's docstring)."""
+    """``handler`` with its requests decoded under the guard (see the module's docstring),
+    and its responses encoded unless they are bytes already."""
     deserialize = handler.request_deserializer
     if deserialize is None:
         return handler  # raw bytes: nothing to decode
-    serialize = handler.response_serializer
+    serialize = _passing_bytes(handler.response_serializer)
     # grpc's stubs type handlers for the sync API; the aio server calls the
     # same slots with coroutines and async generators, hence Any here.
     h: Any = handler

@@ -16,9 +16,11 @@ from google.protobuf.message import Message
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb, entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import timestamp_from_ms
 from electric_sdk.lifecycle import (
     DEFAULT_GRACE_MS,
@@ -365,23 +367,27 @@ class EntityService(api_grpc.EntityServiceServicer):
         record = await self.store.get_entity(ref)
         if record is None:
             raise not_found(*ref)
-        events = await self.store.read_events(ref, request.from_offset, limit)
+        events = _within_page_bytes(
+            [event_to_pb(e) for e in await self.store.read_events(ref, request.from_offset, limit)]
+        )
         next_offset = events[-1].offset + 1 if events else request.from_offset
         return api.ReadEventsResponse(
-            events=[event_to_pb(e) for e in events],
+            events=events,
             next_offset=next_offset,
             head_offset=record.head_offset,
             end_of_stream=record.closed and next_offset >= record.head_offset,
         )
 
     @translate_stream
-    async def WatchEvents(
+    async def WatchEvents(  # type: ignore[override]
         self, request: api.WatchEventsRequest, context: Ctx
-    ) -> AsyncIterator[api.WatchEventsResponse]:
+    ) -> AsyncIterator[api.WatchEventsResponse | bytes]:
+        # Bytes are messages encoded once for every watcher (event_feed), which the generated
+        # base class cannot express; the response serializer passes them through (handlers.py).
         ref = v.ref(request.ref)
         v.int64(request.from_offset, "from_offset")
         with self.caps.stream(current_principal.get().name):
-            async for item in self.watches.events(ref, request.from_offset):
+            async for item in self.watches.events(ref, request.from_offset, request.accepts_batches):
                 yield item
 
     @translate_stream
@@ -393,6 +399,17 @@ class EntityService(api_grpc.EntityServiceServicer):
         with self.caps.stream(current_principal.get().name):
             async for item in self.watches.entities(type_, states, request.accepts_batches):
                 yield item
+
+
+def _within_page_bytes(events: list[pb.Event]) -> list[pb.Event]:
+    """The first events that fit in PAGE_BYTES (at least one): with 64 KiB events, 100 of them
+    would be a response larger than gRPC clients take by default; `next_offset` continues."""
+    size = 0
+    for i, event in enumerate(events):
+        size += event.ByteSize()
+        if i and size > PAGE_BYTES:
+            return events[:i]
+    return events
 
 
 def _encode_page_token(ref: Ref) -> str:

@@ -4,9 +4,13 @@ Both follow the same rule: subscribe to the hub first, then read what is
 already stored, so nothing committed in between is missed; then deliver live
 commits, skipping what the catch-up already sent, so nothing is repeated.
 
-A watcher whose queue overflows (a slow client) does not block writers: an
-event watch falls back to reading the store; an entity watch ends with
-ABORTED / WATCH_LAGGING and the client reconnects for a fresh snapshot.
+A slow watcher does not block writers: an event watch that falls behind its
+entity's feed (``event_feed``) reads the store in pages until it catches up;
+an entity watch whose queue overflows ends with ABORTED / WATCH_LAGGING and
+the client reconnects for a fresh snapshot. Event watches share a message
+rate (``MESSAGE_RATE``), so thousands of them on a busy entity leave the
+loop to writers and to every other call; a watcher that waited its turn
+sends what arrived meanwhile in one message.
 Draining ends every watch with UNAVAILABLE / SERVER_DRAINING so clients
 reconnect elsewhere and resume from their last offset.
 """
@@ -14,7 +18,8 @@ reconnect elsewhere and resume from their last offset.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import random
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import cast
 
 import grpc
@@ -23,17 +28,26 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.enums import STATE_TO_PB
-from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import timestamp_from_ms
+from electric_sdk._wire.watch_frames import event_batch, event_entry, single_event
 from electric_sdk.lifecycle import State
 
 from .errors import ApiError, not_found
-from .store.base import Commit, Ref, Store
+from .event_feed import Feed
+from .store.base import Commit, Ref, Store, StoredEvent
 
 READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
 QUEUE_LIMIT = 10_000
 CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
+# Messages per second that every event watch together is paced to once there are many of
+# them: a watcher waits (watchers / rate) between its messages, and what arrives meanwhile
+# goes in its next one (batched, for a client that takes batches). Below a millisecond's
+# pause, no watcher waits at all. Without it, a few thousand watchers of a busy entity would
+# keep the loop sending and leave writers and other calls waiting their turn behind them.
+MESSAGE_RATE = 10_000
+_MIN_PAUSE_S = 0.001
 
 _DRAIN = object()
 _OVERFLOW = object()
@@ -62,10 +76,16 @@ class _Queue:
 
 
 class Watches:
-    def __init__(self, store: Store, queue_limit: int = QUEUE_LIMIT) -> None:
+    def __init__(
+        self, store: Store, queue_limit: int = QUEUE_LIMIT, message_rate: float = MESSAGE_RATE
+    ) -> None:
         self.store = store
         self.queue_limit = queue_limit
+        self.message_rate = message_rate
         self._queues: set[_Queue] = set()
+        self._feeds: dict[Ref, Feed] = {}
+        self._feed_unsubscribe: dict[Ref, Callable[[], None]] = {}
+        self._event_watchers = 0
         self._entity_watchers: set[tuple[_Queue, str | None, frozenset[State]]] = set()
         self._draining = False
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
@@ -75,13 +95,15 @@ class Watches:
         self._draining = True
         for queue in self._queues:
             queue.items.put_nowait(_DRAIN)
+        for feed in self._feeds.values():
+            feed.wake()
 
     def close(self) -> None:
         self._unsubscribe()
 
     @property
     def active(self) -> int:
-        return len(self._queues)
+        return len(self._queues) + self._event_watchers
 
     # -- entity state changes ------------------------------------------------------
 
@@ -166,27 +188,75 @@ class Watches:
 
     # -- one entity's events ---------------------------------------------------------
 
-    async def events(self, ref: Ref, from_offset: int) -> AsyncIterator[api.WatchEventsResponse]:
+    def _feed(self, ref: Ref) -> Feed:
+        feed = self._feeds.get(ref)
+        if feed is None:
+            feed = self._feeds[ref] = Feed(ref, self.queue_limit)
+            self._feed_unsubscribe[ref] = self.store.hub.subscribe(ref, feed.publish)
+        return feed
+
+    def _leave(self, feed: Feed, token: object) -> None:
+        feed.positions.pop(token, None)
+        self._event_watchers -= 1
+        if not feed.positions and self._feeds.get(feed.ref) is feed:
+            del self._feeds[feed.ref]
+            self._feed_unsubscribe.pop(feed.ref)()
+
+    async def _pace(self) -> None:
+        """Share the message rate among every event watch (see ``message_rate``)."""
+        pause = self._event_watchers / self.message_rate
+        if pause >= _MIN_PAUSE_S:
+            # Jittered, so watchers woken by one commit do not stay in step.
+            await asyncio.sleep(pause * random.uniform(0.5, 1.5))
+
+    async def events(
+        self, ref: Ref, from_offset: int, batches: bool = False
+    ) -> AsyncIterator[api.WatchEventsResponse | bytes]:
+        """The entity's events from ``from_offset``: the store's, then the feed's.
+
+        Yields messages already encoded (bytes) where they come from the feed, and
+        ``batches``: the client takes several events per message (``EventBatch``).
+        """
         if self._draining:
             raise draining_error()
         record = await self.store.get_entity(ref)
         if record is None:
             raise not_found(*ref)
-        queue = _Queue(self.queue_limit)
-        self._queues.add(queue)
-        unsubscribe = self.store.hub.subscribe(ref, queue.put)
+        # Join the feed before reading the store: whatever is committed after the
+        # read began reaches the feed, so the two together miss nothing.
+        feed = self._feed(ref)
+        token = object()
+        feed.positions[token] = from_offset
+        self._event_watchers += 1
         offset = from_offset
         try:
             while True:
-                # Catch up from the store until the head, then follow the tail.
-                while True:
-                    stored = await self.store.read_events(ref, offset, READ_PAGE)
-                    for event in stored:
-                        yield api.WatchEventsResponse(event=event_to_pb(event))
-                    if stored:
-                        offset = stored[-1].offset + 1
-                    if len(stored) < READ_PAGE:
-                        break
+                if self._draining:
+                    raise draining_error()
+                if feed.end_of_stream is not None and offset >= feed.end_of_stream:
+                    yield api.WatchEventsResponse(
+                        end_of_stream=api.EndOfStream(head_offset=feed.end_of_stream)
+                    )
+                    return
+                if feed.holds(offset):
+                    entries = feed.entries(offset) if batches else feed.entries(offset, 0)
+                    yield event_batch(entries) if batches else single_event(entries[0])
+                    offset += len(entries)
+                    feed.positions[token] = offset
+                    await self._pace()
+                    continue
+                if feed.start is not None and not feed.behind(offset):
+                    await feed.wait()  # up to date: until the next commit (or a drain)
+                    continue
+                # Behind the feed, or no commit seen yet: the store has what is committed.
+                stored = await self.store.read_events(ref, offset, READ_PAGE)
+                if stored:
+                    for message in _pages(stored, batches):
+                        yield message
+                        await self._pace()
+                    offset = stored[-1].offset + 1
+                    feed.positions[token] = offset
+                    continue
                 record = await self.store.get_entity(ref)
                 assert record is not None
                 if record.closed and offset >= record.head_offset:
@@ -194,38 +264,25 @@ class Watches:
                         end_of_stream=api.EndOfStream(head_offset=record.head_offset)
                     )
                     return
-                # Live: take commits straight from the hub while they are contiguous.
-                while True:
-                    item = await queue.items.get()
-                    if item is _DRAIN:
-                        raise draining_error()
-                    if item is _OVERFLOW:
-                        queue = self._replace_queue(queue, ref)
-                        unsubscribe()
-                        unsubscribe = self.store.hub.subscribe(ref, queue.put)
-                        break  # read what was missed from the store
-                    commit: Commit = item  # type: ignore[assignment]
-                    if commit.events and commit.events[0].offset > offset:
-                        break  # a gap: read it from the store
-                    for event in commit.events:
-                        if event.offset == offset:
-                            yield api.WatchEventsResponse(event=event_to_pb(event))
-                            offset += 1
-                    if (
-                        commit.after is not None
-                        and commit.after.closed
-                        and offset >= commit.after.head_offset
-                    ):
-                        yield api.WatchEventsResponse(
-                            end_of_stream=api.EndOfStream(head_offset=commit.after.head_offset)
-                        )
-                        return
+                await feed.wait()
         finally:
-            unsubscribe()
-            self._queues.discard(queue)
+            self._leave(feed, token)
 
-    def _replace_queue(self, old: _Queue, ref: Ref) -> _Queue:
-        self._queues.discard(old)
-        new = _Queue(self.queue_limit)
-        self._queues.add(new)
-        return new
+
+def _pages(stored: list[StoredEvent], batches: bool) -> Iterator[bytes]:
+    """Events read from the store as messages: one each, or batches of at most PAGE_BYTES."""
+    if not batches:
+        for event in stored:
+            yield single_event(event_entry(event))
+        return
+    entries: list[bytes] = []
+    size = 0
+    for event in stored:
+        entry = event_entry(event)
+        if entries and size + len(entry) > PAGE_BYTES:
+            yield event_batch(entries)
+            entries, size = [], 0
+        entries.append(entry)
+        size += len(entry)
+    if entries:
+        yield event_batch(entries)

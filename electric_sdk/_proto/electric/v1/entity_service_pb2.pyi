@@ -474,7 +474,9 @@ class ReadEventsRequest(_message.Message):
     from_offset: _builtins.int
     """Inclusive."""
     limit: _builtins.int
-    """1..1000; 0 means 100."""
+    """1..1000; 0 means 100. A page also ends once it holds 1 MiB of events
+    (it always holds at least one): continue from `next_offset`.
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     def __init__(
@@ -530,8 +532,14 @@ class WatchEventsRequest(_message.Message):
 
     REF_FIELD_NUMBER: _builtins.int
     FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    ACCEPTS_BATCHES_FIELD_NUMBER: _builtins.int
     from_offset: _builtins.int
     """Inclusive. To resume, pass the last offset seen plus one."""
+    accepts_batches: _builtins.bool
+    """The client understands `events`: consecutive events (a catch-up, or a
+    burst that arrived while the previous message was being sent) go
+    together, at most 1 MiB of them per message.
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     def __init__(
@@ -539,14 +547,37 @@ class WatchEventsRequest(_message.Message):
         *,
         ref: _types_pb2.EntityRef | None = ...,
         from_offset: _builtins.int = ...,
+        accepts_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "ref", b"ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepts_batches", b"accepts_batches", "from_offset", b"from_offset", "ref", b"ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchEventsRequest: _TypeAlias = WatchEventsRequest  # noqa: Y015
+
+@_typing.final
+class EventBatch(_message.Message):
+    """Consecutive events of one stream, in offset order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Event]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_types_pb2.Event] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventBatch: _TypeAlias = EventBatch  # noqa: Y015
 
 @_typing.final
 class EndOfStream(_message.Message):
@@ -574,21 +605,27 @@ class WatchEventsResponse(_message.Message):
 
     EVENT_FIELD_NUMBER: _builtins.int
     END_OF_STREAM_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def event(self) -> _types_pb2.Event: ...
     @_builtins.property
     def end_of_stream(self) -> Global___EndOfStream: ...
+    @_builtins.property
+    def events(self) -> Global___EventBatch:
+        """Only to a client that set `accepts_batches`."""
+
     def __init__(
         self,
         *,
         event: _types_pb2.Event | None = ...,
         end_of_stream: Global___EndOfStream | None = ...,
+        events: Global___EventBatch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_of_stream", b"end_of_stream", "event", b"event", "item", b"item"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_of_stream", b"end_of_stream", "event", b"event", "events", b"events", "item", b"item"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_of_stream", b"end_of_stream", "event", b"event", "item", b"item"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_of_stream", b"end_of_stream", "event", b"event", "events", b"events", "item", b"item"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["event", "end_of_stream"]  # noqa: Y015
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["event", "end_of_stream", "events"]  # noqa: Y015
     _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 

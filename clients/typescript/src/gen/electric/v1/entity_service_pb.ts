@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/entity_service.proto.
  */
 export const file_electric_v1_entity_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIIk4KEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQidQoTV2F0Y2hFdmVudHNSZXNwb25zZRIjCgVldmVudBgBIAEoCzISLmVsZWN0cmljLnYxLkV2ZW50SAASMQoNZW5kX29mX3N0cmVhbRgCIAEoCzIYLmVsZWN0cmljLnYxLkVuZE9mU3RyZWFtSABCBgoEaXRlbSJhChRXYXRjaEVudGl0aWVzUmVxdWVzdBIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEhcKD2FjY2VwdHNfYmF0Y2hlcxgDIAEoCCI3Cg5FbnRpdHlTbmFwc2hvdBIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eSIgChBTbmFwc2hvdENvbXBsZXRlEgwKBHR4aWQYASABKAQijwEKDEVudGl0eUNoYW5nZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSKgoOcHJldmlvdXNfc3RhdGUYAiABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjaGFuZ2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7Cg1FbnRpdHlDaGFuZ2VzEioKB2NoYW5nZXMYASADKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2Ui6AEKFVdhdGNoRW50aXRpZXNSZXNwb25zZRIvCghzbmFwc2hvdBgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNuYXBzaG90SAASOgoRc25hcHNob3RfY29tcGxldGUYAiABKAsyHS5lbGVjdHJpYy52MS5TbmFwc2hvdENvbXBsZXRlSAASKwoGY2hhbmdlGAMgASgLMhkuZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlSAASLQoHY2hhbmdlcxgEIAEoCzIaLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZXNIAEIGCgRpdGVtMtsGCg1FbnRpdHlTZXJ2aWNlElAKC1NwYXduRW50aXR5Eh8uZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXNwb25zZRJKCglHZXRFbnRpdHkSHS5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXF1ZXN0Gh4uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVzcG9uc2USUwoMTGlzdEVudGl0aWVzEiAuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlElMKDFNpZ25hbEVudGl0eRIgLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXNwb25zZRJZCg5TaWduYWxFbnRpdGllcxIiLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVxdWVzdBojLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVzcG9uc2USUAoLU2VuZE1lc3NhZ2USHy5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlc3BvbnNlElgKDERlbGV0ZUVudGl0eRIgLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXNwb25zZSIDiAIBEk0KClJlYWRFdmVudHMSHi5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVxdWVzdBofLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXNwb25zZRJSCgtXYXRjaEV2ZW50cxIfLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVxdWVzdBogLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJYCg1XYXRjaEVudGl0aWVzEiEuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1JlcXVlc3QaIi5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVzcG9uc2UwAWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0y2wYKDUVudGl0eVNlcnZpY2USUAoLU3Bhd25FbnRpdHkSHy5lbGVjdHJpYy52MS5TcGF3bkVudGl0eVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TcGF3bkVudGl0eVJlc3BvbnNlEkoKCUdldEVudGl0eRIdLmVsZWN0cmljLnYxLkdldEVudGl0eVJlcXVlc3QaHi5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXNwb25zZRJTCgxMaXN0RW50aXRpZXMSIC5lbGVjdHJpYy52MS5MaXN0RW50aXRpZXNSZXF1ZXN0GiEuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVzcG9uc2USUwoMU2lnbmFsRW50aXR5EiAuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVxdWVzdBohLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlc3BvbnNlElkKDlNpZ25hbEVudGl0aWVzEiIuZWxlY3RyaWMudjEuU2lnbmFsRW50aXRpZXNSZXF1ZXN0GiMuZWxlY3RyaWMudjEuU2lnbmFsRW50aXRpZXNSZXNwb25zZRJQCgtTZW5kTWVzc2FnZRIfLmVsZWN0cmljLnYxLlNlbmRNZXNzYWdlUmVxdWVzdBogLmVsZWN0cmljLnYxLlNlbmRNZXNzYWdlUmVzcG9uc2USWAoMRGVsZXRlRW50aXR5EiAuZWxlY3RyaWMudjEuRGVsZXRlRW50aXR5UmVxdWVzdBohLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlc3BvbnNlIgOIAgESTQoKUmVhZEV2ZW50cxIeLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXF1ZXN0Gh8uZWxlY3RyaWMudjEuUmVhZEV2ZW50c1Jlc3BvbnNlElIKC1dhdGNoRXZlbnRzEh8uZWxlY3RyaWMudjEuV2F0Y2hFdmVudHNSZXF1ZXN0GiAuZWxlY3RyaWMudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElgKDVdhdGNoRW50aXRpZXMSIS5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVxdWVzdBoiLmVsZWN0cmljLnYxLldhdGNoRW50aXRpZXNSZXNwb25zZTABYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.SpawnEntityRequest
@@ -512,7 +512,8 @@ export type ReadEventsRequest = Message<"electric.v1.ReadEventsRequest"> & {
   fromOffset: bigint;
 
   /**
-   * 1..1000; 0 means 100.
+   * 1..1000; 0 means 100. A page also ends once it holds 1 MiB of events
+   * (it always holds at least one): continue from `next_offset`.
    *
    * @generated from field: uint32 limit = 3;
    */
@@ -579,6 +580,15 @@ export type WatchEventsRequest = Message<"electric.v1.WatchEventsRequest"> & {
    * @generated from field: uint64 from_offset = 2;
    */
   fromOffset: bigint;
+
+  /**
+   * The client understands `events`: consecutive events (a catch-up, or a
+   * burst that arrived while the previous message was being sent) go
+   * together, at most 1 MiB of them per message.
+   *
+   * @generated from field: bool accepts_batches = 3;
+   */
+  acceptsBatches: boolean;
 };
 
 /**
@@ -587,6 +597,25 @@ export type WatchEventsRequest = Message<"electric.v1.WatchEventsRequest"> & {
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
   messageDesc(file_electric_v1_entity_service, 17);
+
+/**
+ * Consecutive events of one stream, in offset order.
+ *
+ * @generated from message electric.v1.EventBatch
+ */
+export type EventBatch = Message<"electric.v1.EventBatch"> & {
+  /**
+   * @generated from field: repeated electric.v1.Event events = 1;
+   */
+  events: Event[];
+};
+
+/**
+ * Describes the message electric.v1.EventBatch.
+ * Use `create(EventBatchSchema)` to create a new message.
+ */
+export const EventBatchSchema: GenMessage<EventBatch> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 18);
 
 /**
  * @generated from message electric.v1.EndOfStream
@@ -605,7 +634,7 @@ export type EndOfStream = Message<"electric.v1.EndOfStream"> & {
  * Use `create(EndOfStreamSchema)` to create a new message.
  */
 export const EndOfStreamSchema: GenMessage<EndOfStream> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 18);
+  messageDesc(file_electric_v1_entity_service, 19);
 
 /**
  * @generated from message electric.v1.WatchEventsResponse
@@ -626,6 +655,14 @@ export type WatchEventsResponse = Message<"electric.v1.WatchEventsResponse"> & {
      */
     value: EndOfStream;
     case: "endOfStream";
+  } | {
+    /**
+     * Only to a client that set `accepts_batches`.
+     *
+     * @generated from field: electric.v1.EventBatch events = 3;
+     */
+    value: EventBatch;
+    case: "events";
   } | { case: undefined; value?: undefined };
 };
 
@@ -634,7 +671,7 @@ export type WatchEventsResponse = Message<"electric.v1.WatchEventsResponse"> & {
  * Use `create(WatchEventsResponseSchema)` to create a new message.
  */
 export const WatchEventsResponseSchema: GenMessage<WatchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 19);
+  messageDesc(file_electric_v1_entity_service, 20);
 
 /**
  * @generated from message electric.v1.WatchEntitiesRequest
@@ -668,7 +705,7 @@ export type WatchEntitiesRequest = Message<"electric.v1.WatchEntitiesRequest"> &
  * Use `create(WatchEntitiesRequestSchema)` to create a new message.
  */
 export const WatchEntitiesRequestSchema: GenMessage<WatchEntitiesRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 20);
+  messageDesc(file_electric_v1_entity_service, 21);
 
 /**
  * @generated from message electric.v1.EntitySnapshot
@@ -685,7 +722,7 @@ export type EntitySnapshot = Message<"electric.v1.EntitySnapshot"> & {
  * Use `create(EntitySnapshotSchema)` to create a new message.
  */
 export const EntitySnapshotSchema: GenMessage<EntitySnapshot> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 21);
+  messageDesc(file_electric_v1_entity_service, 22);
 
 /**
  * @generated from message electric.v1.SnapshotComplete
@@ -704,7 +741,7 @@ export type SnapshotComplete = Message<"electric.v1.SnapshotComplete"> & {
  * Use `create(SnapshotCompleteSchema)` to create a new message.
  */
 export const SnapshotCompleteSchema: GenMessage<SnapshotComplete> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 22);
+  messageDesc(file_electric_v1_entity_service, 23);
 
 /**
  * @generated from message electric.v1.EntityChange
@@ -731,7 +768,7 @@ export type EntityChange = Message<"electric.v1.EntityChange"> & {
  * Use `create(EntityChangeSchema)` to create a new message.
  */
 export const EntityChangeSchema: GenMessage<EntityChange> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 23);
+  messageDesc(file_electric_v1_entity_service, 24);
 
 /**
  * Several changes, in commit order (only to a watcher that set `accepts_batches`).
@@ -750,7 +787,7 @@ export type EntityChanges = Message<"electric.v1.EntityChanges"> & {
  * Use `create(EntityChangesSchema)` to create a new message.
  */
 export const EntityChangesSchema: GenMessage<EntityChanges> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 24);
+  messageDesc(file_electric_v1_entity_service, 25);
 
 /**
  * @generated from message electric.v1.WatchEntitiesResponse
@@ -791,7 +828,7 @@ export type WatchEntitiesResponse = Message<"electric.v1.WatchEntitiesResponse">
  * Use `create(WatchEntitiesResponseSchema)` to create a new message.
  */
 export const WatchEntitiesResponseSchema: GenMessage<WatchEntitiesResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 25);
+  messageDesc(file_electric_v1_entity_service, 26);
 
 /**
  * The control plane's entity API. Errors are gRPC status codes with a
