@@ -264,6 +264,34 @@ def test_an_exec_receipt_renders_every_field() -> None:
     assert events.event_value_json(pb.Event(exec=receipt)) == events.receipt_json(receipt)
 
 
+# -- watch frames: messages joined from events encoded once -------------------------------------
+
+
+@pytest.mark.parametrize("text_bytes", [0, 100, 200, 20_000])  # lengths whose varints take 1-3 bytes
+def test_watch_frames_decode_as_the_generated_classes_would_build_them(text_bytes: int) -> None:
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._wire import watch_frames
+
+    stored = [
+        StoredEvent(
+            i,
+            "message",
+            f"msg_{i}",
+            pb.OPERATION_INSERT,
+            1_700_000_000_000 + i,
+            i + 1,
+            events.event_body(pb.Event(message=pb.MessageValue(text="t" * (text_bytes + i)))),
+        )
+        for i in range(3)
+    ]
+    expected = [events.event_to_pb(e) for e in stored]
+    entries = [watch_frames.event_entry(e) for e in stored]
+    single = api.WatchEventsResponse.FromString(watch_frames.single_event(entries[0]))
+    assert single == api.WatchEventsResponse(event=expected[0])
+    batch = api.WatchEventsResponse.FromString(watch_frames.event_batch(entries))
+    assert batch == api.WatchEventsResponse(events=api.EventBatch(events=expected))
+
+
 # -- guards: one place per conversion, at the bottom layer ---------------------------------------
 
 # What only `_wire` may do: build an enum map from the wire's names, or build a wire time by hand.
