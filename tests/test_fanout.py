@@ -94,10 +94,10 @@ async def test_each_event_is_encoded_once_for_every_watcher(
 async def test_a_watcher_behind_the_feed_catches_up_from_the_store_in_batches(
     start_server: StartServer,
 ) -> None:
-    """A feed that keeps 5 events and a watcher paced to 50 messages a second: 300 events written
-    at full speed leave it far behind the feed; it reads the rest from the store, batched, and gets
-    every event once, in order."""
-    server = await start_server(watch_queue_limit=5, watch_message_rate=50)
+    """A feed that keeps 5 events and a watcher paced to 50 messages a second (a message costs
+    16 KiB of bandwidth at least): 300 events written at full speed leave it far behind the feed;
+    it reads the rest from the store, batched, and gets every event once, in order."""
+    server = await start_server(watch_feed_events=5, watch_bandwidth=50 * 16 * 1024)
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         await stub.SpawnEntity(api.SpawnEntityRequest(ref=REF))
@@ -113,7 +113,7 @@ async def test_a_watcher_behind_the_feed_catches_up_from_the_store_in_batches(
 
 
 async def test_a_watcher_that_takes_no_batches_gets_one_event_per_message(start_server: StartServer) -> None:
-    server = await start_server(watch_queue_limit=5)
+    server = await start_server(watch_feed_events=5)
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
         await stub.SpawnEntity(api.SpawnEntityRequest(ref=REF))

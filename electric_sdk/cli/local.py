@@ -73,12 +73,12 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="how long a runtime stream may stay open without its hello (default %(default)s)",
     )
     p.add_argument(
-        "--watch-message-rate",
+        "--watch-bandwidth",
         type=int,
-        default=10_000,
-        metavar="N",
-        help="messages per second all event watches share once there are many: each watcher then "
-        "sends what arrived meanwhile in one message (default %(default)s)",
+        default=32 * 1024 * 1024,
+        metavar="BYTES",
+        help="bytes per second all event watches share once there are many: each watcher then "
+        "sends what arrived meanwhile in one message (default %(default)s, 32 MiB)",
     )
     p.add_argument(
         "--max-streams",
@@ -148,7 +148,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             hello_timeout_ms=parse_ms(args.hello_timeout),
             max_streams=args.max_streams,
             max_sessions=args.max_sessions,
-            watch_message_rate=args.watch_message_rate,
+            watch_bandwidth=args.watch_bandwidth,
         )
         return asyncio.run(serve(config))
     except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors

@@ -46,7 +46,7 @@ from .service import EntityService
 from .store.base import DiskFull, StorageFault, Store
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
-from .watch import MESSAGE_RATE, Watches
+from .watch import BANDWIDTH, FEED_EVENTS, Watches
 
 log = logging.getLogger("electric.server")
 
@@ -78,8 +78,10 @@ class ServerConfig:
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
     watch_queue_limit: int = 10_000
-    # Messages per second all event watches share once there are many (watch.py, MESSAGE_RATE).
-    watch_message_rate: int = MESSAGE_RATE
+    # Bytes per second all event watches share once there are many (watch.py, BANDWIDTH).
+    watch_bandwidth: int = BANDWIDTH
+    # Events an entity's feed keeps for its watchers that are behind (watch.py, FEED_EVENTS).
+    watch_feed_events: int = FEED_EVENTS
     # A worker that sends no heartbeat for this long loses its leases.
     lease_ttl_ms: int = 10_000
     # How often workers are asked to send a heartbeat.
@@ -132,7 +134,7 @@ class ElectricServer:
             ("--hello-timeout", config.hello_timeout_ms),
             ("--max-streams", config.max_streams),
             ("--max-sessions", config.max_sessions),
-            ("--watch-message-rate", config.watch_message_rate),
+            ("--watch-bandwidth", config.watch_bandwidth),
         ):
             if value < 1:
                 raise ConfigError(f"{flag} must be at least 1, not {value}")
@@ -199,7 +201,12 @@ class ElectricServer:
     async def _open_and_listen(self) -> None:
         await self.store.open()  # raises DamagedStore, or another StorageFault, to refuse to start
         self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
-        self._watches = Watches(self.store, self.config.watch_queue_limit, self.config.watch_message_rate)
+        self._watches = Watches(
+            self.store,
+            self.config.watch_queue_limit,
+            self.config.watch_bandwidth,
+            self.config.watch_feed_events,
+        )
         self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
         await self._reaper.start()
         self.runtime = Runtime(self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms)

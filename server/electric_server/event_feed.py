@@ -20,11 +20,11 @@ from electric_sdk._wire.watch_frames import event_entry
 
 from .store.base import Commit, Ref, StoredEvent
 
-DEFAULT_KEEP_BYTES = 64 * 1024 * 1024
+FEED_BYTES = 64 * 1024 * 1024
 
 
 class Feed:
-    def __init__(self, ref: Ref, keep: int, keep_bytes: int = DEFAULT_KEEP_BYTES) -> None:
+    def __init__(self, ref: Ref, keep: int, keep_bytes: int = FEED_BYTES) -> None:
         self.ref = ref
         self.keep = max(1, keep)
         self.keep_bytes = keep_bytes

@@ -8,7 +8,7 @@ A slow watcher does not block writers: an event watch that falls behind its
 entity's feed (``event_feed``) reads the store in pages until it catches up;
 an entity watch whose queue overflows ends with ABORTED / WATCH_LAGGING and
 the client reconnects for a fresh snapshot. Event watches share a message
-rate (``MESSAGE_RATE``), so thousands of them on a busy entity leave the
+bandwidth (``BANDWIDTH``), so thousands of them on a busy entity leave the
 loop to writers and to every other call; a watcher that waited its turn
 sends what arrived meanwhile in one message.
 Draining ends every watch with UNAVAILABLE / SERVER_DRAINING so clients
@@ -41,12 +41,18 @@ READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
 QUEUE_LIMIT = 10_000
 CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
-# Messages per second that every event watch together is paced to once there are many of
-# them: a watcher waits (watchers / rate) between its messages, and what arrives meanwhile
-# goes in its next one (batched, for a client that takes batches). Below a millisecond's
-# pause, no watcher waits at all. Without it, a few thousand watchers of a busy entity would
-# keep the loop sending and leave writers and other calls waiting their turn behind them.
-MESSAGE_RATE = 10_000
+# Bytes per second that every event watch together is paced to once there are many of them:
+# after a message, a watcher waits (watchers x its size / bandwidth), a message costing at
+# least MESSAGE_COST, and what arrives meanwhile goes in its next one (batched, for a client
+# that takes batches). Below a millisecond's pause no watcher waits at all, so a few watchers
+# are never slowed. Without it, 2,000 watchers of an entity taking 4,000 writes a second ask
+# for a gigabyte a second: the server would do nothing but send, and writes would wait their
+# turn behind the sends (bench_fanout: at 64 MiB/s writes keep a quarter to a third of their
+# rate, at 16 MiB/s half). A watcher that falls behind catches up from the feed, or from the
+# store, once the burst is over: the bandwidth trades the writes' rate for the watchers' lag.
+BANDWIDTH = 32 * 1024 * 1024
+MESSAGE_COST = 16 * 1024  # grpc's cost per message, in bytes of bandwidth
+FEED_EVENTS = 100_000  # events a feed keeps for watchers behind (and at most FEED_BYTES)
 _MIN_PAUSE_S = 0.001
 
 _DRAIN = object()
@@ -77,11 +83,16 @@ class _Queue:
 
 class Watches:
     def __init__(
-        self, store: Store, queue_limit: int = QUEUE_LIMIT, message_rate: float = MESSAGE_RATE
+        self,
+        store: Store,
+        queue_limit: int = QUEUE_LIMIT,
+        bandwidth: float = BANDWIDTH,
+        feed_events: int = FEED_EVENTS,
     ) -> None:
         self.store = store
         self.queue_limit = queue_limit
-        self.message_rate = message_rate
+        self.bandwidth = bandwidth
+        self.feed_events = feed_events
         self._queues: set[_Queue] = set()
         self._feeds: dict[Ref, Feed] = {}
         self._feed_unsubscribe: dict[Ref, Callable[[], None]] = {}
@@ -191,7 +202,7 @@ class Watches:
     def _feed(self, ref: Ref) -> Feed:
         feed = self._feeds.get(ref)
         if feed is None:
-            feed = self._feeds[ref] = Feed(ref, self.queue_limit)
+            feed = self._feeds[ref] = Feed(ref, self.feed_events)
             self._feed_unsubscribe[ref] = self.store.hub.subscribe(ref, feed.publish)
         return feed
 
@@ -202,9 +213,10 @@ class Watches:
             del self._feeds[feed.ref]
             self._feed_unsubscribe.pop(feed.ref)()
 
-    async def _pace(self) -> None:
-        """Share the message rate among every event watch (see ``message_rate``)."""
-        pause = self._event_watchers / self.message_rate
+    async def _pace(self, sent: bytes | api.WatchEventsResponse) -> None:
+        """Share the bandwidth among every event watch (see ``BANDWIDTH``)."""
+        size = len(sent) if isinstance(sent, bytes) else sent.ByteSize()
+        pause = self._event_watchers * max(size, MESSAGE_COST) / self.bandwidth
         if pause >= _MIN_PAUSE_S:
             # Jittered, so watchers woken by one commit do not stay in step.
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))
@@ -240,10 +252,11 @@ class Watches:
                     return
                 if feed.holds(offset):
                     entries = feed.entries(offset) if batches else feed.entries(offset, 0)
-                    yield event_batch(entries) if batches else single_event(entries[0])
+                    message = event_batch(entries) if batches else single_event(entries[0])
+                    yield message
                     offset += len(entries)
                     feed.positions[token] = offset
-                    await self._pace()
+                    await self._pace(message)
                     continue
                 if feed.start is not None and not feed.behind(offset):
                     await feed.wait()  # up to date: until the next commit (or a drain)
@@ -251,9 +264,9 @@ class Watches:
                 # Behind the feed, or no commit seen yet: the store has what is committed.
                 stored = await self.store.read_events(ref, offset, READ_PAGE)
                 if stored:
-                    for message in _pages(stored, batches):
-                        yield message
-                        await self._pace()
+                    for page in _pages(stored, batches):
+                        yield page
+                        await self._pace(page)
                     offset = stored[-1].offset + 1
                     feed.positions[token] = offset
                     continue
