@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import cast
 
@@ -52,6 +53,13 @@ CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hun
 # store, once the burst is over: the bandwidth trades the writes' rate for the watchers' lag.
 BANDWIDTH = 32 * 1024 * 1024
 MESSAGE_COST = 16 * 1024  # grpc's cost per message, in bytes of bandwidth
+# With no commit for QUIET_S, nothing waits on the loop but the watchers: they share
+# QUIET_FACTOR times the bandwidth and catch up. A watcher never waits longer than
+# MAX_PAUSE_S, its messages shrinking instead (to MESSAGE_COST at least), so a burst's end is
+# noticed within a second.
+QUIET_S = 0.25
+QUIET_FACTOR = 16
+MAX_PAUSE_S = 1.0
 FEED_EVENTS = 100_000  # events a feed keeps for watchers behind (and at most FEED_BYTES)
 _MIN_PAUSE_S = 0.001
 
@@ -97,6 +105,7 @@ class Watches:
         self._feeds: dict[Ref, Feed] = {}
         self._feed_unsubscribe: dict[Ref, Callable[[], None]] = {}
         self._event_watchers = 0
+        self._last_commit = 0.0
         self._entity_watchers: set[tuple[_Queue, str | None, frozenset[State]]] = set()
         self._draining = False
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
@@ -119,6 +128,7 @@ class Watches:
     # -- entity state changes ------------------------------------------------------
 
     def _on_commit(self, commit: Commit) -> None:
+        self._last_commit = time.monotonic()
         after, before = commit.after, commit.before
         if not self._entity_watchers or after is None:
             return
@@ -213,10 +223,19 @@ class Watches:
             del self._feeds[feed.ref]
             self._feed_unsubscribe.pop(feed.ref)()
 
+    def _bandwidth(self) -> float:
+        quiet = time.monotonic() - self._last_commit > QUIET_S
+        return self.bandwidth * QUIET_FACTOR if quiet else self.bandwidth
+
+    def _message_bytes(self) -> int:
+        """How large a watcher's next message may be: its share of a MAX_PAUSE_S's bandwidth."""
+        share = self._bandwidth() * MAX_PAUSE_S / max(1, self._event_watchers)
+        return int(min(PAGE_BYTES, max(MESSAGE_COST, share)))
+
     async def _pace(self, sent: bytes | api.WatchEventsResponse) -> None:
         """Share the bandwidth among every event watch (see ``BANDWIDTH``)."""
         size = len(sent) if isinstance(sent, bytes) else sent.ByteSize()
-        pause = self._event_watchers * max(size, MESSAGE_COST) / self.bandwidth
+        pause = min(MAX_PAUSE_S, self._event_watchers * max(size, MESSAGE_COST) / self._bandwidth())
         if pause >= _MIN_PAUSE_S:
             # Jittered, so watchers woken by one commit do not stay in step.
             await asyncio.sleep(pause * random.uniform(0.5, 1.5))
@@ -251,7 +270,7 @@ class Watches:
                     )
                     return
                 if feed.holds(offset):
-                    entries = feed.entries(offset) if batches else feed.entries(offset, 0)
+                    entries = feed.entries(offset, self._message_bytes() if batches else 0)
                     message = event_batch(entries) if batches else single_event(entries[0])
                     yield message
                     offset += len(entries)
@@ -264,7 +283,7 @@ class Watches:
                 # Behind the feed, or no commit seen yet: the store has what is committed.
                 stored = await self.store.read_events(ref, offset, READ_PAGE)
                 if stored:
-                    for page in _pages(stored, batches):
+                    for page in _pages(stored, self._message_bytes() if batches else 0):
                         yield page
                         await self._pace(page)
                     offset = stored[-1].offset + 1
@@ -282,9 +301,10 @@ class Watches:
             self._leave(feed, token)
 
 
-def _pages(stored: list[StoredEvent], batches: bool) -> Iterator[bytes]:
-    """Events read from the store as messages: one each, or batches of at most PAGE_BYTES."""
-    if not batches:
+def _pages(stored: list[StoredEvent], max_bytes: int) -> Iterator[bytes]:
+    """Events read from the store as messages: batches of at most ``max_bytes`` (at least one
+    event each), or one event each for ``max_bytes`` 0 (a client that takes no batches)."""
+    if not max_bytes:
         for event in stored:
             yield single_event(event_entry(event))
         return
@@ -292,7 +312,7 @@ def _pages(stored: list[StoredEvent], batches: bool) -> Iterator[bytes]:
     size = 0
     for event in stored:
         entry = event_entry(event)
-        if entries and size + len(entry) > PAGE_BYTES:
+        if entries and size + len(entry) > max_bytes:
             yield event_batch(entries)
             entries, size = [], 0
         entries.append(entry)
