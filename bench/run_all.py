@@ -28,6 +28,7 @@ BENCHES = [
     "bench_store",
     "bench_signal_many",
     "bench_watch",
+    "bench_fanout",
     "bench_sdk",
     "bench_restart",
     "bench_runtime",
