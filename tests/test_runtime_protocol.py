@@ -320,13 +320,15 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-kill", ["agent"])
         ref, lease = await running(stub, worker, "k1")
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert (await worker.next("delivery")).event.key == usr.key
         kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
         assert (
             await stub.GetEntity(api.GetEntityRequest(ref=ref))
-        ).entity.closed is False  # the runtime may still write
+        ).entity.closed is False  # the runtime may still write its closing records
         assert (await worker.next("delivery")).event.key == kill.key
         outcome = rt.SignalOutcomeUpdate(
-            signal_key=kill.key, signal=pb.SIGNAL_SIGKILL, outcome=pb.SIGNAL_OUTCOME_ABORTED
+            signal_key=usr.key, signal=pb.SIGNAL_SIGUSR, outcome=pb.SIGNAL_OUTCOME_IGNORED
         )
         assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, signal_outcome=outcome)).applied
         worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
@@ -392,8 +394,11 @@ async def test_signals_a_released_lease_never_reported_on_are_settled(runtime_se
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-rel", ["agent"])
         ref, lease = await running(stub, worker, "settle")
-        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
-        assert (await worker.next("delivery")).event.key == usr.key
+        usr = await stub.SignalEntity(
+            api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="check in")
+        )
+        insert = (await worker.next("delivery")).event
+        assert insert.key == usr.key
         worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
         update = None
         async with asyncio.timeout(10):  # the release is applied asynchronously: watch for the update
@@ -404,6 +409,16 @@ async def test_signals_a_released_lease_never_reported_on_are_settled(runtime_se
         assert update is not None
         assert update.signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
         assert "lease ended first (released" in update.signal.detail
+        # The update's value is the insert's whole value, with the outcome: who sent it and why.
+        whole = pb.SignalValue()
+        whole.CopyFrom(insert.signal)
+        whole.outcome, whole.detail = update.signal.outcome, update.signal.detail
+        assert update.signal == whole
+        assert (whole.sender, whole.reason, whole.previous_state) == (
+            "anonymous",
+            "check in",
+            pb.STATE_RUNNING,
+        )
         worker.close()
 
 

@@ -75,8 +75,22 @@ class Lease:
     cursor: int
     pumping: bool = False
     pump_again: bool = False
-    # Signals this lease's runtime still owes an outcome: key → signal (settled when the lease ends).
-    unsettled: dict[str, pb.Signal.ValueType] = field(default_factory=dict)
+    # Signals given to this lease still `pending`: key → the stored insert's value. Its runtime may
+    # report their outcomes (written whole from the insert), and no other signal's.
+    pending: dict[str, pb.SignalValue] = field(default_factory=dict)
+    # Of those, the ones it owes an outcome before it lets go (settled `ignored` when the lease ends).
+    unsettled: dict[str, pb.SignalValue] = field(default_factory=dict)
+
+    def inserts(self, writes: Iterable[rt.RuntimeWrite]) -> dict[str, pb.SignalValue]:
+        """The inserts of the pending signals ``writes`` report on (a copy: decide functions may
+        run on the store's thread)."""
+        keys = {u.signal_key for w in writes for u in w.transition.outcomes}
+        keys.update(w.signal_outcome.signal_key for w in writes if w.HasField("signal_outcome"))
+        return {key: self.pending[key] for key in keys if key in self.pending}
+
+    def settled(self, key: str) -> None:
+        self.pending.pop(key, None)
+        self.unsettled.pop(key, None)
 
     def pb(self) -> rt.Lease:
         return rt.Lease(ref=pb.EntityRef(type=self.ref[0], id=self.ref[1]), epoch=self.epoch)
@@ -296,7 +310,7 @@ class Runtime:
             # commit order, so whatever lands next is offered to a runtime instead of this one.
             self._forget(lease)
             settled = {e.key for e in commit.events if e.kind == "signal"}
-            owed = {k: s for k, s in lease.unsettled.items() if k not in settled}
+            owed = {k: insert for k, insert in lease.unsettled.items() if k not in settled}
             if owed:  # signals that landed while the write was on its way: queued before any offer
                 self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
             lease = None
@@ -313,7 +327,7 @@ class Runtime:
         if commit.result == RUNTIME_WRITE:
             for event in commit.events:
                 if event.kind == "signal":
-                    lease.unsettled.pop(event.key, None)  # the runtime reported its outcome
+                    lease.settled(event.key)  # the runtime reported its outcome
             return  # the worker knows what it wrote
         for event in commit.events:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
@@ -468,7 +482,8 @@ class Runtime:
                 result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
                 continue
             unsettled = dict(lease.unsettled) if write.release else None
-            staged.append((result, Write(ref, _marked(runtime_write(ref, write, unsettled)))))
+            decide = runtime_write(ref, write, lease.inserts((write,)), unsettled)
+            staged.append((result, Write(ref, _marked(decide))))
         if staged:
             outcomes: list[WriteOutcome | BaseException]
             try:
@@ -528,8 +543,9 @@ def _owe(lease: Lease, message: pb.Event) -> None:
     """A pending signal the lease holder must report on. A SIGTERM's cleanup and a SIGINT scoped to a
     message still to come outlive a lease: they are left for the next one (pending-signal delivery)."""
     signal = message.signal
+    lease.pending[message.key] = signal
     if signal.signal != pb.SIGNAL_SIGTERM and not signal.message_key:
-        lease.unsettled[message.key] = signal.signal
+        lease.unsettled[message.key] = signal
 
 
 def _marked(decide: Any) -> Any:

@@ -4,10 +4,17 @@ Every runtime write is fenced (ARCHITECTURE §2): it names the lease epoch and
 the state it expects to leave, and applies only if the epoch is the entity's
 current one and the entity is still in that state. Refusals raise
 ``Refused`` with a reason the worker can act on; nothing is written.
+
+A signal's outcome is an update of the signal's record: its whole value is the
+stored insert's (sender, reason, states, payload) with the outcome and its
+detail, never what the worker echoes, so a reader that keeps each key's latest
+value still knows who sent the signal and why. The runtime service hands each
+decide function the inserts of the signals the lease was given (``Inserts``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from electric_sdk import lifecycle
@@ -25,6 +32,11 @@ BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
 MAX_OUTPUT_CHARS = 64 * 1024
 _TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+# Outcomes a runtime may report: not `pending` (what it settles) nor none at all.
+_UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
+
+# Signal key → the value of its stored insert (outcome `pending`).
+Inserts = Mapping[str, pb.SignalValue]
 
 
 class Refused(Exception):
@@ -52,9 +64,7 @@ def grant(ref: Ref, seen_epoch: int) -> Decide:
     return decide
 
 
-def end_lease(
-    ref: Ref, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None = None
-) -> Decide:
+def end_lease(ref: Ref, epoch: int, cause: str, unsettled: Inserts | None = None) -> Decide:
     """A lease ended (released, lost, expired): fence it off, and mend the state.
 
     A `running` entity whose runtime was lost goes idle (cause runtime_lost);
@@ -77,7 +87,7 @@ def end_lease(
     return decide
 
 
-def settle_ignored(unsettled: dict[str, pb.Signal.ValueType], state: State) -> Decide:
+def settle_ignored(unsettled: Inserts, state: State) -> Decide:
     """Signals a lease's runtime never reported on, found owed only after its lease ended with a
     write (they landed while that write was on its way): ignored, saying so."""
 
@@ -85,7 +95,7 @@ def settle_ignored(unsettled: dict[str, pb.Signal.ValueType], state: State) -> D
         if current is None:
             return Mutation()
         return Mutation(
-            [_ignored(key, signal, _not_handled("released", state)) for key, signal in unsettled.items()],
+            [_ignored(key, insert, _not_handled("released", state)) for key, insert in unsettled.items()],
             current,
         )
 
@@ -96,38 +106,54 @@ def _not_handled(cause: str, state: State) -> str:
     return f"not handled: the runtime's lease ended first ({cause}; the entity was {state.value})"
 
 
-def _let_go(
-    mutation: Mutation, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None
-) -> Mutation:
+def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | None) -> Mutation:
     """``mutation`` plus the end of lease ``epoch``: fenced off, the signals its runtime never
     reported on settled as ignored, and a terminal entity's stream closed (nobody may append)."""
     record = mutation.entity
     assert record is not None
     detail = _not_handled(cause, record.state)
-    mutation.events.extend(_ignored(key, signal, detail) for key, signal in (unsettled or {}).items())
+    mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     mutation.entity = record.replace(lease_epoch=epoch + 1, closed=record.closed or record.state.terminal)
     return mutation
 
 
-def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
-    return _outcome_event(
-        rt.SignalOutcomeUpdate(
-            signal_key=key, signal=signal, outcome=pb.SIGNAL_OUTCOME_IGNORED, detail=detail
+def _ignored(key: str, insert: pb.SignalValue, detail: str) -> NewEvent:
+    return _outcome_event(key, insert, pb.SIGNAL_OUTCOME_IGNORED, detail)
+
+
+def _outcome_event(
+    key: str, insert: pb.SignalValue, outcome: pb.SignalOutcome.ValueType, detail: str
+) -> NewEvent:
+    """A signal record's outcome, as an update of the record's own key: the insert's whole value
+    with the outcome and its detail."""
+    value = pb.SignalValue()
+    value.CopyFrom(insert)
+    value.outcome, value.detail = outcome, detail
+    return NewEvent("signal", key, UPDATE, event_body(pb.Event(signal=value)))
+
+
+def _reported(update: rt.SignalOutcomeUpdate, inserts: Inserts, current: EntityRecord) -> NewEvent:
+    """A runtime's report on a signal it was given, built from the signal's stored insert."""
+    insert = inserts.get(update.signal_key)
+    if insert is None:
+        raise Refused(
+            "UNKNOWN_SIGNAL",
+            f"no signal {update.signal_key!r} awaits an outcome from this lease",
+            current,
         )
-    )
-
-
-def _outcome_event(update: rt.SignalOutcomeUpdate) -> NewEvent:
-    """A signal record's outcome, as an update of the record's own key."""
-    value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
-    return NewEvent("signal", update.signal_key, UPDATE, event_body(pb.Event(signal=value)))
+    if update.outcome in _UNREPORTABLE:
+        raise Refused(
+            "INVALID_OUTCOME", "a reported outcome must be neither pending nor unspecified", current
+        )
+    return _outcome_event(update.signal_key, insert, update.outcome, update.detail)
 
 
 def runtime_write(
-    ref: Ref, write: rt.RuntimeWrite, unsettled: dict[str, pb.Signal.ValueType] | None = None
+    ref: Ref, write: rt.RuntimeWrite, inserts: Inserts, unsettled: Inserts | None = None
 ) -> Decide:
-    """A runtime's fenced write; with ``write.release``, the lease ends in the same commit
-    (``unsettled``: the signals its runtime still owes an outcome, as for a Release)."""
+    """A runtime's fenced write; ``inserts``: the signals whose outcomes it may report. With
+    ``write.release``, the lease ends in the same commit (``unsettled``: the signals its runtime
+    still owes an outcome, as for a Release)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         mutation = apply(current, ctx)
@@ -136,7 +162,7 @@ def runtime_write(
         settled = {u.signal_key for u in write.transition.outcomes}
         if write.HasField("signal_outcome"):
             settled.add(write.signal_outcome.signal_key)
-        owed = {key: signal for key, signal in (unsettled or {}).items() if key not in settled}
+        owed = {key: insert for key, insert in (unsettled or {}).items() if key not in settled}
         return _let_go(mutation, write.epoch, "released", owed)
 
     expect = PB_TO_STATE.get(write.expect_state)
@@ -161,7 +187,7 @@ def runtime_write(
             except lifecycle.InvalidTransition as exc:
                 raise Refused("INVALID_TRANSITION", str(exc), current) from exc
             event = state_event(f"state_{ctx.txid}", new, current.state, write.transition.cause)
-            settled = [_outcome_event(update) for update in write.transition.outcomes]
+            settled = [_reported(update, inserts, current) for update in write.transition.outcomes]
             return Mutation([event, *settled], current.replace(state=new, stopping_deadline_ms=None))
         if op == "run":
             run = write.run
@@ -176,7 +202,7 @@ def runtime_write(
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             return Mutation([NewEvent("run", run_key, operation, event_body(pb.Event(run=run)))], record)
         if op == "signal_outcome":
-            return Mutation([_outcome_event(write.signal_outcome)], current)
+            return Mutation([_reported(write.signal_outcome, inserts, current)], current)
         if op == "custom":
             kind = write.custom.type
             if not kind or kind in BUILTIN_TYPES or len(kind) > 128:
