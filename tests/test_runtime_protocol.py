@@ -341,6 +341,70 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
         worker.close()
 
 
+async def test_after_the_end_only_the_runtimes_closing_records_apply(start_server: StartServer) -> None:
+    """After `killed` (as after `stopped`) the runtime may still write the outcome of a signal it
+    was given, the end of the run in progress, exec receipts and output; nothing that begins
+    anything (ENTITY_TERMINAL), and no outcome of a signal it was not given."""
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-end", ["agent"])
+        ref, lease = await running(stub, worker, "end")
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="work"))
+        message = (await worker.next("delivery")).event
+        run = pb.RunValue(message_key=message.key, attempt=1, message_offset=message.offset)
+        run.status = pb.RUN_STATUS_STARTED
+        assert (await worker.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)).applied
+        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+        assert (await worker.next("delivery")).event.key == usr.key
+        kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+
+        async def refused(expect: int, **op: Any) -> str:
+            result = await worker.write(ref, lease.epoch, expect, **op)
+            assert not result.applied, op
+            return result.reason
+
+        # A worker that has not seen the end yet learns of it at once (no STATE_CHANGED first).
+        custom = rt.CustomEvent(type="note")
+        assert await refused(pb.STATE_RUNNING, custom=custom) == "ENTITY_TERMINAL"
+        assert await refused(pb.STATE_KILLED, custom=custom) == "ENTITY_TERMINAL"
+        step = pb.RunValue(message_key=message.key, status=pb.RUN_STATUS_STEP, message_offset=message.offset)
+        assert await refused(pb.STATE_KILLED, run=step) == "ENTITY_TERMINAL"
+        assert await refused(pb.STATE_KILLED, run=run) == "ENTITY_TERMINAL"  # a run start
+        back = rt.Transition(to=pb.STATE_RUNNING, cause="wake")
+        assert await refused(pb.STATE_KILLED, transition=back) == "ENTITY_TERMINAL"
+        settled = rt.SignalOutcomeUpdate(signal_key=kill.key, outcome=pb.SIGNAL_OUTCOME_IGNORED)
+        assert await refused(pb.STATE_KILLED, signal_outcome=settled) == "UNKNOWN_SIGNAL"  # the server's
+
+        closing: list[dict[str, Any]] = [
+            {"signal_outcome": rt.SignalOutcomeUpdate(signal_key=usr.key, outcome=pb.SIGNAL_OUTCOME_IGNORED)},
+            {"exec": pb.ExecReceipt(task_id="t", action=pb.EXEC_ACTION_FORCE, action_name="SIGKILL")},
+            {"output": pb.ExecOutput(task_id="t", stream="stdout", text="last words")},
+        ]
+        for op in closing:
+            assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, **op)).applied, op
+        run.status, run.output = pb.RUN_STATUS_ABORTED, "partial"
+        assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, run=run)).applied  # the run in progress
+        assert await refused(pb.STATE_KILLED, run=run) == "ENTITY_TERMINAL"  # it has ended: no second end
+        worker.close()
+
+
+async def test_the_settle_not_the_lease_ttl_bounds_the_closing_records(start_server: StartServer) -> None:
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50, settle_ms=100)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-settle", ["agent"])
+        ref, lease = await running(stub, worker, "settle-bound")
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        with anyio.fail_after(10):  # never released, its lease good for a minute: the settle closes it
+            async for item in stub.WatchEvents(api.WatchEventsRequest(ref=ref)):
+                if item.HasField("end_of_stream"):
+                    break
+        result = await worker.write(ref, lease.epoch, pb.STATE_KILLED, exec=pb.ExecReceipt(task_id="t"))
+        assert (result.applied, result.reason) == (False, "STALE_EPOCH")  # the lease ended with it
+        worker.close()
+
+
 async def test_a_runtime_that_never_lets_go_is_cut_off(runtime_server: ElectricServer) -> None:
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
+# After the end, how long a runtime may append its closing records before its lease ends and the
+# stream closes (ServerConfig.settle_ms, `electric server --settle`).
+DEFAULT_SETTLE_MS = 1000
 
 
 @dataclass(eq=False)
@@ -99,9 +102,12 @@ class Lease:
 class Runtime:
     """Sessions and leases of one server."""
 
-    def __init__(self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int) -> None:
+    def __init__(
+        self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int, settle_ms: int = DEFAULT_SETTLE_MS
+    ) -> None:
         self.store = store
         self.lease_ttl_s = lease_ttl_ms / 1000
+        self.settle_s = settle_ms / 1000
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.sessions: dict[str, WorkerSession] = {}
         self.leases: dict[Ref, Lease] = {}
@@ -320,9 +326,9 @@ class Runtime:
                 self._spawn(self._offer(after))
             return
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
-            # Its runtime may append its last records (the signal's outcome, an
-            # aborted run's output), then the lease ends and the stream closes;
-            # a runtime that never lets go is cut off after the lease TTL.
+            # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
+            # outcome, the end of the run in progress, exec receipts), then the lease ends and
+            # the stream closes: when it lets go, or after the settle at the latest.
             self._spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
             for event in commit.events:
@@ -345,7 +351,7 @@ class Runtime:
             self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
 
     async def _settle(self, lease: Lease) -> None:
-        await asyncio.sleep(self.lease_ttl_s)
+        await asyncio.sleep(self.settle_s)
         if self.leases.get(lease.ref) is lease:
             await self._end(lease, "released")
 

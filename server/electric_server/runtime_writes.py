@@ -2,8 +2,10 @@
 
 Every runtime write is fenced (ARCHITECTURE §2): it names the lease epoch and
 the state it expects to leave, and applies only if the epoch is the entity's
-current one and the entity is still in that state. Refusals raise
-``Refused`` with a reason the worker can act on; nothing is written.
+current one and the entity is still in that state. After the end (a terminal
+state) only the runtime's closing records apply (``lifecycle.CLOSING_RECORDS``),
+until its lease ends with the settle. Refusals raise ``Refused`` with a reason
+the worker can act on; nothing is written.
 
 A signal's outcome is an update of the signal's record: its whole value is the
 stored insert's (sender, reason, states, payload) with the outcome and its
@@ -22,7 +24,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
-from electric_sdk.lifecycle import State
+from electric_sdk.lifecycle import Record, State
 
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
@@ -148,6 +150,30 @@ def _reported(update: rt.SignalOutcomeUpdate, inserts: Inserts, current: EntityR
     return _outcome_event(update.signal_key, insert, update.outcome, update.detail)
 
 
+def _record(write: rt.RuntimeWrite, current: EntityRecord) -> Record:
+    """What kind of record a write appends (what the entity's state may refuse)."""
+    op = write.WhichOneof("op")
+    if op == "run":
+        run = write.run
+        if run.status == pb.RUN_STATUS_STARTED:
+            return Record.RUN_START
+        if run.status not in _TERMINAL_RUNS:
+            return Record.RUN_STEP
+        # The run in progress is the one at the cursor, once a STARTED record moved it there.
+        in_progress = run.message_offset == current.message_cursor and current.cursor_attempt > 0
+        return Record.RUN_END if in_progress else Record.RUN_CANCELLED
+    return _RECORDS[op or ""]
+
+
+_RECORDS = {
+    "transition": Record.TRANSITION,
+    "signal_outcome": Record.SIGNAL_OUTCOME,
+    "custom": Record.CUSTOM,
+    "exec": Record.EXEC_RECEIPT,
+    "output": Record.OUTPUT,
+}
+
+
 def runtime_write(
     ref: Ref, write: rt.RuntimeWrite, inserts: Inserts, unsettled: Inserts | None = None
 ) -> Decide:
@@ -172,11 +198,22 @@ def runtime_write(
             raise not_found(*ref)
         if write.epoch != current.lease_epoch:
             raise Refused("STALE_EPOCH", f"lease epoch {write.epoch} is not the current one", current)
-        if expect is not current.state:
-            raise Refused("STATE_CHANGED", f"the entity is {current.state.value}, not {expect}", current)
         if current.closed:
             raise Refused("ENTITY_CLOSED", "the stream is closed", current)
         op = write.WhichOneof("op")
+        if op is None:
+            raise Refused("EMPTY_WRITE", "the write has no operation", current)
+        # Before the state's compare-and-swap: a worker that has not seen the end yet learns of it
+        # at once, rather than retrying against the terminal state.
+        appended = _record(write, current)
+        if not lifecycle.accepts_record(current.state, appended):
+            raise Refused(
+                "ENTITY_TERMINAL",
+                f"the entity is {current.state.value}: a {appended.value} is refused after its end",
+                current,
+            )
+        if expect is not current.state:
+            raise Refused("STATE_CHANGED", f"the entity is {current.state.value}, not {expect}", current)
         key = f"rt_{ctx.txid}"
         if op == "transition":
             new = PB_TO_STATE.get(write.transition.to)
@@ -212,15 +249,11 @@ def runtime_write(
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
             return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], current)
-        if op == "output":
-            if len(write.output.text) > MAX_OUTPUT_CHARS:
-                raise Refused(
-                    "OUTPUT_TOO_LARGE",
-                    f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters",
-                    current,
-                )
-            chunk = pb.Event(output=write.output)
-            return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
-        raise Refused("EMPTY_WRITE", "the write has no operation", current)
+        if len(write.output.text) > MAX_OUTPUT_CHARS:  # the one op left: output (see _RECORDS)
+            raise Refused(
+                "OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current
+            )
+        chunk = pb.Event(output=write.output)
+        return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
 
     return decide
