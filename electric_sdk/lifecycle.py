@@ -67,7 +67,8 @@ __all__ = [
     "valid_signals",
 ]
 
-# An entity's profile when neither the spawn request nor its type names one (ARCHITECTURE §1).
+# An entity's profile when neither the spawn request nor its type names one; fixed at its first
+# lease (ARCHITECTURE §1, amended: not at spawn).
 DEFAULT_GRACE_MS = 30_000
 DEFAULT_IDLE_TIMEOUT_MS = 60_000
 

@@ -36,13 +36,14 @@ class RawWorker:
         version: str = "v1",
         accepts_batches: bool = False,
         heartbeats: bool = True,
+        profile: pb.Profile | None = None,
     ) -> None:
         self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
         self.requests.put_nowait(
             rt.ConnectRequest(
                 hello=rt.Hello(
                     worker_id=worker_id,
-                    types=[rt.HostedType(type=t) for t in types],
+                    types=[rt.HostedType(type=t, profile=profile) for t in types],
                     code_version=version,
                     accepts_batches=accepts_batches,
                 )
@@ -503,34 +504,74 @@ async def test_a_draining_worker_hands_its_entities_to_another(runtime_server: E
         new.close()
 
 
-async def test_a_types_profile_applies_to_spawns_without_one(runtime_server: ElectricServer) -> None:
+async def test_a_types_profile_is_fixed_at_the_first_lease(runtime_server: ElectricServer) -> None:
+    """Spawned before any worker announced the type, or a moment later: the same profile. What the
+    spawn leaves unset shows as pending until the first lease fixes it from the type's default."""
+    grace, idle = pb.PROFILE_FIELD_GRACE_PERIOD, pb.PROFILE_FIELD_IDLE_TIMEOUT
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
-        requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
+
+        async def spawn(id_: str, profile: pb.Profile | None = None) -> pb.Entity:
+            request = api.SpawnEntityRequest(ref=pb.EntityRef(type="profiled", id=id_), profile=profile)
+            return (await stub.SpawnEntity(request)).entity
+
+        early = await spawn("early")  # no worker has announced the type yet
+        assert list(early.pending_profile) == [grace, idle]
+        assert not early.profile.HasField("grace_period")
+        assert not early.profile.HasField("idle_timeout")
+        explicit = await spawn("explicit", pb.Profile(grace_period=convert_ms(40)))
+        assert list(explicit.pending_profile) == [idle]
+        assert explicit.profile.grace_period.ToMilliseconds() == 40  # the request's own value
         profile = pb.Profile(grace_period=convert_ms(250), idle_timeout=convert_ms(1500))
-        requests.put_nowait(
-            rt.ConnectRequest(
-                hello=rt.Hello(worker_id="w-prof", types=[rt.HostedType(type="profiled", profile=profile)])
-            )
-        )
+        worker = RawWorker(channel, "w-prof", ["profiled"], profile=profile)
+        late = await spawn("late")  # the type is announced now: still pending until its lease
+        assert list(late.pending_profile) == [grace, idle]
+        granted = {}
+        for _ in range(3):
+            lease = await worker.next("lease_granted")
+            granted[lease.entity.ref.id] = lease.entity
+        expected = {"early": (250, 1500), "explicit": (40, 1500), "late": (250, 1500)}
+        for id_, ms in expected.items():
+            got = (
+                await stub.GetEntity(api.GetEntityRequest(ref=pb.EntityRef(type="profiled", id=id_)))
+            ).entity
+            for entity in (granted[id_], got):
+                assert not entity.pending_profile
+                assert (
+                    entity.profile.grace_period.ToMilliseconds(),
+                    entity.profile.idle_timeout.ToMilliseconds(),
+                ) == ms, id_
+        worker.close()
 
-        async def stream() -> AsyncIterator[rt.ConnectRequest]:
-            while (item := await requests.get()) is not None:
-                yield item
 
-        call = rt_grpc.RuntimeServiceStub(channel).Connect(stream())
-        assert (await call.read()).HasField("welcome")
-        spawned = await stub.SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="profiled", id="p")))
-        assert spawned.entity.profile.grace_period.ToMilliseconds() == 250
-        assert spawned.entity.profile.idle_timeout.ToMilliseconds() == 1500
-        explicit = await stub.SpawnEntity(
-            api.SpawnEntityRequest(
-                ref=pb.EntityRef(type="profiled", id="q"), profile=pb.Profile(grace_period=convert_ms(40))
+async def test_the_newest_code_versions_type_profile_wins_and_is_kept(start_server: StartServer) -> None:
+    """Type defaults are stored: after a restart, with only an older version's worker connected,
+    the newest version's announcement still applies."""
+    server = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        for version, ms in (("v1", 100), ("v2", 250)):
+            announcer = RawWorker(
+                channel,
+                f"w-{version}",
+                ["versioned"],
+                version,
+                profile=pb.Profile(grace_period=convert_ms(ms)),
             )
+            await announcer.next("welcome")
+            announcer.close()
+    await server.stop(0)
+    server = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        ref = pb.EntityRef(type="versioned", id="x")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        old = RawWorker(
+            channel, "w-v1-again", ["versioned"], "v1", profile=pb.Profile(grace_period=convert_ms(100))
         )
-        assert explicit.entity.profile.grace_period.ToMilliseconds() == 40  # the request wins
-        assert explicit.entity.profile.idle_timeout.ToMilliseconds() == 1500
-        call.cancel()
+        granted = (await old.next("lease_granted")).entity
+        assert granted.profile.grace_period.ToMilliseconds() == 250  # v2's, though only v1 is connected
+        assert granted.profile.idle_timeout.ToMilliseconds() == 60_000  # announced by neither: the server's
+        old.close()
 
 
 def convert_ms(ms: int) -> Any:

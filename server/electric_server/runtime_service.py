@@ -36,6 +36,7 @@ from .caps import Caps
 from .errors import ApiError, invalid_argument, to_api_error, translate_stream
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
+from .type_profiles import TypeProfiles
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,6 @@ class WorkerSession:
     code_version: str
     announced: int
     capacity: int
-    profiles: dict[str, pb.Profile] = field(default_factory=dict)
     outbox: asyncio.Queue[rt.ConnectResponse | None] = field(default_factory=asyncio.Queue)
     leases: dict[Ref, Lease] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
@@ -117,18 +117,15 @@ class Runtime:
         self._expiry: asyncio.Task[None] | None = None
         self._stopping = False
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self.type_profiles = TypeProfiles(store)
 
     def is_leased(self, ref: Ref) -> bool:
         return ref in self.leases
 
-    def type_profile(self, type_: str) -> pb.Profile | None:
-        """The profile the newest connected worker announced for a type, if any."""
-        announced = [s for s in self.sessions.values() if type_ in s.profiles]
-        return max(announced, key=lambda s: s.announced).profiles[type_] if announced else None
-
     # -- lifecycle of the service -------------------------------------------------------
 
     async def start(self) -> None:
+        await self.type_profiles.load()
         self._expiry = asyncio.create_task(self._expire_loop(), name="electric-lease-expiry")
 
     def drain(self) -> None:
@@ -158,7 +155,17 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def open(self, hello: rt.Hello) -> WorkerSession:
+    async def open(self, hello: rt.Hello) -> WorkerSession:
+        # The types' defaults are in effect at once (a lease granted next, to any worker, uses
+        # them) and stored before the worker is welcomed; the session exists only after that, so
+        # a stream cancelled meanwhile leaves none behind.
+        announced = [
+            self.type_profiles.announce(
+                hosted.type, hello.code_version, hosted.profile if hosted.HasField("profile") else None
+            )
+            for hosted in hello.types
+        ]
+        await asyncio.gather(*(self.type_profiles.save(profile) for profile in announced))
         old = self.sessions.get(hello.worker_id)
         if old is not None:
             self._spawn(self.close(old, "runtime_lost"))
@@ -168,7 +175,6 @@ class Runtime:
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
-            profiles={t.type: t.profile for t in hello.types if t.HasField("profile")},
         )
         self.sessions[hello.worker_id] = session
         self._spawn(self.offer_all(session))
@@ -259,7 +265,8 @@ class Runtime:
         self._offering.add(ref)
         try:
             try:
-                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch)))
+                default = self.type_profiles.default(ref[0])
+                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch, default)))
             except Refused:
                 return  # it changed meanwhile; the commit that changed it offers again if needed
             assert outcome.commit is not None
@@ -588,7 +595,7 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
                 return
             hello = _check_hello(first, principal)
             with self.caps.session(principal.name):
-                session = self.runtime.open(hello)
+                session = await self.runtime.open(hello)
                 yield rt.ConnectResponse(
                     welcome=rt.Welcome(
                         lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
@@ -620,12 +627,8 @@ def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
     v.name(hello.worker_id, "hello.worker_id")
     types = [v.name(t.type, "hello.types.type") for t in hello.types]
     for hosted in hello.types:
-        if hosted.HasField("profile"):  # checked here, so a spawn never trips over it later
-            for name in ("grace_period", "idle_timeout"):
-                d = getattr(hosted.profile, name)
-                v.duration_ms(
-                    d.seconds, d.nanos, hosted.profile.HasField(name), 0, f"hello.types.profile.{name}"
-                )
+        if hosted.HasField("profile"):  # checked here, so a lease never trips over it later
+            v.profile_ms(hosted.profile, "hello.types.profile")
     if not types:
         raise invalid_argument("NO_TYPES", "hello must name at least one entity type", field="hello.types")
     if principal.types is not None and not set(types) <= principal.types:

@@ -28,7 +28,8 @@ from electric_sdk.lifecycle import Record, State
 
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
-from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
+from .type_profiles import resolve
 
 BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"})
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
@@ -54,14 +55,16 @@ class Granted:
     epoch: int
 
 
-def grant(ref: Ref, seen_epoch: int) -> Decide:
-    """Take a new lease: the epoch grows, so every older holder is fenced off."""
+def grant(ref: Ref, seen_epoch: int, type_default: TypeProfile | None = None) -> Decide:
+    """Take a new lease: the epoch grows, so every older holder is fenced off. The first lease
+    fixes the profile values the spawn left to the type (``type_default``: its workers')."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
             raise Refused("LEASE_RACE", "the entity changed while a lease was being granted", current)
         epoch = current.lease_epoch + 1
-        return Mutation([], current.replace(lease_epoch=epoch, reload_pending=False), Granted(epoch))
+        record = resolve(current, type_default).replace(lease_epoch=epoch, reload_pending=False)
+        return Mutation([], record, Granted(epoch))
 
     return decide
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from electric_sdk.lifecycle import State
 
 from ..internals.ready_queue import BUSY, ready_queue
-from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent
+from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
 from .sqlite_damage import Inspection, inspect_files, inspect_settled
 from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
@@ -54,6 +54,8 @@ from .sqlite_schema import (
     SELECT_IDEMPOTENCY,
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
+    SELECT_TYPE_PROFILES,
+    UPSERT_TYPE_PROFILE,
     migrate,
 )
 from .sqlite_walcheck import wal_path
@@ -358,6 +360,17 @@ class SQLiteStore(SQLiteWriter, Store):
         await self._durable()
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
+    async def type_profiles(self) -> list[TypeProfile]:
+        try:
+            rows = self._reader().execute(SELECT_TYPE_PROFILES).fetchall()
+        except sqlite3.Error as exc:
+            raise self._read_fault(exc) from exc
+        await self._durable()
+        return [TypeProfile._make(row) for row in rows]
+
+    async def store_type_profile(self, profile: TypeProfile) -> None:
+        await self._write_aside(UPSERT_TYPE_PROFILE, tuple(profile), "a type profile's announcement")
+
     async def head_txid(self) -> int:
         try:
             row = self._reader().execute(SELECT_NEXT_TXID).fetchone()
@@ -369,17 +382,22 @@ class SQLiteStore(SQLiteWriter, Store):
     async def purge_idempotency(self, older_than_ms: int) -> int:
         if self._refusal is not None:
             return 0  # nothing is purged while writes are refused: the store said why when it began
+        return await self._write_aside(PURGE_IDEMPOTENCY, (older_than_ms,), "a purge of old idempotency keys")
 
-        def purge() -> int:
+    async def _write_aside(self, sql: str, args: tuple[object, ...], what: str) -> int:
+        """One statement on the writer's connection, outside the entities' batches (its own
+        transaction, synced with the next batch's WAL sync); returns the rows it changed."""
+
+        def execute() -> int:
             assert self._wconn is not None
-            return self._wconn.execute(PURGE_IDEMPOTENCY, (older_than_ms,)).rowcount
+            return self._wconn.execute(sql, args).rowcount
 
         loop = asyncio.get_running_loop()
         try:
             async with self._conn_lock:  # the writer connection is not shared mid-statement
-                return await loop.run_in_executor(self._executor, purge)
-        except Exception as exc:  # e.g. a full disk: a purge is a write like any other
-            error = self._fault(exc, "a purge of old idempotency keys")
+                return await loop.run_in_executor(self._executor, execute)
+        except Exception as exc:  # e.g. a full disk: a write like any other
+            error = self._fault(exc, what)
             if error is exc:
                 raise
             raise error from exc

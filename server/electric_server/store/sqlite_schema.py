@@ -24,8 +24,10 @@ __all__ = [
     "SELECT_IDEMPOTENCY",
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
+    "SELECT_TYPE_PROFILES",
     "SET_NEXT_TXID",
     "UPSERT_ENTITY",
+    "UPSERT_TYPE_PROFILE",
     "migrate",
     "update_entity_sql",
 ]
@@ -50,6 +52,8 @@ _ENTITY_DEFINITIONS = {
     "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
     "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
     "reload_pending": "INTEGER NOT NULL DEFAULT 0",
+    "grace_pending": "INTEGER NOT NULL DEFAULT 0",
+    "idle_timeout_pending": "INTEGER NOT NULL DEFAULT 0",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -62,7 +66,8 @@ _ENTITY_TABLE = ",\n".join(f"    {column} {definition}" for column, definition i
 _KEY = ", ".join(ENTITY_KEY)
 
 # The entity table is built from the definitions above (it gains columns); the
-# others are as they were first released.
+# others are as they were first released (an older file gains the tables added
+# since, type_profiles, as it is opened).
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS entities (
 {_ENTITY_TABLE},
@@ -94,6 +99,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS type_profiles (
+    type TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    grace_ms INTEGER,
+    idle_timeout_ms INTEGER,
+    PRIMARY KEY (type, code_version)
+) WITHOUT ROWID;
 """
 
 
@@ -137,6 +150,13 @@ INSERT_IDEMPOTENCY = (
 )
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
 PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
+
+SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
+UPSERT_TYPE_PROFILE = (
+    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (type, code_version) DO UPDATE SET "
+    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
+)
 
 SELECT_NEXT_TXID = "SELECT value FROM meta WHERE name = 'next_txid'"
 SET_NEXT_TXID = (
