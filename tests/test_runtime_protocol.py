@@ -119,6 +119,16 @@ async def running(
     return ref, lease
 
 
+async def usr_then_kill(
+    stub: api_grpc.EntityServiceStub, worker: RawWorker, ref: pb.EntityRef
+) -> tuple[api.SignalEntityResponse, api.SignalEntityResponse]:
+    """SIGUSR, delivered to ``worker`` (its outcome owed), then SIGKILL: the entity has ended."""
+    usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+    assert (await worker.next("delivery")).event.key == usr.key
+    kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+    return usr, kill
+
+
 async def read_to_end(call: Any) -> None:
     while (await call.read()) is not grpc.aio.EOF:
         pass
@@ -321,9 +331,7 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-kill", ["agent"])
         ref, lease = await running(stub, worker, "k1")
-        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
-        assert (await worker.next("delivery")).event.key == usr.key
-        kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        usr, kill = await usr_then_kill(stub, worker, ref)
         assert (
             await stub.GetEntity(api.GetEntityRequest(ref=ref))
         ).entity.closed is False  # the runtime may still write its closing records
@@ -356,9 +364,7 @@ async def test_after_the_end_only_the_runtimes_closing_records_apply(start_serve
         run = pb.RunValue(message_key=message.key, attempt=1, message_offset=message.offset)
         run.status = pb.RUN_STATUS_STARTED
         assert (await worker.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)).applied
-        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
-        assert (await worker.next("delivery")).event.key == usr.key
-        kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        usr, kill = await usr_then_kill(stub, worker, ref)
 
         async def refused(expect: int, **op: Any) -> str:
             result = await worker.write(ref, lease.epoch, expect, **op)
@@ -404,6 +410,59 @@ async def test_the_settle_not_the_lease_ttl_bounds_the_closing_records(start_ser
         result = await worker.write(ref, lease.epoch, pb.STATE_KILLED, exec=pb.ExecReceipt(task_id="t"))
         assert (result.applied, result.reason) == (False, "STALE_EPOCH")  # the lease ended with it
         worker.close()
+
+
+async def outcomes_after_eof(
+    stub: api_grpc.EntityServiceStub, ref: pb.EntityRef
+) -> dict[str, pb.SignalValue]:
+    """Watch the stream to its EOF; each signal's latest value (its outcome update, if any)."""
+    latest: dict[str, pb.SignalValue] = {}
+    with anyio.fail_after(10):
+        async for item in stub.WatchEvents(api.WatchEventsRequest(ref=ref)):
+            if item.HasField("end_of_stream"):
+                return latest
+            if item.event.type == "signal":
+                latest[item.event.key] = item.event.signal
+    raise AssertionError("the watch ended without EOF")
+
+
+async def test_a_lost_runtime_of_an_ended_entity_leaves_no_signal_pending(
+    runtime_server: ElectricServer,
+) -> None:
+    """No later lease will report on a killed entity's signals: once its runtime is lost, each one
+    it never reported on is settled `ignored` (a SIGTERM's cleanup too), and the stream closes."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-lost", ["agent"])
+        ref, _lease = await running(stub, worker, "lost")
+        term = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGTERM))
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        worker.close()  # lost, having reported nothing
+        latest = await outcomes_after_eof(stub, ref)
+        assert latest[term.key].outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "lease ended first (runtime_lost" in latest[term.key].detail
+        assert all(value.outcome != pb.SIGNAL_OUTCOME_PENDING for value in latest.values())
+
+
+async def test_a_stream_a_restart_left_open_after_the_end_closes(start_server: StartServer) -> None:
+    """The server stopped within an ended entity's settle (its worker still held the lease): the
+    restarted server closes the stream, settling what was still pending."""
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50, settle_ms=60_000)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-restart", ["agent"])
+        ref, _lease = await running(stub, worker, "restart")
+        usr, _kill = await usr_then_kill(stub, worker, ref)
+        assert not (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
+        worker.close()
+    await server.stop(0)  # a draining server writes nothing for its sessions
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        latest = await outcomes_after_eof(stub, ref)
+        assert latest[usr.key].outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "server restarted" in latest[usr.key].detail
+        assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
 
 
 async def test_a_runtime_that_never_lets_go_is_cut_off(runtime_server: ElectricServer) -> None:

@@ -34,7 +34,7 @@ from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
 from .errors import ApiError, invalid_argument, to_api_error, translate_stream
-from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
+from .runtime_writes import Refused, close_ended, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
 from .type_profiles import TypeProfiles
 
@@ -126,6 +126,11 @@ class Runtime:
 
     async def start(self) -> None:
         await self.type_profiles.load()
+        # Leases live in memory: the streams of entities that ended within their settle before a
+        # restart are closed now (no lease will end for them).
+        for ref in await self.store.open_ended_streams():
+            pending = {event.key: event.signal for event in await self._pending_signals(ref)}
+            await self.store.write(Write(ref, close_ended(pending)))
         self._expiry = asyncio.create_task(self._expire_loop(), name="electric-lease-expiry")
 
     def drain(self) -> None:
@@ -203,9 +208,11 @@ class Runtime:
     async def _end(self, lease: Lease, cause: str) -> None:
         self._forget(lease)
         # A runtime that let go had its chance to report; one that was lost did not, and its
-        # pending signals go to the next lease holder instead (pending-signal delivery).
+        # pending signals go to the next lease holder instead (pending-signal delivery), unless
+        # the entity has ended: none will come.
         unsettled = lease.unsettled if cause == "released" else None
-        await self.store.write(Write(lease.ref, end_lease(lease.ref, lease.epoch, cause, unsettled)))
+        ending = end_lease(lease.ref, lease.epoch, cause, unsettled, dict(lease.pending))
+        await self.store.write(Write(lease.ref, ending))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
             await self._offer(record)
@@ -299,17 +306,25 @@ class Runtime:
     async def _deliver_pending_signals(self, lease: Lease, head: int) -> None:
         """Signals still `pending` (appended while no runtime held the entity,
         or whose runtime died before reporting) go to the new lease holder, so
-        every signal gets its outcome. The look-back is bounded."""
+        every signal gets its outcome."""
+        for message in await self._pending_signals(lease.ref, head):
+            _owe(lease, message)
+            lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
+
+    async def _pending_signals(self, ref: Ref, head: int | None = None) -> list[pb.Event]:
+        """The signal records of ``ref`` still `pending`, oldest first; the look-back is bounded."""
+        if head is None:
+            record = await self.store.get_entity(ref)
+            head = record.head_offset if record is not None else 0
         start = max(0, head - PENDING_LOOKBACK)
-        recent = await self.store.read_events(lease.ref, start, PENDING_LOOKBACK)
+        recent = await self.store.read_events(ref, start, PENDING_LOOKBACK)
         updated = {e.key for e in recent if e.kind == "signal" and e.operation == pb.OPERATION_UPDATE}
-        for event in recent:
-            if event.kind != "signal" or event.operation != pb.OPERATION_INSERT or event.key in updated:
-                continue
-            message = event_to_pb(event)
-            if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
-                _owe(lease, message)
-                lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
+        inserts = [
+            event_to_pb(e)
+            for e in recent
+            if e.kind == "signal" and e.operation == pb.OPERATION_INSERT and e.key not in updated
+        ]
+        return [m for m in inserts if m.signal.outcome == pb.SIGNAL_OUTCOME_PENDING]
 
     # -- delivery -------------------------------------------------------------------------------
 

@@ -69,19 +69,24 @@ def grant(ref: Ref, seen_epoch: int, type_default: TypeProfile | None = None) ->
     return decide
 
 
-def end_lease(ref: Ref, epoch: int, cause: str, unsettled: Inserts | None = None) -> Decide:
+def end_lease(
+    ref: Ref, epoch: int, cause: str, unsettled: Inserts | None = None, given: Inserts | None = None
+) -> Decide:
     """A lease ended (released, lost, expired): fence it off, and mend the state.
 
     A `running` entity whose runtime was lost goes idle (cause runtime_lost);
     a terminal entity's stream closes now that nobody can append to it. The
-    signals its runtime never reported on (``unsettled``: it ended first, or
-    was lost) get the outcome `ignored`, saying so: every signal gets one.
+    signals its runtime never reported on get the outcome `ignored`, saying
+    so: every signal gets one. Those are ``unsettled`` (a runtime that let go
+    first), or, once the entity has ended, every pending signal the lease was
+    ``given``: no later lease will report on them.
     """
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.lease_epoch != epoch:
             return Mutation()  # someone else holds it now: nothing of ours to end
-        mutation = _let_go(Mutation([], current), epoch, cause, unsettled)
+        owed = given if current.state.terminal else unsettled
+        mutation = _let_go(Mutation([], current), epoch, cause, owed)
         assert mutation.entity is not None
         new = lifecycle.runtime_target(current.state, cause)  # runtime_lost: running → idle
         if new is not None:
@@ -102,6 +107,24 @@ def settle_ignored(unsettled: Inserts, state: State) -> Decide:
         return Mutation(
             [_ignored(key, insert, _not_handled("released", state)) for key, insert in unsettled.items()],
             current,
+        )
+
+    return decide
+
+
+def close_ended(pending: Inserts) -> Decide:
+    """An ended entity whose stream a restart left open (its runtime's lease was in memory, within
+    the settle): it closes, and the signals still ``pending`` get `ignored`, saying why."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.closed or not current.state.terminal:
+            return Mutation()
+        detail = f"not handled: the server restarted after the entity's end ({current.state.value})"
+        return _let_go(
+            Mutation([_ignored(key, insert, detail) for key, insert in pending.items()], current),
+            current.lease_epoch,
+            "restarted",
+            None,
         )
 
     return decide

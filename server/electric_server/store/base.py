@@ -266,6 +266,10 @@ class Store(abc.ABC):
         """Every `stopping` entity and its grace deadline (for the reaper)."""
 
     @abc.abstractmethod
+    async def open_ended_streams(self) -> list[Ref]:
+        """Entities in a terminal state whose stream is still open (a lease held it at a restart)."""
+
+    @abc.abstractmethod
     async def type_profiles(self) -> list[TypeProfile]:
         """Every type profile announced, each code version's latest announcement."""
 

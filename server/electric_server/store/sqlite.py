@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from electric_sdk.lifecycle import State
 
@@ -48,6 +49,7 @@ from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
 from .sqlite_schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
+    SELECT_ENDED_OPEN,
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
@@ -303,6 +305,15 @@ class SQLiteStore(SQLiteWriter, Store):
             raise RuntimeError("store is closed")
         return self._rconn
 
+    async def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """Every row a read returns, once what it read is durable."""
+        try:
+            rows = self._reader().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise self._read_fault(exc) from exc
+        await self._durable()
+        return rows
+
     async def get_entity(self, ref: Ref) -> EntityRecord | None:
         try:
             row = self._reader().execute(SELECT_ENTITY, ref).fetchone()
@@ -329,20 +340,12 @@ class SQLiteStore(SQLiteWriter, Store):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY type, id LIMIT ?"
         args.append(str(limit))
-        try:
-            rows = self._reader().execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [entity_from_row(r) for r in rows]
+        return [entity_from_row(r) for r in await self._rows(sql, args)]
 
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
-        try:
-            rows = self._reader().execute(SELECT_EVENTS, (ref[0], ref[1], from_offset, limit)).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [event_from_row(r) for r in rows]
+        return [
+            event_from_row(r) for r in await self._rows(SELECT_EVENTS, (ref[0], ref[1], from_offset, limit))
+        ]
 
     async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
         try:
@@ -353,20 +356,13 @@ class SQLiteStore(SQLiteWriter, Store):
         return (bytes(row[0]), bytes(row[1])) if row else None
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
-        try:
-            rows = self._reader().execute(SELECT_STOPPING_DEADLINES).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [((str(t), str(i)), int(d)) for t, i, d in rows]
+        return [((str(t), str(i)), int(d)) for t, i, d in await self._rows(SELECT_STOPPING_DEADLINES)]
+
+    async def open_ended_streams(self) -> list[Ref]:
+        return [(str(t), str(i)) for t, i in await self._rows(SELECT_ENDED_OPEN)]
 
     async def type_profiles(self) -> list[TypeProfile]:
-        try:
-            rows = self._reader().execute(SELECT_TYPE_PROFILES).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [TypeProfile._make(row) for row in rows]
+        return [TypeProfile._make(row) for row in await self._rows(SELECT_TYPE_PROFILES)]
 
     async def store_type_profile(self, profile: TypeProfile) -> None:
         await self._write_aside(UPSERT_TYPE_PROFILE, tuple(profile), "a type profile's announcement")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import sqlite3
 
+from electric_sdk.lifecycle import TERMINAL_STATES, State
+
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "INSERT_IDEMPOTENCY",
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
+    "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
@@ -62,6 +65,8 @@ if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
         f"the entities table's columns {tuple(_ENTITY_DEFINITIONS)} are not EntityRecord's {ENTITY_COLUMNS}"
     )
 
+# In State order: the index's WHERE and the query's must read the same in every process.
+_TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
 _ENTITY_TABLE = ",\n".join(f"    {column} {definition}" for column, definition in _ENTITY_DEFINITIONS.items())
 _KEY = ", ".join(ENTITY_KEY)
 
@@ -76,6 +81,8 @@ CREATE TABLE IF NOT EXISTS entities (
 CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
 CREATE INDEX IF NOT EXISTS entities_by_deadline ON entities (stopping_deadline)
     WHERE stopping_deadline IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entities_ended_open ON entities (type, id)
+    WHERE closed = 0 AND state IN ({_TERMINAL});
 CREATE TABLE IF NOT EXISTS events (
     type TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -151,6 +158,11 @@ INSERT_IDEMPOTENCY = (
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
 PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
 
+# The partial index entities_ended_open holds exactly these rows: few, whatever the table's size
+# (the planner would rather scan every terminal entity through entities_by_state).
+SELECT_ENDED_OPEN = (
+    f"SELECT {_KEY} FROM entities INDEXED BY entities_ended_open WHERE closed = 0 AND state IN ({_TERMINAL})"
+)
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (
     "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) VALUES (?, ?, ?, ?, ?) "
