@@ -17,7 +17,8 @@ written by the runtime or the server's reaper and are listed in
 ``RUNTIME_TRANSITIONS``. What each state allows besides (whether it takes
 messages, starts runs, needs a runtime, how a runtime takes it up) is
 ``STATE_RULES``; the outcome a runtime records for what it did about a signal
-is ``RUNTIME_OUTCOMES``; the profile's default durations and the signals a
+is ``RUNTIME_OUTCOMES``; what a runtime may still append after the end is
+``CLOSING_RECORDS``; the profile's default durations and the signals a
 handler may see are here too. ``python -m electric_sdk.lifecycle`` prints the
 tables as Markdown; the docs are generated from them, never retyped.
 """
@@ -28,6 +29,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "CLOSING_RECORDS",
     "DEFAULT_GRACE_MS",
     "DEFAULT_IDLE_TIMEOUT_MS",
     "HANDLEABLE",
@@ -48,10 +50,12 @@ __all__ = [
     "InvalidTransition",
     "LifecycleError",
     "Outcome",
+    "Record",
     "Signal",
     "SignalRejected",
     "State",
     "StateRules",
+    "accepts_record",
     "cell",
     "check_runtime_transition",
     "decide",
@@ -63,7 +67,8 @@ __all__ = [
     "valid_signals",
 ]
 
-# An entity's profile when neither the spawn request nor its type names one (ARCHITECTURE §1).
+# An entity's profile when neither the spawn request nor its type names one; fixed at its first
+# lease (ARCHITECTURE §1, amended: not at spawn).
 DEFAULT_GRACE_MS = 30_000
 DEFAULT_IDLE_TIMEOUT_MS = 60_000
 
@@ -492,6 +497,34 @@ def check_runtime_transition(previous: State, new: State, cause: str) -> None:
         )
 
 
+class Record(enum.Enum):
+    """What a runtime appends to an entity's stream."""
+
+    TRANSITION = "transition"
+    SIGNAL_OUTCOME = "signal outcome"
+    RUN_START = "run start"
+    RUN_STEP = "run step"
+    # The last record of the run in progress (completed, aborted, failed).
+    RUN_END = "end of the run in progress"
+    # The record of a run that never started (a queued message cancelled).
+    RUN_CANCELLED = "cancelled message"
+    EXEC_RECEIPT = "exec receipt"
+    OUTPUT = "exec output"
+    CUSTOM = "custom event"
+
+
+# The end (entering a terminal state) is final at once; the runtime may still close the story it
+# was telling, within the server's settle: the outcome of a signal it was given, the end of the run
+# that was in progress, its process's receipts and the output the process wrote before it was seen
+# to exit. Nothing new begins: no run, step, custom event or transition (ARCHITECTURE §1).
+CLOSING_RECORDS = frozenset({Record.SIGNAL_OUTCOME, Record.RUN_END, Record.EXEC_RECEIPT, Record.OUTPUT})
+
+
+def accepts_record(state: State, record: Record) -> bool:
+    """Whether an entity in ``state`` takes ``record`` from its runtime (the lease's own checks aside)."""
+    return not STATE_RULES[state].terminal or record in CLOSING_RECORDS
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else ""
 
@@ -575,6 +608,13 @@ def markdown_table() -> str:
         f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
         f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
         f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
+    )
+    terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
+    closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
+    lines.append("")
+    lines.append(
+        f"After the end ({terminal}) a runtime may append only its closing records, within the "
+        f"server's settle: {closing}. Anything else is refused with `ENTITY_TERMINAL`."
     )
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from ..durations import format_ms
 from ..errors import ElectricError
 from ..event_text import event_summary
-from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
+from ..models import PROFILE_PENDING, Entity, EntityChange, Event, MessageReceipt, SignalResult
 
 
 class Console:
@@ -53,7 +53,10 @@ def when(dt: datetime, *, ms: bool = False) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds" if ms else "seconds").replace("+00:00", "Z")
 
 
-def duration(value: timedelta) -> str:
+def duration(value: timedelta | None) -> str:
+    """``1.5s``; a profile value still pending (None) says so."""
+    if value is None:
+        return PROFILE_PENDING
     return format_ms(int(value / timedelta(milliseconds=1)))
 
 

@@ -19,7 +19,15 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import INITIAL_STATE, RELOAD_SIGNALS, STATE_RULES, Signal, State
+from electric_sdk.lifecycle import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    INITIAL_STATE,
+    RELOAD_SIGNALS,
+    STATE_RULES,
+    Signal,
+    State,
+)
 
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
@@ -64,7 +72,10 @@ def state_event(
     return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
 
 
-def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
+def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide:
+    """A new entity in `spawning`; a profile value the request left unset (None) is its type's
+    default, fixed at its first lease (type_profiles.py): the server's default holds its place."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is not None:
             raise ApiError(
@@ -77,14 +88,16 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
             type=ref[0],
             id=ref[1],
             state=INITIAL_STATE,
-            grace_ms=grace_ms,
-            idle_timeout_ms=idle_timeout_ms,
+            grace_ms=DEFAULT_GRACE_MS if grace_ms is None else grace_ms,
+            idle_timeout_ms=DEFAULT_IDLE_TIMEOUT_MS if idle_timeout_ms is None else idle_timeout_ms,
             created_at_ms=ctx.now_ms,
             updated_at_ms=ctx.now_ms,
             head_offset=0,
             closed=False,
             stopping_deadline_ms=None,
             txid=ctx.txid,
+            grace_pending=grace_ms is None,
+            idle_timeout_pending=idle_timeout_ms is None,
         )
         return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
 

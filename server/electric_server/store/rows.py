@@ -55,8 +55,10 @@ EVENT_COLUMNS: tuple[str, ...] = tuple(_RENAMED.get(name, name) for name in Stor
 
 _FIELDS = EntityRecord._fields
 _STATE = _FIELDS.index("state")
-_CLOSED = _FIELDS.index("closed")
-_RELOAD_PENDING = _FIELDS.index("reload_pending")
+# The booleans, which SQL drivers may return as integers.
+_BOOLEANS = tuple(
+    _FIELDS.index(name) for name in ("closed", "reload_pending", "grace_pending", "idle_timeout_pending")
+)
 # What a commit sets on the entity it writes (see ``advanced``).
 _UPDATED_AT = _FIELDS.index("updated_at_ms")
 _HEAD_OFFSET = _FIELDS.index("head_offset")
@@ -79,8 +81,8 @@ def entity_from_row(row: Sequence[Any]) -> EntityRecord:
     """The record a row in ``ENTITY_COLUMNS`` order holds."""
     values = list(row)
     values[_STATE] = State(values[_STATE])
-    values[_CLOSED] = bool(values[_CLOSED])
-    values[_RELOAD_PENDING] = bool(values[_RELOAD_PENDING])
+    for i in _BOOLEANS:
+        values[i] = bool(values[i])
     return _record(values)
 
 
