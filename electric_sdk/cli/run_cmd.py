@@ -491,11 +491,12 @@ class HeadlessRun:
         """Send a scoped SIGINT unless one already sent can still stop the run.
 
         One the stream has not shown yet lands after everything seen so far, so
-        it acts on the run in progress, or on the message while it is queued.
-        One that predates the run's latest STARTED record cannot act on that run
-        (a signal acts on the run in progress when it is appended; and the server
-        ignores a SIGINT to an idle entity that the message has not woken yet):
-        then the run is interrupted again, now that it is current.
+        it acts on the run in progress, or cancels the message while it is queued
+        (the server does that at once, in the interrupt's own transaction). One
+        that predates the run's latest STARTED record cannot act on that run (a
+        signal acts on the run in progress when it is appended; e.g. a run
+        started again after its worker was lost): then the run is interrupted
+        again, now that it is current.
         """
         run = self.run
         if self.stop is None or self.receipt is None or run.ended or self._interrupts_in_flight:

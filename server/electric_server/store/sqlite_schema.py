@@ -50,6 +50,7 @@ _ENTITY_DEFINITIONS = {
     "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
     "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
     "reload_pending": "INTEGER NOT NULL DEFAULT 0",
+    "cancelled_messages": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
