@@ -78,17 +78,6 @@ def interruptible_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-@pytest.fixture(scope="module")
-def live() -> Iterator[TestServer]:
-    with TestServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sdk(live: TestServer) -> Client:
-    return live.client()
-
-
 @pytest.fixture
 def cli(live: TestServer) -> Run:
     """Run `electric` with ELECTRIC_ADDRESS pointing at the test server."""

@@ -287,9 +287,9 @@ class EntityHost(HostBase):
                 self._report(info, _SCOPED_MISSED, "its run already ended")
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
-        """A SIGINT scoped to one message (headless runs) touches that message only: its run is
-        aborted if it is in progress (even if it started after the SIGINT was sent: the message had
-        not started then), it is cancelled if it is queued, or when it arrives if it has not yet."""
+        """A SIGINT scoped to one message (headless runs) that the server left to us: that
+        message's run had started. Its run is aborted if it is in progress; if the run was lost
+        with a worker and the message comes again, it is cancelled while queued, or on arrival."""
         assert self._tg is not None
         key = info.message_key
         run = self._run

@@ -25,15 +25,34 @@ from electric_sdk.lifecycle import (
     INITIAL_STATE,
     RELOAD_SIGNALS,
     STATE_RULES,
+    MessageProgress,
     Signal,
     State,
 )
 
+from . import message_cursor
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
+
+
+# The error of a cancelled message's run record, by how far the message had got.
+_CANCELLED_RUN = {
+    MessageProgress.QUEUED: "cancelled before it started",
+    MessageProgress.STARTED: "cancelled before it started again (its run was lost with its runtime)",
+}
+
+
+def _scoped_detail(decision: lifecycle.Decision, progress: MessageProgress | None) -> str:
+    """What a scoped signal's record says when the server settles it."""
+    if decision.cancels_message:
+        assert progress is not None
+        return f"its message was {_CANCELLED_RUN[progress]}"
+    if progress is MessageProgress.ENDED:
+        return "its message is done: its run ended, or it was cancelled"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +139,20 @@ def _transition(
     return event, record
 
 
-def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
+def signal(
+    ref: Ref, spec: SignalSpec, leased: bool = False, located: message_cursor.Located | None = None
+) -> Decide:
+    """``located``: the message a scoped signal names (``message_cursor.locate``), required then."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
-        # A SIGINT scoped to a message still waiting for a runtime: the runtime that takes the
-        # message up cancels it, so its outcome is the runtime's (SignalRejected: a terminal entity).
-        waiting = bool(spec.message_key) and current.last_message_offset >= current.message_cursor
-        decision = lifecycle.decide(current.state, spec.signal, message_waiting=waiting)
+        progress = None
+        if spec.message_key:
+            assert located is not None
+            assert located.key == spec.message_key
+            progress = message_cursor.progress(current, located)
+        decision = lifecycle.decide(current.state, spec.signal, message=progress)
         key = f"sig_{ctx.txid}"
         value = pb.SignalValue(
             signal=SIGNAL_TO_PB[spec.signal],
@@ -137,11 +162,27 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
             previous_state=STATE_TO_PB[decision.previous_state],
             new_state=STATE_TO_PB[decision.new_state],
             message_key=spec.message_key,
+            detail=_scoped_detail(decision, progress),
         )
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
         events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
         record = current
+        if decision.cancels_message:
+            assert located is not None
+            assert located.offset is not None
+            assert progress is not None
+            # The message's run record says so in the signal's own transaction, as a runtime
+            # would have written it: a reader of the stream sees the message done at once.
+            run = pb.RunValue(
+                message_key=located.key,
+                message_offset=located.offset,
+                status=pb.RUN_STATUS_ABORTED,
+                attempt=current.cursor_attempt if progress is MessageProgress.STARTED else 0,
+                error=_CANCELLED_RUN[progress],
+            )
+            events.append(NewEvent("run", f"run_{located.key}", UPDATE, event_body(pb.Event(run=run))))
+            record = message_cursor.cancelled(record, located)
         if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
@@ -167,7 +208,7 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
         if data is not None:
             value.data.CopyFrom(data)
         key = f"msg_{ctx.txid}"
-        record = current.replace(last_message_offset=current.head_offset)  # the offset it is about to get
+        record = message_cursor.sent(current)
         return Mutation([NewEvent("message", key, INSERT, event_body(pb.Event(message=value)))], record, key)
 
     return decide

@@ -30,6 +30,7 @@ from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
+from . import message_cursor
 from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
@@ -231,7 +232,7 @@ class Runtime:
     def _needs_runtime(self, record: EntityRecord) -> bool:
         if record.closed or record.ref in self.leases:
             return False
-        return needs_runtime(record.state, record.last_message_offset >= record.message_cursor)
+        return needs_runtime(record.state, message_cursor.waiting(record))
 
     def _pick(self, record: EntityRecord) -> WorkerSession | None:
         hosts = [
@@ -395,7 +396,7 @@ class Runtime:
                     return
                 page = await self.store.read_events(lease.ref, lease.next_message, _PAGE)
                 for event in page:
-                    if event.kind == "message":
+                    if event.kind == "message" and message_cursor.deliverable(record, event.offset):
                         attempt = lease.first_attempt if event.offset == lease.cursor else 1
                         lease.session.send(
                             rt.ConnectResponse(

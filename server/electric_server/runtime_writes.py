@@ -26,6 +26,7 @@ from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk.lifecycle import Record, State
 
+from . import message_cursor
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
@@ -255,12 +256,13 @@ def runtime_write(
         if op == "run":
             run = write.run
             record = current
-            if run.status == pb.RUN_STATUS_STARTED and run.message_offset >= current.message_cursor:
-                record = record.replace(message_cursor=run.message_offset, cursor_attempt=run.attempt)
-            elif run.status in _TERMINAL_RUNS and run.message_offset == current.message_cursor:
-                # Only the message at the cursor moves it: a queued message
-                # cancelled ahead of time must not mark the one in progress done.
-                record = record.replace(message_cursor=run.message_offset + 1, cursor_attempt=0)
+            if run.status == pb.RUN_STATUS_STARTED:
+                # A message that was cancelled (or is done) never runs, whoever still has it queued.
+                if (done := message_cursor.refuses_start(current, run.message_offset)) is not None:
+                    raise Refused("MESSAGE_DONE", done, current)
+                record = message_cursor.started(record, run.message_offset, run.attempt)
+            elif run.status in _TERMINAL_RUNS:
+                record = message_cursor.ended(record, run.message_offset)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             return Mutation([NewEvent("run", run_key, operation, event_body(pb.Event(run=run)))], record)

@@ -30,7 +30,7 @@ from electric_sdk.lifecycle import (
     SignalRejected,
 )
 
-from . import entity_writes
+from . import entity_writes, message_cursor
 from . import validation as v
 from .auth import current_principal
 from .caps import Caps
@@ -184,10 +184,12 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def _signal(
         self, ref: Ref, spec: entity_writes.SignalSpec, idem: Idempotency | None
     ) -> api.SignalEntityResponse:
+        # A scoped signal's message, looked up before the write (a decide function reads nothing).
+        located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
         return await _write(
             self.store,
             ref,
-            entity_writes.signal(ref, spec, self._leased(ref)),
+            entity_writes.signal(ref, spec, self._leased(ref), located),
             idem,
             lambda c: _signal_response(ref, spec.signal, c),
             api.SignalEntityResponse,

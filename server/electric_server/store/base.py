@@ -67,8 +67,9 @@ class EntityRecord(NamedTuple):
     # were started for the first of them (its next delivery is attempt + 1);
     message_cursor: int = 0
     cursor_attempt: int = 0
-    # the offset of the newest message (-1: none), so an idle entity with
-    # unfinished messages is known to need a wake without reading its stream;
+    # the offset of the newest message not cancelled (-1: none), so an idle
+    # entity with unfinished messages is known to need a wake without reading
+    # its stream;
     last_message_offset: int = -1
     # SIGHUP'd: the next lease goes to a worker with the newest code version.
     reload_pending: bool = False
@@ -76,6 +77,9 @@ class EntityRecord(NamedTuple):
     # (type_profiles.py); until then ``grace_ms`` and ``idle_timeout_ms`` hold the server's defaults.
     grace_pending: bool = False
     idle_timeout_pending: bool = False
+    # Offsets past the cursor of messages cancelled before their run started
+    # (never delivered; see message_cursor.py). Usually empty.
+    cancelled_messages: tuple[int, ...] = ()
 
     @property
     def ref(self) -> Ref:

@@ -57,6 +57,7 @@ _ENTITY_DEFINITIONS = {
     "reload_pending": "INTEGER NOT NULL DEFAULT 0",
     "grace_pending": "INTEGER NOT NULL DEFAULT 0",
     "idle_timeout_pending": "INTEGER NOT NULL DEFAULT 0",
+    "cancelled_messages": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
