@@ -205,6 +205,7 @@ class ElectricServer:
         self.runtime = Runtime(self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms)
         await self.runtime.start()
         self._reaper.is_leased = self.runtime.is_leased
+        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter

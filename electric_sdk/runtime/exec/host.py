@@ -570,7 +570,9 @@ class ExecHost(HostBase):
                 "graceful", "refused", evidence=self.orphan or self.last, name=self.etype.graceful,
                 signal_key=key, reason=self._no_generation(),
             )  # fmt: skip
-        return True
+        # Past the grace deadline the cleanup did not complete: the server writes `grace_expired`
+        # (once the exit receipt is in, or its settle has passed), as it would for Python code.
+        return self.grace_deadline is None or datetime.now(UTC) < self.grace_deadline
 
     def _cleanup_ended(self) -> None:
         self._busy -= 1
