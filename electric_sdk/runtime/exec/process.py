@@ -243,8 +243,8 @@ class PosixChild(Child):
         return True, _status(result)
 
     def leftovers(self) -> list[ProcStat]:
-        if self.lost:
-            return []  # its leader was reaped elsewhere: the group's number proves nothing any more
+        if self.lost or self.reaped:
+            return []  # its leader was reaped: the group's number proves nothing any more
         return left_in_group(self.pid, self.pid)
 
     async def watch(self) -> None:
