@@ -97,6 +97,9 @@ class Child(ABC):
         self.reaped = False
         # Reaped by someone else: it is gone, but nothing says how, and nothing proves it any more.
         self.lost = False
+        # Its leader exited and its group was seen empty: over for good (nothing joins such a group
+        # but on purpose), so the group is not looked at again.
+        self._over = False
         self.stdin: IO[bytes] | None = popen.stdin if popen is not None else None
         if self.stdin is not None:
             os.set_blocking(self.stdin.fileno(), False)  # a process that stops reading must not block us
@@ -136,7 +139,9 @@ class Child(ABC):
 
     def done(self) -> bool:
         """The generation is over: its leader exited and nothing is left in its group."""
-        return self.gone() and not self.leftovers()
+        if not self._over:
+            self._over = self.gone() and not self.leftovers()
+        return self._over
 
     def describe_exit(self) -> str:
         return describe_status(self.status)
@@ -161,7 +166,7 @@ class Child(ABC):
         that a group emptied: it is looked at again, at growing intervals."""
         await self.exited.wait()
         pause = POLL_FIRST_S
-        while self.leftovers():
+        while not self.done():
             await anyio.sleep(pause)
             pause = min(pause * 2, POLL_MAX_S)
 
