@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import select
@@ -330,6 +331,21 @@ class PortableChild(Child):
         self.popen.kill()  # TerminateProcess on the handle; on POSIX the unreaped child's pid
 
 
+def _launcher() -> list[str]:
+    """The launcher's command line, where the platform has a parent-death signal (Linux)."""
+    if not sys.platform.startswith("linux"):
+        _warn_once("this platform has no parent-death signal: exec processes may outlive their worker")
+        return []
+    if not sys.executable:
+        raise FileNotFoundError(errno.ENOENT, "no Python interpreter to run the exec launcher with")
+    return [sys.executable, "-I", "-S", LAUNCHER, str(os.getpid()), "--"]
+
+
+@functools.cache
+def _warn_once(text: str) -> None:
+    log.warning("%s", text)
+
+
 def spawn(spec: ExecSpec, task_id: str, generation: int, worker_id: str, cwd: str | None) -> Child:
     """Start a generation. Call it from the event loop's thread: the parent-death signal fires
     when the thread that forked the child ends, and the loop's thread lives as long as the worker."""
@@ -339,12 +355,10 @@ def spawn(spec: ExecSpec, task_id: str, generation: int, worker_id: str, cwd: st
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
     if program is None or not os.access(os.path.join(cwd or ".", program), os.X_OK):
         raise FileNotFoundError(errno.ENOENT, "no such executable program", argv[0])
-    if not sys.executable:
-        raise FileNotFoundError(errno.ENOENT, "no Python interpreter to run the exec launcher with")
     if spec.backend == "posix":
         become_subreaper()  # what the generation leaves behind stays ours to observe and reap
     popen = subprocess.Popen(
-        [sys.executable, "-I", "-S", LAUNCHER, str(os.getpid()), "--", *argv],
+        [*_launcher(), *argv],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
