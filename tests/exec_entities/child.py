@@ -8,9 +8,8 @@ process whose stdout nobody reads any more still leaves evidence there).
 --on-eof exit|ignore            stdin closed
 --exit-after SECONDS            exit 0 on its own after that long
 
-Lines on stdin: ``exit N`` exits with N; ``stray`` forks a process into the same group that says
-``stray pid=N``, exits 0 on SIGTERM and dies of SIGINT; ``escape`` forks one that leaves the
-group (setsid) and ignores SIGTERM.
+Lines on stdin: ``exit N`` exits with N; ``stray`` forks a process into the same group that exits
+0 on SIGTERM and dies of SIGINT, and then says ``stray pid=N``.
 """
 
 import argparse
@@ -45,16 +44,11 @@ def replacement() -> None:
         time.sleep(3600)
 
 
-def stray(*, escape: bool) -> None:
-    """A process the generation leaves behind: in its group (``stray``), or out of it (``escape``)."""
+def stray() -> None:
+    """A process the generation leaves behind in its group."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the pipe is the generation's
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if escape:
-        os.setsid()
-        signal.signal(signal.SIGTERM, lambda s, _f: say("stray signal SIGTERM"))
-    else:
-        signal.signal(signal.SIGTERM, lambda s, _f: (say("stray signal SIGTERM"), os._exit(0)))
-    say(f"stray pid={os.getpid()}")
+    signal.signal(signal.SIGTERM, lambda s, _f: (say("stray signal SIGTERM"), os._exit(0)))
     while True:
         time.sleep(3600)
 
@@ -92,5 +86,7 @@ while True:
         sys.exit(0)
     if line.startswith("exit "):
         sys.exit(int(line.split()[1]))
-    if line in ("stray", "escape") and os.fork() == 0:
-        stray(escape=line == "escape")
+    if line == "stray":
+        if (pid := os.fork()) == 0:
+            stray()
+        say(f"stray pid={pid}")
