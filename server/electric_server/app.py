@@ -220,6 +220,7 @@ class ElectricServer:
         )
         await self.runtime.start()
         self._reaper.is_leased = self.runtime.is_leased
+        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter
