@@ -213,7 +213,7 @@ class ElectricServer:
             self.config.watch_bandwidth,
             self.config.watch_feed_events,
         )
-        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
+        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms, self.config.settle_ms)
         await self._reaper.start()
         self.runtime = Runtime(
             self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms, self.config.settle_ms

@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S = 3600.0
 RETRY_MS = 1000
-# How long past its grace deadline a stopping entity's `stopped` waits for its process's exit receipt.
+# How long past its grace deadline a stopping entity's `stopped` waits for its process's exit
+# receipt, by default: the server's one settle (ServerConfig.settle_ms, `electric server --settle`),
+# which also bounds the closing records a runtime may write after the end.
 EXIT_SETTLE_MS = 1000
 
 
@@ -48,9 +50,10 @@ def _now_ms() -> int:
 
 
 class Reaper:
-    def __init__(self, store: Store, idempotency_retention_ms: int) -> None:
+    def __init__(self, store: Store, idempotency_retention_ms: int, settle_ms: int = EXIT_SETTLE_MS) -> None:
         self.store = store
         self.retention_ms = idempotency_retention_ms
+        self.settle_ms = settle_ms
         self._heap: list[tuple[int, Ref, int]] = []  # (when due, entity, its grace deadline)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -125,10 +128,10 @@ class Reaper:
         now = _now_ms()
         ready = []
         for ref, deadline in due:
-            if now < deadline + EXIT_SETTLE_MS and self.runs_process(ref):
+            if now < deadline + self.settle_ms and self.runs_process(ref):
                 if ref not in self._waiting:
                     self._waiting[ref] = deadline
-                    self._push(deadline, ref, deadline + EXIT_SETTLE_MS)
+                    self._push(deadline, ref, deadline + self.settle_ms)
             else:
                 self._waiting.pop(ref, None)
                 ready.append((ref, deadline))
