@@ -9,7 +9,7 @@
     ├── EntityExists             ALREADY_EXISTS (ids are never reused, not even after stopped/killed)
     ├── FailedPrecondition       FAILED_PRECONDITION
     │   ├── InvalidSignal            the entity is stopped or killed ("Cannot signal a stopped entity")
-    │   └── EntityTerminal           a message to a stopped or killed entity
+    │   └── EntityTerminal           a message to a stopped or killed entity, or ``ctx.emit`` after its end
     ├── Unauthenticated          UNAUTHENTICATED (missing or unknown token)
     ├── PermissionDenied         PERMISSION_DENIED (missing scope, entity type not allowed)
     ├── Unavailable              UNAVAILABLE (server down or draining; retried automatically)

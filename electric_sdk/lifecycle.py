@@ -17,7 +17,8 @@ written by the runtime or the server's reaper and are listed in
 ``RUNTIME_TRANSITIONS``. What each state allows besides (whether it takes
 messages, starts runs, needs a runtime, how a runtime takes it up) is
 ``STATE_RULES``; the outcome a runtime records for what it did about a signal
-is ``RUNTIME_OUTCOMES``; the profile's default durations and the signals a
+is ``RUNTIME_OUTCOMES``; what a runtime may still append after the end is
+``CLOSING_RECORDS``; the profile's default durations and the signals a
 handler may see are here too. ``python -m electric_sdk.lifecycle`` prints the
 tables as Markdown; the docs are generated from them, never retyped.
 """
@@ -28,6 +29,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "CLOSING_RECORDS",
     "DEFAULT_GRACE_MS",
     "DEFAULT_IDLE_TIMEOUT_MS",
     "HANDLEABLE",
@@ -47,11 +49,14 @@ __all__ = [
     "Effect",
     "InvalidTransition",
     "LifecycleError",
+    "MessageProgress",
     "Outcome",
+    "Record",
     "Signal",
     "SignalRejected",
     "State",
     "StateRules",
+    "accepts_record",
     "cell",
     "check_runtime_transition",
     "decide",
@@ -63,7 +68,8 @@ __all__ = [
     "valid_signals",
 ]
 
-# An entity's profile when neither the spawn request nor its type names one (ARCHITECTURE §1).
+# An entity's profile when neither the spawn request nor its type names one; fixed at its first
+# lease (ARCHITECTURE §1, amended: not at spawn).
 DEFAULT_GRACE_MS = 30_000
 DEFAULT_IDLE_TIMEOUT_MS = 60_000
 
@@ -97,7 +103,8 @@ HANDLEABLE = frozenset(Signal) - {Signal.SIGKILL, Signal.SIGSTOP}
 # The one signal that carries a payload for its handler (the RFC's "user-provided payload").
 PAYLOAD_SIGNALS = frozenset({Signal.SIGUSR})
 # The one signal a caller may scope to a message it sent: `electric run` interrupts only its
-# own message's run (ARCHITECTURE §5), and a message not yet started is cancelled instead.
+# own message's run (ARCHITECTURE §5), and a message not yet started is cancelled instead
+# (``decide(..., message=...)``).
 MESSAGE_SCOPED_SIGNALS = frozenset({Signal.SIGINT})
 # The signal that marks the entity for new code: whatever its state, the next wake is leased
 # to a worker with the newest code version announced for its type (ARCHITECTURE §2).
@@ -152,7 +159,8 @@ class StateRules:
     # SIGTERM's cleanup runs in it, until the grace deadline the state carries; a runtime
     # leased in it resumes the cleanup, and a draining one waits for it.
     cleanup: bool
-    # On its way out or out: no run starts again (a message-scoped SIGINT has nothing to do).
+    # On its way out or out: no run starts again (a message-scoped SIGINT leaves the run
+    # in progress to the cleanup; it still cancels a message that never started).
     shutting_down: bool
     # Final: signals are rejected, messages refused, the stream closes.
     terminal: bool
@@ -208,6 +216,14 @@ class Outcome(enum.Enum):
     ABORTED = "aborted"
     SHUTDOWN_REQUESTED = "shutdown_requested"
     FAILED = "failed"
+
+
+class MessageProgress(enum.Enum):
+    """How far the message a scoped signal names has got, as the server's record says."""
+
+    QUEUED = "queued"  # no run of it has started: it may not even have reached a runtime
+    STARTED = "started"  # a run of it started and has not ended (it may be in progress)
+    ENDED = "ended"  # its run ended or it was cancelled (or the entity has no such message)
 
 
 class Effect(enum.Enum):
@@ -276,6 +292,9 @@ class Decision:
     # action depends on it (the runtime decides).
     action: Action | None
     outcome: Outcome
+    # A scoped signal's message is cancelled before its run started, in the signal's own
+    # transaction: its `aborted` run record is written with the signal, and it never runs.
+    cancels_message: bool = False
 
     @property
     def transitions(self) -> bool:
@@ -393,26 +412,35 @@ def cell(state: State, signal: Signal) -> Cell:
 
 
 def decide(
-    state: State, signal: Signal, run_in_progress: bool | None = None, *, message_waiting: bool = False
+    state: State,
+    signal: Signal,
+    run_in_progress: bool | None = None,
+    *,
+    message: MessageProgress | None = None,
 ) -> Decision:
     """Judge one signal against the entity's state.
 
     ``run_in_progress`` is ``None`` when the caller cannot know (the server).
     The outcome is then ``PENDING`` wherever the runtime acts or the action
     depends on the run, and final everywhere else (a plain transition, or
-    ``ignored``). ``message_waiting``: the signal is scoped to one message (a
-    headless run's SIGINT) that still waits for a runtime; the runtime that
-    takes the message up cancels it, so an `ignored` outcome stays pending
-    unless the entity is shutting down.
+    ``ignored``). ``message``: the signal is scoped to one message (a headless
+    run's SIGINT, ``MESSAGE_SCOPED_SIGNALS``), which has got that far; see
+    ``_scoped``.
     """
-    decision = _DECISIONS.get((state, signal, run_in_progress, message_waiting))
-    return decision if decision is not None else _judge(state, signal, run_in_progress, message_waiting)
+    decision = _DECISIONS.get((state, signal, run_in_progress, message))
+    return decision if decision is not None else _judge(state, signal, run_in_progress, message)
 
 
-def _judge(state: State, signal: Signal, run_in_progress: bool | None, message_waiting: bool) -> Decision:
+def _judge(
+    state: State, signal: Signal, run_in_progress: bool | None, message: MessageProgress | None
+) -> Decision:
     c = cell(state, signal)
     if run_in_progress and not c.runs_possible:
         raise InvalidTransition(f"no run can be in progress in {state.value}")
+    if message is not None and signal in MESSAGE_SCOPED_SIGNALS:
+        scoped = _scoped(c, message)
+        if scoped is not None:
+            return scoped
     if run_in_progress is not None:
         possible = {c.action(run_in_progress)}
     elif c.runs_possible:
@@ -426,20 +454,39 @@ def _judge(state: State, signal: Signal, run_in_progress: bool | None, message_w
         outcome = RUNTIME_OUTCOMES[action][Effect.ACTED]
     elif c.new_state is not None:
         outcome = Outcome.TRANSITIONED
-    elif message_waiting and not STATE_RULES[state].shutting_down:
-        outcome = Outcome.PENDING
     else:
         outcome = Outcome.IGNORED
     return Decision(c, state, c.new_state or state, action, outcome)
 
 
+def _scoped(c: Cell, message: MessageProgress) -> Decision | None:
+    """A signal scoped to one message touches that message alone (ARCHITECTURE §5).
+
+    A message whose run has not started is cancelled at once, in any state: it
+    cannot start while the signal is being written, and so never will. One
+    whose run ended has nothing left to stop. One whose run started is the
+    cell's business (the runtime aborts the run in progress; in `stopping` it
+    is left to the cleanup) — unless no run can be in progress in the state at
+    all (`idle`: its run was lost with its runtime), and then it is cancelled
+    before it is delivered again. None: the cell decides.
+    """
+    rules = STATE_RULES[c.state]
+    same = c.new_state or c.state
+    if message is MessageProgress.ENDED:
+        return Decision(c, c.state, same, _N, RUNTIME_OUTCOMES[A.ABORT_RUN][Effect.NO_TARGET])
+    if message is MessageProgress.QUEUED or not (rules.runs_possible or rules.shutting_down):
+        acted = RUNTIME_OUTCOMES[A.ABORT_RUN][Effect.ACTED]
+        return Decision(c, c.state, same, A.ABORT_RUN, acted, cancels_message=True)
+    return None
+
+
 # Every decision the table allows, judged once: the server judges each signal in its write path.
 _DECISIONS = {
-    (state, signal, run, waiting): _judge(state, signal, run, waiting)
+    (state, signal, run, message): _judge(state, signal, run, message)
     for state, row in TABLE.items()
     for signal in row
     for run in ((None, False, True) if STATE_RULES[state].runs_possible else (None, False))
-    for waiting in (False, True)
+    for message in (None, *MessageProgress)
 }
 
 
@@ -490,6 +537,34 @@ def check_runtime_transition(previous: State, new: State, cause: str) -> None:
         raise InvalidTransition(
             f"{previous.value} → {new.value} cannot have cause {cause!r} (allowed: {', '.join(sorted(causes))})"
         )
+
+
+class Record(enum.Enum):
+    """What a runtime appends to an entity's stream."""
+
+    TRANSITION = "transition"
+    SIGNAL_OUTCOME = "signal outcome"
+    RUN_START = "run start"
+    RUN_STEP = "run step"
+    # The last record of the run in progress (completed, aborted, failed).
+    RUN_END = "end of the run in progress"
+    # The record of a run that never started (a queued message cancelled).
+    RUN_CANCELLED = "cancelled message"
+    EXEC_RECEIPT = "exec receipt"
+    OUTPUT = "exec output"
+    CUSTOM = "custom event"
+
+
+# The end (entering a terminal state) is final at once; the runtime may still close the story it
+# was telling, within the server's settle: the outcome of a signal it was given, the end of the run
+# that was in progress, its process's receipts and the output the process wrote before it was seen
+# to exit. Nothing new begins: no run, step, custom event or transition (ARCHITECTURE §1).
+CLOSING_RECORDS = frozenset({Record.SIGNAL_OUTCOME, Record.RUN_END, Record.EXEC_RECEIPT, Record.OUTPUT})
+
+
+def accepts_record(state: State, record: Record) -> bool:
+    """Whether an entity in ``state`` takes ``record`` from its runtime (the lease's own checks aside)."""
+    return not STATE_RULES[state].terminal or record in CLOSING_RECORDS
 
 
 def _yes(flag: bool) -> str:
@@ -575,6 +650,13 @@ def markdown_table() -> str:
         f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
         f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
         f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
+    )
+    terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
+    closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
+    lines.append("")
+    lines.append(
+        f"After the end ({terminal}) a runtime may append only its closing records, within the "
+        f"server's settle: {closing}. Anything else is refused with `ENTITY_TERMINAL`."
     )
     return "\n".join(lines) + "\n"
 

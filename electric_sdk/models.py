@@ -16,7 +16,7 @@ from typing import Any
 
 from ._proto.electric.v1 import entity_service_pb2 as api
 from ._proto.electric.v1 import types_pb2 as pb
-from ._wire.entities import entity_url
+from ._wire.entities import entity_url, profile_from_pb
 from ._wire.enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_pb
 from ._wire.events import event_value_json
 from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
@@ -80,13 +80,22 @@ class EntityRef:
 
 # -- entities ---------------------------------------------------------------------------
 
+# How a profile value the spawn left to the entity type is shown until the first lease fixes it.
+PROFILE_PENDING = "type default, pending"
+
+
+def _ms_or_none(value: timedelta | None) -> int | None:
+    return None if value is None else timedelta_to_ms(value)
+
 
 @dataclass(frozen=True, slots=True)
 class Entity:
     ref: EntityRef
     state: State
-    grace_period: timedelta
-    idle_timeout: timedelta
+    # None: the spawn left it to the entity type's default, fixed at the entity's first lease
+    # ("type default, pending").
+    grace_period: timedelta | None
+    idle_timeout: timedelta | None
     created_at: datetime
     updated_at: datetime
     head_offset: int
@@ -99,11 +108,12 @@ class Entity:
     def from_pb(cls, m: pb.Entity) -> Entity:
         state = state_from_pb(m.state)
         assert state is not None, "the server always sets an entity's state"
+        grace_period, idle_timeout = profile_from_pb(m)
         return cls(
             ref=EntityRef(m.ref.type, m.ref.id),
             state=state,
-            grace_period=m.profile.grace_period.ToTimedelta(),
-            idle_timeout=m.profile.idle_timeout.ToTimedelta(),
+            grace_period=grace_period,
+            idle_timeout=idle_timeout,
             created_at=timestamp_to_datetime(m.created_at),
             updated_at=timestamp_to_datetime(m.updated_at),
             head_offset=m.head_offset,
@@ -122,8 +132,16 @@ class Entity:
             "id": self.ref.id,
             "state": self.state.value,
             "profile": {
-                "grace_period_ms": timedelta_to_ms(self.grace_period),
-                "idle_timeout_ms": timedelta_to_ms(self.idle_timeout),
+                "grace_period_ms": _ms_or_none(self.grace_period),
+                "idle_timeout_ms": _ms_or_none(self.idle_timeout),
+                "pending": [
+                    name
+                    for name, value in (
+                        ("grace_period", self.grace_period),
+                        ("idle_timeout", self.idle_timeout),
+                    )
+                    if value is None
+                ],
             },
             "created_at": to_iso(self.created_at),
             "updated_at": to_iso(self.updated_at),
@@ -136,8 +154,8 @@ class Entity:
     def _repr_html_(self) -> str:
         rows: list[tuple[str, Any]] = [
             ("state", self.state.value),
-            ("grace period", self.grace_period),
-            ("idle timeout", self.idle_timeout),
+            ("grace period", self.grace_period or PROFILE_PENDING),
+            ("idle timeout", self.idle_timeout or PROFILE_PENDING),
             ("events", self.head_offset),
             ("closed", self.closed),
             ("updated", to_iso(self.updated_at)),

@@ -11,6 +11,8 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
   wrote nothing.
 - ``electric`` / ``client``: a ``TestServer`` on its own thread (short lease TTL
   and heartbeat, for the runtime's tests) and an ``AsyncClient`` of it.
+- ``live`` / ``sdk``: a ``TestServer`` for a whole module (the CLI's tests run
+  commands against it) and a sync ``Client`` of it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
 
-from electric_sdk import AsyncClient
+from electric_sdk import AsyncClient, Client
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk.testing import TestServer
 
@@ -51,6 +53,17 @@ def electric(tmp_path: Path) -> Iterator[TestServer]:
 async def client(electric: TestServer) -> AsyncIterator[AsyncClient]:
     async with electric.async_client() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[TestServer]:
+    with TestServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def sdk(live: TestServer) -> Client:
+    return live.client()
 
 
 StartServer = Callable[..., Awaitable[ElectricServer]]

@@ -387,8 +387,8 @@ async def test_message_with_data_only_accepted(world: Stub) -> None:
     [
         (duration(0, 1_000_000), duration(0, 1_000_000), 1, 1),
         (duration(DAY_S), duration(DAY_S), DAY_S * 1000, DAY_S * 1000),
-        (duration(1, 500_000_000), None, 1500, 60_000),
-        (None, None, 30_000, 60_000),
+        (duration(1, 500_000_000), None, 1500, None),
+        (None, None, None, None),
     ],
     ids=["1ms", "24h", "1.5s-default-idle", "defaults"],
 )
@@ -396,13 +396,20 @@ async def test_durations_within_limits_accepted(
     world: Stub,
     grace: duration_pb2.Duration | None,
     idle: duration_pb2.Duration | None,
-    grace_ms: int,
-    idle_ms: int,
+    grace_ms: int | None,
+    idle_ms: int | None,
 ) -> None:
+    """None: left to the type's default, pending until the first lease."""
     profile = pb.Profile(grace_period=grace, idle_timeout=idle)
     entity = (await world.SpawnEntity(api.SpawnEntityRequest(ref=NEW, profile=profile))).entity
-    assert entity.profile.grace_period.ToMilliseconds() == grace_ms
-    assert entity.profile.idle_timeout.ToMilliseconds() == idle_ms
+    for name, field, ms in (
+        ("grace_period", pb.PROFILE_FIELD_GRACE_PERIOD, grace_ms),
+        ("idle_timeout", pb.PROFILE_FIELD_IDLE_TIMEOUT, idle_ms),
+    ):
+        assert entity.profile.HasField(name) is (ms is not None)
+        assert (field in entity.pending_profile) is (ms is None)
+        if ms is not None:
+            assert getattr(entity.profile, name).ToMilliseconds() == ms
 
 
 async def test_page_size_and_limit_at_1000_accepted(world: Stub) -> None:

@@ -78,17 +78,6 @@ def interruptible_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-@pytest.fixture(scope="module")
-def live() -> Iterator[TestServer]:
-    with TestServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sdk(live: TestServer) -> Client:
-    return live.client()
-
-
 @pytest.fixture
 def cli(live: TestServer) -> Run:
     """Run `electric` with ELECTRIC_ADDRESS pointing at the test server."""
@@ -129,7 +118,12 @@ def test_spawn_human_and_json(cli: Run, kind: str) -> None:
     entity = json.loads(result.stdout)
     assert entity["url"] == f"/{kind}/b"
     assert (entity["type"], entity["id"], entity["state"]) == (kind, "b", "spawning")
-    assert entity["profile"] == {"grace_period_ms": 1000, "idle_timeout_ms": 60000}
+    # What the spawn left unset is the type's default, fixed at the first lease.
+    assert entity["profile"] == {
+        "grace_period_ms": 1000,
+        "idle_timeout_ms": None,
+        "pending": ["idle_timeout"],
+    }
     assert entity["head_offset"] == 1
     assert entity["closed"] is False
 

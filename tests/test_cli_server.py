@@ -91,6 +91,8 @@ BAD_SERVER_ARGS = {
     "drain-grace": (["--drain-grace", "soon"], "invalid duration 'soon'"),
     "commit-delay": (["--commit-delay", "soon"], "invalid duration 'soon'"),
     "commit-delay-too-long": (["--commit-delay", "1s"], "the commit delay must be 0-100 ms, not 1000 ms"),
+    "settle-zero": (["--settle", "0"], "--settle must be 1ms to 60s, not 0ms"),
+    "settle-too-long": (["--settle", "2m"], "--settle must be 1ms to 60s, not 120000ms"),
 }
 
 

@@ -25,6 +25,7 @@ from electric_sdk.lifecycle import (
     Decision,
     InvalidTransition,
     LifecycleError,
+    MessageProgress,
     Outcome,
     Signal,
     SignalRejected,
@@ -497,24 +498,52 @@ def test_runtime_target_of_a_lease_ending() -> None:
     assert lifecycle.runtime_target(State.RUNNING, "released") is None
 
 
-# --- message-scoped SIGINT: the server leaves it to the runtime that takes the message up ----
+# --- message-scoped SIGINT: it touches its own message only (ARCHITECTURE §5) ----------
+
+# (state, how far the message got) → (outcome, whether the server cancels the message now),
+# written out: a message that has not started is cancelled at once in every state; one whose
+# run started is the runtime's to abort where a run may be in progress, ignored while stopping
+# (the cleanup's), and cancelled where no run can be in progress (idle: its run was lost).
+SCOPED: dict[tuple[str, str], tuple[str, bool]] = {
+    ("spawning", "queued"): ("aborted", True),
+    ("running", "queued"): ("aborted", True),
+    ("idle", "queued"): ("aborted", True),
+    ("paused", "queued"): ("aborted", True),
+    ("stopping", "queued"): ("aborted", True),
+    ("spawning", "started"): ("aborted", True),
+    ("running", "started"): ("pending", False),
+    ("idle", "started"): ("aborted", True),
+    ("paused", "started"): ("pending", False),
+    ("stopping", "started"): ("ignored", False),
+    **{
+        (state, "ended"): ("ignored", False)
+        for state in ("spawning", "running", "idle", "paused", "stopping")
+    },
+}
 
 
-@pytest.mark.parametrize("state", sorted(set(RFC_STATES) - RFC_TERMINAL))
-def test_scoped_sigint_to_a_waiting_message(state: str) -> None:
-    plain = decide(State(state), Signal.SIGINT)
-    waiting = decide(State(state), Signal.SIGINT, message_waiting=True)
-    want = {"spawning": "pending", "running": "pending", "idle": "pending", "paused": "pending"}
-    assert waiting.outcome.value == want.get(state, "ignored")  # stopping: SIGKILL is the way out
-    assert (waiting.action, waiting.new_state) == (plain.action, plain.new_state)
+@pytest.mark.parametrize(("state", "progress"), sorted(SCOPED))
+def test_scoped_sigint(state: str, progress: str) -> None:
+    decision = decide(State(state), Signal.SIGINT, message=MessageProgress(progress))
+    assert (decision.outcome.value, decision.cancels_message) == SCOPED[state, progress]
+    assert decision.new_state is decision.previous_state is State(state)  # never a transition
 
 
-def test_message_waiting_changes_nothing_but_an_ignored_outcome() -> None:
+@pytest.mark.parametrize("state", sorted(RFC_TERMINAL))
+def test_scoped_sigint_to_a_terminal_entity_is_rejected(state: str) -> None:
+    with pytest.raises(lifecycle.SignalRejected):
+        decide(State(state), Signal.SIGINT, message=MessageProgress.QUEUED)
+
+
+def test_only_a_scoped_signal_looks_at_its_message() -> None:
     for state, signal in LIVE_CELLS:
         plain = decide(State(state), Signal(signal))
-        waiting = decide(State(state), Signal(signal), message_waiting=True)
-        if plain.outcome is not Outcome.IGNORED:
-            assert waiting == plain
+        for progress in MessageProgress:
+            scoped = decide(State(state), Signal(signal), message=progress)
+            if Signal(signal) not in lifecycle.MESSAGE_SCOPED_SIGNALS:
+                assert scoped == plain
+            elif not scoped.cancels_message:
+                assert scoped.outcome in (plain.outcome, Outcome.IGNORED)
 
 
 # --- what the runtime records (ARCHITECTURE §1 outcomes, §3-§4) ----------------------

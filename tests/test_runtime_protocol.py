@@ -36,13 +36,14 @@ class RawWorker:
         version: str = "v1",
         accepts_batches: bool = False,
         heartbeats: bool = True,
+        profile: pb.Profile | None = None,
     ) -> None:
         self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
         self.requests.put_nowait(
             rt.ConnectRequest(
                 hello=rt.Hello(
                     worker_id=worker_id,
-                    types=[rt.HostedType(type=t) for t in types],
+                    types=[rt.HostedType(type=t, profile=profile) for t in types],
                     code_version=version,
                     accepts_batches=accepts_batches,
                 )
@@ -116,6 +117,16 @@ async def running(
     )
     assert started.applied, started
     return ref, lease
+
+
+async def usr_then_kill(
+    stub: api_grpc.EntityServiceStub, worker: RawWorker, ref: pb.EntityRef
+) -> tuple[api.SignalEntityResponse, api.SignalEntityResponse]:
+    """SIGUSR, delivered to ``worker`` (its outcome owed), then SIGKILL: the entity has ended."""
+    usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+    assert (await worker.next("delivery")).event.key == usr.key
+    kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+    return usr, kill
 
 
 async def read_to_end(call: Any) -> None:
@@ -320,13 +331,13 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-kill", ["agent"])
         ref, lease = await running(stub, worker, "k1")
-        kill = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        usr, kill = await usr_then_kill(stub, worker, ref)
         assert (
             await stub.GetEntity(api.GetEntityRequest(ref=ref))
-        ).entity.closed is False  # the runtime may still write
+        ).entity.closed is False  # the runtime may still write its closing records
         assert (await worker.next("delivery")).event.key == kill.key
         outcome = rt.SignalOutcomeUpdate(
-            signal_key=kill.key, signal=pb.SIGNAL_SIGKILL, outcome=pb.SIGNAL_OUTCOME_ABORTED
+            signal_key=usr.key, signal=pb.SIGNAL_SIGUSR, outcome=pb.SIGNAL_OUTCOME_IGNORED
         )
         assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, signal_outcome=outcome)).applied
         worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
@@ -337,6 +348,121 @@ async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: Electr
                     break
         assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
         worker.close()
+
+
+async def test_after_the_end_only_the_runtimes_closing_records_apply(start_server: StartServer) -> None:
+    """After `killed` (as after `stopped`) the runtime may still write the outcome of a signal it
+    was given, the end of the run in progress, exec receipts and output; nothing that begins
+    anything (ENTITY_TERMINAL), and no outcome of a signal it was not given."""
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-end", ["agent"])
+        ref, lease = await running(stub, worker, "end")
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="work"))
+        message = (await worker.next("delivery")).event
+        run = pb.RunValue(message_key=message.key, attempt=1, message_offset=message.offset)
+        run.status = pb.RUN_STATUS_STARTED
+        assert (await worker.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)).applied
+        usr, kill = await usr_then_kill(stub, worker, ref)
+
+        async def refused(expect: int, **op: Any) -> str:
+            result = await worker.write(ref, lease.epoch, expect, **op)
+            assert not result.applied, op
+            return result.reason
+
+        # A worker that has not seen the end yet learns of it at once (no STATE_CHANGED first).
+        custom = rt.CustomEvent(type="note")
+        assert await refused(pb.STATE_RUNNING, custom=custom) == "ENTITY_TERMINAL"
+        assert await refused(pb.STATE_KILLED, custom=custom) == "ENTITY_TERMINAL"
+        step = pb.RunValue(message_key=message.key, status=pb.RUN_STATUS_STEP, message_offset=message.offset)
+        assert await refused(pb.STATE_KILLED, run=step) == "ENTITY_TERMINAL"
+        assert await refused(pb.STATE_KILLED, run=run) == "ENTITY_TERMINAL"  # a run start
+        back = rt.Transition(to=pb.STATE_RUNNING, cause="wake")
+        assert await refused(pb.STATE_KILLED, transition=back) == "ENTITY_TERMINAL"
+        settled = rt.SignalOutcomeUpdate(signal_key=kill.key, outcome=pb.SIGNAL_OUTCOME_IGNORED)
+        assert await refused(pb.STATE_KILLED, signal_outcome=settled) == "UNKNOWN_SIGNAL"  # the server's
+
+        closing: list[dict[str, Any]] = [
+            {"signal_outcome": rt.SignalOutcomeUpdate(signal_key=usr.key, outcome=pb.SIGNAL_OUTCOME_IGNORED)},
+            {"exec": pb.ExecReceipt(task_id="t", action=pb.EXEC_ACTION_FORCE, action_name="SIGKILL")},
+            {"output": pb.ExecOutput(task_id="t", stream="stdout", text="last words")},
+        ]
+        for op in closing:
+            assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, **op)).applied, op
+        run.status, run.output = pb.RUN_STATUS_ABORTED, "partial"
+        assert (await worker.write(ref, lease.epoch, pb.STATE_KILLED, run=run)).applied  # the run in progress
+        assert await refused(pb.STATE_KILLED, run=run) == "ENTITY_TERMINAL"  # it has ended: no second end
+        worker.close()
+
+
+async def test_the_settle_not_the_lease_ttl_bounds_the_closing_records(start_server: StartServer) -> None:
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50, settle_ms=100)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-settle", ["agent"])
+        ref, lease = await running(stub, worker, "settle-bound")
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        with anyio.fail_after(10):  # never released, its lease good for a minute: the settle closes it
+            async for item in stub.WatchEvents(api.WatchEventsRequest(ref=ref)):
+                if item.HasField("end_of_stream"):
+                    break
+        result = await worker.write(ref, lease.epoch, pb.STATE_KILLED, exec=pb.ExecReceipt(task_id="t"))
+        assert (result.applied, result.reason) == (False, "STALE_EPOCH")  # the lease ended with it
+        worker.close()
+
+
+async def outcomes_after_eof(
+    stub: api_grpc.EntityServiceStub, ref: pb.EntityRef
+) -> dict[str, pb.SignalValue]:
+    """Watch the stream to its EOF; each signal's latest value (its outcome update, if any)."""
+    latest: dict[str, pb.SignalValue] = {}
+    with anyio.fail_after(10):
+        async for item in stub.WatchEvents(api.WatchEventsRequest(ref=ref)):
+            if item.HasField("end_of_stream"):
+                return latest
+            if item.event.type == "signal":
+                latest[item.event.key] = item.event.signal
+    raise AssertionError("the watch ended without EOF")
+
+
+async def test_a_lost_runtime_of_an_ended_entity_leaves_no_signal_pending(
+    runtime_server: ElectricServer,
+) -> None:
+    """No later lease will report on a killed entity's signals: once its runtime is lost, each one
+    it never reported on is settled `ignored` (a SIGTERM's cleanup too), and the stream closes."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-lost", ["agent"])
+        ref, _lease = await running(stub, worker, "lost")
+        term = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGTERM))
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        worker.close()  # lost, having reported nothing
+        latest = await outcomes_after_eof(stub, ref)
+        assert latest[term.key].outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "lease ended first (runtime_lost" in latest[term.key].detail
+        assert all(value.outcome != pb.SIGNAL_OUTCOME_PENDING for value in latest.values())
+
+
+async def test_a_stream_a_restart_left_open_after_the_end_closes(start_server: StartServer) -> None:
+    """The server stopped within an ended entity's settle (its worker still held the lease): the
+    restarted server closes the stream, settling what was still pending."""
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50, settle_ms=60_000)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-restart", ["agent"])
+        ref, _lease = await running(stub, worker, "restart")
+        usr, _kill = await usr_then_kill(stub, worker, ref)
+        assert not (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
+        worker.close()
+    await server.stop(0)  # a draining server writes nothing for its sessions
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        latest = await outcomes_after_eof(stub, ref)
+        assert latest[usr.key].outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert "server restarted" in latest[usr.key].detail
+        assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
 
 
 async def test_a_runtime_that_never_lets_go_is_cut_off(runtime_server: ElectricServer) -> None:
@@ -392,8 +518,11 @@ async def test_signals_a_released_lease_never_reported_on_are_settled(runtime_se
         stub = api_grpc.EntityServiceStub(channel)
         worker = RawWorker(channel, "w-rel", ["agent"])
         ref, lease = await running(stub, worker, "settle")
-        usr = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
-        assert (await worker.next("delivery")).event.key == usr.key
+        usr = await stub.SignalEntity(
+            api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="check in")
+        )
+        insert = (await worker.next("delivery")).event
+        assert insert.key == usr.key
         worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
         update = None
         async with asyncio.timeout(10):  # the release is applied asynchronously: watch for the update
@@ -404,6 +533,16 @@ async def test_signals_a_released_lease_never_reported_on_are_settled(runtime_se
         assert update is not None
         assert update.signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
         assert "lease ended first (released" in update.signal.detail
+        # The update's value is the insert's whole value, with the outcome: who sent it and why.
+        whole = pb.SignalValue()
+        whole.CopyFrom(insert.signal)
+        whole.outcome, whole.detail = update.signal.outcome, update.signal.detail
+        assert update.signal == whole
+        assert (whole.sender, whole.reason, whole.previous_state) == (
+            "anonymous",
+            "check in",
+            pb.STATE_RUNNING,
+        )
         worker.close()
 
 
@@ -424,34 +563,74 @@ async def test_a_draining_worker_hands_its_entities_to_another(runtime_server: E
         new.close()
 
 
-async def test_a_types_profile_applies_to_spawns_without_one(runtime_server: ElectricServer) -> None:
+async def test_a_types_profile_is_fixed_at_the_first_lease(runtime_server: ElectricServer) -> None:
+    """Spawned before any worker announced the type, or a moment later: the same profile. What the
+    spawn leaves unset shows as pending until the first lease fixes it from the type's default."""
+    grace, idle = pb.PROFILE_FIELD_GRACE_PERIOD, pb.PROFILE_FIELD_IDLE_TIMEOUT
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
-        requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
+
+        async def spawn(id_: str, profile: pb.Profile | None = None) -> pb.Entity:
+            request = api.SpawnEntityRequest(ref=pb.EntityRef(type="profiled", id=id_), profile=profile)
+            return (await stub.SpawnEntity(request)).entity
+
+        early = await spawn("early")  # no worker has announced the type yet
+        assert list(early.pending_profile) == [grace, idle]
+        assert not early.profile.HasField("grace_period")
+        assert not early.profile.HasField("idle_timeout")
+        explicit = await spawn("explicit", pb.Profile(grace_period=convert_ms(40)))
+        assert list(explicit.pending_profile) == [idle]
+        assert explicit.profile.grace_period.ToMilliseconds() == 40  # the request's own value
         profile = pb.Profile(grace_period=convert_ms(250), idle_timeout=convert_ms(1500))
-        requests.put_nowait(
-            rt.ConnectRequest(
-                hello=rt.Hello(worker_id="w-prof", types=[rt.HostedType(type="profiled", profile=profile)])
-            )
-        )
+        worker = RawWorker(channel, "w-prof", ["profiled"], profile=profile)
+        late = await spawn("late")  # the type is announced now: still pending until its lease
+        assert list(late.pending_profile) == [grace, idle]
+        granted = {}
+        for _ in range(3):
+            lease = await worker.next("lease_granted")
+            granted[lease.entity.ref.id] = lease.entity
+        expected = {"early": (250, 1500), "explicit": (40, 1500), "late": (250, 1500)}
+        for id_, ms in expected.items():
+            got = (
+                await stub.GetEntity(api.GetEntityRequest(ref=pb.EntityRef(type="profiled", id=id_)))
+            ).entity
+            for entity in (granted[id_], got):
+                assert not entity.pending_profile
+                assert (
+                    entity.profile.grace_period.ToMilliseconds(),
+                    entity.profile.idle_timeout.ToMilliseconds(),
+                ) == ms, id_
+        worker.close()
 
-        async def stream() -> AsyncIterator[rt.ConnectRequest]:
-            while (item := await requests.get()) is not None:
-                yield item
 
-        call = rt_grpc.RuntimeServiceStub(channel).Connect(stream())
-        assert (await call.read()).HasField("welcome")
-        spawned = await stub.SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="profiled", id="p")))
-        assert spawned.entity.profile.grace_period.ToMilliseconds() == 250
-        assert spawned.entity.profile.idle_timeout.ToMilliseconds() == 1500
-        explicit = await stub.SpawnEntity(
-            api.SpawnEntityRequest(
-                ref=pb.EntityRef(type="profiled", id="q"), profile=pb.Profile(grace_period=convert_ms(40))
+async def test_the_newest_code_versions_type_profile_wins_and_is_kept(start_server: StartServer) -> None:
+    """Type defaults are stored: after a restart, with only an older version's worker connected,
+    the newest version's announcement still applies."""
+    server = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        for version, ms in (("v1", 100), ("v2", 250)):
+            announcer = RawWorker(
+                channel,
+                f"w-{version}",
+                ["versioned"],
+                version,
+                profile=pb.Profile(grace_period=convert_ms(ms)),
             )
+            await announcer.next("welcome")
+            announcer.close()
+    await server.stop(0)
+    server = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        ref = pb.EntityRef(type="versioned", id="x")
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        old = RawWorker(
+            channel, "w-v1-again", ["versioned"], "v1", profile=pb.Profile(grace_period=convert_ms(100))
         )
-        assert explicit.entity.profile.grace_period.ToMilliseconds() == 40  # the request wins
-        assert explicit.entity.profile.idle_timeout.ToMilliseconds() == 1500
-        call.cancel()
+        granted = (await old.next("lease_granted")).entity
+        assert granted.profile.grace_period.ToMilliseconds() == 250  # v2's, though only v1 is connected
+        assert granted.profile.idle_timeout.ToMilliseconds() == 60_000  # announced by neither: the server's
+        old.close()
 
 
 def convert_ms(ms: int) -> Any:

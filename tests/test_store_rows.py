@@ -24,7 +24,7 @@ from electric_sdk.lifecycle import State
 pytestmark = pytest.mark.anyio
 
 # Every field away from its default, so a field mapped to the wrong column shows.
-RECORD = EntityRecord("agent", "e1", State.STOPPING, 1, 2, 3, 4, 5, True, 6, 7, 8, 9, 10, 11, True)
+RECORD = EntityRecord("agent", "e1", State.STOPPING, 1, 2, 3, 4, 5, True, 6, 7, 8, 9, 10, 11, True, (12, 13))
 
 # The entities table as the first release wrote it, before the runtime's columns.
 FIRST_RELEASE_ENTITIES = """
@@ -84,6 +84,7 @@ def test_a_record_comes_back_from_its_row() -> None:
     row = entity_row(RECORD)
     assert len(row) == len(ENTITY_COLUMNS)
     assert row[ENTITY_COLUMNS.index("state")] == "stopping"  # the enum as its value
+    assert row[ENTITY_COLUMNS.index("cancelled_messages")] == "12,13"  # a tuple as text
     assert all(value is None or type(value) in (str, int, bool) for value in row)
     # SQLite returns the booleans as 0 or 1.
     assert entity_from_row([int(v) if isinstance(v, bool) else v for v in row]) == RECORD

@@ -184,12 +184,34 @@ def test_an_entity_record_reads_back_as_the_model(deadline_ms: int | None) -> No
     entity = Entity.from_pb(message)
     assert (entity.ref.type, entity.ref.id, entity.state) == ("agent", "a1", state)
     assert entity.ref.url == entity_url("agent", "a1") == "/agent/a1"
-    assert entity.to_json()["profile"] == {"grace_period_ms": 30_000, "idle_timeout_ms": 60_001}
+    assert entity.to_json()["profile"] == {
+        "grace_period_ms": 30_000,
+        "idle_timeout_ms": 60_001,
+        "pending": [],
+    }
     assert times.datetime_to_ms(entity.created_at) == record.created_at_ms
     assert times.datetime_to_ms(entity.updated_at) == record.updated_at_ms
     assert (entity.head_offset, entity.closed, entity.txid) == (7, False, 42)
     stopping = entity.stopping_deadline
     assert (stopping and times.datetime_to_ms(stopping)) == deadline_ms
+
+
+def test_a_pending_profile_value_reads_back_as_none() -> None:
+    """A value the spawn left to the type's default is not shown until the first lease fixes it:
+    its placeholder (the server's default) never reaches the wire."""
+    record = EntityRecord(
+        "agent", "a1", State.SPAWNING, 30_000, 60_000, 1, 1, 1, False, None, 1, grace_pending=True
+    )
+    message = entity_to_pb(record)
+    assert list(message.pending_profile) == [pb.PROFILE_FIELD_GRACE_PERIOD]
+    assert not message.profile.HasField("grace_period")
+    entity = Entity.from_pb(message)
+    assert (entity.grace_period, entity.idle_timeout) == (None, timedelta(minutes=1))
+    assert entity.to_json()["profile"] == {
+        "grace_period_ms": None,
+        "idle_timeout_ms": 60_000,
+        "pending": ["grace_period"],
+    }
 
 
 def test_a_stored_event_reads_back_as_the_model() -> None:

@@ -6,6 +6,7 @@ through ``EntityFields``: this package knows nothing of the server.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Protocol
 
 from .._proto.electric.v1 import types_pb2 as pb
@@ -13,7 +14,7 @@ from ..lifecycle import State
 from .enums import STATE_TO_PB
 from .times import duration_from_ms, timestamp_from_ms
 
-__all__ = ["EntityFields", "entity_to_pb", "entity_url"]
+__all__ = ["EntityFields", "entity_to_pb", "entity_url", "profile_from_pb"]
 
 
 class EntityFields(Protocol):
@@ -41,6 +42,10 @@ class EntityFields(Protocol):
     def stopping_deadline_ms(self) -> int | None: ...
     @property
     def txid(self) -> int: ...
+    @property
+    def grace_pending(self) -> bool: ...
+    @property
+    def idle_timeout_pending(self) -> bool: ...
 
 
 def entity_url(type_: str, id_: str) -> str:
@@ -49,13 +54,23 @@ def entity_url(type_: str, id_: str) -> str:
 
 
 def entity_to_pb(record: EntityFields) -> pb.Entity:
+    """A profile value still pending (the type's default, fixed at the first lease) is left unset
+    and named in ``pending_profile``."""
+    profile = pb.Profile()
+    pending = []
+    if record.grace_pending:
+        pending.append(pb.PROFILE_FIELD_GRACE_PERIOD)
+    else:
+        profile.grace_period.CopyFrom(duration_from_ms(record.grace_ms))
+    if record.idle_timeout_pending:
+        pending.append(pb.PROFILE_FIELD_IDLE_TIMEOUT)
+    else:
+        profile.idle_timeout.CopyFrom(duration_from_ms(record.idle_timeout_ms))
     message = pb.Entity(
         ref=pb.EntityRef(type=record.type, id=record.id),
         state=STATE_TO_PB[record.state],
-        profile=pb.Profile(
-            grace_period=duration_from_ms(record.grace_ms),
-            idle_timeout=duration_from_ms(record.idle_timeout_ms),
-        ),
+        profile=profile,
+        pending_profile=pending,
         created_at=timestamp_from_ms(record.created_at_ms),
         updated_at=timestamp_from_ms(record.updated_at_ms),
         head_offset=record.head_offset,
@@ -65,3 +80,12 @@ def entity_to_pb(record: EntityFields) -> pb.Entity:
     if record.stopping_deadline_ms is not None:
         message.stopping_deadline.CopyFrom(timestamp_from_ms(record.stopping_deadline_ms))
     return message
+
+
+def profile_from_pb(m: pb.Entity) -> tuple[timedelta | None, timedelta | None]:
+    """An entity's grace period and idle timeout; None for a value still pending (its type's
+    default, fixed at the entity's first lease)."""
+    pending = set(m.pending_profile)
+    grace = None if pb.PROFILE_FIELD_GRACE_PERIOD in pending else m.profile.grace_period.ToTimedelta()
+    idle = None if pb.PROFILE_FIELD_IDLE_TIMEOUT in pending else m.profile.idle_timeout.ToTimedelta()
+    return grace, idle

@@ -37,12 +37,7 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
     that broke keeps reconnecting longer (STREAM_RECONNECT_S, or ``--timeout``
     if longer): a server restart should not end ``events --follow``.
     """
-    try:
-        timeout_s = parse_ms(args.timeout or DEFAULT_TIMEOUT) / 1000
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"--timeout: {exc}", code="INVALID_DURATION") from None
-    if timeout_s <= 0:
-        raise errors.InvalidArgument("--timeout must be more than 0", code="INVALID_DURATION")
+    timeout_s = duration_s(args.timeout or DEFAULT_TIMEOUT, "--timeout")
     return ClientOptions(
         address=args.address or os.environ.get("ELECTRIC_ADDRESS") or DEFAULT_ADDRESS,
         token=args.token or os.environ.get("ELECTRIC_TOKEN") or None,
@@ -50,6 +45,17 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
         retry=RetryPolicy(total_s=timeout_s),
         reconnect_s=max(timeout_s, STREAM_RECONNECT_S),
     )
+
+
+def duration_s(text: str, flag: str, *, zero: bool = False) -> float:
+    """A duration flag in seconds; INVALID_DURATION if it is not one (or is 0, unless ``zero``)."""
+    try:
+        ms = parse_ms(text)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"{flag}: {exc}", code="INVALID_DURATION") from None
+    if ms <= 0 and not zero:
+        raise errors.InvalidArgument(f"{flag} must be more than 0", code="INVALID_DURATION")
+    return ms / 1000
 
 
 @dataclass

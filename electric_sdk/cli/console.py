@@ -9,16 +9,29 @@ the RFC's error object ``{"error": {"code": ..., "message": ...}}`` as the last
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ..durations import format_ms
-from ..errors import ElectricError
+from ..errors import ElectricError, InvalidArgument
 from ..event_text import event_summary
-from ..models import Entity, EntityChange, Event, MessageReceipt, SignalResult
+from ..models import PROFILE_PENDING, Entity, EntityChange, Event, MessageReceipt, SignalResult
+
+
+class _Lost(io.TextIOBase):
+    """A standard stream that was closed when the command started (Python makes it None):
+    what is written to it is lost, as whoever closed it chose."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 class Console:
@@ -26,8 +39,8 @@ class Console:
 
     def __init__(self, json_mode: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
         self.json_mode = json_mode
-        self.stdout = stdout or sys.stdout
-        self.stderr = stderr or sys.stderr
+        self.stdout: TextIO = stdout or sys.stdout or cast(TextIO, _Lost())
+        self.stderr: TextIO = stderr or sys.stderr or cast(TextIO, _Lost())
 
     def record(self, obj: Any) -> None:
         """One JSON value on one line."""
@@ -45,6 +58,44 @@ class Console:
             self.record(error.to_json())
 
 
+# -- the standard streams -------------------------------------------------------------------------
+
+
+def keep_standard_fds_open() -> None:
+    """Give /dev/null to a standard fd (0, 1, 2) that was closed when the command started.
+
+    Python has made its stream None, which still tells the command it was closed; but the fd
+    must not stay free: the next file opened would get it, and what is written to the standard
+    stream (gRPC's C core logs to fd 2) would land in that file.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free fd: this one, or one below
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def require_stdout() -> None:
+    """A command whose result goes to stdout refuses to act when there is no stdout."""
+    if sys.stdout is None:
+        raise InvalidArgument(
+            "standard output is closed: the result would be lost (redirect it to /dev/null to discard it)",
+            code="USAGE",
+        )
+
+
+def discard_stdout() -> None:
+    """Once stdout broke (a closed pipe): Python flushes it again at exit; /dev/null keeps that
+    flush from failing too."""
+    if sys.stdout is not None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
 # -- values ---------------------------------------------------------------------------------------
 
 
@@ -53,7 +104,10 @@ def when(dt: datetime, *, ms: bool = False) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds" if ms else "seconds").replace("+00:00", "Z")
 
 
-def duration(value: timedelta) -> str:
+def duration(value: timedelta | None) -> str:
+    """``1.5s``; a profile value still pending (None) says so."""
+    if value is None:
+        return PROFILE_PENDING
     return format_ms(int(value / timedelta(milliseconds=1)))
 
 

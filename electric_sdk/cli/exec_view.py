@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._wire.exec_receipts import generation_running
 from ..event_text import receipt_summary
 from ..models import Event
 
@@ -12,25 +13,26 @@ __all__ = ["process_json", "process_lines"]
 
 
 def process_json(events: list[Event]) -> dict[str, Any] | None:
-    """The newest generation's evidence, whether it is running, and the newest act; None if no receipts."""
+    """The newest generation's evidence, whether it is running (and exiting: a graceful or force
+    action was issued to it), how it ended, and the newest act; None if no receipts."""
     receipts = [e.value for e in events if e.type == "exec"]
     if not receipts:
         return None
-    start = next((r for r in reversed(receipts) if r["action"] == "start" and r.get("generation")), None)
-    current = (start or {}).get("generation") or {}
-    ended = next(
-        (
-            r
-            for r in reversed(receipts)
-            if r["action"] in ("exit", "recover")
-            and (r.get("generation") or {}).get("generation") == current.get("generation")
-        ),
-        None,
-    )
+    running_from = [generation_running(r["action"], r["disposition"]) for r in receipts]
+    starts = [r for r, running in zip(receipts, running_from, strict=True) if running and r.get("generation")]
+    current = (starts[-1] if starts else {}).get("generation") or {}
+    mine = [
+        (r, running)
+        for r, running in zip(receipts, running_from, strict=True)
+        if (r.get("generation") or {}).get("generation") == current.get("generation")
+    ]
+    ended = next((r for r, running in reversed(mine) if running is False), None)
+    told_to_stop = any(r["action"] in ("graceful", "force") and r["disposition"] == "issued" for r, _ in mine)
     acts = [r for r in receipts if r["action"] in ("graceful", "force", "forward")]
     return {
         "generation": current or None,
         "running": bool(current) and ended is None,
+        "exiting": bool(current) and ended is None and told_to_stop,
         "ended": ended,
         "last_action": acts[-1] if acts else None,
         "receipts": len(receipts),
@@ -41,7 +43,9 @@ def process_lines(summary: dict[str, Any]) -> str:
     g = summary.get("generation") or {}
     lines = ["  process"]
     if g:
-        status = "running" if summary["running"] else "ended"
+        status = "ended"
+        if summary["running"]:  # exiting: told to stop, its exit not seen yet
+            status = "exiting" if summary.get("exiting") else "running"
         ended = summary.get("ended")
         if ended is not None:
             status += f" ({ended.get('reason', '')})"

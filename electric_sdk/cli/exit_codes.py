@@ -45,7 +45,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
     ),
     USAGE: (
         "usage or invalid argument",
-        "usage error or invalid argument: a bad flag, name, signal, state, duration or JSON, found "
+        "usage error or invalid argument: a bad flag, name, signal, state, duration, token or JSON, "
+        "text that is not UTF-8, a closed stdout (or stdin for `run --message -`), found "
         "locally (nothing was sent) or by the server (`INVALID_ARGUMENT`: `INVALID_NAME`, "
         "`UNKNOWN_SIGNAL`, `PAYLOAD_NOT_ALLOWED`, `EMPTY_MESSAGE`, ...); bad `server`/`verify` "
         "configuration, or a data directory another server holds; `backup`/`restore` refused "

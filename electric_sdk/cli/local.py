@@ -81,6 +81,13 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "sends what arrived meanwhile in one message (default %(default)s, 32 MiB)",
     )
     p.add_argument(
+        "--settle",
+        default="1s",
+        help="after an entity's end, how long its runtime may append its closing records (a "
+        "signal's outcome, the end of the run in progress, exec receipts) before the stream closes "
+        "(default %(default)s; 1ms to 60s)",
+    )
+    p.add_argument(
         "--max-streams",
         type=int,
         default=5000,
@@ -146,6 +153,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             accept_data_loss=args.accept_data_loss,
             allow_readable_tokens=args.allow_readable_tokens,
             hello_timeout_ms=parse_ms(args.hello_timeout),
+            settle_ms=parse_ms(args.settle),
             max_streams=args.max_streams,
             max_sessions=args.max_sessions,
             watch_bandwidth=args.watch_bandwidth,

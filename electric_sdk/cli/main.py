@@ -11,7 +11,6 @@ the table. docs/cli.md is the user's guide.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, exit_codes, local, run_cmd, runtime_cmds, streams
+from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -160,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_client_command(args: argparse.Namespace) -> int:
     out = Console(args.json)
     try:
+        console.require_stdout()
         ctx = Invocation(out, client_options(args))
         try:
             func: CommandFunc = args.client_func
@@ -173,15 +173,30 @@ def _run_client_command(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
         return exit_codes.INTERRUPTED
     except BrokenPipeError:
-        # Python flushes stdout again at exit; /dev/null keeps that flush from failing too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        console.discard_stdout()
         return exit_codes.BROKEN_PIPE
 
 
+def _check_text(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
+    """Every argument must be text: bytes that are not UTF-8 come as lone surrogates, which
+    nothing can send (an entity name, a message, a reason)."""
+    for n, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape")
+            raise UsageError(
+                f"argument {n} is not valid UTF-8 text: {shown!r}", parser.format_usage()
+            ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    console.keep_standard_fds_open()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        _check_text(argv, parser)
+        args = parser.parse_args(argv)
     except UsageError as exc:
         out = Console("--json" in argv)
         out.stderr.write(exc.usage)

@@ -37,11 +37,11 @@ from anyio.abc import TaskGroup
 from .. import errors
 from .._signals import two_stage_signals
 from ..client import AsyncClient, ClientOptions, RetryPolicy
-from ..durations import format_ms, parse_ms
+from ..durations import format_ms
 from ..lifecycle import STATE_RULES, Signal
 from ..models import EntityRef, Event, MessageReceipt
 from . import console, exit_codes
-from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, parse_json
+from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, duration_s, parse_json
 from .console import Console
 
 SCHEMA = "electric.run/v1"
@@ -92,16 +92,6 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
 # -- settings -------------------------------------------------------------------------------------
 
 
-def _duration_s(text: str, flag: str) -> float:
-    try:
-        ms = parse_ms(text)
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"{flag}: {exc}", code="INVALID_DURATION") from None
-    if ms <= 0:
-        raise errors.InvalidArgument(f"{flag} must be more than 0", code="INVALID_DURATION")
-    return ms / 1000
-
-
 @dataclass(frozen=True)
 class Settings:
     ref: EntityRef
@@ -119,19 +109,19 @@ class Settings:
         except ValueError as exc:
             raise errors.InvalidArgument(str(exc), code="INVALID_NAME") from None
         data = parse_json(args.data, "--data")
-        text = sys.stdin.read() if args.message == "-" else (args.message or "")
+        text = _read_stdin() if args.message == "-" else (args.message or "")
         if not text and data is None:
             raise errors.InvalidArgument(
                 "a message needs --message TEXT or --data JSON", code="EMPTY_MESSAGE"
             )
-        call_s = _duration_s(args.call_timeout, "--call-timeout")
+        call_s = duration_s(args.call_timeout, "--call-timeout")
         return cls(
             ref=ref,
             text=text,
             data=data,
             spawn=args.spawn,
-            grace_s=_duration_s(args.grace, "--grace"),
-            timeout_s=_duration_s(args.timeout, "--timeout") if args.timeout else None,
+            grace_s=duration_s(args.grace, "--grace"),
+            timeout_s=duration_s(args.timeout, "--timeout") if args.timeout else None,
             options=ClientOptions(
                 address=args.address or os.environ.get("ELECTRIC_ADDRESS") or DEFAULT_ADDRESS,
                 token=args.token or os.environ.get("ELECTRIC_TOKEN") or None,
@@ -140,6 +130,29 @@ class Settings:
                 reconnect_s=max(call_s, STREAM_RECONNECT_S),
             ),
         )
+
+
+def _read_stdin() -> str:
+    """``--message -``: the text on standard input, which must be there and be UTF-8."""
+    if sys.stdin is None:
+        raise errors.InvalidArgument(
+            "--message -: standard input is closed; pipe the text in, or give it as --message TEXT",
+            code="USAGE",
+        )
+    try:  # bytes, decoded strictly below (a text stream might have mangled them already)
+        buffer = getattr(sys.stdin, "buffer", None)
+        data = buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise errors.InvalidArgument(
+            f"--message -: cannot read standard input: {exc}", code="USAGE"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise errors.InvalidArgument(
+            f"--message -: standard input is not UTF-8 text (byte {exc.start}: {exc.reason})",
+            code="INVALID_TEXT",
+        ) from None
 
 
 # -- how a session ends ---------------------------------------------------------------------------
@@ -309,8 +322,7 @@ class HeadlessRun:
                 try:
                     code = self.finish(await self._session())
                 except BrokenPipeError:
-                    # Python flushes stdout again at exit; /dev/null keeps that flush from failing too.
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    console.discard_stdout()
                     code = exit_codes.BROKEN_PIPE
                 if self.stop is not None and self.run.status == "unknown":
                     # The grace ran out: exit now, as a second signal would, without waiting for
@@ -491,11 +503,12 @@ class HeadlessRun:
         """Send a scoped SIGINT unless one already sent can still stop the run.
 
         One the stream has not shown yet lands after everything seen so far, so
-        it acts on the run in progress, or on the message while it is queued.
-        One that predates the run's latest STARTED record cannot act on that run
-        (a signal acts on the run in progress when it is appended; and the server
-        ignores a SIGINT to an idle entity that the message has not woken yet):
-        then the run is interrupted again, now that it is current.
+        it acts on the run in progress, or cancels the message while it is queued
+        (the server does that at once, in the interrupt's own transaction). One
+        that predates the run's latest STARTED record cannot act on that run (a
+        signal acts on the run in progress when it is appended; e.g. a run
+        started again after its worker was lost): then the run is interrupted
+        again, now that it is current.
         """
         run = self.run
         if self.stop is None or self.receipt is None or run.ended or self._interrupts_in_flight:
@@ -527,6 +540,7 @@ def command(args: argparse.Namespace) -> int:
     out = Console(bool(args.json))
     try:
         try:
+            console.require_stdout()
             settings = Settings.from_args(args)  # may read the message from stdin
         except errors.ElectricError as exc:
             return HeadlessRun(out, _placeholder(args)).finish(_from_error(exc))
@@ -541,4 +555,5 @@ def _placeholder(args: argparse.Namespace) -> Settings:
         ref = EntityRef.parse(args.ref)
     except ValueError:
         ref = EntityRef("-", "-")
-    return Settings(ref, "", None, False, 0.0, None, ClientOptions())
+    # Not ClientOptions(): its defaults read the environment, whose values may be the error.
+    return Settings(ref, "", None, False, 0.0, None, ClientOptions(address=DEFAULT_ADDRESS, token=None))

@@ -20,6 +20,7 @@ from typing import Any
 from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
+from .commands import duration_s
 from .local import add_accept_data_loss, storage_exit
 
 DEFAULT_APP = "examples.agents:app"
@@ -152,9 +153,7 @@ def _exec_hints(env: str, app: Any) -> list[str]:
 
 
 async def _serve(reloader: Any, args: argparse.Namespace, *, server_config: Any = None) -> int:
-    from ..durations import parse_ms
-
-    grace_s = parse_ms(args.grace) / 1000
+    grace_s = duration_s(args.grace, "--grace", zero=True)
     announce = _announce_drain
     with drain_on_signals(announce) as drain:
         return await _serve_until_drained(reloader, args, server_config, grace_s, drain)
@@ -189,7 +188,7 @@ async def _serve_until_drained(
             for name in ("address", "token"):
                 if getattr(args, name, None):
                     overrides[name] = getattr(args, name)
-        options = ClientOptions(**{**ClientOptions().__dict__, **overrides})
+        options = ClientOptions(**overrides)
         app = reloader.app
         reload_app = reloader if server_config is not None else None  # dev: edits apply at the next wake
         worker = Worker(

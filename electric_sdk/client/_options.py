@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from google.protobuf import duration_pb2
 
+from .. import errors
 from .._wire.times import duration_from_ms
 from ..durations import parse_ms
 
@@ -41,6 +42,22 @@ class ClientOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # How long a watch keeps trying to reconnect before giving up.
     reconnect_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        # Checked here, once, so that a bad value (a flag, an environment variable) is a clear
+        # error before any call, not an exception from deep inside grpc at the first one.
+        if self.token is not None and not all(" " <= c <= "~" for c in self.token):
+            # Never echoed: it is a secret.
+            raise errors.InvalidArgument(
+                "the token must be printable ASCII: it is sent in the authorization header",
+                code="INVALID_TOKEN",
+            )
+        try:
+            self.address.encode("utf-8")
+        except UnicodeEncodeError:
+            raise errors.InvalidArgument(
+                f"the address {self.address!r} is not valid UTF-8 text", code="INVALID_ADDRESS"
+            ) from None
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

@@ -29,6 +29,7 @@ from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..arguments import json_argument
+from ..errors import EntityTerminal
 from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..models import Event
 from .context import Context, Message, SignalInfo
@@ -161,7 +162,10 @@ class EntityHost(HostBase):
         custom = rt.CustomEvent(type=type)
         if data is not None:
             custom.data.CopyFrom(json_argument(data, "data"))
-        await self._fenced.write(retry=True, custom=custom)
+        result = await self._fenced.write(retry=True, custom=custom)
+        if result is not None and result.reason == EntityTerminal.default_code:
+            # A handler that outlived the end (shielded, or blocking) learns its event was not kept.
+            raise EntityTerminal(result.message, status="FAILED_PRECONDITION")
 
     async def history(self) -> list[Event]:
         return await self._fenced.session.history(self.lease.ref)
@@ -283,9 +287,9 @@ class EntityHost(HostBase):
                 self._report(info, _SCOPED_MISSED, "its run already ended")
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
-        """A SIGINT scoped to one message (headless runs) touches that message only: its run is
-        aborted if it is in progress (even if it started after the SIGINT was sent: the message had
-        not started then), it is cancelled if it is queued, or when it arrives if it has not yet."""
+        """A SIGINT scoped to one message (headless runs) that the server left to us: that
+        message's run had started. Its run is aborted if it is in progress; if the run was lost
+        with a worker and the message comes again, it is cancelled while queued, or on arrival."""
         assert self._tg is not None
         key = info.message_key
         run = self._run
@@ -311,7 +315,23 @@ class EntityHost(HostBase):
         run.outcome_pending = pending
         self._tg.start_soon(self._finish_run, run, pb.RUN_STATUS_ABORTED, "cancelled before it started")
 
+    def _too_late(self) -> str:
+        """Why no handler may start now ("" if one may): none starts after the end, nor once the
+        grace deadline of a cleanup has passed (the server is writing `stopped`), whatever this
+        host has seen of it yet."""
+        state = self.state
+        if state.terminal or self.end_reason is not None:
+            return f"the entity's hosting ended ({self.end_reason or state.value})"
+        deadline = self.grace_deadline
+        if STATE_RULES[state].cleanup and deadline is not None and datetime.now(UTC) >= deadline:
+            return "the grace period ended"
+        return ""
+
     async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Effect, str]:
+        if too_late := self._too_late():
+            # Checked right before the call: a handler's first step (blocking code, a shielded
+            # block) runs before any cancellation can reach it.
+            return Effect.NO_TARGET, f"on_signal not called: {too_late}"
         try:
             await handler(self.instance, Context(self), info)
         except Exception as exc:
@@ -348,8 +368,10 @@ class EntityHost(HostBase):
             await self._cleanup_requested(term, pending)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
-                await self._call_handler(handler, term)
-            cleaned = True
+                effect, _ = await self._call_handler(handler, term)
+                if effect is Effect.NO_TARGET:
+                    return False  # too late to start it: the cleanup did not run
+            cleaned = not self._too_late()
         if not cleaned and self._run is not None:  # the grace ran out mid-step: cancel it, as SIGKILL would
             self._run.stopped_by = term
         return cleaned

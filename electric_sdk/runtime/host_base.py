@@ -26,7 +26,7 @@ import anyio
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
-from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State
+from ..lifecycle import MESSAGE_SCOPED_SIGNALS, STATE_RULES, Action, Effect, Outcome, State
 from .context import Message, SignalInfo
 from .fenced import DEFAULT_IDLE_TIMEOUT, WorkerLink
 from .lifetime import Lifetime
@@ -137,13 +137,14 @@ class HostBase(Lifetime):
         if (judged := self._signal_event(event)) is None:
             return
         info, pending, cell = judged
-        # A SIGINT scoped to one message (a headless run's) acts on that message only, unless
-        # the entity is shutting down (SIGKILL is the way out of a cleanup).
-        if (
-            info.signal is Signal.SIGINT
-            and info.message_key
-            and not STATE_RULES[info.previous_state].shutting_down
-        ):
+        scoped = info.signal in MESSAGE_SCOPED_SIGNALS and bool(info.message_key)
+        if scoped and not pending:
+            # The server settled it: it cancelled the message in the signal's own transaction (or
+            # found it done). A copy still queued here is dropped; a run of it would be refused.
+            self._queue[:] = [m for m in self._queue if m.key != info.message_key]
+        elif scoped and not STATE_RULES[info.previous_state].shutting_down:
+            # A SIGINT scoped to a message whose run started: that run alone is aborted, unless the
+            # entity is shutting down (SIGKILL is the way out of a cleanup).
             self._scoped_sigint(info, pending)
         else:
             if (run_in_progress := self._run_in_progress(event, info, cell)) is None:

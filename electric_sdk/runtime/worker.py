@@ -55,6 +55,8 @@ __all__ = ["Worker"]
 log = logging.getLogger("electric.runtime")
 
 _FATAL = (errors.Unauthenticated, errors.PermissionDenied, errors.InvalidArgument)
+# The hello's capacity is a uint32 on the wire.
+MAX_CAPACITY = 2**32 - 1
 
 
 def _seconds(value: DurationLike) -> float:
@@ -101,11 +103,20 @@ class Worker:
         max_backoff_s: float = 2.0,
         reload_app: Callable[[], App] | None = None,
     ) -> None:
-        opts = options or ClientOptions()
-        overrides = {k: v for k, v in (("address", address), ("token", token)) if v is not None}
-        self.options = ClientOptions(**{**opts.__dict__, **overrides}) if overrides else opts
+        overrides: dict[str, Any] = {
+            k: v for k, v in (("address", address), ("token", token)) if v is not None
+        }
+        if options is None:  # the environment only for what is not given (a bad variable is refused)
+            self.options = ClientOptions(**overrides)
+        else:
+            self.options = ClientOptions(**{**options.__dict__, **overrides}) if overrides else options
         self.app = app
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 <= capacity <= MAX_CAPACITY:
+            raise errors.InvalidArgument(
+                f"capacity must be a whole number from 0 (no limit) to {MAX_CAPACITY}, got {capacity!r}",
+                code="VALUE_OUT_OF_RANGE",
+            )
         self.capacity = capacity
         self.code_version = app.code_version
         self._max_backoff_s = max_backoff_s

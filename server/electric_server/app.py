@@ -41,7 +41,7 @@ from .handlers import guard_server
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .reaper import Reaper
-from .runtime_service import Runtime, RuntimeService
+from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
 from .store.base import DiskFull, StorageFault, Store
 from .store.sqlite import SQLiteStore
@@ -57,6 +57,7 @@ WRITES_HEALTH_NAME = "electric.v1.writes"
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
 MAX_ACCEPTORS = 64
+MAX_SETTLE_MS = 60_000
 
 
 @dataclass
@@ -92,6 +93,9 @@ class ServerConfig:
     disk_full_retry_ms: int = 1_000
     # A runtime stream that sends no hello this long after it opened is ended (HELLO_TIMEOUT).
     hello_timeout_ms: int = 10_000
+    # The bounded settle after an end: how long the runtime may still append its closing records
+    # (lifecycle.CLOSING_RECORDS) before its lease ends and the stream closes.
+    settle_ms: int = DEFAULT_SETTLE_MS
     # Per principal (caps.py): open streams (watches and runtime streams), and worker sessions.
     max_streams: int = DEFAULT_MAX_STREAMS
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -130,6 +134,8 @@ class ElectricServer:
             raise ConfigError("--tls-cert and --tls-key go together")
         if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
+        if not 1 <= config.settle_ms <= MAX_SETTLE_MS:
+            raise ConfigError(f"--settle must be 1ms to {MAX_SETTLE_MS // 1000}s, not {config.settle_ms}ms")
         for flag, value in (
             ("--hello-timeout", config.hello_timeout_ms),
             ("--max-streams", config.max_streams),
@@ -207,11 +213,14 @@ class ElectricServer:
             self.config.watch_bandwidth,
             self.config.watch_feed_events,
         )
-        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms)
+        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms, self.config.settle_ms)
         await self._reaper.start()
-        self.runtime = Runtime(self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms)
+        self.runtime = Runtime(
+            self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms, self.config.settle_ms
+        )
         await self.runtime.start()
         self._reaper.is_leased = self.runtime.is_leased
+        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter

@@ -19,13 +19,40 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk.lifecycle import INITIAL_STATE, RELOAD_SIGNALS, STATE_RULES, Signal, State
+from electric_sdk.lifecycle import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    INITIAL_STATE,
+    RELOAD_SIGNALS,
+    STATE_RULES,
+    MessageProgress,
+    Signal,
+    State,
+)
 
+from . import message_cursor
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
+
+
+# The error of a cancelled message's run record, by how far the message had got.
+_CANCELLED_RUN = {
+    MessageProgress.QUEUED: "cancelled before it started",
+    MessageProgress.STARTED: "cancelled before it started again (its run was lost with its runtime)",
+}
+
+
+def _scoped_detail(decision: lifecycle.Decision, progress: MessageProgress | None) -> str:
+    """What a scoped signal's record says when the server settles it."""
+    if decision.cancels_message:
+        assert progress is not None
+        return f"its message was {_CANCELLED_RUN[progress]}"
+    if progress is MessageProgress.ENDED:
+        return "its message is done: its run ended, or it was cancelled"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +91,10 @@ def state_event(
     return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
 
 
-def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
+def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide:
+    """A new entity in `spawning`; a profile value the request left unset (None) is its type's
+    default, fixed at its first lease (type_profiles.py): the server's default holds its place."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is not None:
             raise ApiError(
@@ -77,14 +107,16 @@ def spawn(ref: Ref, grace_ms: int, idle_timeout_ms: int) -> Decide:
             type=ref[0],
             id=ref[1],
             state=INITIAL_STATE,
-            grace_ms=grace_ms,
-            idle_timeout_ms=idle_timeout_ms,
+            grace_ms=DEFAULT_GRACE_MS if grace_ms is None else grace_ms,
+            idle_timeout_ms=DEFAULT_IDLE_TIMEOUT_MS if idle_timeout_ms is None else idle_timeout_ms,
             created_at_ms=ctx.now_ms,
             updated_at_ms=ctx.now_ms,
             head_offset=0,
             closed=False,
             stopping_deadline_ms=None,
             txid=ctx.txid,
+            grace_pending=grace_ms is None,
+            idle_timeout_pending=idle_timeout_ms is None,
         )
         return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
 
@@ -107,14 +139,20 @@ def _transition(
     return event, record
 
 
-def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
+def signal(
+    ref: Ref, spec: SignalSpec, leased: bool = False, located: message_cursor.Located | None = None
+) -> Decide:
+    """``located``: the message a scoped signal names (``message_cursor.locate``), required then."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
-        # A SIGINT scoped to a message still waiting for a runtime: the runtime that takes the
-        # message up cancels it, so its outcome is the runtime's (SignalRejected: a terminal entity).
-        waiting = bool(spec.message_key) and current.last_message_offset >= current.message_cursor
-        decision = lifecycle.decide(current.state, spec.signal, message_waiting=waiting)
+        progress = None
+        if spec.message_key:
+            assert located is not None
+            assert located.key == spec.message_key
+            progress = message_cursor.progress(current, located)
+        decision = lifecycle.decide(current.state, spec.signal, message=progress)
         key = f"sig_{ctx.txid}"
         value = pb.SignalValue(
             signal=SIGNAL_TO_PB[spec.signal],
@@ -124,11 +162,27 @@ def signal(ref: Ref, spec: SignalSpec, leased: bool = False) -> Decide:
             previous_state=STATE_TO_PB[decision.previous_state],
             new_state=STATE_TO_PB[decision.new_state],
             message_key=spec.message_key,
+            detail=_scoped_detail(decision, progress),
         )
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
         events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
         record = current
+        if decision.cancels_message:
+            assert located is not None
+            assert located.offset is not None
+            assert progress is not None
+            # The message's run record says so in the signal's own transaction, as a runtime
+            # would have written it: a reader of the stream sees the message done at once.
+            run = pb.RunValue(
+                message_key=located.key,
+                message_offset=located.offset,
+                status=pb.RUN_STATUS_ABORTED,
+                attempt=current.cursor_attempt if progress is MessageProgress.STARTED else 0,
+                error=_CANCELLED_RUN[progress],
+            )
+            events.append(NewEvent("run", f"run_{located.key}", UPDATE, event_body(pb.Event(run=run))))
+            record = message_cursor.cancelled(record, located)
         if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
@@ -154,7 +208,7 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
         if data is not None:
             value.data.CopyFrom(data)
         key = f"msg_{ctx.txid}"
-        record = current.replace(last_message_offset=current.head_offset)  # the offset it is about to get
+        record = message_cursor.sent(current)
         return Mutation([NewEvent("message", key, INSERT, event_body(pb.Event(message=value)))], record, key)
 
     return decide

@@ -7,6 +7,13 @@ when one passes it writes stopping → stopped with cause ``grace_expired``.
 The write re-checks state and deadline inside the entity's serialized write,
 so an entity killed or cleaned up meanwhile is left alone.
 
+An exec entity whose process is still running at its deadline is being
+forced by its runtime at that moment: `stopped` waits for the process's
+``exit`` receipt, or at most ``EXIT_SETTLE_MS`` past the deadline, so that a
+watcher never sees `stopped` while the process lives (until then the entity
+is `stopping` past its deadline, and its receipts say the process is
+exiting). ``killed`` needs no such wait: SIGKILL's own transaction writes it.
+
 It also forgets idempotency keys older than the retention (at least 24 h).
 
 A write the store refuses (a full disk: the store has said so) or that fails
@@ -32,6 +39,10 @@ log = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S = 3600.0
 RETRY_MS = 1000
+# How long past its grace deadline a stopping entity's `stopped` waits for its process's exit
+# receipt, by default: the server's one settle (ServerConfig.settle_ms, `electric server --settle`),
+# which also bounds the closing records a runtime may write after the end.
+EXIT_SETTLE_MS = 1000
 
 
 def _now_ms() -> int:
@@ -39,9 +50,10 @@ def _now_ms() -> int:
 
 
 class Reaper:
-    def __init__(self, store: Store, idempotency_retention_ms: int) -> None:
+    def __init__(self, store: Store, idempotency_retention_ms: int, settle_ms: int = EXIT_SETTLE_MS) -> None:
         self.store = store
         self.retention_ms = idempotency_retention_ms
+        self.settle_ms = settle_ms
         self._heap: list[tuple[int, Ref, int]] = []  # (when due, entity, its grace deadline)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -49,6 +61,10 @@ class Reaper:
         self.expired = 0  # grace expiries written, for tests and status
         # Set by the server once its runtime exists: a leased entity's stream closes with its lease.
         self.is_leased: Callable[[Ref], bool] = lambda _ref: False
+        # Likewise: whether the entity's runtime still runs its exec process (no exit receipt yet).
+        self.runs_process: Callable[[Ref], bool] = lambda _ref: False
+        # Entities past their deadline whose `stopped` waits for their process: ref → grace deadline.
+        self._waiting: dict[Ref, int] = {}
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
@@ -59,6 +75,8 @@ class Reaper:
             and (commit.before is None or commit.before.stopping_deadline_ms != after.stopping_deadline_ms)
         ):
             self._push(after.stopping_deadline_ms, after.ref)
+        if (deadline := self._waiting.get(commit.ref)) is not None:
+            self._push(deadline, commit.ref, _now_ms())  # perhaps its exit receipt, or its lease's end
 
     def _push(self, deadline_ms: int, ref: Ref, due_ms: int | None = None) -> None:
         due = deadline_ms if due_ms is None else due_ms
@@ -104,7 +122,25 @@ class Reaper:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
+    def _wait_for_exit(self, due: list[tuple[Ref, int]]) -> list[tuple[Ref, int]]:
+        """The entries of ``due`` to write now; an entity whose process still runs waits for its exit
+        receipt (any commit of it is looked at again), until its settle ends (an entry due then)."""
+        now = _now_ms()
+        ready = []
+        for ref, deadline in due:
+            if now < deadline + self.settle_ms and self.runs_process(ref):
+                if ref not in self._waiting:
+                    self._waiting[ref] = deadline
+                    self._push(deadline, ref, deadline + self.settle_ms)
+            else:
+                self._waiting.pop(ref, None)
+                ready.append((ref, deadline))
+        return ready
+
     async def _expire(self, due: list[tuple[Ref, int]]) -> None:
+        due = self._wait_for_exit(due)
+        if not due:
+            return
         writes = [
             Write(ref, entity_writes.expire_grace(ref, deadline, self.is_leased(ref)))
             for ref, deadline in due

@@ -25,23 +25,29 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
+from electric_sdk._wire.exec_receipts import receipt_says_running
 from electric_sdk._wire.times import duration_from_ms, timestamp_from_ms
 from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
+from . import message_cursor
 from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
 from .errors import ApiError, invalid_argument, to_api_error, translate_stream
-from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
+from .runtime_writes import Refused, close_ended, end_lease, grant, runtime_write, settle_ignored
 from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
+from .type_profiles import TypeProfiles
 
 log = logging.getLogger(__name__)
 
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
+# After the end, how long a runtime may append its closing records before its lease ends and the
+# stream closes (ServerConfig.settle_ms, `electric server --settle`).
+DEFAULT_SETTLE_MS = 1000
 
 
 @dataclass(eq=False)
@@ -51,7 +57,6 @@ class WorkerSession:
     code_version: str
     announced: int
     capacity: int
-    profiles: dict[str, pb.Profile] = field(default_factory=dict)
     outbox: asyncio.Queue[rt.ConnectResponse | None] = field(default_factory=asyncio.Queue)
     leases: dict[Ref, Lease] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
@@ -73,10 +78,26 @@ class Lease:
     next_message: int
     first_attempt: int  # the attempt number for the message at the cursor when leased
     cursor: int
+    # An exec entity's process runs under this lease: its receipts said so, and no exit yet.
+    process_running: bool = False
     pumping: bool = False
     pump_again: bool = False
-    # Signals this lease's runtime still owes an outcome: key → signal (settled when the lease ends).
-    unsettled: dict[str, pb.Signal.ValueType] = field(default_factory=dict)
+    # Signals given to this lease still `pending`: key → the stored insert's value. Its runtime may
+    # report their outcomes (written whole from the insert), and no other signal's.
+    pending: dict[str, pb.SignalValue] = field(default_factory=dict)
+    # Of those, the ones it owes an outcome before it lets go (settled `ignored` when the lease ends).
+    unsettled: dict[str, pb.SignalValue] = field(default_factory=dict)
+
+    def inserts(self, writes: Iterable[rt.RuntimeWrite]) -> dict[str, pb.SignalValue]:
+        """The inserts of the pending signals ``writes`` report on (a copy: decide functions may
+        run on the store's thread)."""
+        keys = {u.signal_key for w in writes for u in w.transition.outcomes}
+        keys.update(w.signal_outcome.signal_key for w in writes if w.HasField("signal_outcome"))
+        return {key: self.pending[key] for key in keys if key in self.pending}
+
+    def settled(self, key: str) -> None:
+        self.pending.pop(key, None)
+        self.unsettled.pop(key, None)
 
     def pb(self) -> rt.Lease:
         return rt.Lease(ref=pb.EntityRef(type=self.ref[0], id=self.ref[1]), epoch=self.epoch)
@@ -85,9 +106,12 @@ class Lease:
 class Runtime:
     """Sessions and leases of one server."""
 
-    def __init__(self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int) -> None:
+    def __init__(
+        self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int, settle_ms: int = DEFAULT_SETTLE_MS
+    ) -> None:
         self.store = store
         self.lease_ttl_s = lease_ttl_ms / 1000
+        self.settle_s = settle_ms / 1000
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.sessions: dict[str, WorkerSession] = {}
         self.leases: dict[Ref, Lease] = {}
@@ -97,18 +121,20 @@ class Runtime:
         self._expiry: asyncio.Task[None] | None = None
         self._stopping = False
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self.type_profiles = TypeProfiles(store)
 
     def is_leased(self, ref: Ref) -> bool:
         return ref in self.leases
 
-    def type_profile(self, type_: str) -> pb.Profile | None:
-        """The profile the newest connected worker announced for a type, if any."""
-        announced = [s for s in self.sessions.values() if type_ in s.profiles]
-        return max(announced, key=lambda s: s.announced).profiles[type_] if announced else None
-
     # -- lifecycle of the service -------------------------------------------------------
 
     async def start(self) -> None:
+        await self.type_profiles.load()
+        # Leases live in memory: the streams of entities that ended within their settle before a
+        # restart are closed now (no lease will end for them).
+        for ref in await self.store.open_ended_streams():
+            pending = {event.key: event.signal for event in await self._pending_signals(ref)}
+            await self.store.write(Write(ref, close_ended(pending)))
         self._expiry = asyncio.create_task(self._expire_loop(), name="electric-lease-expiry")
 
     def drain(self) -> None:
@@ -138,7 +164,17 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def open(self, hello: rt.Hello) -> WorkerSession:
+    async def open(self, hello: rt.Hello) -> WorkerSession:
+        # The types' defaults are in effect at once (a lease granted next, to any worker, uses
+        # them) and stored before the worker is welcomed; the session exists only after that, so
+        # a stream cancelled meanwhile leaves none behind.
+        announced = [
+            self.type_profiles.announce(
+                hosted.type, hello.code_version, hosted.profile if hosted.HasField("profile") else None
+            )
+            for hosted in hello.types
+        ]
+        await asyncio.gather(*(self.type_profiles.save(profile) for profile in announced))
         old = self.sessions.get(hello.worker_id)
         if old is not None:
             self._spawn(self.close(old, "runtime_lost"))
@@ -148,7 +184,6 @@ class Runtime:
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
-            profiles={t.type: t.profile for t in hello.types if t.HasField("profile")},
         )
         self.sessions[hello.worker_id] = session
         self._spawn(self.offer_all(session))
@@ -177,9 +212,11 @@ class Runtime:
     async def _end(self, lease: Lease, cause: str) -> None:
         self._forget(lease)
         # A runtime that let go had its chance to report; one that was lost did not, and its
-        # pending signals go to the next lease holder instead (pending-signal delivery).
+        # pending signals go to the next lease holder instead (pending-signal delivery), unless
+        # the entity has ended: none will come.
         unsettled = lease.unsettled if cause == "released" else None
-        await self.store.write(Write(lease.ref, end_lease(lease.ref, lease.epoch, cause, unsettled)))
+        ending = end_lease(lease.ref, lease.epoch, cause, unsettled, dict(lease.pending))
+        await self.store.write(Write(lease.ref, ending))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
             await self._offer(record)
@@ -198,7 +235,7 @@ class Runtime:
     def _needs_runtime(self, record: EntityRecord) -> bool:
         if record.closed or record.ref in self.leases:
             return False
-        return needs_runtime(record.state, record.last_message_offset >= record.message_cursor)
+        return needs_runtime(record.state, message_cursor.waiting(record))
 
     def _pick(self, record: EntityRecord) -> WorkerSession | None:
         hosts = [
@@ -239,7 +276,8 @@ class Runtime:
         self._offering.add(ref)
         try:
             try:
-                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch)))
+                default = self.type_profiles.default(ref[0])
+                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch, default)))
             except Refused:
                 return  # it changed meanwhile; the commit that changed it offers again if needed
             assert outcome.commit is not None
@@ -272,17 +310,25 @@ class Runtime:
     async def _deliver_pending_signals(self, lease: Lease, head: int) -> None:
         """Signals still `pending` (appended while no runtime held the entity,
         or whose runtime died before reporting) go to the new lease holder, so
-        every signal gets its outcome. The look-back is bounded."""
+        every signal gets its outcome."""
+        for message in await self._pending_signals(lease.ref, head):
+            _owe(lease, message)
+            lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
+
+    async def _pending_signals(self, ref: Ref, head: int | None = None) -> list[pb.Event]:
+        """The signal records of ``ref`` still `pending`, oldest first; the look-back is bounded."""
+        if head is None:
+            record = await self.store.get_entity(ref)
+            head = record.head_offset if record is not None else 0
         start = max(0, head - PENDING_LOOKBACK)
-        recent = await self.store.read_events(lease.ref, start, PENDING_LOOKBACK)
+        recent = await self.store.read_events(ref, start, PENDING_LOOKBACK)
         updated = {e.key for e in recent if e.kind == "signal" and e.operation == pb.OPERATION_UPDATE}
-        for event in recent:
-            if event.kind != "signal" or event.operation != pb.OPERATION_INSERT or event.key in updated:
-                continue
-            message = event_to_pb(event)
-            if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
-                _owe(lease, message)
-                lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
+        inserts = [
+            event_to_pb(e)
+            for e in recent
+            if e.kind == "signal" and e.operation == pb.OPERATION_INSERT and e.key not in updated
+        ]
+        return [m for m in inserts if m.signal.outcome == pb.SIGNAL_OUTCOME_PENDING]
 
     # -- delivery -------------------------------------------------------------------------------
 
@@ -296,7 +342,7 @@ class Runtime:
             # commit order, so whatever lands next is offered to a runtime instead of this one.
             self._forget(lease)
             settled = {e.key for e in commit.events if e.kind == "signal"}
-            owed = {k: s for k, s in lease.unsettled.items() if k not in settled}
+            owed = {k: insert for k, insert in lease.unsettled.items() if k not in settled}
             if owed:  # signals that landed while the write was on its way: queued before any offer
                 self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
             lease = None
@@ -305,15 +351,21 @@ class Runtime:
             if self._needs_runtime(after) and self._pick(after) is not None:
                 self._spawn(self._offer(after))
             return
+        for event in commit.events:
+            if (
+                event.kind == "exec"
+                and (running := receipt_says_running(pb.Event.FromString(event.body).exec)) is not None
+            ):
+                lease.process_running = running
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
-            # Its runtime may append its last records (the signal's outcome, an
-            # aborted run's output), then the lease ends and the stream closes;
-            # a runtime that never lets go is cut off after the lease TTL.
+            # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
+            # outcome, the end of the run in progress, exec receipts), then the lease ends and
+            # the stream closes: when it lets go, or after the settle at the latest.
             self._spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
             for event in commit.events:
                 if event.kind == "signal":
-                    lease.unsettled.pop(event.key, None)  # the runtime reported its outcome
+                    lease.settled(event.key)  # the runtime reported its outcome
             return  # the worker knows what it wrote
         for event in commit.events:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
@@ -331,7 +383,7 @@ class Runtime:
             self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
 
     async def _settle(self, lease: Lease) -> None:
-        await asyncio.sleep(self.lease_ttl_s)
+        await asyncio.sleep(self.settle_s)
         if self.leases.get(lease.ref) is lease:
             await self._end(lease, "released")
 
@@ -353,7 +405,7 @@ class Runtime:
                     return
                 page = await self.store.read_events(lease.ref, lease.next_message, _PAGE)
                 for event in page:
-                    if event.kind == "message":
+                    if event.kind == "message" and message_cursor.deliverable(record, event.offset):
                         attempt = lease.first_attempt if event.offset == lease.cursor else 1
                         lease.session.send(
                             rt.ConnectResponse(
@@ -367,6 +419,11 @@ class Runtime:
                     return
         finally:
             lease.pumping = False
+
+    def runs_process(self, ref: Ref) -> bool:
+        """Whether the runtime holding ``ref`` runs its exec process still (its exit not recorded)."""
+        lease = self.leases.get(ref)
+        return lease is not None and lease.process_running
 
     # -- the worker's requests ---------------------------------------------------------------------
 
@@ -468,7 +525,8 @@ class Runtime:
                 result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
                 continue
             unsettled = dict(lease.unsettled) if write.release else None
-            staged.append((result, Write(ref, _marked(runtime_write(ref, write, unsettled)))))
+            decide = runtime_write(ref, write, lease.inserts((write,)), unsettled)
+            staged.append((result, Write(ref, _marked(decide))))
         if staged:
             outcomes: list[WriteOutcome | BaseException]
             try:
@@ -528,8 +586,9 @@ def _owe(lease: Lease, message: pb.Event) -> None:
     """A pending signal the lease holder must report on. A SIGTERM's cleanup and a SIGINT scoped to a
     message still to come outlive a lease: they are left for the next one (pending-signal delivery)."""
     signal = message.signal
+    lease.pending[message.key] = signal
     if signal.signal != pb.SIGNAL_SIGTERM and not signal.message_key:
-        lease.unsettled[message.key] = signal.signal
+        lease.unsettled[message.key] = signal
 
 
 def _marked(decide: Any) -> Any:
@@ -566,7 +625,7 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
                 return
             hello = _check_hello(first, principal)
             with self.caps.session(principal.name):
-                session = self.runtime.open(hello)
+                session = await self.runtime.open(hello)
                 yield rt.ConnectResponse(
                     welcome=rt.Welcome(
                         lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
@@ -598,12 +657,8 @@ def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
     v.name(hello.worker_id, "hello.worker_id")
     types = [v.name(t.type, "hello.types.type") for t in hello.types]
     for hosted in hello.types:
-        if hosted.HasField("profile"):  # checked here, so a spawn never trips over it later
-            for name in ("grace_period", "idle_timeout"):
-                d = getattr(hosted.profile, name)
-                v.duration_ms(
-                    d.seconds, d.nanos, hosted.profile.HasField(name), 0, f"hello.types.profile.{name}"
-                )
+        if hosted.HasField("profile"):  # checked here, so a lease never trips over it later
+            v.profile_ms(hosted.profile, "hello.types.profile")
     if not types:
         raise invalid_argument("NO_TYPES", "hello must name at least one entity type", field="hello.types")
     if principal.types is not None and not set(types) <= principal.types:

@@ -2,12 +2,21 @@
 
 Every runtime write is fenced (ARCHITECTURE §2): it names the lease epoch and
 the state it expects to leave, and applies only if the epoch is the entity's
-current one and the entity is still in that state. Refusals raise
-``Refused`` with a reason the worker can act on; nothing is written.
+current one and the entity is still in that state. After the end (a terminal
+state) only the runtime's closing records apply (``lifecycle.CLOSING_RECORDS``),
+until its lease ends with the settle. Refusals raise ``Refused`` with a reason
+the worker can act on; nothing is written.
+
+A signal's outcome is an update of the signal's record: its whole value is the
+stored insert's (sender, reason, states, payload) with the outcome and its
+detail, never what the worker echoes, so a reader that keeps each key's latest
+value still knows who sent the signal and why. The runtime service hands each
+decide function the inserts of the signals the lease was given (``Inserts``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from electric_sdk import lifecycle
@@ -15,16 +24,23 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
-from electric_sdk.lifecycle import State
+from electric_sdk.lifecycle import Record, State
 
+from . import message_cursor
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
-from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
+from .type_profiles import resolve
 
 BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"})
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
 MAX_OUTPUT_CHARS = 64 * 1024
 _TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+# Outcomes a runtime may report: not `pending` (what it settles) nor none at all.
+_UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
+
+# Signal key → the value of its stored insert (outcome `pending`).
+Inserts = Mapping[str, pb.SignalValue]
 
 
 class Refused(Exception):
@@ -40,33 +56,38 @@ class Granted:
     epoch: int
 
 
-def grant(ref: Ref, seen_epoch: int) -> Decide:
-    """Take a new lease: the epoch grows, so every older holder is fenced off."""
+def grant(ref: Ref, seen_epoch: int, type_default: TypeProfile | None = None) -> Decide:
+    """Take a new lease: the epoch grows, so every older holder is fenced off. The first lease
+    fixes the profile values the spawn left to the type (``type_default``: its workers')."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
             raise Refused("LEASE_RACE", "the entity changed while a lease was being granted", current)
         epoch = current.lease_epoch + 1
-        return Mutation([], current.replace(lease_epoch=epoch, reload_pending=False), Granted(epoch))
+        record = resolve(current, type_default).replace(lease_epoch=epoch, reload_pending=False)
+        return Mutation([], record, Granted(epoch))
 
     return decide
 
 
 def end_lease(
-    ref: Ref, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None = None
+    ref: Ref, epoch: int, cause: str, unsettled: Inserts | None = None, given: Inserts | None = None
 ) -> Decide:
     """A lease ended (released, lost, expired): fence it off, and mend the state.
 
     A `running` entity whose runtime was lost goes idle (cause runtime_lost);
     a terminal entity's stream closes now that nobody can append to it. The
-    signals its runtime never reported on (``unsettled``: it ended first, or
-    was lost) get the outcome `ignored`, saying so: every signal gets one.
+    signals its runtime never reported on get the outcome `ignored`, saying
+    so: every signal gets one. Those are ``unsettled`` (a runtime that let go
+    first), or, once the entity has ended, every pending signal the lease was
+    ``given``: no later lease will report on them.
     """
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.lease_epoch != epoch:
             return Mutation()  # someone else holds it now: nothing of ours to end
-        mutation = _let_go(Mutation([], current), epoch, cause, unsettled)
+        owed = given if current.state.terminal else unsettled
+        mutation = _let_go(Mutation([], current), epoch, cause, owed)
         assert mutation.entity is not None
         new = lifecycle.runtime_target(current.state, cause)  # runtime_lost: running → idle
         if new is not None:
@@ -77,7 +98,7 @@ def end_lease(
     return decide
 
 
-def settle_ignored(unsettled: dict[str, pb.Signal.ValueType], state: State) -> Decide:
+def settle_ignored(unsettled: Inserts, state: State) -> Decide:
     """Signals a lease's runtime never reported on, found owed only after its lease ended with a
     write (they landed while that write was on its way): ignored, saying so."""
 
@@ -85,8 +106,26 @@ def settle_ignored(unsettled: dict[str, pb.Signal.ValueType], state: State) -> D
         if current is None:
             return Mutation()
         return Mutation(
-            [_ignored(key, signal, _not_handled("released", state)) for key, signal in unsettled.items()],
+            [_ignored(key, insert, _not_handled("released", state)) for key, insert in unsettled.items()],
             current,
+        )
+
+    return decide
+
+
+def close_ended(pending: Inserts) -> Decide:
+    """An ended entity whose stream a restart left open (its runtime's lease was in memory, within
+    the settle): it closes, and the signals still ``pending`` get `ignored`, saying why."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.closed or not current.state.terminal:
+            return Mutation()
+        detail = f"not handled: the server restarted after the entity's end ({current.state.value})"
+        return _let_go(
+            Mutation([_ignored(key, insert, detail) for key, insert in pending.items()], current),
+            current.lease_epoch,
+            "restarted",
+            None,
         )
 
     return decide
@@ -96,38 +135,78 @@ def _not_handled(cause: str, state: State) -> str:
     return f"not handled: the runtime's lease ended first ({cause}; the entity was {state.value})"
 
 
-def _let_go(
-    mutation: Mutation, epoch: int, cause: str, unsettled: dict[str, pb.Signal.ValueType] | None
-) -> Mutation:
+def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | None) -> Mutation:
     """``mutation`` plus the end of lease ``epoch``: fenced off, the signals its runtime never
     reported on settled as ignored, and a terminal entity's stream closed (nobody may append)."""
     record = mutation.entity
     assert record is not None
     detail = _not_handled(cause, record.state)
-    mutation.events.extend(_ignored(key, signal, detail) for key, signal in (unsettled or {}).items())
+    mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     mutation.entity = record.replace(lease_epoch=epoch + 1, closed=record.closed or record.state.terminal)
     return mutation
 
 
-def _ignored(key: str, signal: pb.Signal.ValueType, detail: str) -> NewEvent:
-    return _outcome_event(
-        rt.SignalOutcomeUpdate(
-            signal_key=key, signal=signal, outcome=pb.SIGNAL_OUTCOME_IGNORED, detail=detail
+def _ignored(key: str, insert: pb.SignalValue, detail: str) -> NewEvent:
+    return _outcome_event(key, insert, pb.SIGNAL_OUTCOME_IGNORED, detail)
+
+
+def _outcome_event(
+    key: str, insert: pb.SignalValue, outcome: pb.SignalOutcome.ValueType, detail: str
+) -> NewEvent:
+    """A signal record's outcome, as an update of the record's own key: the insert's whole value
+    with the outcome and its detail."""
+    value = pb.SignalValue()
+    value.CopyFrom(insert)
+    value.outcome, value.detail = outcome, detail
+    return NewEvent("signal", key, UPDATE, event_body(pb.Event(signal=value)))
+
+
+def _reported(update: rt.SignalOutcomeUpdate, inserts: Inserts, current: EntityRecord) -> NewEvent:
+    """A runtime's report on a signal it was given, built from the signal's stored insert."""
+    insert = inserts.get(update.signal_key)
+    if insert is None:
+        raise Refused(
+            "UNKNOWN_SIGNAL",
+            f"no signal {update.signal_key!r} awaits an outcome from this lease",
+            current,
         )
-    )
+    if update.outcome in _UNREPORTABLE:
+        raise Refused(
+            "INVALID_OUTCOME", "a reported outcome must be neither pending nor unspecified", current
+        )
+    return _outcome_event(update.signal_key, insert, update.outcome, update.detail)
 
 
-def _outcome_event(update: rt.SignalOutcomeUpdate) -> NewEvent:
-    """A signal record's outcome, as an update of the record's own key."""
-    value = pb.SignalValue(signal=update.signal, outcome=update.outcome, detail=update.detail)
-    return NewEvent("signal", update.signal_key, UPDATE, event_body(pb.Event(signal=value)))
+def _record(write: rt.RuntimeWrite, current: EntityRecord) -> Record:
+    """What kind of record a write appends (what the entity's state may refuse)."""
+    op = write.WhichOneof("op")
+    if op == "run":
+        run = write.run
+        if run.status == pb.RUN_STATUS_STARTED:
+            return Record.RUN_START
+        if run.status not in _TERMINAL_RUNS:
+            return Record.RUN_STEP
+        # The run in progress is the one at the cursor, once a STARTED record moved it there.
+        in_progress = run.message_offset == current.message_cursor and current.cursor_attempt > 0
+        return Record.RUN_END if in_progress else Record.RUN_CANCELLED
+    return _RECORDS[op or ""]
+
+
+_RECORDS = {
+    "transition": Record.TRANSITION,
+    "signal_outcome": Record.SIGNAL_OUTCOME,
+    "custom": Record.CUSTOM,
+    "exec": Record.EXEC_RECEIPT,
+    "output": Record.OUTPUT,
+}
 
 
 def runtime_write(
-    ref: Ref, write: rt.RuntimeWrite, unsettled: dict[str, pb.Signal.ValueType] | None = None
+    ref: Ref, write: rt.RuntimeWrite, inserts: Inserts, unsettled: Inserts | None = None
 ) -> Decide:
-    """A runtime's fenced write; with ``write.release``, the lease ends in the same commit
-    (``unsettled``: the signals its runtime still owes an outcome, as for a Release)."""
+    """A runtime's fenced write; ``inserts``: the signals whose outcomes it may report. With
+    ``write.release``, the lease ends in the same commit (``unsettled``: the signals its runtime
+    still owes an outcome, as for a Release)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         mutation = apply(current, ctx)
@@ -136,7 +215,7 @@ def runtime_write(
         settled = {u.signal_key for u in write.transition.outcomes}
         if write.HasField("signal_outcome"):
             settled.add(write.signal_outcome.signal_key)
-        owed = {key: signal for key, signal in (unsettled or {}).items() if key not in settled}
+        owed = {key: insert for key, insert in (unsettled or {}).items() if key not in settled}
         return _let_go(mutation, write.epoch, "released", owed)
 
     expect = PB_TO_STATE.get(write.expect_state)
@@ -146,11 +225,22 @@ def runtime_write(
             raise not_found(*ref)
         if write.epoch != current.lease_epoch:
             raise Refused("STALE_EPOCH", f"lease epoch {write.epoch} is not the current one", current)
-        if expect is not current.state:
-            raise Refused("STATE_CHANGED", f"the entity is {current.state.value}, not {expect}", current)
         if current.closed:
             raise Refused("ENTITY_CLOSED", "the stream is closed", current)
         op = write.WhichOneof("op")
+        if op is None:
+            raise Refused("EMPTY_WRITE", "the write has no operation", current)
+        # Before the state's compare-and-swap: a worker that has not seen the end yet learns of it
+        # at once, rather than retrying against the terminal state.
+        appended = _record(write, current)
+        if not lifecycle.accepts_record(current.state, appended):
+            raise Refused(
+                "ENTITY_TERMINAL",
+                f"the entity is {current.state.value}: a {appended.value} is refused after its end",
+                current,
+            )
+        if expect is not current.state:
+            raise Refused("STATE_CHANGED", f"the entity is {current.state.value}, not {expect}", current)
         key = f"rt_{ctx.txid}"
         if op == "transition":
             new = PB_TO_STATE.get(write.transition.to)
@@ -161,22 +251,23 @@ def runtime_write(
             except lifecycle.InvalidTransition as exc:
                 raise Refused("INVALID_TRANSITION", str(exc), current) from exc
             event = state_event(f"state_{ctx.txid}", new, current.state, write.transition.cause)
-            settled = [_outcome_event(update) for update in write.transition.outcomes]
+            settled = [_reported(update, inserts, current) for update in write.transition.outcomes]
             return Mutation([event, *settled], current.replace(state=new, stopping_deadline_ms=None))
         if op == "run":
             run = write.run
             record = current
-            if run.status == pb.RUN_STATUS_STARTED and run.message_offset >= current.message_cursor:
-                record = record.replace(message_cursor=run.message_offset, cursor_attempt=run.attempt)
-            elif run.status in _TERMINAL_RUNS and run.message_offset == current.message_cursor:
-                # Only the message at the cursor moves it: a queued message
-                # cancelled ahead of time must not mark the one in progress done.
-                record = record.replace(message_cursor=run.message_offset + 1, cursor_attempt=0)
+            if run.status == pb.RUN_STATUS_STARTED:
+                # A message that was cancelled (or is done) never runs, whoever still has it queued.
+                if (done := message_cursor.refuses_start(current, run.message_offset)) is not None:
+                    raise Refused("MESSAGE_DONE", done, current)
+                record = message_cursor.started(record, run.message_offset, run.attempt)
+            elif run.status in _TERMINAL_RUNS:
+                record = message_cursor.ended(record, run.message_offset)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             return Mutation([NewEvent("run", run_key, operation, event_body(pb.Event(run=run)))], record)
         if op == "signal_outcome":
-            return Mutation([_outcome_event(write.signal_outcome)], current)
+            return Mutation([_reported(write.signal_outcome, inserts, current)], current)
         if op == "custom":
             kind = write.custom.type
             if not kind or kind in BUILTIN_TYPES or len(kind) > 128:
@@ -186,15 +277,11 @@ def runtime_write(
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
             return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], current)
-        if op == "output":
-            if len(write.output.text) > MAX_OUTPUT_CHARS:
-                raise Refused(
-                    "OUTPUT_TOO_LARGE",
-                    f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters",
-                    current,
-                )
-            chunk = pb.Event(output=write.output)
-            return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
-        raise Refused("EMPTY_WRITE", "the write has no operation", current)
+        if len(write.output.text) > MAX_OUTPUT_CHARS:  # the one op left: output (see _RECORDS)
+            raise Refused(
+                "OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current
+            )
+        chunk = pb.Event(output=write.output)
+        return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
 
     return decide

@@ -23,8 +23,6 @@ from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import timestamp_from_ms
 from electric_sdk.lifecycle import (
-    DEFAULT_GRACE_MS,
-    DEFAULT_IDLE_TIMEOUT_MS,
     MESSAGE_SCOPED_SIGNALS,
     PAYLOAD_SIGNALS,
     Outcome,
@@ -32,7 +30,7 @@ from electric_sdk.lifecycle import (
     SignalRejected,
 )
 
-from . import entity_writes
+from . import entity_writes, message_cursor
 from . import validation as v
 from .auth import current_principal
 from .caps import Caps
@@ -127,27 +125,8 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def SpawnEntity(self, request: api.SpawnEntityRequest, context: Ctx) -> api.SpawnEntityResponse:
         ref = v.ref(request.ref)
-        # The profile is fixed at spawn: from the request, else the entity
-        # type's default (announced by its workers), else the server's.
-        grace, idle = DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-        type_default = self.runtime.type_profile(ref[0]) if self.runtime is not None else None
-        for profile, where in ((type_default, "the type's profile"), (request.profile, "profile")):
-            if profile is None:
-                continue
-            grace = v.duration_ms(
-                profile.grace_period.seconds,
-                profile.grace_period.nanos,
-                profile.HasField("grace_period"),
-                grace,
-                f"{where}.grace_period",
-            )
-            idle = v.duration_ms(
-                profile.idle_timeout.seconds,
-                profile.idle_timeout.nanos,
-                profile.HasField("idle_timeout"),
-                idle,
-                f"{where}.idle_timeout",
-            )
+        # What the request leaves unset is the type's default, fixed at the first lease.
+        grace, idle = v.profile_ms(request.profile, "profile")
         return await _write(
             self.store,
             ref,
@@ -205,10 +184,12 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def _signal(
         self, ref: Ref, spec: entity_writes.SignalSpec, idem: Idempotency | None
     ) -> api.SignalEntityResponse:
+        # A scoped signal's message, looked up before the write (a decide function reads nothing).
+        located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
         return await _write(
             self.store,
             ref,
-            entity_writes.signal(ref, spec, self._leased(ref)),
+            entity_writes.signal(ref, spec, self._leased(ref), located),
             idem,
             lambda c: _signal_response(ref, spec.signal, c),
             api.SignalEntityResponse,

@@ -161,6 +161,17 @@ def duration_ms(seconds: int, nanos: int, present: bool, default_ms: int, field:
     return ms
 
 
+def profile_ms(profile: pb.Profile, where: str) -> tuple[int | None, int | None]:
+    """A profile's grace period and idle timeout in milliseconds; None for a value it leaves unset."""
+    found: list[int | None] = []
+    for name in ("grace_period", "idle_timeout"):
+        d = getattr(profile, name)
+        found.append(
+            duration_ms(d.seconds, d.nanos, True, 0, f"{where}.{name}") if profile.HasField(name) else None
+        )
+    return found[0], found[1]
+
+
 def page_size(value: int, field: str = "page_size") -> int:
     if value > MAX_PAGE:
         raise invalid_argument("PAGE_TOO_LARGE", f"{field} must be at most {MAX_PAGE}", field=field)

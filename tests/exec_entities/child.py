@@ -7,9 +7,13 @@ process whose stdout nobody reads any more still leaves evidence there).
 --on-term exit|ignore|replace   SIGTERM: exit 0 / keep running / fork a replacement, then exit
 --on-eof exit|ignore            stdin closed
 --exit-after SECONDS            exit 0 on its own after that long
+
+Lines on stdin: ``exit N`` exits with N; ``stray`` forks a process into the same group that exits
+0 on SIGTERM and dies of SIGINT, and then says ``stray pid=N``.
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -24,7 +28,8 @@ args = parser.parse_args()
 
 
 def say(text: str) -> None:
-    print(text, flush=True)
+    with contextlib.suppress(BrokenPipeError):  # nobody reads its stdout any more (its worker died)
+        print(text, flush=True)
     if args.log:
         with open(args.log, "a") as f:
             f.write(f"{os.getpid()} {text}\n")
@@ -35,6 +40,15 @@ def replacement() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, lambda s, _f: say(f"replacement signal {signal.Signals(s).name}"))
     say(f"replacement pid={os.getpid()}")
+    while True:
+        time.sleep(3600)
+
+
+def stray() -> None:
+    """A process the generation leaves behind in its group."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the pipe is the generation's
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, lambda s, _f: (say("stray signal SIGTERM"), os._exit(0)))
     while True:
         time.sleep(3600)
 
@@ -72,3 +86,7 @@ while True:
         sys.exit(0)
     if line.startswith("exit "):
         sys.exit(int(line.split()[1]))
+    if line == "stray":
+        if (pid := os.fork()) == 0:
+            stray()
+        say(f"stray pid={pid}")

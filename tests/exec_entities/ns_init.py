@@ -5,7 +5,9 @@ One JSON request per stdin line, one JSON answer per stdout line:
   {"op": "last_pid", "value": N}               -> {}              (/proc/sys/kernel/ns_last_pid)
   {"op": "kill", "pid": N, "sig": S}           -> {}
   {"op": "gone", "pid": N}                     -> {}              (after N is dead and reaped)
+  {"op": "exited", "pid": N}                   -> {"state": S}    (after N exited: "Z" unreaped, "" reaped)
   {"op": "alive", "pid": N}                    -> {"alive": bool}
+  {"op": "ps"}                                 -> {"procs": [{"pid", "ppid", "pgrp", "state", "argv"}]}
 As the namespace's init it reaps every orphan (an exec child whose worker died lands here).
 """
 
@@ -58,5 +60,39 @@ for raw in sys.stdin:
             time.sleep(0.005)
             reap()
         answer({"gone": not os.path.exists(f"/proc/{req['pid']}")})
+    elif op == "exited":
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{req['pid']}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0].decode()
+            except OSError:
+                state = ""
+            if state in ("", "Z", "X"):
+                break
+            time.sleep(0.005)
+        answer({"state": state})
     elif op == "alive":
         answer({"alive": os.path.exists(f"/proc/{req['pid']}")})
+    elif op == "ps":
+        reap()
+        procs = []
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    argv = [a.decode() for a in f.read().split(b"\0") if a]
+            except OSError:
+                continue  # gone meanwhile
+            rest = stat[stat.rfind(b")") + 2 :].split()
+            procs.append(
+                {
+                    "pid": int(name),
+                    "ppid": int(rest[1]),
+                    "pgrp": int(rest[2]),
+                    "state": rest[0].decode(),
+                    "argv": argv,
+                }
+            )
+        answer({"procs": procs})

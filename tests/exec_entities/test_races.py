@@ -1,5 +1,6 @@
 """Generation safety with real processes: the generation changes between the graceful action and
-the timeout, or between planning an action and issuing it; a sibling is never touched."""
+the timeout, or between planning an action and issuing it; a sibling is never touched. (A process
+the generation forks into its own group is part of it, not a replacement: test_group.py.)"""
 
 from __future__ import annotations
 
@@ -41,38 +42,6 @@ async def test_exit_between_graceful_and_timeout_means_no_force(
     assert [r["action"] for r in got] == ["start", "graceful", "exit"]
     assert got[2]["exit_status"] == -signal.SIGUSR2
     assert got[2]["escalated"] is False
-
-
-async def test_replacement_in_the_group_is_never_forced(
-    electric: TestServer, client: AsyncClient, tmp_path: Path
-) -> None:
-    """On SIGTERM the process forks a replacement into its group and exits: the old generation is
-    gone, so nothing is forced, and the replacement (same group, new PID) gets nothing."""
-    log = tmp_path / "signals.log"
-    app = App(code_version="t")
-    app.exec(
-        "swap",
-        child("--on-term", "replace", "--log", str(log)),
-        grace_period="2s",
-        shutdown=ShutdownPolicy("SIGTERM", "300ms"),
-    )
-    async with running_worker(app, electric.address):
-        await client.spawn("swap/a")
-        pid = await ready(client, "swap/a")
-        await client.signal("swap/a", "SIGTERM")
-        await until(client, "swap/a", state_is("stopped", "cleanup_complete"))
-    replacement = next(
-        int(ln.rsplit("=", 1)[1]) for ln in log.read_text().splitlines() if "replacement pid=" in ln
-    )
-    try:
-        got = await receipts(client, "swap/a")
-        assert [r["action"] for r in got] == ["start", "graceful", "exit"]
-        assert got[2]["exit_status"] == 0
-        assert alive(replacement)
-        assert os.getpgid(replacement) == pid  # same group: a group force would have hit it
-        assert logged(log, replacement) == [f"replacement pid={replacement}"]  # no signal reached it
-    finally:
-        os.kill(replacement, signal.SIGKILL)
 
 
 async def test_pre_action_race_exit_holds_the_graceful_action(

@@ -9,6 +9,7 @@ a wait (WAIT_S) is only there to fail a broken test instead of hanging it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -162,6 +163,18 @@ def run_held(procs: list[Proc], address: str, ref: str, gate: Path, *args: str) 
     return run(procs, address, ref, "--message", f"hold {gate}", "--json", "--grace", LONG_GRACE, *args)
 
 
+@contextlib.contextmanager
+def stopped(proc: Proc) -> Iterator[None]:
+    """``proc`` stopped by SIGSTOP (as Ctrl-Z does) for the block, then continued: a stopped
+    worker neither ends its runs nor hears an interrupt until then."""
+    proc.signal(signal.SIGSTOP)
+    try:
+        os.waitpid(proc.popen.pid, os.WUNTRACED)  # returns once it has stopped (it is our child)
+        yield
+    finally:
+        proc.signal(signal.SIGCONT)
+
+
 # -- what the tests look for ----------------------------------------------------------------------
 
 
@@ -213,6 +226,45 @@ def terminal(records: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, A
 
 def run_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r["type"] == "run"]
+
+
+def interrupted_before_its_run(procs: list[Proc], address: str, ref: str) -> list[dict[str, Any]]:
+    """`electric run --json` of a message that cannot start yet, interrupted with SIGINT: its
+    records, once it has exited 130 (within WAIT_S: far less than its grace) with `cancelled`."""
+    cli = run(procs, address, ref, "--message", "mine", "--json", "--grace", LONG_GRACE)
+    cli.out.until(record_is("session_start"))
+    cli.signal(signal.SIGINT)
+    assert cli.wait() == exit_codes.INTERRUPTED
+    records = cli.records()
+    error, complete = terminal(records)
+    assert (error["name"], error["signal"], error["run_status"]) == ("interrupted", "SIGINT", "cancelled")
+    assert complete["run"]["started"] is False
+    return records
+
+
+def settled_interrupt(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run record of the command's message, written in its one interrupt's transaction: the
+    interrupt's outcome is final at once (`aborted`), and the message was cancelled unstarted."""
+    interrupts = [r for r in records if r["type"] == "signal"]
+    assert len(interrupts) == 1
+    interrupt, cancelled = interrupts[0], run_records(records)[-1]
+    assert (interrupt["value"]["signal"], interrupt["value"]["outcome"]) == ("SIGINT", "aborted")
+    assert interrupt["headers"]["operation"] == "insert"
+    assert cancelled["value"]["status"] == "aborted"
+    assert cancelled["headers"]["txid"] == interrupt["headers"]["txid"]
+    return cancelled
+
+
+def statuses_of(sdk: Client, ref: str, message_key: str) -> list[str]:
+    """Every run record of the message, read from the entity's stream (another client's view)."""
+    events, offset = [], 0
+    while True:
+        page = sdk.events(ref, offset, limit=500)
+        events.extend(page.events)
+        if not page.events:
+            break
+        offset = page.next_offset
+    return [e.value["status"] for e in events if e.type == "run" and e.value["message_key"] == message_key]
 
 
 # -- a run to its end -----------------------------------------------------------------------------
@@ -319,39 +371,68 @@ def test_an_interrupt_cancels_its_queued_message_not_the_run_in_progress(
     sdk.spawn(ref)
     held = sdk.send(ref, f"hold {gate}")  # another client's run, in progress while the CLI's message queues
     wait_run_started(sdk, ref, held.key, held.offset)
-    cli = run(procs, server.address, ref, "--message", "mine", "--json", "--grace", LONG_GRACE)
-    cli.out.until(record_is("session_start"))
-    cli.signal(signal.SIGINT)
-    assert cli.wait() == exit_codes.INTERRUPTED
-    error, complete = terminal(cli.records())
-    assert (error["name"], error["run_status"]) == ("interrupted", "cancelled")
-    assert complete["run"]["started"] is False
+    interrupted_before_its_run(procs, server.address, ref)
     gate.touch()
     end = wait_run_end(sdk, ref, held.key, held.offset)
     assert end.value["status"] == "completed"
     assert end.value["output"].endswith(" done")
 
 
-def test_an_interrupt_before_any_worker_cancels_the_message_when_one_comes(
-    server: TestServer, procs: list[Proc], sdk: Client, tmp_path: Path
+def test_an_interrupt_before_any_worker_cancels_the_message_at_once(
+    server: TestServer, procs: list[Proc], sdk: Client
 ) -> None:
-    """No worker hosts the entity yet, so the scoped SIGINT waits (pending) for the runtime that
-    takes the message up: it cancels the message before its run starts, and nothing else."""
+    """No worker hosts the entity: the server cancels the message in the scoped SIGINT's own
+    transaction (no run of it can start meanwhile), and a worker that comes later never runs it."""
     ref = "headless_late/late"
     sdk.spawn(ref)
-    cli = run_held(procs, server.address, ref, tmp_path / "never")
-    cli.out.until(record_is("session_start"))
-    cli.signal(signal.SIGINT)
-    cli.out.until(record_is("signal", signal="SIGINT", outcome="pending"))
+    records = interrupted_before_its_run(procs, server.address, ref)
+    assert settled_interrupt(records)["value"]["error"] == "cancelled before it started"
     late = start_worker(procs, server.address, "late_app")
-    assert cli.wait() == exit_codes.INTERRUPTED
-    records = cli.records()
-    error, complete = terminal(records)
-    assert (error["run_status"], complete["run"]["started"]) == ("cancelled", False)
-    interrupts = [r for r in records if r["type"] == "signal" and r["headers"]["operation"] == "insert"]
-    assert len(interrupts) == 1
-    assert [r["value"]["status"] for r in run_records(records)] == ["aborted"]
+    after = sdk.send(ref, "after")
+    assert wait_run_end(sdk, ref, after.key, after.offset).value["status"] == "completed"
+    assert statuses_of(sdk, ref, records[-1]["message_key"]) == ["aborted"]
     stop_worker(late)
+
+
+def test_an_interrupt_cancels_a_message_queued_while_paused_at_once(
+    server: TestServer, worker: Proc, procs: list[Proc], sdk: Client
+) -> None:
+    """A paused entity delivers no message: the interrupt cancels the CLI's at once (it does not
+    wait, pending, for SIGCONT), and after SIGCONT the message is skipped."""
+    ref = "headless/paused"
+    sdk.spawn(ref)
+    sdk.wait_for_state(ref, "running", timeout=WAIT_S)  # the worker took it up
+    sdk.signal(ref, "SIGSTOP")
+    records = interrupted_before_its_run(procs, server.address, ref)
+    assert records[0]["state"] == "paused"  # session_start: the entity's state when it was sent
+    settled_interrupt(records)
+    sdk.signal(ref, "SIGCONT")
+    after = sdk.send(ref, "after")
+    end = wait_run_end(sdk, ref, after.key, after.offset)
+    assert end.value["status"] == "completed"
+    assert statuses_of(sdk, ref, records[-1]["message_key"]) == ["aborted"]  # it never ran
+    assert sdk.get(ref).state.value == "running"
+
+
+def test_a_cancelled_message_never_runs_on_the_next_worker(
+    server: TestServer, procs: list[Proc], sdk: Client, tmp_path: Path
+) -> None:
+    """A message cancelled while another ran stays cancelled for the worker that takes the entity
+    up next (the record keeps it, not the worker that had it queued)."""
+    ref, gate = "headless_late/next-worker", tmp_path / "gate"
+    first = start_worker(procs, server.address, "late_app")
+    sdk.spawn(ref)
+    held = sdk.send(ref, f"hold {gate}")
+    wait_run_started(sdk, ref, held.key, held.offset)
+    mine = interrupted_before_its_run(procs, server.address, ref)[-1]["message_key"]
+    gate.touch()
+    assert wait_run_end(sdk, ref, held.key, held.offset).value["status"] == "completed"
+    stop_worker(first)  # drained: the entity's lease goes back, to be offered to the next worker
+    second = start_worker(procs, server.address, "late_app")
+    after = sdk.send(ref, "after")
+    assert wait_run_end(sdk, ref, after.key, after.offset).value["status"] == "completed"
+    assert statuses_of(sdk, ref, mine) == ["aborted"]
+    stop_worker(second)
 
 
 # -- a second signal, the grace, --timeout --------------------------------------------------------
@@ -362,30 +443,32 @@ def test_an_interrupt_before_any_worker_cancels_the_message_when_one_comes(
     [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGTERM)],
 )
 def test_a_second_signal_exits_at_once(
-    server: TestServer, procs: list[Proc], sdk: Client, first: int, second: int
+    server: TestServer, worker: Proc, procs: list[Proc], sdk: Client, tmp_path: Path, first: int, second: int
 ) -> None:
-    ref = f"headless_late/second-{int(first)}-{int(second)}"  # unhosted: the interrupt cannot end the run
+    ref = f"headless/second-{int(first)}-{int(second)}"
     sdk.spawn(ref)
-    cli = run(procs, server.address, ref, "--message", "waits", "--json", "--grace", LONG_GRACE)
-    cli.out.until(record_is("session_start"))
-    cli.signal(first)
-    cli.err.until(lambda line: f"received {signal.Signals(first).name}" in line)
-    cli.signal(second)
-    assert cli.wait() == 128 + second  # within WAIT_S, far less than the grace
+    cli = run_held(procs, server.address, ref, tmp_path / "never")
+    cli.out.until(STARTED)
+    with stopped(worker):  # the interrupt cannot end the run
+        cli.signal(first)
+        cli.err.until(lambda line: f"received {signal.Signals(first).name}" in line)
+        cli.signal(second)
+        assert cli.wait() == 128 + second  # within WAIT_S, far less than the grace
     records = cli.records()  # every line complete JSON, and no terminal records: nothing more was said
     assert records[0]["type"] == "session_start"
     assert not any(r["type"] in ("error", "session_complete") for r in records)
 
 
 def test_when_the_grace_runs_out_the_run_is_unknown(
-    server: TestServer, procs: list[Proc], sdk: Client
+    server: TestServer, worker: Proc, procs: list[Proc], sdk: Client, tmp_path: Path
 ) -> None:
-    ref = "headless_late/grace"
+    ref = "headless/grace"
     sdk.spawn(ref)
-    cli = run(procs, server.address, ref, "--message", "waits", "--json", "--grace", "200ms")
-    cli.out.until(record_is("session_start"))
-    cli.signal(signal.SIGTERM)
-    assert cli.wait() == exit_codes.TERMINATED
+    cli = run_held(procs, server.address, ref, tmp_path / "never", "--grace", "200ms")
+    cli.out.until(STARTED)
+    with stopped(worker):  # the interrupt cannot end the run
+        cli.signal(signal.SIGTERM)
+        assert cli.wait() == exit_codes.TERMINATED
     error, complete = terminal(cli.records())
     assert (error["name"], error["run_status"]) == ("terminated", "unknown")
     assert "not seen within the grace" in error["message"]
@@ -407,24 +490,29 @@ def test_timeout_exits_124_and_interrupts_the_run(
 
 
 def test_a_signal_after_the_timeout_is_reported_as_the_signal(
-    server: TestServer, procs: list[Proc], sdk: Client, tmp_path: Path
+    server: TestServer, worker: Proc, procs: list[Proc], sdk: Client, tmp_path: Path
 ) -> None:
-    """--timeout fires while the message waits for a worker; a SIGTERM during its grace takes over
-    (the interrupt is already under way); a worker comes, and the message is cancelled before it starts."""
-    ref = "headless_late/timeout-then-term"
+    """--timeout fires while the run goes on (its worker is stopped); a SIGTERM during the
+    timeout's grace takes over (the interrupt is already under way); then the run is aborted."""
+    ref = "headless/timeout-then-term"
     sdk.spawn(ref)
     cli = run_held(procs, server.address, ref, tmp_path / "never", "--timeout", "200ms")
-    cli.err.until(lambda line: "--timeout 200ms expired" in line)
-    cli.signal(signal.SIGTERM)
-    cli.err.until(lambda line: "received SIGTERM" in line)
-    late = start_worker(procs, server.address, "late_app")
+    start = json.loads(cli.out.until(record_is("session_start")))
+    with contextlib.ExitStack() as worker_stopped:
+        # The command is stopped until its run has started and its worker is stopped, so that the
+        # timeout finds the run started and the interrupt cannot end it.
+        with stopped(cli):
+            wait_run_started(sdk, ref, start["message_key"], start["message_offset"])
+            worker_stopped.enter_context(stopped(worker))
+        cli.err.until(lambda line: "--timeout 200ms expired" in line)
+        cli.signal(signal.SIGTERM)
+        cli.err.until(lambda line: "received SIGTERM" in line)
     assert cli.wait() == exit_codes.TERMINATED
     records = cli.records()
     error, _ = terminal(records)
-    assert (error["name"], error["signal"], error["run_status"]) == ("terminated", "SIGTERM", "cancelled")
+    assert (error["name"], error["signal"], error["run_status"]) == ("terminated", "SIGTERM", "aborted")
     assert "after --timeout had expired" in error["message"]
     assert not any(r.get("name") == "timeout" or r.get("status") == "timeout" for r in records)
-    stop_worker(late)
 
 
 # -- signal dispositions --------------------------------------------------------------------------

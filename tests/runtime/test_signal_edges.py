@@ -10,7 +10,7 @@ import pytest
 
 from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import Outcome, Signal, State
 from electric_sdk.runtime import Worker
 from electric_sdk.testing import TestServer
 
@@ -114,8 +114,10 @@ async def test_sigint_scoped_to_a_queued_message_cancels_only_it(
         cancelled = await until(client, "probe/scoped", lambda e: e.offset == second.offset)
         assert cancelled.type == "message"
         result = await client.signal("probe/scoped", "SIGINT", message_key=second.key)
-        await until(client, "probe/scoped", run_status(ABORTED, second.key))
-        await until(client, "probe/scoped", outcome_of(result.key, "aborted"))
+        # Settled by the server, with the message's run record, in the signal's own transaction.
+        assert result.outcome is Outcome.ABORTED
+        aborted = await until(client, "probe/scoped", run_status(ABORTED, second.key))
+        assert (aborted.txid, aborted.value["error"]) == (result.txid, "cancelled before it started")
         assert probe.step_open is True  # the other run is untouched
         probe.release.set()
         await until(client, "probe/scoped", run_status(COMPLETED, first))
@@ -241,15 +243,17 @@ async def test_every_sighup_of_a_barrage_gets_an_outcome(electric: TestServer, c
 async def test_a_scoped_sigint_for_a_message_that_already_ran_is_answered_at_once(
     electric: TestServer, client: AsyncClient
 ) -> None:
-    """The host remembers the last few messages it was given: a SIGINT scoped to one whose run has
-    ended touches nothing and says so at once (it does not wait for the lease to end)."""
+    """A SIGINT scoped to a message whose run has ended touches nothing, and the server says so
+    in the signal's own record (it does not wait for a runtime)."""
     probe = Probe()
     async with running_worker(probe_app(probe), electric.address):
         await client.spawn("probe/late-int")
         done = await client.send("probe/late-int", "quick")
         await until(client, "probe/late-int", run_status(COMPLETED, done.key))
         result = await client.signal("probe/late-int", "SIGINT", message_key=done.key)
-        update = await until(client, "probe/late-int", outcome_of(result.key))
-        assert update.value["outcome"] == "ignored"
-        assert update.value["detail"] == "its run already ended"
+        assert result.outcome is Outcome.IGNORED
+        events = (await client.events("probe/late-int", 0, 100)).events
+        inserted = next(e for e in events if e.key == result.key)
+        assert inserted.value["detail"] == "its message is done: its run ended, or it was cancelled"
+        assert not any(outcome_of(result.key)(e) for e in events)  # no update: nothing more to say
         assert (await client.get("probe/late-int")).state is State.RUNNING

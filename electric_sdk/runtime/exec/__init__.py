@@ -4,7 +4,9 @@ Define one in Python (``app.exec(...)``) or in a TOML file the worker loads
 (``load_exec_file``); ``docs/exec.md`` has the grammar, the signal mapping and
 the receipts. Modules: ``spec`` (the definition and its checks), ``config``
 (the TOML file), ``evidence`` (what proves a generation), ``process`` (the
-posix and portable backends), ``output`` (stdout/stderr into the stream),
+posix and portable backends, and a generation taken over), ``launcher`` (run
+between the fork and the command: the parent-death signal), ``group`` (a
+generation's process group and its orphans), ``output`` (stdout/stderr into the stream),
 ``receipts`` (the ``exec`` events, and the stored generation read back from
 them), ``hooks`` (the test hook between planning and issuing an action),
 ``host`` (one leased exec entity).

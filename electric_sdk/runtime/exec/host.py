@@ -17,13 +17,22 @@ it with no force; at expiry the generation is re-observed and forced exactly
 once; any doubt holds the action, and the receipt says why. The child is
 reaped only after the last action on it, so its PID cannot be reused while
 an action could still name it.
+
+On the posix backend a generation is its whole process group (as systemd's
+``KillMode=control-group``): once its main process has exited, whatever is
+left in the group gets the policy too, and the generation ends (its ``exit``
+receipt) only when the group is empty. A generation found running that
+another worker started is proved, taken over and shut down before a new one
+starts: one entity never has two live generations on one host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from datetime import UTC, datetime
+import os
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -36,10 +45,10 @@ from ..context import Message, SignalInfo
 from ..fenced import FINAL_WRITE_TIMEOUT_S, WorkerLink, message_of
 from ..host_base import HostBase
 from . import receipts
-from .evidence import Evidence, observe
+from .evidence import Evidence, prove
 from .hooks import ActionPlan, run_hook
 from .output import OutputPump
-from .process import Child, describe_status, spawn
+from .process import Adopted, Child, describe_left, describe_status, spawn
 from .receipts import stored_generation
 from .spec import STDIN_ACTIONS, ExecType
 
@@ -51,6 +60,8 @@ log = logging.getLogger("electric.runtime.exec")
 # uninterruptible sleep); and how long output may trail the exit before the EXIT receipt.
 FORCE_WAIT_S = 5.0
 OUTPUT_TRAIL_S = 0.2
+# While a generation that cannot be proved gone blocks new ones, how often it is looked at again.
+ORPHAN_RECHECK_S = 0.5
 FORWARDED = {
     Signal.SIGINT: "SIGINT",
     Signal.SIGHUP: "SIGHUP",
@@ -75,9 +86,13 @@ class ExecHost(HostBase):
         # The last generation we know of and how it ended (None: never started, or still running).
         self.last: Evidence | None = None
         self.last_status: int | None = None
-        # A stored generation this worker does not hold, still alive: never acted on.
+        # A stored generation this worker does not hold and cannot prove gone: never acted on, and no
+        # new generation starts while it may run.
         self.orphan: Evidence | None = None
+        # A generation taken over that could not be acted on after all: held (``orphan``) from then.
+        self._let_go: Child | None = None
         self._exited_in_session = False
+        self._start_refused = False  # said once while a held generation blocks new ones
         self._busy = 0  # shutdowns/kills in progress: they settle the exit themselves
         self._pumps: list[OutputPump] = []
         self._seen: set[int] = set()
@@ -93,6 +108,8 @@ class ExecHost(HostBase):
 
     async def _after(self) -> None:
         await self._end_child()
+        if self._let_go is not None:
+            self._let_go.close()  # its pidfd (it is never reaped here: not ours)
 
     async def _prepare(self) -> None:
         try:
@@ -110,17 +127,27 @@ class ExecHost(HostBase):
                     self.end(state.value)
                     return
             elif child is not None and child.exited.is_set() and not self._busy:
-                await self._settle(child, "exited on its own")
+                await self._after_exit(child)
                 continue
             elif rules.starts_runs and not self._busy:
                 if self._draining:
                     await self._shutdown("the worker is draining")
                     self.end("drained")
                     return
+                if child is not None and child.adopted:  # it reads no line of ours: it ends first
+                    await self._shutdown(
+                        f"taken over from {child.evidence.worker_id or 'another worker'}: "
+                        "a new generation starts once it has ended"
+                    )
+                    if not child.reaped and not self._busy:  # held: it could not be acted on
+                        self.child, self.orphan, self._let_go = None, child.evidence, child
+                    continue
                 if child is None:
                     if self._exited_in_session:  # a natural exit: no automatic restart
                         if await self._go_idle("process_exited"):
                             return
+                    elif self.orphan is not None:
+                        await self._recheck_orphan()
                     else:
                         await self._start_child()
                     continue
@@ -144,7 +171,9 @@ class ExecHost(HostBase):
     # -- stored evidence ------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Find the last generation in the stream; one this worker does not hold is re-observed."""
+        """Find the last generation in the stream; one this worker does not hold is proved
+        (``evidence.prove``): gone, it is recorded so; running, it is taken over (its shutdown
+        comes before any new generation); unprovable, it is held and blocks new generations."""
         try:
             history = await self._fenced.session.history(self.lease.ref)
         except Exception as exc:  # e.g. a token without the read scope: numbering starts afresh
@@ -157,23 +186,40 @@ class ExecHost(HostBase):
             self.last, self.last_status = started, stored.exit_status
         if started is None or stored.ended:
             return
-        doubt = observe(started)
-        if doubt is None:
-            self.orphan = started
-            await self._receipt(
-                "recover",
-                "held",
-                evidence=started,
-                reason=(
-                    f"{started.describe()} is still running but was started by {started.worker_id or 'another worker'}: "
-                    "this worker cannot prove it, so it will never signal it"
-                ),
-            )
-        else:
+        proof = prove(started)
+        by = started.worker_id or "another worker"
+        if proof.gone is not None:
             self.last = started
             await self._receipt(
-                "recover", "observed", evidence=started, reason=f"{started.describe()} is gone: {doubt}"
+                "recover", "observed", evidence=started, reason=f"{started.describe()} is gone: {proof.gone}"
             )
+        elif proof.pidfd is not None and self.spec.backend == "posix":
+            child = Adopted(started, proof.pidfd)
+            self.child = child
+            assert self._tg is not None
+            self._tg.start_soon(self._watch, child)
+            await self._receipt(
+                "recover", "issued", evidence=started, issued_at=datetime.now(UTC),
+                reason=(
+                    f"{started.describe()} is still running (proved: a pidfd opened, then its start time "
+                    f"and boot id matched); started by {by}, which no longer holds it: this worker takes it "
+                    "over, and its shutdown policy runs before any new generation starts"
+                ),
+            )  # fmt: skip
+        else:
+            if proof.pidfd is not None:  # running, but this backend has no way to act on it
+                os.close(proof.pidfd)
+            doubt = (
+                proof.doubt or f"the {self.spec.backend} backend cannot take over a process it did not start"
+            )
+            self.orphan = started
+            await self._receipt(
+                "recover", "held", evidence=started,
+                reason=(
+                    f"{started.describe()}, started by {by}, may still be running: {doubt}; "
+                    "this worker never signals it, and starts no new generation while it may run"
+                ),
+            )  # fmt: skip
 
     # -- the process ------------------------------------------------------------------------------
 
@@ -192,6 +238,7 @@ class ExecHost(HostBase):
         assert self._tg is not None
         self._tg.start_soon(self._watch, child)
         self._pumps = []
+        assert child.popen is not None  # spawned here: its pipes are ours
         for name, stream in (("stdout", child.popen.stdout), ("stderr", child.popen.stderr)):
             if stream is not None:
                 pump = OutputPump(
@@ -215,10 +262,21 @@ class ExecHost(HostBase):
     async def _emit(self, chunk: pb.ExecOutput) -> None:
         await self._fenced.write(retry=True, output=chunk)
 
+    async def _after_exit(self, child: Child) -> None:
+        """The main process exited on its own: what it left in its group gets the policy first."""
+        reason = "exited on its own"
+        if left := child.leftovers():
+            await self._shutdown(f"its main process exited ({child.describe_exit()}); {describe_left(left)}")
+            if child.reaped or self._busy:
+                return  # the policy ended it, or SIGKILL took over
+            reason = f"exited on its own; {describe_left(child.leftovers())} could not be stopped"
+        await self._settle(child, reason)
+
     async def _settle(
         self, child: Child, reason: str, *, escalated: bool = False, signal_key: str = ""
     ) -> None:
-        """The generation exited: let its output catch up, reap it, and say how it ended."""
+        """The generation is over (its group empty): let its output catch up, reap its leader, and
+        say how it ended."""
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(OUTPUT_TRAIL_S):
                 for pump in self._pumps:
@@ -226,7 +284,8 @@ class ExecHost(HostBase):
             status = child.reap()
             if self.child is child:
                 self.child = None
-                self._exited_in_session = True
+                # A generation taken over ends to make room for ours; one of ours ending is an exit.
+                self._exited_in_session = not child.adopted
             self.last, self.last_status = child.evidence, status
             await self._receipt(
                 "exit",
@@ -235,7 +294,7 @@ class ExecHost(HostBase):
                 issued_at=datetime.now(UTC),
                 exit_status=status,
                 escalated=escalated,
-                reason=f"{describe_status(status)}; {reason}",
+                reason=f"{child.describe_exit()}; {reason}",
                 signal_key=signal_key,
             )
         self._bell.ring()
@@ -246,7 +305,7 @@ class ExecHost(HostBase):
         """Plan → hook → re-observe → issue. Returns when it was issued, or None (held: receipt written)."""
         plan = ActionPlan(self.task_id, child.evidence, action, name, group, reason)
         await run_hook(plan)
-        doubt = child.recheck()
+        doubt = child.recheck(group=group)
         if doubt is None:
             try:
                 child.send(name, group=group)
@@ -272,27 +331,24 @@ class ExecHost(HostBase):
             self._bell.ring()
 
     async def _shutdown_child(self, child: Child, reason: str, signal_key: str) -> None:
-        if child.exited.is_set():
+        if child.done():
             await self._settle(child, f"exited before the graceful action ({reason})", signal_key=signal_key)
             return
         timeout, why = self.etype.shutdown_timeout(self.entity.grace_period)
-        graceful = self.etype.graceful
-        group = graceful not in STDIN_ACTIONS
+        graceful, group = self._graceful_for(child)
         with anyio.CancelScope() as scope:  # SIGKILL cancels the wait and forces at once
             self._shutdown_scope = scope
             issued = await self._act(
                 child, "graceful", graceful, group=group, reason=reason, signal_key=signal_key
             )
             if issued is None:
-                if child.gone():
+                if child.done():
                     await self._settle(
                         child, f"exited before the graceful action ({reason})", signal_key=signal_key
                     )
                 return
             start = anyio.current_time()
-            if child.frozen and child.backend == "posix":  # a frozen process cannot act on it
-                child.send("SIGCONT", group=True)
-                child.frozen = False
+            self._thaw(child)
             await self._receipt(
                 "graceful", "issued", evidence=child.evidence, name=graceful, group=group,
                 issued_at=issued, deadline=issued + timeout, policy_timeout=timeout,
@@ -300,14 +356,51 @@ class ExecHost(HostBase):
             )  # fmt: skip
             with anyio.move_on_after(max(0.0, start + timeout.total_seconds() - anyio.current_time())):
                 await child.exited.wait()
-            if child.gone():
+                if not group and child.leftovers():  # the graceful action reached its leader only
+                    await self._graceful_to_the_rest(child, reason, signal_key, issued + timeout)
+                await child.wait_done()
+            if child.done():
                 await self._settle(
                     child, f"exited after {graceful}, before the timeout; no force", signal_key=signal_key
                 )
                 return
-            await self._force(child, f"{reason}: still running at the deadline", signal_key, issued + timeout)
+            still = describe_left(child.leftovers()) if child.gone() else "still running"
+            await self._force(child, f"{reason}: {still} at the deadline", signal_key, issued + timeout)
         if scope.cancelled_caught and self.child is child and not child.reaped:
             return  # SIGKILL took over: _kill settles it
+
+    def _graceful_for(self, child: Child) -> tuple[str, bool]:
+        """The graceful action for ``child`` and whether it goes to its group: the policy's, unless
+        only the rest of its group is left, or it was taken over (no pipes of ours)."""
+        if child.backend == "posix" and (child.adopted or child.gone()):
+            return self.etype.group_graceful, True
+        graceful = self.etype.graceful
+        return graceful, graceful not in STDIN_ACTIONS
+
+    async def _graceful_to_the_rest(
+        self, child: Child, reason: str, signal_key: str, deadline: datetime
+    ) -> None:
+        """The leader exited after a stdin action: the rest of its group gets a signal, within the same
+        deadline."""
+        name = self.etype.group_graceful
+        why = (
+            f"{reason}: its main process exited ({child.describe_exit()}); {describe_left(child.leftovers())}"
+        )
+        issued = await self._act(child, "graceful", name, group=True, reason=why, signal_key=signal_key)
+        if issued is not None:
+            self._thaw(child)
+            await self._receipt(
+                "graceful", "issued", evidence=child.evidence, name=name, group=True, issued_at=issued,
+                deadline=deadline, policy_timeout=max(deadline - issued, timedelta(0)),
+                reason=f"{why}; the same deadline", signal_key=signal_key,
+            )  # fmt: skip
+
+    def _thaw(self, child: Child) -> None:
+        """A frozen process cannot act on a graceful action: it is continued after it."""
+        if child.frozen and child.backend == "posix":
+            with contextlib.suppress(OSError):
+                child.send("SIGCONT", group=True)
+            child.frozen = False
 
     async def _force(
         self, child: Child, reason: str, signal_key: str, deadline: datetime | None = None
@@ -321,8 +414,8 @@ class ExecHost(HostBase):
                 deadline=deadline, escalated=True, reason=reason, signal_key=signal_key,
             )  # fmt: skip
             with anyio.move_on_after(FORCE_WAIT_S):
-                await child.exited.wait()
-        if child.gone():
+                await child.wait_done()
+        if child.done():
             await self._settle(child, reason, escalated=issued is not None, signal_key=signal_key)
 
     async def _end_child(self) -> None:
@@ -333,12 +426,12 @@ class ExecHost(HostBase):
         with anyio.move_on_after(FORCE_WAIT_S + FINAL_WRITE_TIMEOUT_S):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(child.watch)  # the host's watcher went with its task group
-                if not child.gone():
+                if not child.done():
                     await self._force(child, f"hosting ended ({self.end_reason})", "")
                 else:
                     await self._settle(child, f"exited as hosting ended ({self.end_reason})")
                 tg.cancel_scope.cancel()
-        if not child.reaped and not child.gone():
+        if not child.reaped and not child.done():
             log.error("%s: %s did not die; left unreaped", self.task_id, child.evidence.describe())
 
     # -- messages -------------------------------------------------------------------------------
@@ -477,10 +570,39 @@ class ExecHost(HostBase):
                 "graceful", "refused", evidence=self.orphan or self.last, name=self.etype.graceful,
                 signal_key=key, reason=self._no_generation(),
             )  # fmt: skip
-        return True
+        # Past the grace deadline the cleanup did not complete: the server writes `grace_expired`
+        # (once the exit receipt is in, or its settle has passed), as it would for Python code.
+        return self.grace_deadline is None or datetime.now(UTC) < self.grace_deadline
 
     def _cleanup_ended(self) -> None:
         self._busy -= 1
+
+    async def _recheck_orphan(self) -> None:
+        """No new generation beside a held one that may still run: the start is refused (said once),
+        and the held one is looked at again now and then until it is proved gone (messages queue
+        meanwhile; SIGTERM and SIGKILL still end the entity)."""
+        orphan = self.orphan
+        assert orphan is not None
+        proof = prove(orphan)
+        if proof.pidfd is not None:
+            os.close(proof.pidfd)
+        if proof.gone is not None:
+            self.orphan, self.last, self.last_status = None, orphan, None
+            await self._receipt(
+                "recover", "observed", evidence=orphan, reason=f"{orphan.describe()} is gone: {proof.gone}"
+            )
+            return
+        if not self._start_refused:
+            self._start_refused = True
+            doubt = proof.doubt or f"the {self.spec.backend} backend cannot take it over"
+            await self._receipt(
+                "start", "refused", evidence=orphan,
+                reason=(
+                    f"no new generation while {orphan.describe()}, started by "
+                    f"{orphan.worker_id or 'another worker'}, may still be running: {doubt}"
+                ),
+            )  # fmt: skip
+        await self._bell.wait(ORPHAN_RECHECK_S)
 
     def _no_generation(self) -> str:
         if self.orphan is not None:

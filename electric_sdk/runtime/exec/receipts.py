@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from ..._proto.electric.v1 import types_pb2 as pb
 from ..._wire.enums import EXEC_ACTION_BY_NAME, EXEC_DISPOSITION_BY_NAME
+from ..._wire.exec_receipts import generation_running
 from ..._wire.times import timestamp_from_datetime
 from ...models import Event
 from .evidence import Evidence
@@ -64,7 +65,7 @@ class Stored:
 
     newest: int  # the highest generation number started (0: none)
     started: Evidence | None  # the newest generation's evidence
-    ended: bool  # an exit (or a recovery that found it gone) was recorded for it
+    ended: bool  # its end was recorded: an exit, or a recovery that found it gone
     exit_status: int | None
 
 
@@ -74,11 +75,12 @@ def stored_generation(history: list[Event]) -> Stored:
         if event.type != "exec":
             continue
         value = event.value
-        if value.get("action") == "start" and value.get("generation"):
+        running = generation_running(value.get("action", ""), value.get("disposition", ""))
+        if value.get("action") == "start" and running and value.get("generation"):
             started, ended, status = Evidence.from_json(value["generation"]), False, None
             newest = max(newest, started.generation)
-        elif value.get("action") in ("exit", "recover") and started is not None:
+        elif running is False and started is not None:
             gen = value.get("generation") or {}
-            if gen.get("generation") == started.generation and value.get("disposition") != "held":
+            if gen.get("generation") == started.generation:
                 ended, status = True, value.get("exit_status")
     return Stored(newest, started, ended, status)

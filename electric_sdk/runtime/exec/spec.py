@@ -113,6 +113,14 @@ class ExecType(EntityType):
         return policy.graceful if policy is not None else COMPAT_GRACEFUL[self.spec.backend]
 
     @property
+    def group_graceful(self) -> str:
+        """The graceful action for the processes a leader left in its group, and for a generation
+        taken over from another worker: neither reads this worker's pipes, so a stdin action
+        becomes SIGTERM (the posix backend only: the portable one acts on the process alone)."""
+        graceful = self.graceful
+        return graceful if graceful in SIGNUMS else "SIGTERM"
+
+    @property
     def force(self) -> str:
         return FORCE_ACTIONS[self.spec.backend]
 

@@ -67,11 +67,19 @@ class EntityRecord(NamedTuple):
     # were started for the first of them (its next delivery is attempt + 1);
     message_cursor: int = 0
     cursor_attempt: int = 0
-    # the offset of the newest message (-1: none), so an idle entity with
-    # unfinished messages is known to need a wake without reading its stream;
+    # the offset of the newest message not cancelled (-1: none), so an idle
+    # entity with unfinished messages is known to need a wake without reading
+    # its stream;
     last_message_offset: int = -1
     # SIGHUP'd: the next lease goes to a worker with the newest code version.
     reload_pending: bool = False
+    # Profile values the spawn left to the entity type's default, fixed at the first lease
+    # (type_profiles.py); until then ``grace_ms`` and ``idle_timeout_ms`` hold the server's defaults.
+    grace_pending: bool = False
+    idle_timeout_pending: bool = False
+    # Offsets past the cursor of messages cancelled before their run started
+    # (never delivered; see message_cursor.py). Usually empty.
+    cancelled_messages: tuple[int, ...] = ()
 
     @property
     def ref(self) -> Ref:
@@ -79,6 +87,17 @@ class EntityRecord(NamedTuple):
 
     def replace(self, **changes: Any) -> EntityRecord:
         return self._replace(**changes)
+
+
+class TypeProfile(NamedTuple):
+    """The profile defaults one code version of an entity type announced (None: not announced)."""
+
+    type: str
+    code_version: str
+    # The order code versions were first announced in: the newest has the highest.
+    seq: int
+    grace_ms: int | None
+    idle_timeout_ms: int | None
 
 
 class NewEvent(NamedTuple):
@@ -249,6 +268,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
         """Every `stopping` entity and its grace deadline (for the reaper)."""
+
+    @abc.abstractmethod
+    async def open_ended_streams(self) -> list[Ref]:
+        """Entities in a terminal state whose stream is still open (a lease held it at a restart)."""
+
+    @abc.abstractmethod
+    async def type_profiles(self) -> list[TypeProfile]:
+        """Every type profile announced, each code version's latest announcement."""
+
+    @abc.abstractmethod
+    async def store_type_profile(self, profile: TypeProfile) -> None:
+        """Keep a code version's announcement (replacing its earlier one, keeping its ``seq``)."""
 
     @abc.abstractmethod
     async def head_txid(self) -> int:

@@ -11,9 +11,10 @@ A column differs from its field in two ways only, each listed here:
 - its name, where the column predates the field's ``_ms`` suffix
   (``_RENAMED``: renaming the columns would break the files already written);
 - its type, where SQL has no such type: the state (an enum) is stored as its
-  text value, and the booleans come back as whatever the driver returns for
-  them (SQLite: 0 or 1), so they are made ``bool`` again. A bool is an int,
-  so it is written as it is.
+  text value, the cancelled messages' offsets (a tuple) as their decimal
+  numbers joined by commas, and the booleans come back as whatever the driver
+  returns for them (SQLite: 0 or 1), so they are made ``bool`` again. A bool
+  is an int, so it is written as it is.
 """
 
 from __future__ import annotations
@@ -55,8 +56,11 @@ EVENT_COLUMNS: tuple[str, ...] = tuple(_RENAMED.get(name, name) for name in Stor
 
 _FIELDS = EntityRecord._fields
 _STATE = _FIELDS.index("state")
-_CLOSED = _FIELDS.index("closed")
-_RELOAD_PENDING = _FIELDS.index("reload_pending")
+# The booleans, which SQL drivers may return as integers.
+_BOOLEANS = tuple(
+    _FIELDS.index(name) for name in ("closed", "reload_pending", "grace_pending", "idle_timeout_pending")
+)
+_CANCELLED = _FIELDS.index("cancelled_messages")
 # What a commit sets on the entity it writes (see ``advanced``).
 _UPDATED_AT = _FIELDS.index("updated_at_ms")
 _HEAD_OFFSET = _FIELDS.index("head_offset")
@@ -72,6 +76,7 @@ def entity_row(record: EntityRecord) -> tuple[Any, ...]:
     """The entity's row: its fields in ``ENTITY_COLUMNS`` order, the state as its value."""
     row: list[Any] = list(record)
     row[_STATE] = record.state.value
+    row[_CANCELLED] = ",".join(map(str, record.cancelled_messages)) if record.cancelled_messages else ""
     return tuple(row)
 
 
@@ -79,8 +84,10 @@ def entity_from_row(row: Sequence[Any]) -> EntityRecord:
     """The record a row in ``ENTITY_COLUMNS`` order holds."""
     values = list(row)
     values[_STATE] = State(values[_STATE])
-    values[_CLOSED] = bool(values[_CLOSED])
-    values[_RELOAD_PENDING] = bool(values[_RELOAD_PENDING])
+    for i in _BOOLEANS:
+        values[i] = bool(values[i])
+    cancelled = values[_CANCELLED]
+    values[_CANCELLED] = tuple(int(o) for o in cancelled.split(",")) if cancelled else ()
     return _record(values)
 
 

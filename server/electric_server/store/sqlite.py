@@ -37,23 +37,27 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from electric_sdk.lifecycle import State
 
 from ..internals.ready_queue import BUSY, ready_queue
-from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent
+from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
 from .sqlite_damage import Inspection, inspect_files, inspect_settled
 from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
 from .sqlite_schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
+    SELECT_ENDED_OPEN,
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
     SELECT_IDEMPOTENCY,
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
+    SELECT_TYPE_PROFILES,
+    UPSERT_TYPE_PROFILE,
     migrate,
 )
 from .sqlite_walcheck import wal_path
@@ -301,6 +305,15 @@ class SQLiteStore(SQLiteWriter, Store):
             raise RuntimeError("store is closed")
         return self._rconn
 
+    async def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """Every row a read returns, once what it read is durable."""
+        try:
+            rows = self._reader().execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise self._read_fault(exc) from exc
+        await self._durable()
+        return rows
+
     async def get_entity(self, ref: Ref) -> EntityRecord | None:
         try:
             row = self._reader().execute(SELECT_ENTITY, ref).fetchone()
@@ -327,20 +340,12 @@ class SQLiteStore(SQLiteWriter, Store):
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY type, id LIMIT ?"
         args.append(str(limit))
-        try:
-            rows = self._reader().execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [entity_from_row(r) for r in rows]
+        return [entity_from_row(r) for r in await self._rows(sql, args)]
 
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
-        try:
-            rows = self._reader().execute(SELECT_EVENTS, (ref[0], ref[1], from_offset, limit)).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [event_from_row(r) for r in rows]
+        return [
+            event_from_row(r) for r in await self._rows(SELECT_EVENTS, (ref[0], ref[1], from_offset, limit))
+        ]
 
     async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
         try:
@@ -351,12 +356,16 @@ class SQLiteStore(SQLiteWriter, Store):
         return (bytes(row[0]), bytes(row[1])) if row else None
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
-        try:
-            rows = self._reader().execute(SELECT_STOPPING_DEADLINES).fetchall()
-        except sqlite3.Error as exc:
-            raise self._read_fault(exc) from exc
-        await self._durable()
-        return [((str(t), str(i)), int(d)) for t, i, d in rows]
+        return [((str(t), str(i)), int(d)) for t, i, d in await self._rows(SELECT_STOPPING_DEADLINES)]
+
+    async def open_ended_streams(self) -> list[Ref]:
+        return [(str(t), str(i)) for t, i in await self._rows(SELECT_ENDED_OPEN)]
+
+    async def type_profiles(self) -> list[TypeProfile]:
+        return [TypeProfile._make(row) for row in await self._rows(SELECT_TYPE_PROFILES)]
+
+    async def store_type_profile(self, profile: TypeProfile) -> None:
+        await self._write_aside(UPSERT_TYPE_PROFILE, tuple(profile), "a type profile's announcement")
 
     async def head_txid(self) -> int:
         try:
@@ -369,17 +378,22 @@ class SQLiteStore(SQLiteWriter, Store):
     async def purge_idempotency(self, older_than_ms: int) -> int:
         if self._refusal is not None:
             return 0  # nothing is purged while writes are refused: the store said why when it began
+        return await self._write_aside(PURGE_IDEMPOTENCY, (older_than_ms,), "a purge of old idempotency keys")
 
-        def purge() -> int:
+    async def _write_aside(self, sql: str, args: tuple[object, ...], what: str) -> int:
+        """One statement on the writer's connection, outside the entities' batches (its own
+        transaction, synced with the next batch's WAL sync); returns the rows it changed."""
+
+        def execute() -> int:
             assert self._wconn is not None
-            return self._wconn.execute(PURGE_IDEMPOTENCY, (older_than_ms,)).rowcount
+            return self._wconn.execute(sql, args).rowcount
 
         loop = asyncio.get_running_loop()
         try:
             async with self._conn_lock:  # the writer connection is not shared mid-statement
-                return await loop.run_in_executor(self._executor, purge)
-        except Exception as exc:  # e.g. a full disk: a purge is a write like any other
-            error = self._fault(exc, "a purge of old idempotency keys")
+                return await loop.run_in_executor(self._executor, execute)
+        except Exception as exc:  # e.g. a full disk: a write like any other
+            error = self._fault(exc, what)
             if error is exc:
                 raise
             raise error from exc

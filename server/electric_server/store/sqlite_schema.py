@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import sqlite3
 
+from electric_sdk.lifecycle import TERMINAL_STATES, State
+
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
@@ -18,14 +20,17 @@ __all__ = [
     "INSERT_IDEMPOTENCY",
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
+    "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
     "SELECT_IDEMPOTENCY",
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
+    "SELECT_TYPE_PROFILES",
     "SET_NEXT_TXID",
     "UPSERT_ENTITY",
+    "UPSERT_TYPE_PROFILE",
     "migrate",
     "update_entity_sql",
 ]
@@ -50,6 +55,9 @@ _ENTITY_DEFINITIONS = {
     "cursor_attempt": "INTEGER NOT NULL DEFAULT 0",
     "last_message_offset": "INTEGER NOT NULL DEFAULT -1",
     "reload_pending": "INTEGER NOT NULL DEFAULT 0",
+    "grace_pending": "INTEGER NOT NULL DEFAULT 0",
+    "idle_timeout_pending": "INTEGER NOT NULL DEFAULT 0",
+    "cancelled_messages": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -58,11 +66,14 @@ if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
         f"the entities table's columns {tuple(_ENTITY_DEFINITIONS)} are not EntityRecord's {ENTITY_COLUMNS}"
     )
 
+# In State order: the index's WHERE and the query's must read the same in every process.
+_TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
 _ENTITY_TABLE = ",\n".join(f"    {column} {definition}" for column, definition in _ENTITY_DEFINITIONS.items())
 _KEY = ", ".join(ENTITY_KEY)
 
 # The entity table is built from the definitions above (it gains columns); the
-# others are as they were first released.
+# others are as they were first released (an older file gains the tables added
+# since, type_profiles, as it is opened).
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS entities (
 {_ENTITY_TABLE},
@@ -71,6 +82,8 @@ CREATE TABLE IF NOT EXISTS entities (
 CREATE INDEX IF NOT EXISTS entities_by_state ON entities (state, type, id);
 CREATE INDEX IF NOT EXISTS entities_by_deadline ON entities (stopping_deadline)
     WHERE stopping_deadline IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entities_ended_open ON entities (type, id)
+    WHERE closed = 0 AND state IN ({_TERMINAL});
 CREATE TABLE IF NOT EXISTS events (
     type TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -94,6 +107,14 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS type_profiles (
+    type TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    grace_ms INTEGER,
+    idle_timeout_ms INTEGER,
+    PRIMARY KEY (type, code_version)
+) WITHOUT ROWID;
 """
 
 
@@ -137,6 +158,18 @@ INSERT_IDEMPOTENCY = (
 )
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
 PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
+
+# The partial index entities_ended_open holds exactly these rows: few, whatever the table's size
+# (the planner would rather scan every terminal entity through entities_by_state).
+SELECT_ENDED_OPEN = (
+    f"SELECT {_KEY} FROM entities INDEXED BY entities_ended_open WHERE closed = 0 AND state IN ({_TERMINAL})"
+)
+SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
+UPSERT_TYPE_PROFILE = (
+    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (type, code_version) DO UPDATE SET "
+    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
+)
 
 SELECT_NEXT_TXID = "SELECT value FROM meta WHERE name = 'next_txid'"
 SET_NEXT_TXID = (

@@ -168,6 +168,24 @@ RUN_STATUS_ABORTED: RunStatus.ValueType  # 4
 RUN_STATUS_FAILED: RunStatus.ValueType  # 5
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
+class _ProfileField:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProfileFieldEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProfileField.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROFILE_FIELD_UNSPECIFIED: _ProfileField.ValueType  # 0
+    PROFILE_FIELD_GRACE_PERIOD: _ProfileField.ValueType  # 1
+    PROFILE_FIELD_IDLE_TIMEOUT: _ProfileField.ValueType  # 2
+
+class ProfileField(_ProfileField, metaclass=_ProfileFieldEnumTypeWrapper):
+    """A value of an entity's Profile."""
+
+PROFILE_FIELD_UNSPECIFIED: ProfileField.ValueType  # 0
+PROFILE_FIELD_GRACE_PERIOD: ProfileField.ValueType  # 1
+PROFILE_FIELD_IDLE_TIMEOUT: ProfileField.ValueType  # 2
+Global___ProfileField: _TypeAlias = ProfileField  # noqa: Y015
+
 class _ExecAction:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -262,7 +280,11 @@ Global___EntityRef: _TypeAlias = EntityRef  # noqa: Y015
 
 @_typing.final
 class Profile(_message.Message):
-    """Fixed at spawn. Durations accept milliseconds."""
+    """Fixed at the entity's first lease: each value from the spawn request, else
+    the entity type's default (announced by its workers; the newest code
+    version's announcement wins), else the server's. Durations accept
+    milliseconds.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -303,6 +325,7 @@ class Entity(_message.Message):
     CLOSED_FIELD_NUMBER: _builtins.int
     STOPPING_DEADLINE_FIELD_NUMBER: _builtins.int
     TXID_FIELD_NUMBER: _builtins.int
+    PENDING_PROFILE_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -322,6 +345,13 @@ class Entity(_message.Message):
     def stopping_deadline(self) -> _timestamp_pb2.Timestamp:
         """Set while `stopping`: when the server will write `stopped`."""
 
+    @_builtins.property
+    def pending_profile(self) -> _containers.RepeatedScalarFieldContainer[Global___ProfileField.ValueType]:
+        """The profile values the spawn left to the entity type's default that are
+        not fixed yet ("type default, pending"): each is fixed at the entity's
+        first lease, and `profile` leaves it unset until then.
+        """
+
     def __init__(
         self,
         *,
@@ -334,10 +364,11 @@ class Entity(_message.Message):
         closed: _builtins.bool = ...,
         stopping_deadline: _timestamp_pb2.Timestamp | None = ...,
         txid: _builtins.int = ...,
+        pending_profile: _abc.Iterable[Global___ProfileField.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,91 @@
+"""The record's message bookkeeping (server/electric_server/message_cursor.py), write by write.
+
+Each test walks an entity's messages through the writes that move the cursor — a message
+sent, a run started or ended, a message cancelled by a scoped SIGINT — and checks what the
+record then says: which message is delivered, which run may start, whether one waits (an
+idle entity wakes for it). The end-to-end view (a real CLI, worker and server) is in
+tests/runtime/test_headless.py.
+"""
+
+from __future__ import annotations
+
+from electric_server import message_cursor as mc
+from electric_server.store.base import EntityRecord
+
+from electric_sdk.lifecycle import MessageProgress, State
+
+# Events 0..9; messages at the offsets the tests name.
+BLANK = EntityRecord("t", "e", State.RUNNING, 1, 1, 0, 0, 0, False, None, 0, message_cursor=1)
+
+
+def sent(record: EntityRecord, *offsets: int) -> EntityRecord:
+    for offset in offsets:
+        record = mc.sent(record.replace(head_offset=offset))
+    return record.replace(head_offset=max(offsets) + 1)
+
+
+def located(key_offset: int, *earlier: int) -> mc.Located:
+    return mc.Located(f"msg_{key_offset}", key_offset, earlier)
+
+
+def test_a_message_cancelled_at_the_cursor_is_done_and_nothing_waits() -> None:
+    record = sent(BLANK, 2)
+    assert mc.progress(record, located(2)) is MessageProgress.QUEUED
+    record = mc.cancelled(record, located(2))
+    assert not mc.waiting(record)
+    assert not mc.deliverable(record, 2)
+    assert mc.refuses_start(record, 2) is not None
+    assert mc.progress(record, located(2)) is MessageProgress.ENDED
+
+
+def test_a_message_cancelled_behind_a_run_is_skipped_and_does_not_wake_the_entity() -> None:
+    record = mc.started(sent(BLANK, 2, 5), 2, 1)
+    assert mc.progress(record, located(2)) is MessageProgress.STARTED
+    record = mc.cancelled(record, located(5, 2))
+    assert record.cancelled_messages == (5,)
+    assert mc.waiting(record)  # the run of 2 is not done
+    assert not mc.deliverable(record, 5)
+    assert mc.refuses_start(record, 5) is not None
+    record = mc.ended(record, 2)
+    # Nothing left but the cancelled one: the cursor passes it, and an idle entity stays idle.
+    assert not mc.waiting(record)
+    assert (record.message_cursor, record.cancelled_messages) == (6, ())
+    assert mc.progress(record, located(5, 2)) is MessageProgress.ENDED
+
+
+def test_an_earlier_message_still_waits_when_the_newest_is_cancelled() -> None:
+    """The newest message is cancelled while an earlier one never started (its worker was lost
+    before it began): the earlier one must still wake the entity and be delivered."""
+    record = sent(BLANK, 2, 5)
+    record = mc.cancelled(record, located(5, 2))
+    assert record.last_message_offset == 2
+    assert mc.waiting(record)
+    assert mc.deliverable(record, 2)
+    assert not mc.deliverable(record, 5)
+    record = mc.ended(mc.started(record, 2, 1), 2)
+    assert not mc.waiting(record)
+
+
+def test_a_later_message_runs_past_a_cancelled_one() -> None:
+    record = mc.started(sent(BLANK, 2, 4, 6), 2, 1)
+    record = mc.cancelled(record, located(4, 2))
+    assert mc.waiting(record)
+    record = mc.ended(record, 2)
+    assert record.cancelled_messages == (4,)
+    assert mc.deliverable(record, 6)
+    record = mc.started(record, 6, 1)
+    assert (record.message_cursor, record.cancelled_messages) == (6, ())
+    assert mc.refuses_start(record, 4) is not None  # behind the cursor: done
+
+
+def test_a_run_lost_with_its_worker_counts_as_started_until_it_is_cancelled() -> None:
+    record = mc.started(sent(BLANK, 2), 2, 1).replace(state=State.IDLE)
+    assert mc.progress(record, located(2)) is MessageProgress.STARTED
+    record = mc.cancelled(record, located(2))
+    assert (record.message_cursor, record.cursor_attempt) == (3, 0)
+    assert not mc.waiting(record)
+
+
+def test_a_message_not_found_from_the_cursor_on_is_done() -> None:
+    record = sent(BLANK, 2)
+    assert mc.progress(record, mc.Located("msg_x", None)) is MessageProgress.ENDED
