@@ -24,7 +24,9 @@ from electric_sdk.lifecycle import State
 pytestmark = pytest.mark.anyio
 
 # Every field away from its default, so a field mapped to the wrong column shows.
-RECORD = EntityRecord("agent", "e1", State.STOPPING, 1, 2, 3, 4, 5, True, 6, 7, 8, 9, 10, 11, True, (12, 13))
+RECORD = EntityRecord(
+    "agent", "e1", State.STOPPING, 1, 2, 3, 4, 5, True, 6, 7, 8, 9, 10, 11, True, True, True, (12, 13)
+)
 
 # The entities table as the first release wrote it, before the runtime's columns.
 FIRST_RELEASE_ENTITIES = """
