@@ -31,19 +31,16 @@ from dataclasses import dataclass, field
 
 from ..internals.ready_queue import BUSY
 from .base import (
-    Commit,
     EntityRecord,
     Hub,
-    IdempotencyKeyReused,
-    Mutation,
     Ref,
     StorageFailed,
-    StoredEvent,
     Write,
     WriteContext,
     WriteOutcome,
 )
-from .rows import ENTITY_VALUE_INDEXES, advanced, entity_from_row, entity_row
+from .outcome import Refused, apply_write, replay
+from .rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
 from .sqlite_faults import roll_back
 from .sqlite_schema import (
     INSERT_EVENT,
@@ -76,11 +73,6 @@ class _Staged:
     events: list[tuple[object, ...]] = field(default_factory=list)
     idempotency: dict[tuple[str, str, str], tuple[bytes, bytes]] = field(default_factory=dict)
     idempotency_rows: list[tuple[object, ...]] = field(default_factory=list)
-
-
-class _Refused(Exception):
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 def _refuse(batch: list[_Pending], error: BaseException) -> None:
@@ -291,7 +283,7 @@ class SQLiteWriter(SQLiteWal):
                 for write in pending.writes:
                     try:
                         outcome = self._apply_one(conn, write, WriteContext(txid, now), staged)
-                    except _Refused as refused:
+                    except Refused as refused:
                         # refused before anything was staged: nothing of it is written
                         pending.outcomes.append(refused.error)
                         continue
@@ -378,51 +370,23 @@ class SQLiteWriter(SQLiteWal):
         self, conn: sqlite3.Connection, write: Write, ctx: WriteContext, staged: _Staged
     ) -> WriteOutcome:
         ref, idem = write.ref, write.idempotency
-        # Decide first, stage after: a refusal (raised as _Refused) leaves nothing behind.
+        # Decide first, stage after: a refusal (raised as Refused) leaves nothing behind.
         try:
-            if idem is not None:
-                remembered = self._remembered(conn, ref, idem.key, staged)
-                if remembered is not None:
-                    if remembered[0] != idem.request_hash:
-                        raise IdempotencyKeyReused(idem.key)
-                    return WriteOutcome(None, remembered[1], True)
-            before = staged.entities.get(ref) or self._cache.get(ref) or self._current(conn, ref, staged)
-            mutation: Mutation = write.decide(before, ctx)
-            if mutation.events and before is not None and before.closed:
-                raise RuntimeError(f"append to the closed stream {ref[0]}/{ref[1]}")
+            remembered = self._remembered(conn, ref, idem.key, staged) if idem is not None else None
+            if remembered is None:
+                before = staged.entities.get(ref) or self._cache.get(ref) or self._current(conn, ref, staged)
         except Exception as exc:
-            raise _Refused(exc) from exc
-        if not mutation.events and mutation.entity is None:
-            commit = None
-            response = None
-            if write.encode is not None:
-                response = write.encode(Commit(ref, 0, ctx.now_ms, (), before, before, mutation.result))
-        else:
-            head = before.head_offset if before else 0
-            if len(mutation.events) == 1:  # the common case, without the comprehensions
-                ev = mutation.events[0]
-                stored: tuple[StoredEvent, ...] = (
-                    StoredEvent(head, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body),
-                )
-                # A StoredEvent's fields are the events table's columns after (type, id), in order.
-                staged.events.append(ref + stored[0])
-            else:
-                stored = tuple(
-                    [
-                        StoredEvent(offset, ev.kind, ev.key, ev.operation, ctx.now_ms, ctx.txid, ev.body)
-                        for offset, ev in enumerate(mutation.events, start=head)
-                    ]
-                )
-                staged.events.extend([ref + e for e in stored])
-            base = mutation.entity or before
-            assert base is not None, "a mutation that creates an entity must return its record"
-            after = advanced(base, head + len(stored), ctx)
-            staged.entities[ref] = after
-            commit = Commit(ref, ctx.txid, ctx.now_ms, stored, before, after, mutation.result)
-            response = write.encode(commit) if write.encode is not None else None
-        if idem is not None and response is not None:
-            staged.idempotency[(ref[0], ref[1], idem.key)] = (idem.request_hash, response)
-            staged.idempotency_rows.append(
-                (ref[0], ref[1], idem.key, idem.request_hash, response, ctx.now_ms)
-            )
-        return WriteOutcome(commit, response, False)
+            raise Refused(exc) from exc
+        if remembered is not None:
+            assert idem is not None
+            return replay(idem, remembered)
+        applied = apply_write(write, before, ctx)
+        if applied.after is not None:
+            staged.entities[ref] = applied.after
+        if applied.event_rows:
+            staged.events.extend(applied.event_rows)
+        row = applied.idempotency_row
+        if row is not None:
+            staged.idempotency[(row[0], row[1], row[2])] = (row[3], row[4])
+            staged.idempotency_rows.append(row)
+        return applied.outcome
