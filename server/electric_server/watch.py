@@ -281,6 +281,8 @@ class Watches:
                     await feed.wait()  # up to date: until the next commit (or a drain)
                     continue
                 # Behind the feed, or no commit seen yet: the store has what is committed.
+                # A commit published while the store is read still wakes this watcher below.
+                published = feed.next_wake()
                 stored = await self.store.read_events(ref, offset, READ_PAGE)
                 if stored:
                     for page in _pages(stored, self._message_bytes() if batches else 0):
@@ -296,7 +298,7 @@ class Watches:
                         end_of_stream=api.EndOfStream(head_offset=record.head_offset)
                     )
                     return
-                await feed.wait()
+                await published.wait()
         finally:
             self._leave(feed, token)
 
