@@ -1,0 +1,261 @@
+"""The PostgreSQL store's own guarantees, on a real PostgreSQL (a database per test).
+
+Two stores on one database stand for two processes: each has its own pool and
+nothing in memory in common, so only the database's row locks order them.
+Faults never stop the shared server: connections are ended with
+``pg_terminate_backend``; waits are on what PostgreSQL reports
+(``pg_stat_activity``), bounded, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+from electric_server.errors import ApiError
+from electric_server.store.base import (
+    DatabaseUnavailable,
+    EntityRecord,
+    Idempotency,
+    Mutation,
+    NewEvent,
+    Ref,
+    Write,
+    WriteContext,
+    WriteOutcome,
+)
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_schema import SCHEMA_VERSION
+from test_store import check_stream, committed, note, spawn
+
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def stores(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+@pytest.fixture
+async def admin(postgres_url: str) -> AsyncIterator[Any]:
+    """The test's own connection to the database: to hold row locks and end the store's connections."""
+    conn = await asyncpg.connect(postgres_url)
+    yield conn
+    await conn.close()
+
+
+async def lock_waiter(admin: Any) -> int:
+    """The pid of the backend that waits for a row lock (the store's), once there is one."""
+    with anyio.fail_after(10):
+        while True:
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if pid is not None:
+                return int(pid)
+
+
+async def test_racing_spawns_end_as_one_spawn_and_entity_exists(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """FOR UPDATE locks no missing row: the inserts race, and the losers are decided again on the
+    winner's row (ENTITY_EXISTS), never an internal error."""
+    ref: Ref = ("agent", "racing")
+    outcomes = await asyncio.gather(
+        *(stores[i % 2].write(spawn(ref)) for i in range(16)), return_exceptions=True
+    )
+    assert sum(isinstance(o, WriteOutcome) for o in outcomes) == 1, outcomes
+    refused = [o for o in outcomes if not isinstance(o, WriteOutcome)]
+    assert all(isinstance(o, ApiError) and o.reason == "ENTITY_EXISTS" for o in refused), refused
+    assert len(await check_stream(stores[0], ref)) == 1
+
+
+async def test_racing_idempotent_spawns_replay_the_one_that_committed(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    ref: Ref = ("agent", "retried")
+    idem = Idempotency("spawn-1", b"request")
+
+    def retry(i: int) -> Any:
+        write = Write(ref, spawn(ref).decide, idem, lambda commit: f"txid {commit.txid}".encode())
+        return stores[i % 2].write(write)
+
+    outcomes = await asyncio.gather(*(retry(i) for i in range(16)))
+    assert [o.replayed for o in outcomes].count(False) == 1
+    assert len({o.response for o in outcomes}) == 1, "every retry answers what the first did"
+    assert len(await check_stream(stores[1], ref)) == 1
+
+
+async def test_two_processes_writing_one_entity_keep_offsets_gap_free_and_txids_increasing(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(4)]
+    for outcome in await stores[0].write_many([spawn(r) for r in refs]):
+        committed(outcome)
+    # Batches naming the entities in opposite orders, from both stores at once: the rows are
+    # locked in (type, id) order, so they never deadlock, and each is decided on its locked row.
+    batches = [
+        stores[i % 2].write_many([note(r, str(i)) for r in (refs if i % 3 else refs[::-1])])
+        for i in range(24)
+    ]
+    for outcomes in await asyncio.gather(*batches):
+        for outcome in outcomes:
+            committed(outcome)
+    for ref in refs:
+        assert len(await check_stream(stores[0], ref)) == 1 + 24
+
+
+async def test_a_deadlock_reruns_the_batch(postgres_url: str, admin: Any) -> None:
+    """A row locked by another transaction that then waits for the batch's row: PostgreSQL ends
+    one side with a deadlock error; when it is the batch, the batch runs again and commits."""
+    await admin.execute(f"ALTER DATABASE \"{postgres_url.rsplit('/', 1)[1]}\" SET deadlock_timeout = '20ms'")
+    await admin.execute("SET deadlock_timeout = '10s'")  # so the store's backend is the one to give up
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        a, b = ("t", "a"), ("t", "b")
+        for outcome in await store.write_many([spawn(a), spawn(b)]):
+            committed(outcome)
+        holder = admin.transaction()
+        await holder.start()
+        await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'b' FOR UPDATE")
+        batch = asyncio.ensure_future(store.write_many([note(a), note(b)]))  # holds a, waits for b
+        await lock_waiter(admin)
+        await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'a' FOR UPDATE")
+        await holder.commit()
+        with anyio.fail_after(10):
+            outcomes = await batch
+        for outcome in outcomes:
+            committed(outcome)
+        assert store.batches_retried == 1
+        await check_stream(store, a)
+        await check_stream(store, b)
+    finally:
+        await store.close()
+
+
+async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_write_succeeds(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    store = stores[0]
+    ref: Ref = ("t", "a")
+    committed(await store.write(spawn(ref)))
+    holder = admin.transaction()
+    await holder.start()
+    await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'a' FOR UPDATE")
+    write = asyncio.ensure_future(store.write(note(ref, "lost")))
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", await lock_waiter(admin))
+    with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="database connection failed"):
+        await write
+    await holder.rollback()
+    committed(await store.write(note(ref, "kept")))
+    assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
+    await check_stream(store, ref)
+
+
+async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
+    await admin.execute("INSERT INTO electric_schema (version) VALUES ($1)", SCHEMA_VERSION + 1)
+    store = PostgresStore(postgres_url)
+    with pytest.raises(DatabaseUnavailable, match=f"version {SCHEMA_VERSION + 1}, newer than this"):
+        await store.open()
+
+
+async def test_an_unreachable_database_is_refused_without_its_password() -> None:
+    with socket_closed() as port:
+        store = PostgresStore(f"postgresql://electric:s3cret@127.0.0.1:{port}/electric")
+        with pytest.raises(DatabaseUnavailable) as refused:
+            await store.open()
+    assert "cannot open the database postgresql://electric:***@127.0.0.1" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    assert "s3cret" not in repr(store)
+
+
+@contextlib.contextmanager
+def socket_closed() -> Iterator[int]:
+    """A port on loopback that nothing listens on (bound, not listening, for the block)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+async def test_every_field_of_a_record_round_trips(stores: tuple[PostgresStore, PostgresStore]) -> None:
+    ref: Ref = ("t", "fields")
+    committed(await stores[0].write(spawn(ref)))
+
+    def everything(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        changed = current.replace(
+            lease_epoch=3, cancelled_messages=(5, 9), reload_pending=True, stopping_deadline_ms=2**40
+        )
+        return Mutation([NewEvent("note", "k", pb.OPERATION_UPDATE, b"\x00\xff")], changed)
+
+    after = committed(await stores[0].write(Write(ref, everything))).commit
+    assert after is not None
+    assert await stores[1].get_entity(ref) == after.after
+    assert (await stores[1].read_events(ref, 1, 1)) == list(after.events)
+
+
+def electric(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "electric_sdk.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_server_on_an_unreachable_database_exits_2_with_one_line(tmp_path: Any) -> None:
+    with socket_closed() as port:
+        result = electric(
+            "server", "--data", str(tmp_path), "--database", f"postgresql://u:pw@127.0.0.1:{port}/x"
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("electric server: cannot open the database postgresql://u:***@"), (
+        result.stderr
+    )
+    assert ":pw@" not in result.stderr
+
+
+def test_backup_of_a_database_points_to_pg_dump(tmp_path: Any) -> None:
+    result = electric("backup", "--database", "postgresql://x/y", str(tmp_path / "out.db"))
+    assert result.returncode == 2
+    assert "pg_dump" in result.stderr
+    assert not (tmp_path / "out.db").exists()
+
+
+def test_verify_a_database(postgres_url: str) -> None:
+    result = electric("verify", "--database", postgres_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "verified 0 entities, 0 events: clean"
+
+
+def test_without_asyncpg_the_server_says_what_to_install(tmp_path: Any) -> None:
+    """The driver is an extra: without it, one line naming it (run with asyncpg hidden)."""
+    hide = (
+        "import sys; sys.modules['asyncpg'] = None; "
+        "from electric_sdk.cli.main import main; "
+        f"sys.exit(main(['server', '--data', {str(tmp_path)!r}, '--database', 'postgresql://x/y']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", hide], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'electric-sdk[postgres]'" in result.stderr
