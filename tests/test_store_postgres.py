@@ -14,6 +14,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -167,6 +168,76 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     committed(await store.write(note(ref, "kept")))
     assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
     await check_stream(store, ref)
+
+
+class CommitCutter:
+    """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT on and cuts the
+    client's connection before PostgreSQL's answer can reach it: a commit whose outcome the
+    store cannot know."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.armed = False
+        self.cut = asyncio.Event()
+        self.connections: list[asyncio.Task[None]] = []
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool, done: Any
+    ) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+                if upstream and self.armed and b"COMMIT" in data:
+                    self.armed = False  # passed on whole: PostgreSQL commits, then reads the end
+                    self.cut.set()
+                    break
+        done.cancel()
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(*self.target)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._pipe, client_reader, server_writer, True, tg.cancel_scope)
+                tg.start_soon(self._pipe, server_reader, client_writer, False, tg.cancel_scope)
+        finally:
+            client_writer.transport.abort()  # the store sees the connection end, not an answer
+            server_writer.close()
+            with contextlib.suppress(ConnectionError):
+                await server_writer.wait_closed()
+
+    def handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
+
+
+async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
+    postgres_url: str,
+) -> None:
+    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
+    nor a lost write; the retry with the same idempotency key replays what did commit."""
+    parts = urllib.parse.urlsplit(postgres_url)
+    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    store = PostgresStore(
+        urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
+    )
+    await store.open()
+    try:
+        ref: Ref = ("t", "cut")
+        committed(await store.write(spawn(ref)))
+        write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
+        cutter.armed = True
+        with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="during COMMIT"):
+            await store.write(write)
+        assert cutter.cut.is_set()
+        retried = await store.write(write)
+        assert (retried.replayed, retried.response) == (True, b"noted")
+        assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
 
 
 async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
