@@ -47,7 +47,7 @@ from .postgres_schema import (
     SchemaTooNew,
     migrate,
 )
-from .postgres_writer import LOST, PostgresWriter
+from .postgres_writer import ACQUIRE_TIMEOUT_S, LOST, PostgresWriter
 from .rows import entity_from_row, event_from_row
 from .sql_reads import SQLReads
 
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 # Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
 CONNECT_TIMEOUT_S = 10.0
 STATEMENT_TIMEOUT_S = 30.0
-ACQUIRE_TIMEOUT_S = 30.0
 
 
 class PostgresStore(SQLReads, PostgresWriter):

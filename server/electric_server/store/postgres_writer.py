@@ -41,7 +41,7 @@ from typing import Any
 import asyncpg
 
 from .base import DatabaseUnavailable, EntityRecord, Hub, Ref, Store, Write, WriteContext, WriteOutcome
-from .outcome import Applied, Refused, apply_write, replay
+from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
     INSERT_ENTITY,
     INSERT_EVENTS,
@@ -53,9 +53,8 @@ from .postgres_schema import (
     UPDATE_ENTITY,
 )
 from .rows import entity_from_row, entity_row
-from .sqlite_writer import now_ms
 
-__all__ = ["LOST", "MAX_ATTEMPTS", "PostgresWriter"]
+__all__ = ["ACQUIRE_TIMEOUT_S", "LOST", "MAX_ATTEMPTS", "PostgresWriter"]
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
 LOST: tuple[type[BaseException], ...] = (
@@ -71,7 +70,8 @@ MAX_ATTEMPTS = 5
 # How often one write is decided again after a racing insert of its row (the second attempt
 # finds the row, locked; a third is for an idempotency row raced without an entity).
 _DECIDE_ATTEMPTS = 3
-_ACQUIRE_TIMEOUT_S = 30.0
+# How long a call waits for one of the pool's connections.
+ACQUIRE_TIMEOUT_S = 30.0
 
 
 class _RefLocks:
@@ -133,7 +133,7 @@ class PostgresWriter(Store):
         if pool is None:
             raise RuntimeError("store is closed")
         try:
-            async with pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+            async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 yield conn
         except LOST as exc:
             raise DatabaseUnavailable(
@@ -154,9 +154,15 @@ class PostgresWriter(Store):
                     try:
                         outcomes = await self._apply_batch(conn, writes, refs)
                         break
-                    except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
+                    except (
+                        asyncpg.exceptions.DeadlockDetectedError,
+                        asyncpg.exceptions.SerializationError,
+                    ) as exc:
                         if attempt == MAX_ATTEMPTS:
-                            raise
+                            raise DatabaseUnavailable(
+                                f"a write kept failing on PostgreSQL's {type(exc).__name__} "
+                                f"({MAX_ATTEMPTS} attempts): retry"
+                            ) from exc
                         self.batches_retried += 1
             self.batches_committed += 1
             self.hub.publish_many(
