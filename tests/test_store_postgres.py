@@ -16,10 +16,11 @@ import subprocess
 import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncpg
+import grpc
 import pytest
 from electric_server.errors import ApiError
 from electric_server.store.base import (
@@ -35,9 +36,15 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SCHEMA_VERSION
+from helpers import error_info
 from test_store import check_stream, committed, note, spawn
 
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+if TYPE_CHECKING:
+    from conftest import StartServer
 
 pytestmark = pytest.mark.anyio
 
@@ -330,3 +337,30 @@ def test_without_asyncpg_the_server_says_what_to_install(tmp_path: Any) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "pip install 'electric-sdk[postgres]'" in result.stderr
+
+
+async def test_a_server_whose_database_connection_is_lost_answers_unavailable(
+    start_server: StartServer, postgres_url: str, admin: Any
+) -> None:
+    """End to end: a SignalEntity whose connection PostgreSQL ends is UNAVAILABLE
+    (DATABASE_UNAVAILABLE, retryable) at once, and the retry succeeds."""
+    server = await start_server(database_url=postgres_url)
+    ref = pb.EntityRef(type="agent", id="a")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        holder = admin.transaction()
+        await holder.start()
+        await admin.execute("SELECT 1 FROM entities WHERE type = 'agent' AND id = 'a' FOR UPDATE")
+        request = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
+        call = asyncio.ensure_future(stub.SignalEntity(request))
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", await lock_waiter(admin))
+        with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        await holder.rollback()
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
+        signalled = await stub.SignalEntity(request)
+        assert signalled.new_state == pb.STATE_SPAWNING
+        events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
+        assert [e.type for e in events.events] == ["state", "signal"]
