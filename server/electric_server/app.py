@@ -112,8 +112,9 @@ class ServerConfig:
         return database_path(self.data_dir)
 
 
-def _store(config: ServerConfig) -> Store:
-    """The store the configuration names: PostgreSQL for a database URL, else the data directory's SQLite."""
+def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
+    """The store the configuration names: PostgreSQL for a database URL, else the data directory's
+    SQLite. ``exclusive``: a server's, the only one on its database (not `electric verify`'s)."""
     if config.database_url is None:
         return SQLiteStore(
             config.database,
@@ -130,7 +131,7 @@ def _store(config: ServerConfig) -> Store:
         raise ConfigError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
         ) from exc
-    return PostgresStore(config.database_url, pool_size=config.database_pool)
+    return PostgresStore(config.database_url, pool_size=config.database_pool, exclusive=exclusive)
 
 
 def _host(listen: str) -> str:
@@ -416,7 +417,7 @@ async def verify_database(url: str) -> Report:
 
     Raises ValueError for a URL that is not a database's (or without the driver), and
     DatabaseUnavailable where the database cannot be reached."""
-    store = _store(ServerConfig(database_url=url, database_pool=1))
+    store = _store(ServerConfig(database_url=url, database_pool=1), exclusive=False)
     await store.open()
     try:
         return await verify(store)

@@ -23,6 +23,7 @@ through its ``Hub``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,13 +52,16 @@ from .postgres_writer import ACQUIRE_TIMEOUT_S, LOST, PostgresWriter
 from .rows import entity_from_row, event_from_row
 from .sql_reads import SQLReads
 
-__all__ = ["PostgresStore"]
+__all__ = ["ONE_SERVER_LOCK", "PostgresStore"]
 
 log = logging.getLogger(__name__)
 
 # Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
 CONNECT_TIMEOUT_S = 10.0
 STATEMENT_TIMEOUT_S = 30.0
+# pg_try_advisory_lock's key for "a server runs on this database": "electric" in ASCII, plus one
+# (the schema's migrations take the key itself).
+ONE_SERVER_LOCK = 0x656C656374726963 + 1
 
 
 class PostgresStore(SQLReads, PostgresWriter):
@@ -67,12 +71,15 @@ class PostgresStore(SQLReads, PostgresWriter):
     select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
-    def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL) -> None:
+    def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL, exclusive: bool = False) -> None:
         if pool_size < 1:
             raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
         super().__init__()
         self.url = url
         self.pool_size = pool_size
+        # A server's store: the only one on its database (see _hold_the_database).
+        self.exclusive = exclusive
+        self._holder: Any = None
         self.hub = Hub()
 
     def __repr__(self) -> str:
@@ -102,18 +109,65 @@ class PostgresStore(SQLReads, PostgresWriter):
         except (*LOST, asyncpg.PostgresError) as exc:
             pool.terminate()
             raise DatabaseUnavailable(f"cannot set up the database {where}: {_reason(exc)}") from exc
+        if self.exclusive:
+            try:
+                await self._hold_the_database(where)
+            except BaseException:
+                pool.terminate()
+                raise
         self._pool = pool
         log.info("on PostgreSQL %s (schema version %d, %d connections)", where, version, self.pool_size)
+
+    async def _hold_the_database(self, where: str) -> None:
+        """Take the database for this server alone, for as long as it runs.
+
+        Leases, deadlines and the feed to watchers still live in one server's
+        memory, so a second server on the database would grant leases the first
+        holds. A session advisory lock on a connection of its own (the pool's
+        are reset, locks and all, when released) keeps it out until this one
+        closes or dies.
+        """
+        try:
+            holder = await asyncpg.connect(
+                self.url, timeout=CONNECT_TIMEOUT_S, server_settings={"application_name": "electric (lock)"}
+            )
+        except (*LOST, asyncpg.PostgresError) as exc:
+            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+        try:
+            taken = await holder.fetchval("SELECT pg_try_advisory_lock($1)", ONE_SERVER_LOCK)
+        except BaseException:
+            holder.terminate()
+            raise
+        if not taken:
+            await holder.close()
+            raise DatabaseUnavailable(
+                f"another electric server runs on the database {where}: one server per database "
+                "(several replicas on one database are not supported yet)"
+            )
+        holder.add_termination_listener(self._holder_lost)
+        self._holder = holder
+
+    def _holder_lost(self, connection: Any) -> None:
+        if self._holder is connection:
+            log.error(
+                "the connection that keeps other servers off the database was lost: a second server "
+                "could now start on it; restart this one to take the database back"
+            )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        holder, self._holder = self._holder, None
         try:
             await pool.close()  # waits for the connections in use to be released
         except (*LOST, asyncpg.PostgresError) as exc:
             log.warning("closing the database connections failed (%s): they are dropped", _reason(exc))
             pool.terminate()
+        if holder is not None:  # last: no other server starts while this one still writes
+            with contextlib.suppress(*LOST, asyncpg.PostgresError):
+                await holder.close()
+            holder.terminate()
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
         # Nothing stops writes for good here: an unreachable database fails each call (retryable).
