@@ -37,7 +37,7 @@ from electric_server.store.base import (
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SCHEMA_VERSION
 from helpers import error_info
-from test_store import check_stream, committed, note, spawn
+from test_store import Refused, check_stream, committed, note, refuse, spawn
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -382,3 +382,25 @@ async def test_a_second_server_on_a_database_is_refused_until_the_first_closes(p
         await first.close()
     await second.open()
     await second.close()
+
+
+async def test_concurrent_lone_writes_share_batches_each_its_own_write(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """While every connection runs a batch, lone writes queue for the next: fewer transactions,
+    each write still decided on its own (a refusal spares the others) with its own txid."""
+    store = stores[0]
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(20)]
+    for outcome in await store.write_many([spawn(r) for r in refs]):
+        committed(outcome)
+    batches = store.batches_committed
+    writes = [note(refs[i % len(refs)], str(i)) for i in range(200)]
+    results = await asyncio.gather(
+        *(store.write(w) for w in writes), store.write(Write(refs[0], refuse)), return_exceptions=True
+    )
+    assert isinstance(results[-1], Refused)
+    txids = [committed(o).commit.txid for o in results[:-1]]  # type: ignore[union-attr]
+    assert len(set(txids)) == 200
+    assert store.batches_committed - batches < 50, "200 concurrent writes share transactions"
+    for ref in refs:
+        assert len(await check_stream(store, ref)) == 1 + 10

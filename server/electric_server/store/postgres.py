@@ -74,7 +74,7 @@ class PostgresStore(SQLReads, PostgresWriter):
     def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL, exclusive: bool = False) -> None:
         if pool_size < 1:
             raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
-        super().__init__()
+        super().__init__(concurrent_batches=pool_size)
         self.url = url
         self.pool_size = pool_size
         # A server's store: the only one on its database (see _hold_the_database).

@@ -40,7 +40,17 @@ from typing import Any
 
 import asyncpg
 
-from .base import DatabaseUnavailable, EntityRecord, Hub, Ref, Store, Write, WriteContext, WriteOutcome
+from .base import (
+    DatabaseUnavailable,
+    EntityRecord,
+    Hub,
+    Ref,
+    StorageFault,
+    Store,
+    Write,
+    WriteContext,
+    WriteOutcome,
+)
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
     INSERT_ENTITY,
@@ -54,7 +64,7 @@ from .postgres_schema import (
 )
 from .rows import entity_from_row, entity_row
 
-__all__ = ["ACQUIRE_TIMEOUT_S", "LOST", "MAX_ATTEMPTS", "PostgresWriter"]
+__all__ = ["ACQUIRE_TIMEOUT_S", "LOST", "MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
 LOST: tuple[type[BaseException], ...] = (
@@ -65,6 +75,8 @@ LOST: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated, or the server shuts down
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
+# The most lone writes one batch gathers.
+MAX_BATCH = 256
 # How often a batch runs again after a deadlock or a serialization failure before it fails.
 MAX_ATTEMPTS = 5
 # How often one write is decided again after a racing insert of its row (the second attempt
@@ -119,9 +131,14 @@ class PostgresWriter(Store):
 
     hub: Hub
 
-    def __init__(self) -> None:
+    def __init__(self, concurrent_batches: int) -> None:
         self._pool: Any = None
         self._ref_locks = _RefLocks()
+        # Lone writes (``write``) queue here while every connection runs a batch (see _gather).
+        self._concurrent_batches = concurrent_batches
+        self._queued: list[tuple[Write, asyncio.Future[WriteOutcome | BaseException]]] = []
+        self._batches_running = 0
+        self._batch_tasks: set[asyncio.Task[None]] = set()  # referenced while they run
         # Batches committed and batches run again after a deadlock: exposed for tests and benchmarks.
         self.batches_committed = 0
         self.batches_retried = 0
@@ -141,10 +158,42 @@ class PostgresWriter(Store):
             ) from exc
 
     async def write(self, write: Write) -> WriteOutcome:
-        (outcome,) = await self.write_many((write,))
+        """One write; while every connection runs a batch, it waits to share the next
+        (group commit: one transaction, one round of statements' waits, for many writes)."""
+        future: asyncio.Future[WriteOutcome | BaseException] = asyncio.get_running_loop().create_future()
+        self._queued.append((write, future))
+        if self._batches_running < self._concurrent_batches:
+            self._gather()
+        outcome = await future
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    def _gather(self) -> None:
+        """Run the queued writes as one batch, in a task of its own."""
+        taken, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+        self._batches_running += 1
+        task = asyncio.get_running_loop().create_task(self._run(taken), name="electric-postgres-batch")
+        self._batch_tasks.add(task)
+        task.add_done_callback(self._batch_tasks.discard)
+
+    async def _run(self, taken: list[tuple[Write, asyncio.Future[WriteOutcome | BaseException]]]) -> None:
+        try:
+            outcomes = await self.write_many([write for write, _ in taken])
+        except BaseException as exc:  # the batch failed as a whole: each of its writes did
+            for _, future in taken:
+                if not future.done():
+                    future.set_exception(exc.again() if isinstance(exc, StorageFault) else exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), outcome in zip(taken, outcomes, strict=True):
+                if not future.done():  # (a caller cancelled its wait: the write is applied all the same)
+                    future.set_result(outcome)
+        finally:
+            self._batches_running -= 1
+            if self._queued and self._batches_running < self._concurrent_batches:
+                self._gather()
 
     async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
         refs = sorted({write.ref for write in writes})
