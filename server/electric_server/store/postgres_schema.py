@@ -31,6 +31,7 @@ __all__ = [
     "SELECT_EVENTS",
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
+    "SELECT_IDEMPOTENCY_MANY",
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "UPDATE_ENTITY",
@@ -194,6 +195,11 @@ INSERT_IDEMPOTENCY = (
     "VALUES ($1, $2, $3, $4, $5, $6)"
 )
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = $1 AND id = $2 AND key = $3"
+# A batch's keys at once, read under its locks.
+SELECT_IDEMPOTENCY_MANY = (
+    "SELECT type, id, key, request_hash, response FROM idempotency WHERE (type, id, key) IN "
+    "(SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
+)
 PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1"
 
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"

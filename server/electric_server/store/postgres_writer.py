@@ -10,10 +10,11 @@ transaction on one pooled connection:
 2. txids are drawn from the ``electric_txid`` sequence after the locks, so
    each entity's txids increase in commit order (a write that commits takes
    the next one drawn; a refused one takes none, but numbers may be skipped);
-3. each write, in call order: its idempotency key is looked up (after the
-   lock, so a racing retry is seen), then ``decide`` runs on the locked row
-   (``outcome.apply_write``) and its rows are written. A write whose decide
-   refuses writes nothing and spares the others;
+3. each write, in call order: its idempotency key is looked up (the batch's
+   keys are read at once, after the locks, so a racing retry is seen), then
+   ``decide`` runs on the locked row (``outcome.apply_write``) and its rows
+   are staged, to be written at the end with one statement per table. A
+   write whose decide refuses writes nothing and spares the others;
 4. a row that did not exist when the batch locked (``FOR UPDATE`` locks no
    missing row) is inserted inside a savepoint: a racing insert of the same
    entity (or idempotency key) ends in unique_violation, the savepoint is
@@ -24,6 +25,9 @@ transaction on one pooled connection:
    ``DatabaseUnavailable``: nothing was committed. One lost during COMMIT
    leaves the outcome unknown: also ``DatabaseUnavailable``, and the
    client's retry with the same idempotency key finds out.
+
+Lone writes (``write``) that arrive while every connection runs a batch
+wait to share the next one (group commit, at most ``MAX_BATCH``).
 
 Then the batch's commits are published to the ``Hub``. Within this process,
 writes to one entity queue for it (``_RefLocks``) from before the row lock to
@@ -44,6 +48,7 @@ from .base import (
     DatabaseUnavailable,
     EntityRecord,
     Hub,
+    Idempotency,
     Ref,
     StorageFault,
     Store,
@@ -60,6 +65,7 @@ from .postgres_schema import (
     LOCK_ENTITY,
     NEXT_TXIDS,
     SELECT_IDEMPOTENCY,
+    SELECT_IDEMPOTENCY_MANY,
     UPDATE_ENTITY,
 )
 from .rows import entity_from_row, entity_row
@@ -225,15 +231,10 @@ class PostgresWriter(Store):
         transaction = conn.transaction()
         await transaction.start()
         try:
-            rows = await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs])
-            current: dict[Ref, EntityRecord | None] = {}
-            for row in rows:
-                record = entity_from_row(row)
-                current[record.ref] = record
-            txids = _Txids(conn)
-            await txids.draw(len(writes))
-            now = now_ms()
-            outcomes = [await self._apply_one(conn, write, current, txids, now) for write in writes]
+            batch = _Batch(conn)
+            await batch.lock(refs, writes)
+            outcomes = [await batch.apply(write) for write in writes]
+            await batch.flush()
         except BaseException:
             with contextlib.suppress(*LOST):  # a lost connection has rolled back by itself
                 await transaction.rollback()
@@ -247,54 +248,112 @@ class PostgresWriter(Store):
             ) from exc
         return outcomes
 
-    async def _apply_one(
-        self, conn: Any, write: Write, current: dict[Ref, EntityRecord | None], txids: _Txids, now: int
-    ) -> WriteOutcome | BaseException:
+
+class _Batch:
+    """One batch's transaction: its locked rows, txids, stored keys, and the rows it stages.
+
+    Rows of entities locked at the start are staged and written at the end, one
+    statement per table (``flush``); a row missing at the start is written at
+    once, in a savepoint (see the module docstring, 4).
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.txids = _Txids(conn)
+        self.now = now_ms()
+        self.current: dict[Ref, EntityRecord | None] = {}
+        # Idempotency keys stored, read under the locks, plus those this batch stores.
+        self.remembered: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
+        self.entities: dict[Ref, EntityRecord] = {}  # staged: the rows' last records
+        self.events: list[tuple[object, ...]] = []
+        self.idempotency_rows: list[tuple[object, ...]] = []
+
+    async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
+        conn = self.conn
+        for row in await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs]):
+            record = entity_from_row(row)
+            self.current[record.ref] = record
+        await self.txids.draw(len(writes))
+        keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
+        if keys:
+            types, ids, names = zip(*keys, strict=True)
+            for t, i, k, request_hash, response in await conn.fetch(
+                SELECT_IDEMPOTENCY_MANY, list(types), list(ids), list(names)
+            ):
+                self.remembered[(t, i, k)] = (bytes(request_hash), bytes(response))
+
+    async def apply(self, write: Write) -> WriteOutcome | BaseException:
         ref, idem = write.ref, write.idempotency
         for _ in range(_DECIDE_ATTEMPTS):
             if idem is not None:
-                remembered = await conn.fetchrow(SELECT_IDEMPOTENCY, ref[0], ref[1], idem.key)
+                remembered = self.remembered.get((ref[0], ref[1], idem.key))
                 if remembered is not None:
                     try:
-                        return replay(idem, (bytes(remembered[0]), bytes(remembered[1])))
+                        return replay(idem, remembered)
                     except Refused as refused:
                         return refused.error
-            before = current.get(ref)
+            before = self.current.get(ref)
             try:
-                applied = apply_write(write, before, WriteContext(txids.peek(), now))
+                applied = apply_write(write, before, WriteContext(self.txids.peek(), self.now))
             except Refused as refused:
                 return refused.error
             if before is not None:  # its row is locked: nobody else writes it
-                await _write_rows(conn, before, applied)
-            elif applied.after is not None or applied.idempotency_row is not None:
-                savepoint = conn.transaction()
-                await savepoint.start()
-                try:
-                    await _write_rows(conn, before, applied)
-                except asyncpg.exceptions.UniqueViolationError:
-                    # Another transaction inserted the row meanwhile (and has committed: the
-                    # insert waited for it). Lock it and decide again on what it holds.
-                    await savepoint.rollback()
-                    row = await conn.fetchrow(LOCK_ENTITY, *ref)
-                    current[ref] = entity_from_row(row) if row is not None else None
-                    await txids.redraw()
-                    continue
-                await savepoint.commit()
+                self._stage(applied)
+            elif (
+                applied.after is not None or applied.idempotency_row is not None
+            ) and not await self._insert(ref, idem, applied):
+                continue  # raced: decide again on the row the other transaction committed
             if applied.outcome.commit is not None:
-                txids.take()
+                self.txids.take()
             if applied.after is not None:
-                current[ref] = applied.after
+                self.current[ref] = applied.after
+            row = applied.idempotency_row
+            if row is not None:
+                self.remembered[(row[0], row[1], row[2])] = (row[3], row[4])
             return applied.outcome
         raise RuntimeError(f"a write to {ref[0]}/{ref[1]} kept racing other inserts of its rows")
 
+    def _stage(self, applied: Applied) -> None:
+        if applied.after is not None:
+            self.entities[applied.after.ref] = applied.after
+        self.events.extend(applied.event_rows)
+        if applied.idempotency_row is not None:
+            self.idempotency_rows.append(applied.idempotency_row)
 
-async def _write_rows(conn: Any, before: EntityRecord | None, applied: Applied) -> None:
-    """The entity's row first: a racing insert of a new entity conflicts there."""
-    if applied.after is not None:
-        await conn.execute(INSERT_ENTITY if before is None else UPDATE_ENTITY, *entity_row(applied.after))
-    if len(applied.event_rows) == 1:
-        await conn.execute(INSERT_EVENTS, *applied.event_rows[0])
-    elif applied.event_rows:
-        await conn.executemany(INSERT_EVENTS, applied.event_rows)
-    if applied.idempotency_row is not None:
-        await conn.execute(INSERT_IDEMPOTENCY, *applied.idempotency_row)
+    async def _insert(self, ref: Ref, idem: Idempotency | None, applied: Applied) -> bool:
+        """Write a new entity's rows in a savepoint; False when another transaction inserted
+        them meanwhile (it has committed: the insert waited for it), with its rows now locked."""
+        conn = self.conn
+        savepoint = conn.transaction()
+        await savepoint.start()
+        try:
+            if applied.after is not None:
+                await conn.execute(INSERT_ENTITY, *entity_row(applied.after))
+            if applied.event_rows:
+                await conn.executemany(INSERT_EVENTS, applied.event_rows)
+            if applied.idempotency_row is not None:
+                await conn.execute(INSERT_IDEMPOTENCY, *applied.idempotency_row)
+        except asyncpg.exceptions.UniqueViolationError:
+            await savepoint.rollback()
+            row = await conn.fetchrow(LOCK_ENTITY, *ref)
+            self.current[ref] = entity_from_row(row) if row is not None else None
+            if idem is not None:
+                found = await conn.fetchrow(SELECT_IDEMPOTENCY, ref[0], ref[1], idem.key)
+                if found is not None:
+                    self.remembered[(ref[0], ref[1], idem.key)] = (bytes(found[0]), bytes(found[1]))
+            await self.txids.redraw()  # above any txid of the rows just locked
+            return False
+        await savepoint.commit()
+        return True
+
+    async def flush(self) -> None:
+        """The staged rows: one statement per table."""
+        for sql, rows in (
+            (UPDATE_ENTITY, [entity_row(r) for r in self.entities.values()]),
+            (INSERT_EVENTS, self.events),
+            (INSERT_IDEMPOTENCY, self.idempotency_rows),
+        ):
+            if len(rows) == 1:  # a lone write's: execute is a round trip shorter than executemany
+                await self.conn.execute(sql, *rows[0])
+            elif rows:
+                await self.conn.executemany(sql, rows)
