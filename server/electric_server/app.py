@@ -399,6 +399,7 @@ def _usage_hint(server: ElectricServer) -> str:
             f"    {env}electric kill my_agent/agent_1",
             f"    {env}electric watch",
             f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
+            *([f"  http:    curl {server.http.address}/entities   (docs/http.md)"] if server.http else []),
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
