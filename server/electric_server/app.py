@@ -331,8 +331,11 @@ class ElectricServer:
         assert self._reaper is not None
         self._watches.drain()
         self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
-        http_stopped = self.http.stop() if self.http is not None else asyncio.sleep(0)
-        await asyncio.gather(server.stop(self.config.drain_grace_s if grace is None else grace), http_stopped)
+        # The HTTP door drains beside gRPC, within the same grace.
+        http_stopped = asyncio.ensure_future(self.http.stop()) if self.http is not None else None
+        await server.stop(self.config.drain_grace_s if grace is None else grace)
+        if http_stopped is not None:
+            await http_stopped
         if self.acceptors is not None:
             await self.acceptors.wait_closed()
         await self.runtime.stop()

@@ -65,6 +65,7 @@ from electric_sdk.lifecycle import Signal, State
 from . import http_body as body
 from .auth import (
     ANONYMOUS,
+    Principal,
     TokenTable,
     bearer_principal,
     current_principal,
@@ -349,30 +350,39 @@ class HttpDoor:
         call = getattr(self.service, method)
         scope = entity_scope(method)
 
+        async def admit(request: Request) -> tuple[Message, Principal]:
+            """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+            principal = ANONYMOUS
+            if self.tokens is not None:  # the token first: a refused caller's body is never read
+                found = bearer_principal(self.tokens, request.headers.get("authorization"))
+                refused = denial(found, scope)
+                if refused is not None:
+                    raise refused
+                assert found is not None
+                principal = found
+            obj: body.JsonObject = {}
+            if has_body:
+                raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
+                obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
+            message = build(request, obj)
+            key = request.headers.get("idempotency-key")
+            if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+                message.idempotency_key = key  # type: ignore[attr-defined]
+            if principal.types is not None:
+                refused = type_denial(principal, message)
+                if refused is not None:
+                    raise refused
+            return message, principal
+
         async def endpoint(request: Request) -> Response:
             client = request.client
             context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
             try:
-                principal = ANONYMOUS
-                if self.tokens is not None:  # the token first: a refused caller's body is never read
-                    found = bearer_principal(self.tokens, request.headers.get("authorization"))
-                    refused = denial(found, scope)
-                    if refused is not None:
-                        await abort_with(context, refused, method)
-                    assert found is not None
-                    principal = found
-                obj: body.JsonObject = {}
-                if has_body:
-                    raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
-                    obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
-                message = build(request, obj)
-                key = request.headers.get("idempotency-key")
-                if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
-                    message.idempotency_key = key  # type: ignore[attr-defined]
-                if principal.types is not None:
-                    refused = type_denial(principal, message)
-                    if refused is not None:
-                        await abort_with(context, refused, method)
+                try:
+                    message, principal = await admit(request)
+                except ApiError as error:
+                    await abort_with(context, error, method)  # logged as gRPC's refusals are
+                    raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
                 reset = current_principal.set(principal)
                 try:
                     response = await call(message, cast(Any, context))
