@@ -373,6 +373,8 @@ ERROR_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
     ),
     ("empty message", "POST", "/agent/a1/messages", {"json": {}}, 400, "EMPTY_MESSAGE"),
     ("bad offset", "GET", "/agent/a1/events", {"params": {"offset": "-1"}}, 400, "INVALID_FIELD"),
+    ("unicode digit", "GET", "/agent/a1/events", {"params": {"offset": "²"}}, 400, "INVALID_FIELD"),
+    ("endless digits", "GET", "/agent/a1/events", {"params": {"limit": "9" * 5000}}, 400, "INVALID_FIELD"),
     (
         "offset out of range",
         "GET",

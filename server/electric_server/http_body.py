@@ -47,6 +47,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> JsonObject:
     return obj
 
 
+def is_number(text: str) -> bool:
+    """ASCII digits, few enough to convert (``"²".isdigit()`` is true, and int() refuses both)."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
+
 def too_large(size: int) -> ApiError:
     return invalid_argument(
         "BODY_TOO_LARGE",
@@ -57,7 +62,7 @@ def too_large(size: int) -> ApiError:
 
 async def read_limited(chunks: AsyncIterator[bytes], content_length: str | None) -> bytes:
     """The body, refused once it passes ``MAX_BODY_BYTES`` (before it is all read)."""
-    if content_length is not None and content_length.isdigit() and int(content_length) > MAX_BODY_BYTES:
+    if content_length is not None and is_number(content_length) and int(content_length) > MAX_BODY_BYTES:
         raise too_large(int(content_length))
     body = bytearray()
     async for chunk in chunks:

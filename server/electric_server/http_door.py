@@ -132,7 +132,7 @@ def _query_int(query: dict[str, list[str]], field: str, maximum: int) -> int:
     values = query.get(field)
     if not values:
         return 0
-    if len(values) > 1 or not values[-1].isdigit() or int(values[-1]) > maximum:
+    if len(values) > 1 or not body.is_number(values[-1]) or int(values[-1]) > maximum:
         raise invalid_argument(
             "INVALID_FIELD", f"{field} must be one whole number from 0 to {maximum}", field=field
         )
