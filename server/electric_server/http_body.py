@@ -14,6 +14,7 @@ size) is the service's ``validation``, as for gRPC: this module only reads JSON.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -36,6 +37,13 @@ JsonObject = dict[str, Any]
 
 def _no_constant(name: str) -> Any:
     raise invalid_argument("MALFORMED_REQUEST", f"the body is not JSON: {name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: JSON text, but no number a double holds
+        raise invalid_argument("MALFORMED_REQUEST", f"the body's number {text[:40]} is out of range")
+    return value
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> JsonObject:
@@ -85,10 +93,14 @@ def parse(body: bytes, content_type: str | None, *, required: bool = True) -> Js
         )
     try:
         text = body.decode("utf-8")
-        obj = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
-    except UnicodeDecodeError as exc:
-        raise invalid_argument("MALFORMED_REQUEST", f"the body is not UTF-8: {exc}") from None
-    except json.JSONDecodeError as exc:
+        obj = json.loads(
+            text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_no_duplicates
+        )
+        # A lone surrogate ("\ud800") is valid JSON text but no UTF-8 string: protobuf refuses it.
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeError as exc:
+        raise invalid_argument("MALFORMED_REQUEST", f"the body is not UTF-8 text: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more digits than Python converts
         raise invalid_argument("MALFORMED_REQUEST", f"the body is not JSON: {exc}") from None
     except RecursionError:
         obj = None
