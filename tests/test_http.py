@@ -14,17 +14,21 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import anyio
 import grpc
 import httpx
 import pytest
+from conftest import read_database
 from electric_server import ConfigError
 from electric_server.app import ElectricServer, ServerConfig
 from electric_server.errors import HTTP_STATUS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_auth import TOKENS, TOKENS_TOML  # the same principals as the gRPC auth tests
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
@@ -33,6 +37,7 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import SIGNAL_TO_PB
 from electric_sdk.lifecycle import Signal, State
 from electric_sdk.models import Entity, Event, SignalResult
+from electric_sdk.testing import TestServer
 
 if TYPE_CHECKING:
     from conftest import DbRows, SeedState, ServerProcess, StartServer
@@ -657,3 +662,88 @@ def test_cli_refuses_non_loopback_http_without_tokens(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "--http" in done.stderr
+
+
+# -- fuzz -------------------------------------------------------------------------------------------------
+
+NAMES = st.one_of(
+    st.sampled_from(["agent", "a1", "other", "_x", ".", "..", "-", "a" * 129]),
+    st.text(min_size=1, max_size=12).map(lambda t: t.replace("/", "_").replace("?", "_").replace("#", "_")),
+)
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+FIELDS = ["signal", "reason", "payload", "message_key", "selector", "profile", "text", "data", "bogus"]
+BODIES = st.one_of(
+    st.dictionaries(
+        st.sampled_from(FIELDS), st.one_of(JSON_VALUES, st.sampled_from(["SIGTERM", "SIGUSR", "SIGKILL"]))
+    ).map(lambda d: json.dumps(d).encode()),
+    st.binary(max_size=64),
+    st.none(),
+)
+ROUTES = [
+    ("PUT", "/{t}/{i}"),
+    ("GET", "/{t}/{i}"),
+    ("DELETE", "/{t}/{i}"),
+    ("POST", "/{t}/{i}/signal"),
+    ("POST", "/{t}/{i}/messages"),
+    ("GET", "/{t}/{i}/events"),
+    ("POST", "/signal"),
+    ("GET", "/entities"),
+    ("POST", "/_electric/entities/{t}/{i}/signal"),
+]
+
+
+@pytest.fixture(scope="module")
+def fuzzed() -> Iterator[tuple[TestServer, httpx.Client]]:
+    with (
+        TestServer(http="127.0.0.1:0", synchronous="NORMAL") as server,
+        httpx.Client(base_url=server.http_address) as c,
+    ):
+        c.put("/agent/a1")
+        yield server, c
+
+
+@settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    route=st.sampled_from(ROUTES),
+    type_=NAMES,
+    id_=NAMES,
+    content=BODIES,
+    content_type=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain", None]),
+    query=st.dictionaries(
+        st.sampled_from(["type", "state", "offset", "limit", "page_token", "x"]),
+        st.text(max_size=6),
+        max_size=2,
+    ),
+)
+def test_fuzz_never_500_and_refusals_write_nothing(
+    fuzzed: tuple[TestServer, httpx.Client],
+    route: tuple[str, str],
+    type_: str,
+    id_: str,
+    content: bytes | None,
+    content_type: str | None,
+    query: dict[str, str],
+) -> None:
+    server, http = fuzzed
+    method, template = route
+    path = template.format(t=quote(type_, safe=""), i=quote(id_, safe=""))
+    headers = {"content-type": content_type} if content_type else {}
+    before = read_database(server.data_dir / "electric.db")
+    response = http.request(method, path, content=content, headers=headers, params=query)
+    assert response.status_code < 500, (method, path, content, response.text)
+    if response.status_code >= 400:
+        error_of(response)
+        assert read_database(server.data_dir / "electric.db") == before, (method, path, content)
