@@ -13,6 +13,10 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
   and heartbeat, for the runtime's tests) and an ``AsyncClient`` of it.
 - ``live`` / ``sdk``: a ``TestServer`` for a whole module (the CLI's tests run
   commands against it) and a sync ``Client`` of it.
+- ``postgres_url``: a fresh PostgreSQL database of the test's own (postgres_dbs.py).
+- ``database_url``: the store the servers above use: None (the data
+  directory's SQLite) unless the test is marked ``both_stores``, which runs
+  it once on each store.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import grpc
+import postgres_dbs
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
 
@@ -43,9 +49,42 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database_url" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_stores"):
+        metafunc.parametrize("database_url", ["sqlite", "postgres"], indirect=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_databases() -> Iterator[postgres_dbs.Databases]:
+    databases = postgres_dbs.Databases()
+    try:
+        databases.open()
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        postgres_dbs.unavailable(f"{type(exc).__name__}: {exc}")
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def electric(tmp_path: Path) -> Iterator[TestServer]:
-    with TestServer(tmp_path / "electric", lease_ttl_ms=600, heartbeat_interval_ms=100) as server:
+def postgres_url(postgres_databases: postgres_dbs.Databases) -> Iterator[str]:
+    url = postgres_databases.clone()
+    yield url
+    postgres_databases.drop(url)
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    if getattr(request, "param", "sqlite") == "sqlite":
+        return None
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def electric(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
+    with TestServer(
+        tmp_path / "electric", lease_ttl_ms=600, heartbeat_interval_ms=100, database_url=database_url
+    ) as server:
         yield server
 
 
@@ -70,8 +109,8 @@ StartServer = Callable[..., Awaitable[ElectricServer]]
 
 
 @pytest.fixture
-async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
-    """Start in-process servers; each is stopped at teardown if still running."""
+async def start_server(tmp_path: Path, database_url: str | None) -> AsyncIterator[StartServer]:
+    """Start in-process servers (on the test's ``database_url``); each is stopped at teardown if still running."""
     started: list[ElectricServer] = []
 
     async def start(data_dir: Path | None = None, **config: Any) -> ElectricServer:
@@ -79,6 +118,7 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
             listen=config.pop("listen", "127.0.0.1:0"),
             data_dir=data_dir or tmp_path / "data",
             drain_grace_s=config.pop("drain_grace_s", 1.0),
+            database_url=config.pop("database_url", database_url),
             **config,
         )
         srv = ElectricServer(cfg)

@@ -22,7 +22,8 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 
-pytestmark = pytest.mark.anyio
+# Idempotency is the store's: every case runs on both stores.
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
 
 Stub: TypeAlias = "api_grpc.EntityServiceAsyncStub"
 StartServer = Callable[..., Awaitable[ElectricServer]]

@@ -6,7 +6,8 @@ From the bottom up:
    conversions (``_wire``) and the small helpers the server shares
    (``durations``, ``_signals``, ``runtime_session``, ``stream_batches``,
    ``_portal``);
-2. the public types: ``models``, ``errors``, ``arguments``, ``event_text``;
+2. the public types: ``models``, ``errors``, ``arguments``, ``event_text``,
+   and how a channel is opened (``channels``);
 3. the client; 4. the runtime (a worker is a client of the server);
 5. the CLI, the widgets, ``testing`` and the package's re-exports, which do
    not import one another.
@@ -40,7 +41,13 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.stream_batches",
         "electric_sdk._portal",
     ),
-    ("electric_sdk.models", "electric_sdk.errors", "electric_sdk.arguments", "electric_sdk.event_text"),
+    (
+        "electric_sdk.models",
+        "electric_sdk.errors",
+        "electric_sdk.arguments",
+        "electric_sdk.event_text",
+        "electric_sdk.channels",
+    ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),
     ("electric_sdk.cli", "electric_sdk.widgets", "electric_sdk.testing", "electric_sdk"),

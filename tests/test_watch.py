@@ -39,6 +39,7 @@ async def next_item(call: Any) -> Any:
     return item
 
 
+@pytest.mark.both_stores
 async def test_watch_events_catch_up_then_live_then_eof(stub: Stub) -> None:
     ref = await spawn(stub, "agent", "w")
     for _ in range(3):
@@ -68,6 +69,7 @@ async def test_watch_events_catch_up_then_live_then_eof(stub: Stub) -> None:
         assert await call.code() == grpc.StatusCode.OK
 
 
+@pytest.mark.both_stores
 async def test_resume_from_last_offset_misses_and_repeats_nothing(stub: Stub) -> None:
     ref = await spawn(stub, "agent", "resume")
     writes = 200
@@ -103,6 +105,7 @@ async def test_resume_from_last_offset_misses_and_repeats_nothing(stub: Stub) ->
     assert connections >= end_head // 7
 
 
+@pytest.mark.both_stores
 async def test_watch_closed_stream_from_zero(stub: Stub) -> None:
     ref = await spawn(stub, "agent", "closed")
     await signal(stub, ref, pb.SIGNAL_SIGUSR)
@@ -115,6 +118,7 @@ async def test_watch_closed_stream_from_zero(stub: Stub) -> None:
         assert [i.WhichOneof("item") for i in at_head] == ["end_of_stream"]
 
 
+@pytest.mark.both_stores
 async def test_read_events_paging(stub: Stub) -> None:
     ref = await spawn(stub, "agent", "pages")
     for _ in range(9):
@@ -155,6 +159,7 @@ async def read_snapshot(call: Any) -> tuple[list[pb.Entity], int, int]:
         entities.extend(item.snapshot.entities)
 
 
+@pytest.mark.both_stores
 async def test_watch_entities_snapshot_then_live_by_type(stub: Stub) -> None:
     refs = await asyncio.gather(*(spawn(stub, "many", f"e{i:03}") for i in range(520)))
     other = await spawn(stub, "other", "x")
@@ -209,6 +214,7 @@ async def test_watch_entities_filtered_by_state(server: ElectricServer, stub: St
         call.cancel()
 
 
+@pytest.mark.both_stores
 async def test_no_change_is_repeated_after_the_snapshot(stub: Stub) -> None:
     refs = await asyncio.gather(*(spawn(stub, "dup", f"d{i:03}") for i in range(600)))
     views: dict[str, int] = {}

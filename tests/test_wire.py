@@ -314,6 +314,23 @@ def test_watch_frames_decode_as_the_generated_classes_would_build_them(text_byte
     assert batch == api.WatchEventsResponse(events=api.EventBatch(events=expected))
 
 
+def test_change_frames_decode_as_the_generated_classes_would_build_them() -> None:
+    from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+    from electric_sdk._wire import watch_frames
+
+    changes = [
+        api.EntityChange(
+            entity=pb.Entity(ref=pb.EntityRef(type="t", id=f"e{i}" * (i * 40 + 1))), previous_state=i
+        )
+        for i in range(3)
+    ]
+    encoded = [c.SerializeToString() for c in changes]
+    single = api.WatchEntitiesResponse.FromString(watch_frames.single_change(encoded[0]))
+    assert single == api.WatchEntitiesResponse(change=changes[0])
+    batch = api.WatchEntitiesResponse.FromString(watch_frames.change_batch(encoded))
+    assert batch == api.WatchEntitiesResponse(changes=api.EntityChanges(changes=changes))
+
+
 # -- guards: one place per conversion, at the bottom layer ---------------------------------------
 
 # What only `_wire` may do: build an enum map from the wire's names, or build a wire time by hand.

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,20 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="worker sessions per principal (default %(default)s)",
     )
+    p.add_argument(
+        "--database",
+        default=os.environ.get("ELECTRIC_DATABASE_URL") or None,
+        metavar="URL",
+        help="a postgresql:// URL: keep the store in that PostgreSQL database instead of the data "
+        "directory's SQLite file (default $ELECTRIC_DATABASE_URL; needs electric-sdk[postgres])",
+    )
+    p.add_argument(
+        "--database-pool",
+        type=int,
+        default=4,
+        metavar="N",
+        help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
+    )
     add_accept_data_loss(p)
     p.set_defaults(func=_cmd_server)
 
@@ -143,13 +158,14 @@ def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
+    p.add_argument("--database", metavar="URL", help="verify this PostgreSQL database instead of --data")
     # SUPPRESS: `electric --json verify` (the global flag) works too.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
     p.set_defaults(func=_cmd_verify)
 
 
 def _cmd_server(args: argparse.Namespace) -> int:
-    from electric_server import ServerConfig, StorageFault, serve
+    from electric_server import DatabaseUnavailable, ServerConfig, StorageFault, serve
 
     from ..durations import parse_ms
 
@@ -174,9 +190,11 @@ def _cmd_server(args: argparse.Namespace) -> int:
             max_streams=args.max_streams,
             max_sessions=args.max_sessions,
             watch_bandwidth=args.watch_bandwidth,
+            database_url=args.database,
+            database_pool=args.database_pool,
         )
         return asyncio.run(serve(config))
-    except ValueError as exc:  # the server's ConfigError and TokenFileError are ValueErrors
+    except (ValueError, DatabaseUnavailable) as exc:  # ConfigError, TokenFileError; no database to start on
         print(f"electric server: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     except StorageFault as exc:  # damaged (refused to start), or failed (stopped)
@@ -184,10 +202,13 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from electric_server import StorageFault, verify_data_dir
+    from electric_server import StorageFault, verify_data_dir, verify_database
 
     try:
-        report = asyncio.run(verify_data_dir(args.data))
+        report = asyncio.run(verify_database(args.database) if args.database else verify_data_dir(args.data))
+    except ValueError as exc:  # not a database URL, or no driver for it
+        print(f"electric verify: {exc}", file=sys.stderr)
+        return exit_codes.USAGE
     except FileNotFoundError as exc:
         print(f"electric verify: {exc}", file=sys.stderr)
         return exit_codes.USAGE
@@ -242,6 +263,7 @@ def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
     p.add_argument("out", type=Path, metavar="OUT", help="the backup file to write")
+    p.add_argument("--database", metavar="URL", help=argparse.SUPPRESS)  # refused: see _cmd_backup
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
     p.set_defaults(func=_cmd_backup)
@@ -257,6 +279,15 @@ def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 def _cmd_backup(args: argparse.Namespace) -> int:
     from electric_server import backup_data_dir
+
+    if args.database:
+        print(
+            "electric backup: backs up a data directory's SQLite store only; back up a PostgreSQL "
+            "database with PostgreSQL's own tools: pg_dump (a logical copy) or pg_basebackup "
+            "(with WAL archiving, to a point in time)",
+            file=sys.stderr,
+        )
+        return exit_codes.USAGE
 
     return _copy_store(
         "backup", "backed up", lambda: backup_data_dir(args.data, args.out, force=args.force), args

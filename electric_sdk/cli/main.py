@@ -53,7 +53,8 @@ def _add_global_options(parser: argparse.ArgumentParser, *, on_subcommand: bool)
         "--address",
         metavar="HOST:PORT",
         default=default(None),
-        help=f"the server (env ELECTRIC_ADDRESS; default {commands.DEFAULT_ADDRESS})",
+        help=f"the server, or several replicas as HOST:PORT,HOST:PORT (env ELECTRIC_ADDRESS; default "
+        f"{commands.DEFAULT_ADDRESS})",
     )
     group.add_argument("--token", default=default(None), help="bearer token (env ELECTRIC_TOKEN)")
     group.add_argument(

@@ -26,7 +26,6 @@ from .._proto.electric.v1 import entity_service_pb2 as api
 from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
-from .._wire.limits import CHANNEL_OPTIONS
 from .._wire.times import timestamp_to_datetime
 from ..arguments import (
     RefLike,
@@ -38,6 +37,7 @@ from ..arguments import (
     parse_signal,
     parse_states,
 )
+from ..channels import open_channel
 from ..lifecycle import Signal
 from ..models import (
     Entity,
@@ -70,7 +70,7 @@ class AsyncClient:
     """
 
     def __init__(
-        self, address: str | None = None, *, options: ClientOptions | None = None, **kw: Any
+        self, address: str | Sequence[str] | None = None, *, options: ClientOptions | None = None, **kw: Any
     ) -> None:
         opts = options or ClientOptions(**kw)
         if address is not None:
@@ -88,11 +88,7 @@ class AsyncClient:
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         opts = self.options
-        if opts.tls or opts.root_certificates:
-            creds = grpc.ssl_channel_credentials(root_certificates=opts.root_certificates)
-            self._channel = grpc.aio.secure_channel(opts.address, creds, options=CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.aio.insecure_channel(opts.address, options=CHANNEL_OPTIONS)
+        self._channel = open_channel(opts.address, tls=opts.tls, root_certificates=opts.root_certificates)
         self._stub = api_grpc.EntityServiceStub(self._channel)
 
     def _stub_for_this_loop(self) -> api_grpc.EntityServiceStub:

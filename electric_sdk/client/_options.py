@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2
 
 from .. import errors
 from .._wire.times import duration_from_ms
+from ..channels import channel_target
 from ..durations import parse_ms
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -33,6 +34,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ClientOptions:
+    # HOST:PORT, or several replicas' as "a:7700,b:7701" (or a list): see channels.py.
     address: str = field(default_factory=lambda: os.environ.get("ELECTRIC_ADDRESS", DEFAULT_ADDRESS))
     token: str | None = field(default_factory=lambda: os.environ.get("ELECTRIC_TOKEN") or None)
     # PEM root certificates; enables TLS. `tls=True` with no roots uses the system's.
@@ -52,12 +54,15 @@ class ClientOptions:
                 "the token must be printable ASCII: it is sent in the authorization header",
                 code="INVALID_TOKEN",
             )
+        if not isinstance(self.address, str):  # several replicas, as a list: kept as "a,b"
+            object.__setattr__(self, "address", ",".join(self.address))
         try:
             self.address.encode("utf-8")
         except UnicodeEncodeError:
             raise errors.InvalidArgument(
                 f"the address {self.address!r} is not valid UTF-8 text", code="INVALID_ADDRESS"
             ) from None
+        channel_target(self.address)  # a malformed address is refused here, before any call
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

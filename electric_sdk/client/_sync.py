@@ -57,7 +57,7 @@ class Client:
     """
 
     def __init__(
-        self, address: str | None = None, *, options: ClientOptions | None = None, **kw: Any
+        self, address: str | Sequence[str] | None = None, *, options: ClientOptions | None = None, **kw: Any
     ) -> None:
         self._portal, thread = start_portal("electric-client-portal")
 

@@ -22,7 +22,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -36,7 +36,7 @@ from .. import errors
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from .._proto.electric.v1 import types_pb2 as pb
-from .._wire.limits import CHANNEL_OPTIONS
+from ..channels import open_channel
 from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
 from ..durations import parse_ms
@@ -94,7 +94,7 @@ class Worker:
     def __init__(
         self,
         app: App,
-        address: str | None = None,
+        address: str | Sequence[str] | None = None,
         *,
         token: str | None = None,
         worker_id: str | None = None,
@@ -192,11 +192,9 @@ class Worker:
 
     async def _session(self, on_welcome: Callable[[], None]) -> None:
         """One Connect stream, until it ends; ``on_welcome`` is called once the server welcomed us."""
-        if self.options.tls or self.options.root_certificates:
-            creds = grpc.ssl_channel_credentials(root_certificates=self.options.root_certificates)
-            channel = grpc.aio.secure_channel(self.options.address, creds, options=CHANNEL_OPTIONS)
-        else:
-            channel = grpc.aio.insecure_channel(self.options.address, options=CHANNEL_OPTIONS)
+        channel = open_channel(
+            self.options.address, tls=self.options.tls, root_certificates=self.options.root_certificates
+        )
         send, receive = anyio.create_memory_object_stream[rt.ConnectRequest | None](math.inf)
         try:
             stub = rt_grpc.RuntimeServiceStub(channel)

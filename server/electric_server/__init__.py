@@ -7,15 +7,16 @@ this package (tests/test_layers.py). ``ConfigError`` (and ``DataDirLocked``,
 one of them), ``TokenFileError`` and ``BackupError`` are ``ValueError``s: a
 configuration that must not start, or a backup or restore refused.
 ``StorageFault``s are the store's: ``DamagedStore`` (refused to start, or found
-damage while running), ``StorageFailed`` (the disk failed; the server stopped).
+damage while running), ``StorageFailed`` (the disk failed; the server stopped),
+``DatabaseUnavailable`` (PostgreSQL cannot be reached: the server does not start).
 """
 
-from .app import ElectricServer, ServerConfig, serve, verify_data_dir
+from .app import ElectricServer, ServerConfig, serve, verify_data_dir, verify_database
 from .auth import TokenFileError
 from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
 from .config_error import ConfigError
 from .datadir import DataDirError, DataDirLocked
-from .store.base import DamagedStore, StorageFailed, StorageFault
+from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
 from .verify import Report
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "DamagedStore",
     "DataDirError",
     "DataDirLocked",
+    "DatabaseUnavailable",
     "ElectricServer",
     "Report",
     "ServerConfig",
@@ -36,5 +38,6 @@ __all__ = [
     "restore_data_dir",
     "serve",
     "verify_data_dir",
+    "verify_database",
 ]
 __version__ = "0.1.0"

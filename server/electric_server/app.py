@@ -46,6 +46,7 @@ from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
 from .store.base import DiskFull, StorageFault, Store
+from .store.database_url import DEFAULT_DATABASE_POOL, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
 from .watch import BANDWIDTH, FEED_EVENTS, Watches
@@ -103,12 +104,38 @@ class ServerConfig:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     # Use a tokens file its group or others may read (logged as a warning) instead of refusing it.
     allow_readable_tokens: bool = False
+    # A postgresql:// URL: the store is that PostgreSQL database (store/postgres.py), not the
+    # data directory's SQLite file; and its pool of connections.
+    database_url: str | None = None
+    database_pool: int = DEFAULT_DATABASE_POOL
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None
 
     @property
     def database(self) -> Path:
         return database_path(self.data_dir)
+
+
+def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
+    """The store the configuration names: PostgreSQL for a database URL, else the data directory's
+    SQLite. ``exclusive``: a server's, the only one on its database (not `electric verify`'s)."""
+    if config.database_url is None:
+        return SQLiteStore(
+            config.database,
+            synchronous=config.synchronous,
+            commit_delay_ms=config.commit_delay_ms,
+            accept_data_loss=config.accept_data_loss,
+            disk_full_retry_ms=config.disk_full_retry_ms,
+        )
+    if not is_database_url(config.database_url):
+        raise ConfigError(f"--database must be a postgresql:// URL, not {redacted(config.database_url)!r}")
+    try:
+        from .store.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
+        ) from exc
+    return PostgresStore(config.database_url, pool_size=config.database_pool, exclusive=exclusive)
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
@@ -173,13 +200,7 @@ class ElectricServer:
                     "pass --insecure to allow unauthenticated access from the network"
                 )
         try:
-            self.store = store or SQLiteStore(
-                config.database,
-                synchronous=config.synchronous,
-                commit_delay_ms=config.commit_delay_ms,
-                accept_data_loss=config.accept_data_loss,
-                disk_full_retry_ms=config.disk_full_retry_ms,
-            )
+            self.store = store or _store(config)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         self.health = health.aio.HealthServicer()
@@ -433,6 +454,19 @@ async def verify_data_dir(data_dir: Path) -> Report:
     Raises FileNotFoundError when the directory holds no database.
     """
     store = SQLiteStore(database_path(data_dir), readonly=True)
+    await store.open()
+    try:
+        return await verify(store)
+    finally:
+        await store.close()
+
+
+async def verify_database(url: str) -> Report:
+    """`electric verify --database`: replay and compare a PostgreSQL database's streams.
+
+    Raises ValueError for a URL that is not a database's (or without the driver), and
+    DatabaseUnavailable where the database cannot be reached."""
+    store = _store(ServerConfig(database_url=url, database_pool=1), exclusive=False)
     await store.open()
     try:
         return await verify(store)

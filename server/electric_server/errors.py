@@ -37,7 +37,14 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH
 from electric_sdk.lifecycle import InvalidTransition, SignalRejected
 
-from .store.base import DamagedStore, DiskFull, IdempotencyKeyReused, StorageFault, StoreBusy
+from .store.base import (
+    DamagedStore,
+    DatabaseUnavailable,
+    DiskFull,
+    IdempotencyKeyReused,
+    StorageFault,
+    StoreBusy,
+)
 
 DOMAIN = "electric.v1"
 log = logging.getLogger(__name__)
@@ -99,6 +106,13 @@ def storage_error(fault: StorageFault) -> ApiError:
     if isinstance(fault, StoreBusy):  # another process holds the database locked: nothing was written
         return ApiError(
             grpc.StatusCode.UNAVAILABLE, "STORAGE_BUSY", "the server's database is locked by another process"
+        )
+    if isinstance(fault, DatabaseUnavailable):  # a retry may find it back; a cut-off COMMIT is resolved
+        return ApiError(  # by the retry's idempotency key
+            grpc.StatusCode.UNAVAILABLE,
+            "DATABASE_UNAVAILABLE",
+            "the server's database did not answer or lost the connection: retry (with the same "
+            "idempotency key, a write that did commit is not applied twice)",
         )
     if isinstance(fault, DamagedStore):
         return ApiError(

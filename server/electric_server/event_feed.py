@@ -69,6 +69,10 @@ class Feed:
         """Until the next publish (or ``wake``)."""
         await self._wake.wait()
 
+    def next_wake(self) -> asyncio.Event:
+        """Set by the next publish (or ``wake``) from now on, however long before it is awaited."""
+        return self._wake
+
     def holds(self, offset: int) -> bool:
         """Whether the event at ``offset`` is here (an offset below the window is in the store)."""
         return self.start is not None and self.start <= offset < self.start + len(self._events)

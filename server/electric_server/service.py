@@ -372,9 +372,10 @@ class EntityService(api_grpc.EntityServiceServicer):
                 yield item
 
     @translate_stream
-    async def WatchEntities(
+    async def WatchEntities(  # type: ignore[override]
         self, request: api.WatchEntitiesRequest, context: Ctx
-    ) -> AsyncIterator[api.WatchEntitiesResponse]:
+    ) -> AsyncIterator[api.WatchEntitiesResponse | bytes]:
+        # Changes come encoded once for every watcher (watch.py), as WatchEvents' events do.
         type_ = v.name(request.type, "type") if request.type else None
         states = v.states(request.states)
         with self.caps.stream(current_principal.get().name):

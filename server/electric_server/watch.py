@@ -31,7 +31,13 @@ from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.enums import STATE_TO_PB
 from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import timestamp_from_ms
-from electric_sdk._wire.watch_frames import event_batch, event_entry, single_event
+from electric_sdk._wire.watch_frames import (
+    change_batch,
+    event_batch,
+    event_entry,
+    single_change,
+    single_event,
+)
 from electric_sdk.lifecycle import State
 
 from .errors import ApiError, not_found
@@ -63,6 +69,8 @@ MAX_PAUSE_S = 1.0
 FEED_EVENTS = 100_000  # events a feed keeps for watchers behind (and at most FEED_BYTES)
 _MIN_PAUSE_S = 0.001
 
+# A queued state change: its txid and entity, the encoded EntityChange, and it as a message.
+_Change = tuple[int, Ref, bytes, bytes]
 _DRAIN = object()
 _OVERFLOW = object()
 
@@ -134,25 +142,25 @@ class Watches:
             return
         if before is not None and before.state is after.state and before.closed == after.closed:
             return
-        # Built once and shared by every watcher: serialization is per stream anyway.
-        response = api.WatchEntitiesResponse(
-            change=api.EntityChange(
-                entity=entity_to_pb(after),
-                previous_state=STATE_TO_PB[before.state] if before else pb.STATE_UNSPECIFIED,
-                changed_at=timestamp_from_ms(commit.timestamp_ms),
-            )
-        )
+        # Converted and encoded once for every watcher; a message is built from the bytes.
+        change = api.EntityChange(
+            entity=entity_to_pb(after),
+            previous_state=STATE_TO_PB[before.state] if before else pb.STATE_UNSPECIFIED,
+            changed_at=timestamp_from_ms(commit.timestamp_ms),
+        ).SerializeToString()
+        item = (commit.txid, after.ref, change, single_change(change))
         for queue, type_, states in self._entity_watchers:
             if type_ is not None and after.type != type_:
                 continue
             if states and after.state not in states and (before is None or before.state not in states):
                 continue
-            queue.put((commit.txid, after.ref, response))
+            queue.put(item)
 
     async def entities(
         self, type_: str | None, states: Sequence[State], batches: bool = False
-    ) -> AsyncIterator[api.WatchEntitiesResponse]:
-        """A snapshot, then live changes; ``batches``: the client takes several changes at once."""
+    ) -> AsyncIterator[api.WatchEntitiesResponse | bytes]:
+        """A snapshot, then live changes; ``batches``: the client takes several changes at once.
+        Changes come as bytes, encoded once for every watcher (see ``_on_commit``)."""
         if self._draining:
             raise draining_error()
         queue = _Queue(self.queue_limit)
@@ -186,23 +194,23 @@ class Watches:
                         "WATCH_LAGGING",
                         "watcher fell behind; reconnect for a fresh snapshot",
                     )
-                txid, ref, response = cast(tuple[int, Ref, api.WatchEntitiesResponse], item)
+                txid, ref, change, single = cast(_Change, item)
                 if sent and txid <= sent.get(ref, 0):
                     continue  # the snapshot already showed this or a later state
                 if not batches or queue.items.empty():
-                    yield response
+                    yield single
                     continue
                 # A burst (a fan-out changed many entities): what is waiting goes as one message.
-                changes = [response.change]
+                changes = [change]
                 while len(changes) < CHANGES_BATCH and not queue.items.empty():
                     held = queue.items.get_nowait()
                     if held is _DRAIN or held is _OVERFLOW:
                         break
-                    txid, ref, response = cast(tuple[int, Ref, api.WatchEntitiesResponse], held)
+                    txid, ref, change, single = cast(_Change, held)
                     held = None
                     if not sent or txid > sent.get(ref, 0):
-                        changes.append(response.change)
-                yield api.WatchEntitiesResponse(changes=api.EntityChanges(changes=changes))
+                        changes.append(change)
+                yield change_batch(changes)
         finally:
             self._entity_watchers.discard(watcher)
             self._queues.discard(queue)
@@ -281,6 +289,8 @@ class Watches:
                     await feed.wait()  # up to date: until the next commit (or a drain)
                     continue
                 # Behind the feed, or no commit seen yet: the store has what is committed.
+                # A commit published while the store is read still wakes this watcher below.
+                published = feed.next_wake()
                 stored = await self.store.read_events(ref, offset, READ_PAGE)
                 if stored:
                     for page in _pages(stored, self._message_bytes() if batches else 0):
@@ -296,7 +306,7 @@ class Watches:
                         end_of_stream=api.EndOfStream(head_offset=record.head_offset)
                     )
                     return
-                await feed.wait()
+                await published.wait()
         finally:
             self._leave(feed, token)
 

@@ -487,6 +487,7 @@ async def check_behaviour(
 # -- the test --------------------------------------------------------------------------------
 
 
+@pytest.mark.both_stores
 @pytest.mark.parametrize(("scenario", "signal"), CASES, ids=[f"{s}-{g}" for s, g in CASES])
 async def test_cell(scenario: str, signal: str, electric: TestServer, client: AsyncClient) -> None:
     probe = Probe()

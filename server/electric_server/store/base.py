@@ -1,13 +1,16 @@
 """The store contract: durable, per-entity, append-only streams.
 
-What every implementation guarantees (SQLite now, PostgreSQL for several
-replicas later):
+What every implementation guarantees (SQLite, embedded; PostgreSQL, for one
+replica now and several later):
 
 - Writes to one entity are serialized. A write is a ``decide`` function that
   sees the entity's current record and returns a ``Mutation``; the store runs
   it and applies the result atomically, so a decision is never made on a
   stale state (ARCHITECTURE §2: two racing signals are linearized).
-- Each mutation is one logical transaction with its own ``txid``; its events
+- Each mutation is one logical transaction with its own ``txid``: unique
+  server-wide and increasing per entity in commit order (SQLite hands them out
+  in commit order, gap-free; PostgreSQL's may have gaps, and two entities'
+  commits may finish in either order of their txids). Its events
   get gap-free, strictly increasing offsets in the entity's stream, and the
   entity's current state is written in the same transaction.
 - Idempotency keys are checked before anything else and stored with the
@@ -20,6 +23,8 @@ replicas later):
   writes until space is freed (they resume by themselves; reads go on),
   ``StorageFailed`` (e.g. a failed WAL sync) and ``DamagedStore`` stop them
   for good. ``subscribe_faults`` tells the server when writes stop and resume.
+  A database server that cannot be reached fails each write and read with
+  ``DatabaseUnavailable`` (retryable); the next call tries again.
 - Txids are never handed out twice, even after a crash that lost the WAL.
 
 The store knows nothing about gRPC; event bodies are opaque bytes.
@@ -210,6 +215,12 @@ class StorageFailed(StorageFault):
 class StoreBusy(StorageFault):
     """Another process holds the database locked, past the busy timeout. No server
     does (the data directory's lock keeps a second one out): a tool must let go."""
+
+
+class DatabaseUnavailable(StorageFault):
+    """The database server (PostgreSQL) cannot be reached, refused the connection, or lost it
+    during a write: nothing of the write was acknowledged. Retry: a write cut off during its
+    COMMIT may have committed, and its idempotency key tells (a retry replays it)."""
 
 
 class DamagedStore(StorageFault):

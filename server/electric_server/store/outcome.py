@@ -10,6 +10,7 @@ write. Nothing here does I/O: the stores write the rows their own way.
 
 from __future__ import annotations
 
+import time
 from typing import NamedTuple
 
 from .base import (
@@ -25,7 +26,12 @@ from .base import (
 )
 from .rows import advanced
 
-__all__ = ["Applied", "Refused", "apply_write", "replay"]
+__all__ = ["Applied", "Refused", "apply_write", "now_ms", "replay"]
+
+
+def now_ms() -> int:
+    """A write's clock: the wall clock in milliseconds (``WriteContext.now_ms``)."""
+    return time.time_ns() // 1_000_000
 
 
 class Refused(Exception):

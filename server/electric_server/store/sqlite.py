@@ -44,6 +44,7 @@ from electric_sdk.lifecycle import State
 from ..internals.ready_queue import BUSY, ready_queue
 from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
+from .sql_reads import SQLReads
 from .sqlite_damage import Inspection, inspect_files, inspect_settled
 from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
 from .sqlite_schema import (
@@ -74,8 +75,12 @@ INTEGRITY_ROWS = 20
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SQLiteWriter, Store):
+class SQLiteStore(SQLReads, SQLiteWriter, Store):
     """See the module docstring. ``path`` is the database file."""
+
+    select_stopping_deadlines = SELECT_STOPPING_DEADLINES
+    select_ended_open = SELECT_ENDED_OPEN
+    select_type_profiles = SELECT_TYPE_PROFILES
 
     def __init__(
         self,
@@ -354,15 +359,6 @@ class SQLiteStore(SQLiteWriter, Store):
             raise self._read_fault(exc) from exc
         await self._durable()
         return (bytes(row[0]), bytes(row[1])) if row else None
-
-    async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
-        return [((str(t), str(i)), int(d)) for t, i, d in await self._rows(SELECT_STOPPING_DEADLINES)]
-
-    async def open_ended_streams(self) -> list[Ref]:
-        return [(str(t), str(i)) for t, i in await self._rows(SELECT_ENDED_OPEN)]
-
-    async def type_profiles(self) -> list[TypeProfile]:
-        return [TypeProfile._make(row) for row in await self._rows(SELECT_TYPE_PROFILES)]
 
     async def store_type_profile(self, profile: TypeProfile) -> None:
         await self._write_aside(UPSERT_TYPE_PROFILE, tuple(profile), "a type profile's announcement")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 from collections import OrderedDict
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from .base import (
     WriteContext,
     WriteOutcome,
 )
-from .outcome import Refused, apply_write, replay
+from .outcome import Refused, apply_write, now_ms, replay
 from .rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
 from .sqlite_faults import roll_back
 from .sqlite_schema import (
@@ -59,10 +58,6 @@ __all__ = ["ENTITY_CACHE_SIZE", "SQLiteWriter", "now_ms"]
 log = logging.getLogger(__name__)
 
 ENTITY_CACHE_SIZE = 50_000
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)

@@ -1,0 +1,230 @@
+"""The PostgreSQL store, on asyncpg: the same contract as SQLite, for one server replica now.
+
+``PostgresStore`` is the entry point; its parts, each in its own module:
+
+- ``rows`` and ``outcome``: the row ↔ record mappings and what a decided write
+  becomes (shared with SQLite);
+- ``postgres_schema``: the schema, its versions and every statement;
+- ``postgres_writer``: how a batch of writes is applied in one transaction;
+- here: the connection pool, opening and closing, what a lost connection
+  means, and the reads.
+
+A pool of ``pool_size`` connections (4 by default) serves reads and writes;
+each connection runs with ``synchronous_commit=on``, so an acknowledged write
+is on PostgreSQL's disk. A connection that is refused, lost or cut off fails
+the call with ``DatabaseUnavailable`` (UNAVAILABLE for the client, who
+retries), never a hang: every statement and every wait for a connection is
+bounded. The URL's password is never logged (``redacted``).
+
+Several replicas on one database (leases, deadlines, the doorbell between
+replicas) are not here yet: commits reach the watchers of this process only,
+through its ``Hub``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import asyncpg
+
+from electric_sdk.lifecycle import State
+
+from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
+from .database_url import DEFAULT_DATABASE_POOL, redacted
+from .postgres_schema import (
+    PURGE_IDEMPOTENCY,
+    SELECT_ENDED_OPEN,
+    SELECT_ENTITIES,
+    SELECT_ENTITY,
+    SELECT_EVENTS,
+    SELECT_HEAD_TXID,
+    SELECT_IDEMPOTENCY,
+    SELECT_STOPPING_DEADLINES,
+    SELECT_TYPE_PROFILES,
+    UPSERT_TYPE_PROFILE,
+    SchemaTooNew,
+    migrate,
+)
+from .postgres_writer import ACQUIRE_TIMEOUT_S, LOST, PostgresWriter
+from .rows import entity_from_row, event_from_row
+from .sql_reads import SQLReads
+
+__all__ = ["ONE_SERVER_LOCK", "PostgresStore"]
+
+log = logging.getLogger(__name__)
+
+# Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
+CONNECT_TIMEOUT_S = 10.0
+STATEMENT_TIMEOUT_S = 30.0
+# pg_try_advisory_lock's key for "a server runs on this database": "electric" in ASCII, plus one
+# (the schema's migrations take the key itself).
+ONE_SERVER_LOCK = 0x656C656374726963 + 1
+
+
+class PostgresStore(SQLReads, PostgresWriter):
+    """See the module docstring. ``url`` is a ``postgresql://`` URL."""
+
+    select_stopping_deadlines = SELECT_STOPPING_DEADLINES
+    select_ended_open = SELECT_ENDED_OPEN
+    select_type_profiles = SELECT_TYPE_PROFILES
+
+    def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL, exclusive: bool = False) -> None:
+        if pool_size < 1:
+            raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
+        super().__init__(concurrent_batches=pool_size)
+        self.url = url
+        self.pool_size = pool_size
+        # A server's store: the only one on its database (see _hold_the_database).
+        self.exclusive = exclusive
+        self._holder: Any = None
+        self.hub = Hub()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
+
+    async def open(self) -> None:
+        where = redacted(self.url)
+        try:
+            pool = await asyncpg.create_pool(
+                self.url,
+                min_size=self.pool_size,
+                max_size=self.pool_size,
+                timeout=CONNECT_TIMEOUT_S,
+                command_timeout=STATEMENT_TIMEOUT_S,
+                server_settings={"synchronous_commit": "on", "application_name": "electric"},
+            )
+        except asyncpg.exceptions.ClientConfigurationError as exc:
+            raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
+        except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
+            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+        try:
+            async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+                version = await migrate(conn)
+        except SchemaTooNew as exc:
+            await pool.close()
+            raise DatabaseUnavailable(f"the database {where}: {exc}") from exc
+        except (*LOST, asyncpg.PostgresError) as exc:
+            pool.terminate()
+            raise DatabaseUnavailable(f"cannot set up the database {where}: {_reason(exc)}") from exc
+        if self.exclusive:
+            try:
+                await self._hold_the_database(where)
+            except BaseException:
+                pool.terminate()
+                raise
+        self._pool = pool
+        log.info("on PostgreSQL %s (schema version %d, %d connections)", where, version, self.pool_size)
+
+    async def _hold_the_database(self, where: str) -> None:
+        """Take the database for this server alone, for as long as it runs.
+
+        Leases, deadlines and the feed to watchers still live in one server's
+        memory, so a second server on the database would grant leases the first
+        holds. A session advisory lock on a connection of its own (the pool's
+        are reset, locks and all, when released) keeps it out until this one
+        closes or dies.
+        """
+        try:
+            holder = await asyncpg.connect(
+                self.url, timeout=CONNECT_TIMEOUT_S, server_settings={"application_name": "electric (lock)"}
+            )
+        except (*LOST, asyncpg.PostgresError) as exc:
+            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+        try:
+            taken = await holder.fetchval("SELECT pg_try_advisory_lock($1)", ONE_SERVER_LOCK)
+        except BaseException:
+            holder.terminate()
+            raise
+        if not taken:
+            await holder.close()
+            raise DatabaseUnavailable(
+                f"another electric server runs on the database {where}: one server per database "
+                "(several replicas on one database are not supported yet)"
+            )
+        holder.add_termination_listener(self._holder_lost)
+        self._holder = holder
+
+    def _holder_lost(self, connection: Any) -> None:
+        if self._holder is connection:
+            log.error(
+                "the connection that keeps other servers off the database was lost: a second server "
+                "could now start on it; restart this one to take the database back"
+            )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        holder, self._holder = self._holder, None
+        try:
+            await pool.close()  # waits for the connections in use to be released
+        except (*LOST, asyncpg.PostgresError) as exc:
+            log.warning("closing the database connections failed (%s): they are dropped", _reason(exc))
+            pool.terminate()
+        if holder is not None:  # last: no other server starts while this one still writes
+            with contextlib.suppress(*LOST, asyncpg.PostgresError):
+                await holder.close()
+            holder.terminate()
+
+    def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
+        # Nothing stops writes for good here: an unreachable database fails each call (retryable).
+        return lambda: None
+
+    # -- reads -----------------------------------------------------------------
+
+    async def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        async with self._connection("a read") as conn:
+            rows: list[Any] = await conn.fetch(sql, *args)
+            return rows
+
+    async def get_entity(self, ref: Ref) -> EntityRecord | None:
+        rows = await self._rows(SELECT_ENTITY, ref)
+        return entity_from_row(rows[0]) if rows else None
+
+    async def list_entities(
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+    ) -> list[EntityRecord]:
+        where: list[str] = []
+        args: list[object] = []
+        if type:
+            args.append(type)
+            where.append(f"type = ${len(args)}")
+        if states:
+            args.append([s.value for s in states])
+            where.append(f"state = ANY(${len(args)}::text[])")
+        if after is not None:
+            args.extend(after)
+            where.append(f"(type, id) > (${len(args) - 1}, ${len(args)})")
+        sql = SELECT_ENTITIES
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        args.append(limit)
+        sql += f" ORDER BY type, id LIMIT ${len(args)}"
+        return [entity_from_row(r) for r in await self._rows(sql, args)]
+
+    async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
+        return [event_from_row(r) for r in await self._rows(SELECT_EVENTS, (*ref, from_offset, limit))]
+
+    async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
+        rows = await self._rows(SELECT_IDEMPOTENCY, (*ref, key))
+        return (bytes(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    async def store_type_profile(self, profile: TypeProfile) -> None:
+        async with self._connection("a type profile's announcement") as conn:
+            await conn.execute(UPSERT_TYPE_PROFILE, *profile)
+
+    async def head_txid(self) -> int:
+        (row,) = await self._rows(SELECT_HEAD_TXID)
+        return int(row[0])
+
+    async def purge_idempotency(self, older_than_ms: int) -> int:
+        async with self._connection("a purge of old idempotency keys") as conn:
+            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms)
+        return int(status.rsplit(" ", 1)[-1])  # "DELETE n"
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

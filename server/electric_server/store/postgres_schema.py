@@ -1,0 +1,204 @@
+"""The PostgreSQL database's schema, its versions, and every statement the store runs.
+
+The entity table's columns are ``rows.ENTITY_COLUMNS`` (the record's fields),
+defined here once. Every identifier is quoted (the events' ``offset`` is a
+keyword in PostgreSQL). The schema is versioned: ``electric_schema`` holds the
+versions applied, ``migrate`` applies the missing ones under an advisory lock
+(replicas starting together apply each once) and refuses a database whose
+version is newer than this code knows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from electric_sdk.lifecycle import TERMINAL_STATES, State
+
+from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+
+__all__ = [
+    "INSERT_ENTITY",
+    "INSERT_EVENTS",
+    "INSERT_IDEMPOTENCY",
+    "LOCK_ENTITIES",
+    "LOCK_ENTITY",
+    "NEXT_TXIDS",
+    "PURGE_IDEMPOTENCY",
+    "SCHEMA_VERSION",
+    "SELECT_ENDED_OPEN",
+    "SELECT_ENTITIES",
+    "SELECT_ENTITY",
+    "SELECT_EVENTS",
+    "SELECT_HEAD_TXID",
+    "SELECT_IDEMPOTENCY",
+    "SELECT_STOPPING_DEADLINES",
+    "SELECT_TYPE_PROFILES",
+    "UPDATE_ENTITY",
+    "UPSERT_TYPE_PROFILE",
+    "SchemaTooNew",
+    "migrate",
+]
+
+# Each entity column's PostgreSQL type, in ENTITY_COLUMNS order.
+_ENTITY_TYPES = {
+    "type": "text NOT NULL",
+    "id": "text NOT NULL",
+    "state": "text NOT NULL",
+    "grace_ms": "bigint NOT NULL",
+    "idle_timeout_ms": "bigint NOT NULL",
+    "created_at": "bigint NOT NULL",
+    "updated_at": "bigint NOT NULL",
+    "head_offset": "bigint NOT NULL",
+    "closed": "boolean NOT NULL",
+    "stopping_deadline": "bigint",
+    "txid": "bigint NOT NULL",
+    "lease_epoch": "bigint NOT NULL",
+    "message_cursor": "bigint NOT NULL",
+    "cursor_attempt": "bigint NOT NULL",
+    "last_message_offset": "bigint NOT NULL",
+    "reload_pending": "boolean NOT NULL",
+    "grace_pending": "boolean NOT NULL",
+    "idle_timeout_pending": "boolean NOT NULL",
+    "cancelled_messages": "text NOT NULL",
+}
+if tuple(_ENTITY_TYPES) != ENTITY_COLUMNS:
+    raise ImportError(
+        f"the entities table's columns {tuple(_ENTITY_TYPES)} are not EntityRecord's {ENTITY_COLUMNS}"
+    )
+
+
+def _q(columns: tuple[str, ...]) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
+
+
+def _params(n: int, start: int = 1) -> str:
+    return ", ".join(f"${i}" for i in range(start, start + n))
+
+
+_TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
+_ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
+
+# Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
+# version before must still run beside it), never an edit of this one.
+_VERSIONS: dict[int, str] = {
+    1: f"""
+CREATE TABLE entities (
+{_ENTITY_TABLE},
+    PRIMARY KEY (type, id)
+);
+CREATE INDEX entities_by_state ON entities (state, type, id);
+CREATE INDEX entities_by_deadline ON entities (stopping_deadline) WHERE stopping_deadline IS NOT NULL;
+CREATE INDEX entities_ended_open ON entities (type, id) WHERE NOT closed AND state IN ({_TERMINAL});
+CREATE INDEX entities_by_txid ON entities (txid);
+CREATE TABLE events (
+    type text NOT NULL,
+    id text NOT NULL,
+    "offset" bigint NOT NULL,
+    kind text NOT NULL,
+    key text NOT NULL,
+    operation integer NOT NULL,
+    ts bigint NOT NULL,
+    txid bigint NOT NULL,
+    body bytea NOT NULL,
+    PRIMARY KEY (type, id, "offset")
+);
+CREATE TABLE idempotency (
+    type text NOT NULL,
+    id text NOT NULL,
+    key text NOT NULL,
+    request_hash bytea NOT NULL,
+    response bytea NOT NULL,
+    created_at bigint NOT NULL,
+    PRIMARY KEY (type, id, key)
+);
+CREATE INDEX idempotency_by_age ON idempotency (created_at);
+CREATE TABLE type_profiles (
+    type text NOT NULL,
+    code_version text NOT NULL,
+    seq bigint NOT NULL,
+    grace_ms bigint,
+    idle_timeout_ms bigint,
+    PRIMARY KEY (type, code_version)
+);
+-- Txids: unique, and drawn after the entity's row is locked, so increasing per entity in
+-- commit order (PostgreSQL's own xids are neither: they are taken at a transaction's first write).
+CREATE SEQUENCE electric_txid;
+""",
+}
+SCHEMA_VERSION = max(_VERSIONS)
+# pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
+_MIGRATION_LOCK = 0x656C656374726963
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer electric than this one."""
+
+
+async def migrate(conn: Any) -> int:
+    """Apply the schema versions the database lacks (one transaction, under the advisory lock);
+    returns the database's version. Raises ``SchemaTooNew``."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS electric_schema "
+            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM electric_schema")
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"the database's schema is version {current}, newer than this electric knows "
+                f"({SCHEMA_VERSION}): run a newer electric against it"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await conn.execute(_VERSIONS[version])
+            await conn.execute("INSERT INTO electric_schema (version) VALUES ($1)", version)
+        return SCHEMA_VERSION
+
+
+_ENTITY_LIST = _q(ENTITY_COLUMNS)
+_VALUE_COLUMNS = tuple(c for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
+
+SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
+SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
+LOCK_ENTITY = SELECT_ENTITY + " FOR UPDATE"
+# A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
+LOCK_ENTITIES = (
+    f"SELECT {_ENTITY_LIST} FROM entities WHERE (type, id) IN "
+    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY type, id FOR UPDATE"
+)
+# No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
+# decides the write again on the row the other transaction committed.
+INSERT_ENTITY = f"INSERT INTO entities ({_ENTITY_LIST}) VALUES ({_params(len(ENTITY_COLUMNS))})"
+UPDATE_ENTITY = (
+    "UPDATE entities SET "
+    + ", ".join(f'"{c}" = ${ENTITY_COLUMNS.index(c) + 1}' for c in _VALUE_COLUMNS)
+    + " WHERE type = $1 AND id = $2"
+)
+SELECT_STOPPING_DEADLINES = (
+    "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
+)
+SELECT_ENDED_OPEN = f"SELECT type, id FROM entities WHERE NOT closed AND state IN ({_TERMINAL})"
+SELECT_HEAD_TXID = "SELECT coalesce(max(txid), 0) FROM entities"
+NEXT_TXIDS = "SELECT nextval('electric_txid') FROM generate_series(1, $1::int) ORDER BY 1"
+
+INSERT_EVENTS = (
+    f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"
+)
+SELECT_EVENTS = (
+    f'SELECT {_q(EVENT_COLUMNS)} FROM events WHERE type = $1 AND id = $2 AND "offset" >= $3 '
+    'ORDER BY "offset" LIMIT $4'
+)
+
+INSERT_IDEMPOTENCY = (
+    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6)"
+)
+SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = $1 AND id = $2 AND key = $3"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1"
+
+SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
+UPSERT_TYPE_PROFILE = (
+    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) "
+    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (type, code_version) DO UPDATE SET "
+    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
+)

@@ -1,0 +1,97 @@
+"""Clients and workers given several addresses (issue 20: replicas): calls spread over those that
+answer, a dead one is passed over, and a malformed list is a clear error before any call."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import anyio
+import pytest
+
+from electric_sdk import AsyncClient, Client, errors
+from electric_sdk.channels import channel_target
+from electric_sdk.testing import TestServer
+
+from .rt_support import COMPLETED, TIMEOUT_S, Probe, probe_app, run_status, running_worker, until
+
+pytestmark = pytest.mark.anyio
+
+
+def dead_address() -> str:
+    """A loopback port nobody listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "address", ["nonsense", "a:0", "a:65536", "a:7700,", ",", "a:7700,b", "[::1]:x", "host:port"]
+)
+def test_a_malformed_address_is_refused_before_any_call(address: str) -> None:
+    with pytest.raises(errors.InvalidArgument) as caught:
+        Client(address)
+    assert caught.value.code == "INVALID_ADDRESS"
+
+
+@pytest.mark.parametrize(
+    ("address", "target", "balanced"),
+    [
+        ("127.0.0.1:7700", "127.0.0.1:7700", False),
+        ("[::1]:7700", "[::1]:7700", False),
+        ("127.0.0.1:7700,127.0.0.2:7701", "ipv4:127.0.0.1:7700,127.0.0.2:7701", True),
+        (["::1:7700", "[::2]:7701"], "ipv6:[::1]:7700,[::2]:7701", True),
+        ("localhost:7700", "localhost:7700", True),
+        ("unix:/run/electric.sock", "unix:/run/electric.sock", True),
+    ],
+)
+def test_the_channel_target(address: str | list[str], target: str, balanced: bool) -> None:
+    got = channel_target(address)
+    assert got.target == target
+    assert (("grpc.lb_policy_name", "round_robin") in got.options) is balanced
+
+
+def test_names_and_literals_mixed_are_resolved_once() -> None:
+    got = channel_target("localhost:7700,127.0.0.2:7701")
+    assert got.target.startswith("ipv4:")
+    assert "127.0.0.1:7700" in got.target
+    assert "127.0.0.2:7701" in got.target
+    assert ("grpc.default_authority", "localhost") in got.options
+
+
+def test_calls_spread_over_every_replica_that_answers(tmp_path: Path) -> None:
+    """Two servers (each its own store, so where a spawn landed shows): a client given both and a
+    dead port spreads its spawns over both live ones, round robin, and never fails a call."""
+    with TestServer(tmp_path / "a") as a, TestServer(tmp_path / "b") as b:
+        with Client([a.address, dead_address(), b.address]) as client:
+            for i in range(20):
+                client.spawn(f"spread/s{i:02}")
+        on_a = {e.ref.id for e in a.client().list(type="spread")}
+        on_b = {e.ref.id for e in b.client().list(type="spread")}
+        assert on_a
+        assert on_b
+        assert on_a | on_b == {f"s{i:02}" for i in range(20)}
+        assert not on_a & on_b
+
+
+def test_a_replica_that_goes_away_is_passed_over(tmp_path: Path) -> None:
+    with TestServer(tmp_path / "a") as a, TestServer(tmp_path / "b") as b:
+        with Client(f"{a.address},{b.address}") as client:
+            client.spawn("gone/before")
+            a.stop()
+            for i in range(10):  # every call after the stop is served by b
+                client.spawn(f"gone/after{i}")
+        assert len(b.client().list(type="gone")) >= 10
+
+
+async def test_a_worker_given_a_dead_address_first_serves_from_the_live_one(tmp_path: Path) -> None:
+    probe = Probe()
+    with TestServer(tmp_path / "data") as server:
+        async with (
+            AsyncClient(server.address) as client,
+            running_worker(probe_app(probe), f"{dead_address()},{server.address}"),
+        ):
+            await client.spawn("probe/p1")
+            receipt = await client.send("probe/p1", "hi")
+            with anyio.fail_after(TIMEOUT_S):
+                await until(client, "probe/p1", run_status(COMPLETED, receipt.key))

@@ -1,0 +1,406 @@
+"""The PostgreSQL store's own guarantees, on a real PostgreSQL (a database per test).
+
+Two stores on one database stand for two processes: each has its own pool and
+nothing in memory in common, so only the database's row locks order them.
+Faults never stop the shared server: connections are ended with
+``pg_terminate_backend``; waits are on what PostgreSQL reports
+(``pg_stat_activity``), bounded, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+import grpc
+import pytest
+from electric_server.errors import ApiError
+from electric_server.store.base import (
+    DatabaseUnavailable,
+    EntityRecord,
+    Idempotency,
+    Mutation,
+    NewEvent,
+    Ref,
+    Write,
+    WriteContext,
+    WriteOutcome,
+)
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_schema import SCHEMA_VERSION
+from helpers import error_info
+from test_store import Refused, check_stream, committed, note, refuse, spawn
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+if TYPE_CHECKING:
+    from conftest import StartServer
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def stores(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+@pytest.fixture
+async def admin(postgres_url: str) -> AsyncIterator[Any]:
+    """The test's own connection to the database: to hold row locks and end the store's connections."""
+    conn = await asyncpg.connect(postgres_url)
+    yield conn
+    await conn.close()
+
+
+async def lock_waiter(admin: Any) -> int:
+    """The pid of the backend that waits for a row lock (the store's), once there is one."""
+    with anyio.fail_after(10):
+        while True:
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if pid is not None:
+                return int(pid)
+
+
+async def test_racing_spawns_end_as_one_spawn_and_entity_exists(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """FOR UPDATE locks no missing row: the inserts race, and the losers are decided again on the
+    winner's row (ENTITY_EXISTS), never an internal error."""
+    ref: Ref = ("agent", "racing")
+    outcomes = await asyncio.gather(
+        *(stores[i % 2].write(spawn(ref)) for i in range(16)), return_exceptions=True
+    )
+    assert sum(isinstance(o, WriteOutcome) for o in outcomes) == 1, outcomes
+    refused = [o for o in outcomes if not isinstance(o, WriteOutcome)]
+    assert all(isinstance(o, ApiError) and o.reason == "ENTITY_EXISTS" for o in refused), refused
+    assert len(await check_stream(stores[0], ref)) == 1
+
+
+async def test_racing_idempotent_spawns_replay_the_one_that_committed(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    ref: Ref = ("agent", "retried")
+    idem = Idempotency("spawn-1", b"request")
+
+    def retry(i: int) -> Any:
+        write = Write(ref, spawn(ref).decide, idem, lambda commit: f"txid {commit.txid}".encode())
+        return stores[i % 2].write(write)
+
+    outcomes = await asyncio.gather(*(retry(i) for i in range(16)))
+    assert [o.replayed for o in outcomes].count(False) == 1
+    assert len({o.response for o in outcomes}) == 1, "every retry answers what the first did"
+    assert len(await check_stream(stores[1], ref)) == 1
+
+
+async def test_two_processes_writing_one_entity_keep_offsets_gap_free_and_txids_increasing(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(4)]
+    for outcome in await stores[0].write_many([spawn(r) for r in refs]):
+        committed(outcome)
+    # Batches naming the entities in opposite orders, from both stores at once: the rows are
+    # locked in (type, id) order, so they never deadlock, and each is decided on its locked row.
+    batches = [
+        stores[i % 2].write_many([note(r, str(i)) for r in (refs if i % 3 else refs[::-1])])
+        for i in range(24)
+    ]
+    for outcomes in await asyncio.gather(*batches):
+        for outcome in outcomes:
+            committed(outcome)
+    for ref in refs:
+        assert len(await check_stream(stores[0], ref)) == 1 + 24
+
+
+async def test_a_deadlock_reruns_the_batch(postgres_url: str, admin: Any) -> None:
+    """A row locked by another transaction that then waits for the batch's row: PostgreSQL ends
+    one side with a deadlock error; when it is the batch, the batch runs again and commits."""
+    await admin.execute(f"ALTER DATABASE \"{postgres_url.rsplit('/', 1)[1]}\" SET deadlock_timeout = '20ms'")
+    await admin.execute("SET deadlock_timeout = '10s'")  # so the store's backend is the one to give up
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        a, b = ("t", "a"), ("t", "b")
+        for outcome in await store.write_many([spawn(a), spawn(b)]):
+            committed(outcome)
+        holder = admin.transaction()
+        await holder.start()
+        await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'b' FOR UPDATE")
+        batch = asyncio.ensure_future(store.write_many([note(a), note(b)]))  # holds a, waits for b
+        await lock_waiter(admin)
+        await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'a' FOR UPDATE")
+        await holder.commit()
+        with anyio.fail_after(10):
+            outcomes = await batch
+        for outcome in outcomes:
+            committed(outcome)
+        assert store.batches_retried == 1
+        await check_stream(store, a)
+        await check_stream(store, b)
+    finally:
+        await store.close()
+
+
+async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_write_succeeds(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    store = stores[0]
+    ref: Ref = ("t", "a")
+    committed(await store.write(spawn(ref)))
+    holder = admin.transaction()
+    await holder.start()
+    await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'a' FOR UPDATE")
+    write = asyncio.ensure_future(store.write(note(ref, "lost")))
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", await lock_waiter(admin))
+    with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="database connection failed"):
+        await write
+    await holder.rollback()
+    committed(await store.write(note(ref, "kept")))
+    assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
+    await check_stream(store, ref)
+
+
+class CommitCutter:
+    """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT on and cuts the
+    client's connection before PostgreSQL's answer can reach it: a commit whose outcome the
+    store cannot know."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.armed = False
+        self.cut = asyncio.Event()
+        self.connections: list[asyncio.Task[None]] = []
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool, done: Any
+    ) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+                if upstream and self.armed and b"COMMIT" in data:
+                    self.armed = False  # passed on whole: PostgreSQL commits, then reads the end
+                    self.cut.set()
+                    break
+        done.cancel()
+
+    async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(*self.target)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._pipe, client_reader, server_writer, True, tg.cancel_scope)
+                tg.start_soon(self._pipe, server_reader, client_writer, False, tg.cancel_scope)
+        finally:
+            client_writer.transport.abort()  # the store sees the connection end, not an answer
+            server_writer.close()
+            with contextlib.suppress(ConnectionError):
+                await server_writer.wait_closed()
+
+    def handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
+
+
+async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
+    postgres_url: str,
+) -> None:
+    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
+    nor a lost write; the retry with the same idempotency key replays what did commit."""
+    parts = urllib.parse.urlsplit(postgres_url)
+    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    store = PostgresStore(
+        urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
+    )
+    await store.open()
+    try:
+        ref: Ref = ("t", "cut")
+        committed(await store.write(spawn(ref)))
+        write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
+        cutter.armed = True
+        with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="during COMMIT"):
+            await store.write(write)
+        assert cutter.cut.is_set()
+        retried = await store.write(write)
+        assert (retried.replayed, retried.response) == (True, b"noted")
+        assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
+
+
+async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
+    await admin.execute("INSERT INTO electric_schema (version) VALUES ($1)", SCHEMA_VERSION + 1)
+    store = PostgresStore(postgres_url)
+    with pytest.raises(DatabaseUnavailable, match=f"version {SCHEMA_VERSION + 1}, newer than this"):
+        await store.open()
+
+
+async def test_an_unreachable_database_is_refused_without_its_password() -> None:
+    with socket_closed() as port:
+        store = PostgresStore(f"postgresql://electric:s3cret@127.0.0.1:{port}/electric")
+        with pytest.raises(DatabaseUnavailable) as refused:
+            await store.open()
+    assert "cannot open the database postgresql://electric:***@127.0.0.1" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    assert "s3cret" not in repr(store)
+
+
+@contextlib.contextmanager
+def socket_closed() -> Iterator[int]:
+    """A port on loopback that nothing listens on (bound, not listening, for the block)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+async def test_every_field_of_a_record_round_trips(stores: tuple[PostgresStore, PostgresStore]) -> None:
+    ref: Ref = ("t", "fields")
+    committed(await stores[0].write(spawn(ref)))
+
+    def everything(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        changed = current.replace(
+            lease_epoch=3, cancelled_messages=(5, 9), reload_pending=True, stopping_deadline_ms=2**40
+        )
+        return Mutation([NewEvent("note", "k", pb.OPERATION_UPDATE, b"\x00\xff")], changed)
+
+    after = committed(await stores[0].write(Write(ref, everything))).commit
+    assert after is not None
+    assert await stores[1].get_entity(ref) == after.after
+    assert (await stores[1].read_events(ref, 1, 1)) == list(after.events)
+
+
+def electric(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "electric_sdk.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_server_on_an_unreachable_database_exits_2_with_one_line(tmp_path: Any) -> None:
+    with socket_closed() as port:
+        result = electric(
+            "server", "--data", str(tmp_path), "--database", f"postgresql://u:pw@127.0.0.1:{port}/x"
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("electric server: cannot open the database postgresql://u:***@"), (
+        result.stderr
+    )
+    assert ":pw@" not in result.stderr
+
+
+def test_backup_of_a_database_points_to_pg_dump(tmp_path: Any) -> None:
+    result = electric("backup", "--database", "postgresql://x/y", str(tmp_path / "out.db"))
+    assert result.returncode == 2
+    assert "pg_dump" in result.stderr
+    assert not (tmp_path / "out.db").exists()
+
+
+def test_verify_a_database(postgres_url: str) -> None:
+    result = electric("verify", "--database", postgres_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "verified 0 entities, 0 events: clean"
+
+
+def test_without_asyncpg_the_server_says_what_to_install(tmp_path: Any) -> None:
+    """The driver is an extra: without it, one line naming it (run with asyncpg hidden)."""
+    hide = (
+        "import sys; sys.modules['asyncpg'] = None; "
+        "from electric_sdk.cli.main import main; "
+        f"sys.exit(main(['server', '--data', {str(tmp_path)!r}, '--database', 'postgresql://x/y']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", hide], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'electric-sdk[postgres]'" in result.stderr
+
+
+async def test_a_server_whose_database_connection_is_lost_answers_unavailable(
+    start_server: StartServer, postgres_url: str, admin: Any
+) -> None:
+    """End to end: a SignalEntity whose connection PostgreSQL ends is UNAVAILABLE
+    (DATABASE_UNAVAILABLE, retryable) at once, and the retry succeeds."""
+    server = await start_server(database_url=postgres_url)
+    ref = pb.EntityRef(type="agent", id="a")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        holder = admin.transaction()
+        await holder.start()
+        await admin.execute("SELECT 1 FROM entities WHERE type = 'agent' AND id = 'a' FOR UPDATE")
+        request = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
+        call = asyncio.ensure_future(stub.SignalEntity(request))
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", await lock_waiter(admin))
+        with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        await holder.rollback()
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
+        signalled = await stub.SignalEntity(request)
+        assert signalled.new_state == pb.STATE_SPAWNING
+        events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
+        assert [e.type for e in events.events] == ["state", "signal"]
+
+
+async def test_a_second_server_on_a_database_is_refused_until_the_first_closes(postgres_url: str) -> None:
+    """Leases still live in one server's memory: a second server on the database would grant
+    the first one's, so it is refused (a store that is not a server's, `electric verify`'s, is not)."""
+    first = PostgresStore(postgres_url, exclusive=True)
+    await first.open()
+    try:
+        second = PostgresStore(postgres_url, exclusive=True)
+        with pytest.raises(DatabaseUnavailable, match="another electric server runs on the database"):
+            await second.open()
+        reader = PostgresStore(postgres_url)
+        await reader.open()
+        await reader.close()
+    finally:
+        await first.close()
+    await second.open()
+    await second.close()
+
+
+async def test_concurrent_lone_writes_share_batches_each_its_own_write(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """While every connection runs a batch, lone writes queue for the next: fewer transactions,
+    each write still decided on its own (a refusal spares the others) with its own txid."""
+    store = stores[0]
+    refs: list[Ref] = [("agent", f"e{i}") for i in range(20)]
+    for outcome in await store.write_many([spawn(r) for r in refs]):
+        committed(outcome)
+    batches = store.batches_committed
+    writes = [note(refs[i % len(refs)], str(i)) for i in range(200)]
+    results = await asyncio.gather(
+        *(store.write(w) for w in writes), store.write(Write(refs[0], refuse)), return_exceptions=True
+    )
+    assert isinstance(results[-1], Refused)
+    txids = [committed(o).commit.txid for o in results[:-1]]  # type: ignore[union-attr]
+    assert len(set(txids)) == 200
+    assert store.batches_committed - batches < 50, "200 concurrent writes share transactions"
+    for ref in refs:
+        assert len(await check_stream(store, ref)) == 1 + 10
