@@ -7,6 +7,8 @@ TOOLS  := .tools
 BUF_VERSION := 1.75.0
 BUF    := $(TOOLS)/node_modules/.bin/buf
 LISTEN ?= 127.0.0.1:7700
+# The HTTP/JSON door of `make run` and `make server` (docs/http.md); HTTP=off turns it off.
+HTTP   ?= 127.0.0.1:7780
 DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
@@ -30,11 +32,11 @@ $(BUF):
 
 # The control plane and a worker hosting the example agents, in one process.
 run: $(STAMP)
-	$(VENV)/bin/electric dev examples.agents:app --exec examples/tasks.toml --listen $(LISTEN) --data $(DATA)
+	$(VENV)/bin/electric dev examples.agents:app --exec examples/tasks.toml --listen $(LISTEN) --http $(HTTP) --data $(DATA)
 
 # The control plane alone (workers connect with `electric worker MODULE:APP`).
 server: $(STAMP)
-	$(VENV)/bin/electric server --listen $(LISTEN) --data $(DATA)
+	$(VENV)/bin/electric server --listen $(LISTEN) --http $(HTTP) --data $(DATA)
 
 # The control-panel notebook as a web app (Voilà), on http://127.0.0.1:$(DASHBOARD_PORT)/. It starts
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).

@@ -2,8 +2,9 @@
 out of here; each model keeps its wire message as ``.raw`` as an escape hatch.
 
 Times are timezone-aware ``datetime`` in UTC; durations are ``timedelta``.
-``Event.to_json()`` renders the RFC's event shape. Each conversion of a field
-to or from the wire is ``_wire``'s, which the server shares; a model assembles them.
+``to_json()`` renders the RFC's JSON shapes through ``_wire.rendering``, the
+renderer the server's HTTP door uses too. Each conversion of a field to or from
+the wire is ``_wire``'s, which the server shares; a model assembles them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._proto.electric.v1 import types_pb2 as pb
 from ._wire.entities import entity_url, profile_from_pb
 from ._wire.enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_pb
 from ._wire.events import event_value_json
+from ._wire.rendering import entity_json, event_json, signal_json
 from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
 from .lifecycle import Outcome, Signal, State
 
@@ -126,30 +128,7 @@ class Entity:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "url": self.ref.url,
-            "type": self.ref.type,
-            "id": self.ref.id,
-            "state": self.state.value,
-            "profile": {
-                "grace_period_ms": _ms_or_none(self.grace_period),
-                "idle_timeout_ms": _ms_or_none(self.idle_timeout),
-                "pending": [
-                    name
-                    for name, value in (
-                        ("grace_period", self.grace_period),
-                        ("idle_timeout", self.idle_timeout),
-                    )
-                    if value is None
-                ],
-            },
-            "created_at": to_iso(self.created_at),
-            "updated_at": to_iso(self.updated_at),
-            "head_offset": self.head_offset,
-            "closed": self.closed,
-            "stopping_deadline": to_iso(self.stopping_deadline) if self.stopping_deadline else None,
-            "txid": str(self.txid),
-        }
+        return entity_json(self.raw)
 
     def _repr_html_(self) -> str:
         rows: list[tuple[str, Any]] = [
@@ -211,17 +190,7 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         """The RFC's event shape, plus the stream offset."""
-        return {
-            "type": self.type,
-            "key": self.key,
-            "value": self.value,
-            "headers": {
-                "operation": self.operation,
-                "timestamp": to_iso(self.timestamp),
-                "txid": str(self.txid),
-            },
-            "offset": self.offset,
-        }
+        return event_json(self.raw)
 
     def _repr_html_(self) -> str:
         return _html_table(
@@ -278,16 +247,7 @@ class SignalResult:
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the RFC's response fields (plus the record key and outcome)."""
-        return {
-            "url": self.ref.url,
-            "signal": self.signal.value,
-            "previous_state": self.previous_state.value,
-            "new_state": self.new_state.value,
-            "created_at": datetime_to_ms(self.created_at),
-            "txid": str(self.txid),
-            "key": self.key,
-            "outcome": self.outcome.value if self.outcome else None,
-        }
+        return signal_json(self.raw)
 
     def __str__(self) -> str:
         return f"{self.ref.url}: {self.signal.value} {self.previous_state.value} → {self.new_state.value}"

@@ -58,6 +58,7 @@ class TestServer:
         self._clients: list[Client] = []
         self._thread: threading.Thread | None = None
         self.address = ""
+        self.http_address = ""
 
     def start(self) -> TestServer:
         if self._server is not None:
@@ -84,6 +85,8 @@ class TestServer:
             self._thread.join()
             raise
         self.address = self._server.address
+        # The HTTP/JSON door's base URL (docs/http.md) when started with http="127.0.0.1:0"; else "".
+        self.http_address = self._server.http.address if self._server.http is not None else ""
         return self
 
     def client(self, **options: Any) -> Client:

@@ -10,5 +10,6 @@ any future door (HTTP/JSON) can share it without importing the SDK's models.
 - ``json_values``: JSON values (``google.protobuf.Value``) and plain Python.
 - ``entities``: an entity's record to its wire message; its URL.
 - ``events``: a stored event to its wire message, and an event's value as the RFC's JSON.
+- ``rendering``: the RFC's JSON of entities, events and responses (``to_json()``, HTTP).
 - ``exec_receipts``: what an exec receipt says of its generation (running, ended).
 """

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
     p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    add_http(p)
     p.add_argument(
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
@@ -120,6 +121,21 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=_cmd_server)
 
 
+def add_http(p: argparse.ArgumentParser) -> None:
+    # Off unless asked: tests and notebooks start several servers, which one default port would fail.
+    p.add_argument(
+        "--http",
+        default="off",
+        metavar="HOST:PORT",
+        help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; "
+        "port 0 picks a free one (default %(default)s)",
+    )
+
+
+def http_address(value: str) -> str | None:
+    return None if value.strip().lower() == "off" else value
+
+
 def add_accept_data_loss(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--accept-data-loss",
@@ -157,6 +173,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
     try:
         config = ServerConfig(
             listen=args.listen,
+            http=http_address(args.http),
             data_dir=args.data,
             tokens_file=args.tokens,
             tls_cert=args.tls_cert,

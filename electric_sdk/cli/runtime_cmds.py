@@ -21,7 +21,7 @@ from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
-from .local import add_accept_data_loss, storage_exit
+from .local import add_accept_data_loss, add_http, http_address, storage_exit
 
 DEFAULT_APP = "examples.agents:app"
 
@@ -58,6 +58,7 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("dev", help="run a server (embedded SQLite) and a worker in one process")
     p.add_argument("app", nargs="?", default=DEFAULT_APP, metavar="MODULE:APP", help="default %(default)s")
     p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    add_http(p)
     p.add_argument(
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
@@ -184,6 +185,8 @@ async def _serve_until_drained(
             print(
                 f"electric server listening on {server.address} (data: {server_config.data_dir})", flush=True
             )
+            if server.http is not None:
+                print(f"electric http listening on {server.http.address}", flush=True)
         else:
             for name in ("address", "token"):
                 if getattr(args, name, None):
@@ -241,7 +244,11 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
     try:
         config = ServerConfig(
-            listen=args.listen, data_dir=args.data, drain_grace_s=1.0, accept_data_loss=args.accept_data_loss
+            listen=args.listen,
+            http=http_address(args.http),
+            data_dir=args.data,
+            drain_grace_s=1.0,
+            accept_data_loss=args.accept_data_loss,
         )
         return _run(args, server_config=config)
     except ConfigError as exc:

@@ -37,7 +37,9 @@ from .auth import AuthInterceptor, TokenTable
 from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
 from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
+from .errors import ApiError, storage_error
 from .handlers import guard_server
+from .http_door import HttpDoor
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .reaper import Reaper
@@ -106,6 +108,8 @@ class ServerConfig:
     # data directory's SQLite file; and its pool of connections.
     database_url: str | None = None
     database_pool: int = DEFAULT_DATABASE_POOL
+    # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
+    http: str | None = None
 
     @property
     def database(self) -> Path:
@@ -134,10 +138,10 @@ def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
     return PostgresStore(config.database_url, pool_size=config.database_pool, exclusive=exclusive)
 
 
-def _host(listen: str) -> str:
+def _host(listen: str, flag: str = "--listen") -> str:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
-        raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
+        raise ConfigError(f"{flag} must be HOST:PORT, got {listen!r}")
     return host.strip("[]")
 
 
@@ -184,11 +188,17 @@ class ElectricServer:
         self.tokens = (
             TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
         )
-        if self.tokens is None and not is_loopback(host) and not config.insecure:
-            raise ConfigError(
-                f"refusing to listen on non-loopback address {host!r} without --tokens; "
-                "pass --insecure to allow unauthenticated access from the network"
-            )
+        for flag, address in (("", host), ("--http ", _host(config.http, "--http") if config.http else None)):
+            if (
+                address is not None
+                and self.tokens is None
+                and not is_loopback(address)
+                and not config.insecure
+            ):
+                raise ConfigError(
+                    f"refusing to listen on non-loopback address {flag}{address!r} without --tokens; "
+                    "pass --insecure to allow unauthenticated access from the network"
+                )
         try:
             self.store = store or _store(config)
         except ValueError as exc:
@@ -198,6 +208,8 @@ class ElectricServer:
         self.caps = Caps(config.max_streams, config.max_sessions)
         self.port = 0
         self._server: grpc.aio.Server | None = None
+        self.http: HttpDoor | None = None
+        self._draining = False
         self.acceptors: Acceptors | None = None
         self._watches: Watches | None = None
         self._reaper: Reaper | None = None
@@ -205,6 +217,7 @@ class ElectricServer:
         self._datadir_lock: DataDirLock | None = None
         # A failure of the store for good: the server must stop (see drain_on_failure).
         self.failure: StorageFault | None = None
+        self._writes_fault: StorageFault | None = None  # while set, writes are refused (readiness)
         self._on_failure: list[asyncio.Event] = []
         self._health_update: asyncio.Future[None] | None = None
         self._unsubscribe_faults: Callable[[], None] = lambda: None
@@ -258,9 +271,8 @@ class ElectricServer:
         acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
         quiet_abandoned_writes()  # a client that walks away is no error of the server's
         guard_server(server)  # after Acceptors: they record the guarded handlers
-        api_grpc.add_EntityServiceServicer_to_server(
-            EntityService(self.store, self._watches, self.runtime, self.caps), server
-        )
+        entities = EntityService(self.store, self._watches, self.runtime, self.caps)
+        api_grpc.add_EntityServiceServicer_to_server(entities, server)
         rt_grpc.add_RuntimeServiceServicer_to_server(
             RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
         )
@@ -281,13 +293,37 @@ class ElectricServer:
                 self.port = server.add_insecure_port(self.config.listen)
         except RuntimeError:  # grpc raises instead of returning 0 when the bind fails
             self.port = 0
+        refused = None
         if not self.port:
+            why = "invalid TLS certificate or key, " if self._tls else ""
+            refused = ConfigError(
+                f"cannot listen on {self.config.listen} ({why}address in use or not local?)"
+            )
+        elif self.config.http:
+            tls = (
+                (self.config.tls_cert, self.config.tls_key)
+                if self.config.tls_cert and self.config.tls_key
+                else None
+            )
+            http = HttpDoor(
+                entities,
+                self.tokens,
+                self.readiness,
+                self.config.http,
+                grace_s=self.config.drain_grace_s,
+                tls=tls,
+            )
+            try:
+                await http.start()
+                self.http = http
+            except ConfigError as exc:
+                refused = exc
+        if refused is not None:
             self._watches.close()
             await self.runtime.stop()
             await self._reaper.stop()
             await self.store.close()
-            why = "invalid TLS certificate or key, " if self._tls else ""
-            raise ConfigError(f"cannot listen on {self.config.listen} ({why}address in use or not local?)")
+            raise refused
         await server.start()
         acceptors.start()
         self._server = server
@@ -307,6 +343,7 @@ class ElectricServer:
         if self._server is None:
             return
         server, self._server = self._server, None
+        self._draining = True
         self._unsubscribe_faults()
         if self._health_update is not None:
             await self._health_update
@@ -315,7 +352,11 @@ class ElectricServer:
         assert self._reaper is not None
         self._watches.drain()
         self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
+        # The HTTP door drains beside gRPC, within the same grace.
+        http_stopped = asyncio.ensure_future(self.http.stop()) if self.http is not None else None
         await server.stop(self.config.drain_grace_s if grace is None else grace)
+        if http_stopped is not None:
+            await http_stopped
         if self.acceptors is not None:
             await self.acceptors.wait_closed()
         await self.runtime.stop()
@@ -332,6 +373,12 @@ class ElectricServer:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    def readiness(self) -> ApiError | None:
+        """Why the server should not be sent writes now (``/readyz``); None when it may."""
+        if self._draining:
+            return ApiError(grpc.StatusCode.UNAVAILABLE, "SERVER_DRAINING", "the server is shutting down")
+        return storage_error(self._writes_fault) if self._writes_fault is not None else None
+
     def drain_on_failure(self, drain: asyncio.Event) -> None:
         """Set ``drain`` if the store fails for good; the caller then stops the server and
         raises ``failure``."""
@@ -342,6 +389,7 @@ class ElectricServer:
     def _on_store_fault(self, fault: StorageFault | None) -> None:
         """Writes stopped (a full disk: readiness only; a failure for good: every service,
         and the server must stop) or resumed."""
+        self._writes_fault = fault
         if fault is not None and not isinstance(fault, DiskFull):
             self.failure = fault
             for drain in self._on_failure:
@@ -375,6 +423,7 @@ def _usage_hint(server: ElectricServer) -> str:
             f"    {env}electric kill my_agent/agent_1",
             f"    {env}electric watch",
             f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
+            *([f"  http:    curl {server.http.address}/entities   (docs/http.md)"] if server.http else []),
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
@@ -436,6 +485,8 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
     ) as drain:
         server.drain_on_failure(drain)
         print(f"electric server listening on {server.address}", flush=True)
+        if server.http is not None:
+            print(f"electric http listening on {server.http.address}", flush=True)
         print(_usage_hint(server), flush=True)
         if ready is not None:
             ready.set()

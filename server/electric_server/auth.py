@@ -8,7 +8,8 @@ The tokens file is TOML::
     scopes = ["read", "signal"]      # read | signal | send | runtime | admin
     types = ["my_agent"]             # optional: only these entity types
 
-Scopes per method: ``read`` for Get/List/Read/Watch, ``signal`` for
+Scopes per method (the HTTP door checks the same, with ``bearer_principal``, ``denial``
+and ``type_denial``): ``read`` for Get/List/Read/Watch, ``signal`` for
 SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity and
 SendMessage, ``runtime`` for workers; ``admin`` grants all. Health and
 reflection need no token. A token restricted to types may only name those
@@ -158,7 +159,22 @@ def _types_named(request: Any) -> list[str]:
     return [type_] if type_ else []
 
 
-def _denial(principal: Principal | None, scope: str) -> ApiError | None:
+def entity_scope(method: str) -> str:
+    """The scope an EntityService method needs (``"SignalEntity"`` → ``"signal"``)."""
+    return METHOD_SCOPES[f"{_SERVICE}{method}"]
+
+
+def bearer_principal(tokens: TokenTable, authorization: str | None) -> Principal | None:
+    """The principal of an ``authorization`` value ``Bearer <token>``; None for none or an unknown one."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():  # the scheme is case-insensitive (RFC 9110)
+        return None
+    return tokens.lookup(token.strip())
+
+
+def denial(principal: Principal | None, scope: str) -> ApiError | None:
     """Why the token in the metadata may not call a method of ``scope``; None when it may."""
     if principal is None:
         return ApiError(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "missing or unknown bearer token")
@@ -172,7 +188,7 @@ def _denial(principal: Principal | None, scope: str) -> ApiError | None:
     return None
 
 
-def _type_denial(principal: Principal, request: Any) -> ApiError | None:
+def type_denial(principal: Principal, request: Any) -> ApiError | None:
     """Why a principal restricted to types may not make this request; None when it may."""
     types = _types_named(request)
     if not types or not set(types) <= (principal.types or frozenset()):
@@ -201,10 +217,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         principal = None
         for key, value in details.invocation_metadata or ():
             if key == "authorization" and isinstance(value, str):
-                scheme, _, token = value.partition(" ")
-                if scheme.lower() == "bearer" and token.strip():  # the scheme is case-insensitive (RFC 9110)
-                    principal = self.tokens.lookup(token.strip())
-        refused = _denial(principal, scope)
+                principal = bearer_principal(self.tokens, value)
+        refused = denial(principal, scope)
         if refused is not None:
             return _refusal(handler, refused, details.method)
         assert principal is not None
@@ -234,7 +248,7 @@ def _wrap(handler: Any, principal: Principal, method: str) -> Any:
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         # An undecodable request is the handler's to answer (MALFORMED_REQUEST), not a type's.
         if principal.types is not None and request is not None and request.__class__ is not Malformed:
-            error = _type_denial(principal, request)
+            error = type_denial(principal, request)
             if error is not None:
                 await abort_with(context, error, method)
         current_principal.set(principal)

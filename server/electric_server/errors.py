@@ -13,6 +13,11 @@ place of the request. Refusals an operator should hear about (a wrong token,
 an undecodable body, a cap reached) are logged by ``refusals``: one line per
 reason per interval, with the count of those it left out, so a flood of bad
 calls cannot flood the log.
+
+The HTTP door (``http_door.py``) calls the same handlers with a ``DoorContext``:
+``abort_with`` raises the ``ApiError`` to it instead of a status, and
+``HTTP_STATUS`` maps it, keyed by (status, reason), to the HTTP status of the
+body ``{"error": {"code", "message", "details"}}`` (``http_error``).
 """
 
 from __future__ import annotations
@@ -85,11 +90,11 @@ def to_api_error(exc: BaseException) -> ApiError | None:
     if isinstance(exc, IdempotencyKeyReused):
         return invalid_argument("IDEMPOTENCY_KEY_REUSED", str(exc), idempotency_key=exc.key)
     if isinstance(exc, StorageFault):
-        return _storage_error(exc)
+        return storage_error(exc)
     return None
 
 
-def _storage_error(fault: StorageFault) -> ApiError:
+def storage_error(fault: StorageFault) -> ApiError:
     """A storage fault, for the client: what it means for the call (the server's log says
     where and what to do; the client is not told the server's paths)."""
     if isinstance(fault, DiskFull):  # nothing of the write was kept; retry once space is freed
@@ -198,14 +203,66 @@ class RefusalLog:
 refusals = RefusalLog()
 
 
-async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: ApiError, method: str) -> None:
+class DoorContext:
+    """What the service's handlers are given in place of grpc's context when the HTTP door
+    calls them: ``abort_with`` raises the error itself, for the door to answer."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+
+async def abort_with(
+    context: grpc.aio.ServicerContext[Any, Any] | DoorContext, error: ApiError, method: str
+) -> None:
     """End the call with ``error``'s status (logged, rate-limited, if it is worth it)."""
     if error.reason in LOGGED_REASONS:
         refusals.note(error, method, context.peer())
+    if isinstance(context, DoorContext):
+        raise error
     await context.abort_with_status(status_for(error))
 
 
-def _unexpected(exc: BaseException, method: str) -> ApiError:
+# -- the HTTP door ---------------------------------------------------------------------------
+
+# (status, reason) → HTTP status; (status, None) is the status's default for its other reasons.
+HTTP_STATUS: dict[tuple[grpc.StatusCode, str | None], int] = {
+    (grpc.StatusCode.INVALID_ARGUMENT, None): 400,
+    (grpc.StatusCode.INVALID_ARGUMENT, "BODY_TOO_LARGE"): 413,
+    (grpc.StatusCode.INVALID_ARGUMENT, "PAYLOAD_TOO_LARGE"): 413,
+    (grpc.StatusCode.INVALID_ARGUMENT, "MESSAGE_TOO_LARGE"): 413,
+    (grpc.StatusCode.INVALID_ARGUMENT, "UNSUPPORTED_MEDIA_TYPE"): 415,
+    (grpc.StatusCode.UNAUTHENTICATED, None): 401,
+    (grpc.StatusCode.PERMISSION_DENIED, None): 403,
+    (grpc.StatusCode.NOT_FOUND, None): 404,
+    (grpc.StatusCode.UNIMPLEMENTED, "METHOD_NOT_ALLOWED"): 405,
+    (grpc.StatusCode.UNIMPLEMENTED, None): 404,
+    (grpc.StatusCode.ALREADY_EXISTS, None): 409,
+    (grpc.StatusCode.FAILED_PRECONDITION, None): 409,
+    (grpc.StatusCode.ABORTED, None): 409,
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, None): 429,
+    (grpc.StatusCode.UNAVAILABLE, None): 503,
+    (grpc.StatusCode.DEADLINE_EXCEEDED, None): 504,
+    (grpc.StatusCode.DATA_LOSS, None): 500,
+    (grpc.StatusCode.INTERNAL, None): 500,
+}
+
+
+def http_status(error: ApiError) -> int:
+    found = HTTP_STATUS.get((error.code, error.reason)) or HTTP_STATUS.get((error.code, None))
+    return found or 500
+
+
+def http_error(error: ApiError) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and body of ``error``: its reason is the code, its metadata the details."""
+    body = {"error": {"code": error.reason, "message": error.message, "details": dict(error.metadata)}}
+    return http_status(error), body
+
+
+def unexpected(exc: BaseException, method: str) -> ApiError:
+    """A bug: logged with its traceback; the client is told only its type."""
     log.exception("unexpected error in %s", method, exc_info=exc)
     return ApiError(grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error: {type(exc).__name__}")
 
@@ -219,7 +276,7 @@ S = TypeVar("S", bound=Streaming)
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception, method: str) -> None:
     if isinstance(exc, grpc.aio.AbortError):
         raise exc  # already a status (e.g. from the auth check)
-    await abort_with(context, to_api_error(exc) or _unexpected(exc, method), method)
+    await abort_with(context, to_api_error(exc) or unexpected(exc, method), method)
 
 
 def translate(method: U) -> U:
