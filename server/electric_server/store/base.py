@@ -18,6 +18,8 @@ replica now and several later):
 - A closed stream keeps its history; nothing is appended after it.
 - After each commit, ``Commit`` records are published to the ``Hub`` for
   live watchers (a doorbell: watchers can always fall back to reading).
+  Each acknowledged batch is also told to the Hub's batch listeners (the
+  metrics): its writes and how long its commit took, once per batch.
 - A disk that refuses a write fails it with a ``StorageFault``, and nothing
   of its batch is acknowledged, published or readable: ``DiskFull`` pauses
   writes until space is freed (they resume by themselves; reads go on),
@@ -35,6 +37,7 @@ from __future__ import annotations
 import abc
 import copy
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -311,6 +314,11 @@ class Store(abc.ABC):
         them) and when they resume (with None); returns the unsubscribe."""
 
 
+# A committed batch: its commits, how many writes it held (refused and replayed ones too), and
+# the seconds from the start of its commit to its acknowledgement.
+BatchListener = Callable[[Sequence[Commit], int, float], None]
+
+
 class Hub:
     """In-process fan-out of commits to live subscribers (a doorbell).
 
@@ -321,6 +329,7 @@ class Hub:
     def __init__(self) -> None:
         self._entity: dict[Ref, set[Callable[[Commit], None]]] = {}
         self._all: set[Callable[[Commit], None]] = set()
+        self._batches: set[BatchListener] = set()
 
     def subscribe(self, ref: Ref, callback: Callable[[Commit], None]) -> Callable[[], None]:
         self._entity.setdefault(ref, set()).add(callback)
@@ -337,6 +346,22 @@ class Hub:
     def subscribe_all(self, callback: Callable[[Commit], None]) -> Callable[[], None]:
         self._all.add(callback)
         return lambda: self._all.discard(callback)
+
+    def subscribe_batches(self, callback: BatchListener) -> Callable[[], None]:
+        self._batches.add(callback)
+        return lambda: self._batches.discard(callback)
+
+    def committed(self, commits: Sequence[Commit], writes: int, started: float) -> None:
+        """A batch the store acknowledged, whose commit began at ``started`` (``perf_counter``):
+        told to the batch listeners, then its commits published."""
+        if self._batches:
+            seconds = time.perf_counter() - started
+            for listener in tuple(self._batches):
+                try:
+                    listener(commits, writes, seconds)
+                except Exception:
+                    log.exception("a batch listener failed")
+        self.publish_many(commits)
 
     def publish(self, commit: Commit) -> None:
         self.publish_many((commit,))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -202,6 +203,7 @@ class PostgresWriter(Store):
                 self._gather()
 
     async def write_many(self, writes: Sequence[Write]) -> list[WriteOutcome | BaseException]:
+        started = time.perf_counter()
         refs = sorted({write.ref for write in writes})
         async with self._ref_locks.hold(refs):
             async with self._connection("a write") as conn:
@@ -220,8 +222,10 @@ class PostgresWriter(Store):
                             ) from exc
                         self.batches_retried += 1
             self.batches_committed += 1
-            self.hub.publish_many(
-                [o.commit for o in outcomes if isinstance(o, WriteOutcome) and o.commit is not None]
+            self.hub.committed(
+                [o.commit for o in outcomes if isinstance(o, WriteOutcome) and o.commit is not None],
+                len(writes),
+                started,
             )
         return outcomes
 

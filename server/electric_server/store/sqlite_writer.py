@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from collections import OrderedDict
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
@@ -149,6 +150,7 @@ class SQLiteWriter(SQLiteWal):
     def _write_now(self, write: Write) -> WriteOutcome | BaseException:
         """Commit and sync one write right here (see _alone): no hand-over to the
         writer task and back, which costs two turns of the loop."""
+        started = time.perf_counter()
         pending = _Pending((write,), asyncio.get_running_loop().create_future())
         try:
             self._apply_batch([pending])
@@ -160,7 +162,7 @@ class SQLiteWriter(SQLiteWal):
         except Exception as exc:
             return self._fail(exc, "a WAL sync")
         self.batches_committed += 1
-        self._publish([pending])
+        self._publish([pending], 1, started)
         (outcome,) = pending.outcomes
         return outcome
 
@@ -220,6 +222,7 @@ class SQLiteWriter(SQLiteWal):
 
     async def _commit(self, batch: list[_Pending], loop: asyncio.AbstractEventLoop) -> None:
         """Apply, sync and acknowledge one batch; a failure fails the batch's writes only."""
+        started = time.perf_counter()
         writes = sum(len(p.writes) for p in batch)
         lone = writes == 1 and self._last_batch_writes <= 1
         self._last_batch_writes = writes
@@ -247,16 +250,18 @@ class SQLiteWriter(SQLiteWal):
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_result(pending.outcomes)
-        self._publish(batch)
+        self._publish(batch, writes, started)
 
-    def _publish(self, batch: list[_Pending]) -> None:
-        self.hub.publish_many(
+    def _publish(self, batch: list[_Pending], writes: int, started: float) -> None:
+        self.hub.committed(
             [
                 outcome.commit
                 for pending in batch
                 for outcome in pending.outcomes
                 if isinstance(outcome, WriteOutcome) and outcome.commit is not None
-            ]
+            ],
+            writes,
+            started,
         )
 
     def _refuse_queued(self, error: BaseException) -> None:
