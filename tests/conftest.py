@@ -4,6 +4,8 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
 
 - ``server``: an in-process ``ElectricServer`` on a free port, data in tmp_path.
 - ``stub``: a grpc.aio EntityService stub connected to it.
+- ``door`` / ``http``: a server with its HTTP door on a free port, and an httpx
+  client of that door.
 - ``start_server``: start more in-process servers (custom config, same data dir).
 - ``server_process``: ``electric server`` as a real OS process, for crash
   (kill -9) and signal tests; it waits for the "listening" line on stdout.
@@ -35,6 +37,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import httpx
 import postgres_dbs
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
@@ -145,6 +148,19 @@ async def channel(server: ElectricServer) -> AsyncIterator[grpc.aio.Channel]:
 @pytest.fixture
 def stub(channel: grpc.aio.Channel) -> api_grpc.EntityServiceStub:
     return api_grpc.EntityServiceStub(channel)
+
+
+@pytest.fixture
+async def door(start_server: StartServer) -> ElectricServer:
+    # NORMAL: no fsync per commit, so tests of hundreds of writes stay quick.
+    return await start_server(http="127.0.0.1:0", synchronous="NORMAL")
+
+
+@pytest.fixture
+async def http(door: ElectricServer) -> AsyncIterator[httpx.AsyncClient]:
+    assert door.http is not None
+    async with httpx.AsyncClient(base_url=door.http.address, timeout=30) as c:
+        yield c
 
 
 @dataclass

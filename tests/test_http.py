@@ -50,19 +50,6 @@ JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture
-async def door(start_server: StartServer) -> ElectricServer:
-    # NORMAL: no fsync per commit, so the parity test's hundreds of writes stay quick.
-    return await start_server(http="127.0.0.1:0", synchronous="NORMAL")
-
-
-@pytest.fixture
-async def http(door: ElectricServer) -> AsyncIterator[httpx.AsyncClient]:
-    assert door.http is not None
-    async with httpx.AsyncClient(base_url=door.http.address, timeout=30) as c:
-        yield c
-
-
-@pytest.fixture
 async def grpc_stub(door: ElectricServer) -> AsyncIterator[Stub]:
     async with grpc.aio.insecure_channel(door.address) as ch:
         yield api_grpc.EntityServiceStub(ch)  # type: ignore[misc]

@@ -42,6 +42,7 @@ from .handlers import guard_server
 from .http_door import HttpDoor
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
+from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
@@ -213,6 +214,7 @@ class ElectricServer:
         self.acceptors: Acceptors | None = None
         self._watches: Watches | None = None
         self._reaper: Reaper | None = None
+        self.metrics: ServerMetrics | None = None
         self._stopped = asyncio.Event()
         self._datadir_lock: DataDirLock | None = None
         # A failure of the store for good: the server must stop (see drain_on_failure).
@@ -272,6 +274,9 @@ class ElectricServer:
         quiet_abandoned_writes()  # a client that walks away is no error of the server's
         guard_server(server)  # after Acceptors: they record the guarded handlers
         entities = EntityService(self.store, self._watches, self.runtime, self.caps)
+        self.metrics = metrics = ServerMetrics(self.store)
+        metrics.watch(self._watches, self.runtime, self._reaper)
+        entities.signal_rejected = metrics.signal_rejected
         api_grpc.add_EntityServiceServicer_to_server(entities, server)
         rt_grpc.add_RuntimeServiceServicer_to_server(
             RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
@@ -312,6 +317,7 @@ class ElectricServer:
                 self.config.http,
                 grace_s=self.config.drain_grace_s,
                 tls=tls,
+                metrics=metrics.render,
             )
             try:
                 await http.start()
@@ -319,6 +325,7 @@ class ElectricServer:
             except ConfigError as exc:
                 refused = exc
         if refused is not None:
+            metrics.close()
             self._watches.close()
             await self.runtime.stop()
             await self._reaper.stop()
@@ -362,6 +369,8 @@ class ElectricServer:
         await self.runtime.stop()
         await self._reaper.stop()
         self._watches.close()
+        if self.metrics is not None:
+            self.metrics.close()
         try:
             await self.store.close()
         finally:

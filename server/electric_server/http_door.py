@@ -15,6 +15,7 @@ server serves them; the reserved paths are matched first:
 | route | call |
 |---|---|
 | ``GET /healthz``, ``GET /readyz`` | alive; store writable and not draining (no token) |
+| ``GET /metrics`` | Prometheus text format (``read`` with tokens; metrics.py) |
 | ``GET /entities?type=&state=&page_size=&page_token=`` | ListEntities |
 | ``POST /signal`` ``{selector, signal, reason?, payload?}`` | SignalEntities |
 | ``PUT /{type}/{id}`` ``{profile?}`` | SpawnEntity |
@@ -75,6 +76,7 @@ from .auth import (
 )
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
+from .metrics import CONTENT_TYPE
 from .service import EntityService
 
 log = logging.getLogger("electric.http")
@@ -85,6 +87,8 @@ MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
 # Readiness: None when ready, else why not (an UNAVAILABLE error).
 Readiness = Callable[[], ApiError | None]
+# The metrics in Prometheus text format (metrics.ServerMetrics.render).
+Metrics = Callable[[], bytes]
 Build = Callable[[Request, body.JsonObject], Message]
 # The gRPC request and response → the JSON response body.
 Render = Callable[[Any, Any], Any]
@@ -294,8 +298,10 @@ class HttpDoor:
         *,
         grace_s: float = 10.0,
         tls: tuple[Path, Path] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.service = service
+        self.metrics = metrics
         self.tokens = tokens
         self.readiness = readiness
         self.listen = listen
@@ -315,6 +321,7 @@ class HttpDoor:
         routes: list[BaseRoute] = [
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/readyz", self._readyz, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
         ]
         for prefix, list_path in ((PREFIX, PREFIX), ("", "/entities")):
             one = f"{prefix}/{{type}}/{{id}}"
@@ -402,6 +409,22 @@ class HttpDoor:
     async def _readyz(self, request: Request) -> Response:
         why = self.readiness()
         return JSONResponse({"status": "ready"}) if why is None else _error_response(why)
+
+    async def _metrics(self, request: Request) -> Response:
+        if self.tokens is not None:
+            principal = bearer_principal(self.tokens, request.headers.get("authorization"))
+            refused = denial(principal, "read")
+            if refused is None and principal is not None and principal.types is not None:
+                # The metrics span every type (workers are labelled by theirs).
+                refused = ApiError(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "TYPE_NOT_ALLOWED",
+                    f"principal {principal.name!r} is limited to types; the metrics span them all",
+                )
+            if refused is not None:
+                return _error_response(refused)
+        text = self.metrics() if self.metrics is not None else b""
+        return Response(text, headers={"Content-Type": CONTENT_TYPE})
 
     # -- serving -------------------------------------------------------------------------------------
 

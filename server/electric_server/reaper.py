@@ -78,6 +78,11 @@ class Reaper:
         if (deadline := self._waiting.get(commit.ref)) is not None:
             self._push(deadline, commit.ref, _now_ms())  # perhaps its exit receipt, or its lease's end
 
+    @property
+    def pending_deadlines(self) -> int:
+        """Entities with a grace deadline armed (one killed meanwhile counts until it is due)."""
+        return len({ref for _, ref, _ in self._heap})
+
     def _push(self, deadline_ms: int, ref: Ref, due_ms: int | None = None) -> None:
         due = deadline_ms if due_ms is None else due_ms
         heapq.heappush(self._heap, (due, ref, deadline_ms))

@@ -116,6 +116,8 @@ class EntityService(api_grpc.EntityServiceServicer):
         self.watches = watches
         self.runtime = runtime
         self.caps = caps or Caps()
+        # Told of each signal refused (INVALID_SIGNAL: nothing written); the server's metrics.
+        self.signal_rejected: Callable[[Signal], None] = lambda _signal: None
 
     def _leased(self, ref: Ref) -> bool:
         return self.runtime is not None and self.runtime.is_leased(ref)
@@ -186,14 +188,18 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> api.SignalEntityResponse:
         # A scoped signal's message, looked up before the write (a decide function reads nothing).
         located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
-        return await _write(
-            self.store,
-            ref,
-            entity_writes.signal(ref, spec, self._leased(ref), located),
-            idem,
-            lambda c: _signal_response(ref, spec.signal, c),
-            api.SignalEntityResponse,
-        )
+        try:
+            return await _write(
+                self.store,
+                ref,
+                entity_writes.signal(ref, spec, self._leased(ref), located),
+                idem,
+                lambda c: _signal_response(ref, spec.signal, c),
+                api.SignalEntityResponse,
+            )
+        except SignalRejected:
+            self.signal_rejected(spec.signal)
+            raise
 
     @translate
     async def DeleteEntity(self, request: api.DeleteEntityRequest, context: Ctx) -> api.DeleteEntityResponse:

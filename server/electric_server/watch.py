@@ -133,6 +133,10 @@ class Watches:
     def active(self) -> int:
         return len(self._queues) + self._event_watchers
 
+    def watching(self) -> dict[str, int]:
+        """Open watches by kind: one entity's events, or entities' state changes."""
+        return {"events": self._event_watchers, "entities": len(self._entity_watchers)}
+
     # -- entity state changes ------------------------------------------------------
 
     def _on_commit(self, commit: Commit) -> None:

@@ -1,0 +1,189 @@
+"""``GET /metrics`` (issue 21, point 5): real traffic through a real server, then the scrape parsed
+with prometheus_client's own parser and held to what was done."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import anyio
+import grpc
+import httpx
+import pytest
+from conftest import StartServer
+from electric_server.app import ElectricServer
+from prometheus_client.parser import text_string_to_metric_families
+from test_auth import TOKENS, TOKENS_TOML
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.runtime_session import SESSION_ACCEPTED
+
+pytestmark = pytest.mark.anyio
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(http: httpx.AsyncClient, **kw: Any) -> Samples:
+    response = await http.get("/metrics", **kw)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[name, frozenset(labels.items())]
+
+
+def family(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: v for (n, labels), v in samples.items() if n == name}
+
+
+class Worker:
+    """A raw runtime stream: the hello, then whatever the server sends, read on demand."""
+
+    def __init__(self, channel: grpc.aio.Channel, name: str, types: list[str], version: str) -> None:
+        self.requests: asyncio.Queue[rt.ConnectRequest | None] = asyncio.Queue()
+        self.hello = rt.ConnectRequest(
+            hello=rt.Hello(worker_id=name, code_version=version, types=[rt.HostedType(type=t) for t in types])
+        )
+        self.call = rt_grpc.RuntimeServiceStub(channel).Connect(self._requests())
+
+    async def _requests(self) -> Any:
+        while (item := await self.requests.get()) is not None:
+            yield item
+
+    async def read(self) -> list[rt.ConnectResponse]:
+        with anyio.fail_after(10):
+            if self.hello is not None:
+                assert (await self.call.initial_metadata()).get(SESSION_ACCEPTED[0]) == SESSION_ACCEPTED[1]
+                self.requests.put_nowait(self.hello)
+                self.hello = None
+            response = await self.call.read()
+        assert isinstance(response, rt.ConnectResponse), response
+        return list(response.batch.responses) if response.HasField("batch") else [response]
+
+    def close(self) -> None:
+        self.requests.put_nowait(None)
+        self.call.cancel()
+
+
+@pytest.mark.both_stores
+async def test_metrics_match_the_traffic(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    writes = 0
+    signalled: dict[tuple[str, str], int] = {}
+    for ref in ("/agent/a1", "/agent/a2", "/job/j1"):
+        assert (await http.put(ref)).status_code == 201
+        writes += 1
+    for ref, signal in [
+        ("/agent/a1", "SIGUSR"),
+        ("/agent/a1", "SIGUSR"),
+        ("/agent/a1", "SIGHUP"),
+        ("/agent/a2", "SIGKILL"),
+        ("/agent/a2", "SIGTERM"),  # a killed entity: rejected, nothing written
+        ("/agent/a2", "SIGKILL"),  # likewise
+    ]:
+        response = await http.post(f"{ref}/signal", json={"signal": signal})
+        writes += 1  # a refused write is still one of its batch's
+        outcome = response.json()["outcome"] if response.status_code == 200 else "rejected"
+        assert outcome == "rejected" or response.status_code == 200
+        signalled[signal, outcome] = signalled.get((signal, outcome), 0) + 1
+    assert signalled[("SIGTERM", "rejected")] == 1
+    bulk = await http.post("/signal", json={"selector": {"type": "agent"}, "signal": "SIGINT"})
+    assert bulk.json()["signalled"] + bulk.json()["ignored"] == 1  # a1; a2 is killed: skipped
+    writes += 1
+    signalled["SIGINT", "ignored" if bulk.json()["ignored"] else "transitioned"] = 1
+    for text in ("one", "two"):
+        assert (await http.post("/job/j1/messages", json={"text": text})).status_code == 200
+        writes += 1
+
+    async with grpc.aio.insecure_channel(door.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)  # type: ignore[no-untyped-call]
+        events = stub.WatchEvents(api.WatchEventsRequest(ref=pb.EntityRef(type="job", id="j1")))
+        entities = stub.WatchEntities(api.WatchEntitiesRequest())
+        with anyio.fail_after(10):
+            await events.read()  # the spawn: the watch is open
+            await entities.read()  # the snapshot: likewise
+        samples = await scrape(http)
+        events.cancel()
+        entities.cancel()
+
+    assert {
+        (dict(labels)["signal"], dict(labels)["outcome"]): count
+        for labels, count in family(samples, "electric_signals_total").items()
+    } == signalled
+    assert value(samples, "electric_store_writes_total") == writes
+    batches = value(samples, "electric_store_commit_batches_total")
+    assert 1 <= batches <= writes
+    assert value(samples, "electric_store_commit_seconds_count") == batches
+    assert value(samples, "electric_store_commit_seconds_bucket", le="+Inf") == batches
+    assert 0 < value(samples, "electric_store_commit_seconds_sum") < 10 * batches
+    assert value(samples, "electric_watch_streams", kind="events") == 1
+    assert value(samples, "electric_watch_streams", kind="entities") == 1
+    assert value(samples, "electric_worker_sessions") == 0
+    assert family(samples, "electric_workers") == {}
+    assert value(samples, "electric_leases_held") == 0
+    assert value(samples, "electric_grace_deadlines_pending") == 0
+    # The server's own registry: nothing of the process's default one (gc, process, platform).
+    assert not any(name.startswith(("python_", "process_")) for name, _ in samples)
+
+
+async def test_workers_by_type_and_version_and_leases(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    assert (await http.put("/agent/a1")).status_code == 201
+    async with grpc.aio.insecure_channel(door.address) as channel:
+        hosting_agent = Worker(channel, "w1", ["agent", "job"], "v1")
+        kinds = [r.WhichOneof("msg") for r in await hosting_agent.read()]
+        while "lease_granted" not in kinds:  # the welcome, then the lease on agent/a1
+            kinds += [r.WhichOneof("msg") for r in await hosting_agent.read()]
+        others = [Worker(channel, f"w{n}", ["job", f"t{n}"], "v2") for n in range(2, 5)]
+        for worker in others:
+            assert [r.WhichOneof("msg") for r in await worker.read()] == ["welcome"]
+        samples = await scrape(http)
+        for worker in [hosting_agent, *others]:
+            worker.close()
+
+    assert value(samples, "electric_worker_sessions") == 4
+    assert value(samples, "electric_leases_held") == 1
+    assert {
+        (dict(labels)["type"], dict(labels)["code_version"]): count
+        for labels, count in family(samples, "electric_workers").items()
+    } == {
+        ("agent", "v1"): 1,
+        ("job", "v1"): 1,
+        ("job", "v2"): 3,
+        ("t2", "v2"): 1,
+        ("t3", "v2"): 1,
+        ("t4", "v2"): 1,
+    }
+
+
+async def test_metrics_need_the_read_scope(start_server: StartServer, tmp_path: Path) -> None:
+    (tokens := tmp_path / "tokens.toml").write_text(TOKENS_TOML)
+    tokens.chmod(0o600)
+    secured = await start_server(http="127.0.0.1:0", tokens_file=tokens)
+    assert secured.http is not None
+    async with httpx.AsyncClient(base_url=secured.http.address) as http:
+        for name, status in [
+            (None, 401),
+            ("bogus", 401),
+            ("reader", 200),
+            ("admin", 200),
+            ("signaller", 403),
+            ("typed", 403),  # read, but limited to types: the metrics span them all
+        ]:
+            token = TOKENS[name][0] if name in TOKENS else "wrong-token-000"
+            headers = {} if name is None else {"authorization": f"Bearer {token}"}
+            response = await http.get("/metrics", headers=headers)
+            assert response.status_code == status, (name, response.text)
+            if status != 200:
+                assert set(response.json()["error"]) == {"code", "message", "details"}
+        samples = await scrape(http, headers={"authorization": f"Bearer {TOKENS['reader'][0]}"})
+        assert value(samples, "electric_store_writes_total") == 0
