@@ -11,7 +11,7 @@ import anyio
 import grpc
 import httpx
 import pytest
-from conftest import StartServer
+from conftest import SeedState, StartServer
 from electric_server.app import ElectricServer
 from prometheus_client.parser import text_string_to_metric_families
 from test_auth import TOKENS, TOKENS_TOML
@@ -21,6 +21,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 
 pytestmark = pytest.mark.anyio
@@ -163,6 +164,29 @@ async def test_workers_by_type_and_version_and_leases(door: ElectricServer, http
         ("t3", "v2"): 1,
         ("t4", "v2"): 1,
     }
+
+
+async def test_grace_deadlines_and_reaper_lateness(
+    door: ElectricServer, http: httpx.AsyncClient, seed_state: SeedState
+) -> None:
+    for id_, grace_ms in (("slow", 600_000), ("quick", 50)):
+        assert (await http.put(f"/agent/{id_}", json={"profile": {"grace_period_ms": grace_ms}})).is_success
+        await seed_state(door.store, ("agent", id_), State.RUNNING, cause="started")
+        stopping = await http.post(f"/agent/{id_}/signal", json={"signal": "SIGTERM"})
+        assert stopping.json()["new_state"] == "stopping"
+    async with grpc.aio.insecure_channel(door.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)  # type: ignore[no-untyped-call]
+        with anyio.fail_after(20):  # until the reaper has stopped "quick" and its stream closed
+            async for item in stub.WatchEvents(
+                api.WatchEventsRequest(ref=pb.EntityRef(type="agent", id="quick"))
+            ):
+                if item.WhichOneof("item") == "end_of_stream":
+                    break
+    samples = await scrape(http)
+    assert value(samples, "electric_grace_deadlines_pending") == 1  # "slow"'s
+    assert value(samples, "electric_reaper_lateness_seconds_count") == 1  # "quick"'s expiry
+    assert 0 <= value(samples, "electric_reaper_lateness_seconds_sum") < 10
+    assert value(samples, "electric_signals_total", signal="SIGTERM", outcome="pending") == 2
 
 
 async def test_metrics_need_the_read_scope(start_server: StartServer, tmp_path: Path) -> None:

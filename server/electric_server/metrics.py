@@ -6,7 +6,7 @@ tests and notebooks start many servers in one process. Two kinds of metric:
 - counted as things happen, once per committed batch (the store's batch
   listener on its ``Hub``: writes, batches, commit latency, signals by outcome)
   or once per refused signal; nothing is added to a write's path but a
-  counter's increment;
+  counter's increment; and per grace expiry, its lateness;
 - read from the live objects when scraped (``_Live``): watch streams, worker
   sessions, leases, grace deadlines. They cost nothing between scrapes.
 
@@ -42,6 +42,9 @@ TOP_CODE_VERSIONS = 5
 OTHER = "_other"
 # From a page-cache commit (well under a millisecond) to a slow disk's or a remote database's.
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# An expiry is due at its deadline; past a second late (a retry after a refused write is one) it
+# is news, and an exec entity may wait its settle (a second by default) for its process's exit.
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 REJECTED = "rejected"
 
 
@@ -70,13 +73,20 @@ class ServerMetrics:
             buckets=COMMIT_BUCKETS,
             registry=self.registry,
         )
+        self.reaper_lateness = Histogram(
+            "electric_reaper_lateness_seconds",
+            "How long past its grace deadline each expiry (stopping → stopped) was written.",
+            buckets=LATENESS_BUCKETS,
+            registry=self.registry,
+        )
         # The signal children, made once: a committed signal costs a dict lookup and an increment.
         self._signal_counts: dict[tuple[Signal, str], Callable[[], None]] = {}
         self._unsubscribe = store.hub.subscribe_batches(self._on_batch)
 
     def watch(self, watches: Watches, runtime: Runtime, reaper: Reaper) -> None:
-        """Report these live objects' gauges when scraped."""
+        """Report these live objects' gauges when scraped, and the reaper's expiries."""
         self.registry.register(_Live(watches, runtime, reaper))
+        reaper.expired_late = self.reaper_lateness.observe
 
     def close(self) -> None:
         self._unsubscribe()

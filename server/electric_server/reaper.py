@@ -59,6 +59,8 @@ class Reaper:
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
         self.expired = 0  # grace expiries written, for tests and status
+        # Told, for each expiry written, how many seconds past its deadline it was (the metrics).
+        self.expired_late: Callable[[float], None] = lambda _seconds: None
         # Set by the server once its runtime exists: a leased entity's stream closes with its lease.
         self.is_leased: Callable[[Ref], bool] = lambda _ref: False
         # Likewise: whether the entity's runtime still runs its exec process (no exit receipt yet).
@@ -162,3 +164,4 @@ class Reaper:
                 self._push(deadline, ref, _now_ms() + RETRY_MS)  # the same deadline, a second later
             elif outcome.commit is not None:
                 self.expired += 1
+                self.expired_late(max(0, outcome.commit.timestamp_ms - deadline) / 1000)
