@@ -13,6 +13,7 @@ import httpx
 import pytest
 from conftest import SeedState, StartServer
 from electric_server.app import ElectricServer
+from electric_server.metrics import OTHER, TOP_CODE_VERSIONS, TOP_TYPES
 from prometheus_client.parser import text_string_to_metric_families
 from test_auth import TOKENS, TOKENS_TOML
 
@@ -164,6 +165,29 @@ async def test_workers_by_type_and_version_and_leases(door: ElectricServer, http
         ("t3", "v2"): 1,
         ("t4", "v2"): 1,
     }
+
+
+async def test_worker_labels_are_capped(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    n = TOP_TYPES + 3  # workers, each hosting "job" and a type of its own, at a version of its own
+    async with grpc.aio.insecure_channel(door.address) as channel:
+        workers = [Worker(channel, f"w{i}", ["job", f"t{i:02}"], f"v{i:02}") for i in range(n)]
+        for worker in workers:
+            assert [r.WhichOneof("msg") for r in await worker.read()] == ["welcome"]
+        samples = await scrape(http)
+        for worker in workers:
+            worker.close()
+
+    series = {
+        (dict(labels)["type"], dict(labels)["code_version"]): count
+        for labels, count in family(samples, "electric_workers").items()
+    }
+    assert sum(series.values()) == 2 * n  # each worker once per type it hosts, none lost
+    types = {type_ for type_, _ in series}
+    # "job" has the most workers; then ties go by name, and the last types are summed as _other.
+    assert types == {"job", OTHER} | {f"t{i:02}" for i in range(TOP_TYPES - 1)}
+    assert sum(count for (type_, _), count in series.items() if type_ == OTHER) == n - (TOP_TYPES - 1)
+    job = {version: count for (type_, version), count in series.items() if type_ == "job"}
+    assert job == {**{f"v{i:02}": 1 for i in range(TOP_CODE_VERSIONS)}, OTHER: n - TOP_CODE_VERSIONS}
 
 
 async def test_grace_deadlines_and_reaper_lateness(
