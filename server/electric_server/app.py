@@ -432,7 +432,14 @@ def _usage_hint(server: ElectricServer) -> str:
             f"    {env}electric kill my_agent/agent_1",
             f"    {env}electric watch",
             f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
-            *([f"  http:    curl {server.http.address}/entities   (docs/http.md)"] if server.http else []),
+            *(
+                [
+                    f"  http:    curl {server.http.address}/entities   (docs/http.md)",
+                    f"  metrics: curl {server.http.address}/metrics   (docs/operations.md)",
+                ]
+                if server.http
+                else []
+            ),
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
