@@ -321,8 +321,9 @@ class HttpDoor:
         routes: list[BaseRoute] = [
             Route("/healthz", self._healthz, methods=["GET"]),
             Route("/readyz", self._readyz, methods=["GET"]),
-            Route("/metrics", self._metrics, methods=["GET"]),
         ]
+        if self.metrics is not None:
+            routes.append(Route("/metrics", self._metrics, methods=["GET"]))
         for prefix, list_path in ((PREFIX, PREFIX), ("", "/entities")):
             one = f"{prefix}/{{type}}/{{id}}"
             routes += [
@@ -411,6 +412,7 @@ class HttpDoor:
         return JSONResponse({"status": "ready"}) if why is None else _error_response(why)
 
     async def _metrics(self, request: Request) -> Response:
+        assert self.metrics is not None  # the route exists only then
         if self.tokens is not None:
             principal = bearer_principal(self.tokens, request.headers.get("authorization"))
             refused = denial(principal, "read")
@@ -423,8 +425,7 @@ class HttpDoor:
                 )
             if refused is not None:
                 return _error_response(refused)
-        text = self.metrics() if self.metrics is not None else b""
-        return Response(text, headers={"Content-Type": CONTENT_TYPE})
+        return Response(self.metrics(), headers={"Content-Type": CONTENT_TYPE})
 
     # -- serving -------------------------------------------------------------------------------------
 
