@@ -142,9 +142,25 @@ async def test_workers_by_type_and_version_and_leases(door: ElectricServer, http
     assert (await http.put("/agent/a1")).status_code == 201
     async with grpc.aio.insecure_channel(door.address) as channel:
         hosting_agent = Worker(channel, "w1", ["agent", "job"], "v1")
-        kinds = [r.WhichOneof("msg") for r in await hosting_agent.read()]
-        while "lease_granted" not in kinds:  # the welcome, then the lease on agent/a1
-            kinds += [r.WhichOneof("msg") for r in await hosting_agent.read()]
+        got = await hosting_agent.read()
+        while not any(r.HasField("lease_granted") for r in got):  # the welcome, then agent/a1's lease
+            got += await hosting_agent.read()
+        (lease,) = [r.lease_granted.lease for r in got if r.HasField("lease_granted")]
+        # Exec receipts, recorded through the lease: counted by action and disposition.
+        receipts = [(pb.EXEC_ACTION_START, pb.EXEC_DISPOSITION_OBSERVED)] + 2 * [
+            (pb.EXEC_ACTION_FORWARD, pb.EXEC_DISPOSITION_HELD)
+        ]
+        for request_id, (action, disposition) in enumerate(receipts, 1):
+            write = rt.RuntimeWrite(
+                request_id=request_id,
+                ref=lease.ref,
+                epoch=lease.epoch,
+                expect_state=pb.STATE_SPAWNING,
+                exec=pb.ExecReceipt(task_id="t", action=action, disposition=disposition),
+            )
+            hosting_agent.requests.put_nowait(rt.ConnectRequest(write=write))
+            answers = [r for r in await hosting_agent.read() if r.HasField("write_result")]
+            assert [a.write_result.applied for a in answers] == [True], answers
         others = [Worker(channel, f"w{n}", ["job", f"t{n}"], "v2") for n in range(2, 5)]
         for worker in others:
             assert [r.WhichOneof("msg") for r in await worker.read()] == ["welcome"]
@@ -154,6 +170,10 @@ async def test_workers_by_type_and_version_and_leases(door: ElectricServer, http
 
     assert value(samples, "electric_worker_sessions") == 4
     assert value(samples, "electric_leases_held") == 1
+    assert {
+        (dict(labels)["action"], dict(labels)["disposition"]): count
+        for labels, count in family(samples, "electric_exec_actions_total").items()
+    } == {("start", "observed"): 1, ("forward", "held"): 2}
     assert {
         (dict(labels)["type"], dict(labels)["code_version"]): count
         for labels, count in family(samples, "electric_workers").items()

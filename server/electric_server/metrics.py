@@ -4,7 +4,8 @@ Each server has its own ``CollectorRegistry``, never the process's default one:
 tests and notebooks start many servers in one process. Two kinds of metric:
 
 - counted as things happen, once per committed batch (the store's batch
-  listener on its ``Hub``: writes, batches, commit latency, signals by outcome)
+  listener on its ``Hub``: writes, batches, commit latency, signals by outcome,
+  exec receipts by action and disposition)
   or once per refused signal; nothing is added to a write's path but a
   counter's increment; and per grace expiry, its lateness;
 - read from the live objects when scraped (``_Live``): watch streams, worker
@@ -26,9 +27,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import EXEC_ACTION_NAMES, EXEC_DISPOSITION_NAMES
 from electric_sdk.lifecycle import Signal
 
 from .entity_writes import Signalled
+from .runtime_service import RUNTIME_WRITE
 from .store.base import Commit, Store
 
 if TYPE_CHECKING:
@@ -73,6 +77,12 @@ class ServerMetrics:
             buckets=COMMIT_BUCKETS,
             registry=self.registry,
         )
+        self.exec_actions = Counter(
+            "electric_exec_actions",
+            "Exec receipts workers recorded, by action and disposition.",
+            ["action", "disposition"],
+            registry=self.registry,
+        )
         self.reaper_lateness = Histogram(
             "electric_reaper_lateness_seconds",
             "How long past its grace deadline each expiry (stopping → stopped) was written.",
@@ -112,6 +122,14 @@ class ServerMetrics:
             if isinstance(result, Signalled):
                 decision = result.decision
                 self._count_signal(decision.cell.signal, decision.outcome.value)
+            elif result == RUNTIME_WRITE:
+                for event in commit.events:
+                    if event.kind == "exec":  # only these are decoded: receipts are few
+                        receipt = pb.Event.FromString(event.body).exec
+                        self.exec_actions.labels(
+                            EXEC_ACTION_NAMES.get(receipt.action, "unspecified"),
+                            EXEC_DISPOSITION_NAMES.get(receipt.disposition, "unspecified"),
+                        ).inc()
 
 
 def _top(tally: Tally[str], n: int) -> dict[str, int]:
