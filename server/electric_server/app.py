@@ -275,7 +275,7 @@ class ElectricServer:
         guard_server(server)  # after Acceptors: they record the guarded handlers
         entities = EntityService(self.store, self._watches, self.runtime, self.caps)
         self.metrics = metrics = ServerMetrics(self.store)
-        metrics.watch(self._watches, self.runtime, self._reaper)
+        metrics.follow(self._watches, self.runtime, self._reaper)
         entities.signal_rejected = metrics.signal_rejected
         api_grpc.add_EntityServiceServicer_to_server(entities, server)
         rt_grpc.add_RuntimeServiceServicer_to_server(

@@ -3,11 +3,11 @@
 Each server has its own ``CollectorRegistry``, never the process's default one:
 tests and notebooks start many servers in one process. Two kinds of metric:
 
-- counted as things happen, once per committed batch (the store's batch
-  listener on its ``Hub``: writes, batches, commit latency, signals by outcome,
-  exec receipts by action and disposition)
-  or once per refused signal; nothing is added to a write's path but a
-  counter's increment; and per grace expiry, its lateness;
+- counted as things happen: once per committed batch, by the store's batch
+  listener on its ``Hub`` (writes, batches, commit latency, signals by
+  outcome, exec receipts by action and disposition); once per signal refused;
+  once per grace expiry (its lateness). A write's path gains no more than a
+  counter's increment;
 - read from the live objects when scraped (``_Live``): watch streams, worker
   sessions, leases, grace deadlines. They cost nothing between scrapes.
 
@@ -93,7 +93,7 @@ class ServerMetrics:
         self._signal_counts: dict[tuple[Signal, str], Callable[[], None]] = {}
         self._unsubscribe = store.hub.subscribe_batches(self._on_batch)
 
-    def watch(self, watches: Watches, runtime: Runtime, reaper: Reaper) -> None:
+    def follow(self, watches: Watches, runtime: Runtime, reaper: Reaper) -> None:
         """Report these live objects' gauges when scraped, and the reaper's expiries."""
         self.registry.register(_Live(watches, runtime, reaper))
         reaper.expired_late = self.reaper_lateness.observe
