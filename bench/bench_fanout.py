@@ -276,11 +276,8 @@ def run_watched(address: str, server_pid: int, watchers: int, duration_s: float)
         results = [out_q.get(timeout=TAIL_S + 120) for _ in procs]
         server_cpu = common.proc_cpu_seconds(server_pid) - cpu0
     finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    errors = [e for r in results for e in r.get("errors", [])] + [r["error"] for r in results if "error" in r]
+        common.reap_processes(procs)
+    errors = common.client_errors(results)
     events = sum(r.get("events", 0) for r in results)
     expected = watchers * (writes["head"] - from_offset)
     last = max(r.get("last", 0.0) for r in results)
@@ -373,10 +370,7 @@ def run_echo(address: str, watchers: int, count: int, size: int) -> dict[str, An
         go.value = 1
         results = [out_q.get(timeout=600) for _ in procs]
     finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+        common.reap_processes(procs)
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         raise RuntimeError(f"the echo ceiling failed: {errors}")

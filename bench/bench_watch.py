@@ -207,11 +207,8 @@ def run_kind(
         other = common.system_busy_seconds() - sys0 - srv_cpu - watcher_cpu - (time.process_time() - me0)
         other_util = max(0.0, other / (time.perf_counter() - t0))
     finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    errors = [e for r in results for e in r.get("errors", [])] + [r["error"] for r in results if "error" in r]
+        common.reap_processes(procs)
+    errors = common.client_errors(results)
     delays = [d for r in results for d in r.get("delays", [])]
     expected = watchers * changes
     missing = expected - len(delays)

@@ -273,6 +273,19 @@ def run_in_process(
     return result
 
 
+def reap_processes(procs: Sequence[Any], timeout: float = 30.0) -> None:
+    """Join a benchmark's client processes; kill what is still there after ``timeout``."""
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+
+
+def client_errors(results: Sequence[dict[str, Any]]) -> list[str]:
+    """What client processes reported: their own ``errors`` lists and a crash's ``error``."""
+    return [e for r in results for e in r.get("errors", [])] + [r["error"] for r in results if "error" in r]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))

@@ -55,6 +55,8 @@ for raw in sys.stdin:
         os.kill(req["pid"], req["sig"])
         answer({})
     elif op == "gone":
+        # Polled: the pid is no child of this process (a worker's), so there is nothing to wait
+        # on but /proc; a 5 ms step, bounded by the 30 s deadline, is the test's resolution.
         deadline = time.monotonic() + 30
         while os.path.exists(f"/proc/{req['pid']}") and time.monotonic() < deadline:
             time.sleep(0.005)

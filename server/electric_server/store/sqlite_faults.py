@@ -139,8 +139,9 @@ class SQLiteFaults:
                 log.exception("a listener to the store's faults failed")
 
     def _refuse_queued(self, error: BaseException) -> None:
-        """Fail every write queued and not yet applied (the writer's)."""
-        raise NotImplementedError
+        """Fail every write queued and not yet applied: a hook the writer class overrides (this
+        mixin holds no queue); reaching it here would be a class built without its writer."""
+        raise NotImplementedError("the store's writer provides _refuse_queued")
 
     def _fault(self, exc: BaseException, during: str) -> BaseException:
         """``exc`` met ``during`` a write's work: act on it (see the module docstring), and
