@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._wire.entities import entity_url
 from . import exit_codes
+from .logs import add_log_format, setup_logging
 
 if TYPE_CHECKING:
     from electric_server import StoreCopy
@@ -118,6 +118,7 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
     )
     add_accept_data_loss(p)
+    add_log_format(p)
     p.set_defaults(func=_cmd_server)
 
 
@@ -169,7 +170,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     from ..durations import parse_ms
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_format)
     try:
         config = ServerConfig(
             listen=args.listen,

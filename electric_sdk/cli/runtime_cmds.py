@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
 from .local import add_accept_data_loss, add_http, http_address, storage_exit
+from .logs import add_log_format, setup_logging
 
 DEFAULT_APP = "examples.agents:app"
 
@@ -33,6 +33,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-id", help="this worker's id (default: host-pid-random)")
     p.add_argument("--capacity", type=int, default=0, help="most entities hosted at once; 0: no limit")
     p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
+    add_log_format(p)
     p.add_argument(
         "--exec",
         dest="exec_files",
@@ -106,15 +107,6 @@ class _Apps:
 
 def _load(spec: str | None, exec_files: list[Path] | None = None) -> Any:
     return _Apps(spec, exec_files or [])
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if verbose:
-        logging.getLogger("electric.runtime").setLevel(logging.DEBUG)
 
 
 def _hints(address: str, app: Any) -> str:
@@ -234,14 +226,14 @@ def _run(args: argparse.Namespace, server_config: Any = None) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    _setup_logging(args.verbose)
+    setup_logging(args.log_format, verbose=args.verbose)
     return _run(args)
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
     from electric_server import ConfigError, ServerConfig, StorageFault
 
-    _setup_logging(args.verbose)
+    setup_logging(args.log_format, verbose=args.verbose)
     try:
         config = ServerConfig(
             listen=args.listen,

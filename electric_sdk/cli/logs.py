@@ -1,0 +1,70 @@
+"""How the long-running commands (`server`, `worker`, `dev`) log: ``--log-format text`` (the
+default, for people) or ``json`` (one object per line on stderr, for a log collector).
+
+Both formats go through one handler on the root logger, so every library that logs with
+Python's ``logging`` comes out in the same format: uvicorn's loggers (the HTTP door passes
+no log config of its own, so they propagate here), grpc's Python loggers, and warnings
+(``logging.captureWarnings``). gRPC's C core writes its own lines straight to stderr (only
+errors, at its default ``GRPC_VERBOSITY``); docs/operations.md says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["LOG_FORMATS", "JsonFormatter", "add_log_format", "setup_logging"]
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# The attributes every LogRecord has; any other attribute came from ``extra=`` and is logged.
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+def add_log_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text (default) or json: one JSON object per line on stderr (docs/operations.md)",
+    )
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts`` (UTC, ISO-8601 with milliseconds and ``Z``), ``level``,
+    ``logger``, ``message``, then ``exception`` and ``stack`` when there are any, then the
+    record's ``extra`` fields (a value JSON cannot hold is written as its ``str``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created, UTC)
+        line: dict[str, Any] = {
+            "ts": when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        for key, value in vars(record).items():
+            if key not in _RECORD_FIELDS and key not in line:
+                line[key] = value
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def setup_logging(log_format: str, *, verbose: bool = False) -> None:
+    """Log at INFO (DEBUG with ``verbose``) to stderr in ``log_format``, replacing any handler
+    the root logger had."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+    logging.captureWarnings(True)
+    if verbose:
+        logging.getLogger("electric.runtime").setLevel(logging.DEBUG)
