@@ -5,7 +5,7 @@ From the bottom up:
 1. the contract and the pure rules: ``_proto``, ``lifecycle``, the wire
    conversions (``_wire``) and the small helpers the server shares
    (``durations``, ``_signals``, ``runtime_session``, ``stream_batches``,
-   ``_portal``);
+   ``_portal``, ``listen``);
 2. the public types: ``models``, ``errors``, ``arguments``, ``event_text``,
    and how a channel is opened (``channels``);
 3. the client; 4. the runtime (a worker is a client of the server);
@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.runtime_session",
         "electric_sdk.stream_batches",
         "electric_sdk._portal",
+        "electric_sdk.listen",
     ),
     (
         "electric_sdk.models",

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import ipaddress
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
+from electric_sdk.listen import is_loopback, listen_host
 
 from .auth import AuthInterceptor, TokenTable
 from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
@@ -140,22 +139,10 @@ def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"{flag} must be HOST:PORT, got {listen!r}")
-    return host.strip("[]")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
-        except OSError:
-            return False
+        return listen_host(listen, flag)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 class ElectricServer:
