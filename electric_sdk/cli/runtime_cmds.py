@@ -35,6 +35,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
     add_log_format(p)
     p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve this worker's Prometheus metrics at http://HOST:PORT/metrics (docs/operations.md); "
+        "port 0 picks a free one (default: off)",
+    )
+    p.add_argument(
         "--exec",
         dest="exec_files",
         action="append",
@@ -53,6 +59,11 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     # SUPPRESS: the global --address/--token given before the command are kept.
     p.add_argument("--address", default=argparse.SUPPRESS, help="the server (env ELECTRIC_ADDRESS)")
     p.add_argument("--token", default=argparse.SUPPRESS, help="bearer token with the runtime scope")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --metrics address (it has no auth; not recommended)",
+    )
     _common(p)
     p.set_defaults(func=_cmd_worker)
 
@@ -163,8 +174,10 @@ async def _serve_until_drained(
 
     from ..client import ClientOptions
     from ..runtime import Worker
+    from ..runtime.metrics import WorkerMetrics
 
     server = None
+    metrics_server = None
     try:
         overrides: dict[str, Any] = {}
         if server_config is not None:
@@ -186,9 +199,18 @@ async def _serve_until_drained(
         options = ClientOptions(**overrides)
         app = reloader.app
         reload_app = reloader if server_config is not None else None  # dev: edits apply at the next wake
+        metrics = WorkerMetrics() if args.metrics else None
         worker = Worker(
-            app, options=options, worker_id=args.worker_id, capacity=args.capacity, reload_app=reload_app
+            app,
+            options=options,
+            worker_id=args.worker_id,
+            capacity=args.capacity,
+            reload_app=reload_app,
+            metrics=metrics,
         )
+        if metrics is not None:
+            metrics_server = _serve_metrics(metrics, args.metrics, getattr(args, "insecure", None))
+            print(f"electric worker metrics on {metrics_server.url}", flush=True)
         failure: list[errors.ElectricError] = []
         async with anyio.create_task_group() as tg:
 
@@ -208,11 +230,36 @@ async def _serve_until_drained(
         if failure:
             raise failure[0]
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         if server is not None:
             await server.stop()
     if server is not None and server.failure is not None:
         raise server.failure
     return exit_codes.OK
+
+
+def _serve_metrics(metrics: Any, address: str, insecure: bool | None) -> Any:
+    """Serve ``metrics`` on ``address``. The server's rule for ``--http`` applies: a non-loopback
+    host needs ``--insecure`` (here always, since the endpoint has no auth); ``None``: the command
+    has no ``--insecure`` (`dev`, a development server, serves loopback only)."""
+    from ..listen import is_loopback, listen_host
+    from ..runtime.metrics import MetricsServer
+
+    try:
+        host = listen_host(address, "--metrics")
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="USAGE") from None
+    if not is_loopback(host) and not insecure:
+        raise errors.InvalidArgument(
+            f"refusing to serve metrics on non-loopback address --metrics {address!r} (they have no "
+            "auth)" + ("" if insecure is None else "; pass --insecure to allow it"),
+            code="USAGE",
+        )
+    try:
+        return MetricsServer(metrics.registry, host, int(address.rpartition(":")[2]))
+    except OSError as exc:
+        raise errors.InvalidArgument(f"cannot serve metrics on {address}: {exc}", code="USAGE") from None
 
 
 def _run(args: argparse.Namespace, server_config: Any = None) -> int:

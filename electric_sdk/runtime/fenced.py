@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -29,6 +29,9 @@ from .._wire.times import timestamp_to_datetime
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
 from ..models import Entity, Event
 from .context import Message, SignalInfo
+
+if TYPE_CHECKING:
+    from .metrics import WorkerMetrics
 
 __all__ = [
     "DEFAULT_GRACE",
@@ -106,6 +109,9 @@ class WorkerLink(Protocol):
     def ack(self, lease: rt.Lease, offset: int) -> None: ...
     async def history(self, ref: pb.EntityRef) -> list[Event]: ...
 
+    # The worker's metrics, or None when they are off.
+    metrics: WorkerMetrics | None
+
 
 class Fenced:
     __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "released", "session")
@@ -156,6 +162,8 @@ class Fenced:
 
     async def write(self, *, retry: bool, **op: Any) -> rt.WriteResult | None:
         """One fenced write; None when the hosting ended because of it."""
+        if (metrics := self.session.metrics) is not None:
+            metrics.recording(self.lease.ref, op)  # once, before it is sent: retries are one record
         result: rt.WriteResult | None = None
         for _ in range(_RETRIES):
             request = rt.RuntimeWrite(
@@ -213,7 +221,11 @@ class Fenced:
             **fields,
         )
         # A run starts only in the state the host saw; its later records follow the entity.
-        return await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value)
+        result = await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value)
+        metrics = self.session.metrics
+        if metrics is not None and status == pb.RUN_STATUS_STARTED and result is not None and result.applied:
+            metrics.run_started(self.lease.ref, message.offset)
+        return result
 
 
 def _update(info: SignalInfo, outcome: Outcome, detail: str = "") -> rt.SignalOutcomeUpdate:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -332,11 +333,17 @@ class EntityHost(HostBase):
             # Checked right before the call: a handler's first step (blocking code, a shielded
             # block) runs before any cancellation can reach it.
             return Effect.NO_TARGET, f"on_signal not called: {too_late}"
+        called, result = time.perf_counter(), "cancelled"
         try:
             await handler(self.instance, Context(self), info)
+            result = "returned"
         except Exception as exc:
+            result = "failed"
             log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
             return Effect.FAILED, f"{type(exc).__name__}: {exc}"
+        finally:
+            if (metrics := self._fenced.session.metrics) is not None:
+                metrics.handler_returned(info.signal, time.perf_counter() - called, result)
         return Effect.DELIVERED, ""
 
     async def _deliver(self, info: SignalInfo, pending: bool) -> None:

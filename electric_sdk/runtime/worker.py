@@ -49,6 +49,7 @@ from .exec.spec import ExecType
 from .fenced import SessionLost
 from .host import EntityHost
 from .lifetime import Lifetime
+from .metrics import WorkerMetrics
 
 __all__ = ["Worker"]
 
@@ -102,6 +103,7 @@ class Worker:
         options: ClientOptions | None = None,
         max_backoff_s: float = 2.0,
         reload_app: Callable[[], App] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         overrides: dict[str, Any] = {
             k: v for k, v in (("address", address), ("token", token)) if v is not None
@@ -137,6 +139,10 @@ class Worker:
         self.heartbeat_interval_s = 1.0
         self.lease_ttl_s = 0.0
         self.connected = anyio.Event()
+        # Off (None) unless asked for (``electric worker --metrics``): then fed as things happen.
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.follow(self)
 
     # -- facts ------------------------------------------------------------------------------
 
@@ -163,6 +169,8 @@ class Worker:
         def on_welcome() -> None:
             nonlocal backoff, started, welcomed
             welcomed, backoff = True, 0.05
+            if started and self.metrics is not None:
+                self.metrics.reconnects.inc()
             if not started:
                 started = True
                 task_status.started()
@@ -234,6 +242,8 @@ class Worker:
             for pending in self._pending.values():
                 pending.done.set()  # result None: the write failed with the session
             self._pending.clear()
+            if self.metrics is not None:
+                self.metrics.session_lost()
             with anyio.CancelScope(shield=True):
                 await self._stop_hosts()  # their leases went with the session
             send.close()
@@ -300,6 +310,8 @@ class Worker:
             host = self._hosts.get(_key(d.lease.ref))
             if host is not None and host.lease.epoch == d.lease.epoch and host.end_reason is None:
                 host.deliver(d.event, d.attempt)
+                if self.metrics is not None:
+                    self.metrics.delivered(d.event)
         elif kind == "lease_granted":
             await self._grant(response.lease_granted)
         elif kind == "lease_revoked":
