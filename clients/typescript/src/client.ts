@@ -11,6 +11,10 @@ export * from "./gen/electric/v1/entity_service_pb.js";
 export * from "./gen/electric/v1/types_pb.js";
 export { ErrorInfoSchema, type ErrorInfo } from "./gen/google/rpc/error_details_pb.js";
 export { Code, ConnectError } from "@connectrpc/connect";
+// The HTTP wrapper (browser-safe on its own as "@electric/client/http"); a namespace, since its
+// JSON shapes share names with the generated protobuf types (Entity, EntityRef, ...).
+export * as http from "./http.js";
+export { ElectricHttpClient, ElectricHttpError, readSse } from "./http.js";
 
 /** The error domain of every electric ErrorInfo. */
 export const ERROR_DOMAIN = "electric.v1";
