@@ -97,6 +97,16 @@ class WorkerMetrics:
         )
         # When each run in progress started (perf_counter), by (type, id, message offset).
         self._started: dict[tuple[str, str, int], float] = {}
+        # Each label set's child, made once: a run then costs dict lookups and increments, not
+        # prometheus-client's label validation and lock on every record.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def follow(self, worker: Worker) -> None:
         """Report ``worker``'s leases and session when scraped."""
@@ -104,10 +114,10 @@ class WorkerMetrics:
 
     def delivered(self, event: pb.Event) -> None:
         if event.WhichOneof("value") == "signal":
-            self.signals_delivered.labels(signal_from_pb(event.signal.signal).value).inc()
+            self._child(self.signals_delivered, signal_from_pb(event.signal.signal).value).inc()
 
     def handler_returned(self, signal: Signal, seconds: float, result: str) -> None:
-        self.handler_seconds.labels(signal.value, result).observe(seconds)
+        self._child(self.handler_seconds, signal.value, result).observe(seconds)
 
     def session_lost(self) -> None:
         """Runs in progress end unrecorded with their session: they are not counted as ended."""
@@ -115,7 +125,7 @@ class WorkerMetrics:
 
     def run_started(self, ref: pb.EntityRef, message_offset: int) -> None:
         """A run's STARTED record applied: the run begins."""
-        self.runs_started.labels(ref.type).inc()
+        self._child(self.runs_started, ref.type).inc()
         self._started[ref.type, ref.id, message_offset] = time.perf_counter()
 
     def recording(self, ref: pb.EntityRef, op: dict[str, Any]) -> None:
@@ -123,10 +133,10 @@ class WorkerMetrics:
         sent, so whoever sees the record in the stream finds it counted."""
         if (run := op.get("run")) is not None:
             if run.status in _ENDS:
-                self.runs_ended.labels(ref.type, RUN_STATUS_NAMES[run.status]).inc()
+                self._child(self.runs_ended, ref.type, RUN_STATUS_NAMES[run.status]).inc()
                 started = self._started.pop((ref.type, ref.id, run.message_offset), None)
                 if started is not None:  # else it was cancelled before it started
-                    self.run_seconds.labels(ref.type).observe(time.perf_counter() - started)
+                    self._child(self.run_seconds, ref.type).observe(time.perf_counter() - started)
         elif (update := op.get("signal_outcome")) is not None:
             self._outcome(update)
         elif (transition := op.get("transition")) is not None:
@@ -136,7 +146,7 @@ class WorkerMetrics:
     def _outcome(self, update: rt.SignalOutcomeUpdate) -> None:
         outcome = outcome_from_pb(update.outcome)
         if outcome is not None:
-            self.signal_outcomes.labels(signal_from_pb(update.signal).value, outcome.value).inc()
+            self._child(self.signal_outcomes, signal_from_pb(update.signal).value, outcome.value).inc()
 
 
 class _Live(Collector):
