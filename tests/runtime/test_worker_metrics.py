@@ -14,7 +14,7 @@ import pytest
 from conftest import ServerProcess
 from prometheus_client.parser import text_string_to_metric_families
 
-from electric_sdk import AsyncClient
+from electric_sdk import AsyncClient, Client
 from electric_sdk.lifecycle import Action, Effect, Outcome, runtime_outcome
 
 from .rt_support import ABORTED, COMPLETED, FAILED, STARTED, outcome_of, run_status, until
@@ -143,3 +143,26 @@ def test_metrics_address_is_checked(command: str, address: str, error: str, tmp_
     )
     assert result.returncode == 2, result
     assert error in result.stderr
+
+
+def test_dev_serves_its_workers_metrics(tmp_path: Path) -> None:
+    proc = start(
+        "dev", APP, "--listen", "127.0.0.1:0", "--data", str(tmp_path / "d"), "--metrics", "127.0.0.1:0"
+    )
+    try:
+        address = read_until(proc, r"electric server listening on (\S+)").group(1)
+        url = read_until(proc, r"electric worker metrics on (\S+)").group(1)
+        with Client(address) as client:
+            client.spawn("probe/d")
+            sent = client.send("probe/d", "in dev")
+            for event in client.watch("probe/d", sent.offset):
+                if event.type == "run" and event.raw.run.status == COMPLETED:
+                    break
+        samples = scrape(url)
+        assert family(samples, "electric_worker_runs_ended_total") == {("completed", "probe"): 1}
+        assert family(samples, "electric_worker_leases_held") == {(): 1}
+    finally:
+        proc.kill()
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
