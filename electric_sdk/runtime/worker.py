@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import grpc
@@ -49,7 +49,9 @@ from .exec.spec import ExecType
 from .fenced import SessionLost
 from .host import EntityHost
 from .lifetime import Lifetime
-from .metrics import WorkerMetrics
+
+if TYPE_CHECKING:  # prometheus-client is imported only by a worker that counts
+    from .metrics import WorkerMetrics
 
 __all__ = ["Worker"]
 
