@@ -139,6 +139,13 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("--limit", type=_count, metavar="N", help="at most N events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until EOF")
 
+    p = add("wait", streams.wait, "wait until an entity is in one of the given states")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("states", nargs="+", metavar="STATE", help="e.g. running, or idle stopped")
+    p.epilog = (
+        f"--timeout bounds the whole wait here (default {streams.DEFAULT_WAIT}; exit 124 when it passes)."
+    )
+
     p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
     p.add_argument("--type", help="only entities of this type")
     _states(p, "entities entering or leaving")
