@@ -94,3 +94,23 @@ def test_dev_with_only_an_exec_file_names_that_file_not_the_default_app(tmp_path
     assert done.returncode == 2, done.stderr
     assert "cannot load bad.toml: exec[0] (t): grace_period:" in done.stderr
     assert "examples.agents" not in done.stderr
+
+
+def test_docs_exec_shows_what_the_worker_prints(tmp_path: Path) -> None:
+    """docs/exec.md's example error is the worker's own output for the file it describes."""
+    shown = Path(__file__).resolve().parent.parent.joinpath("docs", "exec.md").read_text()
+    (printed,) = (line for line in shown.splitlines() if line.startswith("electric worker: "))
+    (tmp_path / "tasks.toml").write_text(
+        '[[exec]]\nid = "job"\ncommand = ["true"]\ngrace_period = "30s"\n'
+        '[exec.shutdown]\ngraceful = "SIGTERM"\ntimeout = "45s"\n'
+    )
+    done = subprocess.run(
+        [*ELECTRIC, "worker", "--exec", "tasks.toml", "--address", "127.0.0.1:1"],
+        cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == printed
