@@ -69,7 +69,8 @@ def test_the_base_install_is_the_client_and_says_which_extra_serves(venv: Path, 
     _run(
         venv / "bin" / "python",
         "-c",
-        "from electric_sdk import Client, AsyncClient; from electric_sdk.runtime import App",
+        "from electric_sdk import Client, AsyncClient; from electric_sdk.runtime import App; "
+        "from electric_sdk.runtime.metrics import WorkerMetrics",  # a worker's --metrics needs no extra
     )
     server = _run(
         venv / "bin" / "electric", "server", "--listen", "127.0.0.1:0", "--data", tmp_path, check=False

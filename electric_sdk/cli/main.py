@@ -232,10 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # The local commands (server, dev, verify, backup, restore) run the control plane, whose packages
 # are the [server] extra: a base install says which extra to add instead of a traceback.
-EXTRAS = {
-    name: "server"
-    for name in ("starlette", "uvicorn", "prometheus_client", "grpc_health", "grpc_reflection", "h11")
-}
+EXTRAS = {name: "server" for name in ("starlette", "uvicorn", "grpc_health", "grpc_reflection", "h11")}
 
 
 if __name__ == "__main__":
