@@ -13,7 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-.PHONY: run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: run server dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ server: $(STAMP)
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
 dashboard: $(STAMP)
 	$(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
+
+# The HTTP door's OpenAPI document, docs/openapi.json, from its route table (drift-tested).
+openapi: $(STAMP)
+	$(PY) scripts/genopenapi.py
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py

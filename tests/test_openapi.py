@@ -1,0 +1,112 @@
+"""The HTTP door's OpenAPI document: valid, committed as generated, served, and true to the door.
+
+The document is generated from ``http_routes.ROUTES``, the table the door builds
+its routes from; these tests hold the three together (the table, the committed
+``docs/openapi.json`` with docs/http.md's error table, and what a running
+server routes). tests/test_schemathesis.py fuzzes the server from the document.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from electric_server.app import ElectricServer
+from electric_server.errors import HTTP_STATUS
+from electric_server.http_openapi import ERROR_CODES, document, error_table, render
+from electric_server.http_routes import ROUTES, served_paths
+from openapi_spec_validator import validate
+from starlette.routing import Route
+from test_auth import TOKENS, TOKENS_TOML
+
+if TYPE_CHECKING:
+    from conftest import StartServer
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.anyio
+
+
+def test_document_is_valid_openapi_3_1() -> None:
+    doc = document()
+    assert doc["openapi"].startswith("3.1")
+    validate(doc)  # raises OpenAPIValidationError, naming what is wrong
+
+
+def test_committed_document_and_error_table_are_fresh() -> None:
+    """docs/openapi.json and docs/http.md's error table are what the route table generates."""
+    committed = (ROOT / "docs" / "openapi.json").read_text(encoding="utf-8")
+    assert committed == render(), "docs/openapi.json is stale: run `make openapi`"
+    assert error_table() in (ROOT / "docs" / "http.md").read_text(encoding="utf-8"), (
+        "docs/http.md's error table is stale: run `make openapi`"
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "genopenapi.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_http_status_has_its_codes_and_the_codes_exist() -> None:
+    """A status errors.HTTP_STATUS maps to is documented; every documented code is raised somewhere."""
+    assert {status for status in HTTP_STATUS.values()} == set(ERROR_CODES)
+    sources = "".join(
+        p.read_text(encoding="utf-8")
+        for p in [
+            *(ROOT / "server" / "electric_server").rglob("*.py"),
+            ROOT / "electric_sdk" / "lifecycle.py",
+        ]
+        if p.name != "http_openapi.py"
+    )
+    for codes in ERROR_CODES.values():
+        for code in codes:
+            assert f'"{code}"' in sources, f"{code} is documented but no server code raises it"
+
+
+async def test_every_route_of_the_door_is_in_the_document(door: ElectricServer) -> None:
+    """What the running door routes is what the document says, and the reverse (but for the
+    routes the table gives other modules, which this door serves once given their handlers)."""
+    assert door.http is not None
+    routed = {
+        (route.path, method)
+        for route in door.http.app.routes
+        if isinstance(route, Route) and "{rest:path}" not in route.path
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    documented = {(path, method.upper()) for path, ops in document()["paths"].items() for method in ops}
+    elsewhere = {
+        (path, route.method)
+        for route in ROUTES
+        if not route.served_by_door
+        for path, _operation in served_paths(route)
+    }
+    assert routed == documented - elsewhere
+    assert elsewhere, "the table describes the streaming routes served by http_streams"
+
+
+async def test_openapi_json_is_served_and_needs_read_with_tokens(
+    http: httpx.AsyncClient, start_server: StartServer, tmp_path: Path
+) -> None:
+    answer = await http.get("/openapi.json")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == json.loads(render())
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS_TOML)
+    tokens.chmod(0o600)
+    secured = await start_server(tmp_path / "secured", http="127.0.0.1:0", tokens_file=tokens)
+    assert secured.http is not None
+    async with httpx.AsyncClient(base_url=secured.http.address) as client:
+        assert (await client.get("/openapi.json")).status_code == 401
+        for name, status in (("sender", 403), ("reader", 200), ("typed", 200), ("admin", 200)):
+            headers = {"authorization": f"Bearer {TOKENS[name][0]}"}
+            got = await client.get("/openapi.json", headers=headers)
+            assert got.status_code == status, (name, got.text)
+        assert (await client.get("/healthz")).status_code == 200  # the probes stay open
