@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +36,8 @@ import uvicorn
 from google.protobuf.message import Message
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -55,6 +58,31 @@ Readiness = Callable[[], ApiError | None]
 # The metrics in Prometheus text format (metrics.ServerMetrics.render).
 Metrics = Callable[[], bytes]
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+# CORS, with --cors-origin (off without): what a page's fetch may send, and may read back.
+CORS_ALLOW_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"]
+CORS_EXPOSE_HEADERS = [
+    "Stream-Next-Offset",
+    "Stream-Up-To-Date",
+    "Stream-Cursor",
+    "ETag",
+    "Deprecation",
+    "Link",
+]
+# An origin as a browser sends it: scheme, host, optional port; no path, no wildcard.
+_ORIGIN = re.compile(r"https?://[a-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?")
+
+
+def check_cors_origins(origins: tuple[str, ...], http: str | None) -> None:
+    """ConfigError unless each is an origin exactly as a browser sends it (and HTTP is on)."""
+    if origins and not http:
+        raise ConfigError("--cors-origin needs --http")
+    for origin in origins:
+        if not _ORIGIN.fullmatch(origin):
+            raise ConfigError(
+                f"--cors-origin must be an origin as a browser sends it, lower case "
+                f"SCHEME://HOST[:PORT] without a path or '*', not {origin!r}"
+            )
 
 
 def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -78,6 +106,7 @@ class HttpDoor:
         tls: tuple[Path, Path] | None = None,
         metrics: Metrics | None = None,
         handlers: Mapping[str, Endpoint] | None = None,
+        cors_origins: tuple[str, ...] = (),
     ) -> None:
         self.service = service
         # Handlers of the table's routes served by other modules, by the table's name for them.
@@ -92,7 +121,21 @@ class HttpDoor:
         self.port = 0
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
-        self.app = Starlette(routes=self._routes(), exception_handlers={HTTPException: _route_error})
+        middleware = []
+        if cors_origins:  # answers preflights itself; adds the allow/expose headers to answers
+            middleware.append(
+                Middleware(
+                    CORSMiddleware,
+                    allow_origins=list(cors_origins),
+                    allow_methods=["GET", "POST", "PUT", "DELETE"],
+                    allow_headers=CORS_ALLOW_HEADERS,
+                    expose_headers=CORS_EXPOSE_HEADERS,
+                    max_age=600,
+                )
+            )
+        self.app = Starlette(
+            routes=self._routes(), middleware=middleware, exception_handlers={HTTPException: _route_error}
+        )
 
     # -- routes ------------------------------------------------------------------------------------
 
