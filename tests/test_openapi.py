@@ -9,6 +9,7 @@ server routes). tests/test_schemathesis.py fuzzes the server from the document.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,20 @@ async def test_openapi_json_is_served_and_needs_read_with_tokens(
             got = await client.get("/openapi.json", headers=headers)
             assert got.status_code == status, (name, got.text)
         assert (await client.get("/healthz")).status_code == 200  # the probes stay open
+
+
+def test_docs_show_curl_for_every_route() -> None:
+    """docs/http.md has a curl command for each route this door serves (in its short form)."""
+    page = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
+    calls = set()
+    for command in re.findall(r"^curl [^\n]*", page, flags=re.MULTILINE):
+        method = re.search(r"-X (\w+)", command)
+        path = re.search(r"\$H(/[^\s\"'?]*)", command)
+        if path:
+            calls.add((method.group(1) if method else "GET", path.group(1)))
+    for route in ROUTES:
+        if not route.served_by_door:
+            continue
+        pattern = re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(route.path)) + "$")
+        shown = [path for method, path in calls if method == route.method and pattern.match(path)]
+        assert shown, f"docs/http.md shows no curl for {route.method} {route.path}"
