@@ -128,3 +128,34 @@ def test_docs_show_curl_for_every_route() -> None:
         pattern = re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(route.path)) + "$")
         shown = [path for method, path in calls if method == route.method and pattern.match(path)]
         assert shown, f"docs/http.md shows no curl for {route.method} {route.path}"
+
+
+async def test_undocumented_methods_are_405_naming_the_documented_ones(http: httpx.AsyncClient) -> None:
+    """Every path the door serves answers a method the document does not list with 405 and an
+    ``Allow`` of exactly the documented methods (one route per path, the /_electric aliases too)."""
+    served = {route.operation for route in ROUTES if route.served_by_door}
+    for path, operations in document()["paths"].items():
+        documented = {
+            method.upper()
+            for method, op in operations.items()
+            if op["operationId"].removesuffix("Electric") in served
+        }
+        if not documented:
+            continue
+        url = path.replace("{type}", "agent").replace("{id}", "a1")
+        for method in {"GET", "POST", "PUT", "DELETE", "PATCH"} - documented:
+            answer = await http.request(method, url)
+            assert answer.status_code == 405, (method, url, answer.text)
+            assert answer.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+            allowed = {m.strip() for m in answer.headers["allow"].split(",")} - {"HEAD", "OPTIONS"}
+            assert allowed == documented, (method, url, answer.headers["allow"])
+
+
+async def test_a_whole_number_written_with_a_fraction_is_an_integer(http: httpx.AsyncClient) -> None:
+    """The document's ``integer`` is JSON Schema's, which takes 5000.0; so does the door."""
+    spawned = await http.put("/agent/a1", json={"profile": {"grace_period_ms": 5000.0}})
+    assert spawned.status_code == 201, spawned.text
+    assert spawned.json()["profile"]["grace_period_ms"] == 5000
+    fraction = await http.put("/agent/a2", json={"profile": {"grace_period_ms": 5000.5}})
+    assert fraction.status_code == 400
+    assert fraction.json()["error"]["code"] == "INVALID_FIELD"

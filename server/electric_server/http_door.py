@@ -40,7 +40,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 
 from . import http_body as body
 from .auth import ANONYMOUS, Principal, TokenTable, bearer_principal, current_principal, denial, type_denial
@@ -140,22 +140,32 @@ class HttpDoor:
     # -- routes ------------------------------------------------------------------------------------
 
     def _routes(self) -> list[BaseRoute]:
-        """The table's routes this door has a handler for; the fixed paths first, then every
-        alias under ``/_electric/entities`` (nothing else there reaches the entity routes)."""
-        fixed: list[BaseRoute] = []
-        aliased: list[BaseRoute] = []
-        plain: list[BaseRoute] = []
+        """The table's routes this door has a handler for, one Starlette route per path (so a
+        405's ``Allow`` names every method of the path); the fixed paths first, then every alias
+        under ``/_electric/entities`` (nothing else there reaches the entity routes)."""
+        by_path: dict[str, dict[str, Endpoint]] = {}
+        fixed_paths = set()
         for route in ROUTES:
             endpoint = self._handler(route)
-            if endpoint is None:
-                continue
-            for path, _operation in served_paths(route):
-                served = Route(path, endpoint, methods=[route.method])
-                if not route.aliased:
-                    fixed.append(served)
-                else:
-                    (aliased if path.startswith(PREFIX) else plain).append(served)
-        catch_all = Route("/_electric/{rest:path}", _not_found, methods=["GET", "POST", "PUT", "DELETE"])
+            if endpoint is not None:
+                for path, _operation in served_paths(route):
+                    by_path.setdefault(path, {})[route.method] = endpoint
+                    if not route.aliased:
+                        fixed_paths.add(path)
+        routes = [Route(path, _by_method(ends), methods=list(ends)) for path, ends in by_path.items()]
+        fixed = [r for r in routes if r.path in fixed_paths]
+        aliased = [r for r in routes if r.path.startswith(PREFIX)]
+        plain = [r for r in routes if r.path not in fixed_paths and not r.path.startswith(PREFIX)]
+
+        async def elsewhere_under_electric(request: Request) -> Response:
+            """A path under /_electric no route serves: 405 where one has it with another method."""
+            for route in aliased:
+                if route.matches(request.scope)[0] is Match.PARTIAL:
+                    raise HTTPException(405, headers={"Allow": ", ".join(sorted(route.methods or ()))})
+            raise HTTPException(404)
+
+        methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+        catch_all = Route("/_electric/{rest:path}", elsewhere_under_electric, methods=methods)
         return [*fixed, *aliased, catch_all, *plain]
 
     def _handler(self, route: HttpRoute) -> Endpoint | None:
@@ -351,5 +361,12 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     return _error_response(error, dict(exc.headers or {}))
 
 
-async def _not_found(request: Request) -> Response:
-    raise HTTPException(404)
+def _by_method(endpoints: dict[str, Endpoint]) -> Endpoint:
+    """One endpoint for a path's methods (Starlette answers 405 for the others)."""
+    if len(endpoints) == 1:
+        return next(iter(endpoints.values()))
+
+    async def dispatch(request: Request) -> Response:
+        return await endpoints["GET" if request.method == "HEAD" else request.method](request)
+
+    return dispatch

@@ -15,11 +15,11 @@ import json
 from typing import Any
 
 from electric_sdk._wire.enums import OPERATION_NAMES
-from electric_sdk.lifecycle import Outcome, Signal, State
+from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, PAYLOAD_SIGNALS, Outcome, Signal, State
 
 from .errors import HTTP_STATUS
 from .http_routes import ROUTES, HttpRoute, served_paths
-from .validation import NAME_RE
+from .validation import MAX_DURATION_MS, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES, MAX_TEXT_BYTES, NAME_RE
 
 Schema = dict[str, Any]
 
@@ -81,8 +81,6 @@ def _schemas() -> dict[str, Schema]:
     instant = {"type": "string", "format": "date-time"}
     epoch_ms = {"type": "integer", "description": "epoch milliseconds, as the RFC writes created_at"}
     count = {"type": "integer", "minimum": 0}
-    any_json = {"description": "any JSON value (at most 64 KiB, nested at most 32 deep)"}
-    signal = {"enum": signals, "description": "also sigterm, TERM, SIGNAL_SIGTERM"}
     event_props = {
         "type": {"type": "string"},
         "key": {"type": "string"},
@@ -202,44 +200,86 @@ def _schemas() -> dict[str, Schema]:
         ),
         "StreamEvent": {**_obj(list(event_props), event_props), "description": "a State Protocol change"},
         "StreamEvents": {"type": "array", "items": _ref("schemas", "StreamEvent")},
+        **_request_schemas(),
+    }
+
+
+NAME = NAME_RE.pattern
+# A name in the path: not "." or "..", which HTTP clients resolve away.
+PATH_NAME = r"(?!\.\.?$)" + NAME
+# The path's type: not "_electric", whose paths are the aliases' (GET /_electric/entities lists).
+PATH_TYPE = r"(?!_electric$)" + PATH_NAME
+# A new type over HTTP: not starting with "_" (RESERVED_NAME).
+NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
+REASON = {"type": "string", "maxLength": 256, "description": f"at most {MAX_REASON_BYTES} bytes of UTF-8"}
+# Any JSON value but null (a null message data or payload is none).
+JSON_VALUE = {
+    "type": ["object", "array", "string", "number", "boolean"],
+    "description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes encoded, nested at most 32 deep",
+}
+
+
+def _request_schemas() -> dict[str, Schema]:
+    """What the routes accept, as exactly as JSON Schema says it: a request these allow is one
+    the server takes (schemathesis's positive cases check it); http_body and validation.py
+    hold the rules themselves."""
+    duration = {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS, "description": "milliseconds"}
+    states = {"type": "array", "items": {"enum": [s.value for s in State]}}
+    # Only SIGUSR carries a payload; only SIGINT is scoped to a message (lifecycle.py).
+    payload_signals = sorted(s.value for s in PAYLOAD_SIGNALS)
+    scoped_signals = sorted(s.value for s in MESSAGE_SCOPED_SIGNALS)
+    plain_signals = sorted(s.value for s in Signal if s not in PAYLOAD_SIGNALS | MESSAGE_SCOPED_SIGNALS)
+    payload_signal = {"signal": {"enum": payload_signals}, "reason": REASON, "payload": JSON_VALUE}
+    plain_signal = {"signal": {"enum": plain_signals}, "reason": REASON}
+    scoped_signal = {
+        "signal": {"enum": scoped_signals},
+        "reason": REASON,
+        "message_key": {"type": "string", "pattern": f"^{NAME}$", "description": "a message's key"},
+    }
+    type_or_states = {
+        **_obj([], {"type": {"type": "string", "pattern": f"^{NAME}$"}, "states": states}),
+        "anyOf": [
+            {"required": ["type"]},
+            {"required": ["states"], "properties": {"states": {"minItems": 1}}},
+        ],
+    }
+    refs = _obj(
+        ["refs"],
+        {
+            "refs": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "pattern": f"^/{NAME}/{NAME}$"},
+            }
+        },
+    )
+    selector = {"oneOf": [type_or_states, refs], "description": "a type and/or states, or refs"}
+    return {
         "SpawnRequest": _obj(
-            [],
-            {
-                "profile": _obj(
-                    [],
-                    {
-                        "grace_period_ms": {"type": "integer", "minimum": 0},
-                        "idle_timeout_ms": {"type": "integer", "minimum": 0},
-                    },
+            [], {"profile": _obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
+        ),
+        "SignalRequest": {
+            "oneOf": [_obj(["signal"], props) for props in (payload_signal, plain_signal, scoped_signal)],
+            "description": "a payload only with SIGUSR, a message_key only with SIGINT; signal names "
+            "are also accepted as sigterm, TERM or SIGNAL_SIGTERM",
+        },
+        "SignalManyRequest": {
+            "oneOf": [
+                _obj(["selector", "signal"], {**props, "selector": selector})
+                for props in (
+                    payload_signal,
+                    {**plain_signal, "signal": {"enum": scoped_signals + plain_signals}},
                 )
-            },
-        ),
-        "SignalRequest": _obj(
-            ["signal"],
-            {
-                "signal": signal,
-                "reason": {"type": "string"},
-                "payload": any_json,
-                "message_key": {"type": "string"},
-            },
-        ),
-        "SignalManyRequest": _obj(
-            ["selector", "signal"],
-            {
-                "selector": _obj(
-                    [],
-                    {
-                        "type": {"type": "string"},
-                        "states": {"type": "array", "items": {"enum": states}},
-                        "refs": {"type": "array", "items": {"type": "string", "description": "/TYPE/ID"}},
-                    },
-                ),
-                "signal": signal,
-                "reason": {"type": "string"},
-                "payload": any_json,
-            },
-        ),
-        "MessageRequest": _obj([], {"text": {"type": "string"}, "data": any_json}),
+            ]
+        },
+        "MessageRequest": {
+            **_obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_BYTES // 4}, "data": JSON_VALUE}),
+            "anyOf": [
+                {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+                {"required": ["data"]},
+            ],
+            "description": f"text (at most {MAX_TEXT_BYTES} bytes of UTF-8) and/or data",
+        },
     }
 
 
@@ -263,7 +303,9 @@ def _operation(route: HttpRoute, operation_id: str) -> Schema:
         op["deprecated"] = True
     params: list[Schema] = []
     if "{type}" in route.path:
-        params += [_ref("parameters", "type"), _ref("parameters", "id")]
+        params += [_ref("parameters", "newType" if route.spawns else "type"), _ref("parameters", "id")]
+    if route.call is not None and route.method != "GET":
+        params.append(_ref("parameters", "idempotencyKey"))
     for p in route.query:
         schema = {"type": "array", "items": dict(p.schema)} if p.repeated else dict(p.schema)
         params.append({"name": p.name, "in": "query", "description": p.description, "schema": schema})
@@ -308,7 +350,11 @@ def document() -> Schema:
     for route in ROUTES:
         for path, operation_id in served_paths(route):
             paths.setdefault(path, {})[route.method.lower()] = _operation(route, operation_id)
-    name = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
+
+    def path_name(name: str, pattern: str, description: str) -> Schema:
+        schema = {"type": "string", "pattern": f"^{pattern}$"}
+        return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+
     statuses = sorted({status for (_code, _reason), status in HTTP_STATUS.items()} & set(ERROR_CODES))
     return {
         "openapi": "3.1.0",
@@ -324,8 +370,17 @@ def document() -> Schema:
         "components": {
             "schemas": _schemas(),
             "parameters": {
-                "type": {"name": "type", "in": "path", "required": True, "schema": name},
-                "id": {"name": "id", "in": "path", "required": True, "schema": name},
+                "type": path_name("type", PATH_TYPE, "the entity's type"),
+                "newType": path_name("type", NEW_TYPE, "the new entity's type (not starting with _)"),
+                "id": path_name("id", PATH_NAME, "the entity's id"),
+                "idempotencyKey": {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+                    "description": "a retry with the same key returns the first response and "
+                    "writes nothing (through either door)",
+                },
             },
             "headers": HEADERS,
             "responses": {f"Error{status}": _error_response(status) for status in statuses},

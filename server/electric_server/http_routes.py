@@ -44,6 +44,7 @@ from electric_sdk.lifecycle import Signal, State
 from . import http_body as body
 from .auth import entity_scope
 from .errors import invalid_argument
+from .validation import MAX_INT64, MAX_PAGE, NAME_RE
 
 PREFIX = "/_electric/entities"
 MIGRATION_DOC = "docs/migration-delete.md"
@@ -109,6 +110,7 @@ class HttpRoute:
     query: tuple[Param, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # sent with every answer
     aliased: bool = True
+    spawns: bool = False  # the path names a new entity (its type may not start with "_")
     deprecated: bool = False
     description: str = ""
 
@@ -303,9 +305,13 @@ SERVICE_ERRORS = (400, 401, 403, 503)
 WRITE_ERRORS = (*SERVICE_ERRORS, 409, 413, 415, 429)
 
 _STATES = [s.value for s in State]
-_UINT = {"type": "string", "pattern": "^[0-9]{1,20}$"}
-_OFFSET = Param("offset", "the first offset to read (0, the default: the start)", _UINT)
-_LIMIT = Param("limit", "at most this many events (0, the default: the server's page size)", _UINT)
+_PAGE = {"type": "integer", "minimum": 0, "maximum": MAX_PAGE}
+_OFFSET = Param(
+    "offset",
+    "the first offset to read (0, the default: the start)",
+    {"type": "integer", "minimum": 0, "maximum": MAX_INT64},
+)
+_LIMIT = Param("limit", "at most this many events (0, the default: 100)", _PAGE)
 
 
 def _service(
@@ -349,10 +355,13 @@ ROUTES: tuple[HttpRoute, ...] = (
         Answer(200, "a page of entities", "EntitiesPage", also=(("text/event-stream", "SseText"),)),
         SERVICE_ERRORS,
         query=(
-            Param("type", "only entities of this type", {"type": "string"}),
+            Param("type", "only entities of this type", {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}),
             Param("state", "only entities in these states (repeat it)", {"enum": _STATES}, repeated=True),
-            Param("page_size", "at most this many (0, the default: 100; at most 1000)", _UINT),
-            Param("page_token", "the previous page's next_page_token", {"type": "string"}),
+            Param("page_size", "at most this many (0, the default: 100)", _PAGE),
+            Param(
+                "page_token", "the previous page's next_page_token (TYPE/ID)",
+                {"type": "string", "pattern": f"^{NAME_RE.pattern}/{NAME_RE.pattern}$"},
+            ),
             Param(
                 "live", "sse: stream every entity's state changes as server-sent events",
                 {"enum": ["sse"]}, elsewhere=True,
@@ -370,6 +379,7 @@ ROUTES: tuple[HttpRoute, ...] = (
         "PUT", ONE, "spawnEntity", "Spawn an entity (SpawnEntity)",
         Call("SpawnEntity", _spawn, _entity, optional_body=True),
         Answer(201, "the new entity", "Entity"), WRITE_ERRORS, body="SpawnRequest", body_required=False,
+        spawns=True,
     ),
     _service(
         "GET", ONE, "getEntity", "Read an entity (GetEntity)",
