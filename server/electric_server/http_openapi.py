@@ -12,6 +12,7 @@ Regenerate it with ``make openapi`` (``scripts/genopenapi.py``).
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from typing import Any
 
 from electric_sdk._wire.enums import OPERATION_NAMES
@@ -344,7 +345,6 @@ def _error_response(status: int) -> Schema:
 
 def document() -> Schema:
     """The OpenAPI 3.1 document of every route in ``http_routes.ROUTES``."""
-    from . import __version__  # here: the package's __init__ imports the door, which imports this
 
     paths: dict[str, Schema] = {}
     for route in ROUTES:
@@ -360,7 +360,7 @@ def document() -> Schema:
         "openapi": "3.1.0",
         "info": {
             "title": "electric",
-            "version": __version__,
+            "version": version("electric-sdk"),
             "description": "The HTTP/JSON door of the electric server (docs/http.md). Every error is "
             '{"error": {"code", "message", "details"}}: code is the gRPC ErrorInfo reason, details '
             "its metadata. Every route under /{type}/{id}, /entities and /signal is also served "
