@@ -19,9 +19,12 @@ import httpx
 import pytest
 from electric_server.app import ElectricServer
 from electric_server.errors import HTTP_STATUS
+from electric_server.http_door import Endpoint, HttpDoor
 from electric_server.http_openapi import ERROR_CODES, document, error_table, render
 from electric_server.http_routes import ROUTES, served_paths
 from openapi_spec_validator import validate
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from test_auth import TOKENS, TOKENS_TOML
 
@@ -159,3 +162,42 @@ async def test_a_whole_number_written_with_a_fraction_is_an_integer(http: httpx.
     fraction = await http.put("/agent/a2", json={"profile": {"grace_period_ms": 5000.5}})
     assert fraction.status_code == 400
     assert fraction.json()["error"]["code"] == "INVALID_FIELD"
+
+
+async def test_routes_of_other_modules_mount_when_given_their_handlers(door: ElectricServer) -> None:
+    """The table's streaming routes are served once the door is given their handlers (the
+    lead wires http_streams' by these names); without them, ``live`` is an unknown parameter."""
+    assert door.http is not None
+    names = {route.handler for route in ROUTES if route.handler and not route.served_by_door}
+    names |= {p.handler for route in ROUTES for p in route.query if p.handler}
+    assert names == {"http_streams.read_stream", "http_streams.watch_entities"}
+
+    def answer(name: str) -> Endpoint:
+        async def handler(request: Request) -> Response:
+            return PlainTextResponse(f"{name} {request.url.path}")
+
+        return handler
+
+    served = HttpDoor(
+        door.http.service,
+        None,
+        door.http.readiness,
+        "127.0.0.1:0",
+        handlers={name: answer(name) for name in names},
+    )
+    transport = httpx.ASGITransport(app=served.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:
+        stream = await http.get("/agent/a1/stream", params={"offset": "-1"})
+        assert stream.text == "http_streams.read_stream /agent/a1/stream"
+        aliased = await http.get("/_electric/entities/agent/a1/stream")
+        assert aliased.text == "http_streams.read_stream /_electric/entities/agent/a1/stream"
+        assert (await http.post("/agent/a1/stream")).status_code == 405  # writes are refused
+        live = await http.get("/entities", params={"live": "sse"})
+        assert live.text == "http_streams.watch_entities /entities"
+        listed = await http.get("/entities")
+        assert listed.json()["entities"] == []
+    async with httpx.AsyncClient(base_url=door.http.address) as plain:  # the door without them
+        refused = await plain.get("/entities", params={"live": "sse"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "UNKNOWN_FIELD"
+        assert (await plain.get("/agent/a1/stream")).status_code == 404

@@ -188,7 +188,9 @@ class HttpDoor:
         status, headers = route.status, dict(route.headers) or None
         call = getattr(self.service, method)
         scope = route.scope
-        query_names = {p.name for p in route.query if not p.elsewhere}
+        query_names = {p.name for p in route.query if p.handler is None}
+        # A parameter that hands the request to a mounted handler of another module (live=sse).
+        handing_over = {p.name: self.handlers[p.handler] for p in route.query if p.handler in self.handlers}
 
         async def admit(request: Request) -> tuple[Message, Principal]:
             """The request as the gRPC call's message, and who makes it; ApiError if refused."""
@@ -219,6 +221,9 @@ class HttpDoor:
             return message, principal
 
         async def endpoint(request: Request) -> Response:
+            for name, handler in handing_over.items():
+                if name in request.query_params:
+                    return await handler(request)
             client = request.client
             context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
             try:

@@ -66,9 +66,9 @@ class Param:
     description: str
     schema: Mapping[str, Any]
     repeated: bool = False
-    # Another module serves the route when the parameter is given (e.g. ``live``): the
-    # door's own builder refuses it as unknown.
-    elsewhere: bool = False
+    # Given, the request goes to this handler of another module (``live=sse`` to the SSE
+    # stream); while that handler is not mounted, the route refuses the parameter as unknown.
+    handler: str | None = None
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ ROUTES: tuple[HttpRoute, ...] = (
             ),
             Param(
                 "live", "sse: stream every entity's state changes as server-sent events",
-                {"enum": ["sse"]}, elsewhere=True,
+                {"enum": ["sse"]}, handler="http_streams.watch_entities",
             ),
         ),
         description="With live=sse the response is a text/event-stream of state changes (http_streams).",
