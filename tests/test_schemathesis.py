@@ -6,8 +6,10 @@ server on loopback, each answer checked against the document (its status is
 listed, its content type and headers are the documented ones, its body matches
 the schema) and never a 5xx; after every refused call (4xx) the store's write
 counters (events, their head txid, entities, idempotency records, the txid
-counter) are what they were before it. The live modes (``live=long-poll``,
-``live=sse``) never end, so they are left out.
+counter) are what they were before it. A second, shorter run turns tokens on
+and sends each case with no token, an unknown one or one of test_auth's
+principals. The live modes (``live=long-poll``, ``live=sse``) never end, so
+they are left out.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from test_auth import TOKENS, TOKENS_TOML
 
 from electric_sdk.testing import TestServer
 
 MIN_CASES = 1000
+TOKEN_CASES = 300
 # Entities spawned first, so generated calls reach existing entities too (a random name mostly
 # finds none).
 SEEDED = [("agent", f"a{n}") for n in range(4)]
@@ -67,11 +71,15 @@ def write_counters(database: Path) -> tuple[Any, ...]:
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[TestServer, requests.Session]]:
-    with TestServer(http="127.0.0.1:0", synchronous="NORMAL") as server, requests.Session() as session:
-        for type_, id_ in SEEDED:
-            assert session.put(f"{server.http_address}/{type_}/{id_}", timeout=30).status_code == 201
-        yield server, session
+def session() -> Iterator[requests.Session]:
+    with requests.Session() as http:
+        yield http
+
+
+def _seed(server: TestServer, session: requests.Session, headers: dict[str, str]) -> None:
+    for type_, id_ in SEEDED:
+        spawned = session.put(f"{server.http_address}/{type_}/{id_}", headers=headers, timeout=30)
+        assert spawned.status_code == 201, spawned.text
 
 
 def _cases() -> st.SearchStrategy[schemathesis.Case]:
@@ -93,26 +101,27 @@ def _cases() -> st.SearchStrategy[schemathesis.Case]:
     return st.one_of(strategies).filter(lambda case: "live" not in (case.query or {}))
 
 
-@pytest.mark.slow
-def test_schemathesis_from_the_openapi_document(served: tuple[TestServer, requests.Session]) -> None:
-    server, session = served
+def fuzz(
+    server: TestServer, session: requests.Session, examples: int, tokens: list[dict[str, str]]
+) -> Counter[int]:
+    """Call ``examples`` generated cases, each with one of ``tokens``' headers; the statuses."""
     database = server.data_dir / "electric.db"
     statuses: Counter[int] = Counter()
     started = time.monotonic()
 
     @settings(
-        max_examples=MIN_CASES + 100,
+        max_examples=examples,
         derandomize=True,  # a fixed seed: the same cases every run
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=_cases())
-    def call(case: schemathesis.Case) -> None:
+    @given(case=_cases(), auth=st.sampled_from(tokens))
+    def call(case: schemathesis.Case, auth: dict[str, str]) -> None:
         if "Idempotency-Key" in case.headers:  # a fresh key: a reused one with another request is a 400
             case.headers["Idempotency-Key"] = f"key-{sum(statuses.values())}"
         before = write_counters(database)
-        response = case.call(base_url=server.http_address, session=session, timeout=30)
+        response = case.call(base_url=server.http_address, session=session, headers=auth, timeout=30)
         statuses[response.status_code] += 1
         case.validate_response(response, checks=CHECKS)
         if response.status_code >= 400:
@@ -121,8 +130,34 @@ def test_schemathesis_from_the_openapi_document(served: tuple[TestServer, reques
     call()
     cases = sum(statuses.values())
     print(f"{cases} cases in {time.monotonic() - started:.1f}s; statuses {dict(sorted(statuses.items()))}")
-    assert cases >= MIN_CASES
     assert not [s for s in statuses if s >= 500]
+    return statuses
+
+
+@pytest.mark.slow
+def test_schemathesis_from_the_openapi_document(session: requests.Session) -> None:
+    with TestServer(http="127.0.0.1:0", synchronous="NORMAL") as server:
+        _seed(server, session, {})
+        statuses = fuzz(server, session, MIN_CASES + 100, [{}])
+    assert sum(statuses.values()) >= MIN_CASES
     # The run reached past the refusals: the seeded entities answered, and some writes landed.
     assert statuses[200] > 0
     assert statuses[201] > 0
+
+
+@pytest.mark.slow
+def test_schemathesis_with_tokens(session: requests.Session, tmp_path: Path) -> None:
+    """With --tokens, each case carries no token, an unknown one, or one of test_auth's
+    principals: every refusal (401, 403) is documented and writes nothing."""
+    tokens_file = tmp_path / "tokens.toml"
+    tokens_file.write_text(TOKENS_TOML)
+    tokens_file.chmod(0o600)
+    headers = [{}, {"authorization": "Bearer not-a-token"}] + [
+        {"authorization": f"Bearer {token}"} for token, _principal, _scopes in TOKENS.values()
+    ]
+    with TestServer(http="127.0.0.1:0", synchronous="NORMAL", tokens_file=tokens_file) as server:
+        _seed(server, session, headers[2])  # admin
+        statuses = fuzz(server, session, TOKEN_CASES, headers)
+    assert statuses[401] > 0
+    assert statuses[403] > 0
+    assert statuses[200] > 0
