@@ -290,6 +290,10 @@ HEADERS: dict[str, Schema] = {
         "description": "present when the read reached the head",
         "schema": {"type": "string"},
     },
+    "Stream-Cursor": {
+        "description": "live reads: send it back as cursor on the next one",
+        "schema": {"type": "string"},
+    },
     "ETag": {"description": "names this catch-up response (If-None-Match)", "schema": {"type": "string"}},
     "Deprecation": {"description": "true: DELETE is deprecated", "schema": {"type": "string"}},
     "Link": {"description": "the migration doc, rel=deprecation", "schema": {"type": "string"}},

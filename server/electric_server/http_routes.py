@@ -413,10 +413,13 @@ ROUTES: tuple[HttpRoute, ...] = (
         (
             Answer(
                 200, "the events after the offset, each a State Protocol change message", "StreamEvents",
-                headers=("Stream-Next-Offset", "Stream-Up-To-Date", "ETag"),
+                headers=("Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor", "ETag"),
                 also=(("text/event-stream", "SseText"),),
             ),
-            Answer(204, "long-poll: nothing new before the timeout", headers=("Stream-Next-Offset",)),
+            Answer(
+                204, "long-poll: nothing new before the timeout",
+                headers=("Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor"),
+            ),
             Answer(304, "catch-up: nothing new since the ETag given in If-None-Match", headers=("ETag",)),
         ),
         (*SERVICE_ERRORS, 404, 405), scope="read", handler="http_streams.read_stream",
