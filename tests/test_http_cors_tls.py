@@ -71,6 +71,8 @@ async def test_cors_allowlist_answers_preflights_and_exposes_stream_headers(
         other = {**PREFLIGHT, "origin": "https://b.example"}
         refused = await http.options("/agent/a1/signal", headers=other)
         assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "CORS_REFUSED"  # the door's error body
+        assert "origin" in refused.json()["error"]["message"]
         assert "access-control-allow-origin" not in refused.headers
         read = await http.get("/agent/a1", headers={"origin": "https://b.example"})
         assert read.status_code == 200  # served (CORS is the browser's to enforce), but not allowed

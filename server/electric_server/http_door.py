@@ -35,6 +35,7 @@ import grpc
 import uvicorn
 from google.protobuf.message import Message
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -45,7 +46,7 @@ from starlette.routing import BaseRoute, Match, Route
 from . import http_body as body
 from .auth import ANONYMOUS, Principal, TokenTable, bearer_principal, current_principal, denial, type_denial
 from .config_error import ConfigError
-from .errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
+from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
 from .http_openapi import render as render_openapi
 from .http_routes import PREFIX, ROUTES, HttpRoute, Query, served_paths
 from .metrics import CONTENT_TYPE
@@ -125,7 +126,7 @@ class HttpDoor:
         if cors_origins:  # answers preflights itself; adds the allow/expose headers to answers
             middleware.append(
                 Middleware(
-                    CORSMiddleware,
+                    _Cors,
                     allow_origins=list(cors_origins),
                     allow_methods=["GET", "POST", "PUT", "DELETE"],
                     allow_headers=CORS_ALLOW_HEADERS,
@@ -364,6 +365,18 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     )
     error = ApiError(code, reason, f"{request.method} {request.url.path}: {exc.detail}")
     return _error_response(error, dict(exc.headers or {}))
+
+
+class _Cors(CORSMiddleware):
+    """Starlette's CORS, answering a refused preflight with the door's error body."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = bytes(response.body).decode()  # "Disallowed CORS origin, headers"
+        error = invalid_argument("CORS_REFUSED", f"{refused} (the server's --cors-origin allowlist)")
+        return _error_response(error, {k: v for k, v in response.headers.items() if k.startswith("vary")})
 
 
 def _by_method(endpoints: dict[str, Endpoint]) -> Endpoint:
