@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.runtime_session",
         "electric_sdk.stream_batches",
         "electric_sdk._portal",
+        "electric_sdk.durable_state",
     ),
     (
         "electric_sdk.models",
@@ -47,6 +48,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.arguments",
         "electric_sdk.event_text",
         "electric_sdk.channels",
+        "electric_sdk.state_read",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),

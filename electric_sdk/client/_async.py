@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import random
 import uuid
 import warnings
@@ -38,6 +39,7 @@ from ..arguments import (
     parse_states,
 )
 from ..channels import open_channel
+from ..durable_state import apply_all, ops_of
 from ..lifecycle import Signal
 from ..models import (
     Entity,
@@ -48,6 +50,7 @@ from ..models import (
     SignalManyResult,
     SignalResult,
 )
+from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
 
 T = TypeVar("T")
@@ -332,6 +335,27 @@ class AsyncClient:
             response.head_offset,
             response.end_of_stream,
         )
+
+    async def state(self, ref: RefLike) -> dict[str, Any]:
+        """The entity's durable state (``ctx.state``: named collections of JSON values), rebuilt as
+        its worker does: the latest snapshot plus the events after it."""
+        return (await self._load_state(ref)).state
+
+    async def watch_state(self, ref: RefLike) -> AsyncIterator[dict[str, Any]]:
+        """The entity's durable state now, then again after each change; ends when the stream closes."""
+        loaded = await self._load_state(ref)
+        state = loaded.state
+        yield copy.deepcopy(state)
+        async for event in self.watch(ref, loaded.head):
+            if ops := ops_of(event.type, event.value.get("data")):
+                apply_all(state, ops)
+                yield copy.deepcopy(state)
+
+    async def _load_state(self, ref: RefLike) -> Loaded:
+        async def page(from_offset: int, limit: int) -> EventPage:
+            return await self.events(ref, from_offset, limit)
+
+        return await load_state(page, (await self.events(ref, 0, 1)).head_offset)
 
     async def watch(self, ref: RefLike, from_offset: int = 0) -> AsyncIterator[Event]:
         """The entity's events from an offset, then live; ends when the stream closes.

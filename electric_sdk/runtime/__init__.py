@@ -21,14 +21,17 @@ Modules: ``app`` (definitions), ``context`` (what entity code sees), ``host``
 with the server).
 """
 
+from ..durable_state import SnapshotPolicy
 from .app import HANDLEABLE, App, AppReloader, DefinitionError, EntityType, load_app
 from .context import Context, Message, Output, SignalInfo
 from .fenced import SessionLost
 from .host import EntityHost
+from .steps import MAX_RESULT_BYTES, Retry
 from .worker import Worker
 
 __all__ = [
     "HANDLEABLE",
+    "MAX_RESULT_BYTES",
     "App",
     "AppReloader",
     "Context",
@@ -37,8 +40,10 @@ __all__ = [
     "EntityType",
     "Message",
     "Output",
+    "Retry",
     "SessionLost",
     "SignalInfo",
+    "SnapshotPolicy",
     "Worker",
     "load_app",
 ]

@@ -42,7 +42,12 @@ C = TypeVar("C", bound=type)
 
 
 def _class_type(
-    name: str, cls: type, grace: DurationLike | None, idle: DurationLike | None, handles: frozenset[Signal]
+    name: str,
+    cls: type,
+    grace: DurationLike | None,
+    idle: DurationLike | None,
+    handles: frozenset[Signal],
+    state: bool | None,
 ) -> EntityType:
     on_message = getattr(cls, "on_message", None)
     if on_message is None:
@@ -61,7 +66,7 @@ def _class_type(
             raise unhandleable(signal)
         require_async(method, f"{cls.__qualname__}.on_{signal.name.lower()}")
         handlers[signal] = method  # a per-signal method wins over on_signal
-    return EntityType(name, on_message, cls, grace, idle, handlers, [cls])
+    return EntityType(name, on_message, cls, grace, idle, handlers, [cls], state)
 
 
 class _Define:
@@ -99,9 +104,11 @@ class App:
         grace_period: DurationLike | None = None,
         idle_timeout: DurationLike | None = None,
         handles: Iterable[Signal | str] | None = None,
+        state: bool | None = None,
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
-        (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler)."""
+        (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
+        its entities keep durable state (default: whether its code uses ``ctx.state``)."""
         if not TYPE_NAME.fullmatch(name):
             raise DefinitionError(f"entity type {name!r} must match [A-Za-z0-9_.-]{{1,128}}")
         wanted = handled_signals(handles)
@@ -110,11 +117,17 @@ class App:
             if name in self.types:
                 raise DefinitionError(f"entity type {name!r} is already defined in this app")
             if inspect.isclass(target):
-                self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted)
+                self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted, state)
                 return target
             require_async(target, f"{name}: the message handler")
             etype = EntityType(
-                name, drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
+                name,
+                drop_instance(target),
+                SimpleNamespace,
+                grace_period,
+                idle_timeout,
+                sources=[target],
+                state=state,
             )
             self.types[name] = etype
             return etype

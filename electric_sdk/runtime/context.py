@@ -1,19 +1,30 @@
-"""What entity code sees: ``Context`` (steps, output, emit, history), ``Message`` and ``SignalInfo``.
+"""What entity code sees: ``Context`` (state, steps, output, emit, history), ``Message`` and ``SignalInfo``.
 
 A ``Context`` is made for each run (one message) and for each signal handler
-call. ``async with ctx.step("tool:search")`` marks a step: its start and end
-are the step boundaries at which SIGTERM stops a run (SIGSTOP, SIGCONT and
-SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step).
+call. ``await ctx.step("tool:search", fn, *args)`` is a recorded step
+(steps.py): its result is written in the stream, and a run delivered again
+after a crash replays it instead of running it. ``async with ctx.step(name)``
+only marks a step. Either way the step's edges are the step boundaries at
+which SIGTERM stops a run (SIGSTOP, SIGCONT and SIGHUP act between runs;
+SIGINT, SIGKILL and SIGUSR act at once, mid-step). ``ctx.state`` is the
+entity's durable state (state.py), shared by its runs and signal handlers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
+from ..client._options import DurationLike
+from ..durable_state import RESERVED_PREFIX, Op, apply
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .state import LeaseState, StateView
+from .steps import Retry, RunSteps, run_step
+
+T = TypeVar("T")
 
 __all__ = ["Context", "Message", "Output", "SignalInfo"]
 
@@ -87,6 +98,8 @@ class _Host(Protocol):
     async def record_step(self, ctx: Context, name: str) -> None: ...
     async def emit(self, type: str, data: Any) -> None: ...
     async def history(self) -> list[Event]: ...
+    def lease_state(self) -> LeaseState: ...
+    async def write_step(self, ctx: Context, data: dict[str, Any]) -> None: ...
 
 
 class Context:
@@ -97,6 +110,9 @@ class Context:
         self.message = message
         self.output = Output()
         self.current_step: str | None = None
+        # This context's state changes not written yet (state.py), and its run's recorded steps.
+        self.pending_ops: list[Op] = []
+        self.steps = RunSteps()
 
     @property
     def ref(self) -> EntityRef:
@@ -108,8 +124,14 @@ class Context:
         return self._host.entity
 
     @property
-    def state(self) -> State:
+    def lifecycle(self) -> State:
+        """The entity's lifecycle state (running, stopping, ...) as last seen by the runtime."""
         return self._host.entity.state
+
+    @property
+    def state(self) -> StateView:
+        """The entity's durable state: named collections of JSON values, kept in its stream."""
+        return StateView(self)
 
     @property
     def instance(self) -> Any:
@@ -125,17 +147,72 @@ class Context:
         """The grace deadline while the entity is stopping, else None."""
         return self._host.grace_deadline
 
-    def step(self, name: str) -> _Step:
-        """One step of a run (a model call, a tool call); its edges are step boundaries::
+    @overload
+    def step(self, name: str, /) -> _Step: ...
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]] | Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> _Step | Coroutine[Any, Any, Any]:
+        """One step of a run (a model call, a tool call). Recorded::
 
-        async with ctx.step("tool:search"):
-            ...
+            answer = await ctx.step("model:answer", call_model, prompt, retry=Retry(3), timeout="30s")
+
+        runs ``fn(*args, **kwargs)`` (awaited if it returns an awaitable) and records its result;
+        a run delivered again replays it. Unrecorded (a boundary only)::
+
+            async with ctx.step("tool:search"):
+                ...
         """
-        return _Step(self, name)
+        if fn is None:
+            return _Step(self, name)
+        return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
 
     async def emit(self, type: str, data: Any = None) -> None:
-        """Append a custom event (``type`` must not be a built-in event type) to the stream."""
+        """Append a custom event (``type`` must not be a built-in event type, nor start with
+        ``electric.``: the runtime's own records) to the stream."""
+        if type.startswith(RESERVED_PREFIX):
+            raise ValueError(f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own")
         await self._host.emit(type, data)
+
+    # -- what steps.py and state.py call -------------------------------------------------------
+
+    @property
+    def message_key(self) -> str:
+        return self.message.key if self.message is not None else ""
+
+    async def step_boundary(self) -> None:
+        if self.message is not None:
+            await self._host.step_boundary(self)
+
+    async def record_step(self, data: dict[str, Any]) -> None:
+        if self.message is not None:  # a signal handler's steps run, but are not run records
+            await self._host.write_step(self, data)
+
+    def _state(self) -> LeaseState:
+        return self._host.lease_state()
+
+    def _change(self, op: Op) -> None:
+        if self.message is not None and self.steps.replaying:
+            return  # an earlier attempt of this run wrote this change: the state holds it already
+        apply(self._state().live, op)
+        self.pending_ops.append(op)
 
     async def history(self) -> list[Event]:
         """The entity's stream so far, oldest first."""
