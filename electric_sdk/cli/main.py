@@ -139,6 +139,10 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("--limit", type=_count, metavar="N", help="at most N events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until EOF")
 
+    p = add("state", streams.state, "print an entity's durable state (ctx.state)")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
+
     p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
     p.add_argument("--type", help="only entities of this type")
     _states(p, "entities entering or leaving")

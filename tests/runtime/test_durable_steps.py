@@ -8,6 +8,7 @@ are milliseconds.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from electric_sdk import AsyncClient, Event
@@ -322,3 +324,6 @@ async def test_state_survives_worker_kill9_sighup_and_server_restart(
         async with srv.async_client() as client:
             assert await send(client, "e") == "a,b,c,d,e"
             assert await client.state(ref) == {"history": ["a", "b", "c", "d", "e"]}
+            cli = [sys.executable, "-m", "electric_sdk.cli.main", "--address", srv.address, "--json"]
+            shown = await anyio.run_process([*cli, "state", ref])
+            assert json.loads(shown.stdout) == {"ref": ref, "state": {"history": ["a", "b", "c", "d", "e"]}}

@@ -1,0 +1,144 @@
+"""Durable state and recorded steps on one worker: snapshots, SIGINT mid-step, bad values.
+
+A real server (TestServer) and a real Worker on the test's loop; tests wait on stream events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from electric_sdk import AsyncClient
+from electric_sdk.durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, fold
+from electric_sdk.lifecycle import Signal
+from electric_sdk.models import EventPage
+from electric_sdk.runtime import MAX_RESULT_BYTES, App, Context, Message, SignalInfo, SnapshotPolicy
+from electric_sdk.state_read import load_state
+from electric_sdk.testing import TestServer
+
+from .rt_support import ABORTED, COMPLETED, outcome_of, run_status, running_worker, state_is, until
+
+pytestmark = pytest.mark.anyio
+
+
+def reader(client: AsyncClient, ref: str) -> Any:
+    async def page(from_offset: int, limit: int) -> EventPage:
+        return await client.events(ref, from_offset, limit)
+
+    return page
+
+
+async def everything(client: AsyncClient, ref: str) -> list[Any]:
+    return list((await client.events(ref, 0, 1000)).events)
+
+
+async def test_snapshots_bound_the_rebuild_and_equal_a_full_replay(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="test")
+
+    @app.entity("counter", snapshots=SnapshotPolicy(every_ops=4))
+    async def counter(ctx: Context, message: Message) -> None:
+        ctx.state["seen"].append(message.text)
+        ctx.state["last"]["text"] = message.text
+        ctx.output.write(",".join(ctx.state["seen"]))
+
+    ref = "counter/c1"
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        for i in range(6):
+            key = (await client.send(ref, f"m{i}")).key
+            await until(client, ref, run_status(COMPLETED, key))
+        await client.reload(ref)  # the next message wakes it on a new lease: rebuilt from the stream
+        await until(client, ref, state_is("idle", "reload"))
+        key = (await client.send(ref, "m6")).key
+        done = await until(client, ref, run_status(COMPLETED, key))
+        assert done.raw.run.output == "m0,m1,m2,m3,m4,m5,m6"
+
+    events = await everything(client, ref)
+    snapshots = [e for e in events if e.type == SNAPSHOT_EVENT]
+    assert len(snapshots) == 3  # every 4 ops, 2 ops a run: after runs 2, 4 and 6
+    full = fold((e.type, e.value.get("data")) for e in events)
+    loaded = await load_state(reader(client, ref), events[-1].offset + 1)
+    assert loaded.snapshot == snapshots[-1].offset
+    assert loaded.state == full == {"seen": [f"m{i}" for i in range(7)], "last": {"text": "m6"}}
+    assert await client.state(ref) == full
+
+
+async def test_sigint_mid_step_records_no_result_and_keeps_the_partial_output(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="test")
+    entered = anyio.Event()
+
+    async def hold() -> None:
+        entered.set()
+        await anyio.sleep(60)
+
+    @app.entity("holder")
+    async def holder(ctx: Context, message: Message) -> None:
+        ctx.output.write("partial")
+        ctx.state["notes"].append("before the step")
+        await ctx.step("tool:hold", hold)
+
+    ref = "holder/h1"
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        key = (await client.send(ref, "go")).key
+        with anyio.fail_after(10):
+            await entered.wait()
+        sig = await client.interrupt(ref)
+        aborted = await until(client, ref, run_status(ABORTED, key))
+        assert aborted.raw.run.output == "partial"
+        await until(client, ref, outcome_of(sig.key, "aborted"))
+    events = await everything(client, ref)
+    assert not [e for e in events if e.type == STEP_EVENT]  # never recorded, so never replayed as done
+    # The change made before the abort was applied at once, so it was written with the run's end.
+    assert [e.value["data"]["ops"] for e in events if e.type == STATE_EVENT] == [
+        [["append", "notes", "before the step"]]
+    ]
+
+
+async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="test")
+    seen: list[str] = []
+
+    @app.entity("picky", state=True)
+    class Picky:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            names = ctx.state.list("names", str)
+            names.append("ok")
+            for bad in (lambda: names.append(1), lambda: ctx.state["names"].__setitem__("k", "v")):
+                try:
+                    bad()
+                except ValueError as exc:
+                    seen.append(str(exc))
+            try:
+                await ctx.step("tool:big", lambda: "x" * (MAX_RESULT_BYTES + 1))
+            except ValueError as exc:
+                seen.append(type(exc).__name__)
+
+        async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
+            if signal.signal is Signal.SIGUSR:
+                with pytest.raises(ValueError, match="runtime's own"):
+                    await ctx.emit("electric.state", {"ops": []})
+
+    ref = "picky/p1"
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        key = (await client.send(ref, "go")).key
+        await until(client, ref, run_status(COMPLETED, key))
+        sig = await client.usr(ref)
+        await until(client, ref, outcome_of(sig.key, "delivered"))
+    assert seen == [
+        "state['names'] holds str values, not 1",
+        "state['names'] is a list",
+        "InvalidStepResult",
+    ]
+    assert await client.state(ref) == {"names": ["ok"]}
+    (step,) = [e.value["data"] for e in await everything(client, ref) if e.type == STEP_EVENT]
+    assert (step["outcome"], step["error"]["type"]) == ("error", "InvalidStepResult")
