@@ -19,8 +19,9 @@ from .models import Event, EventPage
 
 __all__ = ["Loaded", "PageReader", "load_state", "read_range"]
 
-# ReadEvents' own bound on a page.
+# ReadEvents' own bound on a page; the backward search starts with a smaller one.
 _PAGE = 1000
+_FIRST_PAGE = 16
 
 PageReader = Callable[[int, int], Awaitable[EventPage]]  # (from_offset, limit) -> page
 
@@ -56,10 +57,11 @@ async def read_range(read: PageReader, start: int, end: int) -> list[Event]:
 
 async def load_state(read: PageReader, head: int) -> Loaded:
     """The state of a stream whose next offset is ``head``."""
-    end, scanned = head, 0
+    end, scanned, size = head, 0, _FIRST_PAGE
     newest: Event | None = None
     while end > 0 and newest is None:
-        start = max(0, end - _PAGE)
+        # Small pages first: the newest state event is usually near the head (a run's own records).
+        start, size = max(0, end - size), min(size * 4, _PAGE)
         page = await read_range(read, start, end)
         for event in reversed(page):
             scanned += 1
