@@ -15,13 +15,13 @@ from typing import Any
 
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._wire.json_values import json_to_value
-from ..durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, SnapshotPolicy, StateError
+from ..durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, Op, SnapshotPolicy, StateError
 from ..models import EventPage
 from ..state_read import load_state, read_range
 from .context import Context, Message
 from .fenced import Fenced
 from .state import LeaseState
-from .steps import RunSteps
+from .steps import FINAL_OUTCOMES, RunSteps
 
 __all__ = ["LeaseRecords"]
 
@@ -60,15 +60,19 @@ class LeaseRecords:
         return RunSteps.of(message.key, events)
 
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
-        await self._write(ctx, STEP_EVENT, data)
+        # Only a step's outcome carries the run's changes: a replay skips the changes of a segment
+        # whose step has an outcome, so changes on a retry record would be made twice.
+        await self._write(ctx, STEP_EVENT, data, with_ops=data.get("outcome") in FINAL_OUTCOMES)
 
     async def flush(self, ctx: Context, run_key: str) -> None:
         """The context's unwritten state changes (a run's after its last step, a handler's)."""
         if ctx.pending_ops:
             await self._write(ctx, STATE_EVENT, {"run": run_key, "seg": ctx.steps.index})
 
-    async def _write(self, ctx: Context, kind: str, data: dict[str, Any]) -> None:
-        ops, ctx.pending_ops = ctx.pending_ops, []
+    async def _write(self, ctx: Context, kind: str, data: dict[str, Any], *, with_ops: bool = True) -> None:
+        ops: list[Op] = []
+        if with_ops:
+            ops, ctx.pending_ops = ctx.pending_ops, []
         state = self.state
         if ops:
             data["ops"] = ops

@@ -34,12 +34,13 @@ from ..durations import parse_ms
 from ..errors import InvalidStepResult, NonDeterministicRun, StepFailed, StepTimeout
 from ..models import Event
 
-__all__ = ["MAX_RESULT_BYTES", "Retry", "RunSteps", "StepRecorder", "run_step", "seconds"]
+__all__ = ["FINAL_OUTCOMES", "MAX_RESULT_BYTES", "Retry", "RunSteps", "StepRecorder", "run_step", "seconds"]
 
 # A step's result, as JSON, is at most this many bytes: a step event must stay far below the
 # transport's message bound (4 MiB), and a replay reads every result of its run.
 MAX_RESULT_BYTES = 256 * 1024
-_FINAL = ("ok", "error")
+# A step's outcomes; ``retry`` and ``nondeterministic`` records are not outcomes.
+FINAL_OUTCOMES = ("ok", "error")
 
 
 def seconds(value: DurationLike) -> float:
@@ -102,10 +103,10 @@ class RunSteps:
                 continue
             index = int(data["index"])
             outcome = data.get("outcome")
-            if outcome in _FINAL:
+            if outcome in FINAL_OUTCOMES:
                 self.final[index] = data
                 self.committed_segments.add(index)
-            if outcome in (*_FINAL, "retry"):
+            if outcome in (*FINAL_OUTCOMES, "retry"):
                 self.names[index] = str(data["name"])
                 self.tries[index] = max(self.tries.get(index, 0), int(data.get("try", 1)))
 
@@ -163,11 +164,23 @@ def _failed(name: str, error: dict[str, Any], tries: int) -> StepFailed:
     return cls(text, step=name, error_type=str(error["type"]), attempts=tries)
 
 
-async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+async def _try(
+    name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_s: float | None
+) -> Any:
+    """One try: ``fn``'s JSON result, within ``timeout_s`` (StepTimeout past it; a TimeoutError the
+    step raises itself stays what it is)."""
+    with anyio.move_on_after(timeout_s):
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return _result_json(name, result)
+    assert timeout_s is not None  # reached only when the timeout cancelled the try
+    raise StepTimeout(
+        f"step {name!r} ran past its timeout ({timeout_s * 1000:.0f} ms)",
+        step=name,
+        error_type=StepTimeout.__name__,
+        attempts=1,
+    )
 
 
 async def run_step(
@@ -202,18 +215,12 @@ async def run_step(
     while True:
         attempt_no = failed_tries + 1
         try:
-            with anyio.fail_after(timeout_s):
-                result = _result_json(name, await _call(fn, args, kwargs))
+            result = await _try(name, fn, args, kwargs, timeout_s)
         except InvalidStepResult as exc:
             error = {"type": type(exc).__name__, "message": str(exc)}
             await _record_final(run, steps, {**base, "outcome": "error", "try": attempt_no, "error": error})
             raise
         except Exception as exc:
-            if isinstance(exc, TimeoutError) and timeout_s is not None:
-                exc = StepTimeout(
-                    f"step {name!r} ran past its timeout ({timeout_s * 1000:.0f} ms)",
-                    step=name, error_type=StepTimeout.__name__, attempts=attempt_no,
-                )  # fmt: skip
             error = {"type": type(exc).__name__, "message": str(exc)}
             if policy.retries(exc, attempt_no):
                 await run.record_step({**base, "outcome": "retry", "try": attempt_no, "error": error})

@@ -77,6 +77,7 @@ APP = textwrap.dedent(
     @app.entity("flaky", idle_timeout="60s")
     async def flaky_entity(ctx: Context, message: Message) -> None:
         retry = Retry(attempts=5, backoff="20ms", multiplier=2, jitter=0.5, on=(ConnectionError,))
+        ctx.state["asked"].append(message.text)  # written with the step's result, once
         ctx.output.write(await ctx.step("tool:flaky", flaky, message.text, retry=retry))
 
 
@@ -265,6 +266,7 @@ async def test_retries_back_off_and_their_count_survives_a_crash(
             # Backoff: 20 ms before try 2 (+-50% jitter), so at least 10 ms between the records.
             gap_ms = (retried[1].timestamp - retried[0].timestamp).total_seconds() * 1000
             assert gap_ms >= 10, gap_ms
+            assert await client.state("flaky/f1") == {"asked": ["x"]}
 
 
 async def test_a_step_past_its_timeout_fails_and_is_recorded(
