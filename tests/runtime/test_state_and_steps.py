@@ -5,10 +5,13 @@ A real server (TestServer) and a real Worker on the test's loop; tests wait on s
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.text import TextReceiveStream
 
 from electric_sdk import AsyncClient
 from electric_sdk.durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, fold
@@ -142,3 +145,32 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
     assert await client.state(ref) == {"names": ["ok"]}
     (step,) = [e.value["data"] for e in await everything(client, ref) if e.type == STEP_EVENT]
     assert (step["outcome"], step["error"]["type"]) == ("error", "InvalidStepResult")
+
+
+async def test_the_cli_watches_the_state_change_by_change(electric: TestServer, client: AsyncClient) -> None:
+    app = App(code_version="test")
+
+    @app.entity("log")
+    async def log(ctx: Context, message: Message) -> None:
+        ctx.state["lines"].append(message.text)
+
+    ref = "log/l1"
+    cli = [sys.executable, "-m", "electric_sdk.cli.main", "--address", electric.address, "--json"]
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        async with await anyio.open_process([*cli, "state", ref, "--watch"]) as watcher:
+            assert watcher.stdout is not None
+            lines = TextReceiveStream(watcher.stdout)
+            seen: list[Any] = []
+            with anyio.fail_after(10):
+                buffer = ""
+                for text in ("", "one", "two"):
+                    if text:
+                        await client.send(ref, text)
+                    while "\n" not in buffer:
+                        buffer += await lines.receive()
+                    line, buffer = buffer.split("\n", 1)
+                    seen.append(json.loads(line)["state"])
+            watcher.terminate()
+    assert seen == [{}, {"lines": ["one"]}, {"lines": ["one", "two"]}]
+    assert electric.client().state(ref) == {"lines": ["one", "two"]}  # the sync client, the same way
