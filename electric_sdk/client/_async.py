@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
@@ -85,6 +86,37 @@ class AsyncClient:
         self._closed = False
         with contextlib.suppress(RuntimeError):
             self._bind(asyncio.get_running_loop())
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - as the sync Client's
+        """Wait until the server is up and serving (its grpc.health.v1 status is SERVING), e.g.
+        right after starting it; raises Unavailable after ``timeout`` seconds."""
+        self._stub_for_this_loop()
+        assert self._channel is not None
+        health = health_pb2_grpc.HealthStub(self._channel)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = "no answer"
+        backoff = self.options.retry.initial_backoff_s
+        while (left := deadline - loop.time()) > 0:
+            try:
+                # wait_for_ready: the call waits for a connection (a server still starting) rather
+                # than failing at once.
+                answer = await health.Check(
+                    health_pb2.HealthCheckRequest(), timeout=left, wait_for_ready=True
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise errors.from_rpc_error(exc) from exc
+                last = exc.code().name
+            else:
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+            await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+            backoff = min(backoff * 2, self.options.retry.max_backoff_s)
+        raise errors.Unavailable(
+            f"{self.options.address} not ready after {timeout:g} s ({last})", status="UNAVAILABLE"
+        )
 
     # -- plumbing ---------------------------------------------------------------------
 

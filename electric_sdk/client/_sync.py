@@ -250,6 +250,9 @@ class Client:
     def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         return self._run(self._async.events, ref, from_offset, limit)
 
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        self._run(self._async.wait_ready, timeout)
+
     def state(self, ref: RefLike) -> dict[str, Any]:
         return self._run(self._async.state, ref)
 
