@@ -153,7 +153,18 @@ class Context:
     def step(
         self,
         name: str,
-        fn: Callable[..., Awaitable[T]] | Callable[..., T],
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., T],
         /,
         *args: Any,
         retry: Retry | None = None,

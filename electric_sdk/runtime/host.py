@@ -345,6 +345,7 @@ class EntityHost(HostBase):
         return ""
 
     async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Effect, str]:
+        await self._records.loaded()  # a handler may be called while the lease loads the state
         if too_late := self._too_late():
             # Checked right before the call: a handler's first step (blocking code, a shielded
             # block) runs before any cancellation can reach it.

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import anyio
+
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._wire.json_values import json_to_value
 from ..durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, Op, SnapshotPolicy, StateError
@@ -29,22 +31,33 @@ log = logging.getLogger("electric.runtime")
 
 
 class LeaseRecords:
-    __slots__ = ("_fenced", "_policy", "state")
+    __slots__ = ("_fenced", "_loading", "_policy", "state")
 
     def __init__(self, fenced: Fenced, policy: SnapshotPolicy) -> None:
         self._fenced = fenced
         self._policy = policy
         self.state: LeaseState | None = None
+        # Set once the state is loaded (or its load failed); None: no load was started.
+        self._loading: anyio.Event | None = None
 
     async def _page(self, from_offset: int, limit: int) -> EventPage:
         return await self._fenced.session.events_page(self._fenced.lease.ref, from_offset, limit)
 
     async def load_state(self) -> None:
-        loaded = await load_state(self._page, self._fenced.entity.head_offset)
-        self.state = LeaseState(loaded, self._policy)
+        self._loading = anyio.Event()
+        try:
+            loaded = await load_state(self._page, self._fenced.entity.head_offset)
+            self.state = LeaseState(loaded, self._policy)
+        finally:
+            self._loading.set()
         if loaded.scanned > self._policy.scan_events:
             # The state's newest event was far back: a snapshot now saves the next wake the search.
             await self.write_snapshot()
+
+    async def loaded(self) -> None:
+        """Until the state is loaded: a signal handler may start while the lease is loading it."""
+        if self._loading is not None:
+            await self._loading.wait()
 
     def lease_state(self) -> LeaseState:
         if self.state is None:
