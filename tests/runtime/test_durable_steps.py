@@ -25,7 +25,7 @@ import pytest
 from electric_sdk import AsyncClient, Event
 from electric_sdk.testing import TestServer
 
-from .rt_support import COMPLETED, FAILED, run_status, until
+from .rt_support import COMPLETED, FAILED, run_status, until, worker_process
 from .test_crash_recovery import free_port
 
 pytestmark = pytest.mark.anyio
@@ -128,23 +128,8 @@ def workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Po
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(address: str, mode: str = "") -> subprocess.Popen[bytes]:
-        log = open(app_dir / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "electric_sdk.cli.main",
-                "--address",
-                address,
-                "worker",
-                "durable_app:app",
-            ],
-            cwd=app_dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "MODE": mode, "COUNTS": str(counts)},
-        )
-        log.close()
+        log = app_dir / f"worker-{len(procs)}.log"
+        proc = worker_process(address, "durable_app:app", app_dir, log, MODE=mode, COUNTS=str(counts))
         procs.append(proc)
         return proc
 
