@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from electric_sdk import durable_state as ds
+from electric_sdk.runtime.state import LeaseState, StateView
+from electric_sdk.state_read import Loaded
 
 NAMES = ("history", "prefs", "notes")
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.text(max_size=5))
@@ -81,3 +83,51 @@ def test_values_must_be_json() -> None:
         deep = [deep]
     with pytest.raises(ds.StateError, match="deep"):
         ds.json_copy(deep)
+
+
+class _Ctx:
+    """What ``StateView`` changes through (the runtime's Context): the live state and its ops."""
+
+    def __init__(self) -> None:
+        self.lease = LeaseState(Loaded({}, -1, -1, 0, 0), ds.SnapshotPolicy())
+        self.ops: list[ds.Op] = []
+
+    def _state(self) -> LeaseState:
+        return self.lease
+
+    def _change(self, op: ds.Op) -> None:
+        ds.apply(self.lease.live, op)
+        self.ops.append(op)
+
+
+calls = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from(NAMES), json_values),
+        st.tuples(st.just("set"), st.sampled_from(NAMES), st.text(max_size=2), json_values),
+        st.tuples(st.just("del"), st.sampled_from(NAMES), st.text(max_size=2)),
+        st.tuples(st.just("clear"), st.sampled_from(NAMES)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=calls)
+def test_what_entity_code_sees_is_what_a_rebuild_gives(calls: list[tuple[Any, ...]]) -> None:
+    ctx = _Ctx()
+    view = StateView(ctx)
+    for kind, name, *rest in calls:
+        collection = view[name]
+        try:
+            if kind == "append":
+                collection.append(rest[0])
+            elif kind == "set":
+                collection[rest[0]] = rest[1]
+            elif kind == "del":
+                del collection[rest[0]]
+            else:
+                collection.clear()
+        except (ds.StateError, KeyError):
+            pass  # refused (a list set by key, a missing key): nothing changed, nothing recorded
+    rebuilt = ds.fold([(ds.STATE_EVENT, {"ops": ds.json_copy(ctx.ops)})])
+    assert rebuilt == view.to_json()
