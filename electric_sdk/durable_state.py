@@ -34,6 +34,8 @@ from typing import Any
 from ._wire.json_values import MAX_JSON_DEPTH, nests_too_deep
 
 __all__ = [
+    "MAX_PENDING_BYTES",
+    "MAX_SNAPSHOT_BYTES",
     "MAX_VALUE_DEPTH",
     "RESERVED_PREFIX",
     "SNAPSHOT_EVENT",
@@ -60,6 +62,11 @@ SNAPSHOT_EVENT = "electric.snapshot"
 # An op: ["append", name, value] | ["set", name, key, value] | ["del", name, key] | ["clear", name].
 Op = list[Any]
 Collections = dict[str, Any]  # name -> list | dict[str, Any]
+# Bounds that keep every write far below the server's 4 MiB a message: the changes a context makes
+# before they are written (with a step's result, at most 256 KiB, in one event), and a snapshot
+# (a larger state is not snapshotted: its wakes replay from the older snapshot).
+MAX_PENDING_BYTES = 1 << 20
+MAX_SNAPSHOT_BYTES = 2 << 20
 # A value sits 4 levels down in a snapshot ({"state": {name: {key: value}}}) or an op event.
 MAX_VALUE_DEPTH = MAX_JSON_DEPTH - 4
 

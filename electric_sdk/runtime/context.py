@@ -12,13 +12,14 @@ entity's durable state (state.py), shared by its runs and signal handlers.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload
 
 from ..client._options import DurationLike
-from ..durable_state import RESERVED_PREFIX, Op, apply
+from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .state import LeaseState, StateView
@@ -112,6 +113,7 @@ class Context:
         self.current_step: str | None = None
         # This context's state changes not written yet (state.py), and its run's recorded steps.
         self.pending_ops: list[Op] = []
+        self._pending_bytes = 0
         self.steps = RunSteps()
 
     @property
@@ -222,8 +224,20 @@ class Context:
     def _change(self, op: Op) -> None:
         if self.message is not None and self.steps.replaying:
             return  # an earlier attempt of this run wrote this change: the state holds it already
+        size = len(json.dumps(op))
+        if self._pending_bytes + size > MAX_PENDING_BYTES:
+            raise StateError(
+                f"the state changes not yet written would exceed {MAX_PENDING_BYTES} bytes: they are "
+                "written with the run's next recorded step, at its end, or when a handler returns"
+            )
         apply(self._state().live, op)
         self.pending_ops.append(op)
+        self._pending_bytes += size
+
+    def take_ops(self) -> list[Op]:
+        """The changes not yet written, now to be written."""
+        ops, self.pending_ops, self._pending_bytes = self.pending_ops, [], 0
+        return ops
 
     async def history(self) -> list[Event]:
         """The entity's stream so far, oldest first."""

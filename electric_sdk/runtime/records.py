@@ -17,7 +17,15 @@ import anyio
 
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._wire.json_values import json_to_value
-from ..durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, Op, SnapshotPolicy, StateError
+from ..durable_state import (
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_EVENT,
+    STATE_EVENT,
+    STEP_EVENT,
+    Op,
+    SnapshotPolicy,
+    StateError,
+)
 from ..models import EventPage
 from ..state_read import load_state, read_range
 from .context import Context, Message
@@ -85,7 +93,7 @@ class LeaseRecords:
     async def _write(self, ctx: Context, kind: str, data: dict[str, Any], *, with_ops: bool = True) -> None:
         ops: list[Op] = []
         if with_ops:
-            ops, ctx.pending_ops = ctx.pending_ops, []
+            ops = ctx.take_ops()
         state = self.state
         if ops:
             data["ops"] = ops
@@ -109,6 +117,16 @@ class LeaseRecords:
         state = self.state
         assert state is not None
         custom = rt.CustomEvent(type=SNAPSHOT_EVENT, data=json_to_value(state.snapshot_data()))
+        if custom.ByteSize() > MAX_SNAPSHOT_BYTES:
+            # The server takes at most 4 MiB a message: the wake replays from the older snapshot.
+            log.warning(
+                "%s: state of %d bytes: no snapshot (at most %d)",
+                self._fenced.entity.ref,
+                custom.ByteSize(),
+                MAX_SNAPSHOT_BYTES,
+            )
+            state.snapshot_skipped()
+            return
         result = await self._fenced.write(retry=True, custom=custom)
         if result is not None and result.applied:
             state.snapshot_written(result.entity.head_offset - 1)

@@ -57,6 +57,10 @@ class LeaseState:
 
     def snapshot_written(self, offset: int) -> None:
         self.snapshot = offset
+        self.snapshot_skipped()
+
+    def snapshot_skipped(self) -> None:
+        """Count afresh (a snapshot too large to write is not tried again at every change)."""
         self._ops_since = self._bytes_since = 0
 
 

@@ -14,11 +14,18 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from electric_sdk import AsyncClient
-from electric_sdk.durable_state import SNAPSHOT_EVENT, STATE_EVENT, STEP_EVENT, fold
+from electric_sdk.durable_state import (
+    MAX_PENDING_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_EVENT,
+    STATE_EVENT,
+    STEP_EVENT,
+    fold,
+)
 from electric_sdk.lifecycle import Signal
 from electric_sdk.models import EventPage
 from electric_sdk.runtime import MAX_RESULT_BYTES, App, Context, Message, SignalInfo, SnapshotPolicy
-from electric_sdk.state_read import load_state
+from electric_sdk.state_read import load_state, read_range
 from electric_sdk.testing import TestServer
 
 from .rt_support import ABORTED, COMPLETED, outcome_of, run_status, running_worker, state_is, until
@@ -34,7 +41,9 @@ def reader(client: AsyncClient, ref: str) -> Any:
 
 
 async def everything(client: AsyncClient, ref: str) -> list[Any]:
-    return list((await client.events(ref, 0, 1000)).events)
+    """The whole stream (a page ends at 1 MiB: several pages)."""
+    head = (await client.events(ref, 0, 1)).head_offset
+    return await read_range(reader(client, ref), 0, head)
 
 
 async def test_snapshots_bound_the_rebuild_and_equal_a_full_replay(
@@ -115,7 +124,12 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
         async def on_message(self, ctx: Context, message: Message) -> None:
             names = ctx.state.list("names", str)
             names.append("ok")
-            for bad in (lambda: names.append(1), lambda: ctx.state["names"].__setitem__("k", "v")):
+            bad_changes = (
+                lambda: names.append(1),
+                lambda: ctx.state["names"].__setitem__("k", "v"),
+                lambda: names.append("x" * MAX_PENDING_BYTES),
+            )
+            for bad in bad_changes:
                 try:
                     bad()
                 except ValueError as exc:
@@ -140,6 +154,8 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
     assert seen == [
         "state['names'] holds str values, not 1",
         "state['names'] is a list",
+        f"the state changes not yet written would exceed {MAX_PENDING_BYTES} bytes: they are written "
+        "with the run's next recorded step, at its end, or when a handler returns",
         "InvalidStepResult",
     ]
     assert await client.state(ref) == {"names": ["ok"]}
@@ -174,3 +190,31 @@ async def test_the_cli_watches_the_state_change_by_change(electric: TestServer, 
             watcher.terminate()
     assert seen == [{}, {"lines": ["one"]}, {"lines": ["one", "two"]}]
     assert electric.client().state(ref) == {"lines": ["one", "two"]}  # the sync client, the same way
+
+
+async def test_a_state_too_large_to_snapshot_is_rebuilt_from_the_older_snapshot(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="test")
+    chunk = "y" * (MAX_PENDING_BYTES // 2)
+
+    @app.entity("big", snapshots=SnapshotPolicy(every_ops=1))
+    async def big(ctx: Context, message: Message) -> None:
+        ctx.state["chunks"].append(chunk)
+        ctx.output.write(str(len(ctx.state["chunks"])))
+
+    ref = "big/b1"
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        count = 1 + MAX_SNAPSHOT_BYTES // len(chunk) + 1  # the last snapshots would be too large
+        for i in range(count):
+            key = (await client.send(ref, f"m{i}")).key
+            await until(client, ref, run_status(COMPLETED, key))
+        await client.reload(ref)
+        await until(client, ref, state_is("idle", "reload"))
+        key = (await client.send(ref, "again")).key
+        done = await until(client, ref, run_status(COMPLETED, key))
+        assert done.raw.run.output == str(count + 1)  # rebuilt on the new lease, every chunk there
+    snapshots = [e for e in await everything(client, ref) if e.type == SNAPSHOT_EVENT]
+    assert 0 < len(snapshots) < count
+    assert len((await client.state(ref))["chunks"]) == count + 1
