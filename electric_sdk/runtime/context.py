@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from ..client._options import DurationLike
 from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
+from ..errors import InvalidArgument
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .state import LeaseState, StateView
@@ -201,7 +202,10 @@ class Context:
         """Append a custom event (``type`` must not be a built-in event type, nor start with
         ``electric.``: the runtime's own records) to the stream."""
         if type.startswith(RESERVED_PREFIX):
-            raise ValueError(f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own")
+            raise InvalidArgument(
+                f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own",
+                code="RESERVED_EVENT_TYPE",
+            )
         await self._host.emit(type, data)
 
     # -- what steps.py and state.py call -------------------------------------------------------

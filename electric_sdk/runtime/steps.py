@@ -88,10 +88,12 @@ class RunSteps:
     """One run's recorded steps: what earlier attempts of its message recorded, and where this
     attempt is (``index``: the position of the next recorded step)."""
 
-    __slots__ = ("committed_segments", "final", "index", "names", "tries")
+    __slots__ = ("committed_segments", "current", "final", "index", "names", "tries")
 
     def __init__(self, records: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
         self.index = 0
+        # The recorded step running now: steps are matched by position, so they run one at a time.
+        self.current: str | None = None
         self.final: dict[int, dict[str, Any]] = {}
         self.names: dict[int, str] = {}
         self.tries: dict[int, int] = {}
@@ -194,6 +196,11 @@ async def run_step(
     timeout: DurationLike | None,  # noqa: ASYNC109 - the step's own bound, recorded as its error
 ) -> Any:
     steps = run.steps
+    if steps.current is not None:
+        raise RuntimeError(
+            f"recorded step {name!r} called while {steps.current!r} runs: a run's recorded steps are "
+            "matched by position, so they run one at a time (not nested, not concurrently)"
+        )
     index = steps.index
     recorded_name = steps.names.get(index)
     base = {"run": run.message_key, "attempt": run.attempt, "index": index, "name": name}
@@ -208,9 +215,27 @@ async def run_step(
         if final["outcome"] == "ok":
             return final.get("result")
         raise _failed(name, final["error"], int(final.get("try", 1)))
-    policy = retry or NO_RETRY
+    steps.current = name
+    try:
+        return await _tries(run, steps, base, fn, args, kwargs, retry or NO_RETRY, timeout)
+    finally:
+        steps.current = None
+
+
+async def _tries(
+    run: StepRecorder,
+    steps: RunSteps,
+    base: dict[str, Any],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    policy: Retry,
+    timeout: DurationLike | None,  # noqa: ASYNC109 - the step's own bound, recorded as its error
+) -> Any:
+    """Run the step until it succeeds or its policy gives up, recording each try's failure."""
+    name = str(base["name"])
     timeout_s = seconds(timeout) if timeout is not None else None
-    failed_tries = steps.tries.get(index, 0)
+    failed_tries = steps.tries.get(int(base["index"]), 0)
     await run.step_boundary()
     while True:
         attempt_no = failed_tries + 1

@@ -22,6 +22,7 @@ from electric_sdk.durable_state import (
     STEP_EVENT,
     fold,
 )
+from electric_sdk.errors import StepFailed
 from electric_sdk.lifecycle import Signal
 from electric_sdk.models import EventPage
 from electric_sdk.runtime import MAX_RESULT_BYTES, App, Context, Message, SignalInfo, SnapshotPolicy
@@ -139,6 +140,14 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
             except ValueError as exc:
                 seen.append(type(exc).__name__)
 
+            async def nested() -> str:
+                return await ctx.step("inner", str)
+
+            try:
+                await ctx.step("outer", nested)
+            except StepFailed as exc:
+                seen.append(f"{exc.error_type}: {exc.message.split(': ', 2)[-1][:42]}")
+
         async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
             if signal.signal is Signal.SIGUSR:
                 with pytest.raises(ValueError, match="runtime's own"):
@@ -157,10 +166,14 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
         f"the state changes not yet written would exceed {MAX_PENDING_BYTES} bytes: they are written "
         "with the run's next recorded step, at its end, or when a handler returns",
         "InvalidStepResult",
+        "RuntimeError: recorded step 'inner' called while 'outer'",
     ]
     assert await client.state(ref) == {"names": ["ok"]}
-    (step,) = [e.value["data"] for e in await everything(client, ref) if e.type == STEP_EVENT]
-    assert (step["outcome"], step["error"]["type"]) == ("error", "InvalidStepResult")
+    steps = [e.value["data"] for e in await everything(client, ref) if e.type == STEP_EVENT]
+    assert [(s["name"], s["outcome"], s["error"]["type"]) for s in steps] == [
+        ("tool:big", "error", "InvalidStepResult"),
+        ("outer", "error", "RuntimeError"),  # the inner step was refused: nothing recorded for it
+    ]
 
 
 async def test_the_cli_watches_the_state_change_by_change(electric: TestServer, client: AsyncClient) -> None:
