@@ -21,8 +21,10 @@ from __future__ import annotations
 import inspect
 import json
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
@@ -82,6 +84,7 @@ class Retry:
 
 
 NO_RETRY = Retry(attempts=1)
+_NONE: Mapping[int, Any] = MappingProxyType({})
 
 
 class RunSteps:
@@ -94,23 +97,33 @@ class RunSteps:
         self.index = 0
         # The recorded step running now: steps are matched by position, so they run one at a time.
         self.current: str | None = None
-        self.final: dict[int, dict[str, Any]] = {}
-        self.names: dict[int, str] = {}
-        self.tries: dict[int, int] = {}
+        # Every run has one and most have no records: they share empty tables then.
+        self.final: Mapping[int, dict[str, Any]] = _NONE
+        self.names: Mapping[int, str] = _NONE
+        self.tries: Mapping[int, int] = _NONE
         # Segments whose state changes are in the stream already (a replay does not make them again).
-        self.committed_segments: set[int] = set()
+        self.committed_segments: AbstractSet[int] = frozenset()
+        if records:
+            self._read(records)
+
+    def _read(self, records: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        final: dict[int, dict[str, Any]] = {}
+        names: dict[int, str] = {}
+        tries: dict[int, int] = {}
+        committed: set[int] = set()
         for kind, data in records:
             if kind == STATE_EVENT:
-                self.committed_segments.add(int(data.get("seg", -1)))
+                committed.add(int(data.get("seg", -1)))
                 continue
             index = int(data["index"])
             outcome = data.get("outcome")
             if outcome in FINAL_OUTCOMES:
-                self.final[index] = data
-                self.committed_segments.add(index)
+                final[index] = data
+                committed.add(index)
             if outcome in (*FINAL_OUTCOMES, "retry"):
-                self.names[index] = str(data["name"])
-                self.tries[index] = max(self.tries.get(index, 0), int(data.get("try", 1)))
+                names[index] = str(data["name"])
+                tries[index] = max(tries.get(index, 0), int(data.get("try", 1)))
+        self.final, self.names, self.tries, self.committed_segments = final, names, tries, committed
 
     @classmethod
     def of(cls, message_key: str, events: Sequence[Event]) -> RunSteps:
