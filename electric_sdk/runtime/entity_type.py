@@ -7,6 +7,7 @@ so a type that must not run fails before any lifecycle state is written.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
@@ -97,7 +98,7 @@ class EntityType:
                 except ValueError as exc:
                     raise DefinitionError(f"{self.name}: {label}: {exc}") from None
 
-    @property
+    @functools.cached_property  # asked at every lease; the handlers are all registered by then
     def uses_state(self) -> bool:
         """``state`` if given, else whether the type's code reads an attribute called ``state``
         (``ctx.state``): a host rebuilds the state at its lease only for types that use it, since
