@@ -18,6 +18,7 @@ SIGKILL, a crash) has no outcome record: it runs again.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import random
@@ -84,6 +85,8 @@ class Retry:
 
 
 NO_RETRY = Retry(attempts=1)
+# The run whose recorded step the current task is running (tasks it starts inherit it).
+_inside: contextvars.ContextVar[RunSteps | None] = contextvars.ContextVar("electric_step", default=None)
 _NONE: Mapping[int, Any] = MappingProxyType({})
 
 
@@ -209,10 +212,14 @@ async def run_step(
     timeout: DurationLike | None,  # noqa: ASYNC109 - the step's own bound, recorded as its error
 ) -> Any:
     steps = run.steps
+    if _inside.get() is steps:
+        # Called from inside a recorded step (its task or one it started): part of that step, as a
+        # DBOS step called from a step is; its result is recorded with the outer step's, if at all.
+        return await _try(name, fn, args, kwargs, seconds(timeout) if timeout is not None else None)
     if steps.current is not None:
         raise RuntimeError(
-            f"recorded step {name!r} called while {steps.current!r} runs: a run's recorded steps are "
-            "matched by position, so they run one at a time (not nested, not concurrently)"
+            f"recorded step {name!r} called while {steps.current!r} runs in another task: a run's "
+            "recorded steps are matched by position, so they run one at a time"
         )
     index = steps.index
     recorded_name = steps.names.get(index)
@@ -228,11 +235,12 @@ async def run_step(
         if final["outcome"] == "ok":
             return final.get("result")
         raise _failed(name, final["error"], int(final.get("try", 1)))
-    steps.current = name
+    steps.current, token = name, _inside.set(steps)
     try:
         return await _tries(run, steps, base, fn, args, kwargs, retry or NO_RETRY, timeout)
     finally:
         steps.current = None
+        _inside.reset(token)
 
 
 async def _tries(
