@@ -29,7 +29,8 @@ PageReader = Callable[[int, int], Awaitable[EventPage]]  # (from_offset, limit) 
 @dataclass(frozen=True, slots=True)
 class Loaded:
     state: Collections
-    # The newest event the state includes (-1: none), and the snapshot it was rebuilt from (-1: none).
+    # The newest event the state includes: every event before ``head`` (-1: none); and the
+    # snapshot it was rebuilt from (-1: none).
     upto: int
     snapshot: int
     # How many events the backward search read before it found the state's newest event.
@@ -70,7 +71,7 @@ async def load_state(read: PageReader, head: int) -> Loaded:
                 break
         end = start
     if newest is None:
-        return Loaded({}, -1, -1, scanned, head)
+        return Loaded({}, head - 1, -1, scanned, head)
     snapshot: dict[str, Any] | None = None
     snap_offset = newest.offset if newest.type == SNAPSHOT_EVENT else int(_data(newest).get("snap", -1))
     if snap_offset >= 0:
@@ -80,7 +81,6 @@ async def load_state(read: PageReader, head: int) -> Loaded:
     begin = int(snapshot["upto"]) + 1 if snapshot is not None else 0
     tail = await read_range(read, begin, head)
     state = rebuild(snapshot, ((e.offset, e.type, _data(e)) for e in tail))
-    upto = max((e.offset for e in tail if bears_state(e.type)), default=-1)
-    if snapshot is not None:
-        upto = max(upto, int(snapshot["upto"]))
-    return Loaded(state, upto, snap_offset if snapshot is not None else -1, scanned, head)
+    # ``upto`` is the whole stream read, not its newest state event: a snapshot taken from this
+    # state then lets the next wake start its tail here, not at an old state event.
+    return Loaded(state, head - 1, snap_offset if snapshot is not None else -1, scanned, head)

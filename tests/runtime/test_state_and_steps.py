@@ -237,3 +237,34 @@ async def test_a_state_too_large_to_snapshot_is_rebuilt_from_the_older_snapshot(
     snapshots = [e for e in await everything(client, ref) if e.type == SNAPSHOT_EVENT]
     assert 0 < len(snapshots) < count
     assert len((await client.state(ref))["chunks"]) == count + 1
+
+
+async def test_a_wake_far_from_the_last_change_leaves_a_snapshot_near_the_head(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="test")
+
+    @app.entity("sparse", snapshots=SnapshotPolicy(scan_events=5))
+    async def sparse(ctx: Context, message: Message) -> None:
+        if message.text == "note":
+            ctx.state["notes"].append("once")
+        ctx.output.write(str(len(ctx.state["notes"])))
+
+    ref = "sparse/s1"
+    async with running_worker(app, electric.address):
+        await client.spawn(ref)
+        for text in ["note"] + ["quiet"] * 5:  # one change, then runs that change nothing
+            key = (await client.send(ref, text)).key
+            await until(client, ref, run_status(COMPLETED, key))
+        await client.reload(ref)
+        reloaded = await until(client, ref, state_is("idle", "reload"))
+        key = (await client.send(ref, "quiet")).key  # the wake searches back past 5 events
+        done = await until(client, ref, run_status(COMPLETED, key))
+        assert done.raw.run.output == "1"
+    (snapshot,) = [e for e in await everything(client, ref) if e.type == SNAPSHOT_EVENT]
+    # Taken at the wake: it covers the stream up to it, so the next wake's tail starts there.
+    assert snapshot.offset > reloaded.offset
+    assert snapshot.value["data"]["state"] == {"notes": ["once"]}
+    assert snapshot.value["data"]["upto"] >= reloaded.offset
+    loaded = await load_state(reader(client, ref), done.offset + 1)
+    assert (loaded.snapshot, loaded.state) == (snapshot.offset, {"notes": ["once"]})
