@@ -30,7 +30,8 @@ from electric_sdk.testing import TestServer
 
 from .rt_support import ABORTED, COMPLETED, outcome_of, run_status, running_worker, state_is, until
 
-pytestmark = pytest.mark.anyio
+# Both stores: the records are read back by offset, which each store gives in its own way.
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
 
 
 def reader(client: AsyncClient, ref: str) -> Any:
