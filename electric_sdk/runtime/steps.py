@@ -13,7 +13,10 @@ the same message) replays: the step at position ``i`` returns the recorded
 result (or raises the recorded error as ``StepFailed``) without running, as
 long as it has the recorded name; another name there is ``NonDeterministicRun``,
 recorded (``outcome: nondeterministic``) and raised. A step cut short (SIGINT,
-SIGKILL, a crash) has no outcome record: it runs again.
+SIGKILL, a crash) has no outcome record: it runs again. Since steps are
+matched by position, a run's steps run one at a time: a step called from
+inside another is part of it (as in DBOS), one called beside it from another
+task of the run is refused.
 """
 
 from __future__ import annotations
