@@ -15,7 +15,10 @@ reads the streams as a client.
    newest state event, read its snapshot, fold the tail) beside its ceiling,
    a full replay (read the whole stream, fold every op); both read over
    gRPC from the server process, the same code the worker runs at a lease.
-   Both must give the same state. Target: <= 50 ms with snapshots.
+   Both must give the same state. Target: <= 50 ms with snapshots. Info: a
+   whole wake of that entity (SIGHUP, then a message: send → its run
+   COMPLETED, lease and rebuild included) beside the same for an entity
+   without state, alternating rounds.
 """
 
 from __future__ import annotations
@@ -69,11 +72,19 @@ def build_app(calls: int, rounds: int) -> App:
                 prefs[f"k{(i * CHANGES_PER_STEP + j) % KEYS}"] = i
             await ctx.step("tool", noop)
 
+    @app.entity("plain")
+    async def plain(ctx: Context, message: Message) -> None:
+        pass  # no state: its wake is the ceiling of a wake that rebuilds one
+
     return app
 
 
 async def run_message(client: AsyncClient, ref: str, text: str, limit_s: float) -> None:
     await client.spawn(ref)
+    await send_and_wait(client, ref, text, limit_s)
+
+
+async def send_and_wait(client: AsyncClient, ref: str, text: str, limit_s: float = 60) -> None:
     receipt = await client.send(ref, text)
     with anyio.fail_after(limit_s):
         async for event in client.watch(ref, receipt.offset):
@@ -102,6 +113,20 @@ async def rebuilds(client: AsyncClient, ref: str, rounds: int) -> dict[str, Any]
     return {"snapshot_ms": snap_ms, "full_ms": full_ms, "events": head, "snapshot_offset": loaded.snapshot}
 
 
+async def wakes(client: AsyncClient, refs: list[str], rounds: int) -> dict[str, list[float]]:
+    """Per entity: reload it (SIGHUP: idle, lease released), then time a message from send to its
+    run's COMPLETED as the client sees it: the lease, the state's rebuild and the run."""
+    out: dict[str, list[float]] = {ref: [] for ref in refs}
+    for _ in range(rounds):
+        for ref in refs:  # alternating: background load lands on both alike
+            await client.reload(ref)
+            await client.wait_for_state(ref, "idle", timeout=30)
+            started = time.perf_counter()
+            await send_and_wait(client, ref, "0")
+            out[ref].append((time.perf_counter() - started) * 1000)
+    return out
+
+
 async def measure(address: str, args: Any) -> dict[str, Any]:
     worker = Worker(build_app(args.calls, args.rounds), address)
     async with anyio.create_task_group() as tg, AsyncClient(address) as client:
@@ -112,8 +137,10 @@ async def measure(address: str, args: Any) -> dict[str, Any]:
         await run_message(client, "history/h1", str(args.changes), 3600)
         fill_s = time.perf_counter() - filled
         out = await rebuilds(client, "history/h1", args.rounds)
+        await run_message(client, "plain/p1", "0", 60)
+        woken = await wakes(client, ["history/h1", "plain/p1"], args.rounds)
         await worker.shutdown(1.0)
-    return out | {"fill_s": fill_s}
+    return out | {"fill_s": fill_s, "wake_ms": woken["history/h1"], "plain_wake_ms": woken["plain/p1"]}
 
 
 def main() -> None:
@@ -134,6 +161,7 @@ def main() -> None:
             server.stop()
     step, emit = common.summarize(timings["step"]), common.summarize(timings["emit"])
     snap, full = common.summarize(out["snapshot_ms"]), common.summarize(out["full_ms"])
+    wake, plain = common.summarize(out["wake_ms"]), common.summarize(out["plain_wake_ms"])
     rows = [
         common.ratio_row(
             "recorded step vs custom event write, p50", step["p50"], emit["p50"], "ms", "<=", 1.2
@@ -148,6 +176,12 @@ def main() -> None:
             50.0,
         ),
         common.value_row("info: the same as a full replay, p50", full["p50"], None, "ms"),
+        common.value_row(
+            "info: wake to run completed, that entity vs one without state, p50",
+            wake["p50"],
+            plain["p50"],
+            "ms",
+        ),
         common.value_row("info: writing the history (10 changes a step)", out["fill_s"], None, "s"),
     ]
     info = {
@@ -159,6 +193,8 @@ def main() -> None:
         "emit_ms": emit,
         "rebuild_snapshot_ms": snap,
         "rebuild_full_ms": full,
+        "wake_ms": wake,
+        "plain_wake_ms": plain,
     }
     common.report("bench_steps", rows, info, time.perf_counter() - started, args.quick)
 
