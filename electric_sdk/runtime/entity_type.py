@@ -96,7 +96,7 @@ class EntityType:
                 try:
                     to_duration(value)
                 except ValueError as exc:
-                    raise DefinitionError(f"{self.name}: {label}: {exc}") from None
+                    raise DefinitionError(f"entity type {self.name!r}: {label}: {exc}") from None
 
     @functools.cached_property  # asked at every lease; the handlers are all registered by then
     def uses_state(self) -> bool:
