@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
@@ -57,6 +56,17 @@ from ._options import ClientOptions, DurationLike, to_duration
 T = TypeVar("T")
 
 _RETRYABLE = (errors.Unavailable, errors.DeadlineExceeded)
+# grpc.health.v1: Check(HealthCheckRequest{service: ""}) -> HealthCheckResponse{status = 1: enum}.
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING = 1
+_HEALTH_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+def _health_status(answer: bytes) -> int:
+    """The status of an encoded HealthCheckResponse: field 1, a varint (0..3: one byte); absent: 0."""
+    return answer[1] if len(answer) >= 2 and answer[0] == 0x08 else 0
+
+
 # A stream open this long had connected: gRPC gives up a connection attempt after 20 s.
 _CONNECTED_AFTER_S = 30.0
 
@@ -92,7 +102,8 @@ class AsyncClient:
         right after starting it; raises Unavailable after ``timeout`` seconds."""
         self._stub_for_this_loop()
         assert self._channel is not None
-        health = health_pb2_grpc.HealthStub(self._channel)
+        # Raw bytes: the health protos ship with the [server] extra, not with the client.
+        check: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(_HEALTH_CHECK)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         last = "no answer"
@@ -101,17 +112,16 @@ class AsyncClient:
             try:
                 # wait_for_ready: the call waits for a connection (a server still starting) rather
                 # than failing at once.
-                answer = await health.Check(
-                    health_pb2.HealthCheckRequest(), timeout=left, wait_for_ready=True
-                )
+                answer: bytes = await check(b"", timeout=left, wait_for_ready=True)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise errors.from_rpc_error(exc) from exc
                 last = exc.code().name
             else:
-                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                status = _health_status(answer)
+                if status == _SERVING:
                     return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+                last = _HEALTH_NAMES.get(status, str(status))
             await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
             backoff = min(backoff * 2, self.options.retry.max_backoff_s)
         raise errors.Unavailable(
