@@ -34,6 +34,7 @@ BENCHES = [
     "bench_runtime",
     "bench_steps",
     "bench_exec",
+    "bench_http",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
