@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.stream_batches",
         "electric_sdk._portal",
         "electric_sdk.durable_state",
+        "electric_sdk.version",
     ),
     (
         "electric_sdk.models",

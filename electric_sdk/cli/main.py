@@ -156,7 +156,7 @@ def _client_commands(sub: Subparsers) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from ..version import __version__
 
     parser = _Parser(prog="electric", description="Lifecycle control plane for agents.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"electric {__version__}")
