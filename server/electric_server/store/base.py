@@ -38,11 +38,14 @@ import abc
 import copy
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from electric_sdk.lifecycle import State
+
+if TYPE_CHECKING:
+    from .sessions import SessionBook
 
 Ref = tuple[str, str]  # (entity type, instance id)
 
@@ -88,6 +91,9 @@ class EntityRecord(NamedTuple):
     # Offsets past the cursor of messages cancelled before their run started
     # (never delivered; see message_cursor.py). Usually empty.
     cancelled_messages: tuple[int, ...] = ()
+    # The lease's holder: the worker session it was granted to ("" none), live while that session
+    # is (store/sessions.py; a write's transaction judges it: WriteContext.live).
+    lease_session: str = ""
 
     @property
     def ref(self) -> Ref:
@@ -126,10 +132,12 @@ class StoredEvent(NamedTuple):
 
 
 class WriteContext(NamedTuple):
-    """What a decide function may use: the transaction's identity and clock."""
+    """What a decide function may use: the transaction's identity and clock (the database's,
+    on PostgreSQL), and the worker sessions live as it runs (``sessions.holds_lease``)."""
 
     txid: int
     now_ms: int
+    live: Collection[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -247,6 +255,8 @@ class Store(abc.ABC):
     """The durable store. See the module docstring for the guarantees."""
 
     hub: Hub
+    # The worker sessions of every server on this store (store/sessions.py).
+    sessions: SessionBook
 
     @abc.abstractmethod
     async def open(self) -> None: ...
@@ -286,6 +296,26 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def open_ended_streams(self) -> list[Ref]:
         """Entities in a terminal state whose stream is still open (a lease held it at a restart)."""
+
+    # -- what the deadline sweeps find due (any replica may; each write re-checks inside) ---------
+
+    @abc.abstractmethod
+    async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
+        """`stopping` entities whose grace deadline has passed by the store's clock, and their
+        deadlines; rows another transaction is writing now are skipped (SKIP LOCKED)."""
+
+    @abc.abstractmethod
+    async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
+        """Entities whose lease holder is no longer live, and their lease epochs."""
+
+    @abc.abstractmethod
+    async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
+        """Ended entities whose stream is open though no live runtime holds it, or whose last
+        write is ``settle_ms`` old: the stream closes now."""
+
+    @abc.abstractmethod
+    async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
+        """Open entities of ``types`` in ``states`` that no live runtime holds (for offers)."""
 
     @abc.abstractmethod
     async def type_profiles(self) -> list[TypeProfile]:

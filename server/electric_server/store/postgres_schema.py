@@ -17,14 +17,22 @@ from electric_sdk.lifecycle import TERMINAL_STATES, State
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
+    "END_REPLICA",
+    "END_REPLICA_SESSIONS",
+    "END_SESSIONS",
+    "END_WORKER_SESSIONS",
     "INSERT_ENTITY",
     "INSERT_EVENTS",
     "INSERT_IDEMPOTENCY",
+    "INSERT_SESSION",
     "LOCK_ENTITIES",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
     "PURGE_IDEMPOTENCY",
+    "RENEW_REPLICA",
+    "RENEW_SESSIONS",
     "SCHEMA_VERSION",
+    "SELECT_DUE_DEADLINES",
     "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
@@ -32,8 +40,11 @@ __all__ = [
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
     "SELECT_IDEMPOTENCY_MANY",
+    "SELECT_LOST_LEASES",
+    "SELECT_SETTLED",
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
+    "SELECT_UNLEASED",
     "UPDATE_ENTITY",
     "UPSERT_TYPE_PROFILE",
     "SchemaTooNew",
@@ -62,7 +73,11 @@ _ENTITY_TYPES = {
     "idle_timeout_pending": "boolean NOT NULL",
     "cancelled_messages": "text NOT NULL",
 }
-if tuple(_ENTITY_TYPES) != ENTITY_COLUMNS:
+# Columns added by a later version (each with its default, for the rows already there).
+_ADDED_TYPES = {
+    "lease_session": "text NOT NULL DEFAULT ''",  # version 2
+}
+if (*_ENTITY_TYPES, *_ADDED_TYPES) != ENTITY_COLUMNS:
     raise ImportError(
         f"the entities table's columns {tuple(_ENTITY_TYPES)} are not EntityRecord's {ENTITY_COLUMNS}"
     )
@@ -125,6 +140,27 @@ CREATE TABLE type_profiles (
 -- commit order (PostgreSQL's own xids are neither: they are taken at a transaction's first write).
 CREATE SEQUENCE electric_txid;
 """,
+    # Leases and sessions in the database, so several replicas share them (store/sessions.py):
+    # the holder on the entity's row; the sessions and replicas that keep holders live.
+    2: """
+ALTER TABLE entities ADD COLUMN lease_session text NOT NULL DEFAULT '';
+CREATE INDEX entities_by_holder ON entities (lease_session) WHERE lease_session <> '';
+CREATE TABLE replicas (
+    id text PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE sessions (
+    id text PRIMARY KEY,
+    worker_id text NOT NULL,
+    replica text NOT NULL,
+    types text[] NOT NULL,
+    code_version text NOT NULL,
+    capacity integer NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX sessions_by_worker ON sessions (worker_id);
+CREATE INDEX sessions_by_replica ON sessions (replica);
+""",
 }
 SCHEMA_VERSION = max(_VERSIONS)
 # pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
@@ -159,13 +195,26 @@ async def migrate(conn: Any) -> int:
 _ENTITY_LIST = _q(ENTITY_COLUMNS)
 _VALUE_COLUMNS = tuple(c for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
 
+# The database's clock, in milliseconds since the epoch: every replica judges deadlines by it.
+_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# Whether entity e's lease holder is live: its session and that session's replica unexpired.
+_HOLDER_LIVE = (
+    "EXISTS (SELECT 1 FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.id = e.lease_session AND s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp())"
+)
+_E_LIST = ", ".join(f'e."{c}"' for c in ENTITY_COLUMNS)
+
 SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
 SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
-LOCK_ENTITY = SELECT_ENTITY + " FOR UPDATE"
+# The row and whether its lease holder is live (the last column), read under the row's lock.
+LOCK_ENTITY = (
+    f"SELECT {_E_LIST}, e.lease_session <> '' AND {_HOLDER_LIVE} FROM entities e "
+    "WHERE e.type = $1 AND e.id = $2 FOR UPDATE OF e"
+)
 # A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
 LOCK_ENTITIES = (
-    f"SELECT {_ENTITY_LIST} FROM entities WHERE (type, id) IN "
-    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY type, id FOR UPDATE"
+    f"SELECT {_E_LIST}, e.lease_session <> '' AND {_HOLDER_LIVE} FROM entities e WHERE (e.type, e.id) IN "
+    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY e.type, e.id FOR UPDATE OF e"
 )
 # No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
 # decides the write again on the row the other transaction committed.
@@ -180,7 +229,49 @@ SELECT_STOPPING_DEADLINES = (
 )
 SELECT_ENDED_OPEN = f"SELECT type, id FROM entities WHERE NOT closed AND state IN ({_TERMINAL})"
 SELECT_HEAD_TXID = "SELECT coalesce(max(txid), 0) FROM entities"
-NEXT_TXIDS = "SELECT nextval('electric_txid') FROM generate_series(1, $1::int) ORDER BY 1"
+# The batch's txids, each with the database's clock (the batch's ``WriteContext.now_ms``).
+NEXT_TXIDS = f"SELECT nextval('electric_txid'), {_NOW_MS} FROM generate_series(1, $1::int) ORDER BY 1"
+
+# The deadline sweeps' (store/base.py), judged by the database's clock. Claimed with SKIP LOCKED:
+# a row another replica is writing now (firing the same deadline) is left to it.
+SELECT_DUE_DEADLINES = (
+    f"SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline <= {_NOW_MS} "
+    "ORDER BY stopping_deadline LIMIT $1 FOR UPDATE SKIP LOCKED"
+)
+SELECT_LOST_LEASES = (
+    f"SELECT e.type, e.id, e.lease_epoch FROM entities e WHERE e.lease_session <> '' AND NOT {_HOLDER_LIVE} "
+    "LIMIT $1 FOR UPDATE OF e SKIP LOCKED"
+)
+SELECT_SETTLED = (
+    f"SELECT e.type, e.id FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
+    f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - $1 OR NOT {_HOLDER_LIVE}) "
+    "LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
+)
+# Open entities of some types in some states that no live runtime holds; $3: the states that
+# need a runtime whatever their messages, the others only with a message waiting (needs_runtime).
+SELECT_UNLEASED = (
+    f"SELECT {_E_LIST} FROM entities e WHERE e.type = ANY($1::text[]) AND e.state = ANY($2::text[]) "
+    "AND NOT e.closed AND (e.state = ANY($3::text[]) OR e.last_message_offset >= e.message_cursor) "
+    f"AND (e.lease_session = '' OR NOT {_HOLDER_LIVE}) ORDER BY e.type, e.id LIMIT $4"
+)
+
+# The session book (store/sessions.py): $ttl in milliseconds, expiry by the database's clock.
+_EXPIRY = "clock_timestamp() + $3::bigint * interval '1 millisecond'"
+RENEW_REPLICA = (
+    "INSERT INTO replicas (id, expires_at) VALUES ($1, clock_timestamp() + $2::bigint * interval "
+    "'1 millisecond') ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+)
+RENEW_SESSIONS = (
+    f"UPDATE sessions SET expires_at = {_EXPIRY} WHERE id = ANY($2::text[]) AND replica = $1 RETURNING id"
+)
+END_WORKER_SESSIONS = "DELETE FROM sessions WHERE worker_id = $1"
+INSERT_SESSION = (
+    "INSERT INTO sessions (id, worker_id, replica, types, code_version, capacity, expires_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond')"
+)
+END_SESSIONS = "DELETE FROM sessions WHERE id = ANY($1::text[])"
+END_REPLICA_SESSIONS = "DELETE FROM sessions WHERE replica = $1"
+END_REPLICA = "DELETE FROM replicas WHERE id = $1"
 
 INSERT_EVENTS = (
     f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"
