@@ -269,7 +269,6 @@ class ElectricServer:
             self.config.poll_ms,
         )
         await self.runtime.start()
-        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter

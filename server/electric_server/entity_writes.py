@@ -214,15 +214,20 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
     return decide
 
 
-def expire_grace(ref: Ref, deadline_ms: int) -> Decide:
+def expire_grace(ref: Ref, deadline_ms: int, settle_ms: int) -> Decide:
     """The reaper's write: stopping → stopped once the stored deadline passed.
 
-    A leased entity's stream stays open until the lease ends, so its runtime can
-    still append what the cleanup's end produced (an exec entity's force receipt)."""
+    An exec entity whose live runtime still runs its process waits for the process's exit
+    receipt, ``settle_ms`` past the deadline at most, so no watcher sees `stopped` while the
+    process lives (whichever replica's reaper writes it). A leased entity's stream stays open
+    until the lease ends, so its runtime can still append what the cleanup's end produced (an
+    exec entity's force receipt)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.stopping_deadline_ms != deadline_ms or ctx.now_ms < deadline_ms:
             return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
+        if current.process_running and holds_lease(current, ctx) and ctx.now_ms < deadline_ms + settle_ms:
+            return Mutation()  # its process is being forced now: `stopped` waits for its exit
         new = lifecycle.runtime_target(current.state, "grace_expired")
         if new is None:
             return Mutation()  # no longer stopping

@@ -50,8 +50,6 @@ class Lease:
     next_message: int
     first_attempt: int  # the attempt number for the message at the cursor when leased
     cursor: int
-    # An exec entity's process runs under this lease: its receipts said so, and no exit yet.
-    process_running: bool = False
     pumping: bool = False
     pump_again: bool = False
     # Signals given to this lease still `pending`: key → the stored insert's value. Its runtime may

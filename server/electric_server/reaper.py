@@ -15,7 +15,9 @@ forced by its runtime at that moment: `stopped` waits for the process's
 ``exit`` receipt, or at most ``EXIT_SETTLE_MS`` past the deadline, so that a
 watcher never sees `stopped` while the process lives (until then the entity
 is `stopping` past its deadline, and its receipts say the process is
-exiting). ``killed`` needs no such wait: SIGKILL's own transaction writes it.
+exiting). The expiry's own transaction judges it (``expire_grace``: the
+entity's ``process_running`` and its lease holder's liveness), so whichever
+replica's reaper writes it waits alike. ``killed`` needs no such wait: SIGKILL's own transaction writes it.
 
 It also forgets idempotency keys older than the retention (at least 24 h).
 
@@ -76,8 +78,6 @@ class Reaper:
         self.expired = 0  # grace expiries written, for tests and status
         # Told, for each expiry written, how many seconds past its deadline it was (the metrics).
         self.expired_late: Callable[[float], None] = lambda _seconds: None
-        # Set by the server once its runtime exists: whether the entity's runtime still runs its exec process (no exit receipt yet).
-        self.runs_process: Callable[[Ref], bool] = lambda _ref: False
         # Entities past their deadline whose `stopped` waits for their process: ref → grace deadline.
         self._waiting: dict[Ref, int] = {}
 
@@ -166,26 +166,10 @@ class Reaper:
             if (ref, deadline) not in self._armed:
                 self._push(deadline, ref, _now_ms())
 
-    def _wait_for_exit(self, due: list[tuple[Ref, int]]) -> list[tuple[Ref, int]]:
-        """The entries of ``due`` to write now; an entity whose process still runs waits for its exit
-        receipt (any commit of it is looked at again), until its settle ends (an entry due then)."""
-        now = _now_ms()
-        ready = []
-        for ref, deadline in due:
-            if now < deadline + self.settle_ms and self.runs_process(ref):
-                if ref not in self._waiting:
-                    self._waiting[ref] = deadline
-                    self._push(deadline, ref, deadline + self.settle_ms)
-            else:
-                self._waiting.pop(ref, None)
-                ready.append((ref, deadline))
-        return ready
-
     async def _expire(self, due: list[tuple[Ref, int]]) -> None:
-        due = self._wait_for_exit(due)
-        if not due:
-            return
-        writes = [Write(ref, entity_writes.expire_grace(ref, deadline)) for ref, deadline in due]
+        writes = [
+            Write(ref, entity_writes.expire_grace(ref, deadline, self.settle_ms)) for ref, deadline in due
+        ]
         outcomes: list[WriteOutcome | BaseException]
         try:
             outcomes = await self.store.write_many(writes)
@@ -197,5 +181,24 @@ class Reaper:
                     log.error("grace expiry of %s/%s failed: %s", *ref, outcome)
                 self._push(deadline, ref, _now_ms() + RETRY_MS)  # the same deadline, a second later
             elif outcome.commit is not None:
+                self._waiting.pop(ref, None)
                 self.expired += 1
                 self.expired_late(max(0, outcome.commit.timestamp_ms - deadline) / 1000)
+            elif await self._waits_for_exit(ref, deadline):
+                # Any commit of it is looked at again (its exit receipt?), and the settle's end.
+                if ref not in self._waiting:
+                    self._waiting[ref] = deadline
+                    self._push(deadline, ref, deadline + self.settle_ms)
+            else:
+                self._waiting.pop(ref, None)
+
+    async def _waits_for_exit(self, ref: Ref, deadline: int) -> bool:
+        """Whether an expiry that wrote nothing waits for the exec process's exit
+        (``expire_grace``), rather than finding the entity moved on."""
+        if _now_ms() >= deadline + self.settle_ms:
+            return False
+        try:
+            record = await self.store.get_entity(ref)
+        except StorageFault:
+            return True  # looked at again at the settle's end at the latest
+        return record is not None and record.stopping_deadline_ms == deadline and record.process_running

@@ -28,7 +28,6 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
-from electric_sdk._wire.exec_receipts import receipt_says_running
 from electric_sdk._wire.times import duration_from_ms
 from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 from electric_sdk.runtime_session import SESSION_ACCEPTED
@@ -350,12 +349,6 @@ class Runtime:
             if self._needs_runtime(after) and self._pick(after) is not None:
                 self._spawn(self._offer(after))
             return
-        for event in commit.events:
-            if (
-                event.kind == "exec"
-                and (running := receipt_says_running(pb.Event.FromString(event.body).exec)) is not None
-            ):
-                lease.process_running = running
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
             # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
             # outcome, the end of the run in progress, exec receipts), then the lease ends and
@@ -418,11 +411,6 @@ class Runtime:
                     return
         finally:
             lease.pumping = False
-
-    def runs_process(self, ref: Ref) -> bool:
-        """Whether the runtime holding ``ref`` runs its exec process still (its exit not recorded)."""
-        lease = self.leases.get(ref)
-        return lease is not None and lease.process_running
 
     # -- the worker's requests ---------------------------------------------------------------------
 

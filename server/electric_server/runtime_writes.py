@@ -24,6 +24,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
+from electric_sdk._wire.exec_receipts import receipt_says_running
 from electric_sdk.lifecycle import Record, State
 
 from . import message_cursor
@@ -160,7 +161,10 @@ def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | Non
     detail = _not_handled(cause, record.state)
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     mutation.entity = record.replace(
-        lease_epoch=epoch + 1, closed=record.closed or record.state.terminal, lease_session=""
+        lease_epoch=epoch + 1,
+        closed=record.closed or record.state.terminal,
+        lease_session="",
+        process_running=False,  # nobody is left to say it ended: no expiry waits for it
     )
     return mutation
 
@@ -295,7 +299,9 @@ def runtime_write(
             return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
-            return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], current)
+            running = receipt_says_running(write.exec)
+            record = current if running is None else current.replace(process_running=running)
+            return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], record)
         if len(write.output.text) > MAX_OUTPUT_CHARS:  # the one op left: output (see _RECORDS)
             raise Refused(
                 "OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current

@@ -94,6 +94,9 @@ class EntityRecord(NamedTuple):
     # The lease's holder: the worker session it was granted to ("" none), live while that session
     # is (store/sessions.py; a write's transaction judges it: WriteContext.live).
     lease_session: str = ""
+    # The exec process its lease's runtime runs: started (its receipts said so), no exit yet. A
+    # grace expiry waits for the exit while that runtime is live (entity_writes.expire_grace).
+    process_running: bool = False
 
     @property
     def ref(self) -> Ref:

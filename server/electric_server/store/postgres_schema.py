@@ -76,6 +76,7 @@ _ENTITY_TYPES = {
 # Columns added by a later version (each with its default, for the rows already there).
 _ADDED_TYPES = {
     "lease_session": "text NOT NULL DEFAULT ''",  # version 2
+    "process_running": "boolean NOT NULL DEFAULT false",  # version 2
 }
 if (*_ENTITY_TYPES, *_ADDED_TYPES) != ENTITY_COLUMNS:
     raise ImportError(
@@ -144,6 +145,7 @@ CREATE SEQUENCE electric_txid;
     # the holder on the entity's row; the sessions and replicas that keep holders live.
     2: """
 ALTER TABLE entities ADD COLUMN lease_session text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN process_running boolean NOT NULL DEFAULT false;
 CREATE INDEX entities_by_holder ON entities (lease_session) WHERE lease_session <> '';
 CREATE TABLE replicas (
     id text PRIMARY KEY,
