@@ -296,10 +296,6 @@ class Store(abc.ABC):
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
         """Every `stopping` entity and its grace deadline (for the reaper)."""
 
-    @abc.abstractmethod
-    async def open_ended_streams(self) -> list[Ref]:
-        """Entities in a terminal state whose stream is still open (a lease held it at a restart)."""
-
     # -- what the deadline sweeps find due (any replica may; each write re-checks inside) ---------
 
     @abc.abstractmethod

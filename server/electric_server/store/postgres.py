@@ -38,7 +38,6 @@ from .database_url import DEFAULT_DATABASE_POOL, redacted
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
     SELECT_DUE_DEADLINES,
-    SELECT_ENDED_OPEN,
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
@@ -71,7 +70,6 @@ class PostgresStore(SQLReads, PostgresWriter):
     """See the module docstring. ``url`` is a ``postgresql://`` URL."""
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
-    select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
     def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL) -> None:

@@ -33,7 +33,6 @@ __all__ = [
     "RENEW_SESSIONS",
     "SCHEMA_VERSION",
     "SELECT_DUE_DEADLINES",
-    "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
@@ -229,7 +228,6 @@ UPDATE_ENTITY = (
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )
-SELECT_ENDED_OPEN = f"SELECT type, id FROM entities WHERE NOT closed AND state IN ({_TERMINAL})"
 SELECT_HEAD_TXID = "SELECT coalesce(max(txid), 0) FROM entities"
 # The batch's txids, each with the database's clock (the batch's ``WriteContext.now_ms``).
 NEXT_TXIDS = f"SELECT nextval('electric_txid'), {_NOW_MS} FROM generate_series(1, $1::int) ORDER BY 1"

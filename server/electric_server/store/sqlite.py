@@ -52,7 +52,6 @@ from .sqlite_schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
     SELECT_DUE_DEADLINES,
-    SELECT_ENDED_OPEN,
     SELECT_ENDED_OPEN_HOLDERS,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -83,7 +82,6 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
     """See the module docstring. ``path`` is the database file."""
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
-    select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
     def __init__(

@@ -21,7 +21,6 @@ __all__ = [
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
     "SELECT_DUE_DEADLINES",
-    "SELECT_ENDED_OPEN",
     "SELECT_ENDED_OPEN_HOLDERS",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
@@ -173,17 +172,14 @@ INSERT_IDEMPOTENCY = (
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
 PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
 
-# The partial index entities_ended_open holds exactly these rows: few, whatever the table's size
-# (the planner would rather scan every terminal entity through entities_by_state).
-SELECT_ENDED_OPEN = (
-    f"SELECT {_KEY} FROM entities INDEXED BY entities_ended_open WHERE closed = 0 AND state IN ({_TERMINAL})"
-)
 # The deadline sweeps' (store/base.py): due grace deadlines, held leases, ended open streams.
 SELECT_DUE_DEADLINES = (
     f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline <= ? "
     "ORDER BY stopping_deadline LIMIT ?"
 )
 SELECT_HELD = f"SELECT {_KEY}, lease_epoch, lease_session FROM entities WHERE lease_session <> ''"
+# The partial index entities_ended_open holds exactly the ended open streams: few, whatever the
+# table's size (the planner would rather scan every terminal entity through entities_by_state).
 SELECT_ENDED_OPEN_HOLDERS = (
     f"SELECT {_KEY}, lease_session, updated_at FROM entities INDEXED BY entities_ended_open "
     f"WHERE closed = 0 AND state IN ({_TERMINAL})"
