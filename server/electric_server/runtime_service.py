@@ -119,7 +119,11 @@ class Runtime:
             self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
 
     async def _hand_over(self, held: list[Lease]) -> None:
-        writes = [Write(lease.ref, end_lease(lease.ref, lease.epoch, "runtime_lost")) for lease in held]
+        # As for a lost runtime: an ended entity's pending signals are settled with its stream's close.
+        writes = [
+            Write(lease.ref, end_lease(lease.ref, lease.epoch, "runtime_lost", None, dict(lease.pending)))
+            for lease in held
+        ]
         if writes:
             try:
                 await self.store.write_many(writes)
@@ -221,7 +225,7 @@ class Runtime:
         await self.store.write(Write(lease.ref, ending))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
-            await self._offer(record)
+            await self.offer(record)
 
     # -- leasing -----------------------------------------------------------------------------
 
@@ -254,16 +258,13 @@ class Runtime:
                 page = await self.store.list_entities(type_, HOSTED_STATES, after, _PAGE)
                 for record in page:
                     if self._needs_runtime(record):
-                        await self._offer(record)
+                        await self.offer(record)
                 if len(page) < _PAGE:
                     break
                 after = page[-1].ref
 
     async def offer(self, record: EntityRecord) -> None:
         """Lease ``record`` to one of this replica's sessions, if one may take it."""
-        await self._offer(record)
-
-    async def _offer(self, record: EntityRecord) -> None:
         ref = record.ref
         if ref in self.leases or ref in self._offering:
             return
@@ -347,7 +348,7 @@ class Runtime:
         if lease is None:
             # No task for an entity no connected worker could take (e.g. spawns with no worker up).
             if self._needs_runtime(after) and self._pick(after) is not None:
-                self._spawn(self._offer(after))
+                self._spawn(self.offer(after))
             return
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
             # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
