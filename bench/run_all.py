@@ -32,7 +32,9 @@ BENCHES = [
     "bench_sdk",
     "bench_restart",
     "bench_runtime",
+    "bench_steps",
     "bench_exec",
+    "bench_http",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
