@@ -22,7 +22,7 @@ import anyio
 import grpc
 import pytest
 from conftest import ServerProcess
-from test_runtime_protocol import RawWorker, running
+from test_runtime_protocol import RawWorker, running, usr_then_kill
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -141,6 +141,23 @@ async def test_a_replica_killed_in_a_grace_period_does_not_delay_stopped(replica
     late_ms = stopped.headers.timestamp.ToMilliseconds() - deadline
     assert stopped.state.cause == "grace_expired"
     assert 0 <= late_ms <= 1000, late_ms
+
+
+async def test_an_ended_stream_whose_replica_died_is_closed_by_another(replica: StartReplica) -> None:
+    """SIGKILL through A while its worker holds the entity, and A dies before the worker lets go:
+    B closes the stream once no live runtime may append to it, the SIGUSR its runtime never
+    reported on settled `ignored`."""
+    a, b = replica("--settle", "60s"), replica("--settle", "60s")  # only the holder's end can close it
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        worker = RawWorker(to_a, "w-ended", ["agent"])
+        ref, _ = await running(stub(to_a), worker, "ended")
+        usr, _ = await usr_then_kill(stub(to_a), worker, ref)
+        a.send(signal.SIGKILL)
+        ended = await until_entity(stub(to_b), ref, lambda e: e.closed)
+        await closed(worker)
+        signals = [e for e in await read_all(stub(to_b), ref) if e.type == "signal" and e.key == usr.key]
+    assert ended.state == pb.STATE_KILLED
+    assert signals[-1].signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
 
 
 async def test_a_hello_on_another_replica_ends_the_old_session_at_once(replica: StartReplica) -> None:
