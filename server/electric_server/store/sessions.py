@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import NamedTuple
 
 from .base import EntityRecord, WriteContext
@@ -84,7 +84,7 @@ class MemorySessions(SessionBook, Collection[str]):
         expiry = self._expiry.get(session_id) if isinstance(session_id, str) else None
         return expiry is not None and expiry > time.monotonic()
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         now = time.monotonic()
         return iter([s for s, expiry in list(self._expiry.items()) if expiry > now])
 
