@@ -143,6 +143,20 @@ async def test_a_replica_killed_in_a_grace_period_does_not_delay_stopped(replica
     assert 0 <= late_ms <= 1000, late_ms
 
 
+async def test_a_killed_replicas_leases_end_on_another_after_the_ttl(replica: StartReplica) -> None:
+    """No worker anywhere after A dies: B still ends A's lease once its session expired (1 s), and
+    the `running` entity goes idle with cause runtime_lost, its epoch fenced."""
+    a, b = replica(), replica()
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        worker = RawWorker(to_a, "w-alone", ["agent"])
+        ref, _ = await running(stub(to_a), worker, "alone")
+        a.send(signal.SIGKILL)
+        await until_entity(stub(to_b), ref, lambda e: e.state == pb.STATE_IDLE)
+        await closed(worker)
+        states = [e.state for e in await read_all(stub(to_b), ref) if e.type == "state"]
+    assert (states[-1].state, states[-1].cause) == (pb.STATE_IDLE, "runtime_lost")
+
+
 async def test_an_ended_stream_whose_replica_died_is_closed_by_another(replica: StartReplica) -> None:
     """SIGKILL through A while its worker holds the entity, and A dies before the worker lets go:
     B closes the stream once no live runtime may append to it, the SIGUSR its runtime never
