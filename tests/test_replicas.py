@@ -174,6 +174,30 @@ async def test_an_ended_stream_whose_replica_died_is_closed_by_another(replica: 
     assert signals[-1].signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
 
 
+async def test_a_spawn_through_one_replica_is_leased_to_a_worker_on_another(replica: StartReplica) -> None:
+    """The worker is on B; the spawn and a message go through A. B finds what its worker may take
+    by polling the database (the feed between replicas only makes it sooner)."""
+    a, b = replica(), replica()
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        worker = RawWorker(to_b, "w-far", ["agent"])
+        await worker.next("welcome")
+        ref = pb.EntityRef(type="agent", id="far")
+        await stub(to_a).SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        lease = (await worker.next("lease_granted")).lease
+        for expect, to, cause in (
+            (pb.STATE_SPAWNING, pb.STATE_RUNNING, "started"),
+            (pb.STATE_RUNNING, pb.STATE_IDLE, "idle_timeout"),
+        ):
+            moved = await worker.write(ref, lease.epoch, expect, transition=rt.Transition(to=to, cause=cause))
+            assert moved.applied, moved
+        worker.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        await until_entity(stub(to_a), ref, lambda e: e.state == pb.STATE_IDLE)
+        await stub(to_a).SendMessage(api.SendMessageRequest(ref=ref, text="wake"))
+        woken = (await worker.next("lease_granted")).lease
+        await closed(worker)
+    assert woken.epoch > lease.epoch
+
+
 async def test_a_hello_on_another_replica_ends_the_old_session_at_once(replica: StartReplica) -> None:
     """Worker w holds an entity through A, then says hello to B (as after a network split): its
     session on A ends (A's stream closes), and B grants the entity to it under a higher epoch."""

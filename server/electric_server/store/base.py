@@ -314,7 +314,8 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
-        """Open entities of ``types`` in ``states`` that no live runtime holds (for offers)."""
+        """Open entities of ``types`` in ``states`` that want a runtime and have no holder (for
+        offers; a holder that is gone is ended first, ``lost_leases``)."""
 
     @abc.abstractmethod
     async def type_profiles(self) -> list[TypeProfile]:

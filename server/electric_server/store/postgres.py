@@ -31,7 +31,7 @@ from typing import Any
 
 import asyncpg
 
-from electric_sdk.lifecycle import STATE_RULES, State
+from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
@@ -185,8 +185,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         return [(str(t), str(i)) for t, i in await self._rows(SELECT_SETTLED, (settle_ms, limit))]
 
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
-        always = [s.value for s in states if STATE_RULES[s].needs_runtime]
-        args = (list(types), [s.value for s in states], always, limit)
+        args = (list(types), [s.value for s in states], limit)
         return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
 
     async def purge_idempotency(self, older_than_ms: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from electric_sdk.lifecycle import TERMINAL_STATES, State
+from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, State
 
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
@@ -92,6 +92,14 @@ def _params(n: int, start: int = 1) -> str:
 
 
 _TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
+# Open, unheld entities that want a runtime (lifecycle.needs_runtime: their state does, or a
+# message waits). An index's predicate and the query that uses it both say it with these words,
+# so the planner sees that one implies the other; the index holds only these rows, few.
+_WANTS_RUNTIME = (
+    "lease_session = '' AND NOT closed AND (state IN ("
+    + ", ".join(f"'{s.value}'" for s in State if STATE_RULES[s].needs_runtime)
+    + ") OR last_message_offset >= message_cursor)"
+)
 _ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
 
 # Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
@@ -142,10 +150,11 @@ CREATE SEQUENCE electric_txid;
 """,
     # Leases and sessions in the database, so several replicas share them (store/sessions.py):
     # the holder on the entity's row; the sessions and replicas that keep holders live.
-    2: """
+    2: f"""
 ALTER TABLE entities ADD COLUMN lease_session text NOT NULL DEFAULT '';
 ALTER TABLE entities ADD COLUMN process_running boolean NOT NULL DEFAULT false;
 CREATE INDEX entities_by_holder ON entities (lease_session) WHERE lease_session <> '';
+CREATE INDEX entities_unleased ON entities (type, id) WHERE {_WANTS_RUNTIME};
 CREATE TABLE replicas (
     id text PRIMARY KEY,
     expires_at timestamptz NOT NULL
@@ -247,12 +256,11 @@ SELECT_SETTLED = (
     f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - $1 OR NOT {_HOLDER_LIVE}) "
     "LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
 )
-# Open entities of some types in some states that no live runtime holds; $3: the states that
-# need a runtime whatever their messages, the others only with a message waiting (needs_runtime).
+# Entities of some types, in some states, that want a runtime and have no holder (one whose
+# holder is gone has none once the sweep's lost_leases ended it), through entities_unleased.
 SELECT_UNLEASED = (
-    f"SELECT {_E_LIST} FROM entities e WHERE e.type = ANY($1::text[]) AND e.state = ANY($2::text[]) "
-    "AND NOT e.closed AND (e.state = ANY($3::text[]) OR e.last_message_offset >= e.message_cursor) "
-    f"AND (e.lease_session = '' OR NOT {_HOLDER_LIVE}) ORDER BY e.type, e.id LIMIT $4"
+    f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} AND type = ANY($1::text[]) "
+    "AND state = ANY($2::text[]) ORDER BY type, id LIMIT $3"
 )
 
 # The session book (store/sessions.py): $ttl in milliseconds, expiry by the database's clock.
