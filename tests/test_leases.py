@@ -7,13 +7,15 @@ stores on one database, as two replicas do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from electric_server import entity_writes
+from electric_server.runtime_answers import REQUEST_KEY_PREFIX
 from electric_server.runtime_writes import Refused, end_lease, grant
-from electric_server.store.base import Ref, Store, Write
+from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
@@ -25,6 +27,7 @@ pytestmark = pytest.mark.anyio
 
 TTL_MS = 60_000
 REF: Ref = ("agent", "a")
+SPEC = entity_writes.SignalSpec(Signal.SIGUSR)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -133,3 +136,18 @@ async def test_a_replica_that_stops_renewing_loses_its_sessions(
     assert await b.lost_leases(10) == []
     await a.sessions.renew("ra", [], 0)  # the replica's row expires (as if it had stopped renewing)
     assert [ref for ref, _ in await b.lost_leases(10)] == [REF]
+
+
+async def test_runtime_request_keys_are_forgotten_sooner_than_clients_keys(any_store: Store) -> None:
+    """The reaper's two purges: runtime writes' request keys (with their prefix) after an hour,
+    clients' keys after the day; a prefix purge leaves every other key alone."""
+    store = any_store
+    committed(await store.write(spawn(REF)))
+    for key in (f"{REQUEST_KEY_PREFIX}1 1", "client-key", "runtime-write-1-1"):
+        idem = Idempotency(key, b"h")
+        committed(await store.write(Write(REF, entity_writes.signal(REF, SPEC), idem, lambda _c: b"r")))
+    later_ms = int(time.time() * 1000) + 1000  # every key above is older than this
+    assert await store.purge_idempotency(later_ms, REQUEST_KEY_PREFIX) == 1
+    assert await store.idempotent_response(REF, f"{REQUEST_KEY_PREFIX}1 1") is None
+    assert await store.idempotent_response(REF, "client-key") is not None
+    assert await store.purge_idempotency(later_ms) == 2

@@ -19,7 +19,8 @@ exiting). The expiry's own transaction judges it (``expire_grace``: the
 entity's ``process_running`` and its lease holder's liveness), so whichever
 replica's reaper writes it waits alike. ``killed`` needs no such wait: SIGKILL's own transaction writes it.
 
-It also forgets idempotency keys older than the retention (at least 24 h).
+It also forgets idempotency keys older than the retention (at least 24 h),
+and runtime writes' request keys after an hour (runtime_answers.py).
 
 A write the store refuses (a full disk: the store has said so) or that fails
 is tried again a second later, for the same deadline; nothing ends the
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from electric_sdk.lifecycle import STATE_RULES
 
 from . import entity_writes
+from .runtime_answers import REQUEST_KEY_PREFIX, REQUEST_KEY_RETENTION_MS
 from .store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,9 @@ class Reaper:
                 next_purge = time.monotonic() + PURGE_INTERVAL_S
                 try:
                     purged = await self.store.purge_idempotency(_now_ms() - self.retention_ms)
+                    purged += await self.store.purge_idempotency(
+                        _now_ms() - REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX
+                    )
                 except StorageFault:
                     purged = 0  # the store has said why; the next purge will do
                 if purged:

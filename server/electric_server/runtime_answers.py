@@ -21,7 +21,15 @@ from .errors import to_api_error
 from .runtime_writes import Refused
 from .store.base import Commit, Idempotency, Ref, Store, WriteOutcome
 
-__all__ = ["check_write", "fill", "replayed", "request_key", "result_bytes"]
+__all__ = [
+    "REQUEST_KEY_PREFIX",
+    "REQUEST_KEY_RETENTION_MS",
+    "check_write",
+    "fill",
+    "replayed",
+    "request_key",
+    "result_bytes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,14 @@ def check_write(write: rt.RuntimeWrite) -> None:
         v.json_data(write.custom.data, write.custom.HasField("data"), "write.custom.data")
 
 
+# With spaces, which no client's idempotency key may hold (validation.IDEMPOTENCY_KEY_RE): a
+# client's key and a runtime's request never meet in the entity's keys.
+REQUEST_KEY_PREFIX = "runtime write "
+# A worker retries a write whose answer it lost once it has reconnected (seconds later), so its
+# request keys are kept an hour, not the clients' day: a runtime writes far more than clients do.
+REQUEST_KEY_RETENTION_MS = 3600 * 1000
+
+
 def request_key(write: rt.RuntimeWrite) -> Idempotency | None:
     """A runtime write's request id as an idempotency key scoped to its entity: a retry of the
     write (its answer lost with the connection) never appends twice. The lease's epoch is part of
@@ -43,7 +59,7 @@ def request_key(write: rt.RuntimeWrite) -> Idempotency | None:
     if not write.request_id:
         return None
     body = write.SerializeToString(deterministic=True)
-    return Idempotency(f"rt:{write.epoch}:{write.request_id}", hashlib.sha256(body).digest())
+    return Idempotency(f"{REQUEST_KEY_PREFIX}{write.epoch} {write.request_id}", hashlib.sha256(body).digest())
 
 
 def result_bytes(commit: Commit) -> bytes:

@@ -188,9 +188,9 @@ class PostgresStore(SQLReads, PostgresWriter):
         args = (list(types), [s.value for s in states], limit)
         return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
 
-    async def purge_idempotency(self, older_than_ms: int) -> int:
+    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
         async with self._connection("a purge of old idempotency keys") as conn:
-            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms)
+            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms, prefix + "%")
         return int(status.rsplit(" ", 1)[-1])  # "DELETE n"
 
 

@@ -303,7 +303,7 @@ SELECT_IDEMPOTENCY_MANY = (
     "SELECT type, id, key, request_hash, response FROM idempotency WHERE (type, id, key) IN "
     "(SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
 )
-PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1 AND key LIKE $2"
 
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (

@@ -396,10 +396,11 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         # without a runtime (runtime_service.py), so there is nothing for a poll to find.
         return []
 
-    async def purge_idempotency(self, older_than_ms: int) -> int:
+    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
         if self._refusal is not None:
             return 0  # nothing is purged while writes are refused: the store said why when it began
-        return await self._write_aside(PURGE_IDEMPOTENCY, (older_than_ms,), "a purge of old idempotency keys")
+        args = (older_than_ms, prefix + "%")
+        return await self._write_aside(PURGE_IDEMPOTENCY, args, "a purge of old idempotency keys")
 
     async def _write_aside(self, sql: str, args: tuple[object, ...], what: str) -> int:
         """One statement on the writer's connection, outside the entities' batches (its own

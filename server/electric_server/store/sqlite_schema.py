@@ -170,7 +170,7 @@ INSERT_IDEMPOTENCY = (
     "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
-PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ? AND key LIKE ?"
 
 # The deadline sweeps' (store/base.py): due grace deadlines, held leases, ended open streams.
 SELECT_DUE_DEADLINES = (
