@@ -161,7 +161,11 @@ async def test_a_deadlock_reruns_the_batch(postgres_url: str, admin: Any) -> Non
 async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_write_succeeds(
     stores: tuple[PostgresStore, PostgresStore], admin: Any
 ) -> None:
+    """The database is still there: its fault listeners (the server's health) are told nothing,
+    once the probe the lost connection started has found it."""
     store = stores[0]
+    told: list[object] = []
+    store.subscribe_faults(told.append)
     ref: Ref = ("t", "a")
     committed(await store.write(spawn(ref)))
     holder = admin.transaction()
@@ -172,6 +176,11 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="database connection failed"):
         await write
     await holder.rollback()
+    probe = store._reachability._task
+    assert probe is not None, "the lost connection started a probe"
+    with anyio.fail_after(20):
+        await probe
+    assert told == []
     committed(await store.write(note(ref, "kept")))
     assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
     await check_stream(store, ref)

@@ -185,9 +185,7 @@ async def _serve_until_drained(
             await server.start()
             server.drain_on_failure(drain)  # the store failed for good: stop, and say so (exit 74)
             overrides["address"] = server.address
-            print(
-                f"electric server listening on {server.address} ({_store_shown(server_config)})", flush=True
-            )
+            print(f"electric server listening on {server.address} ({server_config.where})", flush=True)
             if server.http is not None:
                 print(f"electric http listening on {server.http.address}", flush=True)
         else:
@@ -224,14 +222,6 @@ async def _serve_until_drained(
     if server is not None and server.failure is not None:
         raise server.failure
     return exit_codes.OK
-
-
-def _store_shown(config: Any) -> str:
-    from electric_server.store.database_url import redacted
-
-    if config.database_url:
-        return f"database: {redacted(config.database_url)}"
-    return f"data: {config.data_dir}"
 
 
 def _run(args: argparse.Namespace, server_config: Any = None) -> int:

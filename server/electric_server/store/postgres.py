@@ -6,6 +6,8 @@
   becomes (shared with SQLite);
 - ``postgres_schema``: the schema, its versions and every statement;
 - ``postgres_writer``: how a batch of writes is applied in one transaction;
+- ``postgres_faults``: what an unreachable database is told as, at start and
+  while running (the server's readiness follows it);
 - here: the connection pool, opening and closing, what a lost connection
   means, and the reads.
 
@@ -34,6 +36,7 @@ from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
+from .postgres_faults import Reachability, refusal
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
     SELECT_ENDED_OPEN,
@@ -81,6 +84,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.exclusive = exclusive
         self._holder: Any = None
         self.hub = Hub()
+        self._reachability = Reachability(redacted(url), self._probe)
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
@@ -99,7 +103,8 @@ class PostgresStore(SQLReads, PostgresWriter):
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
         except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
-            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+            why = refusal(exc, where, CONNECT_TIMEOUT_S)
+            raise DatabaseUnavailable(f"cannot open the database {where}: {why}") from exc
         try:
             async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 version = await migrate(conn)
@@ -155,6 +160,7 @@ class PostgresStore(SQLReads, PostgresWriter):
             )
 
     async def close(self) -> None:
+        await self._reachability.close()
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -170,8 +176,20 @@ class PostgresStore(SQLReads, PostgresWriter):
             holder.terminate()
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
-        # Nothing stops writes for good here: an unreachable database fails each call (retryable).
-        return lambda: None
+        # Nothing stops writes for good here: an unreachable database fails each call (retryable),
+        # and listeners hear when it is gone and when it is back.
+        return self._reachability.subscribe(callback)
+
+    def _connection_lost(self) -> None:
+        self._reachability.lost()
+
+    async def _probe(self) -> None:
+        """One new connection and a query: the pool's may all be busy, or dead."""
+        conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+        finally:
+            conn.terminate()
 
     # -- reads -----------------------------------------------------------------
 

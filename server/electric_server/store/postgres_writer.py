@@ -160,9 +160,16 @@ class PostgresWriter(Store):
             async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 yield conn
         except LOST as exc:
+            self._connection_lost()
             raise DatabaseUnavailable(
                 f"{what} failed: the database connection failed ({type(exc).__name__}: {exc})"
             ) from exc
+        except DatabaseUnavailable:  # e.g. lost during COMMIT
+            self._connection_lost()
+            raise
+
+    def _connection_lost(self) -> None:
+        """A call lost its connection (the store finds out whether the database is gone)."""
 
     async def write(self, write: Write) -> WriteOutcome:
         """One write; while every connection runs a batch, it waits to share the next
