@@ -189,10 +189,11 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
 class CommitCutter:
     """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT on and cuts the
     client's connection before PostgreSQL's answer can reach it: a commit whose outcome the
-    store cannot know."""
+    store cannot know. With ``forward`` False it cuts before the COMMIT reaches PostgreSQL."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], forward: bool = True) -> None:
         self.target = target
+        self.forward = forward
         self.armed = False
         self.cut = asyncio.Event()
         self.connections: list[asyncio.Task[None]] = []
@@ -202,9 +203,14 @@ class CommitCutter:
     ) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(65536):
+                cutting = upstream and self.armed and b"COMMIT" in data
+                if cutting and not self.forward:
+                    self.armed = False  # never reaches PostgreSQL: the transaction rolls back
+                    self.cut.set()
+                    break
                 writer.write(data)
                 await writer.drain()
-                if upstream and self.armed and b"COMMIT" in data:
+                if cutting:
                     self.armed = False  # passed on whole: PostgreSQL commits, then reads the end
                     self.cut.set()
                     break
@@ -226,13 +232,15 @@ class CommitCutter:
         self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
 
 
+@pytest.mark.parametrize("reached", [True, False], ids=["commit reached", "commit lost"])
 async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
-    postgres_url: str,
+    postgres_url: str, reached: bool
 ) -> None:
     """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
-    nor a lost write; the retry with the same idempotency key replays what did commit."""
+    nor a lost write; the retry with the same idempotency key replays what did commit, or applies
+    once what did not."""
     parts = urllib.parse.urlsplit(postgres_url)
-    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432), forward=reached)
     proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
     port = proxy.sockets[0].getsockname()[1]
     store = PostgresStore(
@@ -248,7 +256,7 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
             await store.write(write)
         assert cutter.cut.is_set()
         retried = await store.write(write)
-        assert (retried.replayed, retried.response) == (True, b"noted")
+        assert (retried.replayed, retried.response) == (reached, b"noted")
         assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
     finally:
         await store.close()
