@@ -4,13 +4,9 @@ started afterwards refuses the newer schema, naming both versions (docs/scaling.
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
@@ -35,39 +31,10 @@ EXPAND = "ALTER TABLE entities ADD COLUMN owner text"
 
 
 @pytest.fixture
-def server_n(tmp_path: Path, postgres_url: str) -> Iterator[str]:
+def server_n(tmp_path: Path, postgres_url: str, server_process: Callable[..., Any]) -> str:
     """`electric server` of this code (version N) on the database, as a process; its address."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "electric_sdk.cli.main",
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--data",
-            str(tmp_path / "n"),
-            "--database",
-            postgres_url,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if match := re.search(r"electric server listening on (\S+)", line):
-            break
-    else:
-        raise AssertionError("".join(seen))
-    yield match.group(1)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
-    proc.stdout.close()
+    address: str = server_process(tmp_path / "n", "--database", postgres_url).address
+    return address
 
 
 async def serves(address: str, id: str) -> None:
