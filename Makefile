@@ -100,6 +100,7 @@ ts-test: $(STAMP) $(BUF)
 test: lint buf-breaking proto-check pytest ts-test
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

@@ -33,6 +33,9 @@ BENCHES = [
     "bench_restart",
     "bench_runtime",
     "bench_exec",
+    "bench_pg_store",
+    "bench_pg_signal",
+    "bench_dbos",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
