@@ -88,6 +88,7 @@ async def raw_run(url: str, sizes: list[int]) -> dict[str, Any]:
                         (ref[0], ref[1], offset, "signal", f"sig_{txid}", 1, now, txid, SIGNAL_BODY)
                     )
                     entities.append((ref[0], ref[1], offset + 1, now, txid))
+                entities.sort()  # rows updated in (type, id) order, as the store locks them: no deadlock
                 await conn.executemany(INSERT_EVENTS, events)
                 await conn.executemany(
                     "UPDATE raw_entities SET head_offset = $3, updated_at = $4, txid = $5 WHERE type = $1 AND id = $2",
