@@ -11,7 +11,9 @@ Ceiling: plain asyncpg on the same database, with the same number of
 connections (4) each running batches of exactly the sizes the store
 achieved, in the same order: per batch one transaction drawing its txids
 from the sequence, inserting the events (``executemany``) and updating the
-entities' head offset, time and txid (``executemany``), ``synchronous_commit=on``.
+entities' head offset, time and txid (``executemany``), ``synchronous_commit=on``,
+into the store's own tables (the same rows, the same indexes: a txid change
+updates ``entities_by_txid``, so no update is HOT on either side).
 It skips what only the store does: locking the rows before deciding
 (``SELECT … FOR UPDATE``), reading the idempotency keys, running the decide
 functions and building the records. Both report events/s; store and raw
@@ -58,15 +60,7 @@ async def raw_run(url: str, sizes: list[int]) -> dict[str, Any]:
     conns = [await asyncpg.connect(url, server_settings={"synchronous_commit": "on"}) for _ in range(POOL)]
     refs = _refs(shared=False)
     heads = {r: 0 for r in refs}
-    async with conns[0].transaction():  # the entities, as the store's first run left them
-        await conns[0].execute(
-            "CREATE TABLE IF NOT EXISTS raw_entities (type text, id text, head_offset bigint, updated_at bigint, "
-            "txid bigint, PRIMARY KEY (type, id))"
-        )
-        await conns[0].executemany(
-            "INSERT INTO raw_entities VALUES ($1, $2, 0, 0, 0) ON CONFLICT DO NOTHING", refs
-        )
-        await conns[0].execute("TRUNCATE events")
+    await conns[0].execute("TRUNCATE events")  # the entities stay: the rows the store's run wrote
     queue = list(reversed(sizes))
     k = 0
     deadline = time.monotonic() + RUN_TIMEOUT_S
@@ -91,7 +85,7 @@ async def raw_run(url: str, sizes: list[int]) -> dict[str, Any]:
                 entities.sort()  # rows updated in (type, id) order, as the store locks them: no deadlock
                 await conn.executemany(INSERT_EVENTS, events)
                 await conn.executemany(
-                    "UPDATE raw_entities SET head_offset = $3, updated_at = $4, txid = $5 WHERE type = $1 AND id = $2",
+                    "UPDATE entities SET head_offset = $3, updated_at = $4, txid = $5 WHERE type = $1 AND id = $2",
                     entities,
                 )
             done += size
