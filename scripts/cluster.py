@@ -66,7 +66,7 @@ class Child:
 
     def __init__(self, name: str, args: list[str]) -> None:
         self.name = name
-        self.proc = subprocess.Popen(
+        self.proc = subprocess.Popen(  # its pid is announced (below), so a test can check it ended
             args,
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -76,6 +76,7 @@ class Child:
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 (it only calls prctl, resolved before the fork)
         )
+        print(f"cluster: {name} started, pid {self.proc.pid}", flush=True)
         self.lines: list[str] = []
         self._seen = threading.Condition()
         self._reader = threading.Thread(target=self._read, name=f"{name}-output", daemon=True)

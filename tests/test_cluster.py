@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import postgres_dbs
 import pytest
 
 from electric_sdk import Client
@@ -22,7 +23,16 @@ ONE_SERVER = "one server per database"
 
 
 @pytest.fixture
-def launcher(tmp_path: Path, postgres_url: str) -> Iterator[subprocess.Popen[str]]:
+def database(postgres_url: str) -> Iterator[str]:
+    """A database that does not exist yet: the launcher creates it."""
+    url = postgres_url + "_cluster"
+    yield url
+    name = url.rsplit("/", 1)[1]
+    postgres_dbs.run(lambda: postgres_dbs._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, database: str) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -32,7 +42,7 @@ def launcher(tmp_path: Path, postgres_url: str) -> Iterator[subprocess.Popen[str
             "--data-root",
             str(tmp_path),
             "--database",
-            postgres_url,
+            database,
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -66,17 +76,24 @@ def alive(pid: int) -> bool:
     return True
 
 
+def started(lines: list[str]) -> list[int]:
+    """The pids of the processes the launcher said it started."""
+    return [int(m.group(1)) for line in lines if (m := re.match(r"cluster: \S+ started, pid (\d+)", line))]
+
+
 def test_three_replicas_serve_one_database_and_sigint_stops_them_all(launcher: subprocess.Popen[str]) -> None:
     ready, seen = read_until(launcher, r"^cluster ready: 3 replicas")
+    assert any(line.startswith("cluster: created the database") for line in seen), "".join(seen)
     if ready is None and any(ONE_SERVER in line for line in seen):
+        assert launcher.wait(30) == 2, "the refusal's exit code"
+        assert [pid for pid in started(seen) if alive(pid)] == [], "the replica that started has ended"
         pytest.skip("the database still takes one server only: replicas need leases in the database")
     assert ready is not None, "".join(seen)
-    lines: list[str] = []
-    pids_line, lines = read_until(launcher, r"^  pids: ([\d ]+)")
-    assert pids_line is not None, "".join(lines)
-    pids = [int(p) for p in pids_line.group(1).split()]
+    _, lines = read_until(launcher, r"^  stop: ")
     addresses = re.findall(r"replica-\d: grpc (\S+)", "".join(lines))
-    assert len(addresses) == 3 and len(pids) == 4, "".join(lines)  # noqa: PT018
+    pids = started(seen + lines)
+    assert len(addresses) == 3, "".join(lines)
+    assert len(pids) == 4, "".join(seen + lines)
 
     with Client(addresses[0]) as first, Client(addresses[2]) as third:
         first.spawn("chat/across")
