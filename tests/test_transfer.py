@@ -219,3 +219,23 @@ async def test_import_refuses_a_target_that_is_not_empty_or_a_file_cut_short(
     refused = electric("import", str(tmp_path / "x.jsonl"), "--database", postgres_url)
     assert refused.returncode == 2
     assert "it is not empty (its type_profiles hold rows)" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("first_line", "says"),
+    [
+        (
+            '{"electric_export": 2, "source": "sqlite", "exported_at_ms": 0, "head_txid": 0}',
+            "this electric reads format 1",
+        ),
+        ('{"hello": 1}', "not an electric export"),
+    ],
+)
+def test_import_refuses_a_file_it_cannot_read_and_writes_nothing(
+    tmp_path: Path, first_line: str, says: str
+) -> None:
+    (tmp_path / "x.jsonl").write_text(first_line + "\n")
+    refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "new"))
+    assert refused.returncode == 2
+    assert says in refused.stderr, refused.stderr
+    assert not database_path(tmp_path / "new").exists()
