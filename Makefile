@@ -13,8 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-# dist: the sdist and the wheel.
-.PHONY: dist run server cluster dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: dist run server cluster dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +53,10 @@ dashboard: $(STAMP)
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+
+# The HTTP door's OpenAPI document, docs/openapi.json, from its route table (drift-tested).
+openapi: $(STAMP)
+	$(PY) scripts/genopenapi.py
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py

@@ -280,6 +280,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         config = ServerConfig(
             listen=args.listen,
             http=http_address(args.http),
+            cors_origins=tuple(args.cors_origin),
             data_dir=args.data,
             drain_grace_s=1.0,
             accept_data_loss=args.accept_data_loss,
