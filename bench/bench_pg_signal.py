@@ -10,8 +10,9 @@ updates the entity row). The same client, requests and phase run against:
 - ``electric server --database URL`` (PostgreSQL on this machine, pool of 4,
   ``synchronous_commit=on``), on a fresh database;
 - three such replicas on one fresh database, the 64 callers split over three
-  client processes, one per replica, all at once (their throughputs added);
-  the one-replica PostgreSQL figure is its ceiling. Until leases live in the
+  client processes, one per replica, all at once (their throughputs added),
+  alternating round by round with all 64 callers on the first replica alone,
+  its ceiling. Until leases live in the
   database a second replica is refused at start: the row then says so.
 
 SQLite and PostgreSQL alternate for ``--rounds`` rounds; medians are
@@ -52,8 +53,9 @@ def replicas(url: str, tmp: Path, n: int) -> list[common.ServerProc]:
     return started
 
 
-def three_replicas(url: str, tmp: Path, params: dict[str, Any]) -> dict[str, Any] | str:
-    """Calls/s of 64 callers over three replicas, or why it could not run."""
+def three_replicas(url: str, tmp: Path, params: dict[str, Any], rounds: int) -> dict[str, Any] | str:
+    """Calls/s of 64 callers over three replicas and over the first alone, alternating for
+    ``rounds`` rounds on the same database and processes (medians); or why it could not run."""
     servers = replicas(url, tmp, REPLICAS)
     try:
         if len(servers) < REPLICAS:
@@ -63,25 +65,29 @@ def three_replicas(url: str, tmp: Path, params: dict[str, Any]) -> dict[str, Any
         run_client("electric", servers[0].address, servers[0].pid, params | {"prespawn": True, "phases": []})
         split = [CALLERS // REPLICAS + (1 if k < CALLERS % REPLICAS else 0) for k in range(REPLICAS)]
         phase = params["phases"][0]
-        with concurrent.futures.ThreadPoolExecutor(REPLICAS) as pool:
-            futures = [
-                pool.submit(
-                    run_client,
-                    "electric",
-                    srv.address,
-                    srv.pid,
-                    params | {"phases": [phase | {"callers": c, "count": phase["count"] // REPLICAS}]},
-                )
-                for srv, c in zip(servers, split, strict=True)
-            ]
-            results = [f.result() for f in futures]
-        phases = [r["phases"][0] for r in results]
+        one: list[float] = []
+        three: list[float] = []
+        for _ in range(rounds):
+            alone = run_client("electric", servers[0].address, servers[0].pid, params)
+            one.append(alone["phases"][0]["throughput"])
+            with concurrent.futures.ThreadPoolExecutor(REPLICAS) as pool:
+                futures = [
+                    pool.submit(
+                        run_client,
+                        "electric",
+                        srv.address,
+                        srv.pid,
+                        params | {"phases": [phase | {"callers": c, "count": phase["count"] // REPLICAS}]},
+                    )
+                    for srv, c in zip(servers, split, strict=True)
+                ]
+                # The three clients run at once, so their rates add up (each over its own phase).
+                three.append(sum(f.result()["phases"][0]["throughput"] for f in futures))
         return {
-            "throughput": sum(p["throughput"] for p in phases),
-            "p50_ms": max(p["latency_ms"]["p50"] for p in phases),
-            "server_cpu_util": sum(p["server_cpu_util"] for p in phases),
-            "client_cpu_util": sum(p["client_cpu_util"] for p in phases),
-            "phases": phases,
+            "three": common.percentile(three, 50),
+            "one": common.percentile(one, 50),
+            "rounds_three": three,
+            "rounds_one": one,
         }
     finally:
         for server in servers:
@@ -138,7 +144,7 @@ def main() -> None:
                     run_client("electric", pg.address, pg.pid, params | {"prespawn": r == 0})
                 )
         with pg_common.fresh_database("electric_bench_pg_replicas") as url:
-            three = three_replicas(url, tmp, params)
+            three = three_replicas(url, tmp, params, rounds)
     info["results"], info["three_replicas"] = results, three
     s64, p64 = median(results["sqlite"]), median(results["postgres"])
     n = f" (median of {rounds})" if rounds > 1 else ""
@@ -164,9 +170,9 @@ def main() -> None:
     if isinstance(three, dict):
         rows.append(
             common.value_row(
-                f"SignalEntity, {CALLERS} callers, three replicas vs one (PostgreSQL)",
-                three["throughput"],
-                p64["throughput"],
+                f"SignalEntity, {CALLERS} callers, three replicas vs one (PostgreSQL){n}",
+                three["three"],
+                three["one"],
                 "calls/s",
             )
         )
