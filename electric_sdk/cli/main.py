@@ -143,6 +143,9 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
 
+    p = add("ready", commands.ready, "wait until the server answers, e.g. right after starting it")
+    p.epilog = f"--timeout bounds the whole wait here (default {commands.DEFAULT_READY}; then exit 5)."
+
     p = add("wait", streams.wait, "wait until an entity is in one of the given states")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("states", nargs="+", metavar="STATE", help="e.g. running, or idle stopped")
