@@ -1,0 +1,285 @@
+"""The commit feed between replicas on one PostgreSQL database (store/postgres_feed.py, feed_order.py).
+
+Two stores on one database stand for two replicas (each its own pool, feed
+reader and hub); then two real servers in this process, sharing the
+database with the one-server lock off. What each replica's hub publishes is
+checked against the streams in the database: every commit once, each
+entity's in commit order, with the events, ``before`` and ``after`` its
+writer had. Waits are on the hubs' publishes and on what PostgreSQL reports
+(``pg_stat_activity``), bounded, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+from electric_server.store.base import REMOTE_COMMIT, Commit, Ref
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_feed import Doorbell, payload
+from electric_server.store.postgres_schema import FEED_CHANNEL
+from test_store import note, spawn
+from test_store_postgres import lock_waiter
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 30
+
+
+class Seen:
+    """The commits a store's hub published, in order; ``until`` waits for a condition on them."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.commits: list[Commit] = []
+        self._waiting: list[tuple[Callable[[], bool], asyncio.Event]] = []
+        store.hub.subscribe_all(self._on_commit)
+
+    def _on_commit(self, commit: Commit) -> None:
+        self.commits.append(commit)
+        for condition, event in self._waiting:
+            if condition():
+                event.set()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        if condition():
+            return
+        event = asyncio.Event()
+        self._waiting.append((condition, event))
+        with anyio.fail_after(WAIT_S):
+            await event.wait()
+
+    async def count(self, n: int) -> None:
+        await self.until(lambda: len(self.commits) >= n)
+
+    def of(self, ref: Ref) -> list[Commit]:
+        return [c for c in self.commits if c.ref == ref]
+
+
+async def check_published(seen: Seen, refs: list[Ref]) -> None:
+    """Every commit of each entity published once, in commit order, as its writer had it."""
+    for ref in refs:
+        stored = await seen.store.read_events(ref, 0, 100_000)
+        published = seen.of(ref)
+        assert [e for c in published for e in c.events] == stored
+        assert [c.txid for c in published] == sorted({e.txid for e in stored})
+        previous = None
+        for commit in published:
+            assert commit.before == previous
+            previous = commit.after
+        record = await seen.store.get_entity(ref)
+        assert previous == record
+
+
+OpenStore = Callable[..., Awaitable[PostgresStore]]
+
+
+@pytest.fixture
+async def stores(postgres_url: str) -> AsyncIterator[OpenStore]:
+    """Open stores on the test's database (the feed on, the lock off); closed at teardown."""
+    opened: list[PostgresStore] = []
+
+    async def open_store(**options: Any) -> PostgresStore:
+        store = PostgresStore(postgres_url, **options)
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        await store.close()
+
+
+@pytest.fixture
+async def pair(stores: OpenStore) -> tuple[PostgresStore, PostgresStore]:
+    return await stores(), await stores()
+
+
+@pytest.fixture
+async def admin(postgres_url: str) -> AsyncIterator[Any]:
+    conn = await asyncpg.connect(postgres_url)
+    yield conn
+    await conn.close()
+
+
+async def test_commits_reach_the_other_replica_once_in_order(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    a, b = pair
+    seen_a, seen_b = Seen(a), Seen(b)
+    ref = ("feed", "one")
+    await a.write(spawn(ref))
+    for _ in range(5):
+        await a.write(note(ref))
+    await b.write(note(ref))
+    outcomes = await a.write_many([note(ref) for _ in range(3)])
+    assert len(outcomes) == 3
+    await seen_b.count(10)
+    await seen_a.count(10)
+    for seen in (seen_a, seen_b):
+        await check_published(seen, [ref])
+    # Each replica's own commits as its writer made them; the other's marked remote.
+    assert [c.result is REMOTE_COMMIT for c in seen_b.commits] == [True] * 6 + [False] + [True] * 3
+    assert [c.result is REMOTE_COMMIT for c in seen_a.commits] == [False] * 6 + [True] + [False] * 3
+
+
+async def test_32_writers_on_two_replicas(pair: tuple[PostgresStore, PostgresStore]) -> None:
+    a, b = pair
+    seen_a, seen_b = Seen(a), Seen(b)
+    refs = [("feed", f"e{i}") for i in range(4)]
+    for ref in refs:
+        await a.write(spawn(ref))
+    writes_each = 15
+
+    async def writer(store: PostgresStore, seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(writes_each):
+            await store.write(note(rng.choice(refs)))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(32):
+            tg.start_soon(writer, a if n % 2 else b, n)
+    total = len(refs) + 32 * writes_each
+    await seen_a.count(total)
+    await seen_b.count(total)
+    for seen in (seen_a, seen_b):
+        await check_published(seen, refs)
+        assert len(seen.commits) == total
+
+
+async def test_a_late_commit_with_an_earlier_txid_is_read(
+    pair: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    """A transaction that drew its txid first and commits last is read all the same:
+    a reader of ``txid > the last one read`` would skip it."""
+    a, b = pair
+    seen_b = Seen(b)
+    late, early = ("feed", "late"), ("feed", "early")
+    await a.write(spawn(late))
+    await a.write(spawn(early))
+    await seen_b.count(2)
+    # The late write will wait, its txid drawn, for the test's uncommitted event at its offset.
+    blocker = admin.transaction()
+    await blocker.start()
+    await admin.execute(
+        'INSERT INTO events (type, id, "offset", kind, key, operation, ts, txid, body) '
+        "VALUES ($1, $2, 1, 'note', 'blocker', 1, 0, 0, '')",
+        *late,
+    )
+    late_write = asyncio.create_task(a.write(note(late)))
+    await lock_waiter(admin)
+    await a.write(note(early))
+    await seen_b.until(lambda: len(seen_b.of(early)) == 2)
+    assert len(seen_b.of(late)) == 1  # the late one has not committed yet
+    await blocker.rollback()
+    outcome = await late_write
+    assert outcome.commit is not None
+    await seen_b.until(lambda: len(seen_b.of(late)) == 2)
+    late_txid, early_txid = seen_b.of(late)[1].txid, seen_b.of(early)[1].txid
+    assert late_txid < early_txid  # drawn first, committed last: the interleaving happened
+    await check_published(seen_b, [late, early])
+
+
+async def test_a_local_commit_waits_for_the_remote_one_before_it(stores: OpenStore) -> None:
+    """B writes an entity right after A did, before B's reader read A's commit: B's hub gets
+    A's commit first (B reads at once, asked by its own write), then B's."""
+    a = await stores(notify=False)
+    b = await stores(feed_poll_s=3600)  # no NOTIFY, no poll: only B's own write makes it read
+    seen_b = Seen(b)
+    ref = ("feed", "chain")
+    await b.write(spawn(ref))
+    await a.write(note(ref))
+    await b.write(note(ref))
+    await seen_b.count(3)
+    assert [c.result is REMOTE_COMMIT for c in seen_b.commits] == [False, True, False]
+    await check_published(seen_b, [ref])
+
+
+async def test_the_listen_connection_killed_misses_nothing(
+    pair: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    a, b = pair
+    seen_b = Seen(b)
+    ref = ("feed", "killed")
+    await a.write(spawn(ref))
+    await seen_b.count(1)
+    reader = b.feed_reader
+    assert reader is not None
+    pid = reader.backend_pid
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    for _ in range(20):
+        await a.write(note(ref))
+    await seen_b.count(21)
+    await check_published(seen_b, [ref])
+    assert reader.reconnects >= 1
+    assert reader.backend_pid != pid
+
+
+async def test_polling_delivers_without_notify(stores: OpenStore) -> None:
+    a = await stores(notify=False)
+    b = await stores(feed_poll_s=0.005)
+    seen_b = Seen(b)
+    ref = ("feed", "polled")
+    await a.write(spawn(ref))
+    for _ in range(10):
+        await a.write(note(ref))
+    await seen_b.count(11)
+    await check_published(seen_b, [ref])
+    assert isinstance(a.doorbell, Doorbell)
+    assert a.doorbell.sent == 0
+
+
+async def test_a_notify_carries_one_small_position(
+    pair: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    a, _ = pair
+    payloads: list[str] = []
+    arrived = asyncio.Event()
+
+    def heard(_conn: Any, _pid: int, _channel: str, text: str) -> None:
+        payloads.append(text)
+        arrived.set()
+
+    await admin.add_listener(FEED_CHANNEL, heard)
+    ref = ("feed", "bell")
+    await a.write(spawn(ref))  # a lone commit rings at once
+    with anyio.fail_after(WAIT_S):
+        await arrived.wait()
+    # A batch of 256 commits, and many lone writes at once: still one position a NOTIFY.
+    await a.write_many([note(ref) for _ in range(256)])
+    await asyncio.gather(*(a.write(note(ref)) for _ in range(64)))
+    xact = await admin.fetchval("SELECT max(xact)::text FROM commit_feed")
+    with anyio.fail_after(WAIT_S):
+        while xact not in payloads:
+            arrived.clear()
+            await arrived.wait()
+    assert all(p.isdigit() and len(p.encode()) <= 20 for p in payloads)
+    assert len(payload(2**64 - 1).encode()) < 8000
+
+
+async def test_rings_while_one_is_in_flight_merge_into_the_next(
+    pair: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    a, _ = pair
+    doorbell = a.doorbell
+    assert isinstance(doorbell, Doorbell)
+    payloads: list[str] = []
+    two = asyncio.Event()
+
+    def heard(_conn: Any, _pid: int, _channel: str, text: str) -> None:
+        payloads.append(text)
+        if len(payloads) == 2:
+            two.set()
+
+    await admin.add_listener(FEED_CHANNEL, heard)
+    doorbell.ring(101)  # sent at once
+    doorbell.ring(102)  # in flight meanwhile: merged into the next,
+    doorbell.ring(103)  # which carries the latest position
+    with anyio.fail_after(WAIT_S):
+        await two.wait()
+    assert payloads == ["101", "103"]
