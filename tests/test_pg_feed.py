@@ -14,17 +14,24 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncpg
+import grpc
 import pytest
+from electric_server.app import ElectricServer, ServerConfig
 from electric_server.store.base import REMOTE_COMMIT, Commit, Ref
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
 from electric_server.store.postgres_schema import FEED_CHANNEL
 from test_store import note, spawn
 from test_store_postgres import lock_waiter
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
 
 pytestmark = pytest.mark.anyio
 
@@ -283,3 +290,122 @@ async def test_rings_while_one_is_in_flight_merge_into_the_next(
     with anyio.fail_after(WAIT_S):
         await two.wait()
     assert payloads == ["101", "103"]
+
+
+# -- two servers ---------------------------------------------------------------------------
+
+StartReplica = Callable[[], Awaitable[ElectricServer]]
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path, postgres_url: str) -> AsyncIterator[StartReplica]:
+    """Start servers in this process on the test's database, the one-server lock off."""
+    started: list[ElectricServer] = []
+
+    async def start() -> ElectricServer:
+        config = ServerConfig(
+            listen="127.0.0.1:0",
+            data_dir=tmp_path / f"replica{len(started)}",
+            drain_grace_s=1.0,
+            database_url=postgres_url,
+        )
+        server = ElectricServer(config, PostgresStore(postgres_url, feed_poll_s=0.05))
+        await server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop(0)
+
+
+Stub = api_grpc.EntityServiceStub
+
+
+async def sigusr(stub: Stub, ref: pb.EntityRef) -> None:
+    await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR))
+
+
+async def watch_until_end(stub: Stub, ref: pb.EntityRef, seen: list[pb.Event], stop_after: int = 0) -> bool:
+    """Watch from ``len(seen)`` on, appending events; True at the end of the stream, False
+    once ``stop_after`` more events came (0: never)."""
+    call = stub.WatchEvents(api.WatchEventsRequest(ref=ref, from_offset=len(seen)))
+    taken = 0
+    try:
+        async for item in call:
+            if item.WhichOneof("item") == "end_of_stream":
+                assert item.end_of_stream.head_offset == len(seen)
+                return True
+            seen.append(item.event)
+            taken += 1
+            if taken == stop_after:
+                return False
+    finally:
+        call.cancel()
+    raise AssertionError("the watch ended without the end of the stream")
+
+
+async def check_watched(stub: Stub, ref: pb.EntityRef, seen: list[pb.Event]) -> None:
+    stored: list[pb.Event] = []
+    while page := (
+        await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=len(stored), limit=1000))
+    ).events:
+        stored.extend(page)
+    assert [e.offset for e in seen] == list(range(len(stored)))
+    assert [e.SerializeToString(deterministic=True) for e in seen] == [
+        e.SerializeToString(deterministic=True) for e in stored
+    ]
+
+
+async def test_a_watch_on_b_sees_what_32_writers_on_a_and_b_commit(replicas: StartReplica) -> None:
+    a, b = await replicas(), await replicas()
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        stub_a, stub_b = Stub(to_a), Stub(to_b)
+        ref = pb.EntityRef(type="agent", id="watched")
+        await stub_a.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        each = 10
+        seen: list[pb.Event] = []
+
+        async def writer(stub: Stub) -> None:
+            for _ in range(each):
+                await sigusr(stub, ref)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_until_end, stub_b, ref, seen)
+                async with anyio.create_task_group() as writers:
+                    for n in range(32):
+                        writers.start_soon(writer, stub_a if n % 2 else stub_b)
+                await stub_a.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+        await check_watched(stub_b, ref, seen)
+        assert len(seen) == 1 + 32 * each + 2
+
+
+async def test_a_watch_resumes_on_b_restarted(replicas: StartReplica) -> None:
+    a, b = await replicas(), await replicas()
+    ref = pb.EntityRef(type="agent", id="restarted")
+    seen: list[pb.Event] = []
+    async with grpc.aio.insecure_channel(a.address) as to_a:
+        stub_a = Stub(to_a)
+        await stub_a.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        writing = True
+
+        async def writer() -> None:
+            while writing:
+                await sigusr(stub_a, ref)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(writer)
+                async with grpc.aio.insecure_channel(b.address) as to_b:
+                    assert not await watch_until_end(Stub(to_b), ref, seen, stop_after=50)
+                await b.stop(0)
+                b = await replicas()  # a new process's store: it reads the feed from now on
+                async with grpc.aio.insecure_channel(b.address) as to_b:
+                    assert not await watch_until_end(Stub(to_b), ref, seen, stop_after=50)
+                    writing = False
+                tg.cancel_scope.cancel()
+            await stub_a.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGKILL))
+            async with grpc.aio.insecure_channel(b.address) as to_b:
+                assert await watch_until_end(Stub(to_b), ref, seen)
+                await check_watched(Stub(to_b), ref, seen)
