@@ -154,13 +154,14 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.origin = secrets.randbits(63)
         order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
         reader = FeedReader(self.url, order, self.origin, self.feed_poll_s)
+        doorbell = Doorbell(self.url, enabled=self.notify)
+        self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
         try:
             await reader.open()
+            await doorbell.open()
         except (*LOST, asyncpg.PostgresError) as exc:
             raise DatabaseUnavailable(f"cannot open the commit feed on {where}: {_reason(exc)}") from exc
-        self.feed_reader = reader
         self.feed_order = reader.order
-        self.doorbell = Doorbell(self._connection, enabled=self.notify)
 
     def _read_feed_soon(self) -> None:
         if self.feed_reader is not None:

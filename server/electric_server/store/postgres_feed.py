@@ -20,7 +20,7 @@ again and the reader reads from its last snapshot: nothing is missed.
 a ``pg_notify`` there serializes every commit on the server's notify queue)
 the writer rings ``Doorbell``, which sends a NOTIFY at once when none is in
 flight, so a lone commit waits for no window; rings while one is in flight
-merge into the next. Its payload is one position, the ringing transaction's
+merge into the next. It has a connection of its own, like the reader. Its payload is one position, the ringing transaction's
 id (a few digits, far under PostgreSQL's 8,000 bytes): a reader that has
 read past it ignores it. The reader also reads every ``poll_s`` (0.5 s by
 default), so a lost NOTIFY only delays.
@@ -37,13 +37,12 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 
-from .base import REMOTE_COMMIT, Commit, DatabaseUnavailable, StoredEvent
+from .base import REMOTE_COMMIT, Commit, StoredEvent
 from .feed_order import FeedOrder, Snapshot
 from .postgres_schema import (
     CURRENT_SNAPSHOT,
@@ -79,18 +78,25 @@ def payload(xact: int) -> str:
     return str(xact)
 
 
-Connection = Callable[[str], AbstractAsyncContextManager[Any]]
-
-
 class Doorbell:
-    """NOTIFY after commits, at most one in flight; rings meanwhile merge into the next (see above)."""
+    """NOTIFY after commits, at most one in flight; rings meanwhile merge into the next (see above).
 
-    def __init__(self, connection: Connection, enabled: bool = True) -> None:
-        self._connection = connection
+    On a connection of its own, outside the pool (a NOTIFY never waits for a
+    connection a write needs), with ``synchronous_commit`` off: a NOTIFY's
+    transaction would otherwise wait for its own WAL flush, one more disk sync
+    per ring, for a signal that polling stands behind anyway.
+    """
+
+    def __init__(self, url: str, enabled: bool = True) -> None:
+        self.url = url
         self.enabled = enabled  # tests turn it off to show polling delivers all the same
+        self._conn: Any = None
         self._next: int | None = None
         self._task: asyncio.Task[None] | None = None
         self.sent = 0  # NOTIFYs sent, for tests and benchmarks
+
+    async def open(self) -> None:
+        self._conn = await _connect(self.url, "electric (doorbell)", synchronous_commit="off")
 
     def ring(self, xact: int) -> None:
         if not self.enabled:
@@ -104,11 +110,15 @@ class Doorbell:
         try:
             while True:
                 try:
-                    async with self._connection("a NOTIFY to the other replicas") as conn:
-                        await conn.execute(NOTIFY_FEED, payload(xact))
+                    if self._conn is None:
+                        await self.open()
+                    await self._conn.execute(NOTIFY_FEED, payload(xact))
                     self.sent += 1
-                except (DatabaseUnavailable, asyncpg.PostgresError) as exc:
-                    log.debug("a NOTIFY failed (%s): the other replicas' polling reads it", exc)
+                except (*LOST, asyncpg.PostgresError) as exc:
+                    log.debug("a NOTIFY failed (%s): the other replicas' polling reads the commit", exc)
+                    conn, self._conn = self._conn, None
+                    if conn is not None:
+                        conn.terminate()
                 if self._next is None:
                     return
                 xact, self._next = self._next, None
@@ -121,6 +131,24 @@ class Doorbell:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await _close(self._conn)
+        self._conn = None
+
+
+async def _connect(url: str, name: str, **settings: str) -> Any:
+    return await asyncpg.connect(
+        url,
+        timeout=_CONNECT_TIMEOUT_S,
+        command_timeout=_CONNECT_TIMEOUT_S,
+        server_settings={"application_name": name, **settings},
+    )
+
+
+async def _close(conn: Any) -> None:
+    if conn is not None:
+        with contextlib.suppress(*LOST, asyncpg.PostgresError):
+            await conn.close(timeout=1)
+        conn.terminate()
 
 
 class FeedReader:
@@ -161,21 +189,13 @@ class FeedReader:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(*LOST, asyncpg.PostgresError):
-                await conn.close(timeout=1)
-            conn.terminate()
+        await _close(conn)
 
     def read_soon(self) -> None:
         self._wake.set()
 
     async def _connect(self) -> None:
-        conn = await asyncpg.connect(
-            self.url,
-            timeout=_CONNECT_TIMEOUT_S,
-            command_timeout=_CONNECT_TIMEOUT_S,
-            server_settings={"application_name": "electric (feed)"},
-        )
+        conn = await _connect(self.url, "electric (feed)")
         try:
             await conn.add_listener(FEED_CHANNEL, self._on_notify)
             # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
