@@ -9,7 +9,9 @@ commit feed on (a feed row per commit in the batch's transaction, the
 doorbell's NOTIFY after each COMMIT) while a second store on the database,
 in a process of its own, reads the feed as another replica would. Ceiling: the same store with the
 feed off (``feed=False``: no feed rows, no NOTIFY, no reader). Rounds
-alternate and report medians. Info: NOTIFYs sent per batch (the doorbell
+alternate and report medians. Info: the feed on with no other replica
+reading (the writer's own cost), and the reading replica's CPU: on two
+cores it takes its share from the writer and PostgreSQL. Info: NOTIFYs sent per batch (the doorbell
 merges rings while one is in flight) and the commits the second store
 read.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import sys
 import time
@@ -93,19 +96,23 @@ def replica(url: str, expected: int, queue: Any) -> None:
         return count
 
     try:
-        queue.put({"delivered": asyncio.run(main())})
+        delivered = asyncio.run(main())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        queue.put({"delivered": delivered, "cpu_s": usage.ru_utime + usage.ru_stime})
     except BaseException as exc:
         queue.put({"error": repr(exc)})
 
 
-async def one_run(url: str, feed: bool, writes_each: int) -> dict[str, Any]:
+async def one_run(url: str, feed: bool, writes_each: int, reader: bool = True) -> dict[str, Any]:
     await fresh_database(url)
     store = PostgresStore(url, feed=feed)
     await store.open()  # migrates the fresh database before the replica opens it
     writes = APPENDERS * writes_each
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    other = ctx.Process(target=replica, args=(url, APPENDERS + writes, queue), daemon=True) if feed else None
+    other = None
+    if feed and reader:
+        other = ctx.Process(target=replica, args=(url, APPENDERS + writes, queue), daemon=True)
     try:
         if other is not None:
             other.start()
@@ -134,6 +141,8 @@ async def one_run(url: str, feed: bool, writes_each: int) -> dict[str, Any]:
             if "error" in result:
                 raise RuntimeError(f"the reading replica failed: {result['error']}")
             out["read_by_b"] = result["delivered"] / (APPENDERS + writes)
+            out["reader_cpu_s"] = result["cpu_s"]
+            out["seconds"] = seconds
         return out
     finally:
         await store.close()
@@ -144,11 +153,11 @@ async def one_run(url: str, feed: bool, writes_each: int) -> dict[str, Any]:
 
 
 async def run(url: str, rounds: int, writes_each: int) -> dict[str, list[dict[str, Any]]]:
-    results: dict[str, list[dict[str, Any]]] = {"feed": [], "plain": []}
+    results: dict[str, list[dict[str, Any]]] = {"feed": [], "plain": [], "unread": []}
     await one_run(url, True, max(1, writes_each // 10))  # warm-up
     for r in range(rounds):
-        for feed in (True, False) if r % 2 == 0 else (False, True):
-            results["feed" if feed else "plain"].append(await one_run(url, feed, writes_each))
+        for kind in ("feed", "plain", "unread")[r % 3 :] + ("feed", "plain", "unread")[: r % 3]:
+            results[kind].append(await one_run(url, kind != "plain", writes_each, reader=kind == "feed"))
     return results
 
 
@@ -164,11 +173,21 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     feed = statistics.median(r["writes_per_s"] for r in results["feed"])
     plain = statistics.median(r["writes_per_s"] for r in results["plain"])
+    unread = statistics.median(r["writes_per_s"] for r in results["unread"])
     batches = sum(r["batches"] for r in results["feed"])
     notifies = sum(r["notifies"] for r in results["feed"])
     rows = [
         common.ratio_row("appends/s, 256 appenders, commit feed on", feed, plain, "/s", ">=", 0.8),
+        common.ratio_row(
+            "info: appends/s, commit feed on, no other replica reading", unread, plain, "/s", ">=", 0.8
+        ),
         common.value_row("info: NOTIFYs per batch committed (feed on)", notifies / batches, None, ""),
+        common.value_row(
+            "info: the reading replica's CPU, of the writing time",
+            statistics.median(r["reader_cpu_s"] / r["seconds"] for r in results["feed"]),
+            None,
+            "",
+        ),
         common.value_row(
             "info: commits read by the second replica, of those written (least)",
             min(r["read_by_b"] for r in results["feed"]),

@@ -18,11 +18,13 @@ from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
     "CURRENT_SNAPSHOT",
+    "EVENT_WIDTH",
     "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
+    "FEED_WIDTH",
     "INSERT_ENTITY",
     "INSERT_EVENTS",
-    "INSERT_FEED",
+    "INSERT_EVENTS_AND_FEED",
     "INSERT_IDEMPOTENCY",
     "LOCK_ENTITIES",
     "LOCK_ENTITY",
@@ -254,7 +256,32 @@ UPSERT_TYPE_PROFILE = (
 
 _FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
 # The row's transaction id is the column's default: the writing transaction's.
-INSERT_FEED = f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) VALUES ({_params(len(_FEED_COLUMNS))})"
+# A batch's events and feed rows in one statement, each column an array: the feed costs the
+# batch no round trip of its own.
+_EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "bigint", "bytea")
+_FEED_TYPES = (
+    "bigint",
+    "bigint",
+    *(_ENTITY_TYPES[c].split()[0] for c in ENTITY_COLUMNS),
+    *(_ENTITY_TYPES[c].split()[0] for c in ENTITY_COLUMNS if c not in ENTITY_KEY),
+)
+
+
+def _unnest(types: tuple[str, ...], start: int) -> str:
+    return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=start))
+
+
+INSERT_EVENTS_AND_FEED = (
+    f"WITH appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1)})) "
+    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + len(_EVENT_TYPES))})"
+)
+if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
+    raise ImportError("the events' column types do not match their columns")
+# How many values a feed row and an event row have (INSERT_EVENTS_AND_FEED's arrays).
+FEED_WIDTH = len(_FEED_COLUMNS)
+EVENT_WIDTH = len(_EVENT_TYPES)
 CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
 # of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for

@@ -68,9 +68,11 @@ from .base import (
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
+    EVENT_WIDTH,
+    FEED_WIDTH,
     INSERT_ENTITY,
     INSERT_EVENTS,
-    INSERT_FEED,
+    INSERT_EVENTS_AND_FEED,
     INSERT_IDEMPOTENCY,
     LOCK_ENTITIES,
     LOCK_ENTITY,
@@ -315,14 +317,18 @@ class _Batch:
         self.idempotency_rows: list[tuple[object, ...]] = []
         # The transaction that wrote each locked row last; each commit's of the one before it.
         self.xacts: dict[Ref, int | None] = {}
+        # Each current record as a row (the feed row's "before"; made once, kept from the lock).
+        self.rows: dict[Ref, tuple[object, ...]] = {}
         self.before_xacts: dict[int, int | None] = {}
         self.feed_rows: list[tuple[object, ...]] = []
 
     async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
         conn = self.conn
         for row in await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs]):
-            record = entity_from_row(row[:_RECORD])
+            values = row[:_RECORD]
+            record = entity_from_row(values)
             self.current[record.ref] = record
+            self.rows[record.ref] = values
             self.xacts[record.ref] = row[_RECORD]
         await self.txids.draw(len(writes))
         keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
@@ -370,17 +376,13 @@ class _Batch:
     def _feed(self, commit: Commit) -> None:
         """The commit's feed row, and its entity's last writer now this transaction."""
         assert commit.after is not None  # every commit writes its entity's row
-        before = commit.before
-        self.feed_rows.append(
-            (
-                self.origin,
-                commit.timestamp_ms,
-                *entity_row(commit.after),
-                *(entity_row(before)[2:] if before is not None else _NO_BEFORE),
-            )
-        )
-        self.before_xacts[commit.txid] = self.xacts.get(commit.ref)
-        self.xacts[commit.ref] = self.txids.xact
+        ref = commit.ref
+        after = entity_row(commit.after)
+        before = self.rows[ref][2:] if commit.before is not None else _NO_BEFORE
+        self.feed_rows.append((self.origin, commit.timestamp_ms, *after, *before))
+        self.rows[ref] = after
+        self.before_xacts[commit.txid] = self.xacts.get(ref)
+        self.xacts[ref] = self.txids.xact
 
     def _stage(self, applied: Applied) -> None:
         if applied.after is not None:
@@ -407,6 +409,8 @@ class _Batch:
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
             self.current[ref] = entity_from_row(row[:_RECORD]) if row is not None else None
             self.xacts[ref] = row[_RECORD] if row is not None else None
+            if row is not None:
+                self.rows[ref] = row[:_RECORD]
             if idem is not None:
                 found = await conn.fetchrow(SELECT_IDEMPOTENCY, ref[0], ref[1], idem.key)
                 if found is not None:
@@ -418,13 +422,23 @@ class _Batch:
 
     async def flush(self) -> None:
         """The staged rows: one statement per table."""
+        events = self.events
+        if self.feed_rows:  # with the commit feed: the events and the feed rows in one statement
+            await self.conn.execute(
+                INSERT_EVENTS_AND_FEED, *_columns(events, EVENT_WIDTH), *_columns(self.feed_rows, FEED_WIDTH)
+            )
+            events = []
         for sql, rows in (
             (UPDATE_ENTITY, [entity_row(r) for r in self.entities.values()]),
-            (INSERT_EVENTS, self.events),
+            (INSERT_EVENTS, events),
             (INSERT_IDEMPOTENCY, self.idempotency_rows),
-            (INSERT_FEED, self.feed_rows),
         ):
             if len(rows) == 1:  # a lone write's: execute is a round trip shorter than executemany
                 await self.conn.execute(sql, *rows[0])
             elif rows:
                 await self.conn.executemany(sql, rows)
+
+
+def _columns(rows: Sequence[tuple[object, ...]], width: int) -> list[list[object]]:
+    """Rows as columns (``unnest``'s arrays); ``width`` columns when there is no row."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
