@@ -3,7 +3,8 @@
 Every commit a replica makes writes a row to ``commit_feed`` in its own
 transaction (``postgres_writer``): the entity's record after it and before
 it, its time, the replica's ``origin``, and the transaction's id (``xact``).
-Its events are read from ``events``, where the same transaction put them.
+Its events are read from ``events``, where the same transaction put them, in
+the same statement.
 
 **Reading** (``FeedReader``): one connection of its own, outside the pool,
 reads what the last snapshot did not cover and this one does (``READ_FEED``):
@@ -37,12 +38,11 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 
-from .base import REMOTE_COMMIT, Commit, StoredEvent
+from .base import REMOTE_COMMIT, Commit
 from .feed_order import FeedOrder, Snapshot
 from .postgres_schema import (
     CURRENT_SNAPSHOT,
@@ -50,7 +50,6 @@ from .postgres_schema import (
     NOTIFY_FEED,
     PRUNE_FEED,
     READ_FEED,
-    READ_FEED_EVENTS,
 )
 from .postgres_writer import LOST
 from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
@@ -68,9 +67,11 @@ _PRUNE_EVERY_S = 60.0
 _RECONNECT_S = 0.05
 _CONNECT_TIMEOUT_S = 10.0
 
-# READ_FEED's columns: the snapshot, the commit's time, the record after, the fields before.
+# READ_FEED's columns: the snapshot, the commit's time, the record after, the fields before, the
+# events.
 _AFTER = slice(2, 2 + len(ENTITY_COLUMNS))
-_BEFORE = slice(2 + len(ENTITY_COLUMNS), None)
+_BEFORE = slice(2 + len(ENTITY_COLUMNS), -1)
+_EVENTS = -1
 
 
 def payload(xact: int) -> str:
@@ -245,35 +246,20 @@ class FeedReader:
         order = self.order
         rows = await conn.fetch(READ_FEED, order.snapshot.text(), self.origin, list(order.unknown))
         snapshot = Snapshot.parse(rows[0][0])
-        found = [row for row in rows if row[1] is not None]
-        commits = await self._commits(conn, found) if found else []
+        commits = [self._commit(row) for row in rows if row[1] is not None]
         order.read(snapshot, commits)
         self.reads += 1
         self.delivered += len(commits)
-        if found:
+        if commits:
             await self._prune(conn)
 
-    async def _commits(self, conn: Any, rows: Sequence[Any]) -> list[Commit]:
-        records = []
-        for row in rows:
-            after = entity_from_row(row[_AFTER])
-            before_fields = row[_BEFORE]
-            before = (
-                None if before_fields[0] is None else entity_from_row((after.type, after.id, *before_fields))
-            )
-            records.append((row[1], before, after))
-        # Each commit's events: from the head before it to the head after it.
-        ranges = [(a.type, a.id, b.head_offset if b else 0, a.head_offset) for _, b, a in records]
-        events: list[list[StoredEvent]] = [[] for _ in records]
-        numbered = [i for i, (_, _, lo, hi) in enumerate(ranges) if lo < hi]
-        if numbered:
-            columns = zip(*(ranges[i] for i in numbered), strict=True)
-            for row in await conn.fetch(READ_FEED_EVENTS, *(list(column) for column in columns)):
-                events[numbered[row[0] - 1]].append(event_from_row(row[1:]))
-        return [
-            Commit(after.ref, after.txid, ts, tuple(evs), before, after, REMOTE_COMMIT)
-            for (ts, before, after), evs in zip(records, events, strict=True)
-        ]
+    @staticmethod
+    def _commit(row: Any) -> Commit:
+        after = entity_from_row(row[_AFTER])
+        fields = row[_BEFORE]
+        before = None if fields[0] is None else entity_from_row((after.type, after.id, *fields))
+        events = tuple(event_from_row(event) for event in row[_EVENTS])
+        return Commit(after.ref, after.txid, row[1], events, before, after, REMOTE_COMMIT)
 
     def _prune_marks(self) -> None:
         now = time.monotonic()

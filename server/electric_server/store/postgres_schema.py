@@ -33,7 +33,6 @@ __all__ = [
     "PRUNE_FEED",
     "PURGE_IDEMPOTENCY",
     "READ_FEED",
-    "READ_FEED_EVENTS",
     "SCHEMA_VERSION",
     "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
@@ -286,21 +285,19 @@ CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
 # of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for
 # those whose COMMIT was cut off ($3). One row with NULLs after the snapshot when there is none.
+# Each row's last column: its commit's events (from the head before it to the head after it).
 READ_FEED = f"""
 WITH now AS (SELECT pg_current_snapshot()::text AS snapshot)
-SELECT now.snapshot, {", ".join(f'f."{c}"' for c in ("ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS))}
+SELECT now.snapshot, {", ".join(f'f."{c}"' for c in ("ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS))},
+  ARRAY(SELECT ROW({", ".join(f'e."{c}"' for c in EVENT_COLUMNS)}) FROM events e
+        WHERE e.type = f.type AND e.id = f.id
+          AND e."offset" >= coalesce(f.b_head_offset, 0) AND e."offset" < f.head_offset
+        ORDER BY e."offset")
 FROM now LEFT JOIN commit_feed f
   ON (f.xact >= pg_snapshot_xmax($1::text::pg_snapshot)
       OR f.xact = ANY(ARRAY(SELECT pg_snapshot_xip($1::text::pg_snapshot))))
   AND (f.origin <> $2 OR f.txid = ANY($3::bigint[]))
 ORDER BY f.txid
-"""
-# The events of the commits read: their entities and offset ranges [lo, hi), numbered from 1.
-READ_FEED_EVENTS = f"""
-SELECT u.n, {", ".join(f'e."{c}"' for c in EVENT_COLUMNS)}
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(type, id, lo, hi, n)
-JOIN events e ON e.type = u.type AND e.id = u.id AND e."offset" >= u.lo AND e."offset" < u.hi
-ORDER BY u.n, e."offset"
 """
 FEED_CHANNEL = "electric_feed"
 NOTIFY_FEED = f"SELECT pg_notify('{FEED_CHANNEL}', $1)"
