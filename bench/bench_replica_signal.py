@@ -5,8 +5,8 @@ database (``ELECTRIC_DATABASE_URL``'s server, database
 ``electric_bench_replica``; default the local one), an ``electric worker``
 connected to B only, and this script as the client. One machine, one wall
 clock. Until leases live in the database a server takes its database for
-itself; the replicas here run through a launcher that skips that lock (a
-no-op once it is gone). B's runtime leases the entity to its own worker; A
+itself (and keeps its commit feed off); the replicas here run through a
+launcher that opens their stores without the lock (a no-op once it is gone). B's runtime leases the entity to its own worker; A
 has none.
 
 Figure: one ``running`` entity (its run holds a step open); sequentially,
@@ -67,11 +67,16 @@ import sys
 
 from electric_server.store.postgres import PostgresStore
 
-if hasattr(PostgresStore, "_hold_the_database"):
-    async def _share(self, where):
-        return None
+_init = PostgresStore.__init__
 
-    PostgresStore._hold_the_database = _share
+
+def _shared(self, *args, **options):
+    if "exclusive" in options:
+        options["exclusive"] = False
+    _init(self, *args, **options)
+
+
+PostgresStore.__init__ = _shared
 
 from electric_sdk.cli.main import main
 

@@ -292,6 +292,13 @@ async def test_rings_while_one_is_in_flight_merge_into_the_next(
     assert payloads == ["101", "103"]
 
 
+async def test_a_store_holding_the_database_alone_writes_no_feed(stores: OpenStore, admin: Any) -> None:
+    alone = await stores(exclusive=True)
+    assert alone.feed_reader is None
+    await alone.write(spawn(("feed", "alone")))
+    assert await admin.fetchval("SELECT count(*) FROM commit_feed") == 0
+
+
 # -- two servers ---------------------------------------------------------------------------
 
 StartReplica = Callable[[], Awaitable[ElectricServer]]

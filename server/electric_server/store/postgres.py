@@ -19,10 +19,11 @@ the call with ``DatabaseUnavailable`` (UNAVAILABLE for the client, who
 retries), never a hang: every statement and every wait for a connection is
 bounded. The URL's password is never logged (``redacted``).
 
-Commits reach the ``Hub`` of every store on the database (``feed``, on by
-default): watchers, worker sessions and offers on any replica see each
-commit, whichever replica made it. Leases and deadlines are not shared yet:
-a server still takes the database for itself (``exclusive``).
+Commits reach the ``Hub`` of every store on the database (``feed``, on
+unless the store is ``exclusive``): watchers, worker sessions and offers on
+any replica see each commit, whichever replica made it. Leases and
+deadlines are not shared yet: a server still takes the database for itself
+(``exclusive``), and then its feed is off, since nobody would read it.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         *,
         pool_size: int = DEFAULT_DATABASE_POOL,
         exclusive: bool = False,
-        feed: bool = True,
+        feed: bool | None = None,
         feed_poll_s: float = DEFAULT_POLL_S,
         notify: bool = True,
     ) -> None:
@@ -99,8 +100,9 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.exclusive = exclusive
         self._holder: Any = None
         self.hub = Hub()
-        # The commit feed (postgres_feed.py): off, commits reach this store's hub only.
-        self.feed = feed
+        # The commit feed (postgres_feed.py): off, commits reach this store's hub only. By default
+        # on unless the store holds the database alone: then no other replica would read it.
+        self.feed = not exclusive if feed is None else feed
         self.feed_poll_s = feed_poll_s
         self.notify = notify  # off (tests): the other replicas learn of commits by polling alone
         self.feed_reader: FeedReader | None = None
