@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,12 @@ import asyncpg
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
-from electric_server.store.base import REMOTE_COMMIT, Commit, Ref
+from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, Ref
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
 from electric_server.store.postgres_schema import FEED_CHANNEL
 from test_store import note, spawn
-from test_store_postgres import lock_waiter
+from test_store_postgres import CommitCutter, lock_waiter
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -297,6 +298,34 @@ async def test_a_store_holding_the_database_alone_writes_no_feed(stores: OpenSto
     assert alone.feed_reader is None
     await alone.write(spawn(("feed", "alone")))
     assert await admin.fetchval("SELECT count(*) FROM commit_feed") == 0
+
+
+async def test_a_commit_cut_off_in_commit_reaches_its_own_hub_once(postgres_url: str) -> None:
+    """Its writer answered UNAVAILABLE and published nothing; it committed, so the feed brings it."""
+    parts = urllib.parse.urlsplit(postgres_url)
+    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    store = PostgresStore(
+        urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
+    )
+    await store.open()
+    try:
+        seen = Seen(store)
+        ref: Ref = ("feed", "cut")
+        await store.write(spawn(ref))
+        cutter.armed = True
+        with anyio.fail_after(WAIT_S), pytest.raises(DatabaseUnavailable, match="during COMMIT"):
+            await store.write(note(ref, "cut"))
+        await seen.count(2)
+        await store.write(note(ref, "after"))
+        await seen.count(3)
+        await check_published(seen, [ref])
+        assert [c.result is REMOTE_COMMIT for c in seen.commits] == [False, True, False]
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
 
 
 # -- two servers ---------------------------------------------------------------------------

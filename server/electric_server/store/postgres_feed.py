@@ -127,6 +127,7 @@ class Doorbell:
             self._task = None
 
     async def close(self) -> None:
+        self.enabled = False  # a ring after this opens no connection again
         task = self._task
         if task is not None:
             task.cancel()
@@ -238,9 +239,15 @@ class FeedReader:
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     conn.terminate()
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, self.poll_s)
-                self._wake.set()
+            except Exception:
+                # A row this code cannot read: the reader must not stop for it (the replica would
+                # hear of no other commit again), so it is logged and the read tried again.
+                log.exception("reading the commit feed failed: trying again from the last position")
+            else:
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.poll_s)
+            self._wake.set()
 
     async def _read(self, conn: Any) -> None:
         order = self.order
