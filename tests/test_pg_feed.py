@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
 from electric_server.store.postgres_schema import FEED_CHANNEL
 from test_store import note, spawn
-from test_store_postgres import CommitCutter, lock_waiter
+from test_store_postgres import behind_a_cutter, lock_waiter
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -302,15 +301,7 @@ async def test_a_store_holding_the_database_alone_writes_no_feed(stores: OpenSto
 
 async def test_a_commit_cut_off_in_commit_reaches_its_own_hub_once(postgres_url: str) -> None:
     """Its writer answered UNAVAILABLE and published nothing; it committed, so the feed brings it."""
-    parts = urllib.parse.urlsplit(postgres_url)
-    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
-    proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
-    port = proxy.sockets[0].getsockname()[1]
-    store = PostgresStore(
-        urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}"))
-    )
-    await store.open()
-    try:
+    async with behind_a_cutter(postgres_url) as (store, cutter):
         seen = Seen(store)
         ref: Ref = ("feed", "cut")
         await store.write(spawn(ref))
@@ -322,10 +313,6 @@ async def test_a_commit_cut_off_in_commit_reaches_its_own_hub_once(postgres_url:
         await seen.count(3)
         await check_published(seen, [ref])
         assert [c.result is REMOTE_COMMIT for c in seen.commits] == [False, True, False]
-    finally:
-        await store.close()
-        proxy.close()
-        await asyncio.gather(*cutter.connections)
 
 
 # -- two servers ---------------------------------------------------------------------------

@@ -217,11 +217,9 @@ class CommitCutter:
         self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
 
 
-async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
-    postgres_url: str,
-) -> None:
-    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
-    nor a lost write; the retry with the same idempotency key replays what did commit."""
+@contextlib.asynccontextmanager
+async def behind_a_cutter(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, CommitCutter]]:
+    """An open store whose connections pass through a ``CommitCutter``."""
     parts = urllib.parse.urlsplit(postgres_url)
     cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
     proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
@@ -231,6 +229,19 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
     )
     await store.open()
     try:
+        yield store, cutter
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
+
+
+async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
+    postgres_url: str,
+) -> None:
+    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
+    nor a lost write; the retry with the same idempotency key replays what did commit."""
+    async with behind_a_cutter(postgres_url) as (store, cutter):
         ref: Ref = ("t", "cut")
         committed(await store.write(spawn(ref)))
         write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
@@ -241,10 +252,6 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
         retried = await store.write(write)
         assert (retried.replayed, retried.response) == (True, b"noted")
         assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
-    finally:
-        await store.close()
-        proxy.close()
-        await asyncio.gather(*cutter.connections)
 
 
 async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
