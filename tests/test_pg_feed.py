@@ -22,16 +22,18 @@ import asyncpg
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
-from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, Ref
+from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, EntityRecord, Ref
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
 from electric_server.store.postgres_schema import FEED_CHANNEL
+from electric_server.store.rows import ENTITY_COLUMNS, entity_row
 from test_store import note, spawn
 from test_store_postgres import behind_a_cutter, lock_waiter
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
 
 pytestmark = pytest.mark.anyio
 
@@ -313,6 +315,49 @@ async def test_a_commit_cut_off_in_commit_reaches_its_own_hub_once(postgres_url:
         await seen.count(3)
         await check_published(seen, [ref])
         assert [c.result is REMOTE_COMMIT for c in seen.commits] == [False, True, False]
+
+
+async def write_as_version_1(admin: Any, ref: Ref) -> None:
+    """A write as a replica of schema version 1 makes it: an event and the entity row, which it
+    creates without ``xact`` (NULL) or updates leaving ``xact`` as it was; no feed row."""
+    async with admin.transaction():
+        txid = await admin.fetchval("SELECT nextval('electric_txid')")
+        head = await admin.fetchval("SELECT head_offset FROM entities WHERE type = $1 AND id = $2", *ref)
+        if head is None:
+            head = 0
+            record = EntityRecord(ref[0], ref[1], State.SPAWNING, 1, 1, 0, 0, 1, False, None, txid)
+            columns = ", ".join(f'"{c}"' for c in ENTITY_COLUMNS)
+            values = ", ".join(f"${i}" for i in range(1, len(ENTITY_COLUMNS) + 1))
+            await admin.execute(f"INSERT INTO entities ({columns}) VALUES ({values})", *entity_row(record))
+        else:
+            await admin.execute(
+                "UPDATE entities SET head_offset = head_offset + 1, txid = $3 WHERE type = $1 AND id = $2",
+                *ref,
+                txid,
+            )
+        await admin.execute(
+            'INSERT INTO events (type, id, "offset", kind, key, operation, ts, txid, body) '
+            "VALUES ($1, $2, $3, 'note', 'v1', 1, 0, $4, '')",
+            *ref,
+            head,
+            txid,
+        )
+
+
+async def test_writes_beside_a_replica_of_schema_version_1_are_published(
+    stores: OpenStore, admin: Any
+) -> None:
+    """Its commits reach no other replica (it writes no feed row), and they hold up nothing."""
+    b = await stores(feed_poll_s=3600)
+    seen_b = Seen(b)
+    ref: Ref = ("feed", "v1")
+    await write_as_version_1(admin, ref)  # created without a writer's transaction id
+    await b.write(note(ref))
+    await seen_b.count(1)
+    await write_as_version_1(admin, ref)  # the row keeps B's transaction id, now stale
+    await b.write(note(ref))
+    await seen_b.count(2)
+    assert [c.result is REMOTE_COMMIT for c in seen_b.commits] == [False, False]
 
 
 # -- two servers ---------------------------------------------------------------------------
