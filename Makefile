@@ -13,7 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-.PHONY: run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: dist run server dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,16 @@ server: $(STAMP)
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
 dashboard: $(STAMP)
 	$(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
+
+# The sdist and the wheel in dist/: one distribution, electric-sdk, whose extras choose what is
+# installed ([server], [postgres], [notebook]; README.md, "Install").
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# The HTTP door's OpenAPI document, docs/openapi.json, from its route table (drift-tested).
+openapi: $(STAMP)
+	$(PY) scripts/genopenapi.py
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py
@@ -98,4 +108,4 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist
+	rm -rf dist $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist

@@ -33,6 +33,7 @@ BENCHES = [
     "bench_restart",
     "bench_runtime",
     "bench_exec",
+    "bench_http",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 

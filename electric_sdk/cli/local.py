@@ -130,6 +130,14 @@ def add_http(p: argparse.ArgumentParser) -> None:
         help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; "
         "port 0 picks a free one (default %(default)s)",
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it; "
+        "default: CORS off)",
+    )
 
 
 def http_address(value: str) -> str | None:
@@ -174,6 +182,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
         config = ServerConfig(
             listen=args.listen,
             http=http_address(args.http),
+            cors_origins=tuple(args.cors_origin),
             data_dir=args.data,
             tokens_file=args.tokens,
             tls_cert=args.tls_cert,

@@ -39,7 +39,7 @@ from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
-from .http_door import HttpDoor
+from .http_door import HttpDoor, check_cors_origins
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .metrics import ServerMetrics
@@ -111,6 +111,8 @@ class ServerConfig:
     database_pool: int = DEFAULT_DATABASE_POOL
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None
+    # The origins whose pages may call the HTTP door (CORS); none: CORS off.
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def database(self) -> Path:
@@ -186,6 +188,7 @@ class ElectricServer:
                 self._tls = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
             except OSError as exc:
                 raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
+        check_cors_origins(config.cors_origins, config.http)
         self.tokens = (
             TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
         )
@@ -318,6 +321,7 @@ class ElectricServer:
                 grace_s=self.config.drain_grace_s,
                 tls=tls,
                 metrics=metrics.render,
+                cors_origins=self.config.cors_origins,
             )
             try:
                 await http.start()
