@@ -360,6 +360,24 @@ async def test_writes_beside_a_replica_of_schema_version_1_are_published(
     assert [c.result is REMOTE_COMMIT for c in seen_b.commits] == [False, False]
 
 
+async def test_feed_rows_past_their_retention_are_deleted(
+    pair: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    a, b = pair
+    reader = b.feed_reader
+    assert reader is not None
+    reader.retention_s = 0.02
+    ref: Ref = ("feed", "pruned")
+    await a.write(spawn(ref))
+    first = await admin.fetchval("SELECT min(xact)::text FROM commit_feed")
+    with anyio.fail_after(WAIT_S):
+        # Each write rings B, whose reads take a snapshot's xmin now and then and delete what
+        # ended before one older than the retention.
+        while await admin.fetchval("SELECT count(*) FROM commit_feed WHERE xact = $1::text::xid8", first):
+            await a.write(note(ref))
+    assert await admin.fetchval("SELECT count(*) FROM commit_feed") > 0  # the recent rows stay
+
+
 # -- two servers ---------------------------------------------------------------------------
 
 StartReplica = Callable[[], Awaitable[ElectricServer]]

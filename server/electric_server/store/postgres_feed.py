@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_S = 0.5
 # How long feed rows are kept: far longer than a reader is ever behind (it reads every poll).
 RETENTION_S = 600.0
-_PRUNE_EVERY_S = 60.0
 # A lost reader connection is opened again after this, doubling up to the poll interval.
 _RECONNECT_S = 0.05
 _CONNECT_TIMEOUT_S = 10.0
@@ -166,6 +165,8 @@ class FeedReader:
         self._conn: Any = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Feed rows are kept this long; the snapshots' xmins taken every tenth of it say which.
+        self.retention_s = RETENTION_S
         self._marks: collections.deque[tuple[float, int]] = collections.deque()
         # For tests and benchmarks: reads done, commits delivered, connections opened again.
         self.reads = 0
@@ -270,12 +271,12 @@ class FeedReader:
 
     def _prune_marks(self) -> None:
         now = time.monotonic()
-        if not self._marks or now - self._marks[-1][0] >= _PRUNE_EVERY_S:
+        if not self._marks or now - self._marks[-1][0] >= self.retention_s / 10:
             self._marks.append((now, self.order.snapshot.xmin))
 
     async def _prune(self, conn: Any) -> None:
-        """Delete feed rows of transactions that ended more than ``RETENTION_S`` ago."""
+        """Delete feed rows of transactions that ended more than ``retention_s`` ago."""
         marks = self._marks
-        if marks and time.monotonic() - marks[0][0] > RETENTION_S:
+        if marks and time.monotonic() - marks[0][0] > self.retention_s:
             _, xmin = marks.popleft()
             await conn.execute(PRUNE_FEED, str(xmin))
