@@ -20,7 +20,9 @@ and B's runtime delivers it.
 Ceiling, measured in the same run, in alternating rounds: the same signal
 sent to **B** (client and worker on one replica: no feed) plus a bare
 asyncpg NOTIFY → listener delivery between two connections of this process
-(the doorbell's floor), each percentile summed.
+(the doorbell's floor), each percentile summed. Info, in the same rounds:
+the feed alone, between two stores in this process (a write acknowledged
+by one → published on the other's hub), beside the NOTIFY delivery.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+from electric_server import entity_writes
+from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext
+from electric_server.store.postgres import PostgresStore
 
 DATABASE = "electric_bench_replica"
 APP_MODULE = '''
@@ -84,6 +89,11 @@ sys.exit(main(sys.argv[1:]))
 """
 WAIT_S = 10.0
 CHANNEL = "bench_replica_signal"
+
+
+def note(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+    assert current is not None
+    return Mutation([NewEvent("note", f"n{ctx.txid}", 1, b"x" * 64)], current)
 
 
 def database_url() -> str:
@@ -141,7 +151,22 @@ async def client(url: str, address_a: str, address_b: str, args: Any) -> dict[st
     listener = await asyncpg.connect(url)
     sender = await asyncpg.connect(url)
     await listener.add_listener(CHANNEL, on_notify)
-    lat: dict[str, list[float]] = {"cross": [], "same": [], "notify": []}
+    # The feed alone: two stores in this process on the database, a write through one → the
+    # other's hub (no gRPC, no runtime).
+    store_a, store_b = PostgresStore(url), PostgresStore(url)
+    await store_a.open()
+    await store_b.open()
+    fed: dict[int, float] = {}
+    fed_event = asyncio.Event()
+
+    def on_commit(commit: Any) -> None:
+        fed[commit.txid] = time.perf_counter()
+        fed_event.set()
+
+    store_b.hub.subscribe_all(on_commit)
+    feed_ref = ("feedlat", "one")
+    await store_a.write(Write(feed_ref, entity_writes.spawn(feed_ref, 1000, 1000)))
+    lat: dict[str, list[float]] = {"cross": [], "same": [], "notify": [], "feed": []}
     n = 0
 
     async def one_signal(kind: str, record: bool) -> None:
@@ -167,20 +192,36 @@ async def client(url: str, address_a: str, address_b: str, args: Any) -> dict[st
         if record:
             lat["notify"].append((notified[text] - sent) / 1e6)
 
+    async def one_feed(record: bool) -> None:
+        fed_event.clear()
+        outcome = await store_a.write(Write(feed_ref, note))
+        acknowledged = time.perf_counter()
+        assert outcome.commit is not None
+        while outcome.commit.txid not in fed:
+            await asyncio.wait_for(fed_event.wait(), WAIT_S)
+            fed_event.clear()
+        if record:
+            lat["feed"].append((fed[outcome.commit.txid] - acknowledged) * 1e3)
+
     for _ in range(30):  # warm-up
         await one_signal("cross", False)
         await one_signal("same", False)
         await one_notify(False)
+        await one_feed(False)
     per_round = max(1, args.signals // args.rounds)
-    kinds = ("cross", "same", "notify")
+    kinds = ("cross", "same", "notify", "feed")
     for r in range(args.rounds):
-        for kind in kinds[r % 3 :] + kinds[: r % 3]:
+        for kind in kinds[r % 4 :] + kinds[: r % 4]:
             for _ in range(per_round):
                 if kind == "notify":
                     await one_notify(True)
+                elif kind == "feed":
+                    await one_feed(True)
                 else:
                     await one_signal(kind, True)
     watcher.cancel()
+    await store_a.close()
+    await store_b.close()
     await listener.close()
     await sender.close()
     await a.close()
@@ -223,7 +264,7 @@ def main() -> None:
             replica_a.stop()
             replica_b.stop()
     elapsed = time.perf_counter() - started
-    cross, same, notify = (common.summarize(lat[k]) for k in ("cross", "same", "notify"))
+    cross, same, notify, fed = (common.summarize(lat[k]) for k in ("cross", "same", "notify", "feed"))
     rows = [
         common.value_row(
             "signal to A → on_signal on B's worker, p50",
@@ -243,6 +284,18 @@ def main() -> None:
         ),
         common.value_row("info: same replica (signal to B), p50", same["p50"], None, "ms"),
         common.value_row("info: same replica (signal to B), p99", same["p99"], None, "ms"),
+        common.value_row(
+            "info: the feed alone: write acknowledged → other store's hub, p50",
+            fed["p50"],
+            notify["p50"],
+            "ms",
+        ),
+        common.value_row(
+            "info: the feed alone: write acknowledged → other store's hub, p99",
+            fed["p99"],
+            notify["p99"],
+            "ms",
+        ),
         common.value_row("info: asyncpg NOTIFY → listener, p50", notify["p50"], None, "ms"),
         common.value_row("info: asyncpg NOTIFY → listener, p99", notify["p99"], None, "ms"),
         common.value_row(
@@ -252,7 +305,14 @@ def main() -> None:
     common.report(
         "bench_replica_signal",
         rows,
-        {"cross": cross, "same": same, "notify": notify, "signals": args.signals, "rounds": args.rounds},
+        {
+            "cross": cross,
+            "same": same,
+            "notify": notify,
+            "feed": fed,
+            "signals": args.signals,
+            "rounds": args.rounds,
+        },
         elapsed,
         args.quick,
     )
