@@ -22,7 +22,9 @@ sent to **B** (client and worker on one replica: no feed) plus a bare
 asyncpg NOTIFY → listener delivery between two connections of this process
 (the doorbell's floor), each percentile summed. Info, in the same rounds:
 the feed alone, between two stores in this process (a write acknowledged
-by one → published on the other's hub), beside the NOTIFY delivery.
+by one → published on the other's hub), beside the NOTIFY delivery. Then,
+one server holding the database alone (its feed off, as before replicas)
+with the worker on it: what the feed costs a replica's own signals.
 """
 
 from __future__ import annotations
@@ -114,7 +116,12 @@ async def fresh_database(url: str) -> None:
         await admin.close()
 
 
-async def client(url: str, address_a: str, address_b: str, args: Any) -> dict[str, Any]:
+ALL_KINDS = ("cross", "same", "notify", "feed")
+
+
+async def client(
+    url: str, address_a: str, address_b: str, args: Any, kinds: tuple[str, ...] = ALL_KINDS
+) -> dict[str, Any]:
     import asyncpg
 
     from electric_sdk.client import AsyncClient
@@ -203,22 +210,22 @@ async def client(url: str, address_a: str, address_b: str, args: Any) -> dict[st
         if record:
             lat["feed"].append((fed[outcome.commit.txid] - acknowledged) * 1e3)
 
+    async def one(kind: str, record: bool) -> None:
+        if kind == "notify":
+            await one_notify(record)
+        elif kind == "feed":
+            await one_feed(record)
+        else:
+            await one_signal(kind, record)
+
     for _ in range(30):  # warm-up
-        await one_signal("cross", False)
-        await one_signal("same", False)
-        await one_notify(False)
-        await one_feed(False)
+        for kind in kinds:
+            await one(kind, False)
     per_round = max(1, args.signals // args.rounds)
-    kinds = ("cross", "same", "notify", "feed")
     for r in range(args.rounds):
-        for kind in kinds[r % 4 :] + kinds[: r % 4]:
+        for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
             for _ in range(per_round):
-                if kind == "notify":
-                    await one_notify(True)
-                elif kind == "feed":
-                    await one_feed(True)
-                else:
-                    await one_signal(kind, True)
+                await one(kind, True)
     watcher.cancel()
     await store_a.close()
     await store_b.close()
@@ -263,8 +270,19 @@ def main() -> None:
             common.stop_worker(worker, 5)
             replica_a.stop()
             replica_b.stop()
+        # One server holding the database alone, as before replicas: its feed is off.
+        asyncio.run(fresh_database(url))
+        alone = common.start_electric(tmpdir / "alone", "--database", url)
+        worker = common.start_worker(alone.address, worker_log, "benchrep_app:app", env=env)
+        try:
+            lat["alone"] = asyncio.run(client(url, alone.address, alone.address, args, ("same",)))["same"]
+        finally:
+            common.stop_worker(worker, 5)
+            alone.stop()
     elapsed = time.perf_counter() - started
-    cross, same, notify, fed = (common.summarize(lat[k]) for k in ("cross", "same", "notify", "feed"))
+    cross, same, notify, fed, alone_s = (
+        common.summarize(lat[k]) for k in ("cross", "same", "notify", "feed", "alone")
+    )
     rows = [
         common.value_row(
             "signal to A → on_signal on B's worker, p50",
@@ -284,6 +302,12 @@ def main() -> None:
         ),
         common.value_row("info: same replica (signal to B), p50", same["p50"], None, "ms"),
         common.value_row("info: same replica (signal to B), p99", same["p99"], None, "ms"),
+        common.value_row(
+            "info: one server alone, feed off, p50 (vs same replica)", alone_s["p50"], same["p50"], "ms"
+        ),
+        common.value_row(
+            "info: one server alone, feed off, p99 (vs same replica)", alone_s["p99"], same["p99"], "ms"
+        ),
         common.value_row(
             "info: the feed alone: write acknowledged → other store's hub, p50",
             fed["p50"],
@@ -310,6 +334,7 @@ def main() -> None:
             "same": same,
             "notify": notify,
             "feed": fed,
+            "alone": alone_s,
             "signals": args.signals,
             "rounds": args.rounds,
         },
