@@ -21,14 +21,18 @@ again and the reader reads from its last snapshot: nothing is missed.
 a ``pg_notify`` there serializes every commit on the server's notify queue)
 the writer rings ``Doorbell``, which sends a NOTIFY at once when none is in
 flight, so a lone commit waits for no window; rings while one is in flight
-merge into the next. It has a connection of its own, like the reader. Its payload is one position, the ringing transaction's
-id (a few digits, far under PostgreSQL's 8,000 bytes): a reader that has
-read past it ignores it. The reader also reads every ``poll_s`` (0.5 s by
-default), so a lost NOTIFY only delays.
+merge into the next. It has a connection of its own, like the reader. Its
+payload is one position, the ringing transaction's id (a few digits, far
+under PostgreSQL's 8,000 bytes): a reader that has read past it ignores it.
+The reader also reads every ``poll_s`` (0.5 s by default), so a lost NOTIFY
+only delays.
 
 **Cost per write**: one more row (about 40 small columns) in the batch's
-transaction, written with the batch's other rows, and 8 bytes on the entity
-row. Feed rows older than ``RETENTION_S`` are deleted by every replica.
+transaction, in the statement that writes its events (no round trip of its
+own), and 8 bytes on the entity row; a NOTIFY per batch at most, off the
+commit's path (``bench/bench_feed_cost.py``, ``bench/bench_replica_signal.py``).
+Feed rows older than ``RETENTION_S`` are deleted by every replica. A store
+that holds its database alone keeps the feed off (``PostgresStore``).
 """
 
 from __future__ import annotations
