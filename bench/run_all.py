@@ -32,6 +32,7 @@ BENCHES = [
     "bench_sdk",
     "bench_restart",
     "bench_runtime",
+    "bench_steps",
     "bench_exec",
     "bench_http",
 ]
