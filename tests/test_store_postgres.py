@@ -232,13 +232,12 @@ class CommitCutter:
         self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
 
 
-@pytest.mark.parametrize("reached", [True, False], ids=["commit reached", "commit lost"])
-async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
-    postgres_url: str, reached: bool
-) -> None:
-    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
-    nor a lost write; the retry with the same idempotency key replays what did commit, or applies
-    once what did not."""
+@contextlib.asynccontextmanager
+async def behind_a_cutter(
+    postgres_url: str, reached: bool = True
+) -> AsyncIterator[tuple[PostgresStore, CommitCutter]]:
+    """An open store whose connections pass through a ``CommitCutter`` (``reached``: a cut COMMIT
+    still reaches PostgreSQL, which commits; else it never does)."""
     parts = urllib.parse.urlsplit(postgres_url)
     cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432), forward=reached)
     proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
@@ -248,6 +247,21 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
     )
     await store.open()
     try:
+        yield store, cutter
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["commit reached", "commit lost"])
+async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
+    postgres_url: str, reached: bool
+) -> None:
+    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
+    nor a lost write; the retry with the same idempotency key replays what did commit, or applies
+    once what did not."""
+    async with behind_a_cutter(postgres_url, reached) as (store, cutter):
         ref: Ref = ("t", "cut")
         committed(await store.write(spawn(ref)))
         write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
@@ -258,10 +272,6 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
         retried = await store.write(write)
         assert (retried.replayed, retried.response) == (reached, b"noted")
         assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
-    finally:
-        await store.close()
-        proxy.close()
-        await asyncio.gather(*cutter.connections)
 
 
 async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
