@@ -42,8 +42,8 @@ from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
-from .postgres_faults import Reachability, refusal
 from .feed_order import FeedOrder
+from .postgres_faults import Reachability, refusal
 from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
