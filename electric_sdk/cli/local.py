@@ -115,6 +115,13 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="worker sessions per principal (default %(default)s)",
     )
+    add_database(p)
+    add_accept_data_loss(p)
+    p.set_defaults(func=_cmd_server)
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    """`--database` and `--database-pool`, for `server` and `dev`."""
     p.add_argument(
         "--database",
         default=os.environ.get("ELECTRIC_DATABASE_URL") or None,
@@ -129,8 +136,6 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
     )
-    add_accept_data_loss(p)
-    p.set_defaults(func=_cmd_server)
 
 
 def add_http(p: argparse.ArgumentParser) -> None:

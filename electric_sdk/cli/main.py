@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams
+from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams, transfer_cmds
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -143,6 +143,9 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
 
+    p = add("ready", commands.ready, "wait until the server answers, e.g. right after starting it")
+    p.epilog = f"--timeout bounds the whole wait here (default {commands.DEFAULT_READY}; then exit 5)."
+
     p = add("wait", streams.wait, "wait until an entity is in one of the given states")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("states", nargs="+", metavar="STATE", help="e.g. running, or idle stopped")
@@ -167,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
     local.add_backup_parsers(sub)
+    transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
     return parser
 

@@ -7,7 +7,9 @@ in-flight calls finish within the drain grace, the store is flushed) and the
 process exits 0; a second signal exits at once.
 
 Health follows the store: while the disk is full the readiness of writes
-(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; if the
+(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; while a
+PostgreSQL database cannot be reached, every service is NOT_SERVING (and
+SERVING again once it answers); if the
 store fails for good, every service turns NOT_SERVING and ``serve`` drains
 and raises the failure (the CLI exits 74, or 65 for damage).
 """
@@ -47,7 +49,7 @@ from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
-from .store.base import DiskFull, StorageFault, Store
+from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store
 from .store.database_url import DEFAULT_DATABASE_POOL, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
@@ -121,10 +123,17 @@ class ServerConfig:
     def database(self) -> Path:
         return database_path(self.data_dir)
 
+    @property
+    def where(self) -> str:
+        """Where the store is, for a banner (a database URL without its password)."""
+        if self.database_url:
+            return f"database: {redacted(self.database_url)}"
+        return f"data: {self.data_dir}"
 
-def _store(config: ServerConfig) -> Store:
+
+def _store(config: ServerConfig, *, feed: bool = True) -> Store:
     """The store the configuration names: PostgreSQL for a database URL, else the data directory's
-    SQLite."""
+    SQLite. ``feed``: commits of other replicas reach it (a server's; not `electric verify`'s)."""
     if config.database_url is None:
         return SQLiteStore(
             config.database,
@@ -141,7 +150,7 @@ def _store(config: ServerConfig) -> Store:
         raise ConfigError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
         ) from exc
-    return PostgresStore(config.database_url, pool_size=config.database_pool)
+    return PostgresStore(config.database_url, pool_size=config.database_pool, feed=feed)
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
@@ -351,10 +360,7 @@ class ElectricServer:
         acceptors.start()
         self._server = server
         self.acceptors = acceptors
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
         if self.forced_fallbacks:
             log.warning(
@@ -411,11 +417,15 @@ class ElectricServer:
             drain.set()
         self._on_failure.append(drain)
 
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None:
+        for name in ("", SERVICE_NAME, RUNTIME_SERVICE_NAME, WRITES_HEALTH_NAME):
+            await self.health.set(name, status)
+
     def _on_store_fault(self, fault: StorageFault | None) -> None:
         """Writes stopped (a full disk: readiness only; a failure for good: every service,
         and the server must stop) or resumed."""
         self._writes_fault = fault
-        if fault is not None and not isinstance(fault, DiskFull):
+        if fault is not None and not isinstance(fault, (DiskFull, DatabaseUnavailable)):
             self.failure = fault
             for drain in self._on_failure:
                 drain.set()
@@ -426,9 +436,11 @@ class ElectricServer:
             await previous  # in the order the store changed
         serving = health_pb2.HealthCheckResponse.SERVING
         if fault is None:
-            await self.health.set(WRITES_HEALTH_NAME, serving)
+            await self._set_health(serving)
         elif isinstance(fault, DiskFull):
             await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        elif isinstance(fault, DatabaseUnavailable):  # reads fail too, until the database is back
+            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         else:
             await self.health.enter_graceful_shutdown()  # every service NOT_SERVING: the server stops
 
@@ -439,7 +451,12 @@ def _usage_hint(server: ElectricServer) -> str:
     env = "" if a == DEFAULT_LISTEN else f"ELECTRIC_ADDRESS={a} "
     return "\n".join(
         [
-            f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
+            (
+                f"  data:    {redacted(server.config.database_url)} (PostgreSQL, "
+                f"{server.config.database_pool} connections)"
+                if server.config.database_url
+                else f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})"
+            ),
             f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
             "  try, in another terminal (.venv/bin/electric when run from a checkout):",
             f"    {env}electric spawn my_agent/agent_1 --grace 5s",
@@ -498,7 +515,7 @@ async def verify_database(url: str) -> Report:
 
     Raises ValueError for a URL that is not a database's (or without the driver), and
     DatabaseUnavailable where the database cannot be reached."""
-    store = _store(ServerConfig(database_url=url, database_pool=1))
+    store = _store(ServerConfig(database_url=url, database_pool=1), feed=False)
     await store.open()
     try:
         return await verify(store)
