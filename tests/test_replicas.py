@@ -3,8 +3,9 @@
 Leases, sessions and deadlines live in the database (store/sessions.py, lease_sweep.py), so any
 replica may die at any moment: these tests kill them with SIGKILL, drain them with SIGTERM, and
 check through the others, and through the database, that nothing is granted twice, nothing
-acknowledged is lost, and every deadline still fires on time. None needs the commit feed between
-replicas: a worker is on one replica, and what other replicas do is seen through their own reads.
+acknowledged is lost, and every deadline still fires on time. All but one hold without the commit
+feed between replicas (each replica's poll finds what the others did, and what they wrote is read
+back from the database); that one shows signals sent through B and C reaching a worker on A.
 
 ELECTRIC_REPLICA_RACE_S lengthens the signal race (issue 20 asks for 10 s; 3 s by default here).
 """
@@ -196,6 +197,35 @@ async def test_a_spawn_through_one_replica_is_leased_to_a_worker_on_another(repl
         woken = (await worker.next("lease_granted")).lease
         await closed(worker)
     assert woken.epoch > lease.epoch
+
+
+async def test_signals_through_other_replicas_reach_the_worker_through_the_feed(
+    replica: StartReplica,
+) -> None:
+    """The worker is on A; SIGUSRs through B and C reach it (the commit feed between replicas),
+    each once and in order, and its outcomes, written through A, are read back through B."""
+    a, b, c = replica(), replica(), replica()
+    async with (
+        grpc.aio.insecure_channel(a.address) as to_a,
+        grpc.aio.insecure_channel(b.address) as to_b,
+        grpc.aio.insecure_channel(c.address) as to_c,
+    ):
+        worker = RawWorker(to_a, "w-fed", ["agent"])
+        ref, lease = await running(stub(to_a), worker, "fed")
+        sent = []
+        for n in range(6):
+            channel = to_b if n % 2 else to_c
+            request = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason=f"n{n}")
+            sent.append((await stub(channel).SignalEntity(request)).key)
+        delivered = [(await worker.next("delivery")).event.key for _ in sent]
+        for key in delivered:
+            update = rt.SignalOutcomeUpdate(signal_key=key, outcome=pb.SIGNAL_OUTCOME_DELIVERED)
+            reported = await worker.write(ref, lease.epoch, pb.STATE_RUNNING, signal_outcome=update)
+            assert reported.applied, reported
+        await closed(worker)
+        latest = {e.key: e.signal.outcome for e in await read_all(stub(to_b), ref) if e.type == "signal"}
+    assert delivered == sent
+    assert set(latest.values()) == {pb.SIGNAL_OUTCOME_DELIVERED}
 
 
 async def test_a_hello_on_another_replica_ends_the_old_session_at_once(replica: StartReplica) -> None:
