@@ -3,8 +3,9 @@
 Two `electric server --database URL` replicas, A and B, at their defaults (`--poll 500ms`,
 `--lease-ttl 10s`), on a fresh database. A worker speaking the runtime protocol by hand holds N
 entities through A, each `running` with a 1 s grace, and never handles SIGTERM. Every entity gets
-a SIGTERM through A (`stopping`, deadline = commit + 1 s); then A is killed with SIGKILL. B finds
-the deadlines due by polling the database and writes `stopped` (cause grace_expired).
+a SIGTERM through A (`stopping`, deadline = commit + 1 s); then A is killed with SIGKILL. B, which
+heard of the deadlines through the commit feed (and would find any it missed by polling the
+database), writes `stopped` (cause grace_expired).
 
 Figure: per entity, the `stopped` event's timestamp minus the `stopping` event's deadline (both
 by PostgreSQL's clock), p50 and p99. Target (issue 20): p99 <= 1 s past the deadline.
