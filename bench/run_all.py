@@ -36,6 +36,9 @@ BENCHES = [
     "bench_exec",
     "bench_worker_metrics",
     "bench_http",
+    "bench_pg_store",
+    "bench_pg_signal",
+    "bench_dbos",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
