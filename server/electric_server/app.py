@@ -40,6 +40,7 @@ from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
 from .http_door import HttpDoor
+from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .metrics import ServerMetrics
@@ -111,6 +112,10 @@ class ServerConfig:
     database_pool: int = DEFAULT_DATABASE_POOL
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None
+    # An SSE response with nothing to send sends a comment this often (http_streams.py), so
+    # proxies keep it open and clients see it alive; and how long a long-poll waits at the tail.
+    sse_heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
 
     @property
     def database(self) -> Path:
@@ -318,6 +323,10 @@ class ElectricServer:
                 grace_s=self.config.drain_grace_s,
                 tls=tls,
                 metrics=metrics.render,
+                streams={
+                    "heartbeat_s": self.config.sse_heartbeat_ms / 1000,
+                    "long_poll_s": self.config.http_long_poll_ms / 1000,
+                },
             )
             try:
                 await http.start()

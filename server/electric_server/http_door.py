@@ -299,8 +299,10 @@ class HttpDoor:
         grace_s: float = 10.0,
         tls: tuple[Path, Path] | None = None,
         metrics: Metrics | None = None,
+        streams: dict[str, float] | None = None,
     ) -> None:
         self.service = service
+        self.streams = streams or {}  # EntityStreams' timing: heartbeat_s, long_poll_s
         self.metrics = metrics
         self.tokens = tokens
         self.readiness = readiness
@@ -324,8 +326,12 @@ class HttpDoor:
         ]
         if self.metrics is not None:
             routes.append(Route("/metrics", self._metrics, methods=["GET"]))
+        from .http_streams import EntityStreams  # here: it builds on this module's request parsing
+
+        streams = EntityStreams(self.service, self._draining, **self.streams)
         for prefix, list_path in ((PREFIX, PREFIX), ("", "/entities")):
             one = f"{prefix}/{{type}}/{{id}}"
+            routes += streams.routes(prefix, list_path, self._endpoint)  # GET /entities?live=sse first
             routes += [
                 route(list_path, "GET", "ListEntities", _list, _entities_page, has_body=False),
                 route(f"{prefix}/signal", "POST", "SignalEntities", _signal_many, _signal_many_json),
@@ -348,13 +354,15 @@ class HttpDoor:
         self,
         method: str,
         build: Build,
-        render: Render,
+        render: Render | None,
         *,
         has_body: bool = True,
         optional: bool = False,
         status: int = 200,
         headers: dict[str, str] | None = None,
+        reply: Callable[[Request, Any, DoorContext], Awaitable[Response]] | None = None,
     ) -> Callable[[Request], Awaitable[Response]]:
+        """``reply``: answers in place of the call and ``render`` (http_streams' live reads)."""
         call = getattr(self.service, method)
         scope = entity_scope(method)
 
@@ -393,6 +401,8 @@ class HttpDoor:
                     raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
                 reset = current_principal.set(principal)
                 try:
+                    if reply is not None:
+                        return await reply(request, message, context)
                     response = await call(message, cast(Any, context))
                 finally:
                     current_principal.reset(reset)
@@ -400,9 +410,13 @@ class HttpDoor:
                 return _error_response(error, headers)
             except Exception as exc:  # a bug: logged, answered INTERNAL
                 return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
+            assert render is not None  # None only with a reply
             return JSONResponse(render(message, response), status, headers)
 
         return endpoint
+
+    def _draining(self) -> bool:
+        return getattr(self.readiness(), "reason", None) == "SERVER_DRAINING"
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "alive"})

@@ -1,0 +1,469 @@
+"""Live reads over HTTP: an entity's stream as the Durable Streams protocol reads it, and entities'
+state changes as server-sent events.
+
+``GET /{type}/{id}/stream`` is the read side of the Durable Streams protocol (``PROTOCOL.md`` of
+durable-streams/durable-streams) for a JSON-mode stream: catch-up reads, ``live=long-poll`` and
+``live=sse``, each body (or SSE ``data`` event) a JSON array of State Protocol change messages,
+the position in ``Stream-Next-Offset`` (or the SSE ``control`` event). ``GET /entities?live=sse``
+streams WatchEntities: a snapshot, then each state change.
+
+Nothing here decides what a stream holds or who may read it. The routes are admitted as the door's
+other GET routes are (``HttpDoor._endpoint``: token, ``read`` scope, type limits, the error body);
+a catch-up read is the service's ReadEvents and a live tail its WatchEvents / WatchEntities
+(watch.py: in order, exactly once, ended on drain). So draining ends these responses cleanly (a
+long-poll answers 204, an SSE body ends) and the client resumes from its last offset here after a
+restart, or on any replica.
+
+Offsets are the entity's gap-free event offsets as 20 decimal digits: they sort as text, as the
+protocol asks, and keep their meaning across restarts and replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qsl
+
+from google.protobuf.message import Message
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.rendering import change_message_json, entity_change_json, entity_json
+
+from . import http_body as body
+from .auth import current_principal
+from .errors import ApiError, DoorContext, invalid_argument
+from .service import EntityService
+from .validation import MAX_INT64, MAX_PAGE
+from .watch import draining_error
+
+log = logging.getLogger("electric.http")
+
+OFFSET_DIGITS = 20
+START = "-1"  # the protocol's sentinel for the stream's beginning
+NOW = "now"  # and for its tail
+LIVE_MODES = ("long-poll", "sse")
+DEFAULT_HEARTBEAT_MS = 15_000
+DEFAULT_LONG_POLL_MS = 20_000
+# The protocol's cursor (section 10.1): 20-second intervals counted from 2024-10-09T00:00:00Z.
+CURSOR_EPOCH_S = 1_728_432_000
+CURSOR_INTERVAL_S = 20
+# Offsets name immutable ranges, so a page with events may be cached; by the reader only: a
+# stream is only readable with a token. An empty page at the tail changes with the next commit.
+CACHEABLE = "private, max-age=60, stale-while-revalidate=300"
+SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "cross-origin"}
+SSE_QUEUE = 8  # watch messages an SSE response holds unsent: a slow reader slows its watch
+RENDER_CACHE = 256  # watch messages rendered once for every SSE reader of the same commit
+RENDER_CACHE_MAX_BYTES = 64 * 1024
+HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: every client skips it
+_END = object()
+
+# A builder and a reply as ``HttpDoor._endpoint`` takes them.
+Build = Callable[[Request, body.JsonObject], Message]
+Reply = Callable[[Request, Any, DoorContext], Awaitable[Response]]
+Endpoint = Callable[..., Callable[[Request], Awaitable[Response]]]
+
+
+def format_offset(offset: int) -> str:
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def parse_offset(text: str) -> int | None:
+    """An offset this server issued (or ``-1``) as the event offset; None for ``now``."""
+    if text == NOW:
+        return None
+    if text == START:
+        return 0
+    if not (text.isascii() and text.isdigit() and len(text) <= OFFSET_DIGITS) or int(text) > MAX_INT64:
+        raise invalid_argument(
+            "INVALID_OFFSET",
+            f"offset must be -1, now, or a Stream-Next-Offset this server sent; got {text[:40]!r}",
+            field="offset",
+        )
+    return int(text)
+
+
+def next_cursor(client: str) -> str:
+    """The protocol's cursor: the current interval, and never one the client already has."""
+    now = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
+    if client.isascii() and client.isdigit() and int(client) >= now:
+        return str(int(client) + random.randint(1, 3600 // CURSOR_INTERVAL_S))
+    return str(now)
+
+
+@dataclass(frozen=True)
+class StreamQuery:
+    offset: int | None  # None: the tail (``now``)
+    live: str | None
+    cursor: str
+
+
+def _etag(ref: pb.EntityRef, start: int, end: int, closed: bool) -> str:
+    # The protocol's form, and changed by closing: a 304 must not hide the end of the stream.
+    return f'"{ref.type}/{ref.id}:{start}:{end}{":c" if closed else ""}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+def _sse(event: str, data: str, event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+def _dumps(value: Any) -> str:
+    # One line (JSON escapes newlines in strings), so an SSE event is one ``data:`` line.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class _LiveRoute(Route):
+    """Matches its path only with ``live`` in the query: ``GET /entities`` stays the list."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http":
+            query = scope.get("query_string", b"").decode("latin-1")
+            if not any(key == "live" for key, _ in parse_qsl(query, keep_blank_values=True)):
+                return Match.NONE, {}
+        return super().matches(scope)
+
+
+async def _refuse_write(request: Request) -> Response:
+    raise HTTPException(
+        405, "an entity's stream changes only through the API's signals and messages", {"Allow": "GET, HEAD"}
+    )
+
+
+class EntityStreams:
+    def __init__(
+        self,
+        service: EntityService,
+        draining: Callable[[], bool],
+        *,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_MS / 1000,
+        long_poll_s: float = DEFAULT_LONG_POLL_MS / 1000,
+    ) -> None:
+        self.service = service
+        self.draining = draining
+        self.heartbeat_s = heartbeat_s
+        self.long_poll_s = long_poll_s
+        self._rendered: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+
+    def routes(self, prefix: str, list_path: str, endpoint: Endpoint) -> list[BaseRoute]:
+        """This prefix's routes, made with the door's ``endpoint`` (its admission and errors)."""
+        from .http_door import _parse_states, _query, _query_one, _ref  # the door's request parsing
+
+        def read_request(request: Request, obj: body.JsonObject) -> Message:
+            query = _query(request, {"offset", "live", "cursor"})
+            text = _query_one(query, "offset") or START
+            live = _query_one(query, "live") or None
+            if live is not None and live not in LIVE_MODES:
+                raise invalid_argument("INVALID_FIELD", "live must be long-poll or sse", field="live")
+            resumed = request.headers.get("last-event-id")
+            if live == "sse" and resumed:  # an EventSource's reconnection: it names the last control
+                text = resumed
+            offset = parse_offset(text)
+            request.state.stream = StreamQuery(offset, live, _query_one(query, "cursor"))
+            return api.ReadEventsRequest(ref=_ref(request), from_offset=offset or 0, limit=MAX_PAGE)
+
+        def watch_request(request: Request, obj: body.JsonObject) -> Message:
+            query = _query(request, {"type", "state", "live"})
+            if _query_one(query, "live") != "sse":
+                raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
+            return api.WatchEntitiesRequest(
+                type=_query_one(query, "type"),
+                states=_parse_states(query.get("state", []), "state"),
+                accepts_batches=True,
+            )
+
+        stream = f"{prefix}/{{type}}/{{id}}/stream"
+        return [
+            _LiveRoute(
+                list_path,
+                endpoint("WatchEntities", watch_request, None, has_body=False, reply=self.watch_entities),
+                methods=["GET"],
+            ),
+            Route(
+                stream,
+                endpoint("ReadEvents", read_request, None, has_body=False, reply=self.read),
+                methods=["GET"],  # and HEAD, the protocol's metadata
+            ),
+            Route(stream, _refuse_write, methods=["POST", "PUT", "PATCH", "DELETE"]),
+        ]
+
+    # -- one entity's stream -----------------------------------------------------------------------
+
+    async def read(self, request: Request, message: api.ReadEventsRequest, context: DoorContext) -> Response:
+        query: StreamQuery = request.state.stream
+        if request.method == "HEAD" or query.offset is None:
+            got = await self.service.GetEntity(api.GetEntityRequest(ref=message.ref), cast(Any, context))
+            if request.method == "HEAD":  # the protocol's metadata: the tail and whether it is closed
+                headers = {
+                    "Stream-Next-Offset": format_offset(got.entity.head_offset),
+                    "Cache-Control": "no-store",
+                }
+                if got.entity.closed:
+                    headers["Stream-Closed"] = "true"
+                return Response(headers={**headers, **SECURITY}, media_type="application/json")
+            message.from_offset = got.entity.head_offset
+        if query.live is not None and self.draining():
+            raise _draining()  # not 204 at once: the client backs off instead of polling in a loop
+        page = await self.service.ReadEvents(message, cast(Any, context))
+        if message.from_offset > page.head_offset:
+            raise invalid_argument(
+                "INVALID_OFFSET", "offset is past the stream's end: not one this server sent", field="offset"
+            )
+        if query.live == "sse":
+            return self._sse(message, page, query)
+        if query.live == "long-poll" and not page.events:
+            return await self._long_poll(message, page, query, context)
+        closed = page.end_of_stream
+        headers = self._position(page.next_offset, page.next_offset >= page.head_offset, closed, query)
+        if query.offset is not None:
+            etag = headers["ETag"] = _etag(message.ref, message.from_offset, page.next_offset, closed)
+            if _matches(request.headers.get("if-none-match"), etag):
+                return Response(status_code=304, headers=headers)
+        headers["Cache-Control"] = CACHEABLE if page.events else "no-store"
+        body_text = _dumps([change_message_json(e) for e in page.events])
+        return Response(body_text, headers=headers, media_type="application/json")
+
+    def _position(
+        self, next_offset: int, up_to_date: bool, closed: bool, query: StreamQuery
+    ) -> dict[str, str]:
+        headers = {"Stream-Next-Offset": format_offset(next_offset), **SECURITY}
+        if up_to_date or closed:
+            headers["Stream-Up-To-Date"] = "true"
+        if closed:
+            headers["Stream-Closed"] = "true"
+        elif query.live is not None:
+            headers["Stream-Cursor"] = next_cursor(query.cursor)
+        return headers
+
+    async def _long_poll(
+        self,
+        message: api.ReadEventsRequest,
+        page: api.ReadEventsResponse,
+        query: StreamQuery,
+        context: DoorContext,
+    ) -> Response:
+        """At the tail: wait for the next commit, up to the timeout (204 then, as on a drain)."""
+        if page.end_of_stream:  # closed, and the reader has it all: never wait
+            return Response(status_code=204, headers=self._position(page.next_offset, True, True, query))
+        watch = cast(
+            AsyncGenerator[object, None],
+            self.service.WatchEvents(
+                api.WatchEventsRequest(
+                    ref=message.ref, from_offset=message.from_offset, accepts_batches=True
+                ),
+                cast(Any, context),
+            ),
+        )
+        item: object = None
+        try:
+            async with asyncio.timeout(self.long_poll_s):
+                item = await anext(watch)
+        except TimeoutError:
+            pass
+        except ApiError as error:
+            if error.reason != "SERVER_DRAINING":
+                raise
+        finally:
+            await watch.aclose()
+        events, closed = self._decode(item) if item is not None else ([], False)
+        if not events:
+            return Response(status_code=204, headers=self._position(message.from_offset, True, closed, query))
+        next_offset = message.from_offset + len(events)
+        # Up to date: the reader was at the tail, and a watch message holds all that came since
+        # (but for a burst past a message's bytes; the next poll then answers at once).
+        headers = self._position(next_offset, True, False, query)
+        headers["ETag"] = _etag(message.ref, message.from_offset, next_offset, False)
+        headers["Cache-Control"] = CACHEABLE
+        return Response(_dumps(events), headers=headers, media_type="application/json")
+
+    def _decode(self, item: object) -> tuple[list[dict[str, Any]], bool]:
+        """A watch message's events as change messages, and whether it ends the stream."""
+        m = api.WatchEventsResponse.FromString(item) if isinstance(item, bytes) else item
+        assert isinstance(m, api.WatchEventsResponse)
+        which = m.WhichOneof("item")
+        if which == "event":
+            return [change_message_json(m.event)], False
+        if which == "events":
+            return [change_message_json(e) for e in m.events.events], False
+        return [], which == "end_of_stream"
+
+    def _rendered_json(self, item: object) -> tuple[str, int, bool]:
+        """The message's events as one JSON array, their count, whether it ends the stream.
+
+        Every SSE reader of an entity gets the same message for a commit it takes alone, so it
+        is rendered once (watch.py encodes it once for all of them likewise)."""
+        if isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES:
+            hit = self._rendered.get(item)
+            if hit is not None:
+                self._rendered.move_to_end(item)
+                return hit[0], hit[1], False
+        events, closed = self._decode(item)
+        text = _dumps(events)
+        if isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES and events:
+            self._rendered[item] = (text, len(events))
+            if len(self._rendered) > RENDER_CACHE:
+                self._rendered.popitem(last=False)
+        return text, len(events), closed
+
+    def _sse(
+        self, message: api.ReadEventsRequest, page: api.ReadEventsResponse, query: StreamQuery
+    ) -> Response:
+        principal = current_principal.get()  # the body runs after the endpoint has returned
+        context = DoorContext("http:sse")
+
+        def control(offset: int, up_to_date: bool, closed: bool) -> bytes:
+            fields: dict[str, Any] = {"streamNextOffset": format_offset(offset)}
+            if closed:
+                fields["streamClosed"] = True
+            else:
+                fields["streamCursor"] = next_cursor(query.cursor)
+            if up_to_date or closed:
+                fields["upToDate"] = True
+            return _sse("control", _dumps(fields), format_offset(offset))
+
+        async def frames() -> AsyncIterator[bytes]:
+            reset = current_principal.set(principal)
+            offset, head = page.next_offset, page.head_offset
+            try:
+                if page.events:
+                    yield _sse("data", _dumps([change_message_json(e) for e in page.events]))
+                yield control(offset, offset >= head, page.end_of_stream)
+                if page.end_of_stream:
+                    return
+                watch = self.service.WatchEvents(
+                    api.WatchEventsRequest(ref=message.ref, from_offset=offset, accepts_batches=True),
+                    cast(Any, context),
+                )
+                async for item in _Watch(watch, self.heartbeat_s).items():
+                    if item is None:
+                        yield HEARTBEAT
+                        continue
+                    text, count, closed = self._rendered_json(item)
+                    if count:
+                        offset += count
+                        yield _sse("data", text)
+                    yield control(offset, offset >= head, closed)
+                    if closed:
+                        return
+            finally:
+                current_principal.reset(reset)
+
+        headers = {"Cache-Control": "no-store", **SECURITY}
+        return StreamingResponse(frames(), headers=headers, media_type="text/event-stream")
+
+    # -- entities' state changes -------------------------------------------------------------------
+
+    async def watch_entities(
+        self, request: Request, message: api.WatchEntitiesRequest, context: DoorContext
+    ) -> Response:
+        """A snapshot (``snapshot`` events, then ``snapshot-complete``), then each ``change``.
+
+        A reconnected client gets a fresh snapshot, which holds every change it missed; each
+        change's SSE id is its txid, so a client can tell which it has already applied."""
+        if self.draining():
+            raise _draining()
+        watch = _Watch(self.service.WatchEntities(message, cast(Any, context)), self.heartbeat_s)
+        try:
+            first = await watch.first()  # a refusal (a bad name, too many streams) is the answer
+        except BaseException:
+            await watch.close()
+            raise
+
+        async def frames() -> AsyncIterator[bytes]:
+            yield _entities_frame(first)
+            async for item in watch.items():
+                yield HEARTBEAT if item is None else _entities_frame(item)
+
+        headers = {"Cache-Control": "no-store", **SECURITY}
+        return StreamingResponse(frames(), headers=headers, media_type="text/event-stream")
+
+
+def _entities_frame(item: object) -> bytes:
+    m = api.WatchEntitiesResponse.FromString(item) if isinstance(item, bytes) else item
+    assert isinstance(m, api.WatchEntitiesResponse)
+    which = m.WhichOneof("item")
+    if which == "snapshot":
+        return _sse("snapshot", _dumps([entity_json(e) for e in m.snapshot.entities]))
+    if which == "snapshot_complete":
+        txid = str(m.snapshot_complete.txid)
+        return _sse("snapshot-complete", _dumps({"txid": txid}), txid)
+    changes = [m.change] if which == "change" else list(m.changes.changes)
+    txid = str(max(c.entity.txid for c in changes))
+    return _sse("change", _dumps([entity_change_json(c) for c in changes]), txid)
+
+
+class _Watch:
+    """A watch read with heartbeats: ``None`` after each ``heartbeat_s`` without a message.
+
+    The watch runs in its own task (made here, so in the caller's context: its principal) and
+    hands messages over a short queue: a timeout on the watch itself would cancel and close it,
+    and a reader that does not keep up holds the watch back rather than a growing queue."""
+
+    def __init__(self, watch: AsyncIterator[object], heartbeat_s: float) -> None:
+        self.heartbeat_s = heartbeat_s
+        self.queue: asyncio.Queue[object] = asyncio.Queue(SSE_QUEUE)
+        self.task = asyncio.create_task(self._pump(watch), name="electric-sse-watch")
+
+    async def _pump(self, watch: AsyncIterator[object]) -> None:
+        try:
+            async for item in watch:
+                await self.queue.put(item)
+        except Exception as exc:  # handed to the reader, which ends the response
+            await self.queue.put(exc)
+        await self.queue.put(_END)
+
+    async def first(self) -> object:
+        item = await self.queue.get()
+        if isinstance(item, Exception):
+            raise item
+        if item is _END:
+            raise _draining()
+        return item
+
+    async def items(self) -> AsyncIterator[object]:
+        """Messages until the watch ends; a drain ends them cleanly: the client resumes."""
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.heartbeat_s):
+                        item = await self.queue.get()
+                except TimeoutError:
+                    yield None
+                    continue
+                if item is _END:
+                    return
+                if isinstance(item, ApiError) and item.reason == "SERVER_DRAINING":
+                    return
+                if isinstance(item, Exception):
+                    log.warning("live stream ended: %s", item)
+                    return
+                yield item
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.wait([self.task])
+
+
+def _draining() -> ApiError:
+    return draining_error()
