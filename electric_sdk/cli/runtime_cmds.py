@@ -246,6 +246,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         config = ServerConfig(
             listen=args.listen,
             http=http_address(args.http),
+            sse_heartbeat_ms=args.sse_heartbeat,
             data_dir=args.data,
             drain_grace_s=1.0,
             accept_data_loss=args.accept_data_loss,
