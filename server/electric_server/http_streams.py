@@ -162,7 +162,8 @@ class EntityStreams:
         self.draining = draining
         self.heartbeat_s = heartbeat_s
         self.long_poll_s = long_poll_s
-        self._rendered: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+        self._rendered: OrderedDict[bytes, tuple[bytes, int]] = OrderedDict()
+        self._heartbeats = _Heartbeats(heartbeat_s)
 
     def routes(self, prefix: str, list_path: str, endpoint: Endpoint) -> list[BaseRoute]:
         """This prefix's routes, made with the door's ``endpoint`` (its admission and errors)."""
@@ -306,8 +307,8 @@ class EntityStreams:
             return [change_message_json(e) for e in m.events.events], False
         return [], which == "end_of_stream"
 
-    def _rendered_json(self, item: object) -> tuple[str, int, bool]:
-        """The message's events as one JSON array, their count, whether it ends the stream.
+    def _data_frame(self, item: object) -> tuple[bytes, int, bool]:
+        """The message's events as one SSE ``data`` event, their count, whether it ends the stream.
 
         Every SSE reader of an entity gets the same message for a commit it takes alone, so it
         is rendered once (watch.py encodes it once for all of them likewise)."""
@@ -317,12 +318,12 @@ class EntityStreams:
                 self._rendered.move_to_end(item)
                 return hit[0], hit[1], False
         events, closed = self._decode(item)
-        text = _dumps(events)
+        frame = _sse("data", _dumps(events)) if events else b""
         if isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES and events:
-            self._rendered[item] = (text, len(events))
+            self._rendered[item] = (frame, len(events))
             if len(self._rendered) > RENDER_CACHE:
                 self._rendered.popitem(last=False)
-        return text, len(events), closed
+        return frame, len(events), closed
 
     def _sse(
         self, message: api.ReadEventsRequest, page: api.ReadEventsResponse, query: StreamQuery
@@ -331,37 +332,40 @@ class EntityStreams:
         context = DoorContext("http:sse")
 
         def control(offset: int, up_to_date: bool, closed: bool) -> bytes:
-            fields: dict[str, Any] = {"streamNextOffset": format_offset(offset)}
+            # Written out: one per message per reader (json.dumps of the dict costs more).
+            at = format_offset(offset)
             if closed:
-                fields["streamClosed"] = True
+                fields = f'{{"streamNextOffset":"{at}","streamClosed":true,"upToDate":true}}'
             else:
-                fields["streamCursor"] = next_cursor(query.cursor)
-            if up_to_date or closed:
-                fields["upToDate"] = True
-            return _sse("control", _dumps(fields), format_offset(offset))
+                cursor = next_cursor(query.cursor)
+                up = ',"upToDate":true' if up_to_date else ""
+                fields = f'{{"streamNextOffset":"{at}","streamCursor":"{cursor}"{up}}}'
+            return f"id: {at}\nevent: control\ndata: {fields}\n\n".encode()
 
         async def frames() -> AsyncIterator[bytes]:
             reset = current_principal.set(principal)
             offset, head = page.next_offset, page.head_offset
             try:
-                if page.events:
-                    yield _sse("data", _dumps([change_message_json(e) for e in page.events]))
-                yield control(offset, offset >= head, page.end_of_stream)
+                first = (
+                    _sse("data", _dumps([change_message_json(e) for e in page.events]))
+                    if page.events
+                    else b""
+                )
+                yield first + control(offset, offset >= head, page.end_of_stream)
                 if page.end_of_stream:
                     return
                 watch = self.service.WatchEvents(
                     api.WatchEventsRequest(ref=message.ref, from_offset=offset, accepts_batches=True),
                     cast(Any, context),
                 )
-                async for item in _Watch(watch, self.heartbeat_s).items():
+                async for item in _Watch(watch, self._heartbeats).items():
                     if item is None:
                         yield HEARTBEAT
                         continue
-                    text, count, closed = self._rendered_json(item)
-                    if count:
-                        offset += count
-                        yield _sse("data", text)
-                    yield control(offset, offset >= head, closed)
+                    data, count, closed = self._data_frame(item)
+                    offset += count
+                    # One write for the data and its control: one send per message per reader.
+                    yield data + control(offset, offset >= head, closed)
                     if closed:
                         return
             finally:
@@ -381,7 +385,7 @@ class EntityStreams:
         change's SSE id is its txid, so a client can tell which it has already applied."""
         if self.draining():
             raise _draining()
-        watch = _Watch(self.service.WatchEntities(message, cast(Any, context)), self.heartbeat_s)
+        watch = _Watch(self.service.WatchEntities(message, cast(Any, context)), self._heartbeats)
         try:
             first = await watch.first()  # a refusal (a bad name, too many streams) is the answer
         except BaseException:
@@ -411,16 +415,42 @@ def _entities_frame(item: object) -> bytes:
     return _sse("change", _dumps([entity_change_json(c) for c in changes]), txid)
 
 
+class _Heartbeats:
+    """One timer for every open SSE response: each ``heartbeat_s``, a response that sent nothing
+    since the last tick gets a heartbeat (``None`` on its queue). A timer per response would
+    cost a timer per message, on the path every commit takes to every reader."""
+
+    def __init__(self, heartbeat_s: float) -> None:
+        self.heartbeat_s = heartbeat_s
+        self.watches: set[_Watch] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, watch: _Watch) -> None:
+        self.watches.add(watch)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._tick(), name="electric-sse-heartbeats")
+
+    async def _tick(self) -> None:
+        while self.watches:
+            await asyncio.sleep(self.heartbeat_s)
+            for watch in self.watches:
+                if watch.idle and not watch.queue.full():
+                    watch.queue.put_nowait(None)
+                watch.idle = True
+
+
 class _Watch:
-    """A watch read with heartbeats: ``None`` after each ``heartbeat_s`` without a message.
+    """A watch read with heartbeats: ``None`` now and then while it has no message.
 
     The watch runs in its own task (made here, so in the caller's context: its principal) and
-    hands messages over a short queue: a timeout on the watch itself would cancel and close it,
-    and a reader that does not keep up holds the watch back rather than a growing queue."""
+    hands messages over a short queue, which the heartbeats share: a timeout on the watch
+    itself would cancel and close it, and a reader that does not keep up holds the watch back
+    rather than a growing queue."""
 
-    def __init__(self, watch: AsyncIterator[object], heartbeat_s: float) -> None:
-        self.heartbeat_s = heartbeat_s
+    def __init__(self, watch: AsyncIterator[object], heartbeats: _Heartbeats) -> None:
         self.queue: asyncio.Queue[object] = asyncio.Queue(SSE_QUEUE)
+        self.idle = True
+        self.heartbeats = heartbeats
         self.task = asyncio.create_task(self._pump(watch), name="electric-sse-watch")
 
     async def _pump(self, watch: AsyncIterator[object]) -> None:
@@ -432,7 +462,8 @@ class _Watch:
         await self.queue.put(_END)
 
     async def first(self) -> object:
-        item = await self.queue.get()
+        while (item := await self.queue.get()) is None:
+            pass  # not yet registered for heartbeats: none come before ``items``
         if isinstance(item, Exception):
             raise item
         if item is _END:
@@ -440,15 +471,12 @@ class _Watch:
         return item
 
     async def items(self) -> AsyncIterator[object]:
-        """Messages until the watch ends; a drain ends them cleanly: the client resumes."""
+        """Messages (and ``None`` for a heartbeat) until the watch ends; a drain ends them
+        cleanly: the client resumes."""
+        self.heartbeats.add(self)
         try:
             while True:
-                try:
-                    async with asyncio.timeout(self.heartbeat_s):
-                        item = await self.queue.get()
-                except TimeoutError:
-                    yield None
-                    continue
+                item = await self.queue.get()
                 if item is _END:
                     return
                 if isinstance(item, ApiError) and item.reason == "SERVER_DRAINING":
@@ -456,11 +484,14 @@ class _Watch:
                 if isinstance(item, Exception):
                     log.warning("live stream ended: %s", item)
                     return
+                if item is not None:
+                    self.idle = False
                 yield item
         finally:
             await self.close()
 
     async def close(self) -> None:
+        self.heartbeats.watches.discard(self)
         self.task.cancel()
         await asyncio.wait([self.task])
 
