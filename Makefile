@@ -13,7 +13,8 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-.PHONY: run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+# dist: the sdist and the wheel.
+.PHONY: dist run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +43,12 @@ server: $(STAMP)
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
 dashboard: $(STAMP)
 	$(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
+
+# The sdist and the wheel in dist/: one distribution, electric-sdk, whose extras choose what is
+# installed ([server], [postgres], [notebook]; README.md, "Install").
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py
@@ -98,4 +105,4 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist
+	rm -rf dist $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache $(TS)/node_modules $(TS)/dist

@@ -17,6 +17,8 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 def parse_ms(text: str) -> int:
     """Parse a duration into milliseconds; ValueError with a clear message."""
     s = text.strip().lower()
+    if s.startswith("-"):
+        raise ValueError(f"invalid duration {text!r}: negative durations are refused (use e.g. 500ms or 10s)")
     if re.fullmatch(r"\d+(?:\.\d+)?", s):
         return round(float(s) * 1000)
     pos, total = 0, 0.0

@@ -1,7 +1,7 @@
 """Model-free example agents whose steps take real time, for `electric dev examples.agents:app`.
 
 - ``research``: plans, searches, reads and writes a report: several tool and
-  model steps, a few seconds in all. SIGINT mid-step aborts it with the
+  model steps, about 12 s in all. SIGINT mid-step aborts it with the
   partial report; SIGTERM stops it at the next step boundary, then cleans up;
   SIGUSR ``{"focus": "..."}`` redirects the remaining steps.
 - ``chat``: answers each message word by word (one model step per reply).
@@ -17,7 +17,9 @@ from electric_sdk.runtime import App, Context, Message, SignalInfo
 
 app = App("examples")
 
-STEP_S = 0.8  # how long each fake tool or model call takes
+# How long each fake tool or model call takes: a run lasts about 12 s, long enough to signal it by
+# hand (the README's SIGINT step), while SIGTERM's next step boundary stays well within the grace.
+STEP_S = 2.0
 
 
 @app.entity("research", grace_period="10s", idle_timeout="60s")

@@ -645,3 +645,48 @@ def test_docs_list_every_exit_code() -> None:
     for code in codes:
         assert re.search(rf"^\| {code} \|", docs, re.MULTILINE), f"docs/cli.md lacks exit code {code}"
         assert re.search(rf"^{code}\s", exit_codes.__doc__, re.MULTILINE)
+
+
+# -- wait -----------------------------------------------------------------------------------------
+
+
+def test_wait_returns_at_once_when_the_entity_is_there(cli: Run, sdk: Client, kind: str) -> None:
+    sdk.spawn(f"{kind}/w1")  # no worker hosts the type: it stays spawning
+    result = cli("wait", f"{kind}/w1", "spawning")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"/{kind}/w1 spawning\n"
+    result = cli("--json", "wait", f"{kind}/w1", "running,spawning")
+    assert json.loads(result.stdout)["state"] == "spawning"
+
+
+def test_wait_follows_changes_until_the_state(cli: Run, sdk: Client, live: TestServer, kind: str) -> None:
+    sdk.spawn(f"{kind}/w2")
+    env = base_env(ELECTRIC_ADDRESS=live.address)
+    waiting = subprocess.Popen(
+        [*ELECTRIC, "wait", f"{kind}/w2", "killed"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    sdk.kill(f"{kind}/w2")  # before or after the wait has started watching: either way it sees `killed`
+    out, err = waiting.communicate(timeout=WAIT_S)
+    assert waiting.returncode == 0, err
+    assert out == f"/{kind}/w2 killed\n"
+
+
+def test_wait_times_out_with_124(cli: Run, sdk: Client, kind: str) -> None:
+    sdk.spawn(f"{kind}/w3")
+    result = cli("wait", f"{kind}/w3", "running", "--timeout", "300ms")
+    assert result.returncode == exit_codes.TIMEOUT
+    assert f"/{kind}/w3 did not become running within 300ms" in result.stderr
+
+
+def test_wait_for_a_state_a_final_entity_can_never_reach_exits_4(cli: Run, sdk: Client, kind: str) -> None:
+    sdk.spawn(f"{kind}/w4")
+    sdk.kill(f"{kind}/w4")
+    result = cli("wait", f"{kind}/w4", "running")
+    assert result.returncode == 4
+    assert "STATE_UNREACHABLE" in result.stderr
+    assert cli("wait", f"{kind}/w4", "bogus").returncode == 2
+    assert cli("wait", f"{kind}/missing", "running").returncode == 3

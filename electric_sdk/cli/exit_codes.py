@@ -88,7 +88,11 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "`server`, `dev`: the disk failed a write the server cannot take back (a failed WAL sync); "
         "the server acknowledged nothing more and stopped",
     ),
-    TIMEOUT: ("run timed out", "`run`: the run did not end within `--timeout` (the command's own timeout)"),
+    TIMEOUT: (
+        "timed out",
+        "`run`: the run did not end within `--timeout` (the command's own timeout); `wait`: the entity "
+        "did not reach the state within `--timeout`",
+    ),
     INTERRUPTED: (
         "Ctrl-C/SIGINT",
         "interrupted by SIGINT (Ctrl-C); a second one ends any command at once. `run`: after "

@@ -139,13 +139,23 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("--limit", type=_count, metavar="N", help="at most N events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until EOF")
 
+    p = add("wait", streams.wait, "wait until an entity is in one of the given states")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("states", nargs="+", metavar="STATE", help="e.g. running, or idle stopped")
+    p.epilog = (
+        f"--timeout bounds the whole wait here (default {streams.DEFAULT_WAIT}; exit 124 when it passes)."
+    )
+
     p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
     p.add_argument("--type", help="only entities of this type")
     _states(p, "entities entering or leaving")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = _Parser(prog="electric", description="Lifecycle control plane for agents.", epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"electric {__version__}")
     _add_global_options(parser, on_subcommand=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _client_commands(sub)
@@ -205,8 +215,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.USAGE
     if "client_func" in args:
         return _run_client_command(args)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(
+            f"electric {args.command}: needs the {extra} extra ({exc.name} is not installed): "
+            f"pip install 'electric-sdk[{extra}]'",
+            file=sys.stderr,
+        )
+        return exit_codes.USAGE
     return code
+
+
+# The local commands (server, dev, verify, backup, restore) run the control plane, whose packages
+# are the [server] extra: a base install says which extra to add instead of a traceback.
+EXTRAS = {
+    name: "server"
+    for name in ("starlette", "uvicorn", "prometheus_client", "grpc_health", "grpc_reflection", "h11")
+}
 
 
 if __name__ == "__main__":

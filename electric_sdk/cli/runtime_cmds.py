@@ -56,7 +56,9 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=_cmd_worker)
 
     p = sub.add_parser("dev", help="run a server (embedded SQLite) and a worker in one process")
-    p.add_argument("app", nargs="?", default=DEFAULT_APP, metavar="MODULE:APP", help="default %(default)s")
+    p.add_argument(
+        "app", nargs="?", metavar="MODULE:APP", help=f"default {DEFAULT_APP}, unless --exec files are given"
+    )
     p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
     add_http(p)
     p.add_argument(
@@ -81,10 +83,19 @@ class _Apps:
             sys.path.insert(0, os.getcwd())  # MODULE is found from the current directory, as `python -m` does
         try:
             self._reloader = AppReloader(spec) if spec is not None else None
-            self._exec = [t for path in exec_files for t in load_exec_file(path)]
-            self._files = b"".join(path.read_bytes() for path in exec_files)
+        except Exception as exc:  # the user's module may raise anything while it is imported
+            raise errors.InvalidArgument(f"cannot load {spec}: {_where(exc)}", code="USAGE") from exc
+        self._exec = []
+        for path in exec_files:
+            try:
+                self._exec += load_exec_file(path)
+            except (DefinitionError, OSError, ValueError) as exc:
+                detail = str(exc).removeprefix(f"{path}: ")  # the file is named once
+                raise errors.InvalidArgument(f"cannot load {path}: {detail}", code="USAGE") from exc
+        self._files = b"".join(path.read_bytes() for path in exec_files)
+        try:
             self.app: App = self()
-        except (ImportError, DefinitionError, OSError) as exc:
+        except DefinitionError as exc:  # e.g. a type both the app and an exec file define
             raise errors.InvalidArgument(
                 f"cannot load {spec or 'the exec files'}: {exc}", code="USAGE"
             ) from exc
@@ -102,6 +113,28 @@ class _Apps:
         for etype in [*(base.types.values() if base is not None else ()), *self._exec]:
             app.add(etype)  # a name defined twice is a DefinitionError
         return app
+
+
+def _where(exc: BaseException) -> str:
+    """An import failure as a newcomer can act on it: the error, and the file and line of their
+    code that raised it (the last frame outside the import machinery and electric itself)."""
+    import traceback
+
+    from ..runtime import DefinitionError
+
+    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ImportError | DefinitionError) else str(exc)
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<frozen")
+        and f"{os.sep}electric_sdk{os.sep}" not in f.filename
+        and "importlib" not in f.filename
+    ]
+    if isinstance(exc, SyntaxError):
+        return text  # it names its file and line itself
+    if frames:
+        return f"{text} ({frames[-1].filename}, line {frames[-1].lineno})"
+    return text
 
 
 def _load(spec: str | None, exec_files: list[Path] | None = None) -> Any:
@@ -251,6 +284,8 @@ def _cmd_dev(args: argparse.Namespace) -> int:
             drain_grace_s=1.0,
             accept_data_loss=args.accept_data_loss,
         )
+        if args.app is None and not args.exec_files:
+            args.app = DEFAULT_APP
         return _run(args, server_config=config)
     except ConfigError as exc:
         print(f"electric dev: {exc}", file=sys.stderr)

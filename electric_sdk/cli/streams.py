@@ -1,4 +1,5 @@
-"""The streaming commands: `events` (a page, or ``--follow`` live) and `watch` (entity states live).
+"""The streaming commands: `events` (a page, or ``--follow`` live), `watch` (entity states live) and
+`wait` (until an entity reaches a state).
 
 Every record is printed and flushed as it arrives. ``events --follow`` ends
 with exit 0 when the entity's stream closes (stopped or killed); both end on
@@ -9,16 +10,17 @@ their pending step when the wait is interrupted, so nothing is left running.
 from __future__ import annotations
 
 import argparse
+import queue
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TextIO
 
 from .. import errors
-from ..lifecycle import State
+from ..lifecycle import STATE_RULES, State
 from ..models import Entity, EntityChange, Event
-from . import console
-from .commands import Invocation, states_of
+from . import console, exit_codes
+from .commands import Invocation, duration_s, states_of
 
 # ReadEvents pages; the server caps a page at 1000.
 EVENTS_PAGE = 500
@@ -78,6 +80,69 @@ def watch(ctx: Invocation, args: argparse.Namespace) -> int:
         for change in changes:
             ctx.out.line(console.change_line(change))
     return 0
+
+
+# `electric wait` gives up after this long unless --timeout says otherwise.
+DEFAULT_WAIT = "60s"
+
+
+def wait(ctx: Invocation, args: argparse.Namespace) -> int:
+    """Until the entity is in one of the states: exit 0 and print it; 124 when --timeout passes
+    first; 4 (the state can no longer be reached) when it ends in another terminal state.
+
+    Scripts and the README use it so that a step never depends on how fast it is typed: e.g.
+    ``electric wait research/r1 running`` before a SIGINT meant for a run in progress."""
+    try:
+        wanted = {State.parse(s) for item in args.states for s in item.split(",") if s}
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from None
+    limit_s = duration_s(getattr(args, "timeout", None) or DEFAULT_WAIT, "--timeout")
+    ref = ctx.client.get(args.ref).ref  # fails fast if the server or the entity is not there
+    entity = _wait_for(ctx, ref.url, wanted, limit_s)
+    if entity is None:
+        names = " or ".join(sorted(s.value for s in wanted))
+        limit = getattr(args, "timeout", None) or DEFAULT_WAIT
+        ctx.out.stderr.write(f"electric: {ref.url} did not become {names} within {limit}\n")
+        return exit_codes.TIMEOUT
+    if entity.state not in wanted:
+        raise errors.InvalidSignal(
+            f"{ref.url} is {entity.state.value}, a final state: it will never be "
+            + " or ".join(sorted(s.value for s in wanted)),
+            code="STATE_UNREACHABLE",
+        )
+    if ctx.out.json_mode:
+        ctx.out.record(entity.to_json())
+    else:
+        ctx.out.line(f"{ref.url} {entity.state.value}")
+    return 0
+
+
+def _wait_for(ctx: Invocation, url: str, wanted: set[State], limit_s: float) -> Entity | None:
+    """The entity once it is wanted or final; None when ``limit_s`` passed first.
+
+    The watch runs on a thread of its own and this one waits for its answer with a deadline, so
+    the limit holds whatever the watch is doing (reconnecting, say); Ctrl-C still ends the wait."""
+    answers: queue.Queue[Entity | BaseException] = queue.Queue()
+
+    def follow() -> None:
+        try:
+            for change in ctx.client.watch_entities(url.strip("/").split("/")[0]):
+                entity = change.entity
+                if entity.ref.url == url and (entity.state in wanted or STATE_RULES[entity.state].terminal):
+                    answers.put(entity)
+                    return
+            answers.put(errors.Unavailable("the server ended the watch"))
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            answers.put(exc)
+
+    threading.Thread(target=follow, name="electric-wait", daemon=True).start()
+    try:
+        answer = answers.get(timeout=limit_s)
+    except queue.Empty:
+        return None
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 class LiveTable:

@@ -16,7 +16,7 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar, overload
 
@@ -64,6 +64,21 @@ def _class_type(
     return EntityType(name, on_message, cls, grace, idle, handlers, [cls])
 
 
+@contextlib.contextmanager
+def _naming(name: str, field: str | None) -> Iterator[None]:
+    """Every DefinitionError raised while defining a type names the type (and the field, if known):
+    a newcomer with several types in one module sees at once which definition to fix."""
+    try:
+        yield
+    except DefinitionError as exc:
+        prefix = f"entity type {name!r}: "
+        text = str(exc)
+        if text.startswith(prefix) or text.startswith(f"entity type {name!r} "):
+            raise
+        where = f"{field}: " if field else ""
+        raise DefinitionError(f"{prefix}{where}{text}") from None
+
+
 class _Define:
     """What ``app.entity(...)`` returns: a class comes back unchanged, a function as an EntityType."""
 
@@ -104,18 +119,20 @@ class App:
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler)."""
         if not TYPE_NAME.fullmatch(name):
             raise DefinitionError(f"entity type {name!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        wanted = handled_signals(handles)
+        with _naming(name, "handles"):
+            wanted = handled_signals(handles)
 
         def define(target: Any) -> Any:
             if name in self.types:
                 raise DefinitionError(f"entity type {name!r} is already defined in this app")
-            if inspect.isclass(target):
-                self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted)
-                return target
-            require_async(target, f"{name}: the message handler")
-            etype = EntityType(
-                name, drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
-            )
+            with _naming(name, None):
+                if inspect.isclass(target):
+                    self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted)
+                    return target
+                require_async(target, "the message handler")
+                etype = EntityType(
+                    name, drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
+                )
             self.types[name] = etype
             return etype
 

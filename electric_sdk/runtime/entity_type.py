@@ -89,7 +89,7 @@ class EntityType:
                 try:
                     to_duration(value)
                 except ValueError as exc:
-                    raise DefinitionError(f"{self.name}: {label}: {exc}") from None
+                    raise DefinitionError(f"entity type {self.name!r}: {label}: {exc}") from None
 
     def handler_for(self, signal: Signal) -> SignalHandler | None:
         return self.handlers.get(signal)

@@ -31,6 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ...durations import parse_ms
 from ..entity_type import DefinitionError
 from .spec import ExecSpec, ExecType, ShutdownPolicy, define
 
@@ -45,8 +46,12 @@ _UNIT = re.compile(r"\s*\d+(?:\.\d+)?\s*(ms|s|m|h)")
 
 
 def _duration(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _UNIT.match(value):
+    if not isinstance(value, str) or not _UNIT.match(value.lstrip().removeprefix("-")):
         raise DefinitionError(f'{where}: a duration is a string with a unit, such as "500ms", "10s" or "2m"')
+    try:
+        parse_ms(value)
+    except ValueError as exc:  # e.g. "-1s": say what is wrong with it, not only what a duration looks like
+        raise DefinitionError(f"{where}: {exc}") from None
     return value
 
 

@@ -1,0 +1,209 @@
+"""The README's command blocks do what their comments say (issue 23, point 1).
+
+Every ```sh and ```python block of README.md runs here as written, against
+`make run`'s own stack (`make run` with LISTEN, HTTP and DATA pointed at this
+test's port and folder). A comment states what its command prints: each
+`backticked` fragment must appear in the output (``…`` stands for anything;
+runs of spaces count as one), and ``exit N`` is the exit status (else 0). A
+line ending in ``&`` runs in the background and is checked when the block
+ends. ``make`` lines are the stack itself (``make run``) or this suite
+(``make test``), so they are checked to be Makefile targets, not run again.
+The Python block runs twice: a second run must work too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+# A command's comment starts at "#" after at least two spaces (a "#" inside a command stays).
+COMMENT = re.compile(r"\s{2,}#\s?(.*)$")
+TICKS = re.compile(r"`([^`]+)`")
+EXIT = re.compile(r"\bexit (\d+)\b")
+BACKGROUND_S = 90.0
+
+
+@dataclass
+class Line:
+    command: str
+    comment: str
+
+    @property
+    def background(self) -> bool:
+        return self.command.endswith("&")
+
+    @property
+    def expected_exit(self) -> int:
+        found = EXIT.search(self.comment)
+        return int(found.group(1)) if found else 0
+
+    @property
+    def fragments(self) -> list[str]:
+        return TICKS.findall(self.comment)
+
+
+def blocks(language: str) -> list[str]:
+    return [body for lang, body in FENCE.findall(README.read_text()) if lang == language]
+
+
+def lines(block: str) -> list[Line]:
+    parsed = []
+    for raw in block.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        found = COMMENT.search(raw)
+        command = raw[: found.start()] if found else raw
+        parsed.append(Line(command.strip(), found.group(1) if found else ""))
+    return parsed
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"[ \t]+", " ", text)
+
+
+def check_output(line: Line | str, output: str, fragments: list[str] | None = None) -> None:
+    wanted = fragments if fragments is not None else line.fragments  # type: ignore[union-attr]
+    for fragment in wanted:
+        pattern = ".*?".join(re.escape(_squeeze(part)) for part in fragment.split("…"))
+        assert re.search(pattern, _squeeze(output), re.S), f"{line!r}: {fragment!r} not in:\n{output}"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`make run`, as the README's first block has it, on a free port and a fresh data folder."""
+    folder = tmp_path_factory.mktemp("make-run")
+    log = folder / "make-run.log"  # a file, not a pipe: nobody has to keep reading the server's log
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [
+                "make",
+                "--no-print-directory",
+                "run",
+                "LISTEN=127.0.0.1:0",
+                "HTTP=off",
+                f"DATA={folder / 'data'}",
+            ],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    address = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and address is None:
+        text = log.read_text()
+        found = re.search(r"electric server listening on (\S+)", text)
+        if found and "stop: " in text:  # the banner's last line: the worker is up too
+            address = found.group(1)
+        else:
+            time.sleep(0.05)  # polling a file: there is no event to wait on
+    assert address, "make run did not start:\n" + log.read_text()
+    env = dict(os.environ, ELECTRIC_ADDRESS=address)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # as the README's export does
+    try:
+        yield env
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("index", range(len(blocks("sh"))))
+def test_sh_block(index: int, stack: dict[str, str]) -> None:
+    env = dict(stack)
+    background: list[tuple[Line, subprocess.Popen[str]]] = []
+    try:
+        for line in lines(blocks("sh")[index]):
+            _run_line(line, env, stack, background)
+        for line, proc in background:
+            out, _ = proc.communicate(timeout=BACKGROUND_S)
+            assert proc.returncode == line.expected_exit, f"{line!r} exited {proc.returncode}:\n{out}"
+            check_output(line, out)
+    finally:
+        for _, proc in background:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def _run_line(
+    line: Line,
+    env: dict[str, str],
+    stack: dict[str, str],
+    background: list[tuple[Line, subprocess.Popen[str]]],
+) -> None:
+    argv = shlex.split(line.command.rstrip("&"))
+    if argv[0] == "make":
+        assert argv[1] in _make_targets(), line
+        return
+    if argv[0] == "export":  # carried to the next lines, as a shell would
+        shown = subprocess.run(
+            ["bash", "-c", f"{line.command}; env -0"], cwd=ROOT, env=env, capture_output=True, check=True
+        ).stdout.decode()
+        env.clear()
+        env.update(item.partition("=")[::2] for item in shown.split("\0") if "=" in item)
+        env["ELECTRIC_ADDRESS"] = stack["ELECTRIC_ADDRESS"]
+        return
+    if line.background:
+        proc = subprocess.Popen(
+            ["bash", "-c", line.command.rstrip("&")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        background.append((line, proc))
+        return
+    done = subprocess.run(
+        ["bash", "-c", line.command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == line.expected_exit, f"{line!r} exited {done.returncode}:\n{output}"
+    check_output(line, output)
+
+
+def test_python_block_twice(stack: dict[str, str]) -> None:
+    (code,) = blocks("python")
+    fragments = [
+        f for raw in code.splitlines() if (m := COMMENT.search(raw)) for f in TICKS.findall(m.group(1))
+    ]
+    assert fragments, "the Python block's comments say what it prints"
+    for _ in range(2):  # the second run must work as well as the first
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=stack,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        check_output("python block", done.stdout, fragments)
