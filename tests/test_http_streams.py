@@ -274,6 +274,19 @@ async def test_sse_catches_up_then_tails(http: httpx.AsyncClient) -> None:
         assert [e["value"]["text"] for e in events] == ["c"]  # from Last-Event-ID, not from -1
 
 
+async def test_a_reader_that_leaves_frees_its_watch(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    await http.put("/agent/gone")
+    async with sse(http, "/agent/gone/stream", offset="-1") as stream:
+        await stream.batch()
+        await watchers(door, 1)
+    # The client closed the connection: the server ends the response and the watch with it.
+
+    async def closed() -> bool:
+        return door._watches is not None and door._watches.watching()["events"] == 0
+
+    await until(closed)
+
+
 async def test_sse_heartbeats_while_idle(start_server: StartServer) -> None:
     server = await start_server(http="127.0.0.1:0", sse_heartbeat_ms=5)
     assert server.http is not None

@@ -36,7 +36,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
@@ -64,11 +64,9 @@ CURSOR_INTERVAL_S = 20
 # stream is only readable with a token. An empty page at the tail changes with the next commit.
 CACHEABLE = "private, max-age=60, stale-while-revalidate=300"
 SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "cross-origin"}
-SSE_QUEUE = 8  # watch messages an SSE response holds unsent: a slow reader slows its watch
 RENDER_CACHE = 256  # watch messages rendered once for every SSE reader of the same commit
 RENDER_CACHE_MAX_BYTES = 64 * 1024
 HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: every client skips it
-_END = object()
 
 # A builder and a reply as ``HttpDoor._endpoint`` takes them.
 Build = Callable[[Request, body.JsonObject], Message]
@@ -358,10 +356,7 @@ class EntityStreams:
                     api.WatchEventsRequest(ref=message.ref, from_offset=offset, accepts_batches=True),
                     cast(Any, context),
                 )
-                async for item in _Watch(watch, self._heartbeats).items():
-                    if item is None:
-                        yield HEARTBEAT
-                        continue
+                async for item in _ended_by_drain(watch):
                     data, count, closed = self._data_frame(item)
                     offset += count
                     # One write for the data and its control: one send per message per reader.
@@ -371,8 +366,7 @@ class EntityStreams:
             finally:
                 current_principal.reset(reset)
 
-        headers = {"Cache-Control": "no-store", **SECURITY}
-        return StreamingResponse(frames(), headers=headers, media_type="text/event-stream")
+        return _SseResponse(frames(), self._heartbeats)
 
     # -- entities' state changes -------------------------------------------------------------------
 
@@ -385,20 +379,22 @@ class EntityStreams:
         change's SSE id is its txid, so a client can tell which it has already applied."""
         if self.draining():
             raise _draining()
-        watch = _Watch(self.service.WatchEntities(message, cast(Any, context)), self._heartbeats)
+        watch = cast(AsyncGenerator[object, None], self.service.WatchEntities(message, cast(Any, context)))
         try:
-            first = await watch.first()  # a refusal (a bad name, too many streams) is the answer
+            first = await anext(watch)  # a refusal (a bad name, too many streams) is the answer
         except BaseException:
-            await watch.close()
+            await watch.aclose()
             raise
 
         async def frames() -> AsyncIterator[bytes]:
-            yield _entities_frame(first)
-            async for item in watch.items():
-                yield HEARTBEAT if item is None else _entities_frame(item)
+            try:
+                yield _entities_frame(first)
+                async for item in _ended_by_drain(watch):
+                    yield _entities_frame(item)
+            finally:
+                await watch.aclose()
 
-        headers = {"Cache-Control": "no-store", **SECURITY}
-        return StreamingResponse(frames(), headers=headers, media_type="text/event-stream")
+        return _SseResponse(frames(), self._heartbeats)
 
 
 def _entities_frame(item: object) -> bytes:
@@ -415,85 +411,97 @@ def _entities_frame(item: object) -> bytes:
     return _sse("change", _dumps([entity_change_json(c) for c in changes]), txid)
 
 
+async def _ended_by_drain(watch: AsyncIterator[object]) -> AsyncIterator[object]:
+    """The watch's messages; a drain (or any refusal) ends them cleanly: the client resumes."""
+    try:
+        async for item in watch:
+            yield item
+    except ApiError as error:
+        if error.reason != "SERVER_DRAINING":
+            log.warning("live stream ended: %s", error)
+
+
+class _SseResponse(StreamingResponse):
+    """An SSE body: its frames, sent as they come from one task per response, and a heartbeat
+    whenever ``_Heartbeats`` finds it idle. The frames' watch is read by the task that sends,
+    so a commit reaches a reader in one wake-up (no hand-over between tasks per message)."""
+
+    def __init__(self, frames: AsyncIterator[bytes], heartbeats: _Heartbeats) -> None:
+        super().__init__(
+            frames, headers={"Cache-Control": "no-store", **SECURITY}, media_type="text/event-stream"
+        )
+        self.frames = frames
+        self.heartbeats = heartbeats
+        self.idle = True
+        self._sending = asyncio.Lock()  # a heartbeat's write never lands inside another write
+        self._done = False
+        self._send: Send | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._send = send
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        sender = asyncio.ensure_future(self._send_frames())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        self.heartbeats.add(self)
+        try:
+            await asyncio.wait({sender, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.heartbeats.responses.discard(self)
+            for task in (sender, gone):
+                task.cancel()
+            await asyncio.wait({sender, gone})
+        if sender.done() and not sender.cancelled() and sender.exception() is not None:
+            raise cast(BaseException, sender.exception())
+        async with self._sending:
+            self._done = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_frames(self) -> None:
+        assert self._send is not None
+        async for frame in self.frames:
+            async with self._sending:
+                await self._send({"type": "http.response.body", "body": frame, "more_body": True})
+            self.idle = False
+
+    async def heartbeat(self) -> None:
+        if self._sending.locked() or self._send is None:
+            return  # a write is under way: the response is not idle
+        async with self._sending:
+            if not self._done:
+                await self._send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class _Heartbeats:
     """One timer for every open SSE response: each ``heartbeat_s``, a response that sent nothing
-    since the last tick gets a heartbeat (``None`` on its queue). A timer per response would
-    cost a timer per message, on the path every commit takes to every reader."""
+    since the last tick gets a heartbeat. A timer per response would cost a timer per message,
+    on the path every commit takes to every reader."""
 
     def __init__(self, heartbeat_s: float) -> None:
         self.heartbeat_s = heartbeat_s
-        self.watches: set[_Watch] = set()
+        self.responses: set[_SseResponse] = set()
         self._task: asyncio.Task[None] | None = None
+        self._beats: set[asyncio.Task[None]] = set()
 
-    def add(self, watch: _Watch) -> None:
-        self.watches.add(watch)
+    def add(self, response: _SseResponse) -> None:
+        self.responses.add(response)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._tick(), name="electric-sse-heartbeats")
 
     async def _tick(self) -> None:
-        while self.watches:
+        while self.responses:
             await asyncio.sleep(self.heartbeat_s)
-            for watch in self.watches:
-                if watch.idle and not watch.queue.full():
-                    watch.queue.put_nowait(None)
-                watch.idle = True
-
-
-class _Watch:
-    """A watch read with heartbeats: ``None`` now and then while it has no message.
-
-    The watch runs in its own task (made here, so in the caller's context: its principal) and
-    hands messages over a short queue, which the heartbeats share: a timeout on the watch
-    itself would cancel and close it, and a reader that does not keep up holds the watch back
-    rather than a growing queue."""
-
-    def __init__(self, watch: AsyncIterator[object], heartbeats: _Heartbeats) -> None:
-        self.queue: asyncio.Queue[object] = asyncio.Queue(SSE_QUEUE)
-        self.idle = True
-        self.heartbeats = heartbeats
-        self.task = asyncio.create_task(self._pump(watch), name="electric-sse-watch")
-
-    async def _pump(self, watch: AsyncIterator[object]) -> None:
-        try:
-            async for item in watch:
-                await self.queue.put(item)
-        except Exception as exc:  # handed to the reader, which ends the response
-            await self.queue.put(exc)
-        await self.queue.put(_END)
-
-    async def first(self) -> object:
-        while (item := await self.queue.get()) is None:
-            pass  # not yet registered for heartbeats: none come before ``items``
-        if isinstance(item, Exception):
-            raise item
-        if item is _END:
-            raise _draining()
-        return item
-
-    async def items(self) -> AsyncIterator[object]:
-        """Messages (and ``None`` for a heartbeat) until the watch ends; a drain ends them
-        cleanly: the client resumes."""
-        self.heartbeats.add(self)
-        try:
-            while True:
-                item = await self.queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, ApiError) and item.reason == "SERVER_DRAINING":
-                    return
-                if isinstance(item, Exception):
-                    log.warning("live stream ended: %s", item)
-                    return
-                if item is not None:
-                    self.idle = False
-                yield item
-        finally:
-            await self.close()
-
-    async def close(self) -> None:
-        self.heartbeats.watches.discard(self)
-        self.task.cancel()
-        await asyncio.wait([self.task])
+            for response in self.responses:
+                if response.idle:
+                    # A task each: a reader that does not read holds up its own heartbeat only.
+                    beat = asyncio.create_task(response.heartbeat())
+                    self._beats.add(beat)
+                    beat.add_done_callback(self._beats.discard)
+                response.idle = True
 
 
 def _draining() -> ApiError:
