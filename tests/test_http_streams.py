@@ -494,3 +494,34 @@ def _open_event_watches(metrics: str) -> float:
         if line.startswith("electric_watch_streams") and 'kind="events"' in line:
             return float(line.split()[-1])
     return 0.0
+
+
+async def test_sse_resumes_on_postgresql(
+    postgres_url: str, start_server: StartServer, tmp_path: Path
+) -> None:
+    """The same read on the PostgreSQL store: live commits reach the reader, a drain ends it,
+    and a server started after on the same database resumes it from its offset, each event
+    once. (Several replicas on one database are issue 12's; the read needs nothing more.)"""
+    first = await start_server(tmp_path / "a", http="127.0.0.1:0", database_url=postgres_url)
+    assert first.http is not None
+    one = "/agent/pg"
+    async with httpx.AsyncClient(base_url=first.http.address, timeout=30) as client:
+        await client.put(one)
+        await send(client, one, "a")
+        seen: list[dict[str, Any]] = []
+        with anyio.fail_after(30):
+            async with sse(client, f"{one}/stream", offset="-1") as stream:
+                events, control = await stream.batch()
+                seen += events
+                await send(client, one, "b")
+                events, control = await stream.batch()
+                seen += events
+                await first.stop(5)  # the drain ends the SSE response cleanly
+                assert await stream.next() is None
+    second = await start_server(tmp_path / "b", http="127.0.0.1:0", database_url=postgres_url)
+    assert second.http is not None
+    async with httpx.AsyncClient(base_url=second.http.address, timeout=30) as client:
+        await send(client, one, "c")
+        async with sse(client, f"{one}/stream", offset=control["streamNextOffset"]) as stream:
+            events, _ = await stream.batch()
+        assert seen + events == await log_of(client, one)
