@@ -12,10 +12,10 @@ other GET routes are (``HttpDoor._endpoint``: token, ``read`` scope, type limits
 a catch-up read is the service's ReadEvents and a live tail its WatchEvents / WatchEntities
 (watch.py: in order, exactly once, ended on drain). So draining ends these responses cleanly (a
 long-poll answers 204, an SSE body ends) and the client resumes from its last offset here after a
-restart, or on any replica.
+restart, or on another server of the same database.
 
 Offsets are the entity's gap-free event offsets as 20 decimal digits: they sort as text, as the
-protocol asks, and keep their meaning across restarts and replicas.
+protocol asks, and keep their meaning across restarts and servers.
 """
 
 from __future__ import annotations
@@ -68,9 +68,7 @@ RENDER_CACHE = 256  # watch messages rendered once for every SSE reader of the s
 RENDER_CACHE_MAX_BYTES = 64 * 1024
 HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: every client skips it
 
-# A builder and a reply as ``HttpDoor._endpoint`` takes them.
-Build = Callable[[Request, body.JsonObject], Message]
-Reply = Callable[[Request, Any, DoorContext], Awaitable[Response]]
+# ``HttpDoor._endpoint``: it makes a route's endpoint from a call, a builder and a reply.
 Endpoint = Callable[..., Callable[[Request], Awaitable[Response]]]
 
 
