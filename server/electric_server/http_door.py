@@ -52,7 +52,7 @@ from starlette.routing import BaseRoute, Route
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
-from electric_sdk._wire.enums import SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.enums import SIGNAL_TO_PB
 from electric_sdk._wire.rendering import (
     entity_json,
     event_json,
@@ -61,7 +61,7 @@ from electric_sdk._wire.rendering import (
     signal_many_json,
 )
 from electric_sdk._wire.times import duration_from_ms
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import Signal
 
 from . import http_body as body
 from .auth import (
@@ -76,6 +76,11 @@ from .auth import (
 )
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
+from .http_query import parse_states as _parse_states
+from .http_query import query as _query
+from .http_query import query_one as _query_one
+from .http_query import ref as _ref
+from .http_streams import EntityStreams
 from .metrics import CONTENT_TYPE
 from .service import EntityService
 
@@ -101,35 +106,11 @@ def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> J
     return JSONResponse(content, status, headers)
 
 
-def _ref(request: Request) -> pb.EntityRef:
-    """The path's entity; ``.`` and ``..`` are no names over HTTP (clients resolve them away)."""
-    type_, id_ = request.path_params["type"], request.path_params["id"]
-    for field, value in (("ref.type", type_), ("ref.id", id_)):
-        if value in {".", ".."}:
-            raise invalid_argument("INVALID_NAME", f"{field} cannot be {value!r} over HTTP", field=field)
-    return pb.EntityRef(type=type_, id=id_)
-
-
 def _parse_signal(text: str) -> pb.Signal.ValueType:
     try:
         return SIGNAL_TO_PB[Signal.parse(text)]
     except ValueError as exc:
         raise invalid_argument("UNKNOWN_SIGNAL", str(exc), field="signal") from None
-
-
-def _parse_states(texts: list[str], field: str) -> list[pb.State.ValueType]:
-    try:
-        return [STATE_TO_PB[State.parse(t)] for t in texts]
-    except ValueError as exc:
-        raise invalid_argument("UNKNOWN_STATE", str(exc), field=field) from None
-
-
-def _query(request: Request, allowed: set[str]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for key, value in request.query_params.multi_items():
-        found.setdefault(key, []).append(value)
-    body.fields(found, allowed, "query ")
-    return found
 
 
 def _query_int(query: dict[str, list[str]], field: str, maximum: int) -> int:
@@ -141,13 +122,6 @@ def _query_int(query: dict[str, list[str]], field: str, maximum: int) -> int:
             "INVALID_FIELD", f"{field} must be one whole number from 0 to {maximum}", field=field
         )
     return int(values[-1])
-
-
-def _query_one(query: dict[str, list[str]], field: str) -> str:
-    values = query.get(field, [""])
-    if len(values) > 1:
-        raise invalid_argument("INVALID_FIELD", f"{field} may be given once", field=field)
-    return values[0]
 
 
 def _signal_fields(
@@ -326,8 +300,6 @@ class HttpDoor:
         ]
         if self.metrics is not None:
             routes.append(Route("/metrics", self._metrics, methods=["GET"]))
-        from .http_streams import EntityStreams  # here: it builds on this module's request parsing
-
         streams = EntityStreams(self.service, self._draining, **self.streams)
         for prefix, list_path in ((PREFIX, PREFIX), ("", "/entities")):
             one = f"{prefix}/{{type}}/{{id}}"

@@ -45,6 +45,8 @@ from electric_sdk._wire.rendering import change_message_json, entity_change_json
 from . import http_body as body
 from .auth import current_principal
 from .errors import ApiError, DoorContext, invalid_argument
+from .http_query import parse_states, query_one, ref
+from .http_query import query as read_query
 from .service import EntityService
 from .validation import MAX_INT64, MAX_PAGE
 from .watch import draining_error
@@ -163,28 +165,27 @@ class EntityStreams:
 
     def routes(self, prefix: str, list_path: str, endpoint: Endpoint) -> list[BaseRoute]:
         """This prefix's routes, made with the door's ``endpoint`` (its admission and errors)."""
-        from .http_door import _parse_states, _query, _query_one, _ref  # the door's request parsing
 
         def read_request(request: Request, obj: body.JsonObject) -> Message:
-            query = _query(request, {"offset", "live", "cursor"})
-            text = _query_one(query, "offset") or START
-            live = _query_one(query, "live") or None
+            query = read_query(request, {"offset", "live", "cursor"})
+            text = query_one(query, "offset") or START
+            live = query_one(query, "live") or None
             if live is not None and live not in LIVE_MODES:
                 raise invalid_argument("INVALID_FIELD", "live must be long-poll or sse", field="live")
             resumed = request.headers.get("last-event-id")
             if live == "sse" and resumed:  # an EventSource's reconnection: it names the last control
                 text = resumed
             offset = parse_offset(text)
-            request.state.stream = StreamQuery(offset, live, _query_one(query, "cursor"))
-            return api.ReadEventsRequest(ref=_ref(request), from_offset=offset or 0, limit=MAX_PAGE)
+            request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"))
+            return api.ReadEventsRequest(ref=ref(request), from_offset=offset or 0, limit=MAX_PAGE)
 
         def watch_request(request: Request, obj: body.JsonObject) -> Message:
-            query = _query(request, {"type", "state", "live"})
-            if _query_one(query, "live") != "sse":
+            query = read_query(request, {"type", "state", "live"})
+            if query_one(query, "live") != "sse":
                 raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
             return api.WatchEntitiesRequest(
-                type=_query_one(query, "type"),
-                states=_parse_states(query.get("state", []), "state"),
+                type=query_one(query, "type"),
+                states=parse_states(query.get("state", []), "state"),
                 accepts_batches=True,
             )
 
