@@ -13,8 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-# dist: the sdist and the wheel.
-.PHONY: dist run server dashboard test lint proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: dist run server cluster dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +38,11 @@ run: $(STAMP)
 server: $(STAMP)
 	$(VENV)/bin/electric server --listen $(LISTEN) --http $(HTTP) --data $(DATA)
 
+# Three replicas on one PostgreSQL database (ELECTRIC_DATABASE_URL, default the local "electric",
+# created if absent) and a worker hosting the examples; Ctrl-C stops them all (scripts/cluster.py).
+cluster: $(STAMP)
+	$(PY) scripts/cluster.py
+
 # The control-panel notebook as a web app (Voilà), on http://127.0.0.1:$(DASHBOARD_PORT)/. It starts
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
 dashboard: $(STAMP)
@@ -49,6 +53,10 @@ dashboard: $(STAMP)
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+
+# The HTTP door's OpenAPI document, docs/openapi.json, from its route table (drift-tested).
+openapi: $(STAMP)
+	$(PY) scripts/genopenapi.py
 
 proto: $(STAMP)
 	$(PY) scripts/genproto.py
@@ -102,6 +110,7 @@ ts-test: $(STAMP) $(BUF)
 test: lint buf-breaking proto-check pytest ts-test
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

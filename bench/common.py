@@ -121,7 +121,7 @@ def proc_status_bytes(pid: int, key: str = "VmRSS") -> int:
     raise KeyError(key)
 
 
-def _spawn_server(cmd: list[str], kind: str, log_path: Path | None, timeout: float) -> ServerProc:
+def spawn_server(cmd: list[str], kind: str, log_path: Path | None, timeout: float) -> ServerProc:
     stderr = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -196,7 +196,7 @@ def start_electric(
             "--",
             *args,
         ]
-    return _spawn_server(cmd, "electric", log or data_dir.parent / f"{data_dir.name}.server.log", timeout)
+    return spawn_server(cmd, "electric", log or data_dir.parent / f"{data_dir.name}.server.log", timeout)
 
 
 def start_worker(
@@ -245,7 +245,7 @@ def start_echo(
     cmd = [PY, str(Path(__file__).resolve()), "echo-server", "--listen", listen]
     if acceptors:
         cmd += ["--acceptors", str(acceptors)]
-    return _spawn_server(cmd, "echo", log, timeout)
+    return spawn_server(cmd, "echo", log, timeout)
 
 
 def run_in_process(

@@ -33,7 +33,12 @@ BENCHES = [
     "bench_sdk",
     "bench_restart",
     "bench_runtime",
+    "bench_steps",
     "bench_exec",
+    "bench_http",
+    "bench_pg_store",
+    "bench_pg_signal",
+    "bench_dbos",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 

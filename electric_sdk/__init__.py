@@ -36,8 +36,7 @@ from .models import (
     SignalResult,
     State,
 )
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "AsyncClient",

@@ -16,6 +16,10 @@
     ├── DeadlineExceeded         DEADLINE_EXCEEDED (retried automatically)
     ├── WatchLagging             ABORTED / WATCH_LAGGING (a watch fell behind; reconnects automatically)
     ├── WrongEventLoop           an AsyncClient used from another event loop than its own
+    ├── NonDeterministicRun      a redelivered run asked for another step than was recorded there
+    ├── StepFailed               a recorded step raised (after its retries), now or when it was recorded
+    │   └── StepTimeout              ... because it ran past its ``timeout`` (also a TimeoutError)
+    ├── InvalidStepResult        a step's result is not JSON or is too large (also a ValueError)
     └── ServerError              INTERNAL and anything else unexpected
 
 Every error carries ``code`` (the RFC's error code: the ErrorInfo reason,
@@ -44,8 +48,12 @@ __all__ = [
     "IdempotencyKeyReused",
     "InvalidArgument",
     "InvalidSignal",
+    "InvalidStepResult",
+    "NonDeterministicRun",
     "PermissionDenied",
     "ServerError",
+    "StepFailed",
+    "StepTimeout",
     "Unauthenticated",
     "Unavailable",
     "WatchLagging",
@@ -136,6 +144,34 @@ class WrongEventLoop(ElectricError):
 
 class ServerError(ElectricError):
     default_code = "INTERNAL"
+
+
+class NonDeterministicRun(ElectricError):
+    """A redelivered run asked, at a recorded position, for another step than the one recorded
+    there (its code path changed): the run fails rather than diverge silently."""
+
+    default_code = "NON_DETERMINISTIC_RUN"
+
+
+class StepFailed(ElectricError):
+    """A recorded step raised and will not be retried; ``error_type`` names what it raised, and
+    ``attempts`` how often it was tried. A replay raises it again from the record."""
+
+    default_code = "STEP_FAILED"
+
+    def __init__(self, message: str, *, step: str, error_type: str, attempts: int, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.step, self.error_type, self.attempts = step, error_type, attempts
+
+
+class StepTimeout(StepFailed, TimeoutError):
+    default_code = "STEP_TIMEOUT"
+
+
+class InvalidStepResult(ElectricError, ValueError):
+    """A step's result that cannot be recorded: not JSON, or larger than the documented bound."""
+
+    default_code = "INVALID_STEP_RESULT"
 
 
 # A reason, where it names a more precise class than the status does.

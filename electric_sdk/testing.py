@@ -10,9 +10,8 @@ Sync or async, in any test framework::
         client = server.client()          # a sync Client, closed with the server
         client.spawn("my_agent/a1")
 
-With pytest, enable the fixtures in a ``conftest.py``::
-
-    pytest_plugins = ["electric_sdk.testing"]
+With pytest, the fixtures ``electric_server`` and ``electric_client`` are there
+once electric is installed (a ``pytest11`` plugin, ``electric_sdk.pytest_plugin``)::
 
     def test_kill(electric_client):
         electric_client.spawn("my_agent/a1")
@@ -28,7 +27,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,7 +34,7 @@ from typing import Any
 from ._portal import start_portal
 from .client import AsyncClient, Client
 
-__all__ = ["TestServer", "electric_client", "electric_server"]
+__all__ = ["TestServer"]
 
 
 class TestServer:
@@ -121,21 +119,3 @@ class TestServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-try:
-    import pytest
-except ImportError:  # TestServer works without pytest; only the fixtures need it
-    pass
-else:
-
-    @pytest.fixture
-    def electric_server(tmp_path: Path) -> Iterator[TestServer]:
-        """A fresh server per test, its data in the test's tmp_path."""
-        with TestServer(tmp_path / "electric") as server:
-            yield server
-
-    @pytest.fixture
-    def electric_client(electric_server: TestServer) -> Client:
-        """A sync Client connected to ``electric_server``."""
-        return electric_server.client()

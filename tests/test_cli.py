@@ -690,3 +690,12 @@ def test_wait_for_a_state_a_final_entity_can_never_reach_exits_4(cli: Run, sdk: 
     assert "STATE_UNREACHABLE" in result.stderr
     assert cli("wait", f"{kind}/w4", "bogus").returncode == 2
     assert cli("wait", f"{kind}/missing", "running").returncode == 3
+
+
+def test_ready_waits_for_the_server(cli: Run, live: TestServer) -> None:
+    result = cli("ready")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{live.address} ready\n"
+    absent = electric("--address", NO_SERVER, "ready", "--timeout", "300ms", env=base_env())
+    assert absent.returncode == exit_codes.UNAVAILABLE
+    assert "not ready after" in absent.stderr

@@ -84,8 +84,12 @@ def _all_options() -> dict[str, list[argparse.Action]]:
     return every
 
 
-# Flags of other tools that these pages show beside electric's own.
+# Flags of other tools that these pages show beside electric's own, and the tools whose command lines
+# are not electric's.
 OTHER_TOOLS = {"--no-browser", "--port", "--tb", "--install-links"}
+OTHER_COMMANDS = re.compile(
+    r"^\s*(?:\$\s*)?(?:curl|wrk|npm|node|pg_dump|pg_basebackup|pip|python3?|voila|docker|apt-get|openssl|make)\b"
+)
 
 
 @pytest.mark.parametrize("page", ["docs/cli.md", "docs/server.md", "docs/runtime.md", "docs/http.md"])
@@ -95,6 +99,8 @@ def test_every_flag_in_the_reference_pages_exists(page: str) -> None:
     every = _all_options()
     wrong = []
     for number, text in _code(ROOT / page):
+        if OTHER_COMMANDS.match(text):
+            continue
         for flag, value in FLAG.findall(text):
             if flag in OTHER_TOOLS:
                 continue

@@ -380,7 +380,7 @@ async def test_writes_to_a_stream_are_refused(
     r = await http.request(method, f"{prefix}/agent/r1/stream", json={"text": "no"})
     assert r.status_code == 405
     assert r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
-    assert r.headers["allow"] == "GET, HEAD"
+    assert set(r.headers["allow"].split(", ")) == {"GET", "HEAD"}
     assert read_database(door.config.database) == before
 
 

@@ -40,6 +40,8 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.runtime_session",
         "electric_sdk.stream_batches",
         "electric_sdk._portal",
+        "electric_sdk.durable_state",
+        "electric_sdk.version",
     ),
     (
         "electric_sdk.models",
@@ -47,10 +49,17 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.arguments",
         "electric_sdk.event_text",
         "electric_sdk.channels",
+        "electric_sdk.state_read",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),
-    ("electric_sdk.cli", "electric_sdk.widgets", "electric_sdk.testing", "electric_sdk"),
+    (
+        "electric_sdk.cli",
+        "electric_sdk.widgets",
+        "electric_sdk.testing",
+        "electric_sdk.pytest_plugin",
+        "electric_sdk",
+    ),
 ]
 TOP = len(LAYERS) - 1
 SERVER = "electric_server"
@@ -139,9 +148,15 @@ def _layer(module: str) -> int:
     return best
 
 
+# The pytest plugin is the testing kit's (a module of its own only so that pytest can load it
+# before anything imports ``electric_sdk.testing``).
+_GROUP_OF = {"electric_sdk.pytest_plugin": "electric_sdk.testing"}
+
+
 def _group(module: str) -> str:
     """A top-layer module's group (cli, widgets, testing, the package itself)."""
-    return ".".join(module.split(".")[:2])
+    group = ".".join(module.split(".")[:2])
+    return _GROUP_OF.get(group, group)
 
 
 def _where(i: Import) -> str:

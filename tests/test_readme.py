@@ -21,64 +21,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doc_blocks import FENCE, Line, check_output, comment_fragments, lines
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-# A command's comment starts at "#" after at least two spaces (a "#" inside a command stays).
-COMMENT = re.compile(r"\s{2,}#\s?(.*)$")
-TICKS = re.compile(r"`([^`]+)`")
-EXIT = re.compile(r"\bexit (\d+)\b")
 BACKGROUND_S = 90.0
-
-
-@dataclass
-class Line:
-    command: str
-    comment: str
-
-    @property
-    def background(self) -> bool:
-        return self.command.endswith("&")
-
-    @property
-    def expected_exit(self) -> int:
-        found = EXIT.search(self.comment)
-        return int(found.group(1)) if found else 0
-
-    @property
-    def fragments(self) -> list[str]:
-        return TICKS.findall(self.comment)
 
 
 def blocks(language: str) -> list[str]:
     return [body for lang, body in FENCE.findall(README.read_text()) if lang == language]
-
-
-def lines(block: str) -> list[Line]:
-    parsed = []
-    for raw in block.splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        found = COMMENT.search(raw)
-        command = raw[: found.start()] if found else raw
-        parsed.append(Line(command.strip(), found.group(1) if found else ""))
-    return parsed
-
-
-def _squeeze(text: str) -> str:
-    return re.sub(r"[ \t]+", " ", text)
-
-
-def check_output(line: Line | str, output: str, fragments: list[str] | None = None) -> None:
-    wanted = fragments if fragments is not None else line.fragments  # type: ignore[union-attr]
-    for fragment in wanted:
-        pattern = ".*?".join(re.escape(_squeeze(part)) for part in fragment.split("…"))
-        assert re.search(pattern, _squeeze(output), re.S), f"{line!r}: {fragment!r} not in:\n{output}"
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +92,7 @@ def test_sh_block(index: int, stack: dict[str, str]) -> None:
         for line, proc in background:
             out, _ = proc.communicate(timeout=BACKGROUND_S)
             assert proc.returncode == line.expected_exit, f"{line!r} exited {proc.returncode}:\n{out}"
-            check_output(line, out)
+            check_output(line, out, line.fragments)
     finally:
         for _, proc in background:
             if proc.poll() is None:
@@ -186,14 +140,12 @@ def _run_line(
     )
     output = done.stdout + done.stderr
     assert done.returncode == line.expected_exit, f"{line!r} exited {done.returncode}:\n{output}"
-    check_output(line, output)
+    check_output(line, output, line.fragments)
 
 
 def test_python_block_twice(stack: dict[str, str]) -> None:
     (code,) = blocks("python")
-    fragments = [
-        f for raw in code.splitlines() if (m := COMMENT.search(raw)) for f in TICKS.findall(m.group(1))
-    ]
+    fragments = comment_fragments(code)
     assert fragments, "the Python block's comments say what it prints"
     for _ in range(2):  # the second run must work as well as the first
         done = subprocess.run(

@@ -162,3 +162,19 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
     else:
         ctx.out.line(console.receipt_line(receipt))
     return 0
+
+
+# `electric ready` waits this long unless --timeout says otherwise: a server still starting.
+DEFAULT_READY = "30s"
+
+
+def ready(ctx: Invocation, args: argparse.Namespace) -> int:
+    """Until the server answers and serves (its health is SERVING): for scripts that start a server
+    and use it at once. Exit 0, or 5 (UNAVAILABLE) when --timeout passes first."""
+    limit = getattr(args, "timeout", None) or DEFAULT_READY
+    ctx.client.wait_ready(duration_s(limit, "--timeout"))
+    if ctx.out.json_mode:
+        ctx.out.record({"address": ctx.options.address, "ready": True})
+    else:
+        ctx.out.line(f"{ctx.options.address} ready")
+    return 0

@@ -103,6 +103,13 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="worker sessions per principal (default %(default)s)",
     )
+    add_database(p)
+    add_accept_data_loss(p)
+    p.set_defaults(func=_cmd_server)
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    """`--database` and `--database-pool`, for `server` and `dev`."""
     p.add_argument(
         "--database",
         default=os.environ.get("ELECTRIC_DATABASE_URL") or None,
@@ -117,8 +124,6 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
     )
-    add_accept_data_loss(p)
-    p.set_defaults(func=_cmd_server)
 
 
 def add_http(p: argparse.ArgumentParser) -> None:
@@ -137,6 +142,14 @@ def add_http(p: argparse.ArgumentParser) -> None:
         type=sse_heartbeat_ms,
         help="an HTTP SSE response with nothing to send sends a comment this often, in ms "
         "(or a duration such as 15s; default %(default)s)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it; "
+        "default: CORS off)",
     )
 
 
@@ -196,6 +209,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             listen=args.listen,
             http=http_address(args.http),
             sse_heartbeat_ms=args.sse_heartbeat,
+            cors_origins=tuple(args.cors_origin),
             data_dir=args.data,
             tokens_file=args.tokens,
             tls_cert=args.tls_cert,

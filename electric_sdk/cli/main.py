@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams
+from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams, transfer_cmds
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -139,6 +139,13 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("--limit", type=_count, metavar="N", help="at most N events")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events until EOF")
 
+    p = add("state", streams.state, "print an entity's durable state (ctx.state)")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
+
+    p = add("ready", commands.ready, "wait until the server answers, e.g. right after starting it")
+    p.epilog = f"--timeout bounds the whole wait here (default {commands.DEFAULT_READY}; then exit 5)."
+
     p = add("wait", streams.wait, "wait until an entity is in one of the given states")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("states", nargs="+", metavar="STATE", help="e.g. running, or idle stopped")
@@ -152,7 +159,7 @@ def _client_commands(sub: Subparsers) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from ..version import __version__
 
     parser = _Parser(prog="electric", description="Lifecycle control plane for agents.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"electric {__version__}")
@@ -163,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
     local.add_backup_parsers(sub)
+    transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
     return parser
 

@@ -10,11 +10,12 @@ their pending step when the wait is interrupted, so nothing is left running.
 from __future__ import annotations
 
 import argparse
+import json
 import queue
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from .. import errors
 from ..lifecycle import STATE_RULES, State
@@ -56,6 +57,24 @@ def events(ctx: Invocation, args: argparse.Namespace) -> int:
         if not page.events or page.next_offset >= page.head_offset:
             break
         offset = page.next_offset
+    return 0
+
+
+def state(ctx: Invocation, args: argparse.Namespace) -> int:
+    """The entity's durable state (``ctx.state``); with --watch, again after every change."""
+
+    def show(collections: dict[str, Any]) -> None:
+        if ctx.out.json_mode:
+            ctx.out.record({"ref": args.ref, "state": collections})
+        else:
+            ctx.out.line(json.dumps(collections, indent=2, sort_keys=True))
+
+    if not args.watch:
+        show(ctx.client.state(args.ref))
+        return 0
+    ctx.client.get(args.ref)  # fails fast (within --timeout) if the server or the entity is not there
+    for collections in ctx.client.watch_state(args.ref):
+        show(collections)
     return 0
 
 

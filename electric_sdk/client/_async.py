@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import random
 import uuid
 import warnings
@@ -38,6 +39,7 @@ from ..arguments import (
     parse_states,
 )
 from ..channels import open_channel
+from ..durable_state import apply_all, ops_of
 from ..lifecycle import Signal
 from ..models import (
     Entity,
@@ -48,11 +50,23 @@ from ..models import (
     SignalManyResult,
     SignalResult,
 )
+from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
 
 T = TypeVar("T")
 
 _RETRYABLE = (errors.Unavailable, errors.DeadlineExceeded)
+# grpc.health.v1: Check(HealthCheckRequest{service: ""}) -> HealthCheckResponse{status = 1: enum}.
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING = 1
+_HEALTH_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+def _health_status(answer: bytes) -> int:
+    """The status of an encoded HealthCheckResponse: field 1, a varint (0..3: one byte); absent: 0."""
+    return answer[1] if len(answer) >= 2 and answer[0] == 0x08 else 0
+
+
 # A stream open this long had connected: gRPC gives up a connection attempt after 20 s.
 _CONNECTED_AFTER_S = 30.0
 
@@ -82,6 +96,37 @@ class AsyncClient:
         self._closed = False
         with contextlib.suppress(RuntimeError):
             self._bind(asyncio.get_running_loop())
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - as the sync Client's
+        """Wait until the server is up and serving (its grpc.health.v1 status is SERVING), e.g.
+        right after starting it; raises Unavailable after ``timeout`` seconds."""
+        self._stub_for_this_loop()
+        assert self._channel is not None
+        # Raw bytes: the health protos ship with the [server] extra, not with the client.
+        check: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(_HEALTH_CHECK)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = "no answer"
+        backoff = self.options.retry.initial_backoff_s
+        while (left := deadline - loop.time()) > 0:
+            try:
+                # wait_for_ready: the call waits for a connection (a server still starting) rather
+                # than failing at once.
+                answer: bytes = await check(b"", timeout=left, wait_for_ready=True)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise errors.from_rpc_error(exc) from exc
+                last = exc.code().name
+            else:
+                status = _health_status(answer)
+                if status == _SERVING:
+                    return
+                last = _HEALTH_NAMES.get(status, str(status))
+            await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+            backoff = min(backoff * 2, self.options.retry.max_backoff_s)
+        raise errors.Unavailable(
+            f"{self.options.address} not ready after {timeout:g} s ({last})", status="UNAVAILABLE"
+        )
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -332,6 +377,27 @@ class AsyncClient:
             response.head_offset,
             response.end_of_stream,
         )
+
+    async def state(self, ref: RefLike) -> dict[str, Any]:
+        """The entity's durable state (``ctx.state``: named collections of JSON values), rebuilt as
+        its worker does: the latest snapshot plus the events after it."""
+        return (await self._load_state(ref)).state
+
+    async def watch_state(self, ref: RefLike) -> AsyncIterator[dict[str, Any]]:
+        """The entity's durable state now, then again after each change; ends when the stream closes."""
+        loaded = await self._load_state(ref)
+        state = loaded.state
+        yield copy.deepcopy(state)
+        async for event in self.watch(ref, loaded.head):
+            if ops := ops_of(event.type, event.value.get("data")):
+                apply_all(state, ops)
+                yield copy.deepcopy(state)
+
+    async def _load_state(self, ref: RefLike) -> Loaded:
+        async def page(from_offset: int, limit: int) -> EventPage:
+            return await self.events(ref, from_offset, limit)
+
+        return await load_state(page, (await self.events(ref, 0, 1)).head_offset)
 
     async def watch(self, ref: RefLike, from_offset: int = 0) -> AsyncIterator[Event]:
         """The entity's events from an offset, then live; ends when the stream closes.

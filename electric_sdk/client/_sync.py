@@ -250,6 +250,15 @@ class Client:
     def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         return self._run(self._async.events, ref, from_offset, limit)
 
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        self._run(self._async.wait_ready, timeout)
+
+    def state(self, ref: RefLike) -> dict[str, Any]:
+        return self._run(self._async.state, ref)
+
+    def watch_state(self, ref: RefLike) -> Iterator[dict[str, Any]]:
+        return self._iterate(self._async.watch_state(ref))
+
     def watch(self, ref: RefLike, from_offset: int = 0) -> Iterator[Event]:
         return self._iterate(self._async.watch(ref, from_offset))
 

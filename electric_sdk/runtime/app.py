@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any, Literal, TypeVar, overload
 
 from ..client._options import DurationLike
+from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
 from .entity_type import (
     TYPE_NAME,
@@ -42,7 +43,13 @@ C = TypeVar("C", bound=type)
 
 
 def _class_type(
-    name: str, cls: type, grace: DurationLike | None, idle: DurationLike | None, handles: frozenset[Signal]
+    name: str,
+    cls: type,
+    grace: DurationLike | None,
+    idle: DurationLike | None,
+    handles: frozenset[Signal],
+    state: bool | None,
+    snapshots: SnapshotPolicy,
 ) -> EntityType:
     on_message = getattr(cls, "on_message", None)
     if on_message is None:
@@ -61,7 +68,7 @@ def _class_type(
             raise unhandleable(signal)
         require_async(method, f"{cls.__qualname__}.on_{signal.name.lower()}")
         handlers[signal] = method  # a per-signal method wins over on_signal
-    return EntityType(name, on_message, cls, grace, idle, handlers, [cls])
+    return EntityType(name, on_message, cls, grace, idle, handlers, [cls], state, snapshots)
 
 
 @contextlib.contextmanager
@@ -114,9 +121,14 @@ class App:
         grace_period: DurationLike | None = None,
         idle_timeout: DurationLike | None = None,
         handles: Iterable[Signal | str] | None = None,
+        state: bool | None = None,
+        snapshots: SnapshotPolicy | None = None,
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
-        (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler)."""
+        (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
+        its entities keep durable state (default: whether its code uses ``ctx.state``);
+        ``snapshots``: when its hosts write a snapshot of that state (``SnapshotPolicy()``)."""
+        policy = snapshots or SnapshotPolicy()
         if not TYPE_NAME.fullmatch(name):
             raise DefinitionError(f"entity type {name!r} must match [A-Za-z0-9_.-]{{1,128}}")
         with _naming(name, "handles"):
@@ -127,11 +139,20 @@ class App:
                 raise DefinitionError(f"entity type {name!r} is already defined in this app")
             with _naming(name, None):
                 if inspect.isclass(target):
-                    self.types[name] = _class_type(name, target, grace_period, idle_timeout, wanted)
+                    self.types[name] = _class_type(
+                        name, target, grace_period, idle_timeout, wanted, state, policy
+                    )
                     return target
                 require_async(target, "the message handler")
                 etype = EntityType(
-                    name, drop_instance(target), SimpleNamespace, grace_period, idle_timeout, sources=[target]
+                    name,
+                    drop_instance(target),
+                    SimpleNamespace,
+                    grace_period,
+                    idle_timeout,
+                    sources=[target],
+                    state=state,
+                    snapshots=policy,
                 )
             self.types[name] = etype
             return etype

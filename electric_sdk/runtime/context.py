@@ -1,19 +1,32 @@
-"""What entity code sees: ``Context`` (steps, output, emit, history), ``Message`` and ``SignalInfo``.
+"""What entity code sees: ``Context`` (state, steps, output, emit, history), ``Message`` and ``SignalInfo``.
 
 A ``Context`` is made for each run (one message) and for each signal handler
-call. ``async with ctx.step("tool:search")`` marks a step: its start and end
-are the step boundaries at which SIGTERM stops a run (SIGSTOP, SIGCONT and
-SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step).
+call. ``await ctx.step("tool:search", fn, *args)`` is a recorded step
+(steps.py): its result is written in the stream, and a run delivered again
+after a crash replays it instead of running it. ``async with ctx.step(name)``
+only marks a step. Either way the step's edges are the step boundaries at
+which SIGTERM stops a run (SIGSTOP, SIGCONT and SIGHUP act between runs;
+SIGINT, SIGKILL and SIGUSR act at once, mid-step). ``ctx.state`` is the
+entity's durable state (state.py), shared by its runs and signal handlers.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
+from ..client._options import DurationLike
+from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
+from ..errors import InvalidArgument
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .state import LeaseState, StateView
+from .steps import Retry, RunSteps, run_step
+
+T = TypeVar("T")
 
 __all__ = ["Context", "Message", "Output", "SignalInfo"]
 
@@ -87,6 +100,8 @@ class _Host(Protocol):
     async def record_step(self, ctx: Context, name: str) -> None: ...
     async def emit(self, type: str, data: Any) -> None: ...
     async def history(self) -> list[Event]: ...
+    def lease_state(self) -> LeaseState: ...
+    async def write_step(self, ctx: Context, data: dict[str, Any]) -> None: ...
 
 
 class Context:
@@ -97,6 +112,10 @@ class Context:
         self.message = message
         self.output = Output()
         self.current_step: str | None = None
+        # This context's state changes not written yet (state.py), and its run's recorded steps.
+        self.pending_ops: list[Op] = []
+        self._pending_bytes = 0
+        self.steps = RunSteps()
 
     @property
     def ref(self) -> EntityRef:
@@ -108,8 +127,14 @@ class Context:
         return self._host.entity
 
     @property
-    def state(self) -> State:
+    def lifecycle(self) -> State:
+        """The entity's lifecycle state (running, stopping, ...) as last seen by the runtime."""
         return self._host.entity.state
+
+    @property
+    def state(self) -> StateView:
+        """The entity's durable state: named collections of JSON values, kept in its stream."""
+        return StateView(self)
 
     @property
     def instance(self) -> Any:
@@ -125,17 +150,98 @@ class Context:
         """The grace deadline while the entity is stopping, else None."""
         return self._host.grace_deadline
 
-    def step(self, name: str) -> _Step:
-        """One step of a run (a model call, a tool call); its edges are step boundaries::
+    @overload
+    def step(self, name: str, /) -> _Step: ...
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, T]: ...
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: DurationLike | None = None,
+        **kwargs: Any,
+    ) -> _Step | Coroutine[Any, Any, Any]:
+        """One step of a run (a model call, a tool call). Recorded::
 
-        async with ctx.step("tool:search"):
-            ...
+            answer = await ctx.step("model:answer", call_model, prompt, retry=Retry(3), timeout="30s")
+
+        runs ``fn(*args, **kwargs)`` (awaited if it returns an awaitable) and records its result;
+        a run delivered again replays it. Unrecorded (a boundary only)::
+
+            async with ctx.step("tool:search"):
+                ...
         """
-        return _Step(self, name)
+        if fn is None:
+            return _Step(self, name)
+        return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
 
     async def emit(self, type: str, data: Any = None) -> None:
-        """Append a custom event (``type`` must not be a built-in event type) to the stream."""
+        """Append a custom event (``type`` must not be a built-in event type, nor start with
+        ``electric.``: the runtime's own records) to the stream."""
+        if type.startswith(RESERVED_PREFIX):
+            raise InvalidArgument(
+                f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own",
+                code="RESERVED_EVENT_TYPE",
+            )
         await self._host.emit(type, data)
+
+    # -- what steps.py and state.py call -------------------------------------------------------
+
+    @property
+    def message_key(self) -> str:
+        return self.message.key if self.message is not None else ""
+
+    async def step_boundary(self) -> None:
+        if self.message is not None:
+            await self._host.step_boundary(self)
+
+    async def record_step(self, data: dict[str, Any]) -> None:
+        if self.message is not None:  # a signal handler's steps run, but are not run records
+            await self._host.write_step(self, data)
+
+    def _state(self) -> LeaseState:
+        return self._host.lease_state()
+
+    def _change(self, op: Op) -> None:
+        if self.message is not None and self.steps.replaying:
+            return  # an earlier attempt of this run wrote this change: the state holds it already
+        size = len(json.dumps(op))
+        if self._pending_bytes + size > MAX_PENDING_BYTES:
+            raise StateError(
+                f"the state changes not yet written would exceed {MAX_PENDING_BYTES} bytes: they are "
+                "written with the run's next recorded step, at its end, or when a handler returns"
+            )
+        apply(self._state().live, op)
+        self.pending_ops.append(op)
+        self._pending_bytes += size
+
+    def take_ops(self) -> list[Op]:
+        """The changes not yet written, now to be written."""
+        ops, self.pending_ops, self._pending_bytes = self.pending_ops, [], 0
+        return ops
 
     async def history(self) -> list[Event]:
         """The entity's stream so far, oldest first."""

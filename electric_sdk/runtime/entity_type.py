@@ -7,6 +7,7 @@ so a type that must not run fails before any lifecycle state is written.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._options import DurationLike, to_duration
+from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
 
 if TYPE_CHECKING:
@@ -80,6 +82,11 @@ class EntityType:
     handlers: dict[Signal, SignalHandler] = field(default_factory=dict)
     # The objects whose source makes up the code version.
     sources: list[object] = field(default_factory=list)
+    # Whether its entities keep durable state (``ctx.state``): their hosts rebuild it at each
+    # lease. None: found from the code (``uses_state``).
+    state: bool | None = None
+    # When its hosts write a snapshot of the state.
+    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):
@@ -90,6 +97,16 @@ class EntityType:
                     to_duration(value)
                 except ValueError as exc:
                     raise DefinitionError(f"entity type {self.name!r}: {label}: {exc}") from None
+
+    @functools.cached_property  # asked at every lease; the handlers are all registered by then
+    def uses_state(self) -> bool:
+        """``state`` if given, else whether the type's code reads an attribute called ``state``
+        (``ctx.state``): a host rebuilds the state at its lease only for types that use it, since
+        the rebuild reads the stream. A helper elsewhere that uses ``ctx.state`` is not seen:
+        ``app.entity(..., state=True)`` says so then."""
+        if self.state is not None:
+            return self.state
+        return any("state" in names for names in map(_code_names, self.sources))
 
     def handler_for(self, signal: Signal) -> SignalHandler | None:
         return self.handlers.get(signal)
@@ -121,6 +138,20 @@ class EntityType:
             return f
 
         return register(func) if func is not None else register
+
+
+def _code_names(source: object) -> set[str]:
+    """Every name the code of a function (or of a class's functions) refers to, nested code too."""
+    if inspect.isclass(source):
+        return set().union(*map(_code_names, vars(source).values()))
+    code = getattr(inspect.unwrap(source), "__code__", None) if callable(source) else None
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if inspect.iscode(c))
+    return names
 
 
 def drop_instance(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

@@ -27,7 +27,7 @@ from .._wire.enums import OUTCOME_TO_PB, signal_from_pb, signal_to_pb, state_fro
 from .._wire.json_values import value_to_json
 from .._wire.times import timestamp_to_datetime
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
-from ..models import Entity, Event
+from ..models import Entity, Event, EventPage
 from .context import Message, SignalInfo
 
 __all__ = [
@@ -105,6 +105,7 @@ class WorkerLink(Protocol):
     async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult: ...
     def ack(self, lease: rt.Lease, offset: int) -> None: ...
     async def history(self, ref: pb.EntityRef) -> list[Event]: ...
+    async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage: ...
 
 
 class Fenced:

@@ -42,6 +42,8 @@ from .fenced import (
     message_of,
 )
 from .host_base import HostBase
+from .records import LeaseRecords
+from .state import LeaseState
 
 __all__ = ["EntityHost"]
 
@@ -74,6 +76,7 @@ class EntityHost(HostBase):
         "_cleanup_scope",
         "_delivered",
         "_recent",
+        "_records",
         "_reload",
         "_reload_settles",
         "_resume_offset",
@@ -101,6 +104,11 @@ class EntityHost(HostBase):
         # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
         self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
+        self._records = LeaseRecords(self._fenced, etype.snapshots)
+
+    async def _prepare(self) -> None:
+        if self.etype.uses_state:  # the rebuild reads the stream: only for types that keep state
+            await self._records.load_state()
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -170,6 +178,12 @@ class EntityHost(HostBase):
     async def history(self) -> list[Event]:
         return await self._fenced.session.history(self.lease.ref)
 
+    def lease_state(self) -> LeaseState:
+        return self._records.lease_state()
+
+    async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
+        await self._records.write_step(ctx, data)
+
     # -- runs -------------------------------------------------------------------------------
 
     async def _run_message(self, message: Message) -> None:
@@ -182,6 +196,8 @@ class EntityHost(HostBase):
                 return
             run.started_offset = started.entity.head_offset - 1
             self._judge_deferred(run)
+            if message.attempt > 1:  # delivered again: what its earlier attempts recorded is replayed
+                run.ctx.steps = await self._records.load_steps(message, run.started_offset)
             with run.scope:
                 try:
                     result = await self.etype.on_message(self.instance, run.ctx, message)
@@ -205,6 +221,7 @@ class EntityHost(HostBase):
 
     async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
+        await self._records.flush(run.ctx, run.message.key)
         await self._ended(run.message, status, output=output, error=error)
         info = run.stopped_by
         if info is not None and info.signal is Signal.SIGINT:
@@ -328,15 +345,21 @@ class EntityHost(HostBase):
         return ""
 
     async def _call_handler(self, handler: Any, info: SignalInfo) -> tuple[Effect, str]:
+        await self._records.loaded()  # a handler may be called while the lease loads the state
         if too_late := self._too_late():
             # Checked right before the call: a handler's first step (blocking code, a shielded
             # block) runs before any cancellation can reach it.
             return Effect.NO_TARGET, f"on_signal not called: {too_late}"
+        ctx = Context(self)
         try:
-            await handler(self.instance, Context(self), info)
+            await handler(self.instance, ctx, info)
         except Exception as exc:
             log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
             return Effect.FAILED, f"{type(exc).__name__}: {exc}"
+        finally:
+            # Its state changes were applied at once (the run sees them); now they are written.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                await self._records.flush(ctx, "")
         return Effect.DELIVERED, ""
 
     async def _deliver(self, info: SignalInfo, pending: bool) -> None:

@@ -40,7 +40,7 @@ from ..channels import open_channel
 from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
 from ..durations import parse_ms
-from ..models import Event
+from ..models import Event, EventPage
 from ..runtime_session import SESSION_ACCEPTED
 from ..stream_batches import EMPTY, Empty, coalesce
 from .app import App
@@ -385,6 +385,12 @@ class Worker:
             if not page.events or page.next_offset >= page.head_offset:
                 return events
             offset = page.next_offset
+
+    async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage:
+        """One page of the entity's stream (a host reads its durable state and recorded steps)."""
+        if self._client is None:
+            self._client = AsyncClient(options=self.options)
+        return await self._client.events(f"{ref.type}/{ref.id}", from_offset, limit=limit)
 
     # -- shutdown ---------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ in-flight calls finish within the drain grace, the store is flushed) and the
 process exits 0; a second signal exits at once.
 
 Health follows the store: while the disk is full the readiness of writes
-(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; if the
+(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; while a
+PostgreSQL database cannot be reached, every service is NOT_SERVING (and
+SERVING again once it answers); if the
 store fails for good, every service turns NOT_SERVING and ``serve`` drains
 and raises the failure (the CLI exits 74, or 65 for damage).
 """
@@ -39,15 +41,15 @@ from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
-from .http_door import HttpDoor
-from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS
+from .http_door import HttpDoor, check_cors_origins
+from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
-from .store.base import DiskFull, StorageFault, Store
+from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store
 from .store.database_url import DEFAULT_DATABASE_POOL, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
@@ -116,10 +118,19 @@ class ServerConfig:
     # proxies keep it open and clients see it alive; and how long a long-poll waits at the tail.
     sse_heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
+    # The origins whose pages may call the HTTP door (CORS); none: CORS off.
+    cors_origins: tuple[str, ...] = ()
 
     @property
     def database(self) -> Path:
         return database_path(self.data_dir)
+
+    @property
+    def where(self) -> str:
+        """Where the store is, for a banner (a database URL without its password)."""
+        if self.database_url:
+            return f"database: {redacted(self.database_url)}"
+        return f"data: {self.data_dir}"
 
 
 def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
@@ -191,6 +202,7 @@ class ElectricServer:
                 self._tls = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
             except OSError as exc:
                 raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
+        check_cors_origins(config.cors_origins, config.http)
         self.tokens = (
             TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
         )
@@ -323,10 +335,13 @@ class ElectricServer:
                 grace_s=self.config.drain_grace_s,
                 tls=tls,
                 metrics=metrics.render,
-                streams={
-                    "heartbeat_s": self.config.sse_heartbeat_ms / 1000,
-                    "long_poll_s": self.config.http_long_poll_ms / 1000,
-                },
+                cors_origins=self.config.cors_origins,
+                handlers=EntityStreams(
+                    entities,
+                    self._draining_now,
+                    heartbeat_s=self.config.sse_heartbeat_ms / 1000,
+                    long_poll_s=self.config.http_long_poll_ms / 1000,
+                ).handlers(self.tokens),
             )
             try:
                 await http.start()
@@ -344,10 +359,7 @@ class ElectricServer:
         acceptors.start()
         self._server = server
         self.acceptors = acceptors
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
         if self.forced_fallbacks:
             log.warning(
@@ -397,6 +409,9 @@ class ElectricServer:
             return ApiError(grpc.StatusCode.UNAVAILABLE, "SERVER_DRAINING", "the server is shutting down")
         return storage_error(self._writes_fault) if self._writes_fault is not None else None
 
+    def _draining_now(self) -> bool:
+        return self._draining
+
     def drain_on_failure(self, drain: asyncio.Event) -> None:
         """Set ``drain`` if the store fails for good; the caller then stops the server and
         raises ``failure``."""
@@ -404,11 +419,15 @@ class ElectricServer:
             drain.set()
         self._on_failure.append(drain)
 
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None:
+        for name in ("", SERVICE_NAME, RUNTIME_SERVICE_NAME, WRITES_HEALTH_NAME):
+            await self.health.set(name, status)
+
     def _on_store_fault(self, fault: StorageFault | None) -> None:
         """Writes stopped (a full disk: readiness only; a failure for good: every service,
         and the server must stop) or resumed."""
         self._writes_fault = fault
-        if fault is not None and not isinstance(fault, DiskFull):
+        if fault is not None and not isinstance(fault, (DiskFull, DatabaseUnavailable)):
             self.failure = fault
             for drain in self._on_failure:
                 drain.set()
@@ -419,9 +438,11 @@ class ElectricServer:
             await previous  # in the order the store changed
         serving = health_pb2.HealthCheckResponse.SERVING
         if fault is None:
-            await self.health.set(WRITES_HEALTH_NAME, serving)
+            await self._set_health(serving)
         elif isinstance(fault, DiskFull):
             await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        elif isinstance(fault, DatabaseUnavailable):  # reads fail too, until the database is back
+            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         else:
             await self.health.enter_graceful_shutdown()  # every service NOT_SERVING: the server stops
 
@@ -432,7 +453,12 @@ def _usage_hint(server: ElectricServer) -> str:
     env = "" if a == DEFAULT_LISTEN else f"ELECTRIC_ADDRESS={a} "
     return "\n".join(
         [
-            f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
+            (
+                f"  data:    {redacted(server.config.database_url)} (PostgreSQL, "
+                f"{server.config.database_pool} connections)"
+                if server.config.database_url
+                else f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})"
+            ),
             f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
             "  try, in another terminal (.venv/bin/electric when run from a checkout):",
             f"    {env}electric spawn my_agent/agent_1 --grace 5s",

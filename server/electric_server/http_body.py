@@ -140,10 +140,15 @@ def string(obj: Mapping[str, Any], field: str, default: str = "") -> str:
 
 
 def integer(obj: Mapping[str, Any], field: str, maximum: int) -> int | None:
-    """A whole number from 0 to ``maximum`` (what the wire's field holds), or None when absent."""
+    """A whole number from 0 to ``maximum`` (what the wire's field holds), or None when absent.
+
+    ``5000.0`` is 5000: JSON has one number type, and JSON Schema's ``integer`` (the OpenAPI
+    document's) takes any number without a fraction, as many encoders write them."""
     value = obj.get(field)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
         raise _wrong(field, f"a whole number from 0 to {maximum}")
     return value

@@ -9,21 +9,11 @@ leaves as ``{"error": {"code", "message", "details"}}`` with the HTTP status of
 ``errors.HTTP_STATUS``; a response renders through ``_wire.rendering``, as the
 SDK's ``to_json()`` does.
 
-Routes (docs/http.md), also under ``/_electric/entities`` as ElectricSQL's
-server serves them; the reserved paths are matched first:
-
-| route | call |
-|---|---|
-| ``GET /healthz``, ``GET /readyz`` | alive; store writable and not draining (no token) |
-| ``GET /metrics`` | Prometheus text format (``read`` with tokens; metrics.py) |
-| ``GET /entities?type=&state=&page_size=&page_token=`` | ListEntities |
-| ``POST /signal`` ``{selector, signal, reason?, payload?}`` | SignalEntities |
-| ``PUT /{type}/{id}`` ``{profile?}`` | SpawnEntity |
-| ``GET /{type}/{id}`` | GetEntity |
-| ``DELETE /{type}/{id}`` | DeleteEntity (deprecated: SIGKILL, "legacy delete") |
-| ``POST /{type}/{id}/signal`` ``{signal, reason?, payload?, message_key?}`` | SignalEntity |
-| ``POST /{type}/{id}/messages`` ``{text?, data?}`` | SendMessage |
-| ``GET /{type}/{id}/events?offset=&limit=`` | ReadEvents |
+The routes are the table in ``http_routes`` (docs/http.md, docs/openapi.json),
+also under ``/_electric/entities`` as ElectricSQL's server serves them; the
+fixed paths (``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``,
+``/_electric/…``) are matched first. A route the table gives another module's
+handler (the Durable Streams read, SSE) is mounted when that handler is given.
 
 uvicorn serves it as a task of the server's own loop: lifespan off, no signal
 handlers of its own (the server's drain owns SIGINT and SIGTERM), its logging
@@ -35,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,59 +35,127 @@ import grpc
 import uvicorn
 from google.protobuf.message import Message
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
-
-from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
-from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk._wire.entities import entity_url
-from electric_sdk._wire.enums import SIGNAL_TO_PB
-from electric_sdk._wire.rendering import (
-    entity_json,
-    event_json,
-    message_receipt_json,
-    signal_json,
-    signal_many_json,
-)
-from electric_sdk._wire.times import duration_from_ms
-from electric_sdk.lifecycle import Signal
+from starlette.routing import BaseRoute, Match, Route
 
 from . import http_body as body
-from .auth import (
-    ANONYMOUS,
-    Principal,
-    TokenTable,
-    bearer_principal,
-    current_principal,
-    denial,
-    entity_scope,
-    type_denial,
-)
+from .auth import ANONYMOUS, Principal, TokenTable, bearer_principal, current_principal, denial, type_denial
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
-from .http_query import parse_states as _parse_states
-from .http_query import query as _query
-from .http_query import query_one as _query_one
-from .http_query import ref as _ref
-from .http_streams import EntityStreams
+from .http_openapi import render as render_openapi
+from .http_query import Query
+from .http_routes import PREFIX, ROUTES, Build, HttpRoute, served_paths
 from .metrics import CONTENT_TYPE
 from .service import EntityService
 
 log = logging.getLogger("electric.http")
 
-PREFIX = "/_electric/entities"
-MIGRATION_DOC = "docs/migration-delete.md"
-MAX_UINT32 = 2**32 - 1
-MAX_UINT64 = 2**64 - 1
 # Readiness: None when ready, else why not (an UNAVAILABLE error).
 Readiness = Callable[[], ApiError | None]
 # The metrics in Prometheus text format (metrics.ServerMetrics.render).
 Metrics = Callable[[], bytes]
-Build = Callable[[Request, body.JsonObject], Message]
-# The gRPC request and response → the JSON response body.
-Render = Callable[[Any, Any], Any]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+# CORS, with --cors-origin (off without): what a page's fetch may send, and may read back.
+CORS_ALLOW_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"]
+CORS_EXPOSE_HEADERS = [
+    "Stream-Next-Offset",
+    "Stream-Up-To-Date",
+    "Stream-Cursor",
+    "ETag",
+    "Deprecation",
+    "Link",
+]
+# An origin as a browser sends it: scheme, host, optional port; no path, no wildcard.
+_ORIGIN = re.compile(r"https?://[a-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?")
+
+
+def check_cors_origins(origins: tuple[str, ...], http: str | None) -> None:
+    """ConfigError unless each is an origin exactly as a browser sends it (and HTTP is on)."""
+    if origins and not http:
+        raise ConfigError("--cors-origin needs --http")
+    for origin in origins:
+        if not _ORIGIN.fullmatch(origin):
+            raise ConfigError(
+                f"--cors-origin must be an origin as a browser sends it, lower case "
+                f"SCHEME://HOST[:PORT] without a path or '*', not {origin!r}"
+            )
+
+
+# Answers an admitted request: its gRPC message, with the caller's principal set (current_principal).
+Respond = Callable[[Request, Message, DoorContext], Awaitable[Response]]
+
+
+def admitted_endpoint(
+    tokens: TokenTable | None,
+    method: str,
+    scope: str,
+    query_names: set[str],
+    build: Build,
+    respond: Respond,
+    *,
+    has_body: bool = False,
+    optional: bool = False,
+    headers: dict[str, str] | None = None,
+) -> Endpoint:
+    """An endpoint that admits a request as every route of the door does (the token and its
+    scope, the query's names, the body, the type limits; a refusal logged as gRPC's are and
+    answered with the error body) and then ``respond``s as ``method``'s caller. The door's
+    service routes are these; so are http_streams' live reads, which answer otherwise."""
+
+    async def admit(request: Request) -> tuple[Message, Principal]:
+        """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+        principal = ANONYMOUS
+        if tokens is not None:  # the token first: a refused caller's body is never read
+            found = bearer_principal(tokens, request.headers.get("authorization"))
+            refused = denial(found, scope)
+            if refused is not None:
+                raise refused
+            assert found is not None
+            principal = found
+        query: Query = {}
+        for name, value in request.query_params.multi_items():
+            query.setdefault(name, []).append(value)
+        body.fields(query, query_names, "query ")
+        obj: body.JsonObject = {}
+        if has_body:
+            raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
+            obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
+        message = build(request, query, obj)
+        key = request.headers.get("idempotency-key")
+        if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+            message.idempotency_key = key  # type: ignore[attr-defined]
+        if principal.types is not None:
+            refused = type_denial(principal, message)
+            if refused is not None:
+                raise refused
+        return message, principal
+
+    async def endpoint(request: Request) -> Response:
+        client = request.client
+        context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
+        try:
+            try:
+                message, principal = await admit(request)
+            except ApiError as error:
+                await abort_with(context, error, method)  # logged as gRPC's refusals are
+                raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
+            reset = current_principal.set(principal)
+            try:
+                return await respond(request, message, context)
+            finally:
+                current_principal.reset(reset)
+        except ApiError as error:
+            return _error_response(error, headers)
+        except Exception as exc:  # a bug: logged, answered INTERNAL
+            return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
+
+    return endpoint
 
 
 def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -104,160 +163,6 @@ def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> J
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(content, status, headers)
-
-
-def _parse_signal(text: str) -> pb.Signal.ValueType:
-    try:
-        return SIGNAL_TO_PB[Signal.parse(text)]
-    except ValueError as exc:
-        raise invalid_argument("UNKNOWN_SIGNAL", str(exc), field="signal") from None
-
-
-def _query_int(query: dict[str, list[str]], field: str, maximum: int) -> int:
-    values = query.get(field)
-    if not values:
-        return 0
-    if len(values) > 1 or not body.is_number(values[-1]) or int(values[-1]) > maximum:
-        raise invalid_argument(
-            "INVALID_FIELD", f"{field} must be one whole number from 0 to {maximum}", field=field
-        )
-    return int(values[-1])
-
-
-def _signal_fields(
-    obj: body.JsonObject, message: api.SignalEntityRequest | api.SignalEntitiesRequest
-) -> None:
-    message.signal = _parse_signal(body.string(obj, "signal"))
-    message.reason = body.string(obj, "reason")
-    if "payload" in obj:
-        message.payload.CopyFrom(body.json_value(obj, "payload"))
-
-
-# -- request builders: path, query and body → the gRPC request ---------------------------------------
-
-
-def _spawn(request: Request, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"profile"})
-    ref = _ref(request)
-    if ref.type.startswith("_"):
-        raise invalid_argument(
-            "RESERVED_NAME", "entity types starting with '_' are reserved over HTTP", field="ref.type"
-        )
-    message = api.SpawnEntityRequest(ref=ref)
-    profile = body.mapping(obj, "profile")
-    body.fields(profile, {"grace_period_ms", "idle_timeout_ms"}, "profile.")
-    for field, name in (("grace_period_ms", "grace_period"), ("idle_timeout_ms", "idle_timeout")):
-        ms = body.integer(profile, field, body.MAX_DURATION_FIELD_MS)
-        if ms is not None:
-            getattr(message.profile, name).CopyFrom(duration_from_ms(ms))
-    return message
-
-
-def _get(request: Request, obj: body.JsonObject) -> Message:
-    return api.GetEntityRequest(ref=_ref(request))
-
-
-def _delete(request: Request, obj: body.JsonObject) -> Message:
-    return api.DeleteEntityRequest(ref=_ref(request))
-
-
-def _list(request: Request, obj: body.JsonObject) -> Message:
-    query = _query(request, {"type", "state", "page_size", "page_token"})
-    return api.ListEntitiesRequest(
-        type=_query_one(query, "type"),
-        states=_parse_states(query.get("state", []), "state"),
-        page_size=_query_int(query, "page_size", MAX_UINT32),
-        page_token=_query_one(query, "page_token"),
-    )
-
-
-def _signal(request: Request, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"signal", "reason", "payload", "message_key"})
-    message = api.SignalEntityRequest(ref=_ref(request), message_key=body.string(obj, "message_key"))
-    _signal_fields(obj, message)
-    return message
-
-
-def _signal_many(request: Request, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"selector", "signal", "reason", "payload"})
-    selector = body.mapping(obj, "selector")
-    body.fields(selector, {"type", "states", "refs"}, "selector.")
-    refs = []
-    for text in body.strings(selector, "refs"):
-        type_, sep, id_ = text.removeprefix("/").partition("/")
-        if not sep:
-            raise invalid_argument(
-                "INVALID_NAME", f"selector.refs: expected /TYPE/ID, got {text[:140]!r}", field="selector.refs"
-            )
-        refs.append(pb.EntityRef(type=type_, id=id_))
-    message = api.SignalEntitiesRequest(
-        selector=api.EntitySelector(
-            type=body.string(selector, "type"),
-            states=_parse_states(body.strings(selector, "states"), "selector.states"),
-            refs=refs,
-        )
-    )
-    _signal_fields(obj, message)
-    return message
-
-
-def _send(request: Request, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"text", "data"})
-    message = api.SendMessageRequest(ref=_ref(request), text=body.string(obj, "text"))
-    if "data" in obj:
-        message.data.CopyFrom(body.json_value(obj, "data"))
-    return message
-
-
-def _events(request: Request, obj: body.JsonObject) -> Message:
-    query = _query(request, {"offset", "limit"})
-    return api.ReadEventsRequest(
-        ref=_ref(request),
-        from_offset=_query_int(query, "offset", MAX_UINT64),
-        limit=_query_int(query, "limit", MAX_UINT32),
-    )
-
-
-# -- responses: the gRPC response → the RFC's JSON --------------------------------------------------
-
-
-def _events_page(_request: Any, m: Any) -> dict[str, Any]:
-    return {
-        "events": [event_json(e) for e in m.events],
-        "next_offset": m.next_offset,
-        "head_offset": m.head_offset,
-        "end_of_stream": m.end_of_stream,
-    }
-
-
-def _entities_page(_request: Any, m: Any) -> dict[str, Any]:
-    return {"entities": [entity_json(e) for e in m.entities], "next_page_token": m.next_page_token}
-
-
-def _entity(_request: Any, m: Any) -> dict[str, Any]:
-    return entity_json(m.entity)
-
-
-def _signalled(_request: Any, m: Any) -> dict[str, Any]:
-    return signal_json(m)
-
-
-def _deleted(_request: Any, m: Any) -> dict[str, Any]:
-    return signal_json(m.result)
-
-
-def _signal_many_json(_request: Any, m: Any) -> dict[str, Any]:
-    return signal_many_json(m)
-
-
-def _receipt(request: Any, m: Any) -> dict[str, Any]:
-    return message_receipt_json(entity_url(request.ref.type, request.ref.id), m)
-
-
-DEPRECATED = {
-    "Deprecation": "true",
-    "Link": f'<{MIGRATION_DOC}>; rel="deprecation"; type="text/markdown"',
-}
 
 
 class HttpDoor:
@@ -273,10 +178,13 @@ class HttpDoor:
         grace_s: float = 10.0,
         tls: tuple[Path, Path] | None = None,
         metrics: Metrics | None = None,
-        streams: dict[str, float] | None = None,
+        handlers: Mapping[str, Endpoint] | None = None,
+        cors_origins: tuple[str, ...] = (),
     ) -> None:
         self.service = service
-        self.streams = streams or {}  # EntityStreams' timing: heartbeat_s, long_poll_s
+        # Handlers of the table's routes served by other modules, by the table's name for them.
+        self.handlers = dict(handlers or {})
+        self._openapi_json = render_openapi().encode()
         self.metrics = metrics
         self.tokens = tokens
         self.readiness = readiness
@@ -286,109 +194,97 @@ class HttpDoor:
         self.port = 0
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
-        self.app = Starlette(routes=self._routes(), exception_handlers={HTTPException: _route_error})
+        middleware = []
+        if cors_origins:  # answers preflights itself; adds the allow/expose headers to answers
+            middleware.append(
+                Middleware(
+                    _Cors,
+                    allow_origins=list(cors_origins),
+                    allow_methods=["GET", "POST", "PUT", "DELETE"],
+                    allow_headers=CORS_ALLOW_HEADERS,
+                    expose_headers=CORS_EXPOSE_HEADERS,
+                    max_age=600,
+                )
+            )
+        self.app = Starlette(
+            routes=self._routes(), middleware=middleware, exception_handlers={HTTPException: _route_error}
+        )
 
     # -- routes ------------------------------------------------------------------------------------
 
     def _routes(self) -> list[BaseRoute]:
-        def route(path: str, method: str, call: str, build: Build, render: Render, **kw: Any) -> Route:
-            return Route(path, self._endpoint(call, build, render, **kw), methods=[method])
+        """The table's routes this door has a handler for, one Starlette route per path (so a
+        405's ``Allow`` names every method of the path); the fixed paths first, then every alias
+        under ``/_electric/entities`` (nothing else there reaches the entity routes)."""
+        by_path: dict[str, dict[str, Endpoint]] = {}
+        fixed_paths = set()
+        for route in ROUTES:
+            endpoint = self._handler(route)
+            if endpoint is not None:
+                for path, _operation in served_paths(route):
+                    by_path.setdefault(path, {})[route.method] = endpoint
+                    if not route.aliased:
+                        fixed_paths.add(path)
+        routes = [Route(path, _by_method(ends), methods=list(ends)) for path, ends in by_path.items()]
+        fixed = [r for r in routes if r.path in fixed_paths]
+        aliased = [r for r in routes if r.path.startswith(PREFIX)]
+        plain = [r for r in routes if r.path not in fixed_paths and not r.path.startswith(PREFIX)]
 
-        routes: list[BaseRoute] = [
-            Route("/healthz", self._healthz, methods=["GET"]),
-            Route("/readyz", self._readyz, methods=["GET"]),
-        ]
-        if self.metrics is not None:
-            routes.append(Route("/metrics", self._metrics, methods=["GET"]))
-        streams = EntityStreams(self.service, self._draining, **self.streams)
-        for prefix, list_path in ((PREFIX, PREFIX), ("", "/entities")):
-            one = f"{prefix}/{{type}}/{{id}}"
-            routes += streams.routes(prefix, list_path, self._endpoint)  # GET /entities?live=sse first
-            routes += [
-                route(list_path, "GET", "ListEntities", _list, _entities_page, has_body=False),
-                route(f"{prefix}/signal", "POST", "SignalEntities", _signal_many, _signal_many_json),
-                route(f"{one}", "PUT", "SpawnEntity", _spawn, _entity, status=201, optional=True),
-                route(f"{one}", "GET", "GetEntity", _get, _entity, has_body=False),
-                route(
-                    f"{one}", "DELETE", "DeleteEntity", _delete, _deleted, has_body=False, headers=DEPRECATED
-                ),
-                route(f"{one}/signal", "POST", "SignalEntity", _signal, _signalled),
-                route(f"{one}/messages", "POST", "SendMessage", _send, _receipt),
-                route(f"{one}/events", "GET", "ReadEvents", _events, _events_page, has_body=False),
-            ]
-            if prefix:  # nothing else under /_electric reaches the entity routes below
-                routes.append(
-                    Route("/_electric/{rest:path}", _not_found, methods=["GET", "POST", "PUT", "DELETE"])
-                )
-        return routes
+        async def elsewhere_under_electric(request: Request) -> Response:
+            """A path under /_electric no route serves: 405 where one has it with another method."""
+            for route in aliased:
+                if route.matches(request.scope)[0] is Match.PARTIAL:
+                    raise HTTPException(405, headers={"Allow": ", ".join(sorted(route.methods or ()))})
+            raise HTTPException(404)
 
-    def _endpoint(
-        self,
-        method: str,
-        build: Build,
-        render: Render | None,
-        *,
-        has_body: bool = True,
-        optional: bool = False,
-        status: int = 200,
-        headers: dict[str, str] | None = None,
-        reply: Callable[[Request, Any, DoorContext], Awaitable[Response]] | None = None,
-    ) -> Callable[[Request], Awaitable[Response]]:
-        """``reply``: answers in place of the call and ``render`` (http_streams' live reads)."""
+        methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+        catch_all = Route("/_electric/{rest:path}", elsewhere_under_electric, methods=methods)
+        return [*fixed, *aliased, catch_all, *plain]
+
+    def _handler(self, route: HttpRoute) -> Endpoint | None:
+        if route.call is not None:
+            return self._endpoint(route)
+        assert route.handler is not None
+        door, _, name = route.handler.partition(".")
+        if door == "door":
+            if name == "metrics" and self.metrics is None:
+                return None  # only a door with metrics to serve routes /metrics
+            found: Endpoint = getattr(self, f"_{name}")
+            return found
+        return self.handlers.get(route.handler)
+
+    def _endpoint(self, route: HttpRoute) -> Endpoint:
+        assert route.call is not None
+        assert route.scope is not None  # every service call needs a scope
+        method, render, status = route.call.method, route.call.render, route.status
         call = getattr(self.service, method)
-        scope = entity_scope(method)
+        headers = dict(route.headers) or None
+        # A parameter that hands the request to a mounted handler of another module (live=sse).
+        handing_over = {p.name: self.handlers[p.handler] for p in route.query if p.handler in self.handlers}
 
-        async def admit(request: Request) -> tuple[Message, Principal]:
-            """The request as the gRPC call's message, and who makes it; ApiError if refused."""
-            principal = ANONYMOUS
-            if self.tokens is not None:  # the token first: a refused caller's body is never read
-                found = bearer_principal(self.tokens, request.headers.get("authorization"))
-                refused = denial(found, scope)
-                if refused is not None:
-                    raise refused
-                assert found is not None
-                principal = found
-            obj: body.JsonObject = {}
-            if has_body:
-                raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
-                obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
-            message = build(request, obj)
-            key = request.headers.get("idempotency-key")
-            if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
-                message.idempotency_key = key  # type: ignore[attr-defined]
-            if principal.types is not None:
-                refused = type_denial(principal, message)
-                if refused is not None:
-                    raise refused
-            return message, principal
-
-        async def endpoint(request: Request) -> Response:
-            client = request.client
-            context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
-            try:
-                try:
-                    message, principal = await admit(request)
-                except ApiError as error:
-                    await abort_with(context, error, method)  # logged as gRPC's refusals are
-                    raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
-                reset = current_principal.set(principal)
-                try:
-                    if reply is not None:
-                        return await reply(request, message, context)
-                    response = await call(message, cast(Any, context))
-                finally:
-                    current_principal.reset(reset)
-            except ApiError as error:
-                return _error_response(error, headers)
-            except Exception as exc:  # a bug: logged, answered INTERNAL
-                return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
-            assert render is not None  # None only with a reply
+        async def respond(request: Request, message: Message, context: DoorContext) -> Response:
+            response = await call(message, cast(Any, context))
             return JSONResponse(render(message, response), status, headers)
 
-        return endpoint
+        admitted = admitted_endpoint(
+            self.tokens,
+            method,
+            route.scope,
+            {p.name for p in route.query if p.handler is None},
+            route.call.build,
+            respond,
+            has_body=route.call.has_body,
+            optional=route.call.optional_body,
+            headers=headers,
+        )
 
-    def _draining(self) -> bool:
-        return getattr(self.readiness(), "reason", None) == "SERVER_DRAINING"
+        async def endpoint(request: Request) -> Response:
+            for name, handler in handing_over.items():
+                if name in request.query_params:
+                    return await handler(request)
+            return await admitted(request)
+
+        return endpoint
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "alive"})
@@ -397,21 +293,30 @@ class HttpDoor:
         why = self.readiness()
         return JSONResponse({"status": "ready"}) if why is None else _error_response(why)
 
+    def _read_refused(self, request: Request, *, all_types: bool) -> Response | None:
+        """With tokens, the error response for a caller without ``read`` (and, for what spans
+        every type, for a principal limited to some types); None when it may read."""
+        if self.tokens is None:
+            return None
+        principal = bearer_principal(self.tokens, request.headers.get("authorization"))
+        refused = denial(principal, "read")
+        if refused is None and all_types and principal is not None and principal.types is not None:
+            # The metrics span every type (workers are labelled by theirs).
+            refused = ApiError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "TYPE_NOT_ALLOWED",
+                f"principal {principal.name!r} is limited to types; the metrics span them all",
+            )
+        return None if refused is None else _error_response(refused)
+
     async def _metrics(self, request: Request) -> Response:
         assert self.metrics is not None  # the route exists only then
-        if self.tokens is not None:
-            principal = bearer_principal(self.tokens, request.headers.get("authorization"))
-            refused = denial(principal, "read")
-            if refused is None and principal is not None and principal.types is not None:
-                # The metrics span every type (workers are labelled by theirs).
-                refused = ApiError(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    "TYPE_NOT_ALLOWED",
-                    f"principal {principal.name!r} is limited to types; the metrics span them all",
-                )
-            if refused is not None:
-                return _error_response(refused)
-        return Response(self.metrics(), headers={"Content-Type": CONTENT_TYPE})
+        refused = self._read_refused(request, all_types=True)
+        return refused or Response(self.metrics(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _openapi(self, request: Request) -> Response:
+        refused = self._read_refused(request, all_types=False)
+        return refused or Response(self._openapi_json, media_type="application/json")
 
     # -- serving -------------------------------------------------------------------------------------
 
@@ -502,5 +407,24 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     return _error_response(error, dict(exc.headers or {}))
 
 
-async def _not_found(request: Request) -> Response:
-    raise HTTPException(404)
+class _Cors(CORSMiddleware):
+    """Starlette's CORS, answering a refused preflight with the door's error body."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refused = bytes(response.body).decode()  # "Disallowed CORS origin, headers"
+        error = invalid_argument("CORS_REFUSED", f"{refused} (the server's --cors-origin allowlist)")
+        return _error_response(error, {k: v for k, v in response.headers.items() if k.startswith("vary")})
+
+
+def _by_method(endpoints: dict[str, Endpoint]) -> Endpoint:
+    """One endpoint for a path's methods (Starlette answers 405 for the others)."""
+    if len(endpoints) == 1:
+        return next(iter(endpoints.values()))
+
+    async def dispatch(request: Request) -> Response:
+        return await endpoints["GET" if request.method == "HEAD" else request.method](request)
+
+    return dispatch

@@ -29,13 +29,10 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qsl
 
 from google.protobuf.message import Message
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Receive, Scope, Send
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
@@ -43,10 +40,10 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.rendering import change_message_json, entity_change_json, entity_json
 
 from . import http_body as body
-from .auth import current_principal
+from .auth import TokenTable, current_principal
 from .errors import ApiError, DoorContext, invalid_argument
-from .http_query import parse_states, query_one, ref
-from .http_query import query as read_query
+from .http_door import admitted_endpoint
+from .http_query import Query, parse_states, query_one, ref
 from .service import EntityService
 from .validation import MAX_INT64, MAX_PAGE
 from .watch import draining_error
@@ -70,8 +67,7 @@ RENDER_CACHE = 256  # watch messages rendered once for every SSE reader of the s
 RENDER_CACHE_MAX_BYTES = 64 * 1024
 HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: every client skips it
 
-# ``HttpDoor._endpoint``: it makes a route's endpoint from a call, a builder and a reply.
-Endpoint = Callable[..., Callable[[Request], Awaitable[Response]]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def format_offset(offset: int) -> str:
@@ -130,23 +126,6 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-class _LiveRoute(Route):
-    """Matches its path only with ``live`` in the query: ``GET /entities`` stays the list."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] == "http":
-            query = scope.get("query_string", b"").decode("latin-1")
-            if not any(key == "live" for key, _ in parse_qsl(query, keep_blank_values=True)):
-                return Match.NONE, {}
-        return super().matches(scope)
-
-
-async def _refuse_write(request: Request) -> Response:
-    raise HTTPException(
-        405, "an entity's stream changes only through the API's signals and messages", {"Allow": "GET, HEAD"}
-    )
-
-
 class EntityStreams:
     def __init__(
         self,
@@ -163,11 +142,11 @@ class EntityStreams:
         self._rendered: OrderedDict[bytes, tuple[bytes, int]] = OrderedDict()
         self._heartbeats = _Heartbeats(heartbeat_s)
 
-    def routes(self, prefix: str, list_path: str, endpoint: Endpoint) -> list[BaseRoute]:
-        """This prefix's routes, made with the door's ``endpoint`` (its admission and errors)."""
+    def handlers(self, tokens: TokenTable | None) -> dict[str, Endpoint]:
+        """The route table's handlers of this module (``http_routes``), by its names for them;
+        each admits its request as the door's other GET routes do (``admitted_endpoint``)."""
 
-        def read_request(request: Request, obj: body.JsonObject) -> Message:
-            query = read_query(request, {"offset", "live", "cursor"})
+        def read_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
             text = query_one(query, "offset") or START
             live = query_one(query, "live") or None
             if live is not None and live not in LIVE_MODES:
@@ -179,8 +158,7 @@ class EntityStreams:
             request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"))
             return api.ReadEventsRequest(ref=ref(request), from_offset=offset or 0, limit=MAX_PAGE)
 
-        def watch_request(request: Request, obj: body.JsonObject) -> Message:
-            query = read_query(request, {"type", "state", "live"})
+        def watch_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
             if query_one(query, "live") != "sse":
                 raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
             return api.WatchEntitiesRequest(
@@ -189,24 +167,19 @@ class EntityStreams:
                 accepts_batches=True,
             )
 
-        stream = f"{prefix}/{{type}}/{{id}}/stream"
-        return [
-            _LiveRoute(
-                list_path,
-                endpoint("WatchEntities", watch_request, None, has_body=False, reply=self.watch_entities),
-                methods=["GET"],
+        return {
+            "http_streams.read_stream": admitted_endpoint(
+                tokens, "ReadEvents", "read", {"offset", "live", "cursor"}, read_request, self.read
             ),
-            Route(
-                stream,
-                endpoint("ReadEvents", read_request, None, has_body=False, reply=self.read),
-                methods=["GET"],  # and HEAD, the protocol's metadata
+            "http_streams.watch_entities": admitted_endpoint(
+                tokens, "WatchEntities", "read", {"type", "state", "live"}, watch_request, self.watch_entities
             ),
-            Route(stream, _refuse_write, methods=["POST", "PUT", "PATCH", "DELETE"]),
-        ]
+        }
 
     # -- one entity's stream -----------------------------------------------------------------------
 
-    async def read(self, request: Request, message: api.ReadEventsRequest, context: DoorContext) -> Response:
+    async def read(self, request: Request, message: Any, context: DoorContext) -> Response:
+        """The stream read ``message`` (a ReadEventsRequest) asks for, as ``request.state.stream`` says."""
         query: StreamQuery = request.state.stream
         if request.method == "HEAD" or query.offset is None:
             got = await self.service.GetEntity(api.GetEntityRequest(ref=message.ref), cast(Any, context))
@@ -369,9 +342,7 @@ class EntityStreams:
 
     # -- entities' state changes -------------------------------------------------------------------
 
-    async def watch_entities(
-        self, request: Request, message: api.WatchEntitiesRequest, context: DoorContext
-    ) -> Response:
+    async def watch_entities(self, request: Request, message: Any, context: DoorContext) -> Response:
         """A snapshot (``snapshot`` events, then ``snapshot-complete``), then each ``change``.
 
         A reconnected client gets a fresh snapshot, which holds every change it missed; each

@@ -3,9 +3,13 @@ worker, and ``until`` (watch the entity's stream for the record a test waits for
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -68,6 +72,18 @@ def probe_app(probe: Probe, **profile: Any) -> App:
             probe.seen[signal.signal].set()
 
     return app
+
+
+def worker_process(address: str, target: str, cwd: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """`electric worker TARGET` as its own process (run from ``cwd``, output to ``log``)."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "worker", target],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        )
 
 
 @asynccontextmanager

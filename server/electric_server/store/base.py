@@ -17,7 +17,10 @@ replica now and several later):
   response in the same transaction as the write.
 - A closed stream keeps its history; nothing is appended after it.
 - After each commit, ``Commit`` records are published to the ``Hub`` for
-  live watchers (a doorbell: watchers can always fall back to reading).
+  live watchers (a doorbell: watchers can always fall back to reading),
+  each entity's in commit order, once. PostgreSQL's replicas also publish
+  the commits the others made (``store/postgres_feed.py``), their
+  ``result`` being ``REMOTE_COMMIT``.
   Each acknowledged batch is also told to the Hub's batch listeners (the
   metrics): its writes and how long its commit took, once per batch.
 - A disk that refuses a write fails it with a ``StorageFault``, and nothing
@@ -146,6 +149,16 @@ class Mutation:
     entity: EntityRecord | None = None
     # Anything the caller wants back (e.g. the lifecycle decision).
     result: Any = None
+
+
+class _Remote:
+    def __repr__(self) -> str:
+        return "REMOTE_COMMIT"
+
+
+# A ``Commit.result`` that says another replica made the commit: what its writer meant by it
+# (e.g. the runtime's marks of its own writes) stayed in that replica.
+REMOTE_COMMIT: Any = _Remote()
 
 
 class Commit(NamedTuple):
@@ -354,6 +367,12 @@ class Hub:
     def committed(self, commits: Sequence[Commit], writes: int, started: float) -> None:
         """A batch the store acknowledged, whose commit began at ``started`` (``perf_counter``):
         told to the batch listeners, then its commits published."""
+        self.acknowledged(commits, writes, started)
+        self.publish_many(commits)
+
+    def acknowledged(self, commits: Sequence[Commit], writes: int, started: float) -> None:
+        """A batch the store acknowledged, told to the batch listeners only (a store that
+        orders its commits with other replicas' publishes them itself)."""
         if self._batches:
             seconds = time.perf_counter() - started
             for listener in tuple(self._batches):
@@ -361,7 +380,6 @@ class Hub:
                     listener(commits, writes, seconds)
                 except Exception:
                     log.exception("a batch listener failed")
-        self.publish_many(commits)
 
     def publish(self, commit: Commit) -> None:
         self.publish_many((commit,))

@@ -6,6 +6,11 @@
   becomes (shared with SQLite);
 - ``postgres_schema``: the schema, its versions and every statement;
 - ``postgres_writer``: how a batch of writes is applied in one transaction;
+- ``postgres_faults``: what an unreachable database is told as, at start and
+  while running (the server's readiness follows it);
+- ``postgres_feed`` and ``feed_order``: how commits reach the other replicas
+  on the database (a feed table, a doorbell, polling behind it) and are
+  published to each one's ``Hub`` in commit order, once;
 - here: the connection pool, opening and closing, what a lost connection
   means, and the reads.
 
@@ -16,15 +21,18 @@ the call with ``DatabaseUnavailable`` (UNAVAILABLE for the client, who
 retries), never a hang: every statement and every wait for a connection is
 bounded. The URL's password is never logged (``redacted``).
 
-Several replicas on one database (leases, deadlines, the doorbell between
-replicas) are not here yet: commits reach the watchers of this process only,
-through its ``Hub``.
+Commits reach the ``Hub`` of every store on the database (``feed``, on
+unless the store is ``exclusive``): watchers, worker sessions and offers on
+any replica see each commit, whichever replica made it. Leases and
+deadlines are not shared yet: a server still takes the database for itself
+(``exclusive``), and then its feed is off, since nobody would read it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +42,9 @@ from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
+from .feed_order import FeedOrder
+from .postgres_faults import Reachability, refusal
+from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
     SELECT_ENDED_OPEN,
@@ -71,9 +82,20 @@ class PostgresStore(SQLReads, PostgresWriter):
     select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
-    def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL, exclusive: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_DATABASE_POOL,
+        exclusive: bool = False,
+        feed: bool | None = None,
+        feed_poll_s: float = DEFAULT_POLL_S,
+        notify: bool = True,
+    ) -> None:
         if pool_size < 1:
             raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
+        if feed_poll_s <= 0:
+            raise ValueError(f"the feed's poll interval must be positive, not {feed_poll_s}")
         super().__init__(concurrent_batches=pool_size)
         self.url = url
         self.pool_size = pool_size
@@ -81,6 +103,13 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.exclusive = exclusive
         self._holder: Any = None
         self.hub = Hub()
+        self._reachability = Reachability(redacted(url), self._probe)
+        # The commit feed (postgres_feed.py): off, commits reach this store's hub only. By default
+        # on unless the store holds the database alone: then no other replica would read it.
+        self.feed = not exclusive if feed is None else feed
+        self.feed_poll_s = feed_poll_s
+        self.notify = notify  # off (tests): the other replicas learn of commits by polling alone
+        self.feed_reader: FeedReader | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
@@ -99,7 +128,8 @@ class PostgresStore(SQLReads, PostgresWriter):
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
         except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
-            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+            why = refusal(exc, where, CONNECT_TIMEOUT_S)
+            raise DatabaseUnavailable(f"cannot open the database {where}: {why}") from exc
         try:
             async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 version = await migrate(conn)
@@ -116,7 +146,42 @@ class PostgresStore(SQLReads, PostgresWriter):
                 pool.terminate()
                 raise
         self._pool = pool
+        if self.feed:
+            try:
+                await self._open_feed(where)
+            except BaseException:
+                self._pool = None
+                pool.terminate()
+                await self._close_feed()
+                raise
         log.info("on PostgreSQL %s (schema version %d, %d connections)", where, version, self.pool_size)
+
+    async def _open_feed(self, where: str) -> None:
+        # An origin of this store's own (a random 63-bit number): its rows in the feed are its own.
+        self.origin = secrets.randbits(63)
+        order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
+        reader = FeedReader(self.url, order, self.origin, self.feed_poll_s)
+        doorbell = Doorbell(self.url, enabled=self.notify)
+        self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
+        try:
+            await reader.open()
+            await doorbell.open()
+        except (*LOST, asyncpg.PostgresError) as exc:
+            raise DatabaseUnavailable(f"cannot open the commit feed on {where}: {_reason(exc)}") from exc
+        self.feed_order = reader.order
+
+    def _read_feed_soon(self) -> None:
+        if self.feed_reader is not None:
+            self.feed_reader.read_soon()
+
+    async def _close_feed(self) -> None:
+        doorbell, self.doorbell = self.doorbell, None
+        reader, self.feed_reader = self.feed_reader, None
+        self.feed_order = None
+        if isinstance(doorbell, Doorbell):
+            await doorbell.close()
+        if reader is not None:
+            await reader.close()
 
     async def _hold_the_database(self, where: str) -> None:
         """Take the database for this server alone, for as long as it runs.
@@ -155,10 +220,12 @@ class PostgresStore(SQLReads, PostgresWriter):
             )
 
     async def close(self) -> None:
+        await self._reachability.close()
         pool, self._pool = self._pool, None
         if pool is None:
             return
         holder, self._holder = self._holder, None
+        await self._close_feed()
         try:
             await pool.close()  # waits for the connections in use to be released
         except (*LOST, asyncpg.PostgresError) as exc:
@@ -170,8 +237,20 @@ class PostgresStore(SQLReads, PostgresWriter):
             holder.terminate()
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
-        # Nothing stops writes for good here: an unreachable database fails each call (retryable).
-        return lambda: None
+        # Nothing stops writes for good here: an unreachable database fails each call (retryable),
+        # and listeners hear when it is gone and when it is back.
+        return self._reachability.subscribe(callback)
+
+    def _connection_lost(self) -> None:
+        self._reachability.lost()
+
+    async def _probe(self) -> None:
+        """One new connection and a query: the pool's may all be busy, or dead."""
+        conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+        finally:
+            conn.terminate()
 
     # -- reads -----------------------------------------------------------------
 

@@ -17,13 +17,22 @@ from electric_sdk.lifecycle import TERMINAL_STATES, State
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
+    "CURRENT_SNAPSHOT",
+    "EVENT_WIDTH",
+    "FEED_BEFORE_COLUMNS",
+    "FEED_CHANNEL",
+    "FEED_WIDTH",
     "INSERT_ENTITY",
     "INSERT_EVENTS",
+    "INSERT_EVENTS_AND_FEED",
     "INSERT_IDEMPOTENCY",
     "LOCK_ENTITIES",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
+    "NOTIFY_FEED",
+    "PRUNE_FEED",
     "PURGE_IDEMPOTENCY",
+    "READ_FEED",
     "SCHEMA_VERSION",
     "SELECT_ENDED_OPEN",
     "SELECT_ENTITIES",
@@ -76,11 +85,22 @@ def _params(n: int, start: int = 1) -> str:
     return ", ".join(f"${i}" for i in range(start, start + n))
 
 
+# The commit feed's row: the entity's record after the commit, then (``b_`` columns) its fields
+# but the key before it, all NULL for a commit that created the entity.
+FEED_BEFORE_COLUMNS = tuple(f"b_{c}" for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
+_FEED_TABLE = ",\n".join(
+    [f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items()]
+    + [f'    "b_{c}" {t.removesuffix(" NOT NULL")}' for c, t in _ENTITY_TYPES.items() if c not in ENTITY_KEY]
+)
+if ENTITY_COLUMNS[: len(ENTITY_KEY)] != ENTITY_KEY:
+    raise ImportError(f"the entity's key {ENTITY_KEY} must lead its columns {ENTITY_COLUMNS}")
+
 _TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
 _ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
 
 # Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
-# version before must still run beside it), never an edit of this one.
+# version before must still run beside it), never an edit of this one. The rule, and why every
+# statement here names its columns: docs/scaling.md, "Changing the schema".
 _VERSIONS: dict[int, str] = {
     1: f"""
 CREATE TABLE entities (
@@ -125,6 +145,19 @@ CREATE TABLE type_profiles (
 -- commit order (PostgreSQL's own xids are neither: they are taken at a transaction's first write).
 CREATE SEQUENCE electric_txid;
 """,
+    # The commit feed between replicas (postgres_feed.py): a row per commit, and on each entity
+    # the transaction that last wrote it. Expand-only: a replica of version 1 runs beside it
+    # (its commits reach no other replica until it is replaced).
+    2: f"""
+CREATE TABLE commit_feed (
+    xact xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    origin bigint NOT NULL,
+    ts bigint NOT NULL,
+{_FEED_TABLE}
+);
+CREATE INDEX commit_feed_by_xact ON commit_feed (xact);
+ALTER TABLE entities ADD COLUMN xact xid8;
+""",
 }
 SCHEMA_VERSION = max(_VERSIONS)
 # pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
@@ -145,15 +178,16 @@ async def migrate(conn: Any) -> int:
             "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
         )
         current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM electric_schema")
-        if current > SCHEMA_VERSION:
+        known = max(_VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
+        if current > known:
             raise SchemaTooNew(
                 f"the database's schema is version {current}, newer than this electric knows "
-                f"({SCHEMA_VERSION}): run a newer electric against it"
+                f"({known}): run a newer electric against it"
             )
-        for version in range(current + 1, SCHEMA_VERSION + 1):
+        for version in range(current + 1, known + 1):
             await conn.execute(_VERSIONS[version])
             await conn.execute("INSERT INTO electric_schema (version) VALUES ($1)", version)
-        return SCHEMA_VERSION
+        return known
 
 
 _ENTITY_LIST = _q(ENTITY_COLUMNS)
@@ -161,26 +195,36 @@ _VALUE_COLUMNS = tuple(c for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
 
 SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
 SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
-LOCK_ENTITY = SELECT_ENTITY + " FOR UPDATE"
+# A write locks its rows with, after the record's columns, the transaction that last wrote each
+# (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own.
+_XACT = "xact::text::bigint"
+LOCK_ENTITY = f"SELECT {_ENTITY_LIST}, {_XACT} FROM entities WHERE type = $1 AND id = $2 FOR UPDATE"
 # A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
 LOCK_ENTITIES = (
-    f"SELECT {_ENTITY_LIST} FROM entities WHERE (type, id) IN "
+    f"SELECT {_ENTITY_LIST}, {_XACT} FROM entities WHERE (type, id) IN "
     "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY type, id FOR UPDATE"
 )
 # No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
 # decides the write again on the row the other transaction committed.
-INSERT_ENTITY = f"INSERT INTO entities ({_ENTITY_LIST}) VALUES ({_params(len(ENTITY_COLUMNS))})"
+INSERT_ENTITY = (
+    f"INSERT INTO entities ({_ENTITY_LIST}, xact) "
+    f"VALUES ({_params(len(ENTITY_COLUMNS))}, pg_current_xact_id())"
+)
 UPDATE_ENTITY = (
     "UPDATE entities SET "
     + ", ".join(f'"{c}" = ${ENTITY_COLUMNS.index(c) + 1}' for c in _VALUE_COLUMNS)
-    + " WHERE type = $1 AND id = $2"
+    + ", xact = pg_current_xact_id() WHERE type = $1 AND id = $2"
 )
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )
 SELECT_ENDED_OPEN = f"SELECT type, id FROM entities WHERE NOT closed AND state IN ({_TERMINAL})"
 SELECT_HEAD_TXID = "SELECT coalesce(max(txid), 0) FROM entities"
-NEXT_TXIDS = "SELECT nextval('electric_txid') FROM generate_series(1, $1::int) ORDER BY 1"
+# With each txid, the transaction's own id (the commit feed's position of its commits).
+NEXT_TXIDS = (
+    "SELECT nextval('electric_txid'), pg_current_xact_id()::text::bigint "
+    "FROM generate_series(1, $1::int) ORDER BY 1"
+)
 
 INSERT_EVENTS = (
     f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"
@@ -208,3 +252,55 @@ UPSERT_TYPE_PROFILE = (
     "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (type, code_version) DO UPDATE SET "
     "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
 )
+
+# -- the commit feed (postgres_feed.py) ----------------------------------------------------
+
+_FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
+# The row's transaction id is the column's default: the writing transaction's.
+# A batch's events and feed rows in one statement, each column an array: the feed costs the
+# batch no round trip of its own.
+_EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "bigint", "bytea")
+_FEED_TYPES = (
+    "bigint",
+    "bigint",
+    *(_ENTITY_TYPES[c].split()[0] for c in ENTITY_COLUMNS),
+    *(_ENTITY_TYPES[c].split()[0] for c in ENTITY_COLUMNS if c not in ENTITY_KEY),
+)
+
+
+def _unnest(types: tuple[str, ...], start: int) -> str:
+    return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=start))
+
+
+INSERT_EVENTS_AND_FEED = (
+    f"WITH appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1)})) "
+    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + len(_EVENT_TYPES))})"
+)
+if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
+    raise ImportError("the events' column types do not match their columns")
+# How many values a feed row and an event row have (INSERT_EVENTS_AND_FEED's arrays).
+FEED_WIDTH = len(_FEED_COLUMNS)
+EVENT_WIDTH = len(_EVENT_TYPES)
+CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
+# What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
+# of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for
+# those whose COMMIT was cut off ($3). One row with NULLs after the snapshot when there is none.
+# Each row's last column: its commit's events (from the head before it to the head after it).
+READ_FEED = f"""
+WITH now AS (SELECT pg_current_snapshot()::text AS snapshot)
+SELECT now.snapshot, {", ".join(f'f."{c}"' for c in ("ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS))},
+  ARRAY(SELECT ROW({", ".join(f'e."{c}"' for c in EVENT_COLUMNS)}) FROM events e
+        WHERE e.type = f.type AND e.id = f.id
+          AND e."offset" >= coalesce(f.b_head_offset, 0) AND e."offset" < f.head_offset
+        ORDER BY e."offset")
+FROM now LEFT JOIN commit_feed f
+  ON (f.xact >= pg_snapshot_xmax($1::text::pg_snapshot)
+      OR f.xact = ANY(ARRAY(SELECT pg_snapshot_xip($1::text::pg_snapshot))))
+  AND (f.origin <> $2 OR f.txid = ANY($3::bigint[]))
+ORDER BY f.txid
+"""
+FEED_CHANNEL = "electric_feed"
+NOTIFY_FEED = f"SELECT pg_notify('{FEED_CHANNEL}', $1)"
+PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"

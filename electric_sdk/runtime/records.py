@@ -1,0 +1,134 @@
+"""One lease's durable records: the entity's state and its runs' recorded steps, read and written.
+
+At the lease the state is rebuilt (``state_read``: the latest snapshot plus
+the tail); for a run delivered again, the records its message's earlier
+attempts wrote are read from the stream after the message. Step records and
+state changes are ``electric.*`` custom events written through the lease's
+fenced write path, like any runtime write (``durable_state`` gives their
+shapes). After a state write, once the policy says so, a snapshot follows.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+
+from .._proto.electric.v1 import runtime_service_pb2 as rt
+from .._wire.json_values import json_to_value
+from ..durable_state import (
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_EVENT,
+    STATE_EVENT,
+    STEP_EVENT,
+    Op,
+    SnapshotPolicy,
+    StateError,
+)
+from ..models import EventPage
+from ..state_read import load_state, read_range
+from .context import Context, Message
+from .fenced import Fenced
+from .state import LeaseState
+from .steps import FINAL_OUTCOMES, RunSteps
+
+__all__ = ["LeaseRecords"]
+
+log = logging.getLogger("electric.runtime")
+
+
+class LeaseRecords:
+    __slots__ = ("_fenced", "_loading", "_policy", "state")
+
+    def __init__(self, fenced: Fenced, policy: SnapshotPolicy) -> None:
+        self._fenced = fenced
+        self._policy = policy
+        self.state: LeaseState | None = None
+        # Set once the state is loaded (or its load failed); None: no load was started.
+        self._loading: anyio.Event | None = None
+
+    async def _page(self, from_offset: int, limit: int) -> EventPage:
+        return await self._fenced.session.events_page(self._fenced.lease.ref, from_offset, limit)
+
+    async def load_state(self) -> None:
+        self._loading = anyio.Event()
+        try:
+            loaded = await load_state(self._page, self._fenced.entity.head_offset)
+            self.state = LeaseState(loaded, self._policy)
+        finally:
+            self._loading.set()
+        if loaded.scanned > self._policy.scan_events:
+            # The state's newest event was far back: a snapshot now saves the next wake the search.
+            await self.write_snapshot()
+
+    async def loaded(self) -> None:
+        """Until the state is loaded: a signal handler may start while the lease is loading it."""
+        if self._loading is not None:
+            await self._loading.wait()
+
+    def lease_state(self) -> LeaseState:
+        if self.state is None:
+            raise StateError(
+                "this entity type's code was not seen using ctx.state, so its state was not loaded: "
+                "define it with app.entity(..., state=True)"
+            )
+        return self.state
+
+    async def load_steps(self, message: Message, started_offset: int) -> RunSteps:
+        """The records the earlier attempts of ``message`` wrote (between it and this STARTED)."""
+        events = await read_range(self._page, message.offset + 1, started_offset)
+        return RunSteps.of(message.key, events)
+
+    async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
+        # Only a step's outcome carries the run's changes: a replay skips the changes of a segment
+        # whose step has an outcome, so changes on a retry record would be made twice.
+        await self._write(ctx, STEP_EVENT, data, with_ops=data.get("outcome") in FINAL_OUTCOMES)
+
+    async def flush(self, ctx: Context, run_key: str) -> None:
+        """The context's unwritten state changes (a run's after its last step, a handler's)."""
+        if ctx.pending_ops:
+            await self._write(ctx, STATE_EVENT, {"run": run_key, "seg": ctx.steps.index})
+
+    async def _write(self, ctx: Context, kind: str, data: dict[str, Any], *, with_ops: bool = True) -> None:
+        ops: list[Op] = []
+        if with_ops:
+            ops = ctx.take_ops()
+        state = self.state
+        if ops:
+            data["ops"] = ops
+        if state is not None:
+            data["snap"] = state.snapshot
+            state.inflight += 1
+        custom = rt.CustomEvent(type=kind, data=json_to_value(data))
+        try:
+            result = await self._fenced.write(retry=True, custom=custom)
+        finally:
+            if state is not None:
+                state.inflight -= 1
+        if result is None or not result.applied or state is None:
+            return
+        if ops:
+            state.committed_write(ops, result.entity.head_offset - 1, custom.ByteSize())
+        if state.snapshot_due():
+            await self.write_snapshot()
+
+    async def write_snapshot(self) -> None:
+        state = self.state
+        assert state is not None
+        custom = rt.CustomEvent(type=SNAPSHOT_EVENT, data=json_to_value(state.snapshot_data()))
+        if custom.ByteSize() > MAX_SNAPSHOT_BYTES:
+            # The server takes at most 4 MiB a message: the wake replays from the older snapshot.
+            log.warning(
+                "%s: state of %d bytes: no snapshot (at most %d)",
+                self._fenced.entity.ref,
+                custom.ByteSize(),
+                MAX_SNAPSHOT_BYTES,
+            )
+            state.snapshot_skipped()
+            return
+        result = await self._fenced.write(retry=True, custom=custom)
+        if result is not None and result.applied:
+            state.snapshot_written(result.entity.head_offset - 1)
+        else:
+            log.info("%s: snapshot not written", self._fenced.entity.ref)
