@@ -16,6 +16,9 @@ Ceiling, same run: a bare Starlette SSE fan-out on uvicorn (this file as ``ceili
 its own process, the same uvicorn options as electric's HTTP door): ``POST /publish`` renders
 the same shape of data event and control event once (timestamped as it is received) and puts
 the bytes on each subscriber's queue; ``GET /subscribe`` streams its queue. The same load processes and publisher hit it.
+Both servers run side by side; the sides alternate in ``--rounds`` rounds (3 by default, the
+order flipped each round, fresh subscribers each), their latencies pooled per side, so load
+from elsewhere on the machine lands on both alike.
 
 One commit a second: this is the latency of one commit's fan-out, not throughput (bench_fanout
 measures a stream under load). Electric's watches share a bandwidth (watch.py, BANDWIDTH):
@@ -169,7 +172,7 @@ def _measure(
             missing += max(0, result.get("count", 0) - got)
             repeated += max(0, got - result.get("count", 0))
     return {
-        "latency_ms": common.summarize(latencies),
+        "latencies": latencies,
         "missing": missing,
         "repeated": repeated,
         "errors": errors,
@@ -270,10 +273,23 @@ def _run(
         return _measure(host, int(port), sub_path, publish, subscribers, commits, interval)
 
 
+def _pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds of one side as one: every latency, and the sums of what went wrong."""
+    return {
+        "latency_ms": common.summarize([ms for r in rounds for ms in r["latencies"]]),
+        "per_round_p99_ms": [common.percentile(r["latencies"], 99) for r in rounds],
+        "missing": sum(r["missing"] for r in rounds),
+        "repeated": sum(r["repeated"] for r in rounds),
+        "errors": [e for r in rounds for e in r["errors"]],
+        "load_cpu_s": sum(r["load_cpu_s"] for r in rounds),
+    }
+
+
 def main() -> None:
     p = common.bench_args(__doc__.splitlines()[0])
     p.add_argument("--subscribers", type=int, default=1000)
-    p.add_argument("--commits", type=int, default=30)
+    p.add_argument("--commits", type=int, default=30, help="per side, over all rounds")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default %(default)s)")
     p.add_argument(
         "--interval", type=float, default=1.0, help="seconds between commits (default %(default)s)"
     )
@@ -281,44 +297,53 @@ def main() -> None:
     quick = args.quick
     subscribers = common.scale(args.subscribers, quick)
     commits = common.scale(args.commits, quick, minimum=5)
+    per_round = max(1, -(-commits // args.rounds))
     t0 = time.perf_counter()
+    sides: dict[str, list[dict[str, Any]]] = {"ceiling": [], "electric": []}
     with tempfile.TemporaryDirectory() as tmp:
-        with common._spawn_server(
-            [common.PY, __file__, "ceiling-server"], "echo", Path(tmp) / "ceiling.log", 60
-        ) as ceiling:
-            bare = _run(
-                ceiling.address,
-                "/subscribe",
-                "/publish",
-                lambda seq: f"seq-{seq}".encode(),
-                subscribers,
-                commits,
-                args.interval,
-            )
         http_port = common.free_port()
-        with common.start_electric(
-            Path(tmp) / "data",
-            "--http",
-            f"{common.HOST}:{http_port}",
-            "--max-streams",
-            str(subscribers + 100),
-            log=Path(tmp) / "electric.log",
-        ) as srv:
+        with (
+            common.spawn_server(
+                [common.PY, __file__, "ceiling-server"], "echo", Path(tmp) / "ceiling.log", 60
+            ) as ceiling,
+            common.start_electric(
+                Path(tmp) / "data",
+                "--http",
+                f"{common.HOST}:{http_port}",
+                "--max-streams",
+                str(subscribers + 100),
+                log=Path(tmp) / "electric.log",
+            ),
+        ):
             import httpx
 
-            base = f"http://{common.HOST}:{http_port}"
-            httpx.put(f"{base}/fan/one", timeout=30).raise_for_status()
-            cpu0 = srv.cpu_seconds()
-            electric = _run(
-                f"{common.HOST}:{http_port}",
-                "/fan/one/stream?offset=now&live=sse",
-                "/fan/one/messages",
-                lambda seq: json.dumps({"text": f"seq-{seq}"}).encode(),
-                subscribers,
-                commits,
-                args.interval,
-            )
-            electric["server_cpu_s"] = srv.cpu_seconds() - cpu0
+            httpx.put(f"http://{common.HOST}:{http_port}/fan/one", timeout=30).raise_for_status()
+            runs = {
+                "ceiling": lambda: _run(
+                    ceiling.address,
+                    "/subscribe",
+                    "/publish",
+                    lambda seq: f"seq-{seq}".encode(),
+                    subscribers,
+                    per_round,
+                    args.interval,
+                ),
+                "electric": lambda: _run(
+                    f"{common.HOST}:{http_port}",
+                    "/fan/one/stream?offset=now&live=sse",
+                    "/fan/one/messages",
+                    lambda seq: json.dumps({"text": f"seq-{seq}"}).encode(),
+                    subscribers,
+                    per_round,
+                    args.interval,
+                ),
+            }
+            # Alternating, the order flipped each round: load from elsewhere on the machine lands
+            # on both sides alike.
+            for n in range(args.rounds):
+                for name in ("ceiling", "electric") if n % 2 == 0 else ("electric", "ceiling"):
+                    sides[name].append(runs[name]())
+    bare, electric = _pooled(sides["ceiling"]), _pooled(sides["electric"])
     for name, side in (("ceiling", bare), ("electric", electric)):
         if side["errors"] or side["missing"] or side["repeated"]:
             raise SystemExit(
@@ -336,7 +361,8 @@ def main() -> None:
     ]
     info = {
         "subscribers": subscribers,
-        "commits": commits,
+        "commits_per_side": per_round * args.rounds,
+        "rounds": args.rounds,
         "interval_s": args.interval,
         "electric": electric,
         "ceiling": bare,
