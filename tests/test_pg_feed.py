@@ -90,7 +90,7 @@ OpenStore = Callable[..., Awaitable[PostgresStore]]
 
 @pytest.fixture
 async def stores(postgres_url: str) -> AsyncIterator[OpenStore]:
-    """Open stores on the test's database (the feed on, the lock off); closed at teardown."""
+    """Open stores on the test's database (the feed on); closed at teardown."""
     opened: list[PostgresStore] = []
 
     async def open_store(**options: Any) -> PostgresStore:
@@ -294,8 +294,8 @@ async def test_rings_while_one_is_in_flight_merge_into_the_next(
     assert payloads == ["101", "103"]
 
 
-async def test_a_store_holding_the_database_alone_writes_no_feed(stores: OpenStore, admin: Any) -> None:
-    alone = await stores(exclusive=True)
+async def test_a_store_without_the_feed_writes_none(stores: OpenStore, admin: Any) -> None:
+    alone = await stores(feed=False)
     assert alone.feed_reader is None
     await alone.write(spawn(("feed", "alone")))
     assert await admin.fetchval("SELECT count(*) FROM commit_feed") == 0

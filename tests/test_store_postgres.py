@@ -393,24 +393,6 @@ async def test_a_server_whose_database_connection_is_lost_answers_unavailable(
         assert [e.type for e in events.events] == ["state", "signal"]
 
 
-async def test_a_second_server_on_a_database_is_refused_until_the_first_closes(postgres_url: str) -> None:
-    """Leases still live in one server's memory: a second server on the database would grant
-    the first one's, so it is refused (a store that is not a server's, `electric verify`'s, is not)."""
-    first = PostgresStore(postgres_url, exclusive=True)
-    await first.open()
-    try:
-        second = PostgresStore(postgres_url, exclusive=True)
-        with pytest.raises(DatabaseUnavailable, match="another electric server runs on the database"):
-            await second.open()
-        reader = PostgresStore(postgres_url)
-        await reader.open()
-        await reader.close()
-    finally:
-        await first.close()
-    await second.open()
-    await second.close()
-
-
 async def test_concurrent_lone_writes_share_batches_each_its_own_write(
     stores: tuple[PostgresStore, PostgresStore],
 ) -> None:

@@ -45,6 +45,7 @@ from .http_door import HttpDoor, check_cors_origins
 from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
+from .lease_sweep import DEFAULT_POLL_MS
 from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
@@ -103,6 +104,8 @@ class ServerConfig:
     # The bounded settle after an end: how long the runtime may still append its closing records
     # (lifecycle.CLOSING_RECORDS) before its lease ends and the stream closes.
     settle_ms: int = DEFAULT_SETTLE_MS
+    # How often the store is polled for deadlines any replica may fire (lease_sweep.py, reaper.py).
+    poll_ms: int = DEFAULT_POLL_MS
     # Per principal (caps.py): open streams (watches and runtime streams), and worker sessions.
     max_streams: int = DEFAULT_MAX_STREAMS
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -133,9 +136,9 @@ class ServerConfig:
         return f"data: {self.data_dir}"
 
 
-def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
+def _store(config: ServerConfig, *, feed: bool = True) -> Store:
     """The store the configuration names: PostgreSQL for a database URL, else the data directory's
-    SQLite. ``exclusive``: a server's, the only one on its database (not `electric verify`'s)."""
+    SQLite. ``feed``: commits of other replicas reach it (a server's; not `electric verify`'s)."""
     if config.database_url is None:
         return SQLiteStore(
             config.database,
@@ -152,7 +155,7 @@ def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
         raise ConfigError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
         ) from exc
-    return PostgresStore(config.database_url, pool_size=config.database_pool, exclusive=exclusive)
+    return PostgresStore(config.database_url, pool_size=config.database_pool, feed=feed)
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
@@ -182,6 +185,10 @@ class ElectricServer:
             raise ConfigError("--tls-cert and --tls-key go together")
         if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
+        if not 1 <= config.poll_ms <= DEFAULT_POLL_MS:
+            raise ConfigError(f"--poll must be 1ms to {DEFAULT_POLL_MS}ms, not {config.poll_ms}ms")
+        if config.lease_ttl_ms < 1:
+            raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")
         if not 1 <= config.settle_ms <= MAX_SETTLE_MS:
             raise ConfigError(f"--settle must be 1ms to {MAX_SETTLE_MS // 1000}s, not {config.settle_ms}ms")
         for flag, value in (
@@ -266,14 +273,19 @@ class ElectricServer:
             self.config.watch_bandwidth,
             self.config.watch_feed_events,
         )
-        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms, self.config.settle_ms)
+        self._reaper = Reaper(
+            self.store, self.config.idempotency_retention_ms, self.config.settle_ms, self.config.poll_ms
+        )
         await self._reaper.start()
         self.runtime = Runtime(
-            self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms, self.config.settle_ms
+            self.store,
+            self.config.lease_ttl_ms,
+            # A short --lease-ttl asks for heartbeats often enough to keep it.
+            min(self.config.heartbeat_interval_ms, max(1, self.config.lease_ttl_ms // 3)),
+            self.config.settle_ms,
+            self.config.poll_ms,
         )
         await self.runtime.start()
-        self._reaper.is_leased = self.runtime.is_leased
-        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter
@@ -517,7 +529,7 @@ async def verify_database(url: str) -> Report:
 
     Raises ValueError for a URL that is not a database's (or without the driver), and
     DatabaseUnavailable where the database cannot be reached."""
-    store = _store(ServerConfig(database_url=url, database_pool=1), exclusive=False)
+    store = _store(ServerConfig(database_url=url, database_pool=1), feed=False)
     await store.open()
     try:
         return await verify(store)

@@ -134,11 +134,13 @@ class _Txids:
         self._next = 0
         self.xact = 0  # the transaction's id
 
-    async def draw(self, n: int) -> None:
+    async def draw(self, n: int) -> int:
+        """Draw ``n`` txids; returns the database's clock (ms) as they were drawn."""
         rows = await self._conn.fetch(NEXT_TXIDS, max(n, 1))
         self._drawn = [int(row[0]) for row in rows]
         self.xact = int(rows[0][1])
         self._next = 0
+        return int(rows[0][2])
 
     async def redraw(self) -> None:
         """After a row was locked late: fresh txids, above any that row's committed writes hold."""
@@ -315,8 +317,10 @@ class _Batch:
         self.conn = conn
         self.origin = origin  # None: no commit feed
         self.txids = _Txids(conn)
-        self.now = now_ms()
+        self.now = now_ms()  # until the txids are drawn: then the database's clock
         self.current: dict[Ref, EntityRecord | None] = {}
+        # The lease holders that are live, read with the rows' locks (store/sessions.py).
+        self.live: set[str] = set()
         # Idempotency keys stored, read under the locks, plus those this batch stores.
         self.remembered: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
         self.entities: dict[Ref, EntityRecord] = {}  # staged: the rows' last records
@@ -332,12 +336,8 @@ class _Batch:
     async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
         conn = self.conn
         for row in await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs]):
-            values = row[:_RECORD]
-            record = entity_from_row(values)
-            self.current[record.ref] = record
-            self.rows[record.ref] = values
-            self.xacts[record.ref] = row[_RECORD]
-        await self.txids.draw(len(writes))
+            self._locked(row)
+        self.now = await self.txids.draw(len(writes))
         keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
         if keys:
             types, ids, names = zip(*keys, strict=True)
@@ -358,7 +358,7 @@ class _Batch:
                         return refused.error
             before = self.current.get(ref)
             try:
-                applied = apply_write(write, before, WriteContext(self.txids.peek(), self.now))
+                applied = apply_write(write, before, WriteContext(self.txids.peek(), self.now, self.live))
             except Refused as refused:
                 return refused.error
             if before is not None:  # its row is locked: nobody else writes it
@@ -374,11 +374,25 @@ class _Batch:
                     self._feed(commit)
             if applied.after is not None:
                 self.current[ref] = applied.after
+                if applied.after.lease_session:  # granted now, by its live session
+                    self.live.add(applied.after.lease_session)
             row = applied.idempotency_row
             if row is not None:
                 self.remembered[(row[0], row[1], row[2])] = (row[3], row[4])
             return applied.outcome
         raise RuntimeError(f"a write to {ref[0]}/{ref[1]} kept racing other inserts of its rows")
+
+    def _locked(self, row: Any) -> EntityRecord:
+        """A row read with its lock (LOCK_ENTITY's columns): its record, the transaction that last
+        wrote it, and whether its lease holder is live (noted in ``live``)."""
+        values = row[:_RECORD]
+        record = entity_from_row(values)
+        self.current[record.ref] = record
+        self.rows[record.ref] = values
+        self.xacts[record.ref] = row[_RECORD]
+        if row[_RECORD + 1]:
+            self.live.add(record.lease_session)
+        return record
 
     def _feed(self, commit: Commit) -> None:
         """The commit's feed row, and its entity's last writer now this transaction."""
@@ -414,10 +428,10 @@ class _Batch:
         except asyncpg.exceptions.UniqueViolationError:
             await savepoint.rollback()
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
-            self.current[ref] = entity_from_row(row[:_RECORD]) if row is not None else None
-            self.xacts[ref] = row[_RECORD] if row is not None else None
             if row is not None:
-                self.rows[ref] = row[:_RECORD]
+                self._locked(row)
+            else:
+                self.current[ref] = self.xacts[ref] = None
             if idem is not None:
                 found = await conn.fetchrow(SELECT_IDEMPOTENCY, ref[0], ref[1], idem.key)
                 if found is not None:
