@@ -496,32 +496,36 @@ def _open_event_watches(metrics: str) -> float:
     return 0.0
 
 
-async def test_sse_resumes_on_postgresql(
+async def test_sse_resumes_on_another_replica(
     postgres_url: str, start_server: StartServer, tmp_path: Path
 ) -> None:
-    """The same read on the PostgreSQL store: live commits reach the reader, a drain ends it,
-    and a server started after on the same database resumes it from its offset, each event
-    once. (Several replicas on one database are issue 12's; the read needs nothing more.)"""
-    first = await start_server(tmp_path / "a", http="127.0.0.1:0", database_url=postgres_url)
-    assert first.http is not None
+    """On PostgreSQL: a reader of replica A sees what replica B commits, live; when A drains,
+    its SSE response ends cleanly and the reader resumes on B from its last offset, each event
+    once."""
+    a = await start_server(tmp_path / "a", http="127.0.0.1:0", database_url=postgres_url)
+    b = await start_server(tmp_path / "b", http="127.0.0.1:0", database_url=postgres_url)
+    assert a.http is not None
+    assert b.http is not None
     one = "/agent/pg"
-    async with httpx.AsyncClient(base_url=first.http.address, timeout=30) as client:
-        await client.put(one)
-        await send(client, one, "a")
+    async with (
+        httpx.AsyncClient(base_url=a.http.address, timeout=30) as on_a,
+        httpx.AsyncClient(base_url=b.http.address, timeout=30) as on_b,
+    ):
+        await on_b.put(one)
+        await send(on_b, one, "a")
         seen: list[dict[str, Any]] = []
         with anyio.fail_after(30):
-            async with sse(client, f"{one}/stream", offset="-1") as stream:
-                events, control = await stream.batch()
-                seen += events
-                await send(client, one, "b")
-                events, control = await stream.batch()
-                seen += events
-                await first.stop(5)  # the drain ends the SSE response cleanly
+            async with sse(on_a, f"{one}/stream", offset="-1") as stream:
+                while not seen:  # B's spawn and message reach A through the store
+                    events, control = await stream.batch()
+                    seen += events
+                await send(on_b, one, "b")  # committed on B, read live on A
+                while seen[-1]["value"].get("text") != "b":
+                    events, control = await stream.batch()
+                    seen += events
+                await a.stop(5)  # A drains: its SSE response ends cleanly
                 assert await stream.next() is None
-    second = await start_server(tmp_path / "b", http="127.0.0.1:0", database_url=postgres_url)
-    assert second.http is not None
-    async with httpx.AsyncClient(base_url=second.http.address, timeout=30) as client:
-        await send(client, one, "c")
-        async with sse(client, f"{one}/stream", offset=control["streamNextOffset"]) as stream:
+        await send(on_b, one, "c")
+        async with sse(on_b, f"{one}/stream", offset=control["streamNextOffset"]) as stream:
             events, _ = await stream.batch()
-        assert seen + events == await log_of(client, one)
+        assert seen + events == await log_of(on_b, one)

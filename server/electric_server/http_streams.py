@@ -12,7 +12,7 @@ other GET routes are (``HttpDoor._endpoint``: token, ``read`` scope, type limits
 a catch-up read is the service's ReadEvents and a live tail its WatchEvents / WatchEntities
 (watch.py: in order, exactly once, ended on drain). So draining ends these responses cleanly (a
 long-poll answers 204, an SSE body ends) and the client resumes from its last offset here after a
-restart, or on another server of the same database.
+restart, or on another replica of the same PostgreSQL database.
 
 Offsets are the entity's gap-free event offsets as 20 decimal digits: they sort as text, as the
 protocol asks, and keep their meaning across restarts and servers.
