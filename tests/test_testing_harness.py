@@ -128,7 +128,7 @@ async def test_sigint_does_not_wait_for_a_thread() -> None:
 
 async def test_a_30s_grace_expires_when_the_clock_says_so() -> None:
     g, clock = Gates(), ManualClock()
-    async with EntityHarness(agent_app(g), "agent", clock=clock, grace_period=timedelta(seconds=30)) as h:
+    async with EntityHarness(agent_app(g), "agent", clock=clock) as h:  # the type's grace: 30 s
         await h.signal("SIGTERM")
         assert h.lifecycle is State.STOPPING
         assert h.grace_deadline == clock.now() + timedelta(seconds=30)
@@ -155,7 +155,8 @@ async def test_sigterm_stops_the_run_at_its_next_step_and_the_cleanup_gets_its_o
 
 async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> None:
     g, clock = Gates(), ManualClock()
-    async with EntityHarness(agent_app(g), "agent", clock=clock, idle_timeout=timedelta(minutes=5)) as h:
+    idle = timedelta(minutes=5)  # the test's own, over the type's 60 s
+    async with EntityHarness(agent_app(g), "agent", clock=clock, idle_timeout=idle) as h:
         await h.send("q")
         clock.advance(299)
         await anyio.lowlevel.checkpoint()

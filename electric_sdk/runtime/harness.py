@@ -29,6 +29,7 @@ from anyio.abc import TaskGroup
 
 from .. import lifecycle
 from .._proto.electric.v1 import types_pb2 as pb
+from ..client._options import DurationLike
 from ..durable_state import STATE_EVENT, STEP_EVENT, SnapshotPolicy, apply
 from ..lifecycle import STATE_RULES, Action, Decision, Signal, SignalRejected, State
 from ..models import Entity, EntityRef, Event
@@ -37,11 +38,15 @@ from .app import App
 from .context import Context, Message, SignalInfo
 from .entity_type import EntityType
 from .state import LeaseState
-from .steps import RunSteps
+from .steps import RunSteps, seconds
 
 __all__ = ["EntityHarness", "HarnessRun", "ManualClock"]
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _duration(value: DurationLike | None, default_ms: int) -> timedelta:
+    return timedelta(seconds=seconds(value)) if value is not None else timedelta(milliseconds=default_ms)
 
 
 class ManualClock:
@@ -118,8 +123,9 @@ class EntityHarness:
         else:
             self.etype = app
         self.clock = clock or ManualClock()
-        grace = grace_period or timedelta(milliseconds=lifecycle.DEFAULT_GRACE_MS)
-        idle = idle_timeout or timedelta(milliseconds=lifecycle.DEFAULT_IDLE_TIMEOUT_MS)
+        # The type's profile, as a worker announces it, unless the test names its own.
+        grace = grace_period or _duration(self.etype.grace_period, lifecycle.DEFAULT_GRACE_MS)
+        idle = idle_timeout or _duration(self.etype.idle_timeout, lifecycle.DEFAULT_IDLE_TIMEOUT_MS)
         now = self.clock.now()
         self.entity = Entity(
             EntityRef(self.etype.name, id),
