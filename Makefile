@@ -13,7 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-.PHONY: dist run server dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: dist run server cluster dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ run: $(STAMP)
 # The control plane alone (workers connect with `electric worker MODULE:APP`).
 server: $(STAMP)
 	$(VENV)/bin/electric server --listen $(LISTEN) --http $(HTTP) --data $(DATA)
+
+# Three replicas on one PostgreSQL database (ELECTRIC_DATABASE_URL, default the local "electric",
+# created if absent) and a worker hosting the examples; Ctrl-C stops them all (scripts/cluster.py).
+cluster: $(STAMP)
+	$(PY) scripts/cluster.py
 
 # The control-panel notebook as a web app (Voilà), on http://127.0.0.1:$(DASHBOARD_PORT)/. It starts
 # its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
@@ -105,6 +110,7 @@ ts-test: $(STAMP) $(BUF)
 test: lint buf-breaking proto-check pytest ts-test
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

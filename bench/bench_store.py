@@ -91,10 +91,17 @@ async def store_run(path: Path, total: int, shared: bool) -> dict[str, Any]:
         original(batch)
 
     store._apply_batch = apply_batch  # type: ignore[method-assign]
+    return await append_load(store, sizes, total, shared)
+
+
+async def append_load(
+    store: Any, sizes: list[int], total: int, shared: bool, warmup: int = 20
+) -> dict[str, Any]:
+    """The appenders' load on an open ``store`` (closed after), whose batches' sizes the caller's
+    instrumentation appends to ``sizes``; 1/``warmup`` of it first, not measured."""
     refs = _refs(shared)
     for outcome in await store.write_many([Write(r, _spawn(r)) for r in refs]):
         assert not isinstance(outcome, BaseException), outcome
-    # Warm-up: a few rounds of the same load, not measured.
     per = total // APPENDERS
     deadline = time.monotonic() + RUN_TIMEOUT_S
 
@@ -108,7 +115,7 @@ async def store_run(path: Path, total: int, shared: bool) -> dict[str, Any]:
             done += 1
         return done
 
-    await asyncio.gather(*(appender(k, max(1, per // 20)) for k in range(APPENDERS)))
+    await asyncio.gather(*(appender(k, max(1, per // warmup)) for k in range(APPENDERS)))
     sizes.clear()
     batches0 = store.batches_committed
     t0 = time.perf_counter()

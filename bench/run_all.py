@@ -35,6 +35,9 @@ BENCHES = [
     "bench_steps",
     "bench_exec",
     "bench_http",
+    "bench_pg_store",
+    "bench_pg_signal",
+    "bench_dbos",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 

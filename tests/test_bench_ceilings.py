@@ -10,10 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import bench_pg_store
 import bench_restart
 import bench_signal
 import bench_signal_many
 import bench_store
+import postgres_dbs
 
 
 def test_signal_ceiling(tmp_path: Path) -> None:
@@ -31,3 +33,8 @@ def test_signal_many_ceiling(tmp_path: Path) -> None:
 
 def test_restart_dataset(tmp_path: Path) -> None:
     assert bench_restart.build_dataset(tmp_path / "electric.db", 5)
+
+
+def test_pg_store_ceiling(postgres_url: str) -> None:
+    """The PostgreSQL store bench's raw asyncpg ceiling writes the store's own events table."""
+    assert postgres_dbs.run(lambda: bench_pg_store.raw_run(postgres_url, [2, 3]))["events"] == 5

@@ -461,7 +461,7 @@ async def test_a_stream_a_restart_left_open_after_the_end_closes(start_server: S
         stub = api_grpc.EntityServiceStub(channel)
         latest = await outcomes_after_eof(stub, ref)
         assert latest[usr.key].outcome == pb.SIGNAL_OUTCOME_IGNORED
-        assert "server restarted" in latest[usr.key].detail
+        assert "lease ended after the entity's end" in latest[usr.key].detail
         assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.closed
 
 
@@ -752,3 +752,41 @@ async def test_a_bad_request_ends_the_session_with_its_status(
         assert after[: len(before)] == before
         # Only the session's end is written: the running entity went idle, its runtime lost.
         assert [(e.type, e.state.cause) for e in after[len(before) :]] == [("state", "runtime_lost")]
+
+
+@pytest.mark.both_stores
+async def test_a_retried_runtime_write_is_appended_once(start_server: StartServer) -> None:
+    """A runtime write's request id is kept like an idempotency key: the same write sent again, in
+    its session or (its answer lost with the connection) from the worker's next session, gets the
+    first answer, and the stream holds it once."""
+    server = await start_server(lease_ttl_ms=60_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        first = RawWorker(channel, "w-retry", ["agent"])
+        ref, lease = await running(stub, first, "retry")
+        write = rt.RuntimeWrite(
+            request_id=41,
+            ref=ref,
+            epoch=lease.epoch,
+            expect_state=pb.STATE_RUNNING,
+            custom=rt.CustomEvent(type="note"),
+        )
+        first.requests.put_nowait(rt.ConnectRequest(write=write))
+        answer = await first.next("write_result")
+        assert answer.applied, answer
+        first.requests.put_nowait(rt.ConnectRequest(write=write))
+        again = await first.next("write_result")
+        first.close()
+        second = RawWorker(channel, "w-retry", ["agent"])
+        second.requests.put_nowait(rt.ConnectRequest(write=write))
+        replayed = await second.next("write_result")
+        other = rt.RuntimeWrite()
+        other.CopyFrom(write)
+        other.custom.type = "other"  # the same id with another body: not that write's answer
+        second.requests.put_nowait(rt.ConnectRequest(write=other))
+        refused = await second.next("write_result")
+        second.close()
+        notes = [e for e in await events(stub, ref) if e.type == "note"]
+    assert [(r.applied, r.txid, r.request_id) for r in (again, replayed)] == [(True, answer.txid, 41)] * 2
+    assert refused.reason == "STALE_EPOCH"
+    assert [e.headers.txid for e in notes] == [answer.txid]

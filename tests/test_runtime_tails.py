@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from electric_server.runtime_service import Runtime, WorkerSession
+from electric_server.local_leases import WorkerSession
+from electric_server.runtime_service import Runtime
 from electric_server.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +28,9 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
 
 
 def _session() -> WorkerSession:
-    return WorkerSession(worker_id="w", types=frozenset({"t"}), code_version="v1", announced=1, capacity=1)
+    return WorkerSession(
+        id="r-1", worker_id="w", types=frozenset({"t"}), code_version="v1", announced=1, capacity=1
+    )
 
 
 async def test_a_step_cancelled_before_its_task_first_ran_is_closed(runtime: Runtime) -> None:

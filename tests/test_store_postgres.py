@@ -161,7 +161,11 @@ async def test_a_deadlock_reruns_the_batch(postgres_url: str, admin: Any) -> Non
 async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_write_succeeds(
     stores: tuple[PostgresStore, PostgresStore], admin: Any
 ) -> None:
+    """The database is still there: its fault listeners (the server's health) are told nothing,
+    once the probe the lost connection started has found it."""
     store = stores[0]
+    told: list[object] = []
+    store.subscribe_faults(told.append)
     ref: Ref = ("t", "a")
     committed(await store.write(spawn(ref)))
     holder = admin.transaction()
@@ -172,6 +176,11 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="database connection failed"):
         await write
     await holder.rollback()
+    probe = store._reachability._task
+    assert probe is not None, "the lost connection started a probe"
+    with anyio.fail_after(20):
+        await probe
+    assert told == []
     committed(await store.write(note(ref, "kept")))
     assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
     await check_stream(store, ref)
@@ -180,10 +189,11 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
 class CommitCutter:
     """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT on and cuts the
     client's connection before PostgreSQL's answer can reach it: a commit whose outcome the
-    store cannot know."""
+    store cannot know. With ``forward`` False it cuts before the COMMIT reaches PostgreSQL."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], forward: bool = True) -> None:
         self.target = target
+        self.forward = forward
         self.armed = False
         self.cut = asyncio.Event()
         self.connections: list[asyncio.Task[None]] = []
@@ -193,9 +203,14 @@ class CommitCutter:
     ) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(65536):
+                cutting = upstream and self.armed and b"COMMIT" in data
+                if cutting and not self.forward:
+                    self.armed = False  # never reaches PostgreSQL: the transaction rolls back
+                    self.cut.set()
+                    break
                 writer.write(data)
                 await writer.drain()
-                if upstream and self.armed and b"COMMIT" in data:
+                if cutting:
                     self.armed = False  # passed on whole: PostgreSQL commits, then reads the end
                     self.cut.set()
                     break
@@ -217,13 +232,14 @@ class CommitCutter:
         self.connections.append(asyncio.ensure_future(self._relay(client_reader, client_writer)))
 
 
-async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
-    postgres_url: str,
-) -> None:
-    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
-    nor a lost write; the retry with the same idempotency key replays what did commit."""
+@contextlib.asynccontextmanager
+async def behind_a_cutter(
+    postgres_url: str, reached: bool = True
+) -> AsyncIterator[tuple[PostgresStore, CommitCutter]]:
+    """An open store whose connections pass through a ``CommitCutter`` (``reached``: a cut COMMIT
+    still reaches PostgreSQL, which commits; else it never does)."""
     parts = urllib.parse.urlsplit(postgres_url)
-    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432))
+    cutter = CommitCutter((parts.hostname or "127.0.0.1", parts.port or 5432), forward=reached)
     proxy = await asyncio.start_server(cutter.handle, "127.0.0.1", 0)
     port = proxy.sockets[0].getsockname()[1]
     store = PostgresStore(
@@ -231,6 +247,21 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
     )
     await store.open()
     try:
+        yield store, cutter
+    finally:
+        await store.close()
+        proxy.close()
+        await asyncio.gather(*cutter.connections)
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["commit reached", "commit lost"])
+async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_the_commit(
+    postgres_url: str, reached: bool
+) -> None:
+    """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
+    nor a lost write; the retry with the same idempotency key replays what did commit, or applies
+    once what did not."""
+    async with behind_a_cutter(postgres_url, reached) as (store, cutter):
         ref: Ref = ("t", "cut")
         committed(await store.write(spawn(ref)))
         write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
@@ -239,12 +270,8 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
             await store.write(write)
         assert cutter.cut.is_set()
         retried = await store.write(write)
-        assert (retried.replayed, retried.response) == (True, b"noted")
+        assert (retried.replayed, retried.response) == (reached, b"noted")
         assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
-    finally:
-        await store.close()
-        proxy.close()
-        await asyncio.gather(*cutter.connections)
 
 
 async def test_a_database_migrated_by_a_newer_electric_is_refused(postgres_url: str, admin: Any) -> None:
@@ -364,24 +391,6 @@ async def test_a_server_whose_database_connection_is_lost_answers_unavailable(
         assert signalled.new_state == pb.STATE_SPAWNING
         events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
         assert [e.type for e in events.events] == ["state", "signal"]
-
-
-async def test_a_second_server_on_a_database_is_refused_until_the_first_closes(postgres_url: str) -> None:
-    """Leases still live in one server's memory: a second server on the database would grant
-    the first one's, so it is refused (a store that is not a server's, `electric verify`'s, is not)."""
-    first = PostgresStore(postgres_url, exclusive=True)
-    await first.open()
-    try:
-        second = PostgresStore(postgres_url, exclusive=True)
-        with pytest.raises(DatabaseUnavailable, match="another electric server runs on the database"):
-            await second.open()
-        reader = PostgresStore(postgres_url)
-        await reader.open()
-        await reader.close()
-    finally:
-        await first.close()
-    await second.open()
-    await second.close()
 
 
 async def test_concurrent_lone_writes_share_batches_each_its_own_write(

@@ -90,6 +90,18 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "(default %(default)s; 1ms to 60s)",
     )
     p.add_argument(
+        "--poll",
+        default="500ms",
+        help="how often the store is polled for deadlines any replica may fire: grace expiries, "
+        "lost leases, settled streams (default %(default)s; 1ms to 500ms)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        default="10s",
+        help="how long a worker's session (and its leases) outlives its last heartbeat, and a "
+        "replica's sessions their replica's (default %(default)s)",
+    )
+    p.add_argument(
         "--max-streams",
         type=int,
         default=5000,
@@ -103,6 +115,13 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="worker sessions per principal (default %(default)s)",
     )
+    add_database(p)
+    add_accept_data_loss(p)
+    p.set_defaults(func=_cmd_server)
+
+
+def add_database(p: argparse.ArgumentParser) -> None:
+    """`--database` and `--database-pool`, for `server` and `dev`."""
     p.add_argument(
         "--database",
         default=os.environ.get("ELECTRIC_DATABASE_URL") or None,
@@ -117,8 +136,6 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="N",
         help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
     )
-    add_accept_data_loss(p)
-    p.set_defaults(func=_cmd_server)
 
 
 def add_http(p: argparse.ArgumentParser) -> None:
@@ -196,6 +213,8 @@ def _cmd_server(args: argparse.Namespace) -> int:
             allow_readable_tokens=args.allow_readable_tokens,
             hello_timeout_ms=parse_ms(args.hello_timeout),
             settle_ms=parse_ms(args.settle),
+            poll_ms=parse_ms(args.poll),
+            lease_ttl_ms=parse_ms(args.lease_ttl),
             max_streams=args.max_streams,
             max_sessions=args.max_sessions,
             watch_bandwidth=args.watch_bandwidth,

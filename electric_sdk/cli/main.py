@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams
+from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams, transfer_cmds
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_server_parser(sub)
     local.add_verify_parser(sub)
     local.add_backup_parsers(sub)
+    transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
     return parser
 

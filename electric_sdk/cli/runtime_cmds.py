@@ -1,8 +1,8 @@
 """`electric worker MODULE:APP` and `electric dev [MODULE:APP]`: the runtime's commands.
 
 `worker` hosts an app's entity types against a server; `dev` starts the
-server on the embedded default (SQLite in ``--data``) and a worker in one
-process. Both drain on the first SIGINT/SIGTERM (no new leases, runs finish
+server on the embedded default (SQLite in ``--data``), or on a PostgreSQL
+``--database``, and a worker in one process. Both drain on the first SIGINT/SIGTERM (no new leases, runs finish
 within ``--grace``, leases are released) and exit at once on a second one,
 with 128 + the signal's number.
 """
@@ -21,7 +21,7 @@ from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
-from .local import add_accept_data_loss, add_http, http_address, storage_exit
+from .local import add_accept_data_loss, add_database, add_http, http_address, storage_exit
 
 DEFAULT_APP = "examples.agents:app"
 
@@ -55,7 +55,9 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     _common(p)
     p.set_defaults(func=_cmd_worker)
 
-    p = sub.add_parser("dev", help="run a server (embedded SQLite) and a worker in one process")
+    p = sub.add_parser(
+        "dev", help="run a server (embedded SQLite, or --database) and a worker in one process"
+    )
     p.add_argument(
         "app", nargs="?", metavar="MODULE:APP", help=f"default {DEFAULT_APP}, unless --exec files are given"
     )
@@ -64,6 +66,7 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
     )
+    add_database(p)
     add_accept_data_loss(p)
     _common(p)
     p.set_defaults(func=_cmd_dev)
@@ -215,9 +218,7 @@ async def _serve_until_drained(
             await server.start()
             server.drain_on_failure(drain)  # the store failed for good: stop, and say so (exit 74)
             overrides["address"] = server.address
-            print(
-                f"electric server listening on {server.address} (data: {server_config.data_dir})", flush=True
-            )
+            print(f"electric server listening on {server.address} ({server_config.where})", flush=True)
             if server.http is not None:
                 print(f"electric http listening on {server.http.address}", flush=True)
         else:
@@ -272,7 +273,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_dev(args: argparse.Namespace) -> int:
-    from electric_server import ConfigError, ServerConfig, StorageFault
+    from electric_server import ConfigError, DatabaseUnavailable, ServerConfig, StorageFault
 
     _setup_logging(args.verbose)
     try:
@@ -283,11 +284,13 @@ def _cmd_dev(args: argparse.Namespace) -> int:
             data_dir=args.data,
             drain_grace_s=1.0,
             accept_data_loss=args.accept_data_loss,
+            database_url=args.database,
+            database_pool=args.database_pool,
         )
         if args.app is None and not args.exec_files:
             args.app = DEFAULT_APP
         return _run(args, server_config=config)
-    except ConfigError as exc:
+    except (ConfigError, DatabaseUnavailable) as exc:  # DatabaseUnavailable: no database to start on
         print(f"electric dev: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     except StorageFault as exc:  # damaged (refused to start), or failed (stopped)

@@ -2,10 +2,10 @@
 
 This top level is the one door the SDK uses to reach the server (the CLI's
 ``server``, ``verify``, ``backup``, ``restore`` and ``dev`` commands, and
-``electric_sdk.testing``); nothing in ``electric_sdk`` imports a module inside
+``export``, ``import`` and ``electric_sdk.testing``); nothing in ``electric_sdk`` imports a module inside
 this package (tests/test_layers.py). ``ConfigError`` (and ``DataDirLocked``,
-one of them), ``TokenFileError`` and ``BackupError`` are ``ValueError``s: a
-configuration that must not start, or a backup or restore refused.
+one of them), ``TokenFileError``, ``BackupError`` and ``TransferError`` are ``ValueError``s: a
+configuration that must not start, or a backup, restore, export or import refused.
 ``StorageFault``s are the store's: ``DamagedStore`` (refused to start, or found
 damage while running), ``StorageFailed`` (the disk failed; the server stopped),
 ``DatabaseUnavailable`` (PostgreSQL cannot be reached: the server does not start).
@@ -17,6 +17,7 @@ from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
 from .config_error import ConfigError
 from .datadir import DataDirError, DataDirLocked
 from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
+from .transfer import Progress, TransferError, Transferred, export_store, import_store
 from .verify import Report
 
 __all__ = [
@@ -27,14 +28,19 @@ __all__ = [
     "DataDirLocked",
     "DatabaseUnavailable",
     "ElectricServer",
+    "Progress",
     "Report",
     "ServerConfig",
     "StorageFailed",
     "StorageFault",
     "StoreCopy",
     "TokenFileError",
+    "TransferError",
+    "Transferred",
     "__version__",
     "backup_data_dir",
+    "export_store",
+    "import_store",
     "restore_data_dir",
     "serve",
     "verify_data_dir",

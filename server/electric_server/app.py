@@ -7,7 +7,9 @@ in-flight calls finish within the drain grace, the store is flushed) and the
 process exits 0; a second signal exits at once.
 
 Health follows the store: while the disk is full the readiness of writes
-(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; if the
+(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; while a
+PostgreSQL database cannot be reached, every service is NOT_SERVING (and
+SERVING again once it answers); if the
 store fails for good, every service turns NOT_SERVING and ``serve`` drains
 and raises the failure (the CLI exits 74, or 65 for damage).
 """
@@ -42,11 +44,12 @@ from .handlers import guard_server
 from .http_door import HttpDoor, check_cors_origins
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
+from .lease_sweep import DEFAULT_POLL_MS
 from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
-from .store.base import DiskFull, StorageFault, Store
+from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store
 from .store.database_url import DEFAULT_DATABASE_POOL, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
@@ -100,6 +103,8 @@ class ServerConfig:
     # The bounded settle after an end: how long the runtime may still append its closing records
     # (lifecycle.CLOSING_RECORDS) before its lease ends and the stream closes.
     settle_ms: int = DEFAULT_SETTLE_MS
+    # How often the store is polled for deadlines any replica may fire (lease_sweep.py, reaper.py).
+    poll_ms: int = DEFAULT_POLL_MS
     # Per principal (caps.py): open streams (watches and runtime streams), and worker sessions.
     max_streams: int = DEFAULT_MAX_STREAMS
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -118,10 +123,17 @@ class ServerConfig:
     def database(self) -> Path:
         return database_path(self.data_dir)
 
+    @property
+    def where(self) -> str:
+        """Where the store is, for a banner (a database URL without its password)."""
+        if self.database_url:
+            return f"database: {redacted(self.database_url)}"
+        return f"data: {self.data_dir}"
 
-def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
+
+def _store(config: ServerConfig, *, feed: bool = True) -> Store:
     """The store the configuration names: PostgreSQL for a database URL, else the data directory's
-    SQLite. ``exclusive``: a server's, the only one on its database (not `electric verify`'s)."""
+    SQLite. ``feed``: commits of other replicas reach it (a server's; not `electric verify`'s)."""
     if config.database_url is None:
         return SQLiteStore(
             config.database,
@@ -138,7 +150,7 @@ def _store(config: ServerConfig, *, exclusive: bool = True) -> Store:
         raise ConfigError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
         ) from exc
-    return PostgresStore(config.database_url, pool_size=config.database_pool, exclusive=exclusive)
+    return PostgresStore(config.database_url, pool_size=config.database_pool, feed=feed)
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
@@ -168,6 +180,10 @@ class ElectricServer:
             raise ConfigError("--tls-cert and --tls-key go together")
         if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
+        if not 1 <= config.poll_ms <= DEFAULT_POLL_MS:
+            raise ConfigError(f"--poll must be 1ms to {DEFAULT_POLL_MS}ms, not {config.poll_ms}ms")
+        if config.lease_ttl_ms < 1:
+            raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")
         if not 1 <= config.settle_ms <= MAX_SETTLE_MS:
             raise ConfigError(f"--settle must be 1ms to {MAX_SETTLE_MS // 1000}s, not {config.settle_ms}ms")
         for flag, value in (
@@ -252,14 +268,19 @@ class ElectricServer:
             self.config.watch_bandwidth,
             self.config.watch_feed_events,
         )
-        self._reaper = Reaper(self.store, self.config.idempotency_retention_ms, self.config.settle_ms)
+        self._reaper = Reaper(
+            self.store, self.config.idempotency_retention_ms, self.config.settle_ms, self.config.poll_ms
+        )
         await self._reaper.start()
         self.runtime = Runtime(
-            self.store, self.config.lease_ttl_ms, self.config.heartbeat_interval_ms, self.config.settle_ms
+            self.store,
+            self.config.lease_ttl_ms,
+            # A short --lease-ttl asks for heartbeats often enough to keep it.
+            min(self.config.heartbeat_interval_ms, max(1, self.config.lease_ttl_ms // 3)),
+            self.config.settle_ms,
+            self.config.poll_ms,
         )
         await self.runtime.start()
-        self._reaper.is_leased = self.runtime.is_leased
-        self._reaper.runs_process = self.runtime.runs_process
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
         server = grpc.aio.server(
             interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter
@@ -339,10 +360,7 @@ class ElectricServer:
         acceptors.start()
         self._server = server
         self.acceptors = acceptors
-        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(RUNTIME_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
         if self.forced_fallbacks:
             log.warning(
@@ -399,11 +417,15 @@ class ElectricServer:
             drain.set()
         self._on_failure.append(drain)
 
+    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None:
+        for name in ("", SERVICE_NAME, RUNTIME_SERVICE_NAME, WRITES_HEALTH_NAME):
+            await self.health.set(name, status)
+
     def _on_store_fault(self, fault: StorageFault | None) -> None:
         """Writes stopped (a full disk: readiness only; a failure for good: every service,
         and the server must stop) or resumed."""
         self._writes_fault = fault
-        if fault is not None and not isinstance(fault, DiskFull):
+        if fault is not None and not isinstance(fault, (DiskFull, DatabaseUnavailable)):
             self.failure = fault
             for drain in self._on_failure:
                 drain.set()
@@ -414,9 +436,11 @@ class ElectricServer:
             await previous  # in the order the store changed
         serving = health_pb2.HealthCheckResponse.SERVING
         if fault is None:
-            await self.health.set(WRITES_HEALTH_NAME, serving)
+            await self._set_health(serving)
         elif isinstance(fault, DiskFull):
             await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        elif isinstance(fault, DatabaseUnavailable):  # reads fail too, until the database is back
+            await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         else:
             await self.health.enter_graceful_shutdown()  # every service NOT_SERVING: the server stops
 
@@ -427,7 +451,12 @@ def _usage_hint(server: ElectricServer) -> str:
     env = "" if a == DEFAULT_LISTEN else f"ELECTRIC_ADDRESS={a} "
     return "\n".join(
         [
-            f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})",
+            (
+                f"  data:    {redacted(server.config.database_url)} (PostgreSQL, "
+                f"{server.config.database_pool} connections)"
+                if server.config.database_url
+                else f"  data:    {server.config.database} (SQLite, WAL, synchronous={server.config.synchronous})"
+            ),
             f"  auth:    {auth}; TLS {'on' if server.config.tls_cert else 'off'}",
             "  try, in another terminal (.venv/bin/electric when run from a checkout):",
             f"    {env}electric spawn my_agent/agent_1 --grace 5s",
@@ -486,7 +515,7 @@ async def verify_database(url: str) -> Report:
 
     Raises ValueError for a URL that is not a database's (or without the driver), and
     DatabaseUnavailable where the database cannot be reached."""
-    store = _store(ServerConfig(database_url=url, database_pool=1), exclusive=False)
+    store = _store(ServerConfig(database_url=url, database_pool=1), feed=False)
     await store.open()
     try:
         return await verify(store)

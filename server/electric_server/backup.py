@@ -154,9 +154,9 @@ def _copy(src: sqlite3.Connection, out: Path, *, what: str) -> StoreCopy:
             entities, events, head_txid = _counts(dst)
         finally:
             dst.close()
-        _fsync(tmp)
+        fsync_path(tmp)
         tmp.replace(out)
-        _fsync(out.parent)
+        fsync_path(out.parent)
     except (sqlite3.Error, OSError) as exc:  # e.g. a full disk: out is as it was
         raise BackupError(f"could not {what}: {exc}") from exc
     finally:
@@ -174,7 +174,7 @@ def _counts(conn: sqlite3.Connection) -> tuple[int, int, int]:
     return int(entities), int(events), int(row[0]) - 1 if row else 0
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -33,6 +33,7 @@ from electric_sdk.lifecycle import (
 from . import message_cursor
 from .errors import ApiError, not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+from .store.sessions import holds_lease
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
@@ -139,9 +140,7 @@ def _transition(
     return event, record
 
 
-def signal(
-    ref: Ref, spec: SignalSpec, leased: bool = False, located: message_cursor.Located | None = None
-) -> Decide:
+def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = None) -> Decide:
     """``located``: the message a scoped signal names (``message_cursor.locate``), required then."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
@@ -186,6 +185,7 @@ def signal(
         if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
+            leased = holds_lease(current, ctx)
             event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)
             events.append(event)
         return Mutation(events, record, Signalled(key, decision))
@@ -214,19 +214,24 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
     return decide
 
 
-def expire_grace(ref: Ref, deadline_ms: int, leased: bool = False) -> Decide:
+def expire_grace(ref: Ref, deadline_ms: int, settle_ms: int) -> Decide:
     """The reaper's write: stopping → stopped once the stored deadline passed.
 
-    A leased entity's stream stays open until the lease ends, so its runtime can
-    still append what the cleanup's end produced (an exec entity's force receipt)."""
+    An exec entity whose live runtime still runs its process waits for the process's exit
+    receipt, ``settle_ms`` past the deadline at most, so no watcher sees `stopped` while the
+    process lives (whichever replica's reaper writes it). A leased entity's stream stays open
+    until the lease ends, so its runtime can still append what the cleanup's end produced (an
+    exec entity's force receipt)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.stopping_deadline_ms != deadline_ms or ctx.now_ms < deadline_ms:
             return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
+        if current.process_running and holds_lease(current, ctx) and ctx.now_ms < deadline_ms + settle_ms:
+            return Mutation()  # its process is being forced now: `stopped` waits for its exit
         new = lifecycle.runtime_target(current.state, "grace_expired")
         if new is None:
             return Mutation()  # no longer stopping
-        event, record = _transition(current, new, ctx, "grace_expired", leased=leased)
+        event, record = _transition(current, new, ctx, "grace_expired", leased=holds_lease(current, ctx))
         return Mutation([event], record)
 
     return decide

@@ -1,10 +1,13 @@
 """RuntimeService: workers' sessions, leases, delivery and fenced writes.
 
-See proto/electric/v1/runtime_service.proto for the contract. Leases live in
-memory here (a restarted server has none; workers reconnect and are leased
-anew); their epochs live in the store, so they only ever grow and a zombie
-worker's write is refused. Message delivery reads the stream from the
-entity's message cursor; signals are forwarded from commits as they land.
+See proto/electric/v1/runtime_service.proto for the contract. A lease is its
+entity row's epoch and holder (a worker session, store/sessions.py), granted
+by compare-and-set and judged live inside each write's transaction, so
+several replicas on one database never grant one entity twice and a zombie
+worker's write is refused. This process keeps what it needs to serve its own
+sessions (``Runtime.leases``); the sweep (lease_sweep.py) renews them and
+fires what any replica may find due. Message delivery reads the stream from
+the entity's message cursor; signals are forwarded from commits as they land.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import contextlib
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -25,8 +28,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
-from electric_sdk._wire.exec_receipts import receipt_says_running
-from electric_sdk._wire.times import duration_from_ms, timestamp_from_ms
+from electric_sdk._wire.times import duration_from_ms
 from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 from electric_sdk.runtime_session import SESSION_ACCEPTED
 from electric_sdk.stream_batches import EMPTY, Empty, coalesce
@@ -35,9 +37,13 @@ from . import message_cursor
 from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
-from .errors import ApiError, invalid_argument, to_api_error, translate_stream
-from .runtime_writes import Refused, close_ended, end_lease, grant, runtime_write, settle_ignored
-from .store.base import Commit, EntityRecord, Ref, Store, Write, WriteOutcome
+from .errors import ApiError, invalid_argument, translate_stream
+from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
+from .local_leases import Lease, WorkerSession, owe
+from .runtime_answers import check_write, fill, replayed, request_key, result_bytes
+from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
+from .store.base import Commit, EntityRecord, Ref, StorageFault, Store, Write, WriteOutcome
+from .store.sessions import SessionRow
 from .type_profiles import TypeProfiles
 
 log = logging.getLogger(__name__)
@@ -50,105 +56,86 @@ PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a leas
 DEFAULT_SETTLE_MS = 1000
 
 
-@dataclass(eq=False)
-class WorkerSession:
-    worker_id: str
-    types: frozenset[str]
-    code_version: str
-    announced: int
-    capacity: int
-    outbox: asyncio.Queue[rt.ConnectResponse | None] = field(default_factory=asyncio.Queue)
-    leases: dict[Ref, Lease] = field(default_factory=dict)
-    last_seen: float = field(default_factory=time.monotonic)
-    closed: bool = False
-    draining: bool = False  # takes no new lease
-    # Per entity, the newest of this worker's requests still being applied (see Runtime._handle).
-    tails: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
-
-    def send(self, message: rt.ConnectResponse) -> None:
-        if not self.closed:
-            self.outbox.put_nowait(message)
-
-
-@dataclass(eq=False)
-class Lease:
-    ref: Ref
-    epoch: int
-    session: WorkerSession
-    next_message: int
-    first_attempt: int  # the attempt number for the message at the cursor when leased
-    cursor: int
-    # An exec entity's process runs under this lease: its receipts said so, and no exit yet.
-    process_running: bool = False
-    pumping: bool = False
-    pump_again: bool = False
-    # Signals given to this lease still `pending`: key → the stored insert's value. Its runtime may
-    # report their outcomes (written whole from the insert), and no other signal's.
-    pending: dict[str, pb.SignalValue] = field(default_factory=dict)
-    # Of those, the ones it owes an outcome before it lets go (settled `ignored` when the lease ends).
-    unsettled: dict[str, pb.SignalValue] = field(default_factory=dict)
-
-    def inserts(self, writes: Iterable[rt.RuntimeWrite]) -> dict[str, pb.SignalValue]:
-        """The inserts of the pending signals ``writes`` report on (a copy: decide functions may
-        run on the store's thread)."""
-        keys = {u.signal_key for w in writes for u in w.transition.outcomes}
-        keys.update(w.signal_outcome.signal_key for w in writes if w.HasField("signal_outcome"))
-        return {key: self.pending[key] for key in keys if key in self.pending}
-
-    def settled(self, key: str) -> None:
-        self.pending.pop(key, None)
-        self.unsettled.pop(key, None)
-
-    def pb(self) -> rt.Lease:
-        return rt.Lease(ref=pb.EntityRef(type=self.ref[0], id=self.ref[1]), epoch=self.epoch)
-
-
 class Runtime:
-    """Sessions and leases of one server."""
+    """The sessions of this replica's workers and the leases they hold."""
 
     def __init__(
-        self, store: Store, lease_ttl_ms: int, heartbeat_interval_ms: int, settle_ms: int = DEFAULT_SETTLE_MS
+        self,
+        store: Store,
+        lease_ttl_ms: int,
+        heartbeat_interval_ms: int,
+        settle_ms: int = DEFAULT_SETTLE_MS,
+        poll_ms: int = DEFAULT_POLL_MS,
     ) -> None:
         self.store = store
+        self.replica = uuid.uuid4().hex[:12]  # this process, in the session book
+        self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
+        self.settle_ms = settle_ms
         self.settle_s = settle_ms / 1000
+        self.poll_s = poll_ms / 1000
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.sessions: dict[str, WorkerSession] = {}
         self.leases: dict[Ref, Lease] = {}
         self._offering: set[Ref] = set()
         self._announcements = itertools.count(1)
+        self._session_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiry: asyncio.Task[None] | None = None
+        self._handover: asyncio.Task[None] | None = None
+        self.sweep = LeaseSweep(self)
         self._stopping = False
         self._unsubscribe = store.hub.subscribe_all(self._on_commit)
         self.type_profiles = TypeProfiles(store)
-
-    def is_leased(self, ref: Ref) -> bool:
-        return ref in self.leases
 
     # -- lifecycle of the service -------------------------------------------------------
 
     async def start(self) -> None:
         await self.type_profiles.load()
-        # Leases live in memory: the streams of entities that ended within their settle before a
-        # restart are closed now (no lease will end for them).
-        for ref in await self.store.open_ended_streams():
-            pending = {event.key: event.signal for event in await self._pending_signals(ref)}
-            await self.store.write(Write(ref, close_ended(pending)))
-        self._expiry = asyncio.create_task(self._expire_loop(), name="electric-lease-expiry")
+        # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first.
+        await self.sweep.once()
+        self._expiry = asyncio.create_task(self.sweep.run(), name="electric-lease-sweep")
 
     def drain(self) -> None:
-        """End every worker session now (no awaiting: the server is draining)."""
+        """End every worker session now (no awaiting: the server is draining).
+
+        On a shared session book (PostgreSQL) the sessions' leases are handed over at once:
+        ended as lost, so other replicas grant them to the workers that reconnect there. Alone
+        (SQLite) nothing is written: the entities keep their state, and the workers are leased
+        anew when this server is back.
+        """
+        if self._stopping:
+            return
         self._stopping = True
         self._unsubscribe()
+        held = [lease for session in self.sessions.values() for lease in session.leases.values()]
         for session in list(self.sessions.values()):
-            # Leases are in memory: a restarted server leases anew with higher epochs.
             session.closed = True
             session.outbox.put_nowait(None)
         for task in list(self._tasks):
             task.cancel()
-        if self._expiry is not None:
-            self._expiry.cancel()
+        self.sweep.stopping.set()
+        if self.store.sessions.shared:
+            self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
+
+    async def _hand_over(self, held: list[Lease]) -> None:
+        # As for a lost runtime: an ended entity's pending signals are settled with its stream's close.
+        writes = [
+            Write(lease.ref, end_lease(lease.ref, lease.epoch, "runtime_lost", None, dict(lease.pending)))
+            for lease in held
+        ]
+        if writes:
+            try:
+                await self.store.write_many(writes)
+            except StorageFault as exc:  # they expire with the sessions: other replicas take them then
+                log.warning("the leases of a draining server were not handed over: %s", exc)
+        await self._end_replica()
+
+    async def _end_replica(self) -> None:
+        try:
+            await self.store.sessions.end_replica(self.replica)
+        except Exception as exc:  # e.g. the database is gone; its rows expire by themselves
+            log.warning("the end of this server's sessions was not recorded: %s", exc)
 
     async def stop(self) -> None:
         self.drain()
@@ -156,6 +143,11 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
             self._expiry = None
+        if self._handover is not None:
+            await self._handover
+            self._handover = None
+        else:
+            await self._end_replica()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -175,16 +167,27 @@ class Runtime:
             for hosted in hello.types
         ]
         await asyncio.gather(*(self.type_profiles.save(profile) for profile in announced))
-        old = self.sessions.get(hello.worker_id)
-        if old is not None:
-            self._spawn(self.close(old, "runtime_lost"))
         session = WorkerSession(
+            id=f"{self.replica}-{next(self._session_ids)}",
             worker_id=hello.worker_id,
             types=frozenset(t.type for t in hello.types),
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
         )
+        # Its worker's other session, on any replica, ends now: its leases are no longer live.
+        row = SessionRow(
+            session.id,
+            session.worker_id,
+            self.replica,
+            tuple(sorted(session.types)),
+            session.code_version,
+            session.capacity,
+        )
+        await self.store.sessions.open(row, self.lease_ttl_ms)
+        old = self.sessions.get(hello.worker_id)
+        if old is not None:
+            self._spawn(self.close(old, "runtime_lost"))
         self.sessions[hello.worker_id] = session
         self._spawn(self.offer_all(session))
         return session
@@ -197,10 +200,13 @@ class Runtime:
         if self.sessions.get(session.worker_id) is session:
             del self.sessions[session.worker_id]
         if self._stopping:
-            # A draining server writes nothing for its sessions: their entities
-            # keep their state, and workers are leased anew after the restart.
+            # Draining: its leases are handed over (or kept for the restart) by drain().
             session.leases.clear()
             return
+        try:
+            await self.store.sessions.end([session.id])
+        except StorageFault as exc:  # its row expires by itself
+            log.warning("the end of worker %s's session was not recorded: %s", session.worker_id, exc)
         for lease in list(session.leases.values()):
             await self._end(lease, cause)
 
@@ -219,22 +225,13 @@ class Runtime:
         await self.store.write(Write(lease.ref, ending))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
-            await self._offer(record)
-
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(max(self.heartbeat_interval_ms / 2000, 0.001))
-            deadline = time.monotonic() - self.lease_ttl_s
-            for session in list(self.sessions.values()):
-                if session.last_seen < deadline:
-                    log.warning("worker %s missed its heartbeats: its leases expire", session.worker_id)
-                    await self.close(session, "runtime_lost")
+            await self.offer(record)
 
     # -- leasing -----------------------------------------------------------------------------
 
     def _needs_runtime(self, record: EntityRecord) -> bool:
-        if record.closed or record.ref in self.leases:
-            return False
+        if record.closed or record.ref in self.leases or record.lease_session:
+            return False  # (a holder whose session ended is found by the sweep: lost_leases)
         return needs_runtime(record.state, message_cursor.waiting(record))
 
     def _pick(self, record: EntityRecord) -> WorkerSession | None:
@@ -261,12 +258,13 @@ class Runtime:
                 page = await self.store.list_entities(type_, HOSTED_STATES, after, _PAGE)
                 for record in page:
                     if self._needs_runtime(record):
-                        await self._offer(record)
+                        await self.offer(record)
                 if len(page) < _PAGE:
                     break
                 after = page[-1].ref
 
-    async def _offer(self, record: EntityRecord) -> None:
+    async def offer(self, record: EntityRecord) -> None:
+        """Lease ``record`` to one of this replica's sessions, if one may take it."""
         ref = record.ref
         if ref in self.leases or ref in self._offering:
             return
@@ -277,7 +275,8 @@ class Runtime:
         try:
             try:
                 default = self.type_profiles.default(ref[0])
-                outcome = await self.store.write(Write(ref, grant(ref, record.lease_epoch, default)))
+                decide = grant(ref, record.lease_epoch, session.id, default)
+                outcome = await self.store.write(Write(ref, decide))
             except Refused:
                 return  # it changed meanwhile; the commit that changed it offers again if needed
             assert outcome.commit is not None
@@ -311,11 +310,11 @@ class Runtime:
         """Signals still `pending` (appended while no runtime held the entity,
         or whose runtime died before reporting) go to the new lease holder, so
         every signal gets its outcome."""
-        for message in await self._pending_signals(lease.ref, head):
-            _owe(lease, message)
+        for message in await self.pending_signals(lease.ref, head):
+            owe(lease, message)
             lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
 
-    async def _pending_signals(self, ref: Ref, head: int | None = None) -> list[pb.Event]:
+    async def pending_signals(self, ref: Ref, head: int | None = None) -> list[pb.Event]:
         """The signal records of ``ref`` still `pending`, oldest first; the look-back is bounded."""
         if head is None:
             record = await self.store.get_entity(ref)
@@ -349,14 +348,8 @@ class Runtime:
         if lease is None:
             # No task for an entity no connected worker could take (e.g. spawns with no worker up).
             if self._needs_runtime(after) and self._pick(after) is not None:
-                self._spawn(self._offer(after))
+                self._spawn(self.offer(after))
             return
-        for event in commit.events:
-            if (
-                event.kind == "exec"
-                and (running := receipt_says_running(pb.Event.FromString(event.body).exec)) is not None
-            ):
-                lease.process_running = running
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
             # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
             # outcome, the end of the run in progress, exec receipts), then the lease ends and
@@ -371,7 +364,7 @@ class Runtime:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
                 message = event_to_pb(event)
                 if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
-                    _owe(lease, message)
+                    owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
             elif event.kind == "message":
                 self._spawn(self._pump(lease))
@@ -420,11 +413,6 @@ class Runtime:
         finally:
             lease.pumping = False
 
-    def runs_process(self, ref: Ref) -> bool:
-        """Whether the runtime holding ``ref`` runs its exec process still (its exit not recorded)."""
-        lease = self.leases.get(ref)
-        return lease is not None and lease.process_running
-
     # -- the worker's requests ---------------------------------------------------------------------
 
     async def read(self, session: WorkerSession, requests: AsyncIterator[rt.ConnectRequest]) -> None:
@@ -467,7 +455,7 @@ class Runtime:
                 )
             elif kind == "write":
                 write = request.write
-                _check_write(write)
+                check_write(write)
                 ref = (write.ref.type, write.ref.id)
                 if ref in session.tails:
                     self._after_tail(session, ref, self._answer(session, [write]))
@@ -520,13 +508,16 @@ class Runtime:
         staged: list[tuple[rt.WriteResult, Write]] = []
         for write, result in zip(writes, results, strict=True):
             ref = (write.ref.type, write.ref.id)
+            idem = request_key(write)
             lease = session.leases.get(ref)
             if lease is None or lease.epoch != write.epoch:
-                result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
+                # A retry of a write whose answer was lost (its session with it) gets that answer.
+                if idem is None or not await replayed(self.store, ref, idem, result):
+                    result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
                 continue
             unsettled = dict(lease.unsettled) if write.release else None
             decide = runtime_write(ref, write, lease.inserts((write,)), unsettled)
-            staged.append((result, Write(ref, _marked(decide))))
+            staged.append((result, Write(ref, _marked(decide), idem, result_bytes if idem else None)))
         if staged:
             outcomes: list[WriteOutcome | BaseException]
             try:
@@ -534,41 +525,9 @@ class Runtime:
             except Exception as exc:  # e.g. the store is closing: every write says so
                 outcomes = [exc] * len(staged)
             for (result, _), outcome in zip(staged, outcomes, strict=True):
-                _fill(result, outcome)
+                fill(result, outcome)
         for result in results:
             session.send(rt.ConnectResponse(write_result=result))
-
-
-def _check_write(write: rt.RuntimeWrite) -> None:
-    """The limits of a runtime write's fields (validation.py); what it means is runtime_writes'."""
-    v.int64(write.epoch, "write.epoch")
-    op = write.WhichOneof("op")
-    if op == "run":
-        v.int64(write.run.message_offset, "write.run.message_offset")
-    elif op == "custom":
-        v.json_data(write.custom.data, write.custom.HasField("data"), "write.custom.data")
-
-
-def _fill(result: rt.WriteResult, outcome: WriteOutcome | BaseException) -> None:
-    if isinstance(outcome, Refused):
-        result.reason, result.message = outcome.reason, outcome.message
-        if outcome.entity is not None:
-            result.entity.CopyFrom(entity_to_pb(outcome.entity))
-    elif (
-        isinstance(outcome, BaseException) and (error := to_api_error(outcome)) is not None
-    ):  # e.g. DISK_FULL
-        result.reason, result.message = error.reason, error.message
-    elif isinstance(outcome, BaseException):
-        log.error("a runtime write failed: %s", outcome)
-        result.reason, result.message = "INTERNAL", f"the write failed: {outcome}"
-    else:
-        commit = outcome.commit
-        assert commit is not None
-        assert commit.after is not None
-        result.applied = True
-        result.entity.CopyFrom(entity_to_pb(commit.after))
-        result.txid = commit.txid
-        result.created_at.CopyFrom(timestamp_from_ms(commit.timestamp_ms))
 
 
 def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:
@@ -580,15 +539,6 @@ def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectRespons
 
 def _response_batch(responses: list[rt.ConnectResponse]) -> rt.ConnectResponse:
     return rt.ConnectResponse(batch=rt.ResponseBatch(responses=responses))
-
-
-def _owe(lease: Lease, message: pb.Event) -> None:
-    """A pending signal the lease holder must report on. A SIGTERM's cleanup and a SIGINT scoped to a
-    message still to come outlive a lease: they are left for the next one (pending-signal delivery)."""
-    signal = message.signal
-    lease.pending[message.key] = signal
-    if signal.signal != pb.SIGNAL_SIGTERM and not signal.message_key:
-        lease.unsettled[message.key] = signal
 
 
 def _marked(decide: Any) -> Any:

@@ -24,12 +24,14 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
+from electric_sdk._wire.exec_receipts import receipt_says_running
 from electric_sdk.lifecycle import Record, State
 
 from . import message_cursor
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
+from .store.sessions import holds_lease
 from .type_profiles import resolve
 
 BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"})
@@ -56,16 +58,29 @@ class Granted:
     epoch: int
 
 
-def grant(ref: Ref, seen_epoch: int, type_default: TypeProfile | None = None) -> Decide:
-    """Take a new lease: the epoch grows, so every older holder is fenced off. The first lease
-    fixes the profile values the spawn left to the type (``type_default``: its workers')."""
+def grant(ref: Ref, seen_epoch: int, session: str, type_default: TypeProfile | None = None) -> Decide:
+    """Take a new lease for worker session ``session``: granted if the epoch is the one seen and
+    no live runtime holds the entity (a holder whose session ended loses its lease here first,
+    as ``end_lease`` with runtime_lost). The epoch grows, so every older holder is fenced off.
+    The first lease fixes the profile values the spawn left to the type (``type_default``)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
             raise Refused("LEASE_RACE", "the entity changed while a lease was being granted", current)
-        epoch = current.lease_epoch + 1
-        record = resolve(current, type_default).replace(lease_epoch=epoch, reload_pending=False)
-        return Mutation([], record, Granted(epoch))
+        if holds_lease(current, ctx):
+            raise Refused("LEASE_HELD", "a live runtime holds the entity", current)
+        base, events = current, []
+        if current.lease_session:
+            lost = end_lease(ref, current.lease_epoch, "runtime_lost")(current, ctx)
+            assert lost.entity is not None
+            base, events = lost.entity, lost.events
+            if base.closed:
+                raise Refused("ENTITY_CLOSED", "the entity ended: no lease is granted", current)
+        epoch = base.lease_epoch + 1
+        record = resolve(base, type_default).replace(
+            lease_epoch=epoch, reload_pending=False, lease_session=session
+        )
+        return Mutation(events, record, Granted(epoch))
 
     return decide
 
@@ -113,18 +128,21 @@ def settle_ignored(unsettled: Inserts, state: State) -> Decide:
     return decide
 
 
-def close_ended(pending: Inserts) -> Decide:
-    """An ended entity whose stream a restart left open (its runtime's lease was in memory, within
-    the settle): it closes, and the signals still ``pending`` get `ignored`, saying why."""
+def close_ended(pending: Inserts, settle_ms: int) -> Decide:
+    """An ended entity whose stream is still open though no live runtime may append to it (its
+    holder's session ended, e.g. with its replica or a restart), or whose settle is over: it closes,
+    its lease ends, and the signals still ``pending`` get `ignored`, saying why."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or not current.state.terminal:
             return Mutation()
-        detail = f"not handled: the server restarted after the entity's end ({current.state.value})"
+        if holds_lease(current, ctx) and ctx.now_ms < current.updated_at_ms + settle_ms:
+            return Mutation()  # its runtime may still append its closing records
+        detail = f"not handled: the runtime's lease ended after the entity's end ({current.state.value})"
         return _let_go(
             Mutation([_ignored(key, insert, detail) for key, insert in pending.items()], current),
             current.lease_epoch,
-            "restarted",
+            "settled",
             None,
         )
 
@@ -142,7 +160,12 @@ def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | Non
     assert record is not None
     detail = _not_handled(cause, record.state)
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
-    mutation.entity = record.replace(lease_epoch=epoch + 1, closed=record.closed or record.state.terminal)
+    mutation.entity = record.replace(
+        lease_epoch=epoch + 1,
+        closed=record.closed or record.state.terminal,
+        lease_session="",
+        process_running=False,  # nobody is left to say it ended: no expiry waits for it
+    )
     return mutation
 
 
@@ -276,7 +299,9 @@ def runtime_write(
             return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
-            return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], current)
+            running = receipt_says_running(write.exec)
+            record = current if running is None else current.replace(process_running=running)
+            return Mutation([NewEvent("exec", key, INSERT, event_body(receipt))], record)
         if len(write.output.text) > MAX_OUTPUT_CHARS:  # the one op left: output (see _RECORDS)
             raise Refused(
                 "OUTPUT_TOO_LARGE", f"an output chunk holds at most {MAX_OUTPUT_CHARS} characters", current

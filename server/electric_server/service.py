@@ -119,9 +119,6 @@ class EntityService(api_grpc.EntityServiceServicer):
         # Told of each signal refused (INVALID_SIGNAL: nothing written); the server's metrics.
         self.signal_rejected: Callable[[Signal], None] = lambda _signal: None
 
-    def _leased(self, ref: Ref) -> bool:
-        return self.runtime is not None and self.runtime.is_leased(ref)
-
     # -- entities --------------------------------------------------------------
 
     @translate
@@ -192,7 +189,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             return await _write(
                 self.store,
                 ref,
-                entity_writes.signal(ref, spec, self._leased(ref), located),
+                entity_writes.signal(ref, spec, located),
                 idem,
                 lambda c: _signal_response(ref, spec.signal, c),
                 api.SignalEntityResponse,
@@ -280,7 +277,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             writes = [
                 Write(
                     ref,
-                    entity_writes.signal(ref, spec, self._leased(ref)),
+                    entity_writes.signal(ref, spec),
                     idem,
                     lambda c: category(c.result),
                 )

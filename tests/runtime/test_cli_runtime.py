@@ -10,8 +10,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import asyncpg
+import postgres_dbs
 import pytest
+from electric_server.datadir import database_path
 
 from electric_sdk import Client
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
@@ -72,6 +76,32 @@ def test_dev_runs_server_and_worker(tmp_path: Path, processes: list[subprocess.P
     proc.send_signal(signal.SIGINT)
     read_until(proc, "draining")
     assert proc.wait(30) == 0
+
+
+def test_dev_on_a_database_keeps_its_entities_there(
+    tmp_path: Path, processes: list[subprocess.Popen[str]], postgres_url: str
+) -> None:
+    """`electric dev --database URL`: the server's store is the PostgreSQL database, not --data's."""
+    data = tmp_path / "d"
+    proc = start("dev", "--listen", "127.0.0.1:0", "--data", str(data), "--database", postgres_url)
+    processes.append(proc)
+    address = read_until(proc, r"electric server listening on (\S+) \(database: postgresql://").group(1)
+    with Client(address) as client:
+        client.spawn("chat/on_pg")
+        assert chat_completes(client, "chat/on_pg", "hello") == "You said: hello "
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+    assert not database_path(data).exists()
+    rows = postgres_dbs.run(lambda: fetch(postgres_url, "SELECT type, id FROM entities"))
+    assert [tuple(r) for r in rows] == [("chat", "on_pg")]
+
+
+async def fetch(url: str, sql: str) -> list[Any]:
+    conn = await asyncpg.connect(url)
+    try:
+        return list(await conn.fetch(sql))
+    finally:
+        await conn.close()
 
 
 def test_worker_drains_then_exits_on_a_second_signal(

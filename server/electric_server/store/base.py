@@ -17,7 +17,10 @@ replica now and several later):
   response in the same transaction as the write.
 - A closed stream keeps its history; nothing is appended after it.
 - After each commit, ``Commit`` records are published to the ``Hub`` for
-  live watchers (a doorbell: watchers can always fall back to reading).
+  live watchers (a doorbell: watchers can always fall back to reading),
+  each entity's in commit order, once. PostgreSQL's replicas also publish
+  the commits the others made (``store/postgres_feed.py``), their
+  ``result`` being ``REMOTE_COMMIT``.
   Each acknowledged batch is also told to the Hub's batch listeners (the
   metrics): its writes and how long its commit took, once per batch.
 - A disk that refuses a write fails it with a ``StorageFault``, and nothing
@@ -38,11 +41,14 @@ import abc
 import copy
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from electric_sdk.lifecycle import State
+
+if TYPE_CHECKING:
+    from .sessions import SessionBook
 
 Ref = tuple[str, str]  # (entity type, instance id)
 
@@ -88,6 +94,12 @@ class EntityRecord(NamedTuple):
     # Offsets past the cursor of messages cancelled before their run started
     # (never delivered; see message_cursor.py). Usually empty.
     cancelled_messages: tuple[int, ...] = ()
+    # The lease's holder: the worker session it was granted to ("" none), live while that session
+    # is (store/sessions.py; a write's transaction judges it: WriteContext.live).
+    lease_session: str = ""
+    # The exec process its lease's runtime runs: started (its receipts said so), no exit yet. A
+    # grace expiry waits for the exit while that runtime is live (entity_writes.expire_grace).
+    process_running: bool = False
 
     @property
     def ref(self) -> Ref:
@@ -126,10 +138,12 @@ class StoredEvent(NamedTuple):
 
 
 class WriteContext(NamedTuple):
-    """What a decide function may use: the transaction's identity and clock."""
+    """What a decide function may use: the transaction's identity and clock (the database's,
+    on PostgreSQL), and the worker sessions live as it runs (``sessions.holds_lease``)."""
 
     txid: int
     now_ms: int
+    live: Collection[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -146,6 +160,16 @@ class Mutation:
     entity: EntityRecord | None = None
     # Anything the caller wants back (e.g. the lifecycle decision).
     result: Any = None
+
+
+class _Remote:
+    def __repr__(self) -> str:
+        return "REMOTE_COMMIT"
+
+
+# A ``Commit.result`` that says another replica made the commit: what its writer meant by it
+# (e.g. the runtime's marks of its own writes) stayed in that replica.
+REMOTE_COMMIT: Any = _Remote()
 
 
 class Commit(NamedTuple):
@@ -247,6 +271,8 @@ class Store(abc.ABC):
     """The durable store. See the module docstring for the guarantees."""
 
     hub: Hub
+    # The worker sessions of every server on this store (store/sessions.py).
+    sessions: SessionBook
 
     @abc.abstractmethod
     async def open(self) -> None: ...
@@ -283,9 +309,26 @@ class Store(abc.ABC):
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
         """Every `stopping` entity and its grace deadline (for the reaper)."""
 
+    # -- what the deadline sweeps find due (any replica may; each write re-checks inside) ---------
+
     @abc.abstractmethod
-    async def open_ended_streams(self) -> list[Ref]:
-        """Entities in a terminal state whose stream is still open (a lease held it at a restart)."""
+    async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
+        """`stopping` entities whose grace deadline has passed by the store's clock, and their
+        deadlines; rows another transaction is writing now are skipped (SKIP LOCKED)."""
+
+    @abc.abstractmethod
+    async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
+        """Entities whose lease holder is no longer live, and their lease epochs."""
+
+    @abc.abstractmethod
+    async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
+        """Ended entities whose stream is open though no live runtime holds it, or whose last
+        write is ``settle_ms`` old: the stream closes now."""
+
+    @abc.abstractmethod
+    async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
+        """Open entities of ``types`` in ``states`` that want a runtime and have no holder (for
+        offers; a holder that is gone is ended first, ``lost_leases``)."""
 
     @abc.abstractmethod
     async def type_profiles(self) -> list[TypeProfile]:
@@ -300,8 +343,9 @@ class Store(abc.ABC):
         """The txid of the last committed mutation."""
 
     @abc.abstractmethod
-    async def purge_idempotency(self, older_than_ms: int) -> int:
-        """Forget idempotency keys stored before the given time; returns how many."""
+    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
+        """Forget idempotency keys stored before the given time (those starting with ``prefix``,
+        which holds no LIKE wildcard); returns how many."""
 
     async def damage(self) -> list[str]:
         """What is damaged in the store's storage, found read-only (for `electric verify`,
@@ -354,6 +398,12 @@ class Hub:
     def committed(self, commits: Sequence[Commit], writes: int, started: float) -> None:
         """A batch the store acknowledged, whose commit began at ``started`` (``perf_counter``):
         told to the batch listeners, then its commits published."""
+        self.acknowledged(commits, writes, started)
+        self.publish_many(commits)
+
+    def acknowledged(self, commits: Sequence[Commit], writes: int, started: float) -> None:
+        """A batch the store acknowledged, told to the batch listeners only (a store that
+        orders its commits with other replicas' publishes them itself)."""
         if self._batches:
             seconds = time.perf_counter() - started
             for listener in tuple(self._batches):
@@ -361,7 +411,6 @@ class Hub:
                     listener(commits, writes, seconds)
                 except Exception:
                     log.exception("a batch listener failed")
-        self.publish_many(commits)
 
     def publish(self, commit: Commit) -> None:
         self.publish_many((commit,))

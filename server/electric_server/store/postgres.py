@@ -6,6 +6,11 @@
   becomes (shared with SQLite);
 - ``postgres_schema``: the schema, its versions and every statement;
 - ``postgres_writer``: how a batch of writes is applied in one transaction;
+- ``postgres_faults``: what an unreachable database is told as, at start and
+  while running (the server's readiness follows it);
+- ``postgres_feed`` and ``feed_order``: how commits reach the other replicas
+  on the database (a feed table, a doorbell, polling behind it) and are
+  published to each one's ``Hub`` in commit order, once;
 - here: the connection pool, opening and closing, what a lost connection
   means, and the reads.
 
@@ -16,15 +21,20 @@ the call with ``DatabaseUnavailable`` (UNAVAILABLE for the client, who
 retries), never a hang: every statement and every wait for a connection is
 bounded. The URL's password is never logged (``redacted``).
 
-Several replicas on one database (leases, deadlines, the doorbell between
-replicas) are not here yet: commits reach the watchers of this process only,
-through its ``Hub``.
+Several replicas may share one database: leases and worker sessions are rows
+(``postgres_sessions``; a lease's holder is judged live inside each write's
+transaction), and the deadline sweeps' reads below claim rows with
+``FOR UPDATE SKIP LOCKED`` by PostgreSQL's clock, so whichever replica finds a
+deadline due fires it, and the write's compare-and-set makes it fire once.
+Commits reach the ``Hub`` of every store on the database through the commit
+feed (``postgres_feed``): watchers, worker sessions and offers on any replica
+see each commit, whichever replica made it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,53 +44,70 @@ from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
+from .feed_order import FeedOrder
+from .postgres_faults import Reachability, refusal
+from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
-    SELECT_ENDED_OPEN,
+    SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
     SELECT_HEAD_TXID,
     SELECT_IDEMPOTENCY,
+    SELECT_LOST_LEASES,
+    SELECT_SETTLED,
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
+    SELECT_UNLEASED,
     UPSERT_TYPE_PROFILE,
     SchemaTooNew,
     migrate,
 )
+from .postgres_sessions import PostgresSessions
 from .postgres_writer import ACQUIRE_TIMEOUT_S, LOST, PostgresWriter
 from .rows import entity_from_row, event_from_row
 from .sql_reads import SQLReads
 
-__all__ = ["ONE_SERVER_LOCK", "PostgresStore"]
+__all__ = ["PostgresStore"]
 
 log = logging.getLogger(__name__)
 
 # Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
 CONNECT_TIMEOUT_S = 10.0
 STATEMENT_TIMEOUT_S = 30.0
-# pg_try_advisory_lock's key for "a server runs on this database": "electric" in ASCII, plus one
-# (the schema's migrations take the key itself).
-ONE_SERVER_LOCK = 0x656C656374726963 + 1
 
 
 class PostgresStore(SQLReads, PostgresWriter):
     """See the module docstring. ``url`` is a ``postgresql://`` URL."""
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
-    select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
-    def __init__(self, url: str, *, pool_size: int = DEFAULT_DATABASE_POOL, exclusive: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = DEFAULT_DATABASE_POOL,
+        feed: bool = True,
+        feed_poll_s: float = DEFAULT_POLL_S,
+        notify: bool = True,
+    ) -> None:
         if pool_size < 1:
             raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
+        if feed_poll_s <= 0:
+            raise ValueError(f"the feed's poll interval must be positive, not {feed_poll_s}")
         super().__init__(concurrent_batches=pool_size)
         self.url = url
         self.pool_size = pool_size
-        # A server's store: the only one on its database (see _hold_the_database).
-        self.exclusive = exclusive
-        self._holder: Any = None
         self.hub = Hub()
+        self.sessions = PostgresSessions(self._connection)
+        self._reachability = Reachability(redacted(url), self._probe)
+        # The commit feed (postgres_feed.py): off (a tool's store), commits reach this store's hub only.
+        self.feed = feed
+        self.feed_poll_s = feed_poll_s
+        self.notify = notify  # off (tests): the other replicas learn of commits by polling alone
+        self.feed_reader: FeedReader | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
@@ -99,7 +126,8 @@ class PostgresStore(SQLReads, PostgresWriter):
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
         except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
-            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
+            why = refusal(exc, where, CONNECT_TIMEOUT_S)
+            raise DatabaseUnavailable(f"cannot open the database {where}: {why}") from exc
         try:
             async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 version = await migrate(conn)
@@ -109,69 +137,71 @@ class PostgresStore(SQLReads, PostgresWriter):
         except (*LOST, asyncpg.PostgresError) as exc:
             pool.terminate()
             raise DatabaseUnavailable(f"cannot set up the database {where}: {_reason(exc)}") from exc
-        if self.exclusive:
-            try:
-                await self._hold_the_database(where)
-            except BaseException:
-                pool.terminate()
-                raise
         self._pool = pool
+        if self.feed:
+            try:
+                await self._open_feed(where)
+            except BaseException:
+                self._pool = None
+                pool.terminate()
+                await self._close_feed()
+                raise
         log.info("on PostgreSQL %s (schema version %d, %d connections)", where, version, self.pool_size)
 
-    async def _hold_the_database(self, where: str) -> None:
-        """Take the database for this server alone, for as long as it runs.
-
-        Leases, deadlines and the feed to watchers still live in one server's
-        memory, so a second server on the database would grant leases the first
-        holds. A session advisory lock on a connection of its own (the pool's
-        are reset, locks and all, when released) keeps it out until this one
-        closes or dies.
-        """
+    async def _open_feed(self, where: str) -> None:
+        # An origin of this store's own (a random 63-bit number): its rows in the feed are its own.
+        self.origin = secrets.randbits(63)
+        order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
+        reader = FeedReader(self.url, order, self.origin, self.feed_poll_s)
+        doorbell = Doorbell(self.url, enabled=self.notify)
+        self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
         try:
-            holder = await asyncpg.connect(
-                self.url, timeout=CONNECT_TIMEOUT_S, server_settings={"application_name": "electric (lock)"}
-            )
+            await reader.open()
+            await doorbell.open()
         except (*LOST, asyncpg.PostgresError) as exc:
-            raise DatabaseUnavailable(f"cannot open the database {where}: {_reason(exc)}") from exc
-        try:
-            taken = await holder.fetchval("SELECT pg_try_advisory_lock($1)", ONE_SERVER_LOCK)
-        except BaseException:
-            holder.terminate()
-            raise
-        if not taken:
-            await holder.close()
-            raise DatabaseUnavailable(
-                f"another electric server runs on the database {where}: one server per database "
-                "(several replicas on one database are not supported yet)"
-            )
-        holder.add_termination_listener(self._holder_lost)
-        self._holder = holder
+            raise DatabaseUnavailable(f"cannot open the commit feed on {where}: {_reason(exc)}") from exc
+        self.feed_order = reader.order
 
-    def _holder_lost(self, connection: Any) -> None:
-        if self._holder is connection:
-            log.error(
-                "the connection that keeps other servers off the database was lost: a second server "
-                "could now start on it; restart this one to take the database back"
-            )
+    def _read_feed_soon(self) -> None:
+        if self.feed_reader is not None:
+            self.feed_reader.read_soon()
+
+    async def _close_feed(self) -> None:
+        doorbell, self.doorbell = self.doorbell, None
+        reader, self.feed_reader = self.feed_reader, None
+        self.feed_order = None
+        if isinstance(doorbell, Doorbell):
+            await doorbell.close()
+        if reader is not None:
+            await reader.close()
 
     async def close(self) -> None:
+        await self._reachability.close()
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        holder, self._holder = self._holder, None
+        await self._close_feed()
         try:
             await pool.close()  # waits for the connections in use to be released
         except (*LOST, asyncpg.PostgresError) as exc:
             log.warning("closing the database connections failed (%s): they are dropped", _reason(exc))
             pool.terminate()
-        if holder is not None:  # last: no other server starts while this one still writes
-            with contextlib.suppress(*LOST, asyncpg.PostgresError):
-                await holder.close()
-            holder.terminate()
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
-        # Nothing stops writes for good here: an unreachable database fails each call (retryable).
-        return lambda: None
+        # Nothing stops writes for good here: an unreachable database fails each call (retryable),
+        # and listeners hear when it is gone and when it is back.
+        return self._reachability.subscribe(callback)
+
+    def _connection_lost(self) -> None:
+        self._reachability.lost()
+
+    async def _probe(self) -> None:
+        """One new connection and a query: the pool's may all be busy, or dead."""
+        conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
+        try:
+            await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+        finally:
+            conn.terminate()
 
     # -- reads -----------------------------------------------------------------
 
@@ -220,9 +250,25 @@ class PostgresStore(SQLReads, PostgresWriter):
         (row,) = await self._rows(SELECT_HEAD_TXID)
         return int(row[0])
 
-    async def purge_idempotency(self, older_than_ms: int) -> int:
+    # -- the deadline sweeps' reads (store/base.py) --------------------------------------------
+
+    async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
+        rows = await self._rows(SELECT_DUE_DEADLINES, (limit,))
+        return [((str(t), str(i)), int(d)) for t, i, d in rows]
+
+    async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
+        return [((str(t), str(i)), int(e)) for t, i, e in await self._rows(SELECT_LOST_LEASES, (limit,))]
+
+    async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
+        return [(str(t), str(i)) for t, i in await self._rows(SELECT_SETTLED, (settle_ms, limit))]
+
+    async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
+        args = (list(types), [s.value for s in states], limit)
+        return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
+
+    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
         async with self._connection("a purge of old idempotency keys") as conn:
-            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms)
+            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms, prefix + "%")
         return int(status.rsplit(" ", 1)[-1])  # "DELETE n"
 
 

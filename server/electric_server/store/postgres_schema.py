@@ -12,28 +12,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from electric_sdk.lifecycle import TERMINAL_STATES, State
+from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, State
 
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
+    "CURRENT_SNAPSHOT",
+    "END_REPLICA",
+    "END_REPLICA_SESSIONS",
+    "END_SESSIONS",
+    "END_WORKER_SESSIONS",
+    "EVENT_WIDTH",
+    "FEED_BEFORE_COLUMNS",
+    "FEED_CHANNEL",
+    "FEED_WIDTH",
     "INSERT_ENTITY",
     "INSERT_EVENTS",
+    "INSERT_EVENTS_AND_FEED",
     "INSERT_IDEMPOTENCY",
+    "INSERT_SESSION",
     "LOCK_ENTITIES",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
+    "NOTIFY_FEED",
+    "PRUNE_FEED",
     "PURGE_IDEMPOTENCY",
+    "READ_FEED",
+    "RENEW_REPLICA",
+    "RENEW_SESSIONS",
     "SCHEMA_VERSION",
-    "SELECT_ENDED_OPEN",
+    "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
     "SELECT_IDEMPOTENCY_MANY",
+    "SELECT_LOST_LEASES",
+    "SELECT_SETTLED",
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
+    "SELECT_UNLEASED",
     "UPDATE_ENTITY",
     "UPSERT_TYPE_PROFILE",
     "SchemaTooNew",
@@ -62,9 +81,16 @@ _ENTITY_TYPES = {
     "idle_timeout_pending": "boolean NOT NULL",
     "cancelled_messages": "text NOT NULL",
 }
-if tuple(_ENTITY_TYPES) != ENTITY_COLUMNS:
+# Columns added by a later version (each with its default, for the rows already there).
+_ADDED_TYPES = {
+    "lease_session": "text NOT NULL DEFAULT ''",  # version 3
+    "process_running": "boolean NOT NULL DEFAULT false",  # version 3
+}
+# Every column's type, for the statements (the versions above keep each table as it was made).
+_COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
+if tuple(_COLUMN_TYPES) != ENTITY_COLUMNS:
     raise ImportError(
-        f"the entities table's columns {tuple(_ENTITY_TYPES)} are not EntityRecord's {ENTITY_COLUMNS}"
+        f"the entities table's columns {tuple(_COLUMN_TYPES)} are not EntityRecord's {ENTITY_COLUMNS}"
     )
 
 
@@ -76,11 +102,30 @@ def _params(n: int, start: int = 1) -> str:
     return ", ".join(f"${i}" for i in range(start, start + n))
 
 
+# The commit feed's row: the entity's record after the commit, then (``b_`` columns) its fields
+# but the key before it, all NULL for a commit that created the entity.
+FEED_BEFORE_COLUMNS = tuple(f"b_{c}" for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
+_FEED_TABLE = ",\n".join(
+    [f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items()]
+    + [f'    "b_{c}" {t.removesuffix(" NOT NULL")}' for c, t in _ENTITY_TYPES.items() if c not in ENTITY_KEY]
+)
+if ENTITY_COLUMNS[: len(ENTITY_KEY)] != ENTITY_KEY:
+    raise ImportError(f"the entity's key {ENTITY_KEY} must lead its columns {ENTITY_COLUMNS}")
+
 _TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
+# Open, unheld entities that want a runtime (lifecycle.needs_runtime: their state does, or a
+# message waits). An index's predicate and the query that uses it both say it with these words,
+# so the planner sees that one implies the other; the index holds only these rows, few.
+_WANTS_RUNTIME = (
+    "lease_session = '' AND NOT closed AND (state IN ("
+    + ", ".join(f"'{s.value}'" for s in State if STATE_RULES[s].needs_runtime)
+    + ") OR last_message_offset >= message_cursor)"
+)
 _ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
 
 # Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
-# version before must still run beside it), never an edit of this one.
+# version before must still run beside it), never an edit of this one. The rule, and why every
+# statement here names its columns: docs/scaling.md, "Changing the schema".
 _VERSIONS: dict[int, str] = {
     1: f"""
 CREATE TABLE entities (
@@ -125,6 +170,47 @@ CREATE TABLE type_profiles (
 -- commit order (PostgreSQL's own xids are neither: they are taken at a transaction's first write).
 CREATE SEQUENCE electric_txid;
 """,
+    # The commit feed between replicas (postgres_feed.py): a row per commit, and on each entity
+    # the transaction that last wrote it. Expand-only: a replica of version 1 runs beside it
+    # (its commits reach no other replica until it is replaced).
+    2: f"""
+CREATE TABLE commit_feed (
+    xact xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    origin bigint NOT NULL,
+    ts bigint NOT NULL,
+{_FEED_TABLE}
+);
+CREATE INDEX commit_feed_by_xact ON commit_feed (xact);
+ALTER TABLE entities ADD COLUMN xact xid8;
+""",
+    # Leases and sessions in the database, so several replicas share them (store/sessions.py):
+    # the holder on the entity's row; the sessions and replicas that keep holders live.
+    3: f"""
+ALTER TABLE entities ADD COLUMN lease_session text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN process_running boolean NOT NULL DEFAULT false;
+CREATE INDEX entities_by_holder ON entities (lease_session) WHERE lease_session <> '';
+CREATE INDEX entities_unleased ON entities (type, id) WHERE {_WANTS_RUNTIME};
+CREATE TABLE replicas (
+    id text PRIMARY KEY,
+    expires_at timestamptz NOT NULL
+);
+CREATE TABLE sessions (
+    id text PRIMARY KEY,
+    worker_id text NOT NULL,
+    replica text NOT NULL,
+    types text[] NOT NULL,
+    code_version text NOT NULL,
+    capacity integer NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX sessions_by_worker ON sessions (worker_id);
+CREATE INDEX sessions_by_replica ON sessions (replica);
+-- The feed's rows carry the entity's record (version 2): its new columns too.
+ALTER TABLE commit_feed ADD COLUMN lease_session text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN process_running boolean NOT NULL DEFAULT false;
+ALTER TABLE commit_feed ADD COLUMN b_lease_session text;
+ALTER TABLE commit_feed ADD COLUMN b_process_running boolean;
+""",
 }
 SCHEMA_VERSION = max(_VERSIONS)
 # pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
@@ -145,42 +231,107 @@ async def migrate(conn: Any) -> int:
             "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
         )
         current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM electric_schema")
-        if current > SCHEMA_VERSION:
+        known = max(_VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
+        if current > known:
             raise SchemaTooNew(
                 f"the database's schema is version {current}, newer than this electric knows "
-                f"({SCHEMA_VERSION}): run a newer electric against it"
+                f"({known}): run a newer electric against it"
             )
-        for version in range(current + 1, SCHEMA_VERSION + 1):
+        for version in range(current + 1, known + 1):
             await conn.execute(_VERSIONS[version])
             await conn.execute("INSERT INTO electric_schema (version) VALUES ($1)", version)
-        return SCHEMA_VERSION
+        return known
 
 
 _ENTITY_LIST = _q(ENTITY_COLUMNS)
 _VALUE_COLUMNS = tuple(c for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
+# The database's clock, in milliseconds since the epoch: every replica judges deadlines by it.
+_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# Whether entity e's lease holder is live: its session and that session's replica unexpired.
+_HOLDER_LIVE = (
+    "EXISTS (SELECT 1 FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.id = e.lease_session AND s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp())"
+)
+_E_LIST = ", ".join(f'e."{c}"' for c in ENTITY_COLUMNS)
 
 SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
 SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
-LOCK_ENTITY = SELECT_ENTITY + " FOR UPDATE"
+# A write locks its rows with, after the record's columns, the transaction that last wrote each
+# (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
+# the row's lease holder is live (store/sessions.py), judged under the lock.
+_XACT = "e.xact::text::bigint"
+_LOCKED = f"{_E_LIST}, {_XACT}, e.lease_session <> '' AND {_HOLDER_LIVE}"
+LOCK_ENTITY = f"SELECT {_LOCKED} FROM entities e WHERE e.type = $1 AND e.id = $2 FOR UPDATE OF e"
 # A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
 LOCK_ENTITIES = (
-    f"SELECT {_ENTITY_LIST} FROM entities WHERE (type, id) IN "
-    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY type, id FOR UPDATE"
+    f"SELECT {_LOCKED} FROM entities e WHERE (e.type, e.id) IN "
+    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY e.type, e.id FOR UPDATE OF e"
 )
 # No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
 # decides the write again on the row the other transaction committed.
-INSERT_ENTITY = f"INSERT INTO entities ({_ENTITY_LIST}) VALUES ({_params(len(ENTITY_COLUMNS))})"
+INSERT_ENTITY = (
+    f"INSERT INTO entities ({_ENTITY_LIST}, xact) "
+    f"VALUES ({_params(len(ENTITY_COLUMNS))}, pg_current_xact_id())"
+)
 UPDATE_ENTITY = (
     "UPDATE entities SET "
     + ", ".join(f'"{c}" = ${ENTITY_COLUMNS.index(c) + 1}' for c in _VALUE_COLUMNS)
-    + " WHERE type = $1 AND id = $2"
+    + ", xact = pg_current_xact_id() WHERE type = $1 AND id = $2"
 )
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )
-SELECT_ENDED_OPEN = f"SELECT type, id FROM entities WHERE NOT closed AND state IN ({_TERMINAL})"
 SELECT_HEAD_TXID = "SELECT coalesce(max(txid), 0) FROM entities"
-NEXT_TXIDS = "SELECT nextval('electric_txid') FROM generate_series(1, $1::int) ORDER BY 1"
+# With each txid, the transaction's own id (the commit feed's position of its commits) and the
+# database's clock (the batch's ``WriteContext.now_ms``).
+NEXT_TXIDS = (
+    f"SELECT nextval('electric_txid'), pg_current_xact_id()::text::bigint, {_NOW_MS} "
+    "FROM generate_series(1, $1::int) ORDER BY 1"
+)
+
+# The deadline sweeps' (store/base.py), judged by the database's clock. Claimed with SKIP LOCKED:
+# a row another replica is writing now (firing the same deadline) is left to it.
+SELECT_DUE_DEADLINES = (
+    f"SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline <= {_NOW_MS} "
+    "ORDER BY stopping_deadline LIMIT $1 FOR UPDATE SKIP LOCKED"
+)
+# The live sessions are listed once and hashed: a correlated _HOLDER_LIVE would run once per held
+# row (clock_timestamp() keeps PostgreSQL from making it an anti-join).
+SELECT_LOST_LEASES = (
+    "SELECT e.type, e.id, e.lease_epoch FROM entities e WHERE e.lease_session <> '' AND e.lease_session "
+    "NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) "
+    "LIMIT $1 FOR UPDATE OF e SKIP LOCKED"
+)
+SELECT_SETTLED = (
+    f"SELECT e.type, e.id FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
+    f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - $1 OR NOT {_HOLDER_LIVE}) "
+    "LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
+)
+# Entities of some types, in some states, that want a runtime and have no holder (one whose
+# holder is gone has none once the sweep's lost_leases ended it), through entities_unleased.
+SELECT_UNLEASED = (
+    f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} AND type = ANY($1::text[]) "
+    "AND state = ANY($2::text[]) ORDER BY type, id LIMIT $3"
+)
+
+# The session book (store/sessions.py): $ttl in milliseconds, expiry by the database's clock.
+_EXPIRY = "clock_timestamp() + $3::bigint * interval '1 millisecond'"
+RENEW_REPLICA = (
+    "INSERT INTO replicas (id, expires_at) VALUES ($1, clock_timestamp() + $2::bigint * interval "
+    "'1 millisecond') ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+)
+RENEW_SESSIONS = (
+    f"UPDATE sessions SET expires_at = {_EXPIRY} WHERE id = ANY($2::text[]) AND replica = $1 RETURNING id"
+)
+END_WORKER_SESSIONS = "DELETE FROM sessions WHERE worker_id = $1"
+INSERT_SESSION = (
+    "INSERT INTO sessions (id, worker_id, replica, types, code_version, capacity, expires_at) "
+    "VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond')"
+)
+END_SESSIONS = "DELETE FROM sessions WHERE id = ANY($1::text[])"
+END_REPLICA_SESSIONS = "DELETE FROM sessions WHERE replica = $1"
+END_REPLICA = "DELETE FROM replicas WHERE id = $1"
 
 INSERT_EVENTS = (
     f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"
@@ -200,7 +351,7 @@ SELECT_IDEMPOTENCY_MANY = (
     "SELECT type, id, key, request_hash, response FROM idempotency WHERE (type, id, key) IN "
     "(SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
 )
-PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1 AND key LIKE $2"
 
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (
@@ -208,3 +359,55 @@ UPSERT_TYPE_PROFILE = (
     "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (type, code_version) DO UPDATE SET "
     "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
 )
+
+# -- the commit feed (postgres_feed.py) ----------------------------------------------------
+
+_FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
+# The row's transaction id is the column's default: the writing transaction's.
+# A batch's events and feed rows in one statement, each column an array: the feed costs the
+# batch no round trip of its own.
+_EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "bigint", "bytea")
+_FEED_TYPES = (
+    "bigint",
+    "bigint",
+    *(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS),
+    *(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS if c not in ENTITY_KEY),
+)
+
+
+def _unnest(types: tuple[str, ...], start: int) -> str:
+    return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=start))
+
+
+INSERT_EVENTS_AND_FEED = (
+    f"WITH appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1)})) "
+    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + len(_EVENT_TYPES))})"
+)
+if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
+    raise ImportError("the events' column types do not match their columns")
+# How many values a feed row and an event row have (INSERT_EVENTS_AND_FEED's arrays).
+FEED_WIDTH = len(_FEED_COLUMNS)
+EVENT_WIDTH = len(_EVENT_TYPES)
+CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
+# What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
+# of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for
+# those whose COMMIT was cut off ($3). One row with NULLs after the snapshot when there is none.
+# Each row's last column: its commit's events (from the head before it to the head after it).
+READ_FEED = f"""
+WITH now AS (SELECT pg_current_snapshot()::text AS snapshot)
+SELECT now.snapshot, {", ".join(f'f."{c}"' for c in ("ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS))},
+  ARRAY(SELECT ROW({", ".join(f'e."{c}"' for c in EVENT_COLUMNS)}) FROM events e
+        WHERE e.type = f.type AND e.id = f.id
+          AND e."offset" >= coalesce(f.b_head_offset, 0) AND e."offset" < f.head_offset
+        ORDER BY e."offset")
+FROM now LEFT JOIN commit_feed f
+  ON (f.xact >= pg_snapshot_xmax($1::text::pg_snapshot)
+      OR f.xact = ANY(ARRAY(SELECT pg_snapshot_xip($1::text::pg_snapshot))))
+  AND (f.origin <> $2 OR f.txid = ANY($3::bigint[]))
+ORDER BY f.txid
+"""
+FEED_CHANNEL = "electric_feed"
+NOTIFY_FEED = f"SELECT pg_notify('{FEED_CHANNEL}', $1)"
+PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"

@@ -32,6 +32,13 @@ wait to share the next one (group commit, at most ``MAX_BATCH``).
 Then the batch's commits are published to the ``Hub``. Within this process,
 writes to one entity queue for it (``_RefLocks``) from before the row lock to
 after publishing, so the hub sees each entity's commits in commit order.
+
+With the commit feed on (several replicas; ``postgres_feed``), a batch also
+writes a feed row per commit with its other rows, and each entity row keeps
+the transaction that wrote it last; just before COMMIT the batch's txids are
+told to the ``FeedOrder``, which publishes the commits after it (holding one
+whose entity another replica wrote last until the reader brings that
+commit), and the doorbell rings after it, off the commit's path.
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ import contextlib
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
 from .base import (
+    Commit,
     DatabaseUnavailable,
     EntityRecord,
     Hub,
@@ -57,10 +65,14 @@ from .base import (
     WriteContext,
     WriteOutcome,
 )
+from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
+    EVENT_WIDTH,
+    FEED_WIDTH,
     INSERT_ENTITY,
     INSERT_EVENTS,
+    INSERT_EVENTS_AND_FEED,
     INSERT_IDEMPOTENCY,
     LOCK_ENTITIES,
     LOCK_ENTITY,
@@ -69,7 +81,7 @@ from .postgres_schema import (
     SELECT_IDEMPOTENCY_MANY,
     UPDATE_ENTITY,
 )
-from .rows import entity_from_row, entity_row
+from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
 __all__ = ["ACQUIRE_TIMEOUT_S", "LOST", "MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
 
@@ -91,6 +103,9 @@ MAX_ATTEMPTS = 5
 _DECIDE_ATTEMPTS = 3
 # How long a call waits for one of the pool's connections.
 ACQUIRE_TIMEOUT_S = 30.0
+# A locked row's columns: the record's, then the transaction that last wrote it.
+_RECORD = len(ENTITY_COLUMNS)
+_NO_BEFORE = (None,) * (_RECORD - 2)
 
 
 class _RefLocks:
@@ -117,10 +132,15 @@ class _Txids:
         self._conn = conn
         self._drawn: list[int] = []
         self._next = 0
+        self.xact = 0  # the transaction's id
 
-    async def draw(self, n: int) -> None:
-        self._drawn = [int(row[0]) for row in await self._conn.fetch(NEXT_TXIDS, max(n, 1))]
+    async def draw(self, n: int) -> int:
+        """Draw ``n`` txids; returns the database's clock (ms) as they were drawn."""
+        rows = await self._conn.fetch(NEXT_TXIDS, max(n, 1))
+        self._drawn = [int(row[0]) for row in rows]
+        self.xact = int(rows[0][1])
         self._next = 0
+        return int(rows[0][2])
 
     async def redraw(self) -> None:
         """After a row was locked late: fresh txids, above any that row's committed writes hold."""
@@ -133,10 +153,19 @@ class _Txids:
         self._next += 1
 
 
+class Doorbell(Protocol):
+    def ring(self, xact: int) -> None: ...
+
+
 class PostgresWriter(Store):
     """The writing half of ``PostgresStore``."""
 
     hub: Hub
+    # With the commit feed on (PostgresStore sets them): how commits are published, this
+    # replica's origin in the feed's rows, and what tells the other replicas.
+    feed_order: FeedOrder | None = None
+    origin = 0
+    doorbell: Doorbell | None = None
 
     def __init__(self, concurrent_batches: int) -> None:
         self._pool: Any = None
@@ -160,9 +189,16 @@ class PostgresWriter(Store):
             async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 yield conn
         except LOST as exc:
+            self._connection_lost()
             raise DatabaseUnavailable(
                 f"{what} failed: the database connection failed ({type(exc).__name__}: {exc})"
             ) from exc
+        except DatabaseUnavailable:  # e.g. lost during COMMIT
+            self._connection_lost()
+            raise
+
+    def _connection_lost(self) -> None:
+        """A call lost its connection (the store finds out whether the database is gone)."""
 
     async def write(self, write: Write) -> WriteOutcome:
         """One write; while every connection runs a batch, it waits to share the next
@@ -209,7 +245,7 @@ class PostgresWriter(Store):
             async with self._connection("a write") as conn:
                 for attempt in range(1, MAX_ATTEMPTS + 1):
                     try:
-                        outcomes = await self._apply_batch(conn, writes, refs)
+                        outcomes, batch = await self._apply_batch(conn, writes, refs)
                         break
                     except (
                         asyncpg.exceptions.DeadlockDetectedError,
@@ -222,20 +258,25 @@ class PostgresWriter(Store):
                             ) from exc
                         self.batches_retried += 1
             self.batches_committed += 1
-            self.hub.committed(
-                [o.commit for o in outcomes if isinstance(o, WriteOutcome) and o.commit is not None],
-                len(writes),
-                started,
-            )
+            commits = _commits(outcomes)
+            order = self.feed_order
+            if order is None:
+                self.hub.committed(commits, len(writes), started)
+            else:
+                self.hub.acknowledged(commits, len(writes), started)
+                order.committed(commits, [batch.before_xacts[c.txid] for c in commits])
+                if commits and self.doorbell is not None:
+                    self.doorbell.ring(batch.txids.xact)
         return outcomes
 
     async def _apply_batch(
         self, conn: Any, writes: Sequence[Write], refs: Sequence[Ref]
-    ) -> list[WriteOutcome | BaseException]:
+    ) -> tuple[list[WriteOutcome | BaseException], _Batch]:
         transaction = conn.transaction()
         await transaction.start()
+        order = self.feed_order
         try:
-            batch = _Batch(conn)
+            batch = _Batch(conn, self.origin if order is not None else None)
             await batch.lock(refs, writes)
             outcomes = [await batch.apply(write) for write in writes]
             await batch.flush()
@@ -243,14 +284,25 @@ class PostgresWriter(Store):
             with contextlib.suppress(*LOST):  # a lost connection has rolled back by itself
                 await transaction.rollback()
             raise
+        txids = [c.txid for c in _commits(outcomes)]
+        if order is not None and txids:
+            order.committing(batch.txids.xact, txids)
         try:
             await transaction.commit()
-        except LOST as exc:
-            raise DatabaseUnavailable(
-                "the database connection was lost during COMMIT: the write may or may not have "
-                "committed (a retry with the same idempotency key finds out)"
-            ) from exc
-        return outcomes
+        except BaseException as exc:
+            if order is not None and txids:  # committed or not: the feed reader finds out
+                order.lost(batch.txids.xact, txids)
+            if isinstance(exc, LOST):
+                raise DatabaseUnavailable(
+                    "the database connection was lost during COMMIT: the write may or may not have "
+                    "committed (a retry with the same idempotency key finds out)"
+                ) from exc
+            raise
+        return outcomes, batch
+
+
+def _commits(outcomes: Sequence[WriteOutcome | BaseException]) -> list[Commit]:
+    return [o.commit for o in outcomes if isinstance(o, WriteOutcome) and o.commit is not None]
 
 
 class _Batch:
@@ -261,23 +313,31 @@ class _Batch:
     once, in a savepoint (see the module docstring, 4).
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, origin: int | None) -> None:
         self.conn = conn
+        self.origin = origin  # None: no commit feed
         self.txids = _Txids(conn)
-        self.now = now_ms()
+        self.now = now_ms()  # until the txids are drawn: then the database's clock
         self.current: dict[Ref, EntityRecord | None] = {}
+        # The lease holders that are live, read with the rows' locks (store/sessions.py).
+        self.live: set[str] = set()
         # Idempotency keys stored, read under the locks, plus those this batch stores.
         self.remembered: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
         self.entities: dict[Ref, EntityRecord] = {}  # staged: the rows' last records
         self.events: list[tuple[object, ...]] = []
         self.idempotency_rows: list[tuple[object, ...]] = []
+        # The transaction that wrote each locked row last; each commit's of the one before it.
+        self.xacts: dict[Ref, int | None] = {}
+        # Each current record as a row (the feed row's "before"; made once, kept from the lock).
+        self.rows: dict[Ref, tuple[object, ...]] = {}
+        self.before_xacts: dict[int, int | None] = {}
+        self.feed_rows: list[tuple[object, ...]] = []
 
     async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
         conn = self.conn
         for row in await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs]):
-            record = entity_from_row(row)
-            self.current[record.ref] = record
-        await self.txids.draw(len(writes))
+            self._locked(row)
+        self.now = await self.txids.draw(len(writes))
         keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
         if keys:
             types, ids, names = zip(*keys, strict=True)
@@ -298,7 +358,7 @@ class _Batch:
                         return refused.error
             before = self.current.get(ref)
             try:
-                applied = apply_write(write, before, WriteContext(self.txids.peek(), self.now))
+                applied = apply_write(write, before, WriteContext(self.txids.peek(), self.now, self.live))
             except Refused as refused:
                 return refused.error
             if before is not None:  # its row is locked: nobody else writes it
@@ -307,15 +367,43 @@ class _Batch:
                 applied.after is not None or applied.idempotency_row is not None
             ) and not await self._insert(ref, idem, applied):
                 continue  # raced: decide again on the row the other transaction committed
-            if applied.outcome.commit is not None:
+            commit = applied.outcome.commit
+            if commit is not None:
                 self.txids.take()
+                if self.origin is not None:
+                    self._feed(commit)
             if applied.after is not None:
                 self.current[ref] = applied.after
+                if applied.after.lease_session:  # granted now, by its live session
+                    self.live.add(applied.after.lease_session)
             row = applied.idempotency_row
             if row is not None:
                 self.remembered[(row[0], row[1], row[2])] = (row[3], row[4])
             return applied.outcome
         raise RuntimeError(f"a write to {ref[0]}/{ref[1]} kept racing other inserts of its rows")
+
+    def _locked(self, row: Any) -> EntityRecord:
+        """A row read with its lock (LOCK_ENTITY's columns): its record, the transaction that last
+        wrote it, and whether its lease holder is live (noted in ``live``)."""
+        values = row[:_RECORD]
+        record = entity_from_row(values)
+        self.current[record.ref] = record
+        self.rows[record.ref] = values
+        self.xacts[record.ref] = row[_RECORD]
+        if row[_RECORD + 1]:
+            self.live.add(record.lease_session)
+        return record
+
+    def _feed(self, commit: Commit) -> None:
+        """The commit's feed row, and its entity's last writer now this transaction."""
+        assert commit.after is not None  # every commit writes its entity's row
+        ref = commit.ref
+        after = entity_row(commit.after)
+        before = self.rows[ref][2:] if commit.before is not None else _NO_BEFORE
+        self.feed_rows.append((self.origin, commit.timestamp_ms, *after, *before))
+        self.rows[ref] = after
+        self.before_xacts[commit.txid] = self.xacts.get(ref)
+        self.xacts[ref] = self.txids.xact
 
     def _stage(self, applied: Applied) -> None:
         if applied.after is not None:
@@ -340,7 +428,10 @@ class _Batch:
         except asyncpg.exceptions.UniqueViolationError:
             await savepoint.rollback()
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
-            self.current[ref] = entity_from_row(row) if row is not None else None
+            if row is not None:
+                self._locked(row)
+            else:
+                self.current[ref] = self.xacts[ref] = None
             if idem is not None:
                 found = await conn.fetchrow(SELECT_IDEMPOTENCY, ref[0], ref[1], idem.key)
                 if found is not None:
@@ -352,12 +443,23 @@ class _Batch:
 
     async def flush(self) -> None:
         """The staged rows: one statement per table."""
+        events = self.events
+        if self.feed_rows:  # with the commit feed: the events and the feed rows in one statement
+            await self.conn.execute(
+                INSERT_EVENTS_AND_FEED, *_columns(events, EVENT_WIDTH), *_columns(self.feed_rows, FEED_WIDTH)
+            )
+            events = []
         for sql, rows in (
             (UPDATE_ENTITY, [entity_row(r) for r in self.entities.values()]),
-            (INSERT_EVENTS, self.events),
+            (INSERT_EVENTS, events),
             (INSERT_IDEMPOTENCY, self.idempotency_rows),
         ):
             if len(rows) == 1:  # a lone write's: execute is a round trip shorter than executemany
                 await self.conn.execute(sql, *rows[0])
             elif rows:
                 await self.conn.executemany(sql, rows)
+
+
+def _columns(rows: Sequence[tuple[object, ...]], width: int) -> list[list[object]]:
+    """Rows as columns (``unnest``'s arrays); ``width`` columns when there is no row."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]

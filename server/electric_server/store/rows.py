@@ -58,7 +58,8 @@ _FIELDS = EntityRecord._fields
 _STATE = _FIELDS.index("state")
 # The booleans, which SQL drivers may return as integers.
 _BOOLEANS = tuple(
-    _FIELDS.index(name) for name in ("closed", "reload_pending", "grace_pending", "idle_timeout_pending")
+    _FIELDS.index(name)
+    for name in ("closed", "reload_pending", "grace_pending", "idle_timeout_pending", "process_running")
 )
 _CANCELLED = _FIELDS.index("cancelled_messages")
 # What a commit sets on the entity it writes (see ``advanced``).

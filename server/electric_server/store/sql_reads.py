@@ -1,6 +1,6 @@
 """The reads every SQL store answers the same way from its rows; each store names the statements.
 
-A store mixes ``SQLReads`` in, sets the three statements and implements
+A store mixes ``SQLReads`` in, sets the two statements and implements
 ``_rows`` (every row a statement returns, with the store's own placeholders,
 faults and durability rule).
 """
@@ -19,8 +19,6 @@ __all__ = ["SQLReads"]
 class SQLReads(abc.ABC):
     # (type, id, stopping_deadline) of every entity with a deadline.
     select_stopping_deadlines: str
-    # (type, id) of every entity in a terminal state whose stream is still open.
-    select_ended_open: str
     # (type, code_version, seq, grace_ms, idle_timeout_ms) of every announcement.
     select_type_profiles: str
 
@@ -29,9 +27,6 @@ class SQLReads(abc.ABC):
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
         return [((str(t), str(i)), int(d)) for t, i, d in await self._rows(self.select_stopping_deadlines)]
-
-    async def open_ended_streams(self) -> list[Ref]:
-        return [(str(t), str(i)) for t, i in await self._rows(self.select_ended_open)]
 
     async def type_profiles(self) -> list[TypeProfile]:
         return [TypeProfile._make(row) for row in await self._rows(self.select_type_profiles)]

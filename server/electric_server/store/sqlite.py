@@ -44,16 +44,19 @@ from electric_sdk.lifecycle import State
 from ..internals.ready_queue import BUSY, ready_queue
 from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
+from .sessions import MemorySessions
 from .sql_reads import SQLReads
 from .sqlite_damage import Inspection, inspect_files, inspect_settled
 from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
 from .sqlite_schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
-    SELECT_ENDED_OPEN,
+    SELECT_DUE_DEADLINES,
+    SELECT_ENDED_OPEN_HOLDERS,
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
+    SELECT_HELD,
     SELECT_IDEMPOTENCY,
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
@@ -79,7 +82,6 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
     """See the module docstring. ``path`` is the database file."""
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
-    select_ended_open = SELECT_ENDED_OPEN
     select_type_profiles = SELECT_TYPE_PROFILES
 
     def __init__(
@@ -109,6 +111,8 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         self.accept_data_loss = accept_data_loss
         self.disk_full_retry_s = disk_full_retry_ms / 1000
         self.hub = Hub()
+        # One server: its sessions live in its memory, the book its writes judge holders by.
+        self.sessions = self._sessions = MemorySessions()
         self._executor: ThreadPoolExecutor | None = None
         self._conn_lock = asyncio.Lock()
         # Commits run on the loop unless SQLite itself must sync inside them (EXTRA).
@@ -371,10 +375,32 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         await self._durable()
         return (int(row[0]) if row else 1) - 1
 
-    async def purge_idempotency(self, older_than_ms: int) -> int:
+    # -- the deadline sweeps' reads (store/base.py) --------------------------------------------
+
+    async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
+        # One writer: no row is locked by another transaction, so there is nothing to skip.
+        rows = await self._rows(SELECT_DUE_DEADLINES, (now_ms(), limit))
+        return [((str(t), str(i)), int(d)) for t, i, d in rows]
+
+    async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
+        rows = await self._rows(SELECT_HELD)
+        return [((str(t), str(i)), int(e)) for t, i, e, s in rows if s not in self._sessions][:limit]
+
+    async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
+        settled = now_ms() - settle_ms
+        rows = await self._rows(SELECT_ENDED_OPEN_HOLDERS)
+        return [(str(t), str(i)) for t, i, s, at in rows if s not in self._sessions or at <= settled][:limit]
+
+    async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
+        # One server: every change is its own commit, and each commit offers what it leaves
+        # without a runtime (runtime_service.py), so there is nothing for a poll to find.
+        return []
+
+    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
         if self._refusal is not None:
             return 0  # nothing is purged while writes are refused: the store said why when it began
-        return await self._write_aside(PURGE_IDEMPOTENCY, (older_than_ms,), "a purge of old idempotency keys")
+        args = (older_than_ms, prefix + "%")
+        return await self._write_aside(PURGE_IDEMPOTENCY, args, "a purge of old idempotency keys")
 
     async def _write_aside(self, sql: str, args: tuple[object, ...], what: str) -> int:
         """One statement on the writer's connection, outside the entities' batches (its own

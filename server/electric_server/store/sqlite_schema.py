@@ -20,10 +20,12 @@ __all__ = [
     "INSERT_IDEMPOTENCY",
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
-    "SELECT_ENDED_OPEN",
+    "SELECT_DUE_DEADLINES",
+    "SELECT_ENDED_OPEN_HOLDERS",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
+    "SELECT_HELD",
     "SELECT_IDEMPOTENCY",
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
@@ -58,6 +60,8 @@ _ENTITY_DEFINITIONS = {
     "grace_pending": "INTEGER NOT NULL DEFAULT 0",
     "idle_timeout_pending": "INTEGER NOT NULL DEFAULT 0",
     "cancelled_messages": "TEXT NOT NULL DEFAULT ''",
+    "lease_session": "TEXT NOT NULL DEFAULT ''",
+    "process_running": "INTEGER NOT NULL DEFAULT 0",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -125,6 +129,15 @@ def migrate(conn: sqlite3.Connection) -> None:
     for column, definition in _ENTITY_DEFINITIONS.items():
         if column not in present:
             conn.execute(f"ALTER TABLE entities ADD COLUMN {column} {definition}")
+    # After the columns: an older file gains lease_session just above.
+    conn.execute(_HOLDER_INDEX)
+    # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
+    conn.execute("UPDATE entities SET lease_session = '' WHERE lease_session <> ''")
+
+
+_HOLDER_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"
+)
 
 
 def _placeholders(n: int) -> str:
@@ -157,12 +170,19 @@ INSERT_IDEMPOTENCY = (
     "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = ? AND id = ? AND key = ?"
-PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ?"
+PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < ? AND key LIKE ?"
 
-# The partial index entities_ended_open holds exactly these rows: few, whatever the table's size
-# (the planner would rather scan every terminal entity through entities_by_state).
-SELECT_ENDED_OPEN = (
-    f"SELECT {_KEY} FROM entities INDEXED BY entities_ended_open WHERE closed = 0 AND state IN ({_TERMINAL})"
+# The deadline sweeps' (store/base.py): due grace deadlines, held leases, ended open streams.
+SELECT_DUE_DEADLINES = (
+    f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline <= ? "
+    "ORDER BY stopping_deadline LIMIT ?"
+)
+SELECT_HELD = f"SELECT {_KEY}, lease_epoch, lease_session FROM entities WHERE lease_session <> ''"
+# The partial index entities_ended_open holds exactly the ended open streams: few, whatever the
+# table's size (the planner would rather scan every terminal entity through entities_by_state).
+SELECT_ENDED_OPEN_HOLDERS = (
+    f"SELECT {_KEY}, lease_session, updated_at FROM entities INDEXED BY entities_ended_open "
+    f"WHERE closed = 0 AND state IN ({_TERMINAL})"
 )
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (

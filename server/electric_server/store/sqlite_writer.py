@@ -41,6 +41,7 @@ from .base import (
 )
 from .outcome import Refused, apply_write, now_ms, replay
 from .rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
+from .sessions import MemorySessions
 from .sqlite_faults import roll_back
 from .sqlite_schema import (
     INSERT_EVENT,
@@ -90,6 +91,7 @@ class SQLiteWriter(SQLiteWal):
     """The writing half of ``SQLiteStore``: the only writer of its file."""
 
     hub: Hub
+    _sessions: MemorySessions  # the live sessions a write judges lease holders by
 
     def __init__(self, commit_delay_s: float) -> None:
         super().__init__()
@@ -282,7 +284,9 @@ class SQLiteWriter(SQLiteWal):
                 pending.outcomes = []
                 for write in pending.writes:
                     try:
-                        outcome = self._apply_one(conn, write, WriteContext(txid, now), staged)
+                        outcome = self._apply_one(
+                            conn, write, WriteContext(txid, now, self._sessions), staged
+                        )
                     except Refused as refused:
                         # refused before anything was staged: nothing of it is written
                         pending.outcomes.append(refused.error)

@@ -1,0 +1,269 @@
+"""A peer side by side on the same PostgreSQL: DBOS Transact vs electric, signal and cancel latency.
+
+Both run on this machine's PostgreSQL server in the same run, each on a fresh
+database of its own, one after the other in alternating rounds:
+
+- **DBOS** (PyPI ``dbos``, pinned in pyproject's ``bench`` extra, which
+  ``make bench`` installs: not the tests'; default configuration,
+  LISTEN/NOTIFY on). DBOS
+  is a library: the workflow runs in threads of the process that sends to it,
+  one process (a child of this script).
+  *send → recv*: a running workflow loops on ``DBOS.recv(topic)``; the sender
+  stamps ``time.time_ns()``, calls ``DBOS.send(workflow_id, i, topic)``, and
+  the workflow stamps the moment ``recv`` returned. Latency = the two stamps.
+  *cancel*: a workflow blocked in ``recv``; ``DBOS.cancel_workflow(id)``,
+  then ``DBOS.get_workflow_status(id)`` until it says ``CANCELLED``. Latency
+  = from the call to that read.
+- **electric**: ``electric server --database URL`` and ``electric worker``
+  hosting bench_runtime's app (three processes: client, server, worker).
+  *SIGUSR → on_signal*: as bench_runtime measures it (the handler's first
+  line stamps ``time.time_ns()``; one signal at a time, to an entity whose run
+  holds a step). *SIGINT*: a message's run holds a step; ``SIGINT`` is sent,
+  and the latency is until the client's watch of the entity sees the run's
+  ``ABORTED`` record: the status says the run ended.
+
+Informational rows repeat electric's side on SQLite (its embedded default),
+beside the same DBOS figures.
+
+Figures: electric's p50 and p99, each with DBOS's as its ceiling; the
+issue's goal is electric ≤ 0.5× DBOS (a ratio of at most 0.5) on all four.
+The two sides are not the same shape: DBOS's sender and workflow share a
+process, electric's signal crosses three; DBOS's cancel is one status write,
+electric's SIGINT is delivered to the worker, which aborts the run and
+records its end. Both are what a user of each calls "cancel this run".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+import pg_common
+from bench_runtime import APP_MODULE
+
+WAIT_S = 30.0
+
+
+def dbos_main(url: str, params: dict[str, Any], out: Any) -> None:
+    """In its own process: DBOS launched on ``url``, both measurements."""
+    try:
+        import logging
+        import queue
+        import threading
+
+        from dbos import DBOS, DBOSConfig
+        from dbos._error import DBOSAwaitedWorkflowCancelledError
+
+        def not_the_cancel(record: logging.LogRecord) -> bool:
+            # DBOS logs a workflow it cancelled as an error of its thread: the cancel worked.
+            return not (record.exc_info and isinstance(record.exc_info[1], DBOSAwaitedWorkflowCancelledError))
+
+        arrived: queue.Queue[tuple[Any, int]] = queue.Queue()
+        started = threading.Event()
+        config: DBOSConfig = {"name": "electric_bench", "system_database_url": url, "log_level": "WARNING"}
+        DBOS(config=config)
+        for handler in logging.getLogger("dbos").handlers:
+            handler.addFilter(not_the_cancel)
+
+        @DBOS.workflow()
+        def receiver(n: int) -> None:
+            started.set()
+            for _ in range(n):
+                message = DBOS.recv("t", timeout_seconds=WAIT_S)
+                arrived.put((message, time.time_ns()))
+
+        @DBOS.workflow()
+        def blocked() -> None:
+            DBOS.recv("never", timeout_seconds=3600)
+
+        DBOS.launch()
+        try:
+            warmup, count = params["warmup"], params["signals"]
+            handle = DBOS.start_workflow(receiver, warmup + count)
+            started.wait(WAIT_S)
+            send_ms: list[float] = []
+            for i in range(warmup + count):
+                sent = time.time_ns()
+                DBOS.send(handle.workflow_id, i, "t")
+                message, at = arrived.get(timeout=WAIT_S)
+                assert message == i, (message, i)
+                if i >= warmup:
+                    send_ms.append((at - sent) / 1e6)
+            cancel_ms: list[float] = []
+            for i in range(params["cancel_warmup"] + params["cancels"]):
+                handle = DBOS.start_workflow(blocked)
+                deadline = time.monotonic() + WAIT_S
+                while DBOS.get_workflow_status(handle.workflow_id) is None:  # recorded before it runs
+                    assert time.monotonic() < deadline
+                t0 = time.perf_counter()
+                DBOS.cancel_workflow(handle.workflow_id)
+                while (status := DBOS.get_workflow_status(handle.workflow_id)) is None or (
+                    status.status != "CANCELLED"
+                ):
+                    assert time.monotonic() < deadline
+                if i >= params["cancel_warmup"]:
+                    cancel_ms.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            DBOS.destroy()
+        out.put({"send_ms": send_ms, "cancel_ms": cancel_ms})
+    except BaseException as exc:
+        out.put({"error": repr(exc)})
+        raise
+
+
+def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
+    """In its own process: the client of an electric server with a worker hosting bench_runtime's app."""
+
+    async def main() -> dict[str, Any]:
+        from electric_sdk.client import AsyncClient
+
+        c = AsyncClient(address)
+        try:
+            await c.spawn("lat/usr")
+            await c.wait_for_state("lat/usr", "running", timeout=60)
+            await c.send("lat/usr", "hold")
+            seen: dict[str, int] = {}
+            arrived: dict[str, asyncio.Event] = {}
+            runs: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+            async def watch(ref: str) -> None:
+                async for ev in c.watch(ref, 0):
+                    if ev.type == "usr_seen":
+                        data = ev.value.get("data", ev.value)
+                        seen[data["reason"]] = int(data["t"])
+                        arrived[data["reason"]].set()
+                    elif ev.type == "run":
+                        await runs.put((time.time_ns(), ev))
+
+            watcher = asyncio.create_task(watch("lat/usr"))
+            usr_ms: list[float] = []
+            for i in range(params["warmup"] + params["signals"]):
+                reason = f"u{i}"
+                arrived[reason] = asyncio.Event()
+                sent = time.time_ns()
+                await c.signal("lat/usr", "SIGUSR", reason=reason)
+                await asyncio.wait_for(arrived[reason].wait(), WAIT_S)
+                if i >= params["warmup"]:
+                    usr_ms.append((seen[reason] - sent) / 1e6)
+            watcher.cancel()
+
+            await c.spawn("lat/int")
+            await c.wait_for_state("lat/int", "running", timeout=30)
+            runs = asyncio.Queue()
+            watcher = asyncio.create_task(watch("lat/int"))
+
+            async def until(status: str) -> int:
+                while True:
+                    at, ev = await asyncio.wait_for(runs.get(), WAIT_S)
+                    if str(ev.value.get("status", "")).upper().endswith(status):
+                        return at
+
+            int_ms: list[float] = []
+            for i in range(params["cancel_warmup"] + params["cancels"]):
+                await c.send("lat/int", f"m{i}")
+                await until("STEP")
+                sent = time.time_ns()
+                await c.interrupt("lat/int", reason=f"i{i}")
+                at = await until("ABORTED")
+                if i >= params["cancel_warmup"]:
+                    int_ms.append((at - sent) / 1e6)
+            watcher.cancel()
+            return {"usr_ms": usr_ms, "int_ms": int_ms}
+        finally:
+            await c.close()
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:
+        out.put({"error": repr(exc)})
+        raise
+
+
+def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: float) -> dict[str, Any]:
+    """One round against an electric server on PostgreSQL (``url``), or on SQLite (None)."""
+    (tmp / "benchrt_app.py").write_text(APP_MODULE)
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "BENCHRT_COUNT_FILE": str(tmp / "open_steps"),
+    }
+    with common.start_electric(tmp / "electric", *(["--database", url] if url else [])) as server:
+        worker = common.start_worker(server.address, tmp / "worker.log", "benchrt_app:app", env=env)
+        try:
+            return common.run_in_process(
+                electric_main, server.address, params, timeout=budget, name="electric client"
+            )
+        finally:
+            common.stop_worker(worker, 5)
+
+
+def main() -> None:
+    p = common.bench_args(__doc__.splitlines()[0])
+    p.add_argument("--signals", type=int, default=300)
+    p.add_argument("--cancels", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        print("bench_dbos needs DBOS Transact: .venv/bin/pip install -e '.[bench]'", file=sys.stderr)
+        sys.exit(2)
+    rounds = 1 if args.quick else args.rounds
+    params = {
+        "warmup": 20,
+        "signals": common.scale(args.signals, args.quick, 20) // rounds,
+        "cancel_warmup": 5,
+        "cancels": common.scale(args.cancels, args.quick, 10) // rounds,
+    }
+    budget = 600.0
+    t_start = time.perf_counter()
+    got: dict[str, list[float]] = {
+        k: [] for k in ("dbos_send", "dbos_cancel", "usr", "int", "usr_lite", "int_lite")
+    }
+    for r in range(rounds):
+        with pg_common.fresh_database(f"electric_bench_dbos_{r}") as url:
+            d = common.run_in_process(dbos_main, url, params, timeout=budget, name="DBOS")
+        with (
+            tempfile.TemporaryDirectory(prefix="electric-bench-dbos-") as tmp,
+            pg_common.fresh_database(f"electric_bench_electric_{r}") as url,
+        ):
+            e = electric_round(url, Path(tmp), params, budget)
+        with tempfile.TemporaryDirectory(prefix="electric-bench-dbos-") as tmp:
+            lite = electric_round(None, Path(tmp), params, budget)
+        got["usr_lite"] += lite["usr_ms"]
+        got["int_lite"] += lite["int_ms"]
+        got["dbos_send"] += d["send_ms"]
+        got["dbos_cancel"] += d["cancel_ms"]
+        got["usr"] += e["usr_ms"]
+        got["int"] += e["int_ms"]
+    s = {k: common.summarize(v) for k, v in got.items()}
+    pairs = (
+        ("electric SIGUSR → on_signal vs DBOS send → recv", "usr", "dbos_send"),
+        ("electric SIGINT → run ended vs DBOS cancel → CANCELLED", "int", "dbos_cancel"),
+    )
+    rows = [
+        common.ratio_row(f"{figure}, {p}", s[mine][p], s[theirs][p], "ms", "<=", 0.5)
+        for figure, mine, theirs in pairs
+        for p in ("p50", "p99")
+    ]
+    rows += [  # electric's embedded default, beside the same DBOS figures
+        common.value_row(
+            f"  (info) on SQLite: {figure.split(' vs ')[0]}, {p}", s[f"{mine}_lite"][p], s[theirs][p], "ms"
+        )
+        for figure, mine, theirs in pairs
+        for p in ("p50", "p99")
+    ]
+    info = {"dbos_version": version("dbos"), "params": params, "rounds": rounds, "summary": s}
+    info["postgres"] = asyncio.run(pg_common.settings())
+    common.report("bench_dbos", rows, info, time.perf_counter() - t_start, args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The file `electric export` writes and `electric import` reads: one JSON object per line.
+
+The first line is the header, the last the end; between them, each record on
+a line of its own, named by its one key, in this order:
+
+```
+{"electric_export": 1, "source": "sqlite", "exported_at_ms": 1764590000000, "head_txid": 4821}
+{"type_profile": ["chat", "3f2a", 1, 5000, null]}                 type, code_version, seq, grace_ms, idle_timeout_ms
+{"entity": {"type": "chat", "id": "c1", "state": "idle", ...}}     every EntityRecord field, by name
+{"event": ["chat", "c1", 0, "state", "", 1, 1764..., 17, "CgR..."]} type, id, then StoredEvent's fields; body in base64
+{"idempotency": ["chat", "c1", "key", "aGFz...", "cmVz...", 1764...]} type, id, key, request hash, response, created_at_ms
+{"end": {"type_profiles": 1, "entities": 1, "events": 1, "idempotency": 1}}
+```
+
+Entities come in (type, id) order and events in (type, id, offset) order, so
+each stream is written, and read back, in order; nothing needs the whole file
+in memory on either side. ``electric_export`` is the format's version: a
+reader refuses one it does not know. The end line carries the counts, so a
+file cut short (a full disk, a copy interrupted) is refused, not half
+imported. Entities keep their epochs, cursors and deadlines (every field of
+the record); idempotency keys older than the retention were expired and are
+left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import IO, Any, NamedTuple
+
+from electric_sdk.lifecycle import State
+
+from .store.base import EntityRecord, StoredEvent, TypeProfile
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KINDS",
+    "EventRow",
+    "ExportFormatError",
+    "Header",
+    "IdempotencyRow",
+    "Reader",
+    "Writer",
+]
+
+FORMAT_VERSION = 1
+# The records' keys, in the order they appear in a file.
+KINDS = ("type_profile", "entity", "event", "idempotency")
+
+
+class ExportFormatError(ValueError):
+    """A file that is not an export this electric can read, or is cut short; nothing was imported."""
+
+
+class Header(NamedTuple):
+    source: str  # "sqlite" or "postgresql"
+    exported_at_ms: int
+    head_txid: int  # the highest txid in the export (0: none)
+
+
+class EventRow(NamedTuple):
+    type: str
+    id: str
+    event: StoredEvent
+
+
+class IdempotencyRow(NamedTuple):
+    type: str
+    id: str
+    key: str
+    request_hash: bytes
+    response: bytes
+    created_at_ms: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _entity_json(record: EntityRecord) -> dict[str, Any]:
+    fields = record._asdict()
+    fields["state"] = record.state.value
+    fields["cancelled_messages"] = list(record.cancelled_messages)
+    return fields
+
+
+def _entity_from_json(fields: dict[str, Any]) -> EntityRecord:
+    if set(fields) != set(EntityRecord._fields):
+        raise ValueError(f"an entity's fields are {sorted(EntityRecord._fields)}, not {sorted(fields)}")
+    values = dict(fields)
+    values["state"] = State(values["state"])
+    values["cancelled_messages"] = tuple(values["cancelled_messages"])
+    return EntityRecord(**values)
+
+
+class Writer:
+    """Writes an export to ``out`` (a text file), record by record, counting them."""
+
+    def __init__(self, out: IO[str], header: Header) -> None:
+        self._out = out
+        self.counts = dict.fromkeys(KINDS, 0)
+        self._line(
+            {
+                "electric_export": FORMAT_VERSION,
+                "source": header.source,
+                "exported_at_ms": header.exported_at_ms,
+                "head_txid": header.head_txid,
+            }
+        )
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self._out.write(json.dumps(obj, separators=(",", ":")))
+        self._out.write("\n")
+
+    def type_profile(self, profile: TypeProfile) -> None:
+        self._add("type_profile", list(profile))
+
+    def entity(self, record: EntityRecord) -> None:
+        self._add("entity", _entity_json(record))
+
+    def event(self, type: str, id: str, event: StoredEvent) -> None:
+        self._add("event", [type, id, *event[:-1], _b64(event.body)])
+
+    def idempotency(self, row: IdempotencyRow) -> None:
+        self._add("idempotency", [*row[:3], _b64(row.request_hash), _b64(row.response), row.created_at_ms])
+
+    def _add(self, kind: str, value: Any) -> None:
+        self._line({kind: value})
+        self.counts[kind] += 1
+
+    def end(self) -> None:
+        self._line({"end": _tally(self.counts)})
+
+
+def _tally(counts: dict[str, int]) -> dict[str, int]:
+    """The end line's counts: each kind's, in the plural."""
+    return {(kind if kind == "idempotency" else f"{kind}s"): n for kind, n in counts.items()}
+
+
+Record = TypeProfile | EntityRecord | EventRow | IdempotencyRow
+
+
+class Reader:
+    """Reads an export from ``lines`` (a text file): ``header``, then ``records()`` in file order."""
+
+    def __init__(self, lines: IO[str]) -> None:
+        self._lines = lines
+        self._number = 0
+        first = self._next()
+        if first is None or "electric_export" not in first:
+            raise ExportFormatError("not an electric export: its first line is not the export's header")
+        if first["electric_export"] != FORMAT_VERSION:
+            raise ExportFormatError(
+                f"an export of format {first['electric_export']!r}; this electric reads format {FORMAT_VERSION}"
+            )
+        try:
+            self.header = Header(str(first["source"]), int(first["exported_at_ms"]), int(first["head_txid"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ExportFormatError(f"line 1: the header lacks {exc}") from exc
+        self.counts = dict.fromkeys(KINDS, 0)
+
+    def _next(self) -> dict[str, Any] | None:
+        line = self._lines.readline()
+        if not line:
+            return None
+        self._number += 1
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ExportFormatError(f"line {self._number} is not JSON: {exc}") from exc
+        if not isinstance(obj, dict) or len(obj) < 1:
+            raise ExportFormatError(f"line {self._number} is not a record")
+        return obj
+
+    def records(self) -> Iterator[tuple[str, Record]]:
+        """(kind, record) for each record; raises ExportFormatError on a malformed or short file."""
+        order = 0
+        while (obj := self._next()) is not None:
+            kind = next(iter(obj)) if len(obj) == 1 else None
+            if kind == "end":
+                self._check_end(obj["end"])
+                return
+            if kind not in KINDS:
+                raise ExportFormatError(f"line {self._number}: an unknown record {sorted(obj)}")
+            if KINDS.index(kind) < order:
+                raise ExportFormatError(f"line {self._number}: a {kind} after the {KINDS[order]}s")
+            order = KINDS.index(kind)
+            try:
+                record = self._parse(kind, obj[kind])
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ExportFormatError(f"line {self._number}: a malformed {kind}: {exc}") from exc
+            self.counts[kind] += 1
+            yield kind, record
+        raise ExportFormatError(
+            f"the export ends at line {self._number} without its end line: it was cut short"
+        )
+
+    @staticmethod
+    def _parse(kind: str, value: Any) -> Record:
+        if kind == "type_profile":
+            return TypeProfile(*value)
+        if kind == "entity":
+            return _entity_from_json(value)
+        if kind == "event":
+            type_, id_, *fields, body = value
+            return EventRow(type_, id_, StoredEvent._make([*fields, base64.b64decode(body, validate=True)]))
+        type_, id_, key, request_hash, response, created_at = value
+        return IdempotencyRow(
+            type_,
+            id_,
+            key,
+            base64.b64decode(request_hash, validate=True),
+            base64.b64decode(response, validate=True),
+            created_at,
+        )
+
+    def _check_end(self, end: Any) -> None:
+        expected = _tally(self.counts)
+        if end != expected:
+            raise ExportFormatError(f"the end line counts {end}, but the file holds {expected}")
+        if self._lines.readline():
+            raise ExportFormatError(f"line {self._number + 1}: more after the end line")

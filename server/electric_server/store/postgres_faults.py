@@ -1,0 +1,123 @@
+"""What an unreachable PostgreSQL means for the server: at start, one clear sentence; while
+running, the server is told the database is gone and when it is back.
+
+At start (``refusal``): a refused, unknown or silent address, a login the
+database refuses, a missing database, or something that is not PostgreSQL
+at all each become one sentence saying what to check. The password is never
+in it: the URL is shown ``redacted``, and PostgreSQL's messages never repeat
+a password.
+
+While running (``Reachability``): every call that loses its connection fails
+with ``DatabaseUnavailable`` on its own (retryable). The first such failure
+also starts a probe, which opens a connection at once: one backend that was
+ended (``pg_terminate_backend``) while the database is up changes nothing
+else. When the probe fails too, the database is gone: the fault listeners
+(the server's health and ``/readyz``) are told, the log says why, and the
+probe tries again every ``PROBE_INTERVAL_S`` until the database answers, then
+tells the listeners it is back. Nothing needs a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from .base import DatabaseUnavailable, FaultListener
+
+__all__ = ["PROBE_INTERVAL_S", "Reachability", "refusal"]
+
+log = logging.getLogger(__name__)
+
+# How often a database that went away is tried again (a probe is one connection, one SELECT 1).
+PROBE_INTERVAL_S = 0.5
+
+
+def refusal(exc: BaseException, where: str, connect_timeout_s: float) -> str:
+    """Why the database ``where`` (a redacted URL) cannot be opened, and what to check."""
+    if isinstance(exc, socket.gaierror):
+        return f"its host name is not known ({exc.strerror}): check the host in the URL"
+    if isinstance(exc, ConnectionRefusedError):
+        return "nothing accepts connections at its host and port: is PostgreSQL running there, on that port?"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {connect_timeout_s:g} s: is the host reachable, is a firewall in the way?"
+    if isinstance(exc, asyncpg.exceptions.InvalidPasswordError):
+        return f"the login was refused ({exc}): check the user and the password"
+    if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
+        return f"the login was refused ({exc}): check the user"
+    if isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
+        return f"{exc}: create it (e.g. createdb), or name another database in the URL"
+    if isinstance(exc, asyncpg.PostgresError):
+        return str(exc) or type(exc).__name__
+    # No PostgreSQL error message: the other end did not speak PostgreSQL's protocol.
+    reason = str(exc) or type(exc).__name__
+    return f"{reason}: is that a PostgreSQL server?"
+
+
+class Reachability:
+    """Whether the database answers, as the server must know it (see the module docstring)."""
+
+    def __init__(self, where: str, probe: Callable[[], Awaitable[object]]) -> None:
+        self.where = where
+        self._probe = probe
+        self._listeners: list[FaultListener] = []
+        self._gone: DatabaseUnavailable | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def gone(self) -> DatabaseUnavailable | None:
+        """The fault while the database is unreachable, else None."""
+        return self._gone
+
+    def subscribe(self, callback: FaultListener) -> Callable[[], None]:
+        self._listeners.append(callback)
+        return lambda: self._listeners.remove(callback)
+
+    def lost(self) -> None:
+        """A call lost its connection: find out whether the database is still there."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._follow(), name="electric-postgres-probe"
+            )
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                await self._probe()
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                if self._gone is None:
+                    self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {exc}")
+                    log.error(
+                        "the database %s cannot be reached (%s: %s): calls are answered UNAVAILABLE "
+                        "and the server is not ready until it answers again (tried every %g s)",
+                        self.where,
+                        type(exc).__name__,
+                        exc,
+                        PROBE_INTERVAL_S,
+                    )
+                    self._notify(self._gone)
+                await asyncio.sleep(PROBE_INTERVAL_S)
+                continue
+            if self._gone is not None:
+                self._gone = None
+                log.warning("the database %s answers again: serving", self.where)
+                self._notify(None)
+            return
+
+    def _notify(self, fault: DatabaseUnavailable | None) -> None:
+        for callback in tuple(self._listeners):
+            try:
+                callback(fault)
+            except Exception:
+                log.exception("a listener to the database's reachability failed")

@@ -1,0 +1,286 @@
+"""The commit feed between replicas on one PostgreSQL database: how one replica's commits reach the others.
+
+Every commit a replica makes writes a row to ``commit_feed`` in its own
+transaction (``postgres_writer``): the entity's record after it and before
+it, its time, the replica's ``origin``, and the transaction's id (``xact``).
+Its events are read from ``events``, where the same transaction put them, in
+the same statement.
+
+**Reading** (``FeedReader``): one connection of its own, outside the pool,
+reads what the last snapshot did not cover and this one does (``READ_FEED``):
+rows of transactions from the last snapshot's xmax on, or in progress then.
+So a transaction that drew txid 10 and commits after one that drew 11 is
+read when it commits, never skipped: positions are snapshots, not txids. A
+transaction held open anywhere on the server costs nothing but its own
+entry in the snapshot (no range of rows is read again). The commits read
+go to the replica's ``FeedOrder``, which publishes them to its ``Hub`` in
+each entity's commit order (``feed_order``). A lost connection is opened
+again and the reader reads from its last snapshot: nothing is missed.
+
+**The doorbell**: after a batch's COMMIT (never inside the transaction:
+a ``pg_notify`` there serializes every commit on the server's notify queue)
+the writer rings ``Doorbell``, which sends a NOTIFY at once when none is in
+flight, so a lone commit waits for no window; rings while one is in flight
+merge into the next. It has a connection of its own, like the reader. Its
+payload is one position, the ringing transaction's id (a few digits, far
+under PostgreSQL's 8,000 bytes): a reader that has read past it ignores it.
+The reader also reads every ``poll_s`` (0.5 s by default), so a lost NOTIFY
+only delays.
+
+**Cost per write**: one more row (about 40 small columns) in the batch's
+transaction, in the statement that writes its events (no round trip of its
+own), and 8 bytes on the entity row; a NOTIFY per batch at most, off the
+commit's path (``bench/bench_feed_cost.py``, ``bench/bench_replica_signal.py``).
+Feed rows older than ``RETENTION_S`` are deleted by every replica. A store
+that holds its database alone keeps the feed off (``PostgresStore``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from typing import Any
+
+import asyncpg
+
+from .base import REMOTE_COMMIT, Commit
+from .feed_order import FeedOrder, Snapshot
+from .postgres_schema import (
+    CURRENT_SNAPSHOT,
+    FEED_CHANNEL,
+    NOTIFY_FEED,
+    PRUNE_FEED,
+    READ_FEED,
+)
+from .postgres_writer import LOST
+from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
+
+__all__ = ["DEFAULT_POLL_S", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
+
+log = logging.getLogger(__name__)
+
+# How often the reader reads without a NOTIFY (the fallback when one is lost).
+DEFAULT_POLL_S = 0.5
+# How long feed rows are kept: far longer than a reader is ever behind (it reads every poll).
+RETENTION_S = 600.0
+# A lost reader connection is opened again after this, doubling up to the poll interval.
+_RECONNECT_S = 0.05
+_CONNECT_TIMEOUT_S = 10.0
+
+# READ_FEED's columns: the snapshot, the commit's time, the record after, the fields before, the
+# events.
+_AFTER = slice(2, 2 + len(ENTITY_COLUMNS))
+_BEFORE = slice(2 + len(ENTITY_COLUMNS), -1)
+_EVENTS = -1
+
+
+def payload(xact: int) -> str:
+    """A NOTIFY's payload: one feed position (a transaction's id), never a list."""
+    return str(xact)
+
+
+class Doorbell:
+    """NOTIFY after commits, at most one in flight; rings meanwhile merge into the next (see above).
+
+    On a connection of its own, outside the pool (a NOTIFY never waits for a
+    connection a write needs), with ``synchronous_commit`` off: a NOTIFY's
+    transaction would otherwise wait for its own WAL flush, one more disk sync
+    per ring, for a signal that polling stands behind anyway.
+    """
+
+    def __init__(self, url: str, enabled: bool = True) -> None:
+        self.url = url
+        self.enabled = enabled  # tests turn it off to show polling delivers all the same
+        self._conn: Any = None
+        self._next: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0  # NOTIFYs sent, for tests and benchmarks
+
+    async def open(self) -> None:
+        self._conn = await _connect(self.url, "electric (doorbell)", synchronous_commit="off")
+
+    def ring(self, xact: int) -> None:
+        if not self.enabled:
+            return
+        if self._task is not None:
+            self._next = xact if self._next is None else max(self._next, xact)
+            return
+        self._task = asyncio.get_running_loop().create_task(self._send(xact), name="electric-doorbell")
+
+    async def _send(self, xact: int) -> None:
+        try:
+            while True:
+                try:
+                    if self._conn is None:
+                        await self.open()
+                    await self._conn.execute(NOTIFY_FEED, payload(xact))
+                    self.sent += 1
+                except (*LOST, asyncpg.PostgresError) as exc:
+                    log.debug("a NOTIFY failed (%s): the other replicas' polling reads the commit", exc)
+                    conn, self._conn = self._conn, None
+                    if conn is not None:
+                        conn.terminate()
+                if self._next is None:
+                    return
+                xact, self._next = self._next, None
+        finally:
+            self._task = None
+
+    async def close(self) -> None:
+        self.enabled = False  # a ring after this opens no connection again
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await _close(self._conn)
+        self._conn = None
+
+
+async def _connect(url: str, name: str, **settings: str) -> Any:
+    return await asyncpg.connect(
+        url,
+        timeout=_CONNECT_TIMEOUT_S,
+        command_timeout=_CONNECT_TIMEOUT_S,
+        server_settings={"application_name": name, **settings},
+    )
+
+
+async def _close(conn: Any) -> None:
+    if conn is not None:
+        with contextlib.suppress(*LOST, asyncpg.PostgresError):
+            await conn.close(timeout=1)
+        conn.terminate()
+
+
+class FeedReader:
+    """Reads the other replicas' commits into a ``FeedOrder`` (see the module docstring)."""
+
+    def __init__(self, url: str, order: FeedOrder, origin: int, poll_s: float = DEFAULT_POLL_S) -> None:
+        if poll_s <= 0:
+            raise ValueError(f"the feed's poll interval must be positive, not {poll_s}")
+        self.url = url
+        self.order = order
+        self.origin = origin
+        self.poll_s = poll_s
+        self._conn: Any = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Feed rows are kept this long; the snapshots' xmins taken every tenth of it say which.
+        self.retention_s = RETENTION_S
+        self._marks: collections.deque[tuple[float, int]] = collections.deque()
+        # For tests and benchmarks: reads done, commits delivered, connections opened again.
+        self.reads = 0
+        self.delivered = 0
+        self.reconnects = 0
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The reader's PostgreSQL backend (tests end it with pg_terminate_backend)."""
+        conn = self._conn
+        return None if conn is None or conn.is_closed() else int(conn.get_server_pid())
+
+    async def open(self) -> None:
+        """Connect, listen, and start from now: what is committed already is the store's to read."""
+        await self._connect()
+        self.order.snapshot = Snapshot.parse(await self._conn.fetchval(CURRENT_SNAPSHOT))
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="electric-feed-reader")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        conn, self._conn = self._conn, None
+        await _close(conn)
+
+    def read_soon(self) -> None:
+        self._wake.set()
+
+    async def _connect(self) -> None:
+        conn = await _connect(self.url, "electric (feed)")
+        try:
+            await conn.add_listener(FEED_CHANNEL, self._on_notify)
+            # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
+            conn.add_termination_listener(lambda _conn: self.read_soon())
+        except BaseException:
+            conn.terminate()
+            raise
+        self._conn = conn
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, position: str) -> None:
+        try:
+            xact = int(position)
+        except ValueError:
+            log.warning(
+                "a NOTIFY on %s carried %r, not a feed position: read all the same", FEED_CHANNEL, position
+            )
+            self.read_soon()
+            return
+        if not self.order.snapshot.covers(xact) and not self.order.is_own(xact):
+            self.read_soon()
+
+    async def _run(self) -> None:
+        pause = _RECONNECT_S
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            self._wake.clear()
+            try:
+                if self._conn is None:
+                    await self._connect()
+                    self.reconnects += 1
+                await self._read(self._conn)
+                self._prune_marks()
+                pause = _RECONNECT_S
+            except (*LOST, asyncpg.PostgresError) as exc:
+                log.warning(
+                    "the commit feed's connection failed (%s): reading again from the last position", exc
+                )
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.terminate()
+            except Exception:
+                # A row this code cannot read: the reader must not stop for it (the replica would
+                # hear of no other commit again), so it is logged and the read tried again.
+                log.exception("reading the commit feed failed: trying again from the last position")
+            else:
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.poll_s)
+            self._wake.set()
+
+    async def _read(self, conn: Any) -> None:
+        order = self.order
+        rows = await conn.fetch(READ_FEED, order.snapshot.text(), self.origin, list(order.unknown))
+        snapshot = Snapshot.parse(rows[0][0])
+        commits = [self._commit(row) for row in rows if row[1] is not None]
+        order.read(snapshot, commits)
+        self.reads += 1
+        self.delivered += len(commits)
+        if commits:
+            await self._prune(conn)
+
+    @staticmethod
+    def _commit(row: Any) -> Commit:
+        after = entity_from_row(row[_AFTER])
+        fields = row[_BEFORE]
+        before = None if fields[0] is None else entity_from_row((after.type, after.id, *fields))
+        events = tuple(event_from_row(event) for event in row[_EVENTS])
+        return Commit(after.ref, after.txid, row[1], events, before, after, REMOTE_COMMIT)
+
+    def _prune_marks(self) -> None:
+        now = time.monotonic()
+        if not self._marks or now - self._marks[-1][0] >= self.retention_s / 10:
+            self._marks.append((now, self.order.snapshot.xmin))
+
+    async def _prune(self, conn: Any) -> None:
+        """Delete feed rows of transactions that ended more than ``retention_s`` ago."""
+        marks = self._marks
+        if marks and time.monotonic() - marks[0][0] > self.retention_s:
+            _, xmin = marks.popleft()
+            await conn.execute(PRUNE_FEED, str(xmin))

@@ -1,0 +1,62 @@
+"""The PostgreSQL store's session book: every replica's worker sessions, in two tables.
+
+A session row lives until its ``expires_at``; its replica's row likewise.
+Both are renewed by the replica's heartbeat (one statement for the replica
+and all its sessions, however many leases they hold), and judged by
+PostgreSQL's clock, so replicas whose clocks differ agree on who is live.
+A holder whose session or replica expired is not live: any replica may then
+end its leases (``lost_leases``) and grant them anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from .postgres_schema import (
+    END_REPLICA,
+    END_REPLICA_SESSIONS,
+    END_SESSIONS,
+    END_WORKER_SESSIONS,
+    INSERT_SESSION,
+    RENEW_REPLICA,
+    RENEW_SESSIONS,
+)
+from .sessions import SessionBook, SessionRow
+
+__all__ = ["PostgresSessions"]
+
+Connect = Callable[[str], AbstractAsyncContextManager[Any]]
+
+
+class PostgresSessions(SessionBook):
+    shared = True
+
+    def __init__(self, connection: Connect) -> None:
+        self._connection = connection  # the store's pooled connection (faults → DatabaseUnavailable)
+
+    async def open(self, session: SessionRow, ttl_ms: int) -> None:
+        async with self._connection("a worker session's start") as conn, conn.transaction():
+            await conn.execute(RENEW_REPLICA, session.replica, ttl_ms)
+            await conn.execute(END_WORKER_SESSIONS, session.worker_id)
+            await conn.execute(INSERT_SESSION, *session[:3], list(session.types), *session[4:], ttl_ms)
+
+    async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
+        async with self._connection("a replica's heartbeat") as conn, conn.transaction():
+            await conn.execute(RENEW_REPLICA, replica, ttl_ms)
+            if not session_ids:
+                return set()
+            rows = await conn.fetch(RENEW_SESSIONS, replica, list(session_ids), ttl_ms)
+        return {str(row[0]) for row in rows}
+
+    async def end(self, session_ids: Iterable[str]) -> None:
+        ids = list(session_ids)
+        if ids:
+            async with self._connection("the end of worker sessions") as conn:
+                await conn.execute(END_SESSIONS, ids)
+
+    async def end_replica(self, replica: str) -> None:
+        async with self._connection("a replica's end") as conn, conn.transaction():
+            await conn.execute(END_REPLICA_SESSIONS, replica)
+            await conn.execute(END_REPLICA, replica)

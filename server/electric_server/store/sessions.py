@@ -1,0 +1,116 @@
+"""Worker sessions and lease holders: what "is this entity leased" means, on every store.
+
+A lease is two columns of the entity's row: ``lease_epoch`` (the fencing
+token) and ``lease_session`` (the holder: a worker session's id, "" for none).
+A holder is live while its session is: a row in the store's ``SessionBook``,
+renewed by its replica's heartbeats and not expired, judged by the store's
+clock (PostgreSQL's, on PostgreSQL). So the question is answered inside each
+write's transaction (``WriteContext.live``, ``holds_lease``), never from one
+replica's memory: a grant takes an entity only if nobody live holds it, and a
+stream closes at the end only if no live runtime may still append to it.
+
+On PostgreSQL the book is two tables (``sessions``, ``replicas``) that every
+replica reads. SQLite is one server, whose sessions die with it: its book is
+``MemorySessions``, the same interface in memory, and its holders are
+forgotten when the file is opened (a restarted server leases anew).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Collection, Iterable, Iterator
+from typing import NamedTuple
+
+from .base import EntityRecord, WriteContext
+
+__all__ = ["MemorySessions", "SessionBook", "SessionRow", "holds_lease"]
+
+
+class SessionRow(NamedTuple):
+    """A worker session as the book keeps it."""
+
+    id: str
+    worker_id: str
+    replica: str
+    types: tuple[str, ...]
+    code_version: str
+    capacity: int
+
+
+def holds_lease(record: EntityRecord, ctx: WriteContext) -> bool:
+    """Whether a live runtime holds ``record``'s lease, as the write's transaction sees it."""
+    return bool(record.lease_session) and record.lease_session in ctx.live
+
+
+class SessionBook(abc.ABC):
+    """The live worker sessions of every replica on one store."""
+
+    # Whether other replicas share this book (PostgreSQL): a draining replica then hands its
+    # leases over at once; alone (SQLite), its entities keep their leases' state for its restart.
+    shared: bool = False
+
+    @abc.abstractmethod
+    async def open(self, session: SessionRow, ttl_ms: int) -> None:
+        """Start ``session``, live for ``ttl_ms``; any other session of its worker id, on any
+        replica, ends at once (its leases' holder is no longer live)."""
+
+    @abc.abstractmethod
+    async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
+        """The replica's heartbeat: it and its sessions live ``ttl_ms`` more. Returns the ids
+        still in the book (a session missing was ended elsewhere: a hello of its worker)."""
+
+    @abc.abstractmethod
+    async def end(self, session_ids: Iterable[str]) -> None:
+        """These sessions ended: their leases' holders are no longer live."""
+
+    @abc.abstractmethod
+    async def end_replica(self, replica: str) -> None:
+        """The replica stops: it and every session it had end."""
+
+
+class MemorySessions(SessionBook, Collection[str]):
+    """The book of a store that is one server (SQLite): in memory, by the monotonic clock.
+
+    A ``Collection`` of the live session ids, so it is a write's ``WriteContext.live``
+    itself (read from the store's writer thread: one dict lookup, atomic under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self._expiry: dict[str, float] = {}
+        self._rows: dict[str, SessionRow] = {}
+
+    def __contains__(self, session_id: object) -> bool:
+        expiry = self._expiry.get(session_id) if isinstance(session_id, str) else None
+        return expiry is not None and expiry > time.monotonic()
+
+    def __iter__(self) -> Iterator[str]:
+        now = time.monotonic()
+        return iter([s for s, expiry in list(self._expiry.items()) if expiry > now])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    async def open(self, session: SessionRow, ttl_ms: int) -> None:
+        for other in [s for s in self._rows.values() if s.worker_id == session.worker_id]:
+            self._forget(other.id)
+        self._rows[session.id] = session
+        self._expiry[session.id] = time.monotonic() + ttl_ms / 1000
+
+    async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
+        expiry = time.monotonic() + ttl_ms / 1000
+        kept = {s for s in session_ids if s in self._rows}
+        for session_id in kept:
+            self._expiry[session_id] = expiry
+        return kept
+
+    async def end(self, session_ids: Iterable[str]) -> None:
+        for session_id in session_ids:
+            self._forget(session_id)
+
+    async def end_replica(self, replica: str) -> None:
+        await self.end([s.id for s in self._rows.values() if s.replica == replica])
+
+    def _forget(self, session_id: str) -> None:
+        self._rows.pop(session_id, None)
+        self._expiry.pop(session_id, None)

@@ -1,0 +1,153 @@
+"""Leases in the store: a holder is judged live inside the write's transaction (store/sessions.py).
+
+Every test runs on both stores (SQLite's book is in memory, PostgreSQL's is
+shared by replicas); the ones about several replicas use two PostgreSQL
+stores on one database, as two replicas do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from electric_server import entity_writes
+from electric_server.runtime_answers import REQUEST_KEY_PREFIX
+from electric_server.runtime_writes import Refused, end_lease, grant
+from electric_server.store.base import Idempotency, Ref, Store, Write
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.sessions import SessionRow
+from electric_server.store.sqlite import SQLiteStore
+from test_store import committed, spawn
+
+from electric_sdk.lifecycle import Signal, State
+
+pytestmark = pytest.mark.anyio
+
+TTL_MS = 60_000
+REF: Ref = ("agent", "a")
+SPEC = entity_writes.SignalSpec(Signal.SIGUSR)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        store: Store = SQLiteStore(tmp_path / "electric.db")
+    else:
+        store = PostgresStore(request.getfixturevalue("postgres_url"))
+    await store.open()
+    yield store
+    await store.close()
+
+
+def session(id: str, worker: str = "w", replica: str = "r1") -> SessionRow:
+    return SessionRow(id, worker, replica, ("agent",), "v1", 0)
+
+
+async def granted(store: Store, ref: Ref, session_id: str) -> int:
+    record = await store.get_entity(ref)
+    assert record is not None
+    outcome = committed(await store.write(Write(ref, grant(ref, record.lease_epoch, session_id))))
+    assert outcome.commit is not None
+    return int(outcome.commit.result.epoch)
+
+
+async def test_a_live_holder_keeps_its_lease_and_a_holder_whose_session_ended_loses_it(
+    any_store: Store,
+) -> None:
+    store = any_store
+    committed(await store.write(spawn(REF)))
+    await store.sessions.open(session("s1", "w1"), TTL_MS)
+    await store.sessions.open(session("s2", "w2"), TTL_MS)
+    first = await granted(store, REF, "s1")
+    with pytest.raises(Refused, match="a live runtime holds"):
+        await granted(store, REF, "s2")
+    await store.sessions.end(["s1"])
+    second = await granted(store, REF, "s2")
+    assert second > first + 1  # the lost lease's end, then the new grant: both fence s1 off
+    record = await store.get_entity(REF)
+    assert record is not None
+    assert record.lease_session == "s2"
+
+
+async def test_a_terminal_stream_stays_open_while_its_holder_lives(any_store: Store) -> None:
+    store = any_store
+    committed(await store.write(spawn(REF)))
+    await store.sessions.open(session("s1"), TTL_MS)
+    epoch = await granted(store, REF, "s1")
+    signal = entity_writes.signal(REF, entity_writes.SignalSpec(Signal.SIGKILL))
+    after = committed(await store.write(Write(REF, signal))).commit.after  # type: ignore[union-attr]
+    assert after is not None
+    assert after.state is State.KILLED
+    assert not after.closed  # its runtime may still append its closing records
+    assert await store.settled_streams(60_000, 10) == []
+    committed(await store.write(Write(REF, end_lease(REF, epoch, "released"))))
+    record = await store.get_entity(REF)
+    assert record is not None
+    assert record.closed
+    assert record.lease_session == ""
+
+
+async def test_a_lease_whose_holder_expired_is_found_lost(any_store: Store) -> None:
+    store = any_store
+    committed(await store.write(spawn(REF)))
+    await store.sessions.open(session("s1"), 0)  # expired at once, by the store's clock
+    await granted(store, REF, "s1")
+    lost = await store.lost_leases(10)
+    record = await store.get_entity(REF)
+    assert record is not None
+    assert lost == [(REF, record.lease_epoch)]
+
+
+@pytest.fixture
+async def replicas(any_store: Store, postgres_url: str) -> AsyncIterator[tuple[Store, PostgresStore]]:
+    """Replica a (the test's store) holds REF for worker w's session a-1; replica b is a second
+    store on the same database."""
+    if isinstance(any_store, SQLiteStore):
+        pytest.skip("SQLite is one server")
+    b = PostgresStore(postgres_url)
+    await b.open()
+    committed(await any_store.write(spawn(REF)))
+    await any_store.sessions.open(session("a-1", "w", "ra"), TTL_MS)
+    await granted(any_store, REF, "a-1")
+    yield any_store, b
+    await b.close()
+
+
+async def test_replicas_share_holders_and_a_hello_on_one_ends_the_session_on_the_other(
+    replicas: tuple[Store, PostgresStore],
+) -> None:
+    a, b = replicas
+    await b.sessions.open(session("b-1", "other", "rb"), TTL_MS)
+    with pytest.raises(Refused, match="a live runtime holds"):
+        await granted(b, REF, "b-1")
+    await b.sessions.open(session("b-2", "w", "rb"), TTL_MS)  # worker w says hello to replica b
+    assert await a.sessions.renew("ra", ["a-1"], TTL_MS) == set()  # a learns its session ended
+    assert [ref for ref, _ in await b.lost_leases(10)] == [REF]
+    await granted(b, REF, "b-2")
+
+
+async def test_a_replica_that_stops_renewing_loses_its_sessions(
+    replicas: tuple[Store, PostgresStore],
+) -> None:
+    """Its sessions' own rows are unexpired: the replica's row, not renewed, ends them."""
+    a, b = replicas
+    assert await b.lost_leases(10) == []
+    await a.sessions.renew("ra", [], 0)  # the replica's row expires (as if it had stopped renewing)
+    assert [ref for ref, _ in await b.lost_leases(10)] == [REF]
+
+
+async def test_runtime_request_keys_are_forgotten_sooner_than_clients_keys(any_store: Store) -> None:
+    """The reaper's two purges: runtime writes' request keys (with their prefix) after an hour,
+    clients' keys after the day; a prefix purge leaves every other key alone."""
+    store = any_store
+    committed(await store.write(spawn(REF)))
+    for key in (f"{REQUEST_KEY_PREFIX}1 1", "client-key", "runtime-write-1-1"):
+        idem = Idempotency(key, b"h")
+        committed(await store.write(Write(REF, entity_writes.signal(REF, SPEC), idem, lambda _c: b"r")))
+    later_ms = int(time.time() * 1000) + 1000  # every key above is older than this
+    assert await store.purge_idempotency(later_ms, REQUEST_KEY_PREFIX) == 1
+    assert await store.idempotent_response(REF, f"{REQUEST_KEY_PREFIX}1 1") is None
+    assert await store.idempotent_response(REF, "client-key") is not None
+    assert await store.purge_idempotency(later_ms) == 2

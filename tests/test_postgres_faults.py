@@ -1,0 +1,217 @@
+"""A wrong or unreachable PostgreSQL: one clear error at start; UNAVAILABLE while it is gone, the
+server not ready (``/readyz``, gRPC health) and saying why; serving again when it is back.
+
+The database "goes away" by cutting a loopback proxy in front of it (pg_proxy.py): the shared
+PostgreSQL server is never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from helpers import error_info
+from pg_proxy import Proxy
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+if TYPE_CHECKING:
+    from conftest import StartServer
+
+SECRET = "s3cret-pw"
+
+
+def electric_server(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "electric_sdk.cli.main",
+            "server",
+            "--data",
+            str(tmp_path),
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on (bound, not listening, for the block)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def stand_in(answer: Any) -> Iterator[int]:
+    """A loopback server that answers each connection with ``answer(conn)``, on a thread."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn, contextlib.suppress(OSError):
+                    answer(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+        thread.join(10)
+
+
+def _read_message(conn: socket.socket, typed: bool) -> bytes:
+    head = conn.recv(5 if typed else 4, socket.MSG_WAITALL)
+    (length,) = struct.unpack("!i", head[-4:])
+    return conn.recv(length - 4, socket.MSG_WAITALL)
+
+
+def refuse_password(conn: socket.socket) -> None:
+    """PostgreSQL's side of a login with a wrong password (the shared server trusts loopback, so it
+    cannot refuse one itself): no TLS, ask for the password, refuse it with SQLSTATE 28P01."""
+    body = _read_message(conn, typed=False)
+    if struct.unpack("!i", body[:4])[0] == 80877103:  # SSLRequest
+        conn.sendall(b"N")
+        _read_message(conn, typed=False)  # the startup message
+    conn.sendall(b"R" + struct.pack("!ii", 8, 3))  # AuthenticationCleartextPassword
+    _read_message(conn, typed=True)  # the password
+    fields = b'SFATAL\0VFATAL\0C28P01\0Mpassword authentication failed for user "electric"\0\0'
+    conn.sendall(b"E" + struct.pack("!i", 4 + len(fields)) + fields)
+
+
+def speak_http(conn: socket.socket) -> None:
+    conn.recv(1024)
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+def with_netloc(url: str, netloc: str, path: str | None = None) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, path=parts.path if path is None else path))
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["closed port", "unknown host", "wrong user", "wrong password", "missing database", "not PostgreSQL"],
+)
+def test_a_wrong_database_is_one_clear_line_at_start_without_its_password(
+    case: str, tmp_path: Path, postgres_url: str
+) -> None:
+    real = urllib.parse.urlsplit(postgres_url)  # the shared server, and a user it knows
+    host, user = real.netloc.rpartition("@")[2], "electric"
+    with contextlib.ExitStack() as stack:
+        if case == "closed port":
+            netloc, path = f"127.0.0.1:{stack.enter_context(closed_port())}", None
+            says = "nothing accepts connections at its host and port"
+        elif case == "unknown host":
+            netloc, path, says = "no-such-host.invalid:5432", None, "host name is not known"
+        elif case == "wrong user":
+            netloc, path, says = host, None, 'role "electric" does not exist): check the user'
+        elif case == "wrong password":
+            netloc, path = f"127.0.0.1:{stack.enter_context(stand_in(refuse_password))}", None
+            says = 'password authentication failed for user "electric"): check the user and the password'
+        elif case == "missing database":
+            netloc, path, user = host, "/no_such_db", real.username or "postgres"
+            says = 'database "no_such_db" does not exist: create it'
+        else:
+            netloc, path = f"127.0.0.1:{stack.enter_context(stand_in(speak_http))}", None
+            says = "is that a PostgreSQL server?"
+        url = with_netloc(postgres_url, f"{user}:{SECRET}@{netloc}", path)
+        result = electric_server(tmp_path / "data", url)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"electric server: cannot open the database postgresql://{user}:***@"), (
+        result.stderr
+    )
+    assert says in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, "one line"
+    assert SECRET not in result.stderr + result.stdout
+
+
+@pytest.fixture
+async def proxy(postgres_url: str) -> AsyncIterator[Proxy]:
+    proxy = Proxy(postgres_url)
+    await proxy.start()
+    yield proxy
+    await proxy.close()
+
+
+async def health_reaches(watch: Any, status: int) -> None:
+    """Read the health watch until it reports ``status`` (grpc.health.v1 sends every change)."""
+    async for response in watch:
+        if response.status == status:
+            return
+    raise AssertionError("the health watch ended")
+
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_database_that_goes_away_is_unavailable_not_ready_then_serves_again(
+    start_server: StartServer, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    server = await start_server(database_url=proxy.url, http="127.0.0.1:0")
+    assert server.http is not None
+    ref = pb.EntityRef(type="agent", id="a")
+    async with (
+        grpc.aio.insecure_channel(server.address) as channel,
+        httpx.AsyncClient(base_url=server.http.address, timeout=30) as http,
+    ):
+        stub = api_grpc.EntityServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+        await health_reaches(health, health_pb2.HealthCheckResponse.SERVING)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        assert (await http.get("/readyz")).status_code == 200
+
+        await proxy.cut()
+        signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
+        with anyio.fail_after(20):  # bounded: refused connections fail at once, not after a timeout
+            for call in (stub.SignalEntity(signal), stub.GetEntity(api.GetEntityRequest(ref=ref))):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
+            await health_reaches(health, health_pb2.HealthCheckResponse.NOT_SERVING)
+        not_ready = await http.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json()["error"]["code"] == "DATABASE_UNAVAILABLE"
+        assert any(
+            "cannot be reached" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR
+        )
+
+        await proxy.start()  # the same port: the database is back
+        with anyio.fail_after(20):
+            await health_reaches(health, health_pb2.HealthCheckResponse.SERVING)
+        assert (await http.get("/readyz")).status_code == 200
+        signalled = await stub.SignalEntity(signal)
+        assert signalled.new_state == pb.STATE_SPAWNING
+        events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
+        assert [e.type for e in events.events] == ["state", "signal"]
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+        health.cancel()

@@ -1,0 +1,241 @@
+"""`electric export` / `electric import`: a SQLite store moved to PostgreSQL and back, exactly, and
+what they refuse (a live server's data, a target that is not empty, a file cut short)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import grpc
+import pytest
+from electric_server.app import ElectricServer
+from electric_server.datadir import database_path
+from electric_server.store.base import Mutation, Store, TypeProfile, Write
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.sqlite import SQLiteStore
+from google.protobuf import struct_pb2
+from test_store_postgres import electric
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
+
+if TYPE_CHECKING:
+    from conftest import SeedState, StartServer
+
+pytestmark = pytest.mark.anyio
+
+ENTITIES = 60
+
+
+async def fill(server: ElectricServer, seed_state: SeedState) -> list[tuple[str, str, str]]:
+    """Entities in every state, with messages, signals and stored fields; returns the idempotency
+    keys used, as (type, id, key)."""
+    keys: list[tuple[str, str, str]] = []
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        for i in range(ENTITIES):
+            ref = pb.EntityRef(type="agent" if i % 2 else "chat", id=f"e{i:03}")
+            key = (ref.type, ref.id)
+            profile = pb.Profile(grace_period={"seconds": 3600}) if i % 6 == 4 else None
+            await stub.SpawnEntity(
+                api.SpawnEntityRequest(ref=ref, profile=profile, idempotency_key=f"spawn-{i}")
+            )
+            await stub.SendMessage(
+                api.SendMessageRequest(ref=ref, text=f"hello {i}", idempotency_key=f"m-{i}")
+            )
+            keys += [(*key, f"spawn-{i}"), (*key, f"m-{i}")]
+            if i % 6 in (1, 2, 3, 4):
+                await seed_state(server.store, key, State.RUNNING, cause="started")
+            if i % 6 == 2:
+                await seed_state(server.store, key, State.IDLE, cause="idle_timeout")
+
+            async def signal(
+                sig: int, payload: Any = None, *, ref: pb.EntityRef = ref, n: int = i, keys: list[Any] = keys
+            ) -> None:
+                name = f"sig-{n}-{sig}"
+                request = api.SignalEntityRequest(ref=ref, signal=sig, reason="test", idempotency_key=name)
+                if payload is not None:
+                    request.payload.CopyFrom(struct_pb2.Value(string_value=payload))
+                await stub.SignalEntity(request)
+                keys.append((ref.type, ref.id, name))
+
+            if i % 6 == 3:
+                await signal(pb.SIGNAL_SIGSTOP)
+            if i % 6 == 4:
+                await signal(pb.SIGNAL_SIGTERM)  # stopping, with an hour's deadline
+                if i % 12 == 10:
+                    await seed_state(server.store, key, State.STOPPED, cause="cleanup_complete")
+            if i % 6 == 5:
+                await signal(pb.SIGNAL_SIGKILL)
+            if i % 6 == 1:
+                await signal(pb.SIGNAL_SIGUSR, "focus")
+                await server.store.write(Write(key, _runtime_fields))
+    await server.store.store_type_profile(TypeProfile("agent", "v1", 1, 5000, None))
+    await server.store.store_type_profile(TypeProfile("agent", "v2", 2, None, 7000))
+    return keys
+
+
+def _runtime_fields(current: Any, ctx: Any) -> Mutation:
+    """What a runtime's bookkeeping leaves on a record: an epoch, a cursor, cancelled messages."""
+    return Mutation(
+        [],
+        current.replace(
+            lease_epoch=4, message_cursor=1, cursor_attempt=2, cancelled_messages=(3, 5), reload_pending=True
+        ),
+    )
+
+
+async def contents(store: Store, keys: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Everything the store holds that an export moves, read through the store's own API."""
+    entities = await store.list_entities(None, [], None, 10_000)
+    return {
+        "entities": entities,
+        "events": {e.ref: await store.read_events(e.ref, 0, 10_000) for e in entities},
+        "keys": {k: await store.idempotent_response((k[0], k[1]), k[2]) for k in keys},
+        "profiles": sorted(await store.type_profiles()),
+        "head_txid": await store.head_txid(),
+    }
+
+
+async def read(store: Store, keys: list[tuple[str, str, str]]) -> dict[str, Any]:
+    await store.open()
+    try:
+        return await contents(store, keys)
+    finally:
+        await store.close()
+
+
+async def test_a_store_moves_to_postgresql_and_back_exactly(
+    tmp_path: Path, start_server: StartServer, seed_state: SeedState, postgres_url: str
+) -> None:
+    server = await start_server(tmp_path / "sqlite")
+    keys = await fill(server, seed_state)
+    await server.stop(0)
+    original = await read(SQLiteStore(database_path(tmp_path / "sqlite")), keys)
+    assert {e.state for e in original["entities"]} == set(State)
+    assert all(v is not None for v in original["keys"].values())
+
+    exported = electric("export", str(tmp_path / "one.jsonl"), "--data", str(tmp_path / "sqlite"))
+    assert exported.returncode == 0, exported.stderr
+    assert "electric export: done:" in exported.stderr  # progress, on stderr
+    imported = electric("import", str(tmp_path / "one.jsonl"), "--database", postgres_url)
+    assert imported.returncode == 0, imported.stderr
+    verified = electric("verify", "--database", postgres_url)
+    assert verified.returncode == 0, verified.stdout
+    assert verified.stdout.endswith(": clean\n"), verified.stdout
+    on_postgres = await read(PostgresStore(postgres_url), keys)
+    assert on_postgres["head_txid"] >= original["head_txid"]
+    assert {**on_postgres, "head_txid": 0} == {**original, "head_txid": 0}
+
+    back = electric("export", str(tmp_path / "two.jsonl"), "--database", postgres_url)
+    assert back.returncode == 0, back.stderr
+    again = electric("import", str(tmp_path / "two.jsonl"), "--data", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    verified = electric("verify", "--data", str(tmp_path / "again"))
+    assert verified.returncode == 0, verified.stdout
+    assert verified.stdout.endswith(": clean\n"), verified.stdout
+    assert await read(SQLiteStore(database_path(tmp_path / "again")), keys) == {
+        **original,
+        "head_txid": on_postgres["head_txid"],
+    }
+    one, two = ((tmp_path / f).read_text().splitlines() for f in ("one.jsonl", "two.jsonl"))
+    assert one[1:] == two[1:], "the same records, in the same order, both ways"
+    assert json.loads(one[0])["source"] == "sqlite"
+    assert json.loads(two[0])["source"] == "postgresql"
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgres"])
+async def test_new_txids_continue_above_the_imported_ones(
+    tmp_path: Path, start_server: StartServer, seed_state: SeedState, postgres_url: str, target: str
+) -> None:
+    server = await start_server(tmp_path / "sqlite")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        for i in range(5):
+            await stub.SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="t", id=f"{i}")))
+    head = await server.store.head_txid()
+    await server.stop(0)
+    assert electric("export", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "sqlite")).returncode == 0
+    where = ["--database", postgres_url] if target == "postgres" else ["--data", str(tmp_path / "new")]
+    assert electric("import", str(tmp_path / "x.jsonl"), *where).returncode == 0
+    moved = await start_server(tmp_path / "new", database_url=postgres_url if target == "postgres" else None)
+    async with grpc.aio.insecure_channel(moved.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="t", id="after")))
+        events = await stub.ReadEvents(api.ReadEventsRequest(ref=pb.EntityRef(type="t", id="after")))
+    assert events.events[0].headers.txid > head
+
+
+async def test_export_refuses_a_live_servers_data(
+    tmp_path: Path, start_server: StartServer, postgres_url: str
+) -> None:
+    await start_server(tmp_path / "live")
+    refused = electric("export", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "live"))
+    assert refused.returncode == 2
+    assert "in use by another process (electric server" in refused.stderr
+    await start_server(tmp_path / "pg", database_url=postgres_url)
+    (tmp_path / "x.jsonl").write_text(  # an empty store's export
+        '{"electric_export": 1, "source": "sqlite", "exported_at_ms": 0, "head_txid": 0}\n'
+        '{"end": {"type_profiles": 0, "entities": 0, "events": 0, "idempotency": 0}}\n'
+    )
+    for command in (["export", str(tmp_path / "y.jsonl")], ["import", str(tmp_path / "x.jsonl")]):
+        refused = electric(*command, "--database", postgres_url)
+        assert refused.returncode == 2, refused.stderr
+        assert "is in use" in refused.stderr, refused.stderr
+        assert "offline" in refused.stderr, refused.stderr
+    assert not (tmp_path / "y.jsonl").exists()
+
+
+async def test_import_refuses_a_target_that_is_not_empty_or_a_file_cut_short(
+    tmp_path: Path, start_server: StartServer, postgres_url: str
+) -> None:
+    server = await start_server(tmp_path / "sqlite")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        await api_grpc.EntityServiceStub(channel).SpawnEntity(
+            api.SpawnEntityRequest(ref=pb.EntityRef(type="t", id="1"))
+        )
+    await server.stop(0)
+    assert electric("export", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "sqlite")).returncode == 0
+
+    refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "sqlite"))
+    assert refused.returncode == 2, refused.stderr
+    assert "it is not empty" in refused.stderr, refused.stderr
+
+    lines = (tmp_path / "x.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "short.jsonl").write_text("".join(lines[:-1]))
+    refused = electric("import", str(tmp_path / "short.jsonl"), "--database", postgres_url)
+    assert refused.returncode == 2, refused.stderr
+    assert "cut short" in refused.stderr, refused.stderr
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM entities") == 0, "nothing was imported"
+        await conn.execute("INSERT INTO type_profiles VALUES ('t', 'v', 1, NULL, NULL)")
+    finally:
+        await conn.close()
+    refused = electric("import", str(tmp_path / "x.jsonl"), "--database", postgres_url)
+    assert refused.returncode == 2
+    assert "it is not empty (its type_profiles hold rows)" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("first_line", "says"),
+    [
+        (
+            '{"electric_export": 2, "source": "sqlite", "exported_at_ms": 0, "head_txid": 0}',
+            "this electric reads format 1",
+        ),
+        ('{"hello": 1}', "not an electric export"),
+    ],
+)
+def test_import_refuses_a_file_it_cannot_read_and_writes_nothing(
+    tmp_path: Path, first_line: str, says: str
+) -> None:
+    (tmp_path / "x.jsonl").write_text(first_line + "\n")
+    refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "new"))
+    assert refused.returncode == 2
+    assert says in refused.stderr, refused.stderr
+    assert not database_path(tmp_path / "new").exists()
