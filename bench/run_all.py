@@ -29,6 +29,7 @@ BENCHES = [
     "bench_signal_many",
     "bench_watch",
     "bench_fanout",
+    "bench_sse",
     "bench_sdk",
     "bench_restart",
     "bench_runtime",

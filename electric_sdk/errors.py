@@ -51,6 +51,7 @@ __all__ = [
     "InvalidStepResult",
     "NonDeterministicRun",
     "PermissionDenied",
+    "RunAborted",
     "ServerError",
     "StepFailed",
     "StepTimeout",
@@ -151,6 +152,13 @@ class NonDeterministicRun(ElectricError):
     there (its code path changed): the run fails rather than diverge silently."""
 
     default_code = "NON_DETERMINISTIC_RUN"
+
+
+class RunAborted(ElectricError):
+    """Raised in a run's code that outlived its run: the run was aborted (SIGINT, SIGKILL) while
+    it was blocked in a thread, and what it does once the thread returns is discarded."""
+
+    default_code = "RUN_ABORTED"
 
 
 class StepFailed(ElectricError):

@@ -40,6 +40,7 @@ __all__ = [
     "RELOAD_SIGNALS",
     "RUNTIME_OUTCOMES",
     "RUNTIME_TRANSITIONS",
+    "SIGNAL_TIMING",
     "STATE_RULES",
     "TABLE",
     "TERMINAL_STATES",
@@ -56,6 +57,7 @@ __all__ = [
     "SignalRejected",
     "State",
     "StateRules",
+    "Timing",
     "accepts_record",
     "cell",
     "check_runtime_transition",
@@ -109,6 +111,28 @@ MESSAGE_SCOPED_SIGNALS = frozenset({Signal.SIGINT})
 # The signal that marks the entity for new code: whatever its state, the next wake is leased
 # to a worker with the newest code version announced for its type (ARCHITECTURE §2).
 RELOAD_SIGNALS = frozenset({Signal.SIGHUP})
+
+
+class Timing(enum.Enum):
+    """When a signal acts on a run in progress (the RFC's "immediate" or "checked between")."""
+
+    AT_ONCE = "at once, even mid-step"
+    NEXT_STEP = "when the run starts its next step (a run that returns first is completed)"
+    AFTER_RUN = "once the current run has ended"
+
+
+# The RFC: SIGINT, SIGKILL and SIGUSR act as soon as they land, even mid-run; the others are
+# checked between model calls, tool calls and messages (SIGTERM's stop at the next step, the
+# rest once the run is over).
+SIGNAL_TIMING: dict[Signal, Timing] = {
+    Signal.SIGINT: Timing.AT_ONCE,
+    Signal.SIGHUP: Timing.AFTER_RUN,
+    Signal.SIGTERM: Timing.NEXT_STEP,
+    Signal.SIGKILL: Timing.AT_ONCE,
+    Signal.SIGSTOP: Timing.AFTER_RUN,
+    Signal.SIGCONT: Timing.AFTER_RUN,
+    Signal.SIGUSR: Timing.AT_ONCE,
+}
 
 
 class State(enum.Enum):

@@ -33,8 +33,9 @@ from typing import Any
 
 from ._portal import start_portal
 from .client import AsyncClient, Client
+from .runtime.harness import EntityHarness, HarnessRun, ManualClock
 
-__all__ = ["TestServer"]
+__all__ = ["EntityHarness", "HarnessRun", "ManualClock", "TestServer"]
 
 
 class TestServer:

@@ -1,8 +1,10 @@
-"""Generate the lifecycle parts of docs/signals.md from electric_sdk/lifecycle.py.
+"""Generate the lifecycle parts of docs/signals.md and docs/runtime.md from electric_sdk/lifecycle.py.
 
 `python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
 the state table (`electric_sdk.lifecycle.markdown_table()`, verbatim) and a
-Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`. Each block
+Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`; and the
+block of docs/runtime.md that says, for each signal, when it acts on a run
+(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -20,19 +22,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
+RUNTIME_DOC = ROOT / "docs" / "runtime.md"
 if str(ROOT) not in sys.path:  # run as a script from a checkout: import the SDK from it
     sys.path.insert(0, str(ROOT))
 
 from electric_sdk.lifecycle import (  # noqa: E402
+    HANDLEABLE,
     RUNTIME_TRANSITIONS,
+    SIGNAL_TIMING,
     TABLE,
     TERMINAL_STATES,
+    Action,
+    Signal,
     State,
     markdown_table,
 )
 
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
 DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
+TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -62,8 +70,34 @@ def mermaid_diagram() -> str:
     return "\n".join(lines) + "\n"
 
 
-def blocks() -> dict[str, str]:
-    """Each generated block's BEGIN marker and the text that goes between the markers."""
+def timing_table() -> str:
+    """For each signal: when it acts on a run in progress, what it does in `running`, what it
+    does when it reaches an `idle` entity (no worker is woken for it), and who handles it."""
+    lines = [
+        "| Signal | acts on a run in progress | in `running` | reaching an `idle` entity | `on_signal` |",
+        "|---|---|---|---|---|",
+    ]
+    for signal in Signal:
+        in_running, at_idle = (
+            f"→ `{c.new_state.value}`" if c.new_state else c.text
+            for c in (TABLE[State.RUNNING][signal], TABLE[State.IDLE][signal])
+        )
+        idle = TABLE[State.IDLE][signal]
+        if signal in HANDLEABLE and idle.action_not_running is Action.NONE:
+            what = "no cleanup runs" if signal is Signal.SIGTERM else "no handler is called"
+            at_idle += f"; {what} (no worker is woken)"
+        handled = "yes" if signal in HANDLEABLE else "no: the runtime enforces it"
+        lines.append(
+            f"| {signal.value} | {SIGNAL_TIMING[signal].value} | {in_running} | {at_idle} | {handled} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def blocks(page: str = DOC.name) -> dict[str, str]:
+    """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
+    between the markers."""
+    if page == RUNTIME_DOC.name:
+        return {TIMING_BEGIN: timing_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
@@ -85,9 +119,9 @@ def _splice(text: str, begin: str, body: str) -> str:
     return text[:head] + "\n" + body + text[stop:]
 
 
-def render(text: str) -> str:
+def render(text: str, page: str = DOC.name) -> str:
     """The page with every generated block refreshed; all text outside the blocks is kept."""
-    for begin, body in blocks().items():
+    for begin, body in blocks(page).items():
         text = _splice(text, begin, body)
     return text
 
@@ -98,7 +132,7 @@ def check(path: Path = DOC) -> str | None:
         return f"{path} does not exist"
     have = path.read_text(encoding="utf-8")
     try:
-        want = render(have)
+        want = render(have, path.name)
     except MarkerError as exc:
         return f"{path}: {exc}"
     if want == have:
@@ -117,7 +151,9 @@ def check(path: Path = DOC) -> str | None:
 def write(path: Path = DOC) -> bool:
     """Refresh the page (creating it from the starter page if missing); True if it changed."""
     have = path.read_text(encoding="utf-8") if path.exists() else None
-    want = render(STARTER if have is None else have)
+    if have is None and path.name == RUNTIME_DOC.name:
+        raise MarkerError(f"{path} does not exist: only docs/signals.md has a starter page")
+    want = render(STARTER if have is None else have, path.name)
     if want == have:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,24 +164,30 @@ def write(path: Path = DOC) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the page is stale; write nothing")
-    parser.add_argument("--path", type=Path, default=DOC, help="the page (default: docs/signals.md)")
+    parser.add_argument(
+        "--path", type=Path, action="append", help="a page (default: docs/signals.md and docs/runtime.md)"
+    )
     opts = parser.parse_args(argv)
-    path: Path = opts.path
-    if opts.check:
-        problem = check(path)
-        if problem is None:
-            print(f"{path.name} matches electric_sdk/lifecycle.py")
-            return 0
-        print(problem)
-        print(f"{path.name} is stale: run `python scripts/gendocs.py` and commit", file=sys.stderr)
-        return 1
-    try:
-        changed = write(path)
-    except MarkerError as exc:
-        print(f"{path}: {exc}", file=sys.stderr)
-        return 1
-    print(f"{'wrote' if changed else 'unchanged:'} {path}")
-    return 0
+    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC]
+    failed = 0
+    for path in paths:
+        if opts.check:
+            problem = check(path)
+            if problem is None:
+                print(f"{path.name} matches electric_sdk/lifecycle.py")
+                continue
+            print(problem)
+            print(f"{path.name} is stale: run `python scripts/gendocs.py` and commit", file=sys.stderr)
+            failed = 1
+            continue
+        try:
+            changed = write(path)
+        except MarkerError as exc:
+            print(f"{path}: {exc}", file=sys.stderr)
+            failed = 1
+            continue
+        print(f"{'wrote' if changed else 'unchanged:'} {path}")
+    return failed
 
 
 # The page a fresh checkout starts from. Once docs/signals.md exists its prose is

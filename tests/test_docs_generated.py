@@ -11,7 +11,14 @@ from types import ModuleType
 
 import pytest
 
-from electric_sdk.lifecycle import RUNTIME_TRANSITIONS, TABLE, TERMINAL_STATES, markdown_table
+from electric_sdk.lifecycle import (
+    RUNTIME_TRANSITIONS,
+    SIGNAL_TIMING,
+    TABLE,
+    TERMINAL_STATES,
+    Signal,
+    markdown_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gendocs.py"
@@ -133,3 +140,33 @@ def test_starter_page_renders_to_a_page_that_checks(tmp_path: Path) -> None:
     page = tmp_path / "docs" / "signals.md"
     assert gendocs.write(page) is True
     assert gendocs.check(page) is None
+
+
+RUNTIME_DOC = ROOT / "docs" / "runtime.md"
+
+
+def test_runtime_signal_timing_table_is_up_to_date() -> None:
+    problem = gendocs.check(RUNTIME_DOC)
+    assert problem is None, f"{problem}\n\ndocs/runtime.md is stale: run `python scripts/gendocs.py`"
+    assert _run_check(RUNTIME_DOC).returncode == 0
+
+
+def test_runtime_signal_timing_table_says_what_the_rules_say() -> None:
+    block = _block(RUNTIME_DOC.read_text(encoding="utf-8"), gendocs.TIMING_BEGIN)
+    rows = {line.split(" | ")[0].strip("| "): line for line in block.splitlines() if line.startswith("| SIG")}
+    assert set(rows) == {s.value for s in Signal}
+    for signal, line in rows.items():
+        assert SIGNAL_TIMING[Signal(signal)].value in line
+    # What users were surprised by: an idle entity has no worker, so no handler runs.
+    assert "→ `stopped`; no cleanup runs" in rows["SIGTERM"]
+    assert "ignored (not processing); no handler is called" in rows["SIGUSR"]
+
+
+def test_runtime_timing_drift_fails_the_check(tmp_path: Path) -> None:
+    page = tmp_path / "runtime.md"
+    text = RUNTIME_DOC.read_text(encoding="utf-8")
+    page.write_text(text.replace("no cleanup runs", "the cleanup runs"), encoding="utf-8")
+    assert gendocs.check(page) is not None
+    assert _run_check(page).returncode == 1
+    assert gendocs.write(page) is True
+    assert page.read_text(encoding="utf-8") == text

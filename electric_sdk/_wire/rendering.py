@@ -17,7 +17,15 @@ from .enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_
 from .events import event_value_json
 from .times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
 
-__all__ = ["entity_json", "event_json", "message_receipt_json", "signal_json", "signal_many_json"]
+__all__ = [
+    "change_message_json",
+    "entity_change_json",
+    "entity_json",
+    "event_json",
+    "message_receipt_json",
+    "signal_json",
+    "signal_many_json",
+]
 
 
 def _epoch_ms(ts: Any) -> int:
@@ -55,8 +63,9 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
     }
 
 
-def event_json(m: pb.Event) -> dict[str, Any]:
-    """The RFC's event shape, plus the stream offset (a page of events carries it)."""
+def change_message_json(m: pb.Event) -> dict[str, Any]:
+    """The RFC's event shape, exactly a State Protocol change message: no offset (a Durable
+    Streams read carries it in ``Stream-Next-Offset``, and the protocol's schema allows no more)."""
     return {
         "type": m.type,
         "key": m.key,
@@ -66,7 +75,20 @@ def event_json(m: pb.Event) -> dict[str, Any]:
             "timestamp": to_iso(timestamp_to_datetime(m.headers.timestamp)),
             "txid": str(m.headers.txid),
         },
-        "offset": m.offset,
+    }
+
+
+def event_json(m: pb.Event) -> dict[str, Any]:
+    """The RFC's event shape, plus the stream offset (a page of events carries it)."""
+    return {**change_message_json(m), "offset": m.offset}
+
+
+def entity_change_json(m: api.EntityChange) -> dict[str, Any]:
+    """A state change seen by a watch of entities: the entity after it, and its state before."""
+    return {
+        "entity": entity_json(m.entity),
+        "previous_state": _state(m.previous_state),
+        "changed_at": to_iso(timestamp_to_datetime(m.changed_at)),
     }
 
 

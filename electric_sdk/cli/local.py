@@ -149,6 +149,14 @@ def add_http(p: argparse.ArgumentParser) -> None:
         "port 0 picks a free one (default %(default)s)",
     )
     p.add_argument(
+        "--sse-heartbeat",
+        default="15000",
+        metavar="MS",
+        type=sse_heartbeat_ms,
+        help="an HTTP SSE response with nothing to send sends a comment this often, in ms "
+        "(or a duration such as 15s; default %(default)s)",
+    )
+    p.add_argument(
         "--cors-origin",
         action="append",
         default=[],
@@ -160,6 +168,19 @@ def add_http(p: argparse.ArgumentParser) -> None:
 
 def http_address(value: str) -> str | None:
     return None if value.strip().lower() == "off" else value
+
+
+def sse_heartbeat_ms(value: str) -> int:
+    """Milliseconds: a bare number is ms here (the flag names its unit), else a duration."""
+    from ..durations import parse_ms
+
+    try:
+        ms = int(value) if value.strip().isdigit() else parse_ms(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return ms
 
 
 def add_accept_data_loss(p: argparse.ArgumentParser) -> None:
@@ -200,6 +221,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
         config = ServerConfig(
             listen=args.listen,
             http=http_address(args.http),
+            sse_heartbeat_ms=args.sse_heartbeat,
             cors_origins=tuple(args.cors_origin),
             data_dir=args.data,
             tokens_file=args.tokens,

@@ -319,6 +319,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
         config = ServerConfig(
             listen=args.listen,
             http=http_address(args.http),
+            sse_heartbeat_ms=args.sse_heartbeat,
             cors_origins=tuple(args.cors_origin),
             data_dir=args.data,
             drain_grace_s=1.0,

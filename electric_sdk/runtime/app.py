@@ -11,7 +11,6 @@ asking to handle either is a ``DefinitionError`` here, before anything runs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import inspect
 import os
@@ -23,6 +22,7 @@ from typing import Any, Literal, TypeVar, overload
 from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
+from .code_version import source_version
 from .entity_type import (
     TYPE_NAME,
     DefinitionError,
@@ -213,23 +213,11 @@ class App:
 
     @property
     def code_version(self) -> str:
-        """The version announced in Hello: given, else a hash of the defining modules' source."""
+        """The version announced in Hello: given, else a hash of the app's own source files
+        (code_version.py says which)."""
         if self._code_version:
             return self._code_version
-        digest = hashlib.sha256()
-        found = False
-        for module_name in sorted(
-            {getattr(s, "__module__", "") for t in self.types.values() for s in t.sources}
-        ):
-            module = sys.modules.get(module_name)
-            try:
-                source = inspect.getsource(module) if module is not None else None
-            except (OSError, TypeError):
-                source = None
-            if source is not None:
-                found = True
-                digest.update(module_name.encode() + b"\0" + source.encode())
-        return digest.hexdigest()[:12] if found else "dev"
+        return source_version(getattr(s, "__module__", "") for t in self.types.values() for s in t.sources)
 
 
 def load_app(spec: str) -> App:

@@ -4,9 +4,10 @@ A ``Context`` is made for each run (one message) and for each signal handler
 call. ``await ctx.step("tool:search", fn, *args)`` is a recorded step
 (steps.py): its result is written in the stream, and a run delivered again
 after a crash replays it instead of running it. ``async with ctx.step(name)``
-only marks a step. Either way the step's edges are the step boundaries at
-which SIGTERM stops a run (SIGSTOP, SIGCONT and SIGHUP act between runs;
-SIGINT, SIGKILL and SIGUSR act at once, mid-step). ``ctx.state`` is the
+only marks a step. Either way a step's start is the step boundary at which
+SIGTERM stops a run (a run that returns first is completed); SIGSTOP, SIGCONT
+and SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step,
+even while the run is blocked in a thread. ``ctx.state`` is the
 entity's durable state (state.py), shared by its runs and signal handlers.
 """
 
@@ -20,7 +21,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 from ..client._options import DurationLike
 from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, RunAborted
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .state import LeaseState, StateView
@@ -57,7 +58,7 @@ class SignalInfo:
     previous_state: State
     new_state: State
     message_key: str = ""
-    # SIGINT: what the aborted run had written to ctx.output.
+    # SIGINT, SIGTERM: what the run it stopped had written to ctx.output (None: no run stopped).
     partial_output: str | None = None
     # SIGTERM: when the grace period ends (the cleanup is cancelled then).
     deadline: datetime | None = None
@@ -66,13 +67,18 @@ class SignalInfo:
 class Output:
     """The run's output so far; recorded with the run's end (partial output when aborted)."""
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_closed", "_parts")
 
     def __init__(self) -> None:
         self._parts: list[str] = []
+        self._closed = False
 
     def write(self, text: str) -> None:
-        self._parts.append(text)
+        if not self._closed:  # written after the run's end (an abandoned body): not recorded
+            self._parts.append(text)
+
+    def close(self) -> None:
+        self._closed = True
 
     append = write
 
@@ -95,6 +101,8 @@ class _Host(Protocol):
     @property
     def grace_deadline(self) -> datetime | None: ...
     @property
+    def stop_requested(self) -> bool: ...
+    @property
     def instance(self) -> Any: ...
     async def step_boundary(self, ctx: Context) -> None: ...
     async def record_step(self, ctx: Context, name: str) -> None: ...
@@ -116,6 +124,7 @@ class Context:
         self.pending_ops: list[Op] = []
         self._pending_bytes = 0
         self.steps = RunSteps()
+        self._closed = False
 
     @property
     def ref(self) -> EntityRef:
@@ -149,6 +158,27 @@ class Context:
     def deadline(self) -> datetime | None:
         """The grace deadline while the entity is stopping, else None."""
         return self._host.grace_deadline
+
+    grace_deadline = deadline
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a SIGTERM asked the entity to stop: the run is stopped at its next step
+        boundary, so a loop that checks this between its steps can return cleanly (its run is
+        then recorded completed) and leave the rest to the SIGTERM handler, before ``deadline``."""
+        return self._host.stop_requested
+
+    def close(self) -> None:
+        """The run ended: what its code does from now on (an abandoned body whose thread
+        returned late) is discarded or refused."""
+        self._closed = True
+        self.output.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RunAborted(
+                "this run has ended (aborted while blocked in a thread): its late work is discarded"
+            )
 
     @overload
     def step(self, name: str, /) -> _Step: ...
@@ -206,6 +236,7 @@ class Context:
                 f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own",
                 code="RESERVED_EVENT_TYPE",
             )
+        self._check_open()
         await self._host.emit(type, data)
 
     # -- what steps.py and state.py call -------------------------------------------------------
@@ -215,10 +246,12 @@ class Context:
         return self.message.key if self.message is not None else ""
 
     async def step_boundary(self) -> None:
+        self._check_open()
         if self.message is not None:
             await self._host.step_boundary(self)
 
     async def record_step(self, data: dict[str, Any]) -> None:
+        self._check_open()
         if self.message is not None:  # a signal handler's steps run, but are not run records
             await self._host.write_step(self, data)
 
@@ -226,6 +259,7 @@ class Context:
         return self._host.lease_state()
 
     def _change(self, op: Op) -> None:
+        self._check_open()
         if self.message is not None and self.steps.replaying:
             return  # an earlier attempt of this run wrote this change: the state holds it already
         size = len(json.dumps(op))
@@ -261,16 +295,14 @@ class _Step:
         ctx = self._ctx
         if ctx.message is None:  # a signal handler's steps are not run steps
             return
-        await ctx._host.step_boundary(ctx)
+        await ctx.step_boundary()
         await ctx._host.record_step(ctx, self._name)
         ctx.current_step = self._name
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        ctx = self._ctx
-        if ctx.message is None:
-            return
-        ctx.current_step = None
-        if exc_type is None:
-            await ctx._host.step_boundary(ctx)
+        # No stop is checked here: a SIGTERM stops the run before its next step, so a run whose
+        # last step has ended returns, and is recorded completed.
+        if self._ctx.message is not None:
+            self._ctx.current_step = None

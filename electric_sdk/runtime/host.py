@@ -63,6 +63,9 @@ class _Run:
     message: Message
     ctx: Context
     scope: anyio.CancelScope
+    # The host's wait for the run's body: cancelled by an abort, so a body stuck in a thread
+    # does not hold the abort up.
+    waiter: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     # Offset of the run's STARTED record: a signal appended before it cannot act on this run.
     started_offset: int | None = None
     # The signal that stopped the run, and whether its outcome is still ours to write.
@@ -83,6 +86,7 @@ class EntityHost(HostBase):
         "_resume_offset",
         "_run",
         "_scoped",
+        "_term_output",
         "etype",
         "instance",
     )  # fmt: skip
@@ -105,6 +109,8 @@ class EntityHost(HostBase):
         # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
         self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
+        # The partial output of the run a SIGTERM stopped: its cleanup handler receives it.
+        self._term_output: str | None = None
         self._records = LeaseRecords(self._fenced, etype.snapshots)
 
     async def _prepare(self) -> None:
@@ -153,6 +159,10 @@ class EntityHost(HostBase):
 
     # -- Context's side ---------------------------------------------------------------------
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._cleanup_started or STATE_RULES[self.state].cleanup
+
     async def step_boundary(self, ctx: Context) -> None:
         run = self._run
         if run is None or run.ctx is not ctx or run.stopped_by is not None:
@@ -199,18 +209,13 @@ class EntityHost(HostBase):
             self._judge_deferred(run)
             if message.attempt > 1:  # delivered again: what its earlier attempts recorded is replayed
                 run.ctx.steps = await self._records.load_steps(message, run.started_offset)
-            with run.scope:
-                try:
-                    result = await self.etype.on_message(self.instance, run.ctx, message)
-                    if isinstance(result, str) and result and not len(run.ctx.output):
-                        run.ctx.output.write(result)
-                    status = pb.RUN_STATUS_COMPLETED
-                except Exception as exc:
-                    log.exception("%s: on_message failed", self.entity.ref)
-                    status, error = pb.RUN_STATUS_FAILED, f"{type(exc).__name__}: {exc}"
+            status, error = await self._execute(run)
         finally:
             self._run = None
+            run.ctx.close()  # an abandoned body that comes back later changes nothing
             self._judge_deferred(run)  # STARTED refused: they found no run
+            if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM:
+                self._term_output = run.ctx.output.text
             if status is None and run.stopped_by is not None:
                 status = pb.RUN_STATUS_ABORTED
                 error = f"{run.stopped_by.signal.value}"
@@ -219,6 +224,46 @@ class EntityHost(HostBase):
                     await self._finish_run(run, status, error)
             self._idle_since = anyio.current_time()
             self._bell.ring()
+
+    async def _execute(self, run: _Run) -> tuple[pb.RunStatus.ValueType | None, str]:
+        """The run's body, in a task of its own, and its status (None: stopped, or the session
+        ended). The host waits for the body, or only until a signal aborts it: a body blocked in
+        a thread that cannot be cancelled (``anyio.to_thread.run_sync`` without
+        ``abandon_on_cancel``) is abandoned there, and whatever it does once the thread returns
+        is discarded (its context is closed)."""
+        done = anyio.Event()
+        ended: list[tuple[pb.RunStatus.ValueType, str]] = []
+
+        async def body() -> None:
+            try:
+                with run.scope:
+                    try:
+                        result = await self.etype.on_message(self.instance, run.ctx, run.message)
+                        if isinstance(result, str) and result and not len(run.ctx.output):
+                            run.ctx.output.write(result)
+                        ended.append((pb.RUN_STATUS_COMPLETED, ""))
+                    except Exception as exc:
+                        if run.stopped_by is None:  # else it was abandoned: what it raised is moot
+                            log.exception("%s: on_message failed", self.entity.ref)
+                            ended.append((pb.RUN_STATUS_FAILED, f"{type(exc).__name__}: {exc}"))
+            finally:
+                done.set()
+
+        assert self._tg is not None
+        self._tg.start_soon(body)
+        with run.waiter:
+            await done.wait()
+        if not done.is_set():
+            # Aborted: one pass of the loop lets a body that can be cancelled unwind first, so
+            # what its ``finally`` writes is part of the partial output, as before.
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        return ended[0] if ended and run.stopped_by is None else (None, "")
+
+    def _abort(self, run: _Run, info: SignalInfo, pending: bool) -> None:
+        """Abort the run now: its scope is cancelled and the host stops waiting for it."""
+        run.stopped_by, run.outcome_pending = info, pending
+        run.scope.cancel()
+        run.waiter.cancel()
 
     async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
@@ -230,7 +275,9 @@ class EntityHost(HostBase):
                 await self._fenced.outcome(info, _ABORTED)
             handler = self.etype.handler_for(Signal.SIGINT)
             if handler is not None and self._tg is not None and self.end_reason is None:
-                self._tg.start_soon(self._call_handler, handler, replace(info, partial_output=output))
+                # The handler learns which run it aborted, whether or not the SIGINT named it.
+                aborted = replace(info, partial_output=output, message_key=run.message.key)
+                self._tg.start_soon(self._call_handler, handler, aborted)
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -268,8 +315,7 @@ class EntityHost(HostBase):
     def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
         action = decision.action
         if action is Action.ABORT_RUN and (run := self._run) is not None:
-            run.stopped_by, run.outcome_pending = info, pending
-            run.scope.cancel()
+            self._abort(run, info, pending)
         elif action is Action.DELIVER:
             assert self._tg is not None
             self._tg.start_soon(self._deliver, info, pending)
@@ -313,8 +359,7 @@ class EntityHost(HostBase):
         run = self._run
         if run is not None and run.message.key == key:
             if run.stopped_by is None:
-                run.stopped_by, run.outcome_pending = info, pending
-                run.scope.cancel()
+                self._abort(run, info, pending)
             elif pending:
                 self._report(info, _SCOPED_MISSED, "its run is already ending")
             return
@@ -397,7 +442,7 @@ class EntityHost(HostBase):
             await self._cleanup_requested(term, pending)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
-                effect, _ = await self._call_handler(handler, term)
+                effect, _ = await self._call_handler(handler, replace(term, partial_output=self._term_output))
                 if effect is Effect.NO_TARGET:
                     return False  # too late to start it: the cleanup did not run
             cleaned = not self._too_late()

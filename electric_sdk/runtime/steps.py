@@ -13,7 +13,9 @@ the same message) replays: the step at position ``i`` returns the recorded
 result (or raises the recorded error as ``StepFailed``) without running, as
 long as it has the recorded name; another name there is ``NonDeterministicRun``,
 recorded (``outcome: nondeterministic``) and raised. A step cut short (SIGINT,
-SIGKILL, a crash) has no outcome record: it runs again. Since steps are
+SIGKILL, a crash) has no outcome record: it runs again. A plain (not
+``async``) function runs in a worker thread: a SIGINT aborts its run at once
+and the thread is abandoned, running on to its end unobserved. Since steps are
 matched by position, a run's steps run one at a time: a step called from
 inside another is part of it (as in DBOS), one called beside it from another
 task of the run is refused.
@@ -22,6 +24,7 @@ task of the run is refused.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import json
 import random
@@ -32,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
+import anyio.to_thread
 
 from .._wire.json_values import nests_too_deep
 from ..client._options import DurationLike
@@ -191,9 +195,16 @@ async def _try(
     """One try: ``fn``'s JSON result, within ``timeout_s`` (StepTimeout past it; a TimeoutError the
     step raises itself stays what it is)."""
     with anyio.move_on_after(timeout_s):
-        result = fn(*args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
+        if inspect.iscoroutinefunction(fn):
+            result = await fn(*args, **kwargs)
+        else:
+            # A plain function may block (a CPU loop, a blocking HTTP call): it runs in a worker
+            # thread, so the event loop keeps serving signals; on SIGINT, SIGKILL or its timeout
+            # the thread is abandoned and its late result discarded.
+            call = functools.partial(fn, *args, **kwargs)
+            result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                result = await result
         return _result_json(name, result)
     assert timeout_s is not None  # reached only when the timeout cancelled the try
     raise StepTimeout(

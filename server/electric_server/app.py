@@ -41,6 +41,7 @@ from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
 from .http_door import HttpDoor, check_cors_origins
+from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .internals import forced_fallbacks
 from .internals.acceptors import Acceptors, quiet_abandoned_writes
 from .lease_sweep import DEFAULT_POLL_MS
@@ -115,6 +116,10 @@ class ServerConfig:
     database_pool: int = DEFAULT_DATABASE_POOL
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None
+    # An SSE response with nothing to send sends a comment this often (http_streams.py), so
+    # proxies keep it open and clients see it alive; and how long a long-poll waits at the tail.
+    sse_heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
     # The origins whose pages may call the HTTP door (CORS); none: CORS off.
     cors_origins: tuple[str, ...] = ()
 
@@ -330,6 +335,12 @@ class ElectricServer:
                 tls=tls,
                 metrics=metrics.render,
                 cors_origins=self.config.cors_origins,
+                handlers=EntityStreams(
+                    entities,
+                    self._draining_now,
+                    heartbeat_s=self.config.sse_heartbeat_ms / 1000,
+                    long_poll_s=self.config.http_long_poll_ms / 1000,
+                ).handlers(self.tokens),
             )
             try:
                 await http.start()
@@ -396,6 +407,9 @@ class ElectricServer:
         if self._draining:
             return ApiError(grpc.StatusCode.UNAVAILABLE, "SERVER_DRAINING", "the server is shutting down")
         return storage_error(self._writes_fault) if self._writes_fault is not None else None
+
+    def _draining_now(self) -> bool:
+        return self._draining
 
     def drain_on_failure(self, drain: asyncio.Event) -> None:
         """Set ``drain`` if the store fails for good; the caller then stops the server and

@@ -48,7 +48,8 @@ from .auth import ANONYMOUS, Principal, TokenTable, bearer_principal, current_pr
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
 from .http_openapi import render as render_openapi
-from .http_routes import PREFIX, ROUTES, HttpRoute, Query, served_paths
+from .http_query import Query
+from .http_routes import PREFIX, ROUTES, Build, HttpRoute, served_paths
 from .metrics import CONTENT_TYPE
 from .service import EntityService
 
@@ -84,6 +85,77 @@ def check_cors_origins(origins: tuple[str, ...], http: str | None) -> None:
                 f"--cors-origin must be an origin as a browser sends it, lower case "
                 f"SCHEME://HOST[:PORT] without a path or '*', not {origin!r}"
             )
+
+
+# Answers an admitted request: its gRPC message, with the caller's principal set (current_principal).
+Respond = Callable[[Request, Message, DoorContext], Awaitable[Response]]
+
+
+def admitted_endpoint(
+    tokens: TokenTable | None,
+    method: str,
+    scope: str,
+    query_names: set[str],
+    build: Build,
+    respond: Respond,
+    *,
+    has_body: bool = False,
+    optional: bool = False,
+    headers: dict[str, str] | None = None,
+) -> Endpoint:
+    """An endpoint that admits a request as every route of the door does (the token and its
+    scope, the query's names, the body, the type limits; a refusal logged as gRPC's are and
+    answered with the error body) and then ``respond``s as ``method``'s caller. The door's
+    service routes are these; so are http_streams' live reads, which answer otherwise."""
+
+    async def admit(request: Request) -> tuple[Message, Principal]:
+        """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+        principal = ANONYMOUS
+        if tokens is not None:  # the token first: a refused caller's body is never read
+            found = bearer_principal(tokens, request.headers.get("authorization"))
+            refused = denial(found, scope)
+            if refused is not None:
+                raise refused
+            assert found is not None
+            principal = found
+        query: Query = {}
+        for name, value in request.query_params.multi_items():
+            query.setdefault(name, []).append(value)
+        body.fields(query, query_names, "query ")
+        obj: body.JsonObject = {}
+        if has_body:
+            raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
+            obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
+        message = build(request, query, obj)
+        key = request.headers.get("idempotency-key")
+        if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+            message.idempotency_key = key  # type: ignore[attr-defined]
+        if principal.types is not None:
+            refused = type_denial(principal, message)
+            if refused is not None:
+                raise refused
+        return message, principal
+
+    async def endpoint(request: Request) -> Response:
+        client = request.client
+        context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
+        try:
+            try:
+                message, principal = await admit(request)
+            except ApiError as error:
+                await abort_with(context, error, method)  # logged as gRPC's refusals are
+                raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
+            reset = current_principal.set(principal)
+            try:
+                return await respond(request, message, context)
+            finally:
+                current_principal.reset(reset)
+        except ApiError as error:
+            return _error_response(error, headers)
+        except Exception as exc:  # a bug: logged, answered INTERNAL
+            return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
+
+    return endpoint
 
 
 def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -184,65 +256,33 @@ class HttpDoor:
     def _endpoint(self, route: HttpRoute) -> Endpoint:
         assert route.call is not None
         assert route.scope is not None  # every service call needs a scope
-        method, build, render = route.call.method, route.call.build, route.call.render
-        has_body, optional = route.call.has_body, route.call.optional_body
-        status, headers = route.status, dict(route.headers) or None
+        method, render, status = route.call.method, route.call.render, route.status
         call = getattr(self.service, method)
-        scope = route.scope
-        query_names = {p.name for p in route.query if p.handler is None}
+        headers = dict(route.headers) or None
         # A parameter that hands the request to a mounted handler of another module (live=sse).
         handing_over = {p.name: self.handlers[p.handler] for p in route.query if p.handler in self.handlers}
 
-        async def admit(request: Request) -> tuple[Message, Principal]:
-            """The request as the gRPC call's message, and who makes it; ApiError if refused."""
-            principal = ANONYMOUS
-            if self.tokens is not None:  # the token first: a refused caller's body is never read
-                found = bearer_principal(self.tokens, request.headers.get("authorization"))
-                refused = denial(found, scope)
-                if refused is not None:
-                    raise refused
-                assert found is not None
-                principal = found
-            query: Query = {}
-            for name, value in request.query_params.multi_items():
-                query.setdefault(name, []).append(value)
-            body.fields(query, query_names, "query ")
-            obj: body.JsonObject = {}
-            if has_body:
-                raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
-                obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
-            message = build(request, query, obj)
-            key = request.headers.get("idempotency-key")
-            if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
-                message.idempotency_key = key  # type: ignore[attr-defined]
-            if principal.types is not None:
-                refused = type_denial(principal, message)
-                if refused is not None:
-                    raise refused
-            return message, principal
+        async def respond(request: Request, message: Message, context: DoorContext) -> Response:
+            response = await call(message, cast(Any, context))
+            return JSONResponse(render(message, response), status, headers)
+
+        admitted = admitted_endpoint(
+            self.tokens,
+            method,
+            route.scope,
+            {p.name for p in route.query if p.handler is None},
+            route.call.build,
+            respond,
+            has_body=route.call.has_body,
+            optional=route.call.optional_body,
+            headers=headers,
+        )
 
         async def endpoint(request: Request) -> Response:
             for name, handler in handing_over.items():
                 if name in request.query_params:
                     return await handler(request)
-            client = request.client
-            context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
-            try:
-                try:
-                    message, principal = await admit(request)
-                except ApiError as error:
-                    await abort_with(context, error, method)  # logged as gRPC's refusals are
-                    raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
-                reset = current_principal.set(principal)
-                try:
-                    response = await call(message, cast(Any, context))
-                finally:
-                    current_principal.reset(reset)
-            except ApiError as error:
-                return _error_response(error, headers)
-            except Exception as exc:  # a bug: logged, answered INTERNAL
-                return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
-            return JSONResponse(render(message, response), status, headers)
+            return await admitted(request)
 
         return endpoint
 

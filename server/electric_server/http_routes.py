@@ -30,7 +30,7 @@ from starlette.requests import Request
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
-from electric_sdk._wire.enums import SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.enums import SIGNAL_TO_PB
 from electric_sdk._wire.rendering import (
     entity_json,
     event_json,
@@ -44,6 +44,10 @@ from electric_sdk.lifecycle import Signal, State
 from . import http_body as body
 from .auth import entity_scope
 from .errors import invalid_argument
+from .http_query import Query
+from .http_query import parse_states as _parse_states
+from .http_query import query_one as _query_one
+from .http_query import ref as _ref
 from .validation import MAX_INT64, MAX_PAGE, NAME_RE
 
 PREFIX = "/_electric/entities"
@@ -51,7 +55,6 @@ MIGRATION_DOC = "docs/migration-delete.md"
 MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
 
-Query = dict[str, list[str]]
 # Path, query and JSON body → the gRPC request.
 Build = Callable[[Request, Query, body.JsonObject], Message]
 # The gRPC request and response → the JSON response body.
@@ -126,27 +129,11 @@ class HttpRoute:
 # -- request builders: path, query and body → the gRPC request ---------------------------------------
 
 
-def _ref(request: Request) -> pb.EntityRef:
-    """The path's entity; ``.`` and ``..`` are no names over HTTP (clients resolve them away)."""
-    type_, id_ = request.path_params["type"], request.path_params["id"]
-    for name, value in (("ref.type", type_), ("ref.id", id_)):
-        if value in {".", ".."}:
-            raise invalid_argument("INVALID_NAME", f"{name} cannot be {value!r} over HTTP", field=name)
-    return pb.EntityRef(type=type_, id=id_)
-
-
 def _parse_signal(text: str) -> pb.Signal.ValueType:
     try:
         return SIGNAL_TO_PB[Signal.parse(text)]
     except ValueError as exc:
         raise invalid_argument("UNKNOWN_SIGNAL", str(exc), field="signal") from None
-
-
-def _parse_states(texts: list[str], name: str) -> list[pb.State.ValueType]:
-    try:
-        return [STATE_TO_PB[State.parse(t)] for t in texts]
-    except ValueError as exc:
-        raise invalid_argument("UNKNOWN_STATE", str(exc), field=name) from None
 
 
 def _query_int(query: Query, name: str, maximum: int) -> int:
@@ -158,13 +145,6 @@ def _query_int(query: Query, name: str, maximum: int) -> int:
             "INVALID_FIELD", f"{name} must be one whole number from 0 to {maximum}", field=name
         )
     return int(values[-1])
-
-
-def _query_one(query: Query, name: str) -> str:
-    values = query.get(name, [""])
-    if len(values) > 1:
-        raise invalid_argument("INVALID_FIELD", f"{name} may be given once", field=name)
-    return values[0]
 
 
 def _signal_fields(

@@ -33,7 +33,8 @@ async def _run(ctx: Context, message: Message) -> None:
             # The file is created by the test process: no event of ours can say it is there.
             while not await anyio.Path(argument).exists():  # noqa: ASYNC110
                 await anyio.sleep(POLL_S)
-        ctx.output.write(" done")
+        async with ctx.step("tool:finish"):  # a SIGTERM during the hold stops the run here
+            ctx.output.write(" done")
     elif command == "fail":
         async with ctx.step("tool:fail"):
             raise RuntimeError("asked to fail")

@@ -74,6 +74,14 @@ def probe_app(probe: Probe, **profile: Any) -> App:
     return app
 
 
+def app_module(tmp_path: Path, module: str, source: str) -> Path:
+    """A directory holding ``module``.py with ``source``, for a worker process to import."""
+    directory = tmp_path / "app"
+    directory.mkdir()
+    (directory / f"{module}.py").write_text(source)
+    return directory
+
+
 def worker_process(address: str, target: str, cwd: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
     """`electric worker TARGET` as its own process (run from ``cwd``, output to ``log``)."""
     with log.open("wb") as out:

@@ -57,6 +57,7 @@ async def test_sigint_aborts_mid_step_with_partial_output(electric: TestServer, 
         with anyio.fail_after(TIMEOUT_S):
             await probe.seen[Signal.SIGINT].wait()
         assert probe.signals[-1].partial_output == "partial"
+        assert probe.signals[-1].message_key == key  # the SIGINT named no run: the handler learns it
         # The entity stays running and takes the next message.
         nxt = await client.send("probe/int", "next")
         await until(client, "probe/int", run_status(COMPLETED, nxt.key))
@@ -130,12 +131,15 @@ async def test_sigterm_waits_for_the_step_then_cleans_up(electric: TestServer, c
         stopped = await until(client, "probe/term", state_is("stopped", "cleanup_complete"))
         events = (await client.events("probe/term", 0, 100)).events
         aborted = next(e for e in events if e.type == "run" and e.raw.run.status == ABORTED)
-        assert aborted.raw.run.output == "partial"  # stopped at the boundary after the step
+        # Stopped at the next step's start: what it wrote after the step it finished is kept.
+        assert aborted.raw.run.output == "partial more"
         assert aborted.offset < stopped.offset
         assert any(outcome_of(result.key, "shutdown_requested")(e) for e in events)
         assert aborted.raw.run.message_key == key
     assert probe.log[-2:] == ["step released", "signal SIGTERM"]
     assert "after step" not in probe.log
+    # The cleanup handler receives the stopped run's partial output, as on_sigint does.
+    assert probe.signals[-1].partial_output == "partial more"
 
 
 async def test_sigstop_queues_and_sigcont_resumes_in_order(electric: TestServer, client: AsyncClient) -> None:

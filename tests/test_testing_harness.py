@@ -1,0 +1,182 @@
+"""electric_sdk.testing's harness: an entity's handlers called directly, without a server, with
+a clock the test moves (a 30 s grace takes no time)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from electric_sdk.lifecycle import Signal, State
+from electric_sdk.runtime import App, Context, Message, SignalInfo
+from electric_sdk.testing import EntityHarness, ManualClock
+
+pytestmark = pytest.mark.anyio
+
+
+class Gates:
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        self.calls: dict[str, int] = {}
+        self.signals: list[SignalInfo] = []
+
+
+def agent_app(g: Gates) -> App:
+    app = App(code_version="test")
+
+    @app.entity("agent", grace_period="30s", idle_timeout="60s")
+    class Agent:
+        async def on_message(self, ctx: Context, message: Message) -> str:
+            ctx.state["history"].append(message.text)
+            if message.text == "hold":
+                ctx.output.write("partial")
+                async with ctx.step("tool:hold"):
+                    g.entered.set()
+                    await g.release.wait()
+                async with ctx.step("tool:after"):
+                    ctx.output.write(" after")
+                return ""
+            first = await ctx.step("tool:search", self.search, message.text)
+            second = await ctx.step("model:answer", self.answer, first)
+            return f"{first} {second} tone={ctx.state['prefs'].get('tone', '-')}"
+
+        def search(self, text: str) -> str:
+            g.calls["search"] = g.calls.get("search", 0) + 1
+            return f"found:{text}"
+
+        async def answer(self, found: str) -> str:
+            g.calls["answer"] = g.calls.get("answer", 0) + 1
+            if g.calls["answer"] == 1 and found == "found:crash":
+                g.entered.set()
+                await g.release.wait()  # the worker dies here
+            return "answered"
+
+        async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
+            g.signals.append(signal)
+            if signal.signal is Signal.SIGUSR:
+                ctx.state["prefs"]["tone"] = signal.payload
+            if signal.signal is Signal.SIGTERM:
+                await g.release.wait()  # a cleanup that waits (for the test's release or the grace)
+
+    return app
+
+
+async def test_a_run_with_state_steps_and_a_handler() -> None:
+    g = Gates()
+    async with EntityHarness(agent_app(g), "agent") as h:
+        await h.signal("SIGUSR", payload="brief")
+        run = await h.send("q")
+        assert (run.status, run.output) == ("completed", "found:q answered tone=brief")
+        assert h.state == {"prefs": {"tone": "brief"}, "history": ["q"]}
+        steps = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        assert [(s["name"], s["outcome"]) for s in steps] == [("tool:search", "ok"), ("model:answer", "ok")]
+
+
+async def test_a_run_delivered_again_replays_its_recorded_steps() -> None:
+    g = Gates()
+    async with EntityHarness(agent_app(g), "agent") as h:
+        first = h.start("crash")
+        await g.entered.wait()
+        await h.crash()
+        assert first.status == "lost"
+        assert h.state == {"history": ["crash"]}  # written with the search step's record
+        run = await h.send("crash", key=first.message.key, attempt=2)
+        assert run.status == "completed"
+        assert g.calls == {"search": 1, "answer": 2}  # the recorded search was replayed
+        assert h.state == {"history": ["crash"]}  # not appended twice
+
+
+async def test_sigint_aborts_at_once_and_the_handler_names_the_run() -> None:
+    g = Gates()
+    async with EntityHarness(agent_app(g), "agent") as h:
+        run = h.start("hold")
+        await g.entered.wait()
+        await h.signal(Signal.SIGINT)
+        assert (await run.wait()).status == "aborted"
+        assert run.output == "partial"
+        assert (g.signals[-1].signal, g.signals[-1].message_key) == (Signal.SIGINT, run.message.key)
+        assert g.signals[-1].partial_output == "partial"
+
+
+async def test_sigint_does_not_wait_for_a_thread() -> None:
+    app = App(code_version="test")
+    gate = anyio.Event()
+    finished: list[str] = []
+
+    def block() -> None:
+        while not finished:
+            time.sleep(0.001)
+
+    @app.entity("t")
+    async def t(ctx: Context, message: Message) -> None:
+        gate.set()
+        await anyio.to_thread.run_sync(block)
+
+    async with EntityHarness(app, "t") as h:
+        run = h.start("x")
+        await gate.wait()
+        await h.signal(Signal.SIGINT)
+        assert (await run.wait()).status == "aborted"
+        finished.append("done")  # the abandoned thread ends now
+
+
+async def test_a_30s_grace_expires_when_the_clock_says_so() -> None:
+    g, clock = Gates(), ManualClock()
+    async with EntityHarness(agent_app(g), "agent", clock=clock) as h:  # the type's grace: 30 s
+        await h.signal("SIGTERM")
+        assert h.lifecycle is State.STOPPING
+        assert h.grace_deadline == clock.now() + timedelta(seconds=30)
+        clock.advance(29.999)
+        await anyio.lowlevel.checkpoint()
+        assert h.lifecycle is State.STOPPING
+        clock.advance(0.001)
+        assert await h.wait_lifecycle(State.STOPPED) is State.STOPPED
+        assert h.causes[-1] == "grace_expired"  # no wall time passed: only the clock moved
+
+
+async def test_sigterm_stops_the_run_at_its_next_step_and_the_cleanup_gets_its_output() -> None:
+    g = Gates()
+    async with EntityHarness(agent_app(g), "agent") as h:
+        run = h.start("hold")
+        await g.entered.wait()
+        await h.signal("SIGTERM")
+        g.release.set()
+        assert (await run.wait()).status == "aborted"
+        await h.wait_lifecycle(State.STOPPED)
+        assert h.causes[-1] == "cleanup_complete"
+        assert g.signals[-1].partial_output == "partial"
+
+
+async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> None:
+    g, clock = Gates(), ManualClock()
+    idle = timedelta(minutes=5)  # the test's own, over the type's 60 s
+    async with EntityHarness(agent_app(g), "agent", clock=clock, idle_timeout=idle) as h:
+        await h.send("q")
+        clock.advance(299)
+        await anyio.lowlevel.checkpoint()
+        assert h.lifecycle is State.RUNNING
+        clock.advance(1)
+        await h.wait_lifecycle(State.IDLE)
+        assert h.causes == ["idle_timeout"]
+        await h.signal("SIGUSR", payload="x")  # idle: ignored, no handler runs
+        assert g.signals == []
+        await h.send("again")
+        assert h.causes == ["idle_timeout", "wake"]
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "runtime.md"
+
+
+async def test_the_docs_example_runs_as_written() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## Testing your agent") :]
+    block = section[section.index("```python\n") + len("```python\n") :]
+    module: dict[str, Any] = {"__name__": "docs_testing_example"}
+    exec(compile(block[: block.index("```")], "docs/runtime.md", "exec"), module)
+    await module["test_assistant"]()
