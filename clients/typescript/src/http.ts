@@ -193,6 +193,12 @@ export interface StreamOptions {
   /** Where to start: "-1" (the default) for the beginning, "now" for the tail, or a saved `nextOffset`. */
   offset?: string;
   signal?: AbortSignal;
+  /**
+   * Reconnect from the last offset when the connection fails on the way (the
+   * network, a server restarting or draining: `503`), as EventSource does, a
+   * little later each time up to 5 s (default true). Other refusals are thrown.
+   */
+  reconnect?: boolean;
 }
 
 export interface WatchEntitiesOptions {
@@ -281,6 +287,7 @@ export class ElectricHttpClient {
    * `nextOffset` to resume later, exactly where this one stopped.
    */
   async *streamEvents(ref: EntityRef, options: StreamOptions = {}): AsyncGenerator<StreamBatch> {
+    const path = `${entityPath(ref)}/stream`;
     let offset = options.offset ?? "-1";
     let cursor: string | undefined;
     let idleMs = 0;
@@ -289,19 +296,23 @@ export class ElectricHttpClient {
       if (cursor !== undefined) query.set("cursor", cursor);
       let events: ChangeMessage[] = [];
       let progressed = false;
-      for await (const event of this.sse(withQuery(`${entityPath(ref)}/stream`, query), options.signal)) {
-        if (event.event === "data") {
-          events = events.concat(JSON.parse(event.data) as ChangeMessage[]);
-        } else if (event.event === "control") {
-          const control = JSON.parse(event.data) as StreamControl;
-          offset = control.streamNextOffset;
-          cursor = control.streamCursor ?? cursor;
-          progressed = true;
-          const closed = control.streamClosed === true;
-          yield { events, nextOffset: offset, upToDate: closed || control.upToDate === true, closed };
-          events = [];
-          if (closed) return;
+      try {
+        for await (const event of this.sse(withQuery(path, query), options.signal)) {
+          if (event.event === "data") {
+            events = events.concat(JSON.parse(event.data) as ChangeMessage[]);
+          } else if (event.event === "control") {
+            const control = JSON.parse(event.data) as StreamControl;
+            offset = control.streamNextOffset;
+            cursor = control.streamCursor ?? cursor;
+            progressed = true;
+            const closed = control.streamClosed === true;
+            yield { events, nextOffset: offset, upToDate: closed || control.upToDate === true, closed };
+            events = [];
+            if (closed) return;
+          }
         }
+      } catch (error) {
+        if (options.reconnect === false || options.signal?.aborted || !passing(error)) throw error;
       }
       // Ended without streamClosed: the protocol says reconnect from the last offset. At once
       // after a connection that got somewhere; after one that did not, a little later each time.
@@ -369,6 +380,11 @@ export class ElectricHttpClient {
 }
 
 const RECONNECT_MAX_MS = 5_000;
+
+/** A failure that passes: `fetch`'s network errors (a TypeError), and a server draining or starting (503). */
+function passing(error: unknown): boolean {
+  return error instanceof TypeError || (error instanceof ElectricHttpError && error.status === 503);
+}
 
 function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {

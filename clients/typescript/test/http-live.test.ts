@@ -1,8 +1,12 @@
 // The HTTP wrapper's live reads against a live `electric server --http`: an
 // entity's stream over SSE (catch-up, the live tail, resumed from a saved
-// offset, closed after SIGKILL), each event once; and `GET /entities?live=sse`.
+// offset, closed after SIGKILL, across a server restart), each event once; and
+// `GET /entities?live=sse`.
 // Synchronised on what the server sends (no sleeps).
 import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { ElectricHttpClient, type http } from "../src/client.js";
@@ -82,4 +86,39 @@ test("watchEntities: a snapshot, then each state change", { timeout: 30_000 }, a
   }
   assert.deepEqual(kinds.slice(0, 2), ["snapshot", "snapshot-complete"]);
   assert.equal(kinds.at(-1), "change");
+});
+
+test("streamEvents rides out a server restart: it reconnects from its offset, each event once", { timeout: 60_000 }, async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), "electric-ts-restart-"));
+  const first = await startElectricServer(["--http", "127.0.0.1:0", "--data", dataDir]);
+  let second: ElectricServer | undefined;
+  try {
+    const ref = `ts_live/restart-${run}`;
+    await new ElectricHttpClient(first.httpUrl!).spawn(ref);
+    // One client for both servers: the restarted one listens on the same HTTP port. The reader
+    // runs on while the server drains (its SSE response ends), is down (connections refused) and
+    // starts again, retrying from its last offset.
+    const reader = new ElectricHttpClient(first.httpUrl!);
+    const seen: http.ChangeMessage[] = [];
+    let caughtUp!: () => void;
+    const upToDate = new Promise<void>((resolve) => (caughtUp = resolve));
+    const reading = (async () => {
+      for await (const batch of reader.streamEvents(ref)) {
+        seen.push(...batch.events);
+        if (batch.upToDate) caughtUp();
+        if (seen.some((e) => e.value.text === "after the restart")) return;
+      }
+    })();
+    await upToDate;
+    assert.equal(await first.stop(), 0);
+    second = await startElectricServer(["--http", new URL(first.httpUrl!).host, "--data", dataDir]);
+    await reader.send(ref, { text: "after the restart" });
+    await reading;
+    assert.deepEqual(seen.map((e) => e.type), ["state", "message"]);
+    assert.equal(new Set(seen.map((e) => e.key)).size, seen.length, "each event once");
+  } finally {
+    await first.stop();
+    if (second) assert.equal(await second.stop(), 0);
+    await rm(dataDir, { recursive: true, force: true });
+  }
 });
