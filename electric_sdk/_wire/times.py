@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 __all__ = [
     "datetime_to_ms",
     "duration_from_ms",
+    "epoch_to_iso",
     "from_iso",
     "timedelta_to_ms",
     "timestamp_from_datetime",
@@ -64,6 +65,11 @@ def timedelta_to_ms(td: timedelta) -> int:
 def to_iso(dt: datetime) -> str:
     """``2026-03-07T10:00:00.123Z``: the RFC's JSON text of an instant."""
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def epoch_to_iso(seconds: float) -> str:
+    """``to_iso`` of a POSIX time in seconds (e.g. a log record's ``created``)."""
+    return to_iso(datetime.fromtimestamp(seconds, UTC))
 
 
 def from_iso(text: str) -> datetime:

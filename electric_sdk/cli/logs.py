@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from datetime import UTC, datetime
 from typing import Any
+
+from .._wire.times import epoch_to_iso
 
 __all__ = ["LOG_FORMATS", "JsonFormatter", "add_log_format", "setup_logging"]
 
@@ -40,9 +41,8 @@ class JsonFormatter(logging.Formatter):
     record's ``extra`` fields (a value JSON cannot hold is written as its ``str``)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        when = datetime.fromtimestamp(record.created, UTC)
         line: dict[str, Any] = {
-            "ts": when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z",
+            "ts": epoch_to_iso(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
