@@ -37,6 +37,7 @@ from electric_sdk._signals import drain_on_signals
 
 from .auth import AuthInterceptor, TokenTable
 from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
+from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
@@ -123,6 +124,9 @@ class ServerConfig:
     http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
     # The origins whose pages may call the HTTP door (CORS); none: CORS off.
     cors_origins: tuple[str, ...] = ()
+    # What time it is for grace deadlines, writes and worker sessions (clock.py): a test's manual
+    # clock makes a 30 s grace pass at once. SQLite only: on PostgreSQL the database's clock judges.
+    clock: Clock = SYSTEM_CLOCK
 
     @property
     def database(self) -> Path:
@@ -146,6 +150,7 @@ def _store(config: ServerConfig, *, feed: bool = True) -> Store:
             commit_delay_ms=config.commit_delay_ms,
             accept_data_loss=config.accept_data_loss,
             disk_full_retry_ms=config.disk_full_retry_ms,
+            clock=config.clock,
         )
     if not is_database_url(config.database_url):
         raise ConfigError(f"--database must be a postgresql:// URL, not {redacted(config.database_url)!r}")
@@ -274,7 +279,11 @@ class ElectricServer:
             self.config.watch_feed_events,
         )
         self._reaper = Reaper(
-            self.store, self.config.idempotency_retention_ms, self.config.settle_ms, self.config.poll_ms
+            self.store,
+            self.config.idempotency_retention_ms,
+            self.config.settle_ms,
+            self.config.poll_ms,
+            self.config.clock,
         )
         await self._reaper.start()
         self.runtime = Runtime(
@@ -284,6 +293,7 @@ class ElectricServer:
             min(self.config.heartbeat_interval_ms, max(1, self.config.lease_ttl_ms // 3)),
             self.config.settle_ms,
             self.config.poll_ms,
+            self.config.clock,
         )
         await self.runtime.start()
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []

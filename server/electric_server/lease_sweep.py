@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from electric_sdk.lifecycle import HOSTED_STATES
@@ -68,7 +67,7 @@ class LeaseSweep:
 
     async def _own_sessions(self) -> None:
         runtime = self.runtime
-        quiet_since = time.monotonic() - runtime.lease_ttl_s
+        quiet_since = runtime.clock.monotonic() - runtime.lease_ttl_s
         for session in list(runtime.sessions.values()):
             if session.last_seen < quiet_since:
                 log.warning("worker %s missed its heartbeats: its leases expire", session.worker_id)

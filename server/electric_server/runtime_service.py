@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
@@ -37,6 +36,7 @@ from . import message_cursor
 from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ApiError, invalid_argument, translate_stream
 from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
@@ -66,8 +66,10 @@ class Runtime:
         heartbeat_interval_ms: int,
         settle_ms: int = DEFAULT_SETTLE_MS,
         poll_ms: int = DEFAULT_POLL_MS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
+        self.clock = clock  # heartbeats' times (clock.py)
         self.replica = uuid.uuid4().hex[:12]  # this process, in the session book
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
@@ -174,6 +176,7 @@ class Runtime:
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
+            last_seen=self.clock.monotonic(),
         )
         # Its worker's other session, on any replica, ends now: its leases are no longer live.
         row = SessionRow(
@@ -418,7 +421,7 @@ class Runtime:
     async def read(self, session: WorkerSession, requests: AsyncIterator[rt.ConnectRequest]) -> None:
         try:
             async for request in requests:
-                session.last_seen = time.monotonic()
+                session.last_seen = self.clock.monotonic()
                 if request.WhichOneof("msg") == "batch":
                     self._handle(session, request.batch.requests)
                 else:

@@ -1,0 +1,37 @@
+"""A server on a manual clock (``TestServer(clock=ManualClock())``): a 30 s grace passes when the
+test advances the clock, in no wall time, and not a millisecond before its deadline."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from electric_sdk.testing import ManualClock, TestServer
+
+from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, state_is, until
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_30s_grace_expires_when_the_server_clock_is_advanced(tmp_path: Path) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    # A lease that outlives the advance: this test is about the grace, not the worker's heartbeats.
+    with TestServer(tmp_path / "electric", clock=clock, lease_ttl_ms=600_000) as electric:
+        assert TIMEOUT_S < 30  # every wait below would fail before a real 30 s grace ran out
+        probe = Probe()
+        async with electric.async_client() as client, running_worker(probe_app(probe), electric.address):
+            await client.spawn("probe/slow", grace_period="30s")
+            await client.send("probe/slow", "hold")
+            with anyio.fail_after(TIMEOUT_S):
+                await probe.entered.wait()
+            await client.terminate("probe/slow")
+            stopping = await until(client, "probe/slow", state_is("stopping"))
+            deadline = datetime.fromisoformat(stopping.value["deadline"])
+            assert deadline == stopping.timestamp + timedelta(seconds=30)  # by the manual clock
+            clock.advance(29.999)  # were the grace judged now, `stopped` would carry this time
+            clock.advance(0.001)
+            stopped = await until(client, "probe/slow", state_is("stopped", "grace_expired"))
+            assert stopped.timestamp >= deadline  # not before the deadline, by the clock
