@@ -131,11 +131,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000, help="steps per side and round")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    try:
-        import dbos  # noqa: F401
-    except ImportError:
-        print("bench_dbos_step needs DBOS Transact: .venv/bin/pip install -e '.[bench]'", file=sys.stderr)
-        sys.exit(2)
+    pg_common.need_dbos("bench_dbos_step")
     rounds = 1 if args.quick else args.rounds
     params = {"warmup": 50, "steps": common.scale(args.steps, args.quick, 100) // rounds}
     t_start = time.perf_counter()
