@@ -35,3 +35,20 @@ async def test_a_30s_grace_expires_when_the_server_clock_is_advanced(tmp_path: P
             clock.advance(0.001)
             stopped = await until(client, "probe/slow", state_is("stopped", "grace_expired"))
             assert stopped.timestamp >= deadline  # not before the deadline, by the clock
+
+
+async def test_an_idle_timeout_passes_when_the_clock_is_advanced(tmp_path: Path) -> None:
+    clock = ManualClock(datetime.now(UTC))
+    with TestServer(tmp_path / "electric", clock=clock, lease_ttl_ms=600_000) as electric:
+        async with (
+            electric.async_client() as client,
+            running_worker(probe_app(Probe(), idle_timeout="60s"), electric.address, clock=clock),
+        ):
+            await client.spawn("probe/idle")
+            # The host counts idle from its start, before it writes `running`: no race with it.
+            running = await until(client, "probe/idle", state_is("running"))
+            clock.advance(59.999)  # were the idle timeout judged now, `idle` would carry this time
+            clock.advance(0.001)
+            idle = await until(client, "probe/idle", state_is("idle", "idle_timeout"), running.offset)
+            # Not before the timeout, by the clock the worker and the server share.
+            assert idle.timestamp >= running.timestamp + timedelta(seconds=60)
