@@ -192,6 +192,11 @@ class ElectricServer:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
         if not 1 <= config.poll_ms <= DEFAULT_POLL_MS:
             raise ConfigError(f"--poll must be 1ms to {DEFAULT_POLL_MS}ms, not {config.poll_ms}ms")
+        if config.database_url and config.clock is not SYSTEM_CLOCK:
+            raise ConfigError(
+                "a manual clock is for the SQLite store: on PostgreSQL the database's clock judges "
+                "every write and lease"
+            )
         if config.lease_ttl_ms < 1:
             raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")
         if not 1 <= config.settle_ms <= MAX_SETTLE_MS:

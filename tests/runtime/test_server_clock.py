@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from electric_server import ConfigError
 
 from electric_sdk.testing import ManualClock, TestServer
 
@@ -52,3 +53,10 @@ async def test_an_idle_timeout_passes_when_the_clock_is_advanced(tmp_path: Path)
             idle = await until(client, "probe/idle", state_is("idle", "idle_timeout"), running.offset)
             # Not before the timeout, by the clock the worker and the server share.
             assert idle.timestamp >= running.timestamp + timedelta(seconds=60)
+
+
+def test_a_manual_clock_on_postgresql_is_refused(tmp_path: Path) -> None:
+    # Refused before anything connects: no database need listen at this address.
+    server = TestServer(tmp_path / "electric", clock=ManualClock(), database_url="postgresql://127.0.0.1:1/x")
+    with pytest.raises(ConfigError, match="manual clock is for the SQLite store"):
+        server.start()
