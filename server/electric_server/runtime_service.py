@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
 
 import grpc
@@ -70,6 +70,7 @@ class Runtime:
     ) -> None:
         self.store = store
         self.clock = clock  # heartbeats' times (clock.py)
+        self._unadvance: Callable[[], None] = lambda: None
         self.replica = uuid.uuid4().hex[:12]  # this process, in the session book
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
@@ -97,6 +98,12 @@ class Runtime:
         # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first.
         await self.sweep.once()
         self._expiry = asyncio.create_task(self.sweep.run(), name="electric-lease-sweep")
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from the thread that advanced the clock: sessions may have expired
+            loop.call_soon_threadsafe(self.sweep.wake)
+
+        self._unadvance = self.clock.on_advance(wake)
 
     def drain(self) -> None:
         """End every worker session now (no awaiting: the server is draining).
@@ -116,7 +123,7 @@ class Runtime:
             session.outbox.put_nowait(None)
         for task in list(self._tasks):
             task.cancel()
-        self.sweep.stopping.set()
+        self.sweep.stop()
         if self.store.sessions.shared:
             self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
 
@@ -140,6 +147,7 @@ class Runtime:
             log.warning("the end of this server's sessions was not recorded: %s", exc)
 
     async def stop(self) -> None:
+        self._unadvance()
         self.drain()
         if self._expiry is not None:
             with contextlib.suppress(asyncio.CancelledError):

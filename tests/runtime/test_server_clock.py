@@ -12,7 +12,7 @@ from electric_server import ConfigError
 
 from electric_sdk.testing import ManualClock, TestServer
 
-from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, state_is, until
+from .rt_support import STARTED, TIMEOUT_S, Probe, probe_app, run_status, running_worker, state_is, until
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +53,25 @@ async def test_an_idle_timeout_passes_when_the_clock_is_advanced(tmp_path: Path)
             idle = await until(client, "probe/idle", state_is("idle", "idle_timeout"), running.offset)
             # Not before the timeout, by the clock the worker and the server share.
             assert idle.timestamp >= running.timestamp + timedelta(seconds=60)
+
+
+async def test_a_lease_ends_when_the_clock_passes_its_ttl(tmp_path: Path) -> None:
+    """The worker heartbeats in wall time, every few seconds: an advance past the lease TTL finds
+    its session quiet, the sweep (woken by the advance) ends it, and the run goes to attempt 2."""
+    clock = ManualClock(datetime.now(UTC))
+    with TestServer(tmp_path / "electric", clock=clock, lease_ttl_ms=10_000) as electric:
+        probe = Probe()
+        async with electric.async_client() as client, running_worker(probe_app(probe), electric.address):
+            await client.spawn("probe/lease")
+            receipt = await client.send("probe/lease", "hold")
+            with anyio.fail_after(TIMEOUT_S):
+                await probe.entered.wait()
+            clock.advance(10.001)
+            lost = await until(
+                client, "probe/lease", lambda e: e.type == "state" and e.value["cause"] == "runtime_lost"
+            )
+            again = await until(client, "probe/lease", run_status(STARTED, receipt.key), lost.offset)
+            assert again.raw.run.attempt == 2
 
 
 def test_a_manual_clock_on_postgresql_is_refused(tmp_path: Path) -> None:
