@@ -210,11 +210,7 @@ def main() -> None:
     p.add_argument("--cancels", type=int, default=100)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-    try:
-        import dbos  # noqa: F401
-    except ImportError:
-        print("bench_dbos needs DBOS Transact: .venv/bin/pip install -e '.[bench]'", file=sys.stderr)
-        sys.exit(2)
+    pg_common.need_dbos("bench_dbos")
     rounds = 1 if args.quick else args.rounds
     params = {
         "warmup": 20,

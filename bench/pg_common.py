@@ -68,3 +68,12 @@ async def settings() -> dict[str, str]:
         return {n: str(await conn.fetchval(f"SHOW {n}")) for n in names}
     finally:
         await conn.close()
+
+
+def need_dbos(bench: str) -> None:
+    """Exit 2, saying how to install it, unless DBOS Transact (the ``bench`` extra) is here."""
+    try:
+        import dbos  # noqa: F401
+    except ImportError:
+        print(f"{bench} needs DBOS Transact: .venv/bin/pip install -e '.[bench]'", file=sys.stderr)
+        sys.exit(2)

@@ -40,6 +40,7 @@ BENCHES = [
     "bench_pg_store",
     "bench_pg_signal",
     "bench_dbos",
+    "bench_dbos_step",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 

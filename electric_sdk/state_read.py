@@ -6,24 +6,48 @@ head for the newest snapshot or state-bearing event (its ``snap`` names the
 latest snapshot), read that snapshot, then fold the ops of the events after
 its ``upto``. A wake therefore reads the snapshot and the tail, never the
 whole history (unless the entity has no snapshot yet).
+
+It reads pages of any event type with an ``offset`` and a ``type`` (the SDK's
+``models.Event``, the wire's ``pb.Event``), so the server's HTTP door (``GET
+/{type}/{id}/state``) rebuilds the state here too, from its own pages: one
+rebuild for the worker, the client and the door. ``data`` says where an event
+keeps its JSON data (by default ``event.value["data"]``, the SDK's events).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .durable_state import SNAPSHOT_EVENT, Collections, bears_state, rebuild
-from .models import Event, EventPage
 
-__all__ = ["Loaded", "PageReader", "load_state", "read_range"]
+__all__ = ["Loaded", "PageReader", "StreamEvent", "StreamPage", "load_state", "read_range"]
 
 # ReadEvents' own bound on a page; the backward search starts with a smaller one.
 _PAGE = 1000
 _FIRST_PAGE = 16
 
-PageReader = Callable[[int, int], Awaitable[EventPage]]  # (from_offset, limit) -> page
+
+class StreamEvent(Protocol):
+    @property
+    def offset(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+
+
+E = TypeVar("E", bound=StreamEvent)
+E_co = TypeVar("E_co", bound=StreamEvent, covariant=True)
+
+
+class StreamPage(Protocol[E_co]):
+    @property
+    def events(self) -> Sequence[E_co]: ...
+    @property
+    def next_offset(self) -> int: ...
+
+
+PageReader = Callable[[int, int], Awaitable[StreamPage[E]]]  # (from_offset, limit) -> page
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +63,13 @@ class Loaded:
     head: int
 
 
-def _data(event: Event) -> Any:
+def _value_data(event: Any) -> Any:
     return event.value.get("data")
 
 
-async def read_range(read: PageReader, start: int, end: int) -> list[Event]:
+async def read_range(read: PageReader[E], start: int, end: int) -> list[E]:
     """Events at offsets start..end-1 (a page may end early at 1 MiB: continue from next_offset)."""
-    events: list[Event] = []
+    events: list[E] = []
     offset = start
     while offset < end:
         page = await read(offset, min(_PAGE, end - offset))
@@ -56,10 +80,10 @@ async def read_range(read: PageReader, start: int, end: int) -> list[Event]:
     return events
 
 
-async def load_state(read: PageReader, head: int) -> Loaded:
-    """The state of a stream whose next offset is ``head``."""
+async def load_state(read: PageReader[E], head: int, data: Callable[[E], Any] = _value_data) -> Loaded:
+    """The state of a stream whose next offset is ``head``; ``data``: an event's JSON data."""
     end, scanned, size = head, 0, _FIRST_PAGE
-    newest: Event | None = None
+    newest: E | None = None
     while end > 0 and newest is None:
         # Small pages first: the newest state event is usually near the head (a run's own records).
         start, size = max(0, end - size), min(size * 4, _PAGE)
@@ -73,14 +97,14 @@ async def load_state(read: PageReader, head: int) -> Loaded:
     if newest is None:
         return Loaded({}, head - 1, -1, scanned, head)
     snapshot: dict[str, Any] | None = None
-    snap_offset = newest.offset if newest.type == SNAPSHOT_EVENT else int(_data(newest).get("snap", -1))
+    snap_offset = newest.offset if newest.type == SNAPSHOT_EVENT else int(data(newest).get("snap", -1))
     if snap_offset >= 0:
         found = await read_range(read, snap_offset, snap_offset + 1)
         if found and found[0].type == SNAPSHOT_EVENT:
-            snapshot = _data(found[0])
+            snapshot = data(found[0])
     begin = int(snapshot["upto"]) + 1 if snapshot is not None else 0
     tail = await read_range(read, begin, head)
-    state = rebuild(snapshot, ((e.offset, e.type, _data(e)) for e in tail))
+    state = rebuild(snapshot, ((e.offset, e.type, data(e)) for e in tail))
     # ``upto`` is the whole stream read, not its newest state event: a snapshot taken from this
     # state then lets the next wake start its tail here, not at an old state event.
     return Loaded(state, head - 1, snap_offset if snapshot is not None else -1, scanned, head)

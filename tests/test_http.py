@@ -506,6 +506,8 @@ AUTH_ROUTES: list[tuple[str, str, dict[str, Any], str, list[str]]] = [
     ("GET", "/entities", {}, "read", []),
     ("GET", "/entities", {"params": {"type": "agent"}}, "read", ["agent"]),
     ("GET", "/agent/a1/events", {}, "read", ["agent"]),
+    ("GET", "/agent/a1/state", {}, "read", ["agent"]),
+    ("GET", "/other/o1/state", {}, "read", ["other"]),
     ("POST", "/agent/a1/signal", {"json": {"signal": "SIGUSR"}}, "signal", ["agent"]),
     ("POST", "/other/o1/signal", {"json": {"signal": "SIGUSR"}}, "signal", ["other"]),
     ("POST", "/signal", {"json": {"selector": {"type": "agent"}, "signal": "SIGUSR"}}, "signal", ["agent"]),

@@ -5,7 +5,8 @@ From the bottom up:
 1. the contract and the pure rules: ``_proto``, ``lifecycle``, the wire
    conversions (``_wire``) and the small helpers the server shares
    (``durations``, ``_signals``, ``runtime_session``, ``stream_batches``,
-   ``_portal``, ``listen``);
+   ``_portal``, ``listen``), and the durable state's rules and rebuild
+   (``durable_state``, ``state_read``: the HTTP door rebuilds it as the client does);
 2. the public types: ``models``, ``errors``, ``arguments``, ``event_text``,
    and how a channel is opened (``channels``);
 3. the client; 4. the runtime (a worker is a client of the server);
@@ -42,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk._portal",
         "electric_sdk.listen",
         "electric_sdk.durable_state",
+        "electric_sdk.state_read",
         "electric_sdk.version",
     ),
     (
@@ -50,7 +52,6 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.arguments",
         "electric_sdk.event_text",
         "electric_sdk.channels",
-        "electric_sdk.state_read",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),

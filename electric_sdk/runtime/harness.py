@@ -50,14 +50,32 @@ def _duration(value: DurationLike | None, default_ms: int) -> timedelta:
 
 
 class ManualClock:
-    """A clock that moves only when the test says so."""
+    """A clock that moves only when the test says so.
+
+    It is also a server's clock (``TestServer(clock=ManualClock())``: grace deadlines,
+    worker sessions' liveness and the writes' timestamps count on it), so ``advance`` may be
+    called from the test's thread while the server's loop runs in another: the server's
+    sleepers are woken through ``on_advance``, which they make thread-safe.
+    """
 
     def __init__(self, start: datetime = _EPOCH) -> None:
         self._now = start
         self._waiters: list[tuple[datetime, anyio.Event]] = []
+        self._on_advance: list[Callable[[], None]] = []
 
     def now(self) -> datetime:
         return self._now
+
+    def now_ms(self) -> int:
+        return int(self._now.timestamp() * 1000)
+
+    def monotonic(self) -> float:
+        return self._now.timestamp()
+
+    def on_advance(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each ``advance``; returns the way to stop."""
+        self._on_advance.append(callback)
+        return lambda: self._on_advance.remove(callback) if callback in self._on_advance else None
 
     def advance(self, seconds: float) -> None:
         """Move the clock on; whatever waits for a time now past is woken."""
@@ -68,6 +86,8 @@ class ManualClock:
         self._waiters = [w for w in self._waiters if w[0] > self._now]
         for _, event in due:
             event.set()
+        for callback in list(self._on_advance):
+            callback()
 
     async def sleep_until(self, when: datetime) -> None:
         if when <= self._now:

@@ -141,7 +141,7 @@ class EntityHost(HostBase):
                 if timeout <= 0:
                     if await self._go_idle("idle_timeout", release=True):
                         return
-                    self._idle_since = anyio.current_time()
+                    self._idle_since = self._fenced.session.now_s()
                     continue
             await self._bell.wait(max(timeout, 0.0))
 
@@ -222,7 +222,7 @@ class EntityHost(HostBase):
             if status is not None:  # else the session ended: no record, the message is delivered again
                 with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
                     await self._finish_run(run, status, error)
-            self._idle_since = anyio.current_time()
+            self._idle_since = self._fenced.session.now_s()
             self._bell.ring()
 
     async def _execute(self, run: _Run) -> tuple[pb.RunStatus.ValueType | None, str]:

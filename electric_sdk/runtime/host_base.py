@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import anyio
-
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
@@ -56,7 +54,7 @@ class HostBase(Lifetime):
     # -- lifetime -----------------------------------------------------------------------------
 
     async def _main(self) -> None:
-        self._idle_since = anyio.current_time()
+        self._idle_since = self._fenced.session.now_s()
         try:
             await self._prepare()
             await self._start()
@@ -82,7 +80,11 @@ class HostBase(Lifetime):
     def _idle_left_s(self) -> float:
         """Seconds until the idle timeout (negative: it has passed)."""
         idle = self.entity.idle_timeout or DEFAULT_IDLE_TIMEOUT
-        return self._idle_since + idle.total_seconds() - anyio.current_time()
+        return self._idle_since + idle.total_seconds() - self._fenced.session.now_s()
+
+    def clock_moved(self) -> None:
+        """The worker's manual clock jumped: look at the idle timeout again."""
+        self._bell.ring()
 
     async def _go_idle(
         self, cause: str, settles: Sequence[tuple[SignalInfo, Outcome]] = (), *, release: bool = False

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import grpc
@@ -53,7 +53,7 @@ from .lifetime import Lifetime
 if TYPE_CHECKING:  # prometheus-client is imported only by a worker that counts
     from .metrics import WorkerMetrics
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerClock"]
 
 log = logging.getLogger("electric.runtime")
 
@@ -76,6 +76,14 @@ Host = EntityHost | ExecHost
 
 def _key(ref: pb.EntityRef) -> tuple[str, str]:
     return (ref.type, ref.id)
+
+
+class WorkerClock(Protocol):
+    """A clock a test moves (``electric_sdk.testing.ManualClock``): the idle timeouts count on it,
+    and each jump wakes the hosts (``on_advance`` may be called from another thread)."""
+
+    def monotonic(self) -> float: ...
+    def on_advance(self, callback: Callable[[], None]) -> Callable[[], None]: ...
 
 
 @dataclass
@@ -106,6 +114,7 @@ class Worker:
         max_backoff_s: float = 2.0,
         reload_app: Callable[[], App] | None = None,
         metrics: WorkerMetrics | None = None,
+        clock: WorkerClock | None = None,
     ) -> None:
         overrides: dict[str, Any] = {
             k: v for k, v in (("address", address), ("token", token)) if v is not None
@@ -126,6 +135,8 @@ class Worker:
         self._max_backoff_s = max_backoff_s
         # Called on every wake (dev mode): the app to host the woken entity with.
         self._reload_app = reload_app
+        # The idle timeouts' clock: a test's ManualClock (electric_sdk.testing), else the loop's.
+        self.clock = clock
         self._hosts: dict[tuple[str, str], Host] = {}
         self._host_tasks: set[asyncio.Task[None]] = set()
         self._hosts_changed = anyio.Event()
@@ -167,6 +178,12 @@ class Worker:
         backoff = 0.05
         started = False
         welcomed = False
+        loop = asyncio.get_running_loop()
+
+        def clock_moved() -> None:  # from the thread that advanced the clock
+            loop.call_soon_threadsafe(self._clock_moved)
+
+        unsubscribe = self.clock.on_advance(clock_moved) if self.clock is not None else lambda: None
 
         def on_welcome() -> None:
             nonlocal backoff, started, welcomed
@@ -195,6 +212,7 @@ class Worker:
                     backoff = min(backoff * 2, self._max_backoff_s)
                 await anyio.sleep(backoff * (0.5 + random.random()))
         finally:
+            unsubscribe()
             self._stopped.set()
             if self._client is not None:
                 await self._client.close()
@@ -399,6 +417,14 @@ class Worker:
             if not page.events or page.next_offset >= page.head_offset:
                 return events
             offset = page.next_offset
+
+    def now_s(self) -> float:
+        """What time it is for the idle timeouts of the hosted entities, in seconds."""
+        return self.clock.monotonic() if self.clock is not None else anyio.current_time()
+
+    def _clock_moved(self) -> None:
+        for host in list(self._hosts.values()):
+            host.clock_moved()
 
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage:
         """One page of the entity's stream (a host reads its durable state and recorded steps)."""

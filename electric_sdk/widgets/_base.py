@@ -33,7 +33,7 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
         self._owned.append(widget)
         return widget
 
-    def _start(self, source: Source, ticking: Callable[[], bool] = lambda: False) -> None:
+    def _start(self, *sources: Source, ticking: Callable[[], bool] = lambda: False) -> None:
         self._feed = Feed(
             self._client,
             self._ui,
@@ -42,7 +42,7 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
             on_error=self._stream_failed,
             ticking=ticking,
         )
-        self._feed.start(source)
+        self._feed.start(*sources)
 
     def _refresh(self) -> Callable[[], None]:
         """On the client's loop: take the latest facts; return how to show them."""

@@ -1,7 +1,9 @@
-"""EntityControl: one entity's state, its signal buttons and its live event log."""
+"""EntityControl: one entity's state, its signal buttons, its live event log and its durable state."""
 
 from __future__ import annotations
 
+import html
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -36,11 +38,15 @@ class EntityControl(LiveWidget):
 
     ``client`` is a ``Client`` or an ``AsyncClient`` (create the widget on the
     AsyncClient's loop, e.g. in a notebook cell). ``close()`` stops the streams.
+    The state panel (``state_panel``) shows the entity's durable state (``ctx.state``'s
+    collections, read-only), live through ``watch_state``; ``durable_state`` is what it shows.
     ``view`` (an ``EntityView``) is what the widget shows; observe it
     (``control.observe(callback, "view")``) to act after each update.
     """
 
     view = traitlets.Any()
+    # The entity's durable state as last drawn (None until read): observe it like ``view``.
+    durable_state = traitlets.Any(None)
 
     def __init__(
         self, client: Client | AsyncClient, ref: RefLike, *, log_size: int = 20, throttle_s: float = 0.1
@@ -72,6 +78,8 @@ class EntityControl(LiveWidget):
         )
         self.confirm_kill = Confirm(self._ui, "Kill now")
         self.event_log = own(widgets.HTML(self._facts.log_html()))
+        self._state: dict[str, Any] | None = None  # written on the client's loop
+        self.state_panel = own(widgets.HTML(state_html(None)))
         for widget in self.confirm_kill.widgets:
             own(widget)
 
@@ -90,9 +98,10 @@ class EntityControl(LiveWidget):
             own(widgets.HBox([self.payload, usr])),
             self.message,
             self.event_log,
+            self.state_panel,
         ]
         self.add_class("electric-entity-control")
-        self._start(self._follow, ticking=lambda: self._facts.grace_left_s() is not None)
+        self._start(self._follow, self._follow_state, ticking=lambda: self._facts.grace_left_s() is not None)
 
     # -- the stream, on the client's loop ------------------------------------------------------
 
@@ -106,6 +115,11 @@ class EntityControl(LiveWidget):
             self._feed_changed()
         self._facts = replace(self._facts, closed=True)
 
+    async def _follow_state(self) -> None:
+        async for state in self._client.aio.watch_state(self.ref):
+            self._state = state
+            self._feed_changed()
+
     def _feed_changed(self) -> None:
         assert self._feed is not None
         self._feed.changed()
@@ -114,12 +128,12 @@ class EntityControl(LiveWidget):
         self._facts = replace(self._facts, error=f"live updates stopped: {describe(exc)}")
 
     def _refresh(self) -> Callable[[], None]:
-        view = self._facts
-        return lambda: self._render(view)
+        view, state = self._facts, self._state
+        return lambda: self._render(view, state)
 
     # -- the widgets, on their own thread ----------------------------------------------------------
 
-    def _render(self, view: EntityView) -> None:
+    def _render(self, view: EntityView, state: dict[str, Any] | None) -> None:
         if self._closed:
             return
         self.badge.value = badge_html(view.state)
@@ -130,6 +144,9 @@ class EntityControl(LiveWidget):
         if Signal.SIGKILL not in enabled:
             self.confirm_kill.dismiss()
         self.event_log.value = view.log_html()
+        if state is not None and state != self.durable_state:
+            self.state_panel.value = state_html(state)
+            self.durable_state = state
         self.view = view  # last, so its observers see the widgets updated
 
     def _sender(self, signal: Signal, payload: Any = None) -> Callable[[], None]:
@@ -156,3 +173,17 @@ class EntityControl(LiveWidget):
             f"Kill {self.ref.url} now? No handler runs; a run in progress is aborted.",
             self._sender(Signal.SIGKILL),
         )
+
+
+def state_html(state: dict[str, Any] | None) -> str:
+    """The state panel: each collection of ``ctx.state`` as JSON, read-only."""
+    if state is None:
+        return "<div class='electric-state'><i>durable state: reading…</i></div>"
+    if not state:
+        return "<div class='electric-state'><i>durable state: empty</i></div>"
+    rows = "".join(
+        f"<dt><b>{html.escape(name)}</b></dt>"
+        f"<dd><pre>{html.escape(json.dumps(value, indent=1, sort_keys=True, default=str))}</pre></dd>"
+        for name, value in sorted(state.items())
+    )
+    return f"<div class='electric-state'><b>durable state</b><dl>{rows}</dl></div>"

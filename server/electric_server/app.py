@@ -36,6 +36,7 @@ from electric_sdk.listen import is_loopback, listen_host
 
 from .auth import AuthInterceptor, TokenTable
 from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
+from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
@@ -122,6 +123,9 @@ class ServerConfig:
     http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
     # The origins whose pages may call the HTTP door (CORS); none: CORS off.
     cors_origins: tuple[str, ...] = ()
+    # What time it is for grace deadlines, writes and worker sessions (clock.py): a test's manual
+    # clock makes a 30 s grace pass at once. SQLite only: on PostgreSQL the database's clock judges.
+    clock: Clock = SYSTEM_CLOCK
 
     @property
     def database(self) -> Path:
@@ -145,6 +149,7 @@ def _store(config: ServerConfig, *, feed: bool = True) -> Store:
             commit_delay_ms=config.commit_delay_ms,
             accept_data_loss=config.accept_data_loss,
             disk_full_retry_ms=config.disk_full_retry_ms,
+            clock=config.clock,
         )
     if not is_database_url(config.database_url):
         raise ConfigError(f"--database must be a postgresql:// URL, not {redacted(config.database_url)!r}")
@@ -174,6 +179,11 @@ class ElectricServer:
             raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
         if not 1 <= config.poll_ms <= DEFAULT_POLL_MS:
             raise ConfigError(f"--poll must be 1ms to {DEFAULT_POLL_MS}ms, not {config.poll_ms}ms")
+        if config.database_url and config.clock is not SYSTEM_CLOCK:
+            raise ConfigError(
+                "a manual clock is for the SQLite store: on PostgreSQL the database's clock judges "
+                "every write and lease"
+            )
         if config.lease_ttl_ms < 1:
             raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")
         if not 1 <= config.settle_ms <= MAX_SETTLE_MS:
@@ -261,7 +271,11 @@ class ElectricServer:
             self.config.watch_feed_events,
         )
         self._reaper = Reaper(
-            self.store, self.config.idempotency_retention_ms, self.config.settle_ms, self.config.poll_ms
+            self.store,
+            self.config.idempotency_retention_ms,
+            self.config.settle_ms,
+            self.config.poll_ms,
+            self.config.clock,
         )
         await self._reaper.start()
         self.runtime = Runtime(
@@ -271,6 +285,7 @@ class ElectricServer:
             min(self.config.heartbeat_interval_ms, max(1, self.config.lease_ttl_ms // 3)),
             self.config.settle_ms,
             self.config.poll_ms,
+            self.config.clock,
         )
         await self.runtime.start()
         interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []

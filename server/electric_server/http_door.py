@@ -43,13 +43,25 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+
 from . import http_body as body
-from .auth import ANONYMOUS, Principal, TokenTable, bearer_principal, current_principal, denial, type_denial
+from .auth import (
+    ANONYMOUS,
+    Principal,
+    TokenTable,
+    bearer_principal,
+    current_principal,
+    denial,
+    entity_scope,
+    type_denial,
+)
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
 from .http_openapi import render as render_openapi
 from .http_query import Query
 from .http_routes import PREFIX, ROUTES, Build, HttpRoute, served_paths
+from .http_state import read_state, state_request
 from .metrics import CONTENT_TYPE
 from .service import EntityService
 
@@ -192,6 +204,10 @@ class HttpDoor:
         self.grace_s = grace_s
         self.tls = tls
         self.port = 0
+        # GET /{type}/{id}/state (http_state.py): admitted as the ReadEvents it reads the stream by.
+        self._state = admitted_endpoint(
+            tokens, "ReadEvents", entity_scope("ReadEvents"), set(), state_request, self._respond_state
+        )
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
         middleware = []
@@ -285,6 +301,10 @@ class HttpDoor:
             return await admitted(request)
 
         return endpoint
+
+    async def _respond_state(self, request: Request, message: Message, context: DoorContext) -> Response:
+        assert isinstance(message, api.ReadEventsRequest)
+        return JSONResponse(await read_state(self.service, message, context))
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "alive"})

@@ -199,6 +199,11 @@ def _schemas() -> dict[str, Schema]:
                 "end_of_stream": {"type": "boolean"},
             },
         ),
+        "State": {
+            "type": "object",
+            "additionalProperties": {"type": ["array", "object"]},
+            "description": "ctx.state: each collection by name, a list or a keyed map of JSON values",
+        },
         "StreamEvent": {**_obj(list(event_props), event_props), "description": "a State Protocol change"},
         "StreamEvents": {"type": "array", "items": _ref("schemas", "StreamEvent")},
         **_request_schemas(),

@@ -388,6 +388,12 @@ ROUTES: tuple[HttpRoute, ...] = (
         Answer(200, "a page of events", "EventsPage"), (*SERVICE_ERRORS, 404), query=(_OFFSET, _LIMIT),
     ),
     HttpRoute(
+        "GET", f"{ONE}/state", "readState", "Read an entity's durable state (ctx.state), as client.state does",
+        (Answer(200, "its collections by name, rebuilt from the latest snapshot and the events after it",
+                "State"),),
+        (*SERVICE_ERRORS, 404), scope=entity_scope("ReadEvents"), handler="door.state",
+    ),
+    HttpRoute(
         "GET", f"{ONE}/stream", "readStream",
         "Read an entity's stream by the Durable Streams protocol (catch-up, long-poll, SSE)",
         (

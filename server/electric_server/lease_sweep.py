@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from electric_sdk.lifecycle import HOSTED_STATES
@@ -47,11 +46,22 @@ class LeaseSweep:
         # Set to end ``run`` between polls: cancelling it in a query would hand the pool a
         # connection still busy with it.
         self.stopping = asyncio.Event()
+        # Rung to sweep before the next poll: the end, or a test's clock jumped (clock.py).
+        self._bell = asyncio.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._bell.set()
+
+    def wake(self) -> None:
+        self._bell.set()
 
     async def run(self) -> None:
         while not self.stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), self.runtime.poll_s)
+                await asyncio.wait_for(self._bell.wait(), self.runtime.poll_s)
+            self._bell.clear()
+            if self.stopping.is_set():
                 return
             try:
                 await self.once()
@@ -68,7 +78,7 @@ class LeaseSweep:
 
     async def _own_sessions(self) -> None:
         runtime = self.runtime
-        quiet_since = time.monotonic() - runtime.lease_ttl_s
+        quiet_since = runtime.clock.monotonic() - runtime.lease_ttl_s
         for session in list(runtime.sessions.values()):
             if session.last_seen < quiet_since:
                 log.warning("worker %s missed its heartbeats: its leases expire", session.worker_id)

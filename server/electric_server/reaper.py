@@ -39,6 +39,7 @@ from collections.abc import Callable
 from electric_sdk.lifecycle import STATE_RULES
 
 from . import entity_writes
+from .clock import SYSTEM_CLOCK, Clock
 from .runtime_answers import REQUEST_KEY_PREFIX, REQUEST_KEY_RETENTION_MS
 from .store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 
@@ -55,10 +56,6 @@ POLL_PAGE = 256
 EXIT_SETTLE_MS = 1000
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Reaper:
     def __init__(
         self,
@@ -66,8 +63,12 @@ class Reaper:
         idempotency_retention_ms: int,
         settle_ms: int = EXIT_SETTLE_MS,
         poll_ms: int = DEFAULT_POLL_MS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
+        # Deadlines are judged by it (clock.py); a test's manual clock wakes the reaper when it jumps.
+        self.clock = clock
+        self._unadvance: Callable[[], None] = lambda: None
         self.poll_s = poll_ms / 1000
         self.retention_ms = idempotency_retention_ms
         self.settle_ms = settle_ms
@@ -93,7 +94,9 @@ class Reaper:
         ):
             self._push(after.stopping_deadline_ms, after.ref)
         if (deadline := self._waiting.get(commit.ref)) is not None:
-            self._push(deadline, commit.ref, _now_ms())  # perhaps its exit receipt, or its lease's end
+            self._push(
+                deadline, commit.ref, self.clock.now_ms()
+            )  # perhaps its exit receipt, or its lease's end
 
     @property
     def pending_deadlines(self) -> int:
@@ -111,10 +114,17 @@ class Reaper:
         for ref, deadline in await self.store.stopping_deadlines():
             self._push(deadline, ref)
         log.info("reaper armed with %d grace deadline(s)", len(self._heap))
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from the thread that advanced the clock
+            loop.call_soon_threadsafe(self._wakeup.set)
+
+        self._unadvance = self.clock.on_advance(wake)
         self._task = asyncio.create_task(self._run(), name="electric-reaper")
 
     async def stop(self) -> None:
         self._unsubscribe()
+        self._unadvance()
         if self._task is not None:
             # Between its writes and polls (cancelled in a query, it would hand the PostgreSQL
             # pool a connection still busy with it).
@@ -124,13 +134,14 @@ class Reaper:
             self._task = None
 
     async def _run(self) -> None:
+        # The polls and purges keep real time: they are work to do, not deadlines to judge.
         next_purge = time.monotonic()
         next_poll = time.monotonic()
         while not self._stopping:
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + self.poll_s
                 await self._poll()
-            now = _now_ms()
+            now = self.clock.now_ms()
             due: list[tuple[int, Ref, int]] = []
             while self._heap and self._heap[0][0] <= now:
                 entry = heapq.heappop(self._heap)
@@ -141,9 +152,9 @@ class Reaper:
             if time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + PURGE_INTERVAL_S
                 try:
-                    purged = await self.store.purge_idempotency(_now_ms() - self.retention_ms)
+                    purged = await self.store.purge_idempotency(self.clock.now_ms() - self.retention_ms)
                     purged += await self.store.purge_idempotency(
-                        _now_ms() - REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX
+                        self.clock.now_ms() - REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX
                     )
                 except StorageFault:
                     purged = 0  # the store has said why; the next purge will do
@@ -151,7 +162,7 @@ class Reaper:
                     log.info("forgot %d idempotency key(s) older than the retention", purged)
             timeout = max(0.0, next_poll - time.monotonic())
             if self._heap:
-                timeout = min(timeout, max(0.0, (self._heap[0][0] - _now_ms()) / 1000))
+                timeout = min(timeout, max(0.0, (self._heap[0][0] - self.clock.now_ms()) / 1000))
             if self._stopping:
                 return
             self._wakeup.clear()
@@ -169,7 +180,7 @@ class Reaper:
             return
         for ref, deadline in found:
             if (ref, deadline) not in self._armed:
-                self._push(deadline, ref, _now_ms())
+                self._push(deadline, ref, self.clock.now_ms())
 
     async def _expire(self, due: list[tuple[Ref, int]]) -> None:
         writes = [
@@ -184,7 +195,7 @@ class Reaper:
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, StorageFault):  # a storage fault: the store has logged it
                     log.error("grace expiry of %s/%s failed: %s", *ref, outcome)
-                self._push(deadline, ref, _now_ms() + RETRY_MS)  # the same deadline, a second later
+                self._push(deadline, ref, self.clock.now_ms() + RETRY_MS)  # the same deadline, a second later
             elif outcome.commit is not None:
                 self._waiting.pop(ref, None)
                 self.expired += 1
@@ -200,7 +211,7 @@ class Reaper:
     async def _waits_for_exit(self, ref: Ref, deadline: int) -> bool:
         """Whether an expiry that wrote nothing waits for the exec process's exit
         (``expire_grace``), rather than finding the entity moved on."""
-        if _now_ms() >= deadline + self.settle_ms:
+        if self.clock.now_ms() >= deadline + self.settle_ms:
             return False
         try:
             record = await self.store.get_entity(ref)

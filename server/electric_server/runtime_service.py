@@ -16,9 +16,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any
 
 import grpc
@@ -37,6 +36,7 @@ from . import message_cursor
 from . import validation as v
 from .auth import Principal, current_principal
 from .caps import Caps
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import ApiError, invalid_argument, translate_stream
 from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
@@ -66,8 +66,11 @@ class Runtime:
         heartbeat_interval_ms: int,
         settle_ms: int = DEFAULT_SETTLE_MS,
         poll_ms: int = DEFAULT_POLL_MS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
+        self.clock = clock  # heartbeats' times (clock.py)
+        self._unadvance: Callable[[], None] = lambda: None
         self.replica = uuid.uuid4().hex[:12]  # this process, in the session book
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
@@ -95,6 +98,12 @@ class Runtime:
         # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first.
         await self.sweep.once()
         self._expiry = asyncio.create_task(self.sweep.run(), name="electric-lease-sweep")
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from the thread that advanced the clock: sessions may have expired
+            loop.call_soon_threadsafe(self.sweep.wake)
+
+        self._unadvance = self.clock.on_advance(wake)
 
     def drain(self) -> None:
         """End every worker session now (no awaiting: the server is draining).
@@ -114,7 +123,7 @@ class Runtime:
             session.outbox.put_nowait(None)
         for task in list(self._tasks):
             task.cancel()
-        self.sweep.stopping.set()
+        self.sweep.stop()
         if self.store.sessions.shared:
             self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
 
@@ -138,6 +147,7 @@ class Runtime:
             log.warning("the end of this server's sessions was not recorded: %s", exc)
 
     async def stop(self) -> None:
+        self._unadvance()
         self.drain()
         if self._expiry is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -174,6 +184,7 @@ class Runtime:
             code_version=hello.code_version,
             announced=next(self._announcements),
             capacity=hello.capacity,
+            last_seen=self.clock.monotonic(),
         )
         # Its worker's other session, on any replica, ends now: its leases are no longer live.
         row = SessionRow(
@@ -418,7 +429,7 @@ class Runtime:
     async def read(self, session: WorkerSession, requests: AsyncIterator[rt.ConnectRequest]) -> None:
         try:
             async for request in requests:
-                session.last_seen = time.monotonic()
+                session.last_seen = self.clock.monotonic()
                 if request.WhichOneof("msg") == "batch":
                     self._handle(session, request.batch.requests)
                 else:

@@ -37,7 +37,8 @@ class Probe:
 
 
 def probe_app(probe: Probe, **profile: Any) -> App:
-    """``hold``: a step held open until ``probe.release``; anything else: one quick step."""
+    """``hold``: a step held open until ``probe.release``; anything else: one quick step
+    (``remember X`` first appends X to the ``notes`` list of ``ctx.state``)."""
     app = App(code_version="test")
 
     @app.entity("probe", **profile)
@@ -58,6 +59,8 @@ def probe_app(probe: Probe, **profile: Any) -> App:
                 async with ctx.step("model:after"):
                     probe.log.append("after step")
             else:
+                if message.text.startswith("remember "):  # durable state, for its readers' tests
+                    ctx.state["notes"].append(message.text.removeprefix("remember "))
                 async with ctx.step("tool:quick"):
                     ctx.output.write(f"done {message.text}")
             probe.log.append(f"end {message.text}")

@@ -225,7 +225,8 @@ def test_close_stops_the_watch_streams(electric: TestServer, client: Client, wor
     control = EntityControl(client, "probe/p1")
     wait_for(control, "view", in_state(State.RUNNING))
     watches = electric._server._watches
-    wait_until(lambda: watches.active == 1)  # the badge can show `running` from the first get
+    # The badge can show `running` from the first get; two streams: the log's and the state's.
+    wait_until(lambda: watches.active == 2)
     control.close()
     assert control.closed
     assert control._feed is not None
@@ -258,3 +259,19 @@ def test_an_async_client_without_a_loop_is_refused(electric: TestServer) -> None
     aclient = AsyncClient(electric.address)
     with pytest.raises(Exception, match="no event loop yet"):
         EntityControl(aclient, "probe/a1")
+
+
+def test_the_state_panel_shows_the_durable_state_live(
+    client: Client, worker: ThreadedWorker, opened: list[Any]
+) -> None:
+    control = running_control(opened, client, "probe/s1")
+    wait_for(control, "durable_state", lambda state: state == {})
+    assert "empty" in control.state_panel.value
+    client.send("probe/s1", "remember pricing")
+    wait_for(control, "durable_state", lambda state: state == {"notes": ["pricing"]})
+    assert "notes" in control.state_panel.value
+    assert "pricing" in control.state_panel.value
+    client.send("probe/s1", "remember <b>bold</b>")  # drawn as text, not as markup
+    wait_for(control, "durable_state", lambda state: state == {"notes": ["pricing", "<b>bold</b>"]})
+    assert "&lt;b&gt;bold&lt;/b&gt;" in control.state_panel.value
+    assert control.durable_state == client.state("probe/s1")  # the same rebuild as the client's

@@ -234,7 +234,7 @@ class ExecHost(HostBase):
             await self._receipt("start", "refused", reason=f"cannot start {self.spec.argv[0]!r}: {exc}")
             return
         self.child = child
-        self._idle_since = anyio.current_time()
+        self._idle_since = self._fenced.session.now_s()
         assert self._tg is not None
         self._tg.start_soon(self._watch, child)
         self._pumps = []
@@ -454,7 +454,7 @@ class ExecHost(HostBase):
             status, error = pb.RUN_STATUS_FAILED, f"the process does not read stdin: {exc}"
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
             await self._ended(message, status, error=error)
-        self._idle_since = anyio.current_time()
+        self._idle_since = self._fenced.session.now_s()
 
     # -- signals --------------------------------------------------------------------------------
 

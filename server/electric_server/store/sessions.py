@@ -18,10 +18,10 @@ forgotten when the file is opened (a restarted server leases anew).
 from __future__ import annotations
 
 import abc
-import time
 from collections.abc import Collection, Iterable, Iterator
 from typing import NamedTuple
 
+from ..clock import SYSTEM_CLOCK, Clock
 from .base import EntityRecord, WriteContext
 
 __all__ = ["MemorySessions", "SessionBook", "SessionRow", "holds_lease"]
@@ -76,16 +76,17 @@ class MemorySessions(SessionBook, Collection[str]):
     itself (read from the store's writer thread: one dict lookup, atomic under the GIL).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._expiry: dict[str, float] = {}
         self._rows: dict[str, SessionRow] = {}
 
     def __contains__(self, session_id: object) -> bool:
         expiry = self._expiry.get(session_id) if isinstance(session_id, str) else None
-        return expiry is not None and expiry > time.monotonic()
+        return expiry is not None and expiry > self._clock.monotonic()
 
     def __iter__(self) -> Iterator[str]:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         return iter([s for s, expiry in list(self._expiry.items()) if expiry > now])
 
     def __len__(self) -> int:
@@ -95,10 +96,10 @@ class MemorySessions(SessionBook, Collection[str]):
         for other in [s for s in self._rows.values() if s.worker_id == session.worker_id]:
             self._forget(other.id)
         self._rows[session.id] = session
-        self._expiry[session.id] = time.monotonic() + ttl_ms / 1000
+        self._expiry[session.id] = self._clock.monotonic() + ttl_ms / 1000
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
-        expiry = time.monotonic() + ttl_ms / 1000
+        expiry = self._clock.monotonic() + ttl_ms / 1000
         kept = {s for s in session_ids if s in self._rows}
         for session_id in kept:
             self._expiry[session_id] = expiry

@@ -41,6 +41,7 @@ from typing import Any
 
 from electric_sdk.lifecycle import State
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..internals.ready_queue import BUSY, ready_queue
 from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
@@ -93,6 +94,7 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         commit_delay_ms: float = 0.0,
         accept_data_loss: bool = False,
         disk_full_retry_ms: float = DISK_FULL_RETRY_S * 1000,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA", "OFF"}:
             raise ValueError(f"synchronous must be FULL, NORMAL, EXTRA or OFF, not {synchronous!r}")
@@ -111,8 +113,10 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         self.accept_data_loss = accept_data_loss
         self.disk_full_retry_s = disk_full_retry_ms / 1000
         self.hub = Hub()
+        # What time it is for the writes, deadlines and sessions (clock.py): a test's may jump.
+        self.clock = clock
         # One server: its sessions live in its memory, the book its writes judge holders by.
-        self.sessions = self._sessions = MemorySessions()
+        self.sessions = self._sessions = MemorySessions(clock)
         self._executor: ThreadPoolExecutor | None = None
         self._conn_lock = asyncio.Lock()
         # Commits run on the loop unless SQLite itself must sync inside them (EXTRA).
@@ -379,7 +383,7 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
 
     async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
         # One writer: no row is locked by another transaction, so there is nothing to skip.
-        rows = await self._rows(SELECT_DUE_DEADLINES, (now_ms(), limit))
+        rows = await self._rows(SELECT_DUE_DEADLINES, (self.clock.now_ms(), limit))
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
@@ -387,7 +391,7 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         return [((str(t), str(i)), int(e)) for t, i, e, s in rows if s not in self._sessions][:limit]
 
     async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
-        settled = now_ms() - settle_ms
+        settled = self.clock.now_ms() - settle_ms
         rows = await self._rows(SELECT_ENDED_OPEN_HOLDERS)
         return [(str(t), str(i)) for t, i, s, at in rows if s not in self._sessions or at <= settled][:limit]
 

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
+from ..clock import Clock
 from ..internals.ready_queue import BUSY
 from .base import (
     EntityRecord,
@@ -91,6 +92,7 @@ class SQLiteWriter(SQLiteWal):
     """The writing half of ``SQLiteStore``: the only writer of its file."""
 
     hub: Hub
+    clock: Clock
     _sessions: MemorySessions  # the live sessions a write judges lease holders by
 
     def __init__(self, commit_delay_s: float) -> None:
@@ -276,7 +278,7 @@ class SQLiteWriter(SQLiteWal):
         assert conn is not None
         start_txid = self._next_txid
         txid = start_txid
-        now = now_ms()
+        now = self.clock.now_ms()
         staged = _Staged()
         conn.execute("BEGIN IMMEDIATE")
         try:
