@@ -388,11 +388,30 @@ def test_unavailable_exits_5(cli: Run) -> None:
     assert human.returncode == exit_codes.UNAVAILABLE == 5
     assert human.stderr.startswith("electric: UNAVAILABLE: ")
     assert time.monotonic() - started < 15
+    # What to do, not gRPC's "failed to connect to all addresses ... UNKNOWN".
+    assert human.stderr == (
+        f"electric: UNAVAILABLE: no server at {NO_SERVER} — start one with `make run` or "
+        "`electric server`, or set ELECTRIC_ADDRESS\n"
+    )
     machine = cli("--address", NO_SERVER, "--timeout", "1s", "--json", "ls")
     assert machine.returncode == 5
     assert error_json(machine)["error"]["code"] == "UNAVAILABLE"
+    assert error_json(machine)["error"]["message"].startswith(f"no server at {NO_SERVER} — ")
     stream = cli("--address", NO_SERVER, "--timeout", "1s", "watch")
     assert stream.returncode == 5
+    assert f"no server at {NO_SERVER}" in stream.stderr
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "127.0.0.1:7700,localhost", "[::1]"])
+def test_address_without_a_port_is_a_usage_error(cli: Run, address: str) -> None:
+    """Not gRPC's silent default of port 443."""
+    for result in (
+        cli("ls", "--address", address),
+        electric("ls", env=base_env(ELECTRIC_ADDRESS=address)),
+    ):
+        assert result.returncode == exit_codes.USAGE == 2, result.stderr
+        assert result.stderr.startswith("electric: INVALID_ADDRESS: ")
+        assert "is not HOST:PORT" in result.stderr
 
 
 def test_already_exists_exits_7(cli: Run, sdk: Client, kind: str) -> None:
