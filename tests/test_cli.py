@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import pytest
 
-from electric_sdk import Client
+from electric_sdk import Client, errors
 from electric_sdk.cli import exit_codes
 from electric_sdk.testing import TestServer
 
@@ -190,6 +190,35 @@ def test_signal_spellings_json(cli: Run, sdk: Client, kind: str, spelling: str) 
     recorded = sdk.events(f"{kind}/a").events[-1]
     assert (recorded.type, recorded.key) == ("signal", response["key"])
     assert recorded.value["reason"] == "user requested shutdown"
+
+
+@pytest.mark.parametrize(
+    ("number", "name"), [("1", "SIGHUP"), ("2", "SIGINT"), ("9", "SIGKILL"), ("15", "SIGTERM")]
+)
+def test_signal_by_the_numbers_posix_fixes(cli: Run, sdk: Client, kind: str, number: str, name: str) -> None:
+    """As kill(1) takes them; the SDK takes the same spelling."""
+    sdk.spawn(f"{kind}/a")
+    result = cli("--json", "signal", f"{kind}/a", number)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["signal"] == name
+    sdk.spawn(f"{kind}/b")
+    assert sdk.signal(f"{kind}/b", number).signal.value == name
+
+
+@pytest.mark.parametrize("number", ["17", "18", "19", "0", "10"])
+def test_other_signal_numbers_are_refused_naming_stop_and_cont(
+    cli: Run, sdk: Client, kind: str, number: str
+) -> None:
+    sdk.spawn(f"{kind}/a")
+    result = cli("signal", f"{kind}/a", number)
+    assert result.returncode == exit_codes.USAGE == 2
+    assert result.stderr.startswith("electric: UNKNOWN_SIGNAL: ")
+    assert "SIGSTOP" in result.stderr
+    assert "SIGCONT" in result.stderr
+    assert "their numbers differ between platforms" in result.stderr
+    with pytest.raises(errors.InvalidArgument, match="SIGSTOP, SIGCONT"):
+        sdk.signal(f"{kind}/a", number)
+    assert len(sdk.events(f"{kind}/a").events) == 1  # nothing sent: only the spawn record
 
 
 def test_signal_and_kill_human(cli: Run, sdk: Client, kind: str) -> None:

@@ -120,7 +120,9 @@ def _client_commands(sub: Subparsers) -> None:
 
     p = add("signal", commands.signal, "send a signal: SIGINT SIGHUP SIGTERM SIGKILL SIGSTOP SIGCONT SIGUSR")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
-    p.add_argument("signal", metavar="SIGNAL", help="e.g. SIGTERM, sigterm or TERM")
+    p.add_argument(
+        "signal", metavar="SIGNAL", help="e.g. SIGTERM, sigterm, TERM or 15 (numbers: 1 2 9 15 only)"
+    )
     p.add_argument("--reason", default="", help="why; recorded on the signal event")
     p.add_argument("--payload", metavar="JSON", help="a JSON value (SIGUSR only)")
 
