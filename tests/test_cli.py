@@ -28,6 +28,7 @@ import pytest
 
 from electric_sdk import Client, errors
 from electric_sdk.cli import exit_codes
+from electric_sdk.cli.main import build_parser, commands_of
 from electric_sdk.testing import TestServer
 
 ELECTRIC = [sys.executable, "-m", "electric_sdk.cli.main"]
@@ -409,6 +410,48 @@ def test_help_lists_every_command_and_the_exit_codes(cli: Run) -> None:
     assert sub.returncode == 0
     for option in ("--reason", "--payload", "--address", "--token", "--json", "--timeout"):
         assert option in sub.stdout
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("spwan", "spawn"), ("sigal", "signal"), ("wacth", "watch")])
+def test_a_mistyped_command_names_the_closest(cli: Run, typed: str, meant: str) -> None:
+    human = cli(typed, "a/b")
+    assert human.returncode == exit_codes.USAGE == 2
+    assert f"electric: USAGE: unknown command '{typed}' (did you mean `{meant}`?)" in human.stderr
+    machine = cli(typed, "a/b", "--json")
+    assert f"did you mean `{meant}`?" in error_json(machine)["error"]["message"]
+    assert "did you mean" not in cli("zzzzzz").stderr  # nothing close: no guess
+
+
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (("get", "a/b", "--bogus"), "usage: electric get "),
+        (("--bogus", "ls"), "usage: electric ls "),
+        (("ls", "--limit", "0"), "usage: electric ls "),
+        (("verify", "--nope"), "usage: electric verify "),
+    ],
+)
+def test_a_bad_flag_prints_that_commands_usage(cli: Run, args: tuple[str, ...], usage: str) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(usage), result.stderr
+
+
+def test_every_command_has_a_description_an_example_and_readable_placeholders(cli: Run) -> None:
+    commands = commands_of(build_parser())
+    assert {"server", "worker", "dev", "verify", "export", "import", "state", "wait", "ready"} <= set(
+        commands
+    )
+    for name, parser in commands.items():
+        text = parser.format_help()
+        assert parser.description, name
+        assert re.search(r"^examples?:\n  \$ electric ", text, re.MULTILINE), (name, text)
+        # argparse's default placeholder is the option's dest in capitals, e.g. COMMIT_DELAY.
+        assert not re.search(r"--[a-z-]+ [A-Z]+_[A-Z_]+", text), (name, text)
+    shown = cli("server", "--help")
+    assert shown.returncode == 0
+    assert "--commit-delay DURATION" in shown.stdout
+    assert "$ electric server " in shown.stdout
 
 
 def test_unavailable_exits_5(cli: Run) -> None:

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams, transfer_cmds
+from . import commands, console, exit_codes, help_text, local, run_cmd, runtime_cmds, streams, transfer_cmds
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -41,6 +41,31 @@ class UsageError(errors.InvalidArgument):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.format_usage())
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A mistyped command: name the closest one (argparse lists them all, unranked).
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            hint = help_text.did_you_mean(value, action.choices)
+            self.error(f"unknown command {value!r}{hint}; `electric --help` lists them")
+        super()._check_value(action, value)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parse_args``, but a flag the command does not take is reported with that command's usage
+    (argparse hands it back to the top-level parser, whose usage says nothing about the command)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = commands_of(parser).get(getattr(args, "command", ""), parser)
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}", command.format_usage())
+    return args
+
+
+def commands_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, on_subcommand: bool) -> None:
@@ -174,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_backup_parsers(sub)
     transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
+    help_text.finish(sub)
     return parser
 
 
@@ -236,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         _check_text(argv, parser)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except UsageError as exc:
         out = Console("--json" in argv)
         out.stderr.write(exc.usage)

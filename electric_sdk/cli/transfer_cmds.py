@@ -37,6 +37,7 @@ def add_transfer_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def _store_options(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument(
         "--data",
+        metavar="DIR",
         type=Path,
         default=Path(".electric"),
         help=f"{verb} this data directory (default %(default)s)",
