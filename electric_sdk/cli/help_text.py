@@ -35,6 +35,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "restore": ("electric restore electric-backup.db --data .electric-restored",),
     "export": ("electric export --data .electric streams.jsonl",),
     "import": ("electric import streams.jsonl --data .electric-new",),
+    "completion": ("electric completion bash >> ~/.bashrc", "electric completion zsh >> ~/.zshrc"),
 }
 
 

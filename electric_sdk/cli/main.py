@@ -18,7 +18,18 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, help_text, local, run_cmd, runtime_cmds, streams, transfer_cmds
+from . import (
+    commands,
+    completion,
+    console,
+    exit_codes,
+    help_text,
+    local,
+    run_cmd,
+    runtime_cmds,
+    streams,
+    transfer_cmds,
+)
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -199,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_backup_parsers(sub)
     transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
+    completion.add_parser(sub)
     help_text.finish(sub)
     return parser
 
@@ -261,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
+        if completion.requested():
+            completion.complete(parser)  # answers the shell and exits
         _check_text(argv, parser)
         args = _parse(parser, argv)
     except UsageError as exc:
