@@ -175,6 +175,65 @@ def test_ls_table_and_json(cli: Run, sdk: Client, kind: str) -> None:
     assert [e["url"] for e in first["entities"]] == [f"/{kind}/a"]
 
 
+def test_ls_says_when_limit_cut_the_list(cli: Run, sdk: Client, kind: str) -> None:
+    for name in ("a", "b", "c"):
+        sdk.spawn(f"{kind}/{name}")
+    cut = cli("ls", "--type", kind, "--limit", "2")
+    assert cut.returncode == 0, cut.stderr
+    assert len(cut.stdout.splitlines()) == 3  # the header and two rows
+    assert cut.stderr == "electric: the first 2 entities; more match (raise --limit to see them)\n"
+    whole = cli("ls", "--type", kind, "--limit", "3")
+    assert whole.stderr == ""
+    assert len(whole.stdout.splitlines()) == 4
+    for limit, truncated in (("2", True), ("3", False), ("4", False)):
+        listing = json.loads(cli("ls", "--type", kind, "--limit", limit, "--json").stdout)
+        assert listing["truncated"] is truncated
+        assert len(listing["entities"]) == min(int(limit), 3)
+    assert json.loads(cli("ls", "--type", kind, "--json").stdout)["truncated"] is False
+
+
+ISO_MS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def instants(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every field that holds an instant (``*_at``, ``timestamp``, ``*deadline``), by its path."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.endswith(("_at", "timestamp", "deadline")) and item is not None:
+                found.append((f"{path}.{key}", item))
+            found += instants(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            found += instants(item, f"{path}[{n}]")
+    return found
+
+
+def test_json_times_are_iso_utc_with_milliseconds_and_z(cli: Run, kind: str) -> None:
+    ref = f"{kind}/a"
+    outputs = {
+        "spawn": cli("spawn", ref, "--json"),
+        "get": cli("get", ref, "--json"),
+        "ls": cli("ls", "--type", kind, "--json"),
+        "send": cli("send", ref, "hello", "--json"),
+        "events": cli("events", ref, "--json"),
+        "wait": cli("wait", ref, "spawning", "--json"),
+    }
+    seen = 0
+    for command, result in outputs.items():
+        assert result.returncode == 0, (command, result.stderr)
+        for line in result.stdout.splitlines():
+            for path, value in instants(json.loads(line)):
+                assert isinstance(value, str), (command, path, value)
+                assert ISO_MS_Z.fullmatch(value), (command, path, value)
+                seen += 1
+    assert "created_at" in json.loads(outputs["send"].stdout)
+    assert seen >= 8
+    # The one exception, as the RFC writes it: the signal response's created_at.
+    signalled = json.loads(cli("signal", ref, "TERM", "--json").stdout)
+    assert isinstance(signalled["created_at"], int)
+
+
 @pytest.mark.parametrize("spelling", ["TERM", "sigterm", "SIGTERM"])
 def test_signal_spellings_json(cli: Run, sdk: Client, kind: str, spelling: str) -> None:
     sdk.spawn(f"{kind}/a")

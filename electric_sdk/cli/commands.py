@@ -122,11 +122,17 @@ def _process(ctx: Invocation, entity: Entity) -> dict[str, Any] | None:
 
 
 def ls(ctx: Invocation, args: argparse.Namespace) -> int:
-    entities = ctx.client.list(args.type, states_of(args), limit=args.limit)
+    # One more than asked tells whether --limit cut the list, without a count of them all.
+    limit = args.limit + 1 if args.limit is not None else None
+    entities = ctx.client.list(args.type, states_of(args), limit=limit)
+    truncated = args.limit is not None and len(entities) > args.limit
+    entities = entities[: args.limit] if truncated else entities
     if ctx.out.json_mode:
-        ctx.out.record({"entities": [e.to_json() for e in entities]})
+        ctx.out.record({"entities": [e.to_json() for e in entities], "truncated": truncated})
     else:
         ctx.out.line(console.entity_table(entities))
+        if truncated:  # on stderr: stdout stays the table a script may read
+            ctx.out.note(f"the first {args.limit} entities; more match (raise --limit to see them)")
     return 0
 
 

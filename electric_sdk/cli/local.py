@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._wire.entities import entity_url
-from . import exit_codes
+from . import console, exit_codes
 
 if TYPE_CHECKING:
     from electric_server import StoreCopy
@@ -303,7 +302,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     if args.json:
         print(
-            json.dumps(
+            console.json_text(
                 {
                     "entities": report.entities,
                     "events": report.events,
@@ -399,7 +398,7 @@ def _copy_store(command: str, done: str, copy: Callable[[], StoreCopy], args: ar
         "bytes": result.size_bytes,
     }
     if args.json:
-        print(json.dumps(fields))
+        print(console.json_text(fields))
     else:
         print(
             f"{done} {result.entities} entities, {result.events} events (txids up to {result.head_txid}) "
