@@ -144,6 +144,28 @@ def test_get_human_and_json(cli: Run, sdk: Client, kind: str) -> None:
     assert entity["txid"].isdigit()
 
 
+def test_get_shows_the_last_five_events(cli: Run, sdk: Client, kind: str) -> None:
+    """Like `kubectl describe`: the entity, then what happened to it last."""
+    sdk.spawn(f"{kind}/a")
+    for n in range(6):
+        sdk.send(f"{kind}/a", f"note {n}")
+    head = sdk.get(f"{kind}/a").head_offset
+    human = cli("get", f"{kind}/a")
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    at = lines.index("  recent events (last 5)")
+    shown = lines[at + 1 :]
+    assert len(shown) == 5
+    assert [int(line.split()[0]) for line in shown] == list(range(head - 5, head))
+    assert "note 5" in shown[-1]
+    assert "note 0" not in human.stdout
+
+    entity = json.loads(cli("get", f"{kind}/a", "--json").stdout)
+    recent = entity["recent_events"]
+    assert [e["offset"] for e in recent] == list(range(head - 5, head))
+    assert recent[-1]["value"]["text"] == "note 5"
+
+
 def test_ls_table_and_json(cli: Run, sdk: Client, kind: str) -> None:
     for name in ("b", "a", "c"):
         sdk.spawn(f"{kind}/{name}")
