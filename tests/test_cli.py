@@ -750,6 +750,40 @@ def test_watch_json_snapshot_then_changes(
     assert stderr == ""
 
 
+@pytest.mark.parametrize("json_mode", [True, False])
+def test_a_reconnecting_watch_does_not_reprint_the_snapshot(
+    tmp_path: Path, kind: str, json_mode: bool
+) -> None:
+    """The server restarts under a watch: its fresh snapshot is not printed again, only what
+    is new (here: an entity spawned after the restart)."""
+    first = TestServer(tmp_path / "data").start()
+    port = first.address.rpartition(":")[2]
+    with first.client() as client:
+        for name in ("a", "b"):
+            client.spawn(f"{kind}/{name}")
+    watch = Streaming(
+        ["watch", "--type", kind, *(["--json"] if json_mode else [])],
+        base_env(ELECTRIC_ADDRESS=first.address),
+    )
+    second: TestServer | None = None
+    try:
+        shown = [watch.lines.next(), watch.lines.next()]
+        assert [f"/{kind}/a" in shown[0], f"/{kind}/b" in shown[1]] == [True, True]
+        first.stop()
+        second = TestServer(tmp_path / "data", listen=f"127.0.0.1:{port}").start()
+        with second.client() as client:
+            client.spawn(f"{kind}/c")
+        after = watch.lines.next()  # the next line the watch prints after the restart
+        assert f"/{kind}/c" in after, after
+        if json_mode:
+            assert json.loads(after)["entity"]["url"] == f"/{kind}/c"
+    finally:
+        watch.close()
+        for server in (first, second):
+            if server is not None:
+                server.stop()
+
+
 def test_watch_prints_a_line_per_change_when_not_a_tty(
     streaming: Callable[..., Streaming], sdk: Client, kind: str
 ) -> None:

@@ -13,7 +13,7 @@ import argparse
 import json
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -86,6 +86,8 @@ def watch(ctx: Invocation, args: argparse.Namespace) -> int:
         raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from None
     ctx.client.list(args.type, wanted, limit=1)  # fails fast (within --timeout) if the server is not there
     changes = ctx.client.watch_entities(args.type, wanted)
+    if ctx.out.json_mode or not ctx.out.stdout.isatty():
+        changes = _new_only(changes)
     if ctx.out.json_mode:
         for change in changes:
             ctx.out.record(console.change_record(change))
@@ -99,6 +101,19 @@ def watch(ctx: Invocation, args: argparse.Namespace) -> int:
         for change in changes:
             ctx.out.line(console.change_line(change))
     return 0
+
+
+def _new_only(changes: Iterable[EntityChange]) -> Iterator[EntityChange]:
+    """The changes minus the snapshot rows a reconnect repeats: after a reconnect the SDK hands
+    over a fresh snapshot, whose rows for entities already printed at that same transaction
+    would print the whole list again. A row for an entity that changed meanwhile is kept."""
+    printed: dict[str, int] = {}  # url → the txid of its last printed row
+    for change in changes:
+        url, txid = change.entity.ref.url, change.entity.txid
+        if change.snapshot and printed.get(url) == txid:
+            continue
+        printed[url] = txid
+        yield change
 
 
 # `electric wait` gives up after this long unless --timeout says otherwise.
