@@ -8,6 +8,7 @@ table in electric_sdk/cli/exit_codes.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -809,8 +810,9 @@ def read_until(fd: int, wanted: Callable[[str], bool], timeout: float = WAIT_S) 
     return text
 
 
-def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str) -> None:
-    sdk.spawn(f"{kind}/a")
+@contextlib.contextmanager
+def tty_watch(live: TestServer, kind: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`electric watch --type KIND` on a terminal (a pty): the process and the pty's fd to read."""
     main_fd, child_fd = pty.openpty()
     proc = subprocess.Popen(
         [*ELECTRIC, "watch", "--type", kind],
@@ -821,6 +823,19 @@ def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str
     )
     os.close(child_fd)
     try:
+        yield proc, main_fd
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        os.close(main_fd)
+
+
+def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str) -> None:
+    sdk.spawn(f"{kind}/a")
+    with tty_watch(live, kind) as (proc, main_fd):
         screen = read_until(main_fd, lambda text: f"/{kind}/a" in text and "spawning" in text)
         assert "URL" in screen
         assert "LAST CHANGE" in screen
@@ -831,13 +846,23 @@ def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str
         assert proc.wait(WAIT_S) == 130
         assert proc.stderr is not None
         assert proc.stderr.read() == b""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(WAIT_S)
-        if proc.stderr is not None:
-            proc.stderr.close()
-        os.close(main_fd)
+
+
+def test_the_watch_tables_events_column_stays_current(live: TestServer, sdk: Client, kind: str) -> None:
+    """Messages append events without a state change; the EVENTS column follows them anyway."""
+    sdk.spawn(f"{kind}/a")
+    row = re.compile(rf"/{kind}/a\s+spawning\s+(\d+)\s")
+
+    def events_shown(text: str) -> list[int]:
+        return [int(n) for n in row.findall(text)]
+
+    with tty_watch(live, kind) as (_, main_fd):
+        assert events_shown(read_until(main_fd, lambda text: bool(events_shown(text))))[-1] == 1
+        for n in range(3):
+            sdk.send(f"{kind}/a", f"note {n}")
+        head = sdk.get(f"{kind}/a").head_offset
+        assert head == 4
+        read_until(main_fd, lambda text: head in events_shown(text))
 
 
 # -- docs -----------------------------------------------------------------------------------------
