@@ -94,7 +94,9 @@ def complete_refs(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> lis
             or DEFAULT_ADDRESS,
             token=getattr(parsed_args, "token", None) or os.environ.get("ELECTRIC_TOKEN") or None,
             timeout_s=REF_DEADLINE_S,
-            retry=RetryPolicy(total_s=REF_DEADLINE_S),
+            # One attempt: a refused connection answers at once, and a Tab press is repeated
+            # by hand rather than retried behind the user's back.
+            retry=RetryPolicy(attempts=1, total_s=REF_DEADLINE_S),
         )
         entities = asyncio.run(_list(options, kind))
     except (errors.ElectricError, TimeoutError):
