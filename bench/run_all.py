@@ -31,6 +31,7 @@ BENCHES = [
     "bench_fanout",
     "bench_sse",
     "bench_sdk",
+    "bench_completion",
     "bench_restart",
     "bench_runtime",
     "bench_steps",

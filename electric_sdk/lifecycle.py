@@ -37,6 +37,7 @@ __all__ = [
     "INITIAL_STATE",
     "MESSAGE_SCOPED_SIGNALS",
     "PAYLOAD_SIGNALS",
+    "POSIX_SIGNAL_NUMBERS",
     "RELOAD_SIGNALS",
     "RUNTIME_OUTCOMES",
     "RUNTIME_TRANSITIONS",
@@ -87,10 +88,20 @@ class Signal(enum.Enum):
 
     @classmethod
     def parse(cls, text: str | Signal) -> Signal:
-        """``"SIGTERM"``, ``"sigterm"``, ``"TERM"`` → ``Signal.SIGTERM``; ValueError otherwise."""
+        """As ``kill(1)`` takes them: ``"SIGTERM"``, ``"sigterm"``, ``"TERM"`` and the numbers
+        POSIX fixes (``"15"``) → ``Signal.SIGTERM``; ValueError otherwise."""
         if isinstance(text, Signal):
             return text
         name = text.strip().upper()
+        if name.isascii() and name.isdigit():
+            if int(name) in POSIX_SIGNAL_NUMBERS:
+                return POSIX_SIGNAL_NUMBERS[int(name)]
+            raise ValueError(
+                f"unknown signal number {text!r}: only the numbers POSIX fixes are taken "
+                f"({', '.join(f'{n} ({s.value})' for n, s in POSIX_SIGNAL_NUMBERS.items())}); "
+                "give the others by name (SIGSTOP, SIGCONT, SIGUSR): their numbers differ "
+                "between platforms"
+            )
         for prefix in ("SIGNAL_", ""):  # also the wire's enum names, e.g. SIGNAL_SIGTERM
             candidate = name.removeprefix(prefix)
             candidate = candidate if candidate.startswith("SIG") else f"SIG{candidate}"
@@ -98,6 +109,10 @@ class Signal(enum.Enum):
                 return cls[candidate]
         raise ValueError(f"unknown signal {text!r}; expected one of {', '.join(s.value for s in cls)}")
 
+
+# The numbers `kill(1)` takes that POSIX fixes on every platform; SIGSTOP's and SIGCONT's
+# differ (SIGSTOP is 19 on Linux, 17 on macOS; SIGCONT 18 and 19), and SIGUSR is ours.
+POSIX_SIGNAL_NUMBERS = {1: Signal.SIGHUP, 2: Signal.SIGINT, 9: Signal.SIGKILL, 15: Signal.SIGTERM}
 
 # The signals entity code may register ``on_signal`` for: every one but the two the
 # runtime enforces unconditionally (ARCHITECTURE §3).

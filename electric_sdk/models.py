@@ -292,7 +292,9 @@ class MessageReceipt:
             "key": self.key,
             "offset": self.offset,
             "txid": str(self.txid),
-            "created_at": datetime_to_ms(self.created_at),
+            # ISO like every instant the SDK and CLI print; only the RFC's signal response
+            # writes epoch milliseconds (the HTTP door's send response keeps its own shape).
+            "created_at": to_iso(self.created_at),
             "state": self.state.value,
         }
 

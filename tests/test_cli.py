@@ -8,6 +8,7 @@ table in electric_sdk/cli/exit_codes.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -26,8 +27,9 @@ from typing import IO, Any
 
 import pytest
 
-from electric_sdk import Client
+from electric_sdk import Client, errors
 from electric_sdk.cli import exit_codes
+from electric_sdk.cli.main import build_parser, commands_of
 from electric_sdk.testing import TestServer
 
 ELECTRIC = [sys.executable, "-m", "electric_sdk.cli.main"]
@@ -143,6 +145,28 @@ def test_get_human_and_json(cli: Run, sdk: Client, kind: str) -> None:
     assert entity["txid"].isdigit()
 
 
+def test_get_shows_the_last_five_events(cli: Run, sdk: Client, kind: str) -> None:
+    """Like `kubectl describe`: the entity, then what happened to it last."""
+    sdk.spawn(f"{kind}/a")
+    for n in range(6):
+        sdk.send(f"{kind}/a", f"note {n}")
+    head = sdk.get(f"{kind}/a").head_offset
+    human = cli("get", f"{kind}/a")
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    at = lines.index("  recent events (last 5)")
+    shown = lines[at + 1 :]
+    assert len(shown) == 5
+    assert [int(line.split()[0]) for line in shown] == list(range(head - 5, head))
+    assert "note 5" in shown[-1]
+    assert "note 0" not in human.stdout
+
+    entity = json.loads(cli("get", f"{kind}/a", "--json").stdout)
+    recent = entity["recent_events"]
+    assert [e["offset"] for e in recent] == list(range(head - 5, head))
+    assert recent[-1]["value"]["text"] == "note 5"
+
+
 def test_ls_table_and_json(cli: Run, sdk: Client, kind: str) -> None:
     for name in ("b", "a", "c"):
         sdk.spawn(f"{kind}/{name}")
@@ -174,6 +198,65 @@ def test_ls_table_and_json(cli: Run, sdk: Client, kind: str) -> None:
     assert [e["url"] for e in first["entities"]] == [f"/{kind}/a"]
 
 
+def test_ls_says_when_limit_cut_the_list(cli: Run, sdk: Client, kind: str) -> None:
+    for name in ("a", "b", "c"):
+        sdk.spawn(f"{kind}/{name}")
+    cut = cli("ls", "--type", kind, "--limit", "2")
+    assert cut.returncode == 0, cut.stderr
+    assert len(cut.stdout.splitlines()) == 3  # the header and two rows
+    assert cut.stderr == "electric: the first 2 entities; more match (raise --limit to see them)\n"
+    whole = cli("ls", "--type", kind, "--limit", "3")
+    assert whole.stderr == ""
+    assert len(whole.stdout.splitlines()) == 4
+    for limit, truncated in (("2", True), ("3", False), ("4", False)):
+        listing = json.loads(cli("ls", "--type", kind, "--limit", limit, "--json").stdout)
+        assert listing["truncated"] is truncated
+        assert len(listing["entities"]) == min(int(limit), 3)
+    assert json.loads(cli("ls", "--type", kind, "--json").stdout)["truncated"] is False
+
+
+ISO_MS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def instants(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every field that holds an instant (``*_at``, ``timestamp``, ``*deadline``), by its path."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.endswith(("_at", "timestamp", "deadline")) and item is not None:
+                found.append((f"{path}.{key}", item))
+            found += instants(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            found += instants(item, f"{path}[{n}]")
+    return found
+
+
+def test_json_times_are_iso_utc_with_milliseconds_and_z(cli: Run, kind: str) -> None:
+    ref = f"{kind}/a"
+    outputs = {
+        "spawn": cli("spawn", ref, "--json"),
+        "get": cli("get", ref, "--json"),
+        "ls": cli("ls", "--type", kind, "--json"),
+        "send": cli("send", ref, "hello", "--json"),
+        "events": cli("events", ref, "--json"),
+        "wait": cli("wait", ref, "spawning", "--json"),
+    }
+    seen = 0
+    for command, result in outputs.items():
+        assert result.returncode == 0, (command, result.stderr)
+        for line in result.stdout.splitlines():
+            for path, value in instants(json.loads(line)):
+                assert isinstance(value, str), (command, path, value)
+                assert ISO_MS_Z.fullmatch(value), (command, path, value)
+                seen += 1
+    assert "created_at" in json.loads(outputs["send"].stdout)
+    assert seen >= 8
+    # The one exception, as the RFC writes it: the signal response's created_at.
+    signalled = json.loads(cli("signal", ref, "TERM", "--json").stdout)
+    assert isinstance(signalled["created_at"], int)
+
+
 @pytest.mark.parametrize("spelling", ["TERM", "sigterm", "SIGTERM"])
 def test_signal_spellings_json(cli: Run, sdk: Client, kind: str, spelling: str) -> None:
     sdk.spawn(f"{kind}/a")
@@ -190,6 +273,35 @@ def test_signal_spellings_json(cli: Run, sdk: Client, kind: str, spelling: str) 
     recorded = sdk.events(f"{kind}/a").events[-1]
     assert (recorded.type, recorded.key) == ("signal", response["key"])
     assert recorded.value["reason"] == "user requested shutdown"
+
+
+@pytest.mark.parametrize(
+    ("number", "name"), [("1", "SIGHUP"), ("2", "SIGINT"), ("9", "SIGKILL"), ("15", "SIGTERM")]
+)
+def test_signal_by_the_numbers_posix_fixes(cli: Run, sdk: Client, kind: str, number: str, name: str) -> None:
+    """As kill(1) takes them; the SDK takes the same spelling."""
+    sdk.spawn(f"{kind}/a")
+    result = cli("--json", "signal", f"{kind}/a", number)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["signal"] == name
+    sdk.spawn(f"{kind}/b")
+    assert sdk.signal(f"{kind}/b", number).signal.value == name
+
+
+@pytest.mark.parametrize("number", ["17", "18", "19", "0", "10"])
+def test_other_signal_numbers_are_refused_naming_stop_and_cont(
+    cli: Run, sdk: Client, kind: str, number: str
+) -> None:
+    sdk.spawn(f"{kind}/a")
+    result = cli("signal", f"{kind}/a", number)
+    assert result.returncode == exit_codes.USAGE == 2
+    assert result.stderr.startswith("electric: UNKNOWN_SIGNAL: ")
+    assert "SIGSTOP" in result.stderr
+    assert "SIGCONT" in result.stderr
+    assert "their numbers differ between platforms" in result.stderr
+    with pytest.raises(errors.InvalidArgument, match="SIGSTOP, SIGCONT"):
+        sdk.signal(f"{kind}/a", number)
+    assert len(sdk.events(f"{kind}/a").events) == 1  # nothing sent: only the spawn record
 
 
 def test_signal_and_kill_human(cli: Run, sdk: Client, kind: str) -> None:
@@ -382,17 +494,78 @@ def test_help_lists_every_command_and_the_exit_codes(cli: Run) -> None:
         assert option in sub.stdout
 
 
+@pytest.mark.parametrize(("typed", "meant"), [("spwan", "spawn"), ("sigal", "signal"), ("wacth", "watch")])
+def test_a_mistyped_command_names_the_closest(cli: Run, typed: str, meant: str) -> None:
+    human = cli(typed, "a/b")
+    assert human.returncode == exit_codes.USAGE == 2
+    assert f"electric: USAGE: unknown command '{typed}' (did you mean `{meant}`?)" in human.stderr
+    machine = cli(typed, "a/b", "--json")
+    assert f"did you mean `{meant}`?" in error_json(machine)["error"]["message"]
+    assert "did you mean" not in cli("zzzzzz").stderr  # nothing close: no guess
+
+
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        (("get", "a/b", "--bogus"), "usage: electric get "),
+        (("--bogus", "ls"), "usage: electric ls "),
+        (("ls", "--limit", "0"), "usage: electric ls "),
+        (("verify", "--nope"), "usage: electric verify "),
+    ],
+)
+def test_a_bad_flag_prints_that_commands_usage(cli: Run, args: tuple[str, ...], usage: str) -> None:
+    result = cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(usage), result.stderr
+
+
+def test_every_command_has_a_description_an_example_and_readable_placeholders(cli: Run) -> None:
+    commands = commands_of(build_parser())
+    assert {"server", "worker", "dev", "verify", "export", "import", "state", "wait", "ready"} <= set(
+        commands
+    )
+    for name, parser in commands.items():
+        text = parser.format_help()
+        assert parser.description, name
+        assert re.search(r"^examples?:\n  \$ electric ", text, re.MULTILINE), (name, text)
+        # argparse's default placeholder is the option's dest in capitals, e.g. COMMIT_DELAY.
+        assert not re.search(r"--[a-z-]+ [A-Z]+_[A-Z_]+", text), (name, text)
+    shown = cli("server", "--help")
+    assert shown.returncode == 0
+    assert "--commit-delay DURATION" in shown.stdout
+    assert "$ electric server " in shown.stdout
+
+
 def test_unavailable_exits_5(cli: Run) -> None:
     started = time.monotonic()
     human = cli("get", "a/b", "--address", NO_SERVER, "--timeout", "1s")
     assert human.returncode == exit_codes.UNAVAILABLE == 5
     assert human.stderr.startswith("electric: UNAVAILABLE: ")
     assert time.monotonic() - started < 15
+    # What to do, not gRPC's "failed to connect to all addresses ... UNKNOWN".
+    assert human.stderr == (
+        f"electric: UNAVAILABLE: no server at {NO_SERVER} — start one with `make run` or "
+        "`electric server`, or set ELECTRIC_ADDRESS\n"
+    )
     machine = cli("--address", NO_SERVER, "--timeout", "1s", "--json", "ls")
     assert machine.returncode == 5
     assert error_json(machine)["error"]["code"] == "UNAVAILABLE"
+    assert error_json(machine)["error"]["message"].startswith(f"no server at {NO_SERVER} — ")
     stream = cli("--address", NO_SERVER, "--timeout", "1s", "watch")
     assert stream.returncode == 5
+    assert f"no server at {NO_SERVER}" in stream.stderr
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "127.0.0.1:7700,localhost", "[::1]"])
+def test_address_without_a_port_is_a_usage_error(cli: Run, address: str) -> None:
+    """Not gRPC's silent default of port 443."""
+    for result in (
+        cli("ls", "--address", address),
+        electric("ls", env=base_env(ELECTRIC_ADDRESS=address)),
+    ):
+        assert result.returncode == exit_codes.USAGE == 2, result.stderr
+        assert result.stderr.startswith("electric: INVALID_ADDRESS: ")
+        assert "is not HOST:PORT" in result.stderr
 
 
 def test_already_exists_exits_7(cli: Run, sdk: Client, kind: str) -> None:
@@ -578,6 +751,40 @@ def test_watch_json_snapshot_then_changes(
     assert stderr == ""
 
 
+@pytest.mark.parametrize("json_mode", [True, False])
+def test_a_reconnecting_watch_does_not_reprint_the_snapshot(
+    tmp_path: Path, kind: str, json_mode: bool
+) -> None:
+    """The server restarts under a watch: its fresh snapshot is not printed again, only what
+    is new (here: an entity spawned after the restart)."""
+    first = TestServer(tmp_path / "data").start()
+    port = first.address.rpartition(":")[2]
+    with first.client() as client:
+        for name in ("a", "b"):
+            client.spawn(f"{kind}/{name}")
+    watch = Streaming(
+        ["watch", "--type", kind, *(["--json"] if json_mode else [])],
+        base_env(ELECTRIC_ADDRESS=first.address),
+    )
+    second: TestServer | None = None
+    try:
+        shown = [watch.lines.next(), watch.lines.next()]
+        assert [f"/{kind}/a" in shown[0], f"/{kind}/b" in shown[1]] == [True, True]
+        first.stop()
+        second = TestServer(tmp_path / "data", listen=f"127.0.0.1:{port}").start()
+        with second.client() as client:
+            client.spawn(f"{kind}/c")
+        after = watch.lines.next()  # the next line the watch prints after the restart
+        assert f"/{kind}/c" in after, after
+        if json_mode:
+            assert json.loads(after)["entity"]["url"] == f"/{kind}/c"
+    finally:
+        watch.close()
+        for server in (first, second):
+            if server is not None:
+                server.stop()
+
+
 def test_watch_prints_a_line_per_change_when_not_a_tty(
     streaming: Callable[..., Streaming], sdk: Client, kind: str
 ) -> None:
@@ -603,8 +810,9 @@ def read_until(fd: int, wanted: Callable[[str], bool], timeout: float = WAIT_S) 
     return text
 
 
-def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str) -> None:
-    sdk.spawn(f"{kind}/a")
+@contextlib.contextmanager
+def tty_watch(live: TestServer, kind: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`electric watch --type KIND` on a terminal (a pty): the process and the pty's fd to read."""
     main_fd, child_fd = pty.openpty()
     proc = subprocess.Popen(
         [*ELECTRIC, "watch", "--type", kind],
@@ -615,6 +823,19 @@ def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str
     )
     os.close(child_fd)
     try:
+        yield proc, main_fd
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        os.close(main_fd)
+
+
+def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str) -> None:
+    sdk.spawn(f"{kind}/a")
+    with tty_watch(live, kind) as (proc, main_fd):
         screen = read_until(main_fd, lambda text: f"/{kind}/a" in text and "spawning" in text)
         assert "URL" in screen
         assert "LAST CHANGE" in screen
@@ -625,13 +846,23 @@ def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str
         assert proc.wait(WAIT_S) == 130
         assert proc.stderr is not None
         assert proc.stderr.read() == b""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(WAIT_S)
-        if proc.stderr is not None:
-            proc.stderr.close()
-        os.close(main_fd)
+
+
+def test_the_watch_tables_events_column_stays_current(live: TestServer, sdk: Client, kind: str) -> None:
+    """Messages append events without a state change; the EVENTS column follows them anyway."""
+    sdk.spawn(f"{kind}/a")
+    row = re.compile(rf"/{kind}/a\s+spawning\s+(\d+)\s")
+
+    def events_shown(text: str) -> list[int]:
+        return [int(n) for n in row.findall(text)]
+
+    with tty_watch(live, kind) as (_, main_fd):
+        assert events_shown(read_until(main_fd, lambda text: bool(events_shown(text))))[-1] == 1
+        for n in range(3):
+            sdk.send(f"{kind}/a", f"note {n}")
+        head = sdk.get(f"{kind}/a").head_offset
+        assert head == 4
+        read_until(main_fd, lambda text: head in events_shown(text))
 
 
 # -- docs -----------------------------------------------------------------------------------------

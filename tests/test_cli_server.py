@@ -166,6 +166,16 @@ async def test_verify_data_written_by_server(stopped_data: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_verify_json_is_compact_like_the_rest(stopped_data: Path) -> None:
+    result = await electric_async("verify", "--data", str(stopped_data), "--json")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    report = json.loads(text)
+    assert (report["entities"], report["events"], report["clean"]) == (3, 6, True)
+    assert text == json.dumps(report, separators=(",", ":")) + "\n"
+
+
+@pytest.mark.anyio
 async def test_verify_a_data_directory_whose_name_looks_like_a_uri(
     start_server: StartServer, tmp_path: Path
 ) -> None:

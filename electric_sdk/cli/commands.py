@@ -96,20 +96,29 @@ def spawn(ctx: Invocation, args: argparse.Namespace) -> int:
 
 def get(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
-    process = _process(ctx, entity)
+    tail = _tail(ctx, entity)
+    process = process_json(tail)
     if ctx.out.json_mode:
-        ctx.out.record(entity.to_json() | ({"process": process} if process else {}))
+        ctx.out.record(
+            entity.to_json() | ({"process": process} if process else {}) | recent_events_json(tail)
+        )
     else:
-        ctx.out.line(console.entity_detail(entity) + (f"\n{process_lines(process)}" if process else ""))
+        sections = [console.entity_detail(entity)]
+        if process:
+            sections.append(process_lines(process))
+        sections.append(recent_events_lines(tail))
+        ctx.out.line("\n".join(sections))
     return 0
 
 
 # How far back `get` looks for an exec entity's receipts.
 _PROCESS_LOOKBACK = 2000
+# `get` ends with the entity's last few events, as `kubectl describe` ends with its events.
+RECENT_EVENTS = 5
 
 
-def _process(ctx: Invocation, entity: Entity) -> dict[str, Any] | None:
-    """An exec entity's process, from the receipts at the end of its stream."""
+def _tail(ctx: Invocation, entity: Entity) -> list[Event]:
+    """The events at the end of the entity's stream (an exec entity's receipts among them)."""
     offset = max(0, entity.head_offset - _PROCESS_LOOKBACK)
     events: list[Event] = []
     while offset < entity.head_offset:
@@ -118,15 +127,35 @@ def _process(ctx: Invocation, entity: Entity) -> dict[str, Any] | None:
         if not page.events:
             break
         offset = page.next_offset
-    return process_json(events)
+    return events
+
+
+def recent_events_json(tail: list[Event]) -> dict[str, Any]:
+    """``get --json``'s ``recent_events``: the last RECENT_EVENTS events, oldest first."""
+    return {"recent_events": [event.to_json() for event in tail[-RECENT_EVENTS:]]}
+
+
+def recent_events_lines(tail: list[Event]) -> str:
+    recent = tail[-RECENT_EVENTS:]
+    if not recent:
+        return "  recent events  none"
+    return "\n".join(
+        [f"  recent events (last {len(recent)})", *(f"    {console.event_line(e)}" for e in recent)]
+    )
 
 
 def ls(ctx: Invocation, args: argparse.Namespace) -> int:
-    entities = ctx.client.list(args.type, states_of(args), limit=args.limit)
+    # One more than asked tells whether --limit cut the list, without a count of them all.
+    limit = args.limit + 1 if args.limit is not None else None
+    entities = ctx.client.list(args.type, states_of(args), limit=limit)
+    truncated = args.limit is not None and len(entities) > args.limit
+    entities = entities[: args.limit] if truncated else entities
     if ctx.out.json_mode:
-        ctx.out.record({"entities": [e.to_json() for e in entities]})
+        ctx.out.record({"entities": [e.to_json() for e in entities], "truncated": truncated})
     else:
         ctx.out.line(console.entity_table(entities))
+        if truncated:  # on stderr: stdout stays the table a script may read
+            ctx.out.note(f"the first {args.limit} entities; more match (raise --limit to see them)")
     return 0
 
 

@@ -44,18 +44,28 @@ class Console:
 
     def record(self, obj: Any) -> None:
         """One JSON value on one line."""
-        self.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.stdout.write(json_text(obj) + "\n")
         self.stdout.flush()
 
     def line(self, text: str) -> None:
         self.stdout.write(text + "\n")
         self.stdout.flush()
 
+    def note(self, text: str) -> None:
+        """A remark about the result, for a person: on stderr, so stdout stays the result."""
+        self.stderr.write(f"electric: {text}\n")
+        self.stderr.flush()
+
     def error(self, error: ElectricError) -> None:
         self.stderr.write(f"electric: {error.code}: {error.message}\n")
         self.stderr.flush()
         if self.json_mode:
             self.record(error.to_json())
+
+
+def json_text(obj: Any) -> str:
+    """Every JSON the CLI prints: compact, one line, text as it is (not \\u-escaped)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 # -- the standard streams -------------------------------------------------------------------------

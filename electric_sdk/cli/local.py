@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._wire.entities import entity_url
-from . import exit_codes
+from . import console, exit_codes
 from .logs import add_log_format, setup_logging
 
 if TYPE_CHECKING:
@@ -29,20 +30,38 @@ if TYPE_CHECKING:
 
 def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
-    p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:7700",
+        help="HOST:PORT to listen on (default %(default)s)",
+    )
     add_http(p)
     p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=Path(".electric"),
+        help="data directory (default %(default)s)",
     )
-    p.add_argument("--tokens", type=Path, help="TOML file of bearer tokens; without it, no auth")
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain; enables TLS with --tls-key")
-    p.add_argument("--tls-key", type=Path, help="PEM private key")
+    p.add_argument(
+        "--tokens", metavar="FILE", type=Path, help="TOML file of bearer tokens; without it, no auth"
+    )
+    p.add_argument(
+        "--tls-cert", metavar="FILE", type=Path, help="PEM certificate chain; enables TLS with --tls-key"
+    )
+    p.add_argument("--tls-key", metavar="FILE", type=Path, help="PEM private key")
     p.add_argument(
         "--insecure",
         action="store_true",
         help="allow a non-loopback --listen without --tokens (not recommended)",
     )
-    p.add_argument("--drain-grace", default="10s", help="how long in-flight calls may finish on shutdown")
+    p.add_argument(
+        "--drain-grace",
+        metavar="DURATION",
+        default="10s",
+        help="how long in-flight calls may finish on shutdown",
+    )
     p.add_argument(
         "--synchronous",
         default="FULL",
@@ -51,6 +70,7 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--commit-delay",
+        metavar="DURATION",
         default="0",
         help="under concurrent load, how long a commit waits for more writes to share its fsync, "
         "e.g. 1ms (default 0: never; at most 100ms)",
@@ -71,6 +91,7 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--hello-timeout",
+        metavar="DURATION",
         default="10s",
         help="how long a runtime stream may stay open without its hello (default %(default)s)",
     )
@@ -84,6 +105,7 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--settle",
+        metavar="DURATION",
         default="1s",
         help="after an entity's end, how long its runtime may append its closing records (a "
         "signal's outcome, the end of the run in progress, exec receipts) before the stream closes "
@@ -91,12 +113,14 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--poll",
+        metavar="DURATION",
         default="500ms",
         help="how often the store is polled for deadlines any replica may fire: grace expiries, "
         "lost leases, settled streams (default %(default)s; 1ms to 500ms)",
     )
     p.add_argument(
         "--lease-ttl",
+        metavar="DURATION",
         default="10s",
         help="how long a worker's session (and its leases) outlives its last heartbeat, and a "
         "replica's sessions their replica's (default %(default)s)",
@@ -203,7 +227,11 @@ def storage_exit(command: str, exc: Exception) -> int:
 def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("verify", help="replay every stream and report entities whose state differs")
     p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=Path(".electric"),
+        help="data directory (default %(default)s)",
     )
     p.add_argument("--database", metavar="URL", help="verify this PostgreSQL database instead of --data")
     # SUPPRESS: `electric --json verify` (the global flag) works too.
@@ -277,7 +305,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     if args.json:
         print(
-            json.dumps(
+            console.json_text(
                 {
                     "entities": report.entities,
                     "events": report.events,
@@ -311,7 +339,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("backup", help="copy a data directory's store, live or not, to a file")
     p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=Path(".electric"),
+        help="data directory (default %(default)s)",
     )
     p.add_argument("out", type=Path, metavar="OUT", help="the backup file to write")
     p.add_argument("--database", metavar="URL", help=argparse.SUPPRESS)  # refused: see _cmd_backup
@@ -322,7 +354,11 @@ def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("restore", help="put a backup back into a new, empty data directory")
     p.add_argument("backup", type=Path, metavar="BACKUP", help="a file written by `electric backup`")
     p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=Path(".electric"),
+        help="data directory (default %(default)s)",
     )
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
     p.set_defaults(func=_cmd_restore)
@@ -365,7 +401,7 @@ def _copy_store(command: str, done: str, copy: Callable[[], StoreCopy], args: ar
         "bytes": result.size_bytes,
     }
     if args.json:
-        print(json.dumps(fields))
+        print(console.json_text(fields))
     else:
         print(
             f"{done} {result.entities} entities, {result.events} events (txids up to {result.head_txid}) "

@@ -18,7 +18,18 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
-from . import commands, console, exit_codes, local, run_cmd, runtime_cmds, streams, transfer_cmds
+from . import (
+    commands,
+    completion,
+    console,
+    exit_codes,
+    help_text,
+    local,
+    run_cmd,
+    runtime_cmds,
+    streams,
+    transfer_cmds,
+)
 from .commands import Invocation, client_options
 from .console import Console
 
@@ -41,6 +52,31 @@ class UsageError(errors.InvalidArgument):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, self.format_usage())
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # A mistyped command: name the closest one (argparse lists them all, unranked).
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            hint = help_text.did_you_mean(value, action.choices)
+            self.error(f"unknown command {value!r}{hint}; `electric --help` lists them")
+        super()._check_value(action, value)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parse_args``, but a flag the command does not take is reported with that command's usage
+    (argparse hands it back to the top-level parser, whose usage says nothing about the command)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = commands_of(parser).get(getattr(args, "command", ""), parser)
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}", command.format_usage())
+    return args
+
+
+def commands_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, on_subcommand: bool) -> None:
@@ -120,7 +156,9 @@ def _client_commands(sub: Subparsers) -> None:
 
     p = add("signal", commands.signal, "send a signal: SIGINT SIGHUP SIGTERM SIGKILL SIGSTOP SIGCONT SIGUSR")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
-    p.add_argument("signal", metavar="SIGNAL", help="e.g. SIGTERM, sigterm or TERM")
+    p.add_argument(
+        "signal", metavar="SIGNAL", help="e.g. SIGTERM, sigterm, TERM or 15 (numbers: 1 2 9 15 only)"
+    )
     p.add_argument("--reason", default="", help="why; recorded on the signal event")
     p.add_argument("--payload", metavar="JSON", help="a JSON value (SIGUSR only)")
 
@@ -172,21 +210,42 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_backup_parsers(sub)
     transfer_cmds.add_transfer_parsers(sub)
     runtime_cmds.add_runtime_parsers(sub)
+    completion.add_parser(sub)
+    help_text.finish(sub)
     return parser
+
+
+# gRPC's words when nothing listens at the address.
+_NO_SERVER_MARKS = ("failed to connect to all addresses",)
+
+
+def _with_hint(exc: errors.ElectricError, address: str | None) -> errors.ElectricError:
+    """gRPC's "failed to connect to all addresses ... UNKNOWN" tells a user nothing to do: say
+    that no server answers there and how to start one. Same class and code, so the exit code
+    and the JSON error are unchanged."""
+    if address is None or not isinstance(exc, errors.Unavailable):
+        return exc
+    if not any(mark in exc.message for mark in _NO_SERVER_MARKS):
+        return exc
+    hint = f"no server at {address} — start one with `make run` or `electric server`, or set ELECTRIC_ADDRESS"
+    return type(exc)(hint, code=exc.code, status=exc.status, metadata=exc.metadata)
 
 
 def _run_client_command(args: argparse.Namespace) -> int:
     out = Console(args.json)
+    address: str | None = None
     try:
         console.require_stdout()
-        ctx = Invocation(out, client_options(args))
+        options = client_options(args)
+        address = options.address
+        ctx = Invocation(out, options)
         try:
             func: CommandFunc = args.client_func
             return func(ctx, args)
         finally:
             ctx.close()
     except errors.ElectricError as exc:
-        out.error(exc)
+        out.error(_with_hint(exc, address))
         return exit_codes.for_error(exc)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
@@ -214,8 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
+        if completion.requested():
+            completion.complete(parser)  # answers the shell and exits
         _check_text(argv, parser)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except UsageError as exc:
         out = Console("--json" in argv)
         out.stderr.write(exc.usage)

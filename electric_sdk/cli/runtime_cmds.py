@@ -28,10 +28,15 @@ DEFAULT_APP = "examples.agents:app"
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--grace", default="10s", help="how long runs may finish when draining (default %(default)s)"
+        "--grace",
+        metavar="DURATION",
+        default="10s",
+        help="how long runs may finish when draining (default %(default)s)",
     )
-    p.add_argument("--worker-id", help="this worker's id (default: host-pid-random)")
-    p.add_argument("--capacity", type=int, default=0, help="most entities hosted at once; 0: no limit")
+    p.add_argument("--worker-id", metavar="ID", help="this worker's id (default: host-pid-random)")
+    p.add_argument(
+        "--capacity", metavar="N", type=int, default=0, help="most entities hosted at once; 0: no limit"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
     add_log_format(p)
     p.add_argument(
@@ -57,8 +62,12 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "app", nargs="?", metavar="MODULE:APP", help="e.g. examples.agents:app (optional with --exec)"
     )
     # SUPPRESS: the global --address/--token given before the command are kept.
-    p.add_argument("--address", default=argparse.SUPPRESS, help="the server (env ELECTRIC_ADDRESS)")
-    p.add_argument("--token", default=argparse.SUPPRESS, help="bearer token with the runtime scope")
+    p.add_argument(
+        "--address", metavar="HOST:PORT", default=argparse.SUPPRESS, help="the server (env ELECTRIC_ADDRESS)"
+    )
+    p.add_argument(
+        "--token", metavar="TOKEN", default=argparse.SUPPRESS, help="bearer token with the runtime scope"
+    )
     p.add_argument(
         "--insecure",
         action="store_true",
@@ -73,10 +82,19 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "app", nargs="?", metavar="MODULE:APP", help=f"default {DEFAULT_APP}, unless --exec files are given"
     )
-    p.add_argument("--listen", default="127.0.0.1:7700", help="HOST:PORT to listen on (default %(default)s)")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:7700",
+        help="HOST:PORT to listen on (default %(default)s)",
+    )
     add_http(p)
     p.add_argument(
-        "--data", type=Path, default=Path(".electric"), help="data directory (default %(default)s)"
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=Path(".electric"),
+        help="data directory (default %(default)s)",
     )
     add_database(p)
     add_accept_data_loss(p)

@@ -13,7 +13,7 @@ import argparse
 import json
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -27,6 +27,8 @@ from .commands import Invocation, duration_s, states_of
 EVENTS_PAGE = 500
 # The live table is redrawn at most this often, however fast changes arrive.
 REDRAW_INTERVAL_S = 0.1
+# How often the live table re-reads its entities' event counts (see LiveTable._count_loop).
+EVENTS_REFRESH_S = 1.0
 
 
 def events(ctx: Invocation, args: argparse.Namespace) -> int:
@@ -86,19 +88,34 @@ def watch(ctx: Invocation, args: argparse.Namespace) -> int:
         raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from None
     ctx.client.list(args.type, wanted, limit=1)  # fails fast (within --timeout) if the server is not there
     changes = ctx.client.watch_entities(args.type, wanted)
+    if ctx.out.json_mode or not ctx.out.stdout.isatty():
+        changes = _new_only(changes)
     if ctx.out.json_mode:
         for change in changes:
             ctx.out.record(console.change_record(change))
     elif ctx.out.stdout.isatty():
         title = f"electric watch {ctx.options.address}" + (f" --type {args.type}" if args.type else "")
         title += "".join(f" --state {s.value}" for s in sorted(wanted, key=lambda s: s.value))
-        with LiveTable(ctx.out.stdout, title, wanted) as view:
+        with LiveTable(ctx.out.stdout, title, wanted, lambda: ctx.client.list(args.type, wanted)) as view:
             for change in changes:
                 view.apply(change)
     else:
         for change in changes:
             ctx.out.line(console.change_line(change))
     return 0
+
+
+def _new_only(changes: Iterable[EntityChange]) -> Iterator[EntityChange]:
+    """The changes minus the snapshot rows a reconnect repeats: after a reconnect the SDK hands
+    over a fresh snapshot, whose rows for entities already printed at that same transaction
+    would print the whole list again. A row for an entity that changed meanwhile is kept."""
+    printed: dict[str, int] = {}  # url → the txid of its last printed row
+    for change in changes:
+        url, txid = change.entity.ref.url, change.entity.txid
+        if change.snapshot and printed.get(url) == txid:
+            continue
+        printed[url] = txid
+        yield change
 
 
 # `electric wait` gives up after this long unless --timeout says otherwise.
@@ -174,8 +191,15 @@ class LiveTable:
 
     HEADERS = ("URL", "STATE", "LAST CHANGE", "EVENTS", "UPDATED")
 
-    def __init__(self, stream: TextIO, title: str, wanted: Iterable[State]) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        title: str,
+        wanted: Iterable[State],
+        fetch: Callable[[], Sequence[Entity]] | None = None,
+    ) -> None:
         self._stream = stream
+        self._fetch = fetch
         self._title = title
         self._wanted = frozenset(wanted)
         self._rows: dict[str, tuple[Entity, str]] = {}
@@ -184,16 +208,40 @@ class LiveTable:
         self._changed = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._draw_loop, name="electric-watch-draw", daemon=True)
+        self._counter = threading.Thread(target=self._count_loop, name="electric-watch-events", daemon=True)
 
     def __enter__(self) -> LiveTable:
         self._changed.set()
         self._thread.start()
+        if self._fetch is not None:
+            self._counter.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._changed.set()
         self._thread.join(timeout=5)
+        if self._counter.is_alive():
+            self._counter.join(timeout=5)
+
+    def count(self, entities: Sequence[Entity]) -> None:
+        """Newer records of shown entities (a list call's): their EVENTS and UPDATED move on."""
+        with self._lock:
+            for entity in entities:
+                row = self._rows.get(entity.ref.url)
+                if row is not None and entity.txid > row[0].txid and entity.state is row[0].state:
+                    self._rows[entity.ref.url] = (entity, row[1])
+                    self._changed.set()
+
+    def _count_loop(self) -> None:
+        # The watch carries state changes only; messages and events append without one, so the
+        # EVENTS column would stand still. A list call now and then moves it on.
+        assert self._fetch is not None
+        while not self._stop.wait(EVENTS_REFRESH_S):
+            try:
+                self.count(self._fetch())
+            except errors.ElectricError:
+                continue  # the watch itself reports a server that went away
 
     def apply(self, change: EntityChange) -> None:
         entity = change.entity

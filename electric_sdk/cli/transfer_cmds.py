@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import exit_codes
+from . import console, exit_codes
 
 # Idempotency keys older than the server's retention (its default: a day) have expired.
 DAY_MS = 24 * 3600 * 1000
@@ -37,6 +36,7 @@ def add_transfer_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def _store_options(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument(
         "--data",
+        metavar="DIR",
         type=Path,
         default=Path(".electric"),
         help=f"{verb} this data directory (default %(default)s)",
@@ -80,7 +80,7 @@ def _transfer(command: str, args: argparse.Namespace, run: Any) -> int:
         print(f"electric {command}: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     if getattr(args, "json", False):
-        print(json.dumps({**done.counts, "head_txid": done.head_txid}))
+        print(console.json_text({**done.counts, "head_txid": done.head_txid}))
     else:
         counts = ", ".join(f"{n} {kind}" for kind, n in done.counts.items())
         print(f"{command}ed {counts} (txids up to {done.head_txid})")
