@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import os
 import sys
 from collections.abc import Callable
