@@ -22,16 +22,11 @@ __all__ = [
     "END_REPLICA_SESSIONS",
     "END_SESSIONS",
     "END_WORKER_SESSIONS",
-    "EVENT_WIDTH",
     "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
-    "FEED_WIDTH",
-    "INSERT_ENTITY",
     "INSERT_EVENTS",
-    "INSERT_EVENTS_AND_FEED",
-    "INSERT_IDEMPOTENCY",
     "INSERT_SESSION",
-    "LOCK_ENTITIES",
+    "LOCK_AND_DRAW",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
     "NOTIFY_FEED",
@@ -53,8 +48,9 @@ __all__ = [
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "SELECT_UNLEASED",
-    "UPDATE_ENTITY",
     "UPSERT_TYPE_PROFILE",
+    "WRITE_ROWS",
+    "WRITE_ROWS_WIDTHS",
     "SchemaTooNew",
     "migrate",
 ]
@@ -262,21 +258,17 @@ SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHER
 _XACT = "e.xact::text::bigint"
 _LOCKED = f"{_E_LIST}, {_XACT}, e.lease_session <> '' AND {_HOLDER_LIVE}"
 LOCK_ENTITY = f"SELECT {_LOCKED} FROM entities e WHERE e.type = $1 AND e.id = $2 FOR UPDATE OF e"
-# A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
-LOCK_ENTITIES = (
-    f"SELECT {_LOCKED} FROM entities e WHERE (e.type, e.id) IN "
-    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY e.type, e.id FOR UPDATE OF e"
-)
-# No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
-# decides the write again on the row the other transaction committed.
-INSERT_ENTITY = (
-    f"INSERT INTO entities ({_ENTITY_LIST}, xact) "
-    f"VALUES ({_params(len(ENTITY_COLUMNS))}, pg_current_xact_id())"
-)
-UPDATE_ENTITY = (
-    "UPDATE entities SET "
-    + ", ".join(f'"{c}" = ${ENTITY_COLUMNS.index(c) + 1}' for c in _VALUE_COLUMNS)
-    + ", xact = pg_current_xact_id() WHERE type = $1 AND id = $2"
+# A batch's locks and txids in one statement: the rows locked in (type, id) order, then (the
+# one-time filter reads every locked row first) its txids drawn, so after the locks. One row per
+# locked entity: the txids, the transaction's id, the database's clock, then LOCK_ENTITY's
+# columns; a single row with NULL ones when no row is there yet.
+LOCK_AND_DRAW = (
+    f"WITH locked AS (SELECT {_E_LIST}, {_XACT} AS last_xact, e.lease_session <> '' AND {_HOLDER_LIVE} "
+    "AS holder_live FROM entities e WHERE (e.type, e.id) IN (SELECT * FROM unnest($1::text[], $2::text[])) "
+    "ORDER BY e.type, e.id FOR UPDATE OF e), "
+    "drawn AS (SELECT array_agg(t ORDER BY t) AS txids FROM (SELECT nextval('electric_txid') AS t "
+    "FROM generate_series(1, $3::int) WHERE (SELECT count(*) FROM locked) >= 0) s) "
+    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, locked.* FROM drawn LEFT JOIN locked ON true"
 )
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
@@ -341,10 +333,6 @@ SELECT_EVENTS = (
     'ORDER BY "offset" LIMIT $4'
 )
 
-INSERT_IDEMPOTENCY = (
-    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6)"
-)
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = $1 AND id = $2 AND key = $3"
 # A batch's keys at once, read under its locks.
 SELECT_IDEMPOTENCY_MANY = (
@@ -364,8 +352,6 @@ UPSERT_TYPE_PROFILE = (
 
 _FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
 # The row's transaction id is the column's default: the writing transaction's.
-# A batch's events and feed rows in one statement, each column an array: the feed costs the
-# batch no round trip of its own.
 _EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "bigint", "bytea")
 _FEED_TYPES = (
     "bigint",
@@ -379,17 +365,32 @@ def _unnest(types: tuple[str, ...], start: int) -> str:
     return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=start))
 
 
-INSERT_EVENTS_AND_FEED = (
-    f"WITH appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1)})) "
-    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + len(_EVENT_TYPES))})"
-)
 if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
     raise ImportError("the events' column types do not match their columns")
-# How many values a feed row and an event row have (INSERT_EVENTS_AND_FEED's arrays).
-FEED_WIDTH = len(_FEED_COLUMNS)
-EVENT_WIDTH = len(_EVENT_TYPES)
+# Every row a batch stages, in one statement, each column an array: the locked entities' updates,
+# new entities (inserted in a savepoint: see postgres_writer), events, idempotency keys and
+# commit-feed rows (none without the feed). One round trip, however many rows and tables.
+# No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
+# decides the write again on the row the other transaction committed.
+_ENTITY_ARRAYS = tuple(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS)
+_IDEMPOTENCY_TYPES = ("text", "text", "text", "bytea", "bytea", "bigint")
+_E, _V = len(_ENTITY_ARRAYS), len(_EVENT_TYPES)
+WRITE_ROWS = (
+    "WITH updated AS (UPDATE entities e SET "
+    + ", ".join(f'"{c}" = v."{c}"' for c in _VALUE_COLUMNS)
+    + f", xact = pg_current_xact_id() FROM unnest({_unnest(_ENTITY_ARRAYS, 1)}) AS v({_ENTITY_LIST}) "
+    "WHERE e.type = v.type AND e.id = v.id), "
+    f"inserted AS (INSERT INTO entities ({_ENTITY_LIST}, xact) SELECT *, pg_current_xact_id() "
+    f"FROM unnest({_unnest(_ENTITY_ARRAYS, 1 + _E)})), "
+    f"appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1 + 2 * _E)})), "
+    "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
+    f"SELECT * FROM unnest({_unnest(_IDEMPOTENCY_TYPES, 1 + 2 * _E + _V)})) "
+    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
+    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + 2 * _E + _V + len(_IDEMPOTENCY_TYPES))})"
+)
+# WRITE_ROWS's arrays: (the rows of each of its tables, how many values each row has).
+WRITE_ROWS_WIDTHS = (_E, _E, _V, len(_IDEMPOTENCY_TYPES), len(_FEED_COLUMNS))
 CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
 # of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for
