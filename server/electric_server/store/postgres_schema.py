@@ -24,8 +24,12 @@ __all__ = [
     "END_WORKER_SESSIONS",
     "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
+    "FLUSH_ROWS",
+    "FLUSH_WIDTHS",
     "INSERT_EVENTS",
+    "INSERT_ROWS",
     "INSERT_SESSION",
+    "INSERT_WIDTHS",
     "LOCK_AND_DRAW",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
@@ -49,8 +53,6 @@ __all__ = [
     "SELECT_TYPE_PROFILES",
     "SELECT_UNLEASED",
     "UPSERT_TYPE_PROFILE",
-    "WRITE_ROWS",
-    "WRITE_ROWS_WIDTHS",
     "SchemaTooNew",
     "migrate",
 ]
@@ -367,30 +369,52 @@ def _unnest(types: tuple[str, ...], start: int) -> str:
 
 if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
     raise ImportError("the events' column types do not match their columns")
-# Every row a batch stages, in one statement, each column an array: the locked entities' updates,
-# new entities (inserted in a savepoint: see postgres_writer), events, idempotency keys and
-# commit-feed rows (none without the feed). One round trip, however many rows and tables.
-# No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
-# decides the write again on the row the other transaction committed.
+# A batch's rows in one statement, each table's columns as arrays (``unnest``): one round trip,
+# however many rows and tables. No ON CONFLICT: a racing insert of the same entity fails with
+# unique_violation, and the store decides the write again on the row the other transaction
+# committed.
 _ENTITY_ARRAYS = tuple(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS)
 _IDEMPOTENCY_TYPES = ("text", "text", "text", "bytea", "bytea", "bigint")
-_E, _V = len(_ENTITY_ARRAYS), len(_EVENT_TYPES)
-WRITE_ROWS = (
-    "WITH updated AS (UPDATE entities e SET "
-    + ", ".join(f'"{c}" = v."{c}"' for c in _VALUE_COLUMNS)
-    + f", xact = pg_current_xact_id() FROM unnest({_unnest(_ENTITY_ARRAYS, 1)}) AS v({_ENTITY_LIST}) "
-    "WHERE e.type = v.type AND e.id = v.id), "
-    f"inserted AS (INSERT INTO entities ({_ENTITY_LIST}, xact) SELECT *, pg_current_xact_id() "
-    f"FROM unnest({_unnest(_ENTITY_ARRAYS, 1 + _E)})), "
-    f"appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1 + 2 * _E)})), "
-    "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
-    f"SELECT * FROM unnest({_unnest(_IDEMPOTENCY_TYPES, 1 + 2 * _E + _V)})) "
-    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + 2 * _E + _V + len(_IDEMPOTENCY_TYPES))})"
-)
-# WRITE_ROWS's arrays: (the rows of each of its tables, how many values each row has).
-WRITE_ROWS_WIDTHS = (_E, _E, _V, len(_IDEMPOTENCY_TYPES), len(_FEED_COLUMNS))
+_WRITES = {
+    "updated": (
+        "UPDATE entities e SET "
+        + ", ".join(f'"{c}" = v."{c}"' for c in _VALUE_COLUMNS)
+        + ", xact = pg_current_xact_id() FROM unnest({}) AS v("
+        + _ENTITY_LIST
+        + ") WHERE e.type = v.type AND e.id = v.id",
+        _ENTITY_ARRAYS,
+    ),
+    "inserted": (
+        f"INSERT INTO entities ({_ENTITY_LIST}, xact) SELECT *, pg_current_xact_id() FROM unnest({{}})",
+        _ENTITY_ARRAYS,
+    ),
+    "appended": (
+        f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({{}})",
+        _EVENT_TYPES,
+    ),
+    "remembered": (
+        "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) SELECT * FROM unnest({})",
+        _IDEMPOTENCY_TYPES,
+    ),
+    "fed": (f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT * FROM unnest({{}})", _FEED_TYPES),
+}
+
+
+def _write_rows(*tables: str) -> tuple[str, tuple[int, ...]]:
+    """The statement writing ``tables``' rows (data-modifying CTEs, the last one the main
+    statement), and how many values a row of each has."""
+    parts, start = [], 1
+    for name in tables:
+        sql, types = _WRITES[name]
+        parts.append(sql.format(_unnest(types, start)))
+        start += len(types)
+    ctes = ", ".join(f"{name} AS ({sql})" for name, sql in zip(tables, parts[:-1], strict=False))
+    return (f"WITH {ctes} " if ctes else "") + parts[-1], tuple(len(_WRITES[t][1]) for t in tables)
+
+
+# The rows of a batch's locked entities (``flush``), and a new entity's (in a savepoint).
+FLUSH_ROWS, FLUSH_WIDTHS = _write_rows("updated", "appended", "remembered", "fed")
+INSERT_ROWS, INSERT_WIDTHS = _write_rows("inserted", "appended", "remembered")
 CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
 # of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for

@@ -16,7 +16,7 @@ transaction on one pooled connection:
    snapshot sees a racing retry that committed while the batch waited for a
    lock, which the locking statement's snapshot would not), then ``decide``
    runs on the locked row (``outcome.apply_write``) and its rows are staged,
-   to be written at the end, every table's in one statement (``WRITE_ROWS``).
+   to be written at the end, every table's in one statement (``FLUSH_ROWS``).
    A write whose decide refuses writes nothing and spares the others;
 4. a row that did not exist when the batch locked (``FOR UPDATE`` locks no
    missing row) is inserted inside a savepoint: a racing insert of the same
@@ -71,13 +71,15 @@ from .base import (
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
+    FLUSH_ROWS,
+    FLUSH_WIDTHS,
+    INSERT_ROWS,
+    INSERT_WIDTHS,
     LOCK_AND_DRAW,
     LOCK_ENTITY,
     NEXT_TXIDS,
     SELECT_IDEMPOTENCY,
     SELECT_IDEMPOTENCY_MANY,
-    WRITE_ROWS,
-    WRITE_ROWS_WIDTHS,
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
@@ -430,7 +432,7 @@ class _Batch:
         inserted = [entity_row(applied.after)] if applied.after is not None else []
         idempotency = [applied.idempotency_row] if applied.idempotency_row is not None else []
         try:
-            await _write_rows(conn, [], inserted, applied.event_rows, idempotency, [])
+            await _write_rows(conn, INSERT_ROWS, INSERT_WIDTHS, inserted, applied.event_rows, idempotency)
         except asyncpg.exceptions.UniqueViolationError:
             await conn.execute("ROLLBACK TO SAVEPOINT electric_insert")
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
@@ -450,12 +452,22 @@ class _Batch:
         """The staged rows, every table's in one statement."""
         updated = [entity_row(r) for r in self.entities.values()]
         if updated or self.events or self.idempotency_rows or self.feed_rows:
-            await _write_rows(self.conn, updated, [], self.events, self.idempotency_rows, self.feed_rows)
+            await _write_rows(
+                self.conn,
+                FLUSH_ROWS,
+                FLUSH_WIDTHS,
+                updated,
+                self.events,
+                self.idempotency_rows,
+                self.feed_rows,
+            )
 
 
-async def _write_rows(conn: Any, *tables: Sequence[tuple[object, ...]]) -> None:
-    """WRITE_ROWS: each table's rows as columns (``unnest``'s arrays)."""
+async def _write_rows(
+    conn: Any, sql: str, widths: Sequence[int], *tables: Sequence[tuple[object, ...]]
+) -> None:
+    """FLUSH_ROWS or INSERT_ROWS: each table's rows as columns (``unnest``'s arrays)."""
     arrays: list[list[object]] = []
-    for rows, width in zip(tables, WRITE_ROWS_WIDTHS, strict=True):
+    for rows, width in zip(tables, widths, strict=True):
         arrays.extend([list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width)
-    await conn.execute(WRITE_ROWS, *arrays)
+    await conn.execute(sql, *arrays)
