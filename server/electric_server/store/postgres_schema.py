@@ -30,6 +30,7 @@ __all__ = [
     "INSERT_ROWS",
     "INSERT_SESSION",
     "INSERT_WIDTHS",
+    "LOCKED_AT",
     "LOCK_AND_DRAW",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
@@ -260,18 +261,32 @@ SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHER
 _XACT = "e.xact::text::bigint"
 _LOCKED = f"{_E_LIST}, {_XACT}, e.lease_session <> '' AND {_HOLDER_LIVE}"
 LOCK_ENTITY = f"SELECT {_LOCKED} FROM entities e WHERE e.type = $1 AND e.id = $2 FOR UPDATE OF e"
-# A batch's locks and txids in one statement: the rows locked in (type, id) order, then (the
-# one-time filter reads every locked row first) its txids drawn, so after the locks. One row per
-# locked entity: the txids, the transaction's id, the database's clock, then LOCK_ENTITY's
-# columns; a single row with NULL ones when no row is there yet.
+# A batch's locks, txids and stored keys in one statement: the rows locked in (type, id) order,
+# then (the one-time filter reads every locked row first) its txids drawn, so after the locks.
+# The keys ($4..$6) are read with the statement's snapshot, taken before any wait for a lock: a
+# retry that stored a key meanwhile is missed. So ``fresh`` says whether the snapshot still holds
+# every commit after the locks: no transaction in progress at it has committed since, and none
+# took a transaction id after it (our own, taken by the first lock, is its xmax). Were any
+# (a write elsewhere, not necessarily to these rows), the writer reads the keys again.
+# One row per locked entity: the txids, the transaction's id, the database's clock, ``fresh``,
+# the stored keys as 5 arrays, then LOCK_ENTITY's columns (NULL ones when no row is there yet).
+_SNAPSHOT = "pg_current_snapshot()"
 LOCK_AND_DRAW = (
     f"WITH locked AS (SELECT {_E_LIST}, {_XACT} AS last_xact, e.lease_session <> '' AND {_HOLDER_LIVE} "
     "AS holder_live FROM entities e WHERE (e.type, e.id) IN (SELECT * FROM unnest($1::text[], $2::text[])) "
     "ORDER BY e.type, e.id FOR UPDATE OF e), "
     "drawn AS (SELECT array_agg(t ORDER BY t) AS txids FROM (SELECT nextval('electric_txid') AS t "
-    "FROM generate_series(1, $3::int) WHERE (SELECT count(*) FROM locked) >= 0) s) "
-    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, locked.* FROM drawn LEFT JOIN locked ON true"
+    "FROM generate_series(1, $3::int) WHERE (SELECT count(*) FROM locked) >= 0) s), "
+    "stored AS (SELECT array_agg(i.type) AS types, array_agg(i.id) AS ids, array_agg(i.key) AS keys, "
+    "array_agg(i.request_hash) AS hashes, array_agg(i.response) AS responses FROM idempotency i "
+    "WHERE (i.type, i.id, i.key) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))) "
+    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, "
+    f"pg_current_xact_id() = pg_snapshot_xmax({_SNAPSHOT}) AND NOT EXISTS (SELECT 1 FROM "
+    f"pg_snapshot_xip({_SNAPSHOT}) x WHERE pg_xact_status(x) IS DISTINCT FROM 'in progress'), "
+    "stored.*, locked.* FROM drawn CROSS JOIN stored LEFT JOIN locked ON true"
 )
+# Where LOCK_AND_DRAW's columns of LOCK_ENTITY's start.
+LOCKED_AT = 9
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )

@@ -12,9 +12,10 @@ transaction on one pooled connection:
    increase in commit order (a write that commits takes the next one drawn;
    a refused one takes none, but numbers may be skipped);
 3. each write, in call order: its idempotency key is looked up (the batch's
-   keys are read at once by a statement of their own after the locks: its
-   snapshot sees a racing retry that committed while the batch waited for a
-   lock, which the locking statement's snapshot would not), then ``decide``
+   keys are read at once, by the locking statement; again, by a statement of
+   their own after the locks, when another transaction committed or began
+   while that statement ran: its snapshot, taken before any wait for a lock,
+   would miss a racing retry committed meanwhile), then ``decide``
    runs on the locked row (``outcome.apply_write``) and its rows are staged,
    to be written at the end, every table's in one statement (``FLUSH_ROWS``).
    A write whose decide refuses writes nothing and spares the others;
@@ -77,6 +78,7 @@ from .postgres_schema import (
     INSERT_WIDTHS,
     LOCK_AND_DRAW,
     LOCK_ENTITY,
+    LOCKED_AT,
     NEXT_TXIDS,
     SELECT_IDEMPOTENCY,
     SELECT_IDEMPOTENCY_MANY,
@@ -338,24 +340,27 @@ class _Batch:
         self.feed_rows: list[tuple[object, ...]] = []
 
     async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
-        """Lock the rows and draw the txids (one statement), then read the keys (another: its
-        snapshot is taken after the locks, so it sees a racing retry that committed meanwhile)."""
+        """Lock the rows, draw the txids and read the keys (one statement); read the keys again
+        when that statement's snapshot may have missed a retry committed while it waited."""
         conn = self.conn
-        rows = await conn.fetch(
-            LOCK_AND_DRAW, [t for t, _ in refs], [i for _, i in refs], max(len(writes), 1)
-        )
-        self.txids.drawn(rows[0][0], rows[0][1])
-        self.now = rows[0][2]
-        for row in rows:
-            if row[3] is not None:
-                self._locked(row[3:])
         keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
-        if keys:
-            types, ids, names = zip(*keys, strict=True)
-            for t, i, k, request_hash, response in await conn.fetch(
-                SELECT_IDEMPOTENCY_MANY, list(types), list(ids), list(names)
-            ):
-                self.remembered[(t, i, k)] = (bytes(request_hash), bytes(response))
+        key_columns: list[list[str]] = [list(c) for c in zip(*keys, strict=True)] if keys else [[], [], []]
+        rows = await conn.fetch(
+            LOCK_AND_DRAW, [t for t, _ in refs], [i for _, i in refs], max(len(writes), 1), *key_columns
+        )
+        first = rows[0]
+        self.txids.drawn(first[0], first[1])
+        self.now = first[2]
+        for row in rows:
+            if row[LOCKED_AT] is not None:
+                self._locked(row[LOCKED_AT:])
+        if not keys:
+            return
+        stored: Any = zip(*first[4:LOCKED_AT], strict=True) if first[4] is not None else ()
+        if not first[3]:  # not fresh (see LOCK_AND_DRAW)
+            stored = await conn.fetch(SELECT_IDEMPOTENCY_MANY, *key_columns)
+        for t, i, k, request_hash, response in stored:
+            self.remembered[(t, i, k)] = (bytes(request_hash), bytes(response))
 
     async def apply(self, write: Write) -> WriteOutcome | BaseException:
         ref, idem = write.ref, write.idempotency
