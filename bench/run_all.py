@@ -37,6 +37,7 @@ BENCHES = [
     "bench_exec",
     "bench_http",
     "bench_pg_store",
+    "bench_pg_write",
     "bench_pg_signal",
     "bench_dbos",
 ]

@@ -40,6 +40,8 @@ __all__ = [
     "READ_FEED",
     "RENEW_REPLICA",
     "RENEW_SESSIONS",
+    "ROLLBACK_TO_SAVEPOINT",
+    "SAVEPOINT",
     "SCHEMA_VERSION",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
@@ -287,6 +289,10 @@ LOCK_AND_DRAW = (
 )
 # Where LOCK_AND_DRAW's columns of LOCK_ENTITY's start.
 LOCKED_AT = 9
+# A new entity's rows are inserted in a savepoint (postgres_writer); never released: COMMIT keeps
+# what it holds, and RELEASE would be one more round trip.
+SAVEPOINT = "SAVEPOINT electric_insert"
+ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT electric_insert"
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )

@@ -80,6 +80,8 @@ from .postgres_schema import (
     LOCK_ENTITY,
     LOCKED_AT,
     NEXT_TXIDS,
+    ROLLBACK_TO_SAVEPOINT,
+    SAVEPOINT,
     SELECT_IDEMPOTENCY,
     SELECT_IDEMPOTENCY_MANY,
 )
@@ -430,16 +432,15 @@ class _Batch:
 
     async def _insert(self, ref: Ref, idem: Idempotency | None, applied: Applied) -> bool:
         """Write a new entity's rows in a savepoint; False when another transaction inserted
-        them meanwhile (it has committed: the insert waited for it), with its rows now locked.
-        The savepoint is not released: COMMIT keeps what it holds, and RELEASE is a round trip."""
+        them meanwhile (it has committed: the insert waited for it), with its rows now locked."""
         conn = self.conn
-        await conn.execute("SAVEPOINT electric_insert")
+        await conn.execute(SAVEPOINT)
         inserted = [entity_row(applied.after)] if applied.after is not None else []
         idempotency = [applied.idempotency_row] if applied.idempotency_row is not None else []
         try:
             await _write_rows(conn, INSERT_ROWS, INSERT_WIDTHS, inserted, applied.event_rows, idempotency)
         except asyncpg.exceptions.UniqueViolationError:
-            await conn.execute("ROLLBACK TO SAVEPOINT electric_insert")
+            await conn.execute(ROLLBACK_TO_SAVEPOINT)
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
             if row is not None:
                 self._locked(row)
