@@ -267,9 +267,12 @@ LOCK_ENTITY = f"SELECT {_LOCKED} FROM entities e WHERE e.type = $1 AND e.id = $2
 # then (the one-time filter reads every locked row first) its txids drawn, so after the locks.
 # The keys ($4..$6) are read with the statement's snapshot, taken before any wait for a lock: a
 # retry that stored a key meanwhile is missed. So ``fresh`` says whether the snapshot still holds
-# every commit after the locks: no transaction in progress at it has committed since, and none
-# took a transaction id after it (our own, taken by the first lock, is its xmax). Were any
-# (a write elsewhere, not necessarily to these rows), the writer reads the keys again.
+# every commit that could have written the keys of the rows locked: at most one row is locked
+# (with two, another transaction could take its id between our two locks, lock the second row,
+# store a key and commit, all unseen), no transaction in progress at the snapshot has committed
+# since, and none took a transaction id after it (our own, taken by the lock, is its xmax: a
+# lock holder we waited for took its id before ours). When not fresh (a write elsewhere too
+# clears it), the writer reads the keys again, with a statement of their own.
 # One row per locked entity: the txids, the transaction's id, the database's clock, ``fresh``,
 # the stored keys as 5 arrays, then LOCK_ENTITY's columns (NULL ones when no row is there yet).
 _SNAPSHOT = "pg_current_snapshot()"
@@ -282,8 +285,8 @@ LOCK_AND_DRAW = (
     "stored AS (SELECT array_agg(i.type) AS types, array_agg(i.id) AS ids, array_agg(i.key) AS keys, "
     "array_agg(i.request_hash) AS hashes, array_agg(i.response) AS responses FROM idempotency i "
     "WHERE (i.type, i.id, i.key) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))) "
-    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, "
-    f"pg_current_xact_id() = pg_snapshot_xmax({_SNAPSHOT}) AND NOT EXISTS (SELECT 1 FROM "
+    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, (SELECT count(*) FROM locked) <= 1 "
+    f"AND pg_current_xact_id() = pg_snapshot_xmax({_SNAPSHOT}) AND NOT EXISTS (SELECT 1 FROM "
     f"pg_snapshot_xip({_SNAPSHOT}) x WHERE pg_xact_status(x) IS DISTINCT FROM 'in progress'), "
     "stored.*, locked.* FROM drawn CROSS JOIN stored LEFT JOIN locked ON true"
 )

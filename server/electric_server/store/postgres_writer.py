@@ -12,10 +12,10 @@ transaction on one pooled connection:
    increase in commit order (a write that commits takes the next one drawn;
    a refused one takes none, but numbers may be skipped);
 3. each write, in call order: its idempotency key is looked up (the batch's
-   keys are read at once, by the locking statement; again, by a statement of
-   their own after the locks, when another transaction committed or began
-   while that statement ran: its snapshot, taken before any wait for a lock,
-   would miss a racing retry committed meanwhile), then ``decide``
+   keys are read at once, by the locking statement; and again, by a statement
+   of their own after the locks, unless that one says its snapshot, taken
+   before any wait for a lock, cannot have missed a racing retry's key: one
+   row locked, nothing committed or begun meanwhile), then ``decide``
    runs on the locked row (``outcome.apply_write``) and its rows are staged,
    to be written at the end, every table's in one statement (``FLUSH_ROWS``).
    A write whose decide refuses writes nothing and spares the others;
