@@ -39,6 +39,7 @@ BENCHES = [
     "bench_worker_metrics",
     "bench_http",
     "bench_pg_store",
+    "bench_pg_write",
     "bench_pg_signal",
     "bench_dbos",
     "bench_dbos_step",

@@ -110,6 +110,33 @@ async def test_racing_idempotent_spawns_replay_the_one_that_committed(
     assert len(await check_stream(stores[1], ref)) == 1
 
 
+async def test_a_retry_committed_while_the_write_waits_for_the_lock_is_replayed(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    """The keys are read after the lock, by a statement whose snapshot is taken then: a key that a
+    racing retry stored while the write waited for the row (here one holding the row's lock
+    only, as a write that changes no row does) is replayed, not applied a second time."""
+    store = stores[0]
+    ref: Ref = ("agent", "waited")
+    committed(await store.write(spawn(ref)))
+    holder = admin.transaction()
+    await holder.start()
+    await admin.execute("SELECT 1 FROM entities WHERE type = 'agent' AND id = 'waited' FOR UPDATE")
+    retry = Write(ref, note(ref).decide, Idempotency("note-1", b"request"), lambda commit: b"second")
+    write = asyncio.ensure_future(store.write(retry))
+    await lock_waiter(admin)
+    await admin.execute(
+        "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
+        "VALUES ('agent', 'waited', 'note-1', 'request', 'first', 0)"
+    )
+    await holder.commit()
+    with anyio.fail_after(10):
+        outcome = await write
+    assert outcome.replayed
+    assert outcome.response == b"first"
+    assert len(await check_stream(store, ref)) == 1, "the note was not appended"
+
+
 async def test_two_processes_writing_one_entity_keep_offsets_gap_free_and_txids_increasing(
     stores: tuple[PostgresStore, PostgresStore],
 ) -> None:

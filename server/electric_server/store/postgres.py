@@ -122,6 +122,7 @@ class PostgresStore(SQLReads, PostgresWriter):
                 timeout=CONNECT_TIMEOUT_S,
                 command_timeout=STATEMENT_TIMEOUT_S,
                 server_settings={"synchronous_commit": "on", "application_name": "electric"},
+                reset=_no_reset,
             )
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
@@ -274,3 +275,9 @@ class PostgresStore(SQLReads, PostgresWriter):
 
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+async def _no_reset(conn: Any) -> None:
+    """A pooled connection's reset: none past asyncpg's own rollback of an open transaction. The
+    store's statements leave no session state (no LISTEN, SET or session advisory lock: the feed
+    listens on its own connection), and the default reset is a round trip on every write's path."""

@@ -227,8 +227,11 @@ class FeedReader:
     async def _run(self) -> None:
         pause = _RECONNECT_S
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that
+            # arrives as the wake is set, and close() then waits for this task for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                async with asyncio.timeout(self.poll_s):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 if self._conn is None:

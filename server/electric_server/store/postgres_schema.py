@@ -22,16 +22,16 @@ __all__ = [
     "END_REPLICA_SESSIONS",
     "END_SESSIONS",
     "END_WORKER_SESSIONS",
-    "EVENT_WIDTH",
     "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
-    "FEED_WIDTH",
-    "INSERT_ENTITY",
+    "FLUSH_ROWS",
+    "FLUSH_WIDTHS",
     "INSERT_EVENTS",
-    "INSERT_EVENTS_AND_FEED",
-    "INSERT_IDEMPOTENCY",
+    "INSERT_ROWS",
     "INSERT_SESSION",
-    "LOCK_ENTITIES",
+    "INSERT_WIDTHS",
+    "LOCKED_AT",
+    "LOCK_AND_DRAW",
     "LOCK_ENTITY",
     "NEXT_TXIDS",
     "NOTIFY_FEED",
@@ -40,6 +40,8 @@ __all__ = [
     "READ_FEED",
     "RENEW_REPLICA",
     "RENEW_SESSIONS",
+    "ROLLBACK_TO_SAVEPOINT",
+    "SAVEPOINT",
     "SCHEMA_VERSION",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
@@ -53,7 +55,6 @@ __all__ = [
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "SELECT_UNLEASED",
-    "UPDATE_ENTITY",
     "UPSERT_TYPE_PROFILE",
     "SchemaTooNew",
     "migrate",
@@ -262,22 +263,39 @@ SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHER
 _XACT = "e.xact::text::bigint"
 _LOCKED = f"{_E_LIST}, {_XACT}, e.lease_session <> '' AND {_HOLDER_LIVE}"
 LOCK_ENTITY = f"SELECT {_LOCKED} FROM entities e WHERE e.type = $1 AND e.id = $2 FOR UPDATE OF e"
-# A batch's rows, locked in (type, id) order, so two batches never wait for each other in a circle.
-LOCK_ENTITIES = (
-    f"SELECT {_LOCKED} FROM entities e WHERE (e.type, e.id) IN "
-    "(SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY e.type, e.id FOR UPDATE OF e"
+# A batch's locks, txids and stored keys in one statement: the rows locked in (type, id) order,
+# then (the one-time filter reads every locked row first) its txids drawn, so after the locks.
+# The keys ($4..$6) are read with the statement's snapshot, taken before any wait for a lock: a
+# retry that stored a key meanwhile is missed. So ``fresh`` says whether the snapshot still holds
+# every commit that could have written the keys of the rows locked: at most one row is locked
+# (with two, another transaction could take its id between our two locks, lock the second row,
+# store a key and commit, all unseen), no transaction in progress at the snapshot has committed
+# since, and none took a transaction id after it (our own, taken by the lock, is its xmax: a
+# lock holder we waited for took its id before ours). When not fresh (a write elsewhere too
+# clears it), the writer reads the keys again, with a statement of their own.
+# One row per locked entity: the txids, the transaction's id, the database's clock, ``fresh``,
+# the stored keys as 5 arrays, then LOCK_ENTITY's columns (NULL ones when no row is there yet).
+_SNAPSHOT = "pg_current_snapshot()"
+LOCK_AND_DRAW = (
+    f"WITH locked AS (SELECT {_E_LIST}, {_XACT} AS last_xact, e.lease_session <> '' AND {_HOLDER_LIVE} "
+    "AS holder_live FROM entities e WHERE (e.type, e.id) IN (SELECT * FROM unnest($1::text[], $2::text[])) "
+    "ORDER BY e.type, e.id FOR UPDATE OF e), "
+    "drawn AS (SELECT array_agg(t ORDER BY t) AS txids FROM (SELECT nextval('electric_txid') AS t "
+    "FROM generate_series(1, $3::int) WHERE (SELECT count(*) FROM locked) >= 0) s), "
+    "stored AS (SELECT array_agg(i.type) AS types, array_agg(i.id) AS ids, array_agg(i.key) AS keys, "
+    "array_agg(i.request_hash) AS hashes, array_agg(i.response) AS responses FROM idempotency i "
+    "WHERE (i.type, i.id, i.key) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))) "
+    f"SELECT drawn.txids, pg_current_xact_id()::text::bigint, {_NOW_MS}, (SELECT count(*) FROM locked) <= 1 "
+    f"AND pg_current_xact_id() = pg_snapshot_xmax({_SNAPSHOT}) AND NOT EXISTS (SELECT 1 FROM "
+    f"pg_snapshot_xip({_SNAPSHOT}) x WHERE pg_xact_status(x) IS DISTINCT FROM 'in progress'), "
+    "stored.*, locked.* FROM drawn CROSS JOIN stored LEFT JOIN locked ON true"
 )
-# No ON CONFLICT: a racing insert of the same entity fails with unique_violation, and the store
-# decides the write again on the row the other transaction committed.
-INSERT_ENTITY = (
-    f"INSERT INTO entities ({_ENTITY_LIST}, xact) "
-    f"VALUES ({_params(len(ENTITY_COLUMNS))}, pg_current_xact_id())"
-)
-UPDATE_ENTITY = (
-    "UPDATE entities SET "
-    + ", ".join(f'"{c}" = ${ENTITY_COLUMNS.index(c) + 1}' for c in _VALUE_COLUMNS)
-    + ", xact = pg_current_xact_id() WHERE type = $1 AND id = $2"
-)
+# Where LOCK_AND_DRAW's columns of LOCK_ENTITY's start.
+LOCKED_AT = 9
+# A new entity's rows are inserted in a savepoint (postgres_writer); never released: COMMIT keeps
+# what it holds, and RELEASE would be one more round trip.
+SAVEPOINT = "SAVEPOINT electric_insert"
+ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT electric_insert"
 SELECT_STOPPING_DEADLINES = (
     "SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline IS NOT NULL"
 )
@@ -341,10 +359,6 @@ SELECT_EVENTS = (
     'ORDER BY "offset" LIMIT $4'
 )
 
-INSERT_IDEMPOTENCY = (
-    "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
-    "VALUES ($1, $2, $3, $4, $5, $6)"
-)
 SELECT_IDEMPOTENCY = "SELECT request_hash, response FROM idempotency WHERE type = $1 AND id = $2 AND key = $3"
 # A batch's keys at once, read under its locks.
 SELECT_IDEMPOTENCY_MANY = (
@@ -364,8 +378,6 @@ UPSERT_TYPE_PROFILE = (
 
 _FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
 # The row's transaction id is the column's default: the writing transaction's.
-# A batch's events and feed rows in one statement, each column an array: the feed costs the
-# batch no round trip of its own.
 _EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "bigint", "bytea")
 _FEED_TYPES = (
     "bigint",
@@ -379,17 +391,54 @@ def _unnest(types: tuple[str, ...], start: int) -> str:
     return ", ".join(f"${i}::{t}[]" for i, t in enumerate(types, start=start))
 
 
-INSERT_EVENTS_AND_FEED = (
-    f"WITH appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_EVENT_TYPES, 1)})) "
-    f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) "
-    f"SELECT * FROM unnest({_unnest(_FEED_TYPES, 1 + len(_EVENT_TYPES))})"
-)
 if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
     raise ImportError("the events' column types do not match their columns")
-# How many values a feed row and an event row have (INSERT_EVENTS_AND_FEED's arrays).
-FEED_WIDTH = len(_FEED_COLUMNS)
-EVENT_WIDTH = len(_EVENT_TYPES)
+# A batch's rows in one statement, each table's columns as arrays (``unnest``): one round trip,
+# however many rows and tables. No ON CONFLICT: a racing insert of the same entity fails with
+# unique_violation, and the store decides the write again on the row the other transaction
+# committed.
+_ENTITY_ARRAYS = tuple(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS)
+_IDEMPOTENCY_TYPES = ("text", "text", "text", "bytea", "bytea", "bigint")
+_WRITES = {
+    "updated": (
+        "UPDATE entities e SET "
+        + ", ".join(f'"{c}" = v."{c}"' for c in _VALUE_COLUMNS)
+        + ", xact = pg_current_xact_id() FROM unnest({}) AS v("
+        + _ENTITY_LIST
+        + ") WHERE e.type = v.type AND e.id = v.id",
+        _ENTITY_ARRAYS,
+    ),
+    "inserted": (
+        f"INSERT INTO entities ({_ENTITY_LIST}, xact) SELECT *, pg_current_xact_id() FROM unnest({{}})",
+        _ENTITY_ARRAYS,
+    ),
+    "appended": (
+        f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({{}})",
+        _EVENT_TYPES,
+    ),
+    "remembered": (
+        "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) SELECT * FROM unnest({})",
+        _IDEMPOTENCY_TYPES,
+    ),
+    "fed": (f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT * FROM unnest({{}})", _FEED_TYPES),
+}
+
+
+def _write_rows(*tables: str) -> tuple[str, tuple[int, ...]]:
+    """The statement writing ``tables``' rows (data-modifying CTEs, the last one the main
+    statement), and how many values a row of each has."""
+    parts, start = [], 1
+    for name in tables:
+        sql, types = _WRITES[name]
+        parts.append(sql.format(_unnest(types, start)))
+        start += len(types)
+    ctes = ", ".join(f"{name} AS ({sql})" for name, sql in zip(tables, parts[:-1], strict=False))
+    return (f"WITH {ctes} " if ctes else "") + parts[-1], tuple(len(_WRITES[t][1]) for t in tables)
+
+
+# The rows of a batch's locked entities (``flush``), and a new entity's (in a savepoint).
+FLUSH_ROWS, FLUSH_WIDTHS = _write_rows("updated", "appended", "remembered", "fed")
+INSERT_ROWS, INSERT_WIDTHS = _write_rows("inserted", "appended", "remembered")
 CURRENT_SNAPSHOT = "SELECT pg_current_snapshot()::text"
 # What the snapshot $1 did not cover and this statement's snapshot (its first column) does: rows
 # of transactions from $1's xmax on, or in progress at $1. Not the replica's own ($2), but for

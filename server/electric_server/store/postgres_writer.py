@@ -7,14 +7,18 @@ transaction on one pooled connection:
    batches never wait for each other in a circle (were they to, PostgreSQL's
    deadlock error, or a serialization failure, re-runs the whole batch: its
    decide functions run again on what is current then);
-2. txids are drawn from the ``electric_txid`` sequence after the locks, so
-   each entity's txids increase in commit order (a write that commits takes
-   the next one drawn; a refused one takes none, but numbers may be skipped);
+2. txids are drawn from the ``electric_txid`` sequence after the locks (in
+   the locking statement, once every row is locked), so each entity's txids
+   increase in commit order (a write that commits takes the next one drawn;
+   a refused one takes none, but numbers may be skipped);
 3. each write, in call order: its idempotency key is looked up (the batch's
-   keys are read at once, after the locks, so a racing retry is seen), then
-   ``decide`` runs on the locked row (``outcome.apply_write``) and its rows
-   are staged, to be written at the end with one statement per table. A
-   write whose decide refuses writes nothing and spares the others;
+   keys are read at once, by the locking statement; and again, by a statement
+   of their own after the locks, unless that one says its snapshot, taken
+   before any wait for a lock, cannot have missed a racing retry's key: one
+   row locked, nothing committed or begun meanwhile), then ``decide``
+   runs on the locked row (``outcome.apply_write``) and its rows are staged,
+   to be written at the end, every table's in one statement (``FLUSH_ROWS``).
+   A write whose decide refuses writes nothing and spares the others;
 4. a row that did not exist when the batch locked (``FOR UPDATE`` locks no
    missing row) is inserted inside a savepoint: a racing insert of the same
    entity (or idempotency key) ends in unique_violation, the savepoint is
@@ -68,18 +72,18 @@ from .base import (
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_schema import (
-    EVENT_WIDTH,
-    FEED_WIDTH,
-    INSERT_ENTITY,
-    INSERT_EVENTS,
-    INSERT_EVENTS_AND_FEED,
-    INSERT_IDEMPOTENCY,
-    LOCK_ENTITIES,
+    FLUSH_ROWS,
+    FLUSH_WIDTHS,
+    INSERT_ROWS,
+    INSERT_WIDTHS,
+    LOCK_AND_DRAW,
     LOCK_ENTITY,
+    LOCKED_AT,
     NEXT_TXIDS,
+    ROLLBACK_TO_SAVEPOINT,
+    SAVEPOINT,
     SELECT_IDEMPOTENCY,
     SELECT_IDEMPOTENCY_MANY,
-    UPDATE_ENTITY,
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
@@ -134,12 +138,16 @@ class _Txids:
         self._next = 0
         self.xact = 0  # the transaction's id
 
+    def drawn(self, txids: Sequence[int], xact: int) -> None:
+        """The txids drawn with the locks (LOCK_AND_DRAW)."""
+        self._drawn = list(txids)
+        self.xact = xact
+        self._next = 0
+
     async def draw(self, n: int) -> int:
         """Draw ``n`` txids; returns the database's clock (ms) as they were drawn."""
         rows = await self._conn.fetch(NEXT_TXIDS, max(n, 1))
-        self._drawn = [int(row[0]) for row in rows]
-        self.xact = int(rows[0][1])
-        self._next = 0
+        self.drawn([int(row[0]) for row in rows], int(rows[0][1]))
         return int(rows[0][2])
 
     async def redraw(self) -> None:
@@ -308,8 +316,8 @@ def _commits(outcomes: Sequence[WriteOutcome | BaseException]) -> list[Commit]:
 class _Batch:
     """One batch's transaction: its locked rows, txids, stored keys, and the rows it stages.
 
-    Rows of entities locked at the start are staged and written at the end, one
-    statement per table (``flush``); a row missing at the start is written at
+    Rows of entities locked at the start are staged and written at the end, in one
+    statement (``flush``); a row missing at the start is written at
     once, in a savepoint (see the module docstring, 4).
     """
 
@@ -334,17 +342,27 @@ class _Batch:
         self.feed_rows: list[tuple[object, ...]] = []
 
     async def lock(self, refs: Sequence[Ref], writes: Sequence[Write]) -> None:
+        """Lock the rows, draw the txids and read the keys (one statement); read the keys again
+        when that statement's snapshot may have missed a retry committed while it waited."""
         conn = self.conn
-        for row in await conn.fetch(LOCK_ENTITIES, [t for t, _ in refs], [i for _, i in refs]):
-            self._locked(row)
-        self.now = await self.txids.draw(len(writes))
         keys = {(w.ref[0], w.ref[1], w.idempotency.key) for w in writes if w.idempotency is not None}
-        if keys:
-            types, ids, names = zip(*keys, strict=True)
-            for t, i, k, request_hash, response in await conn.fetch(
-                SELECT_IDEMPOTENCY_MANY, list(types), list(ids), list(names)
-            ):
-                self.remembered[(t, i, k)] = (bytes(request_hash), bytes(response))
+        key_columns: list[list[str]] = [list(c) for c in zip(*keys, strict=True)] if keys else [[], [], []]
+        rows = await conn.fetch(
+            LOCK_AND_DRAW, [t for t, _ in refs], [i for _, i in refs], max(len(writes), 1), *key_columns
+        )
+        first = rows[0]
+        self.txids.drawn(first[0], first[1])
+        self.now = first[2]
+        for row in rows:
+            if row[LOCKED_AT] is not None:
+                self._locked(row[LOCKED_AT:])
+        if not keys:
+            return
+        stored: Any = zip(*first[4:LOCKED_AT], strict=True) if first[4] is not None else ()
+        if not first[3]:  # not fresh (see LOCK_AND_DRAW)
+            stored = await conn.fetch(SELECT_IDEMPOTENCY_MANY, *key_columns)
+        for t, i, k, request_hash, response in stored:
+            self.remembered[(t, i, k)] = (bytes(request_hash), bytes(response))
 
     async def apply(self, write: Write) -> WriteOutcome | BaseException:
         ref, idem = write.ref, write.idempotency
@@ -416,17 +434,13 @@ class _Batch:
         """Write a new entity's rows in a savepoint; False when another transaction inserted
         them meanwhile (it has committed: the insert waited for it), with its rows now locked."""
         conn = self.conn
-        savepoint = conn.transaction()
-        await savepoint.start()
+        await conn.execute(SAVEPOINT)
+        inserted = [entity_row(applied.after)] if applied.after is not None else []
+        idempotency = [applied.idempotency_row] if applied.idempotency_row is not None else []
         try:
-            if applied.after is not None:
-                await conn.execute(INSERT_ENTITY, *entity_row(applied.after))
-            if applied.event_rows:
-                await conn.executemany(INSERT_EVENTS, applied.event_rows)
-            if applied.idempotency_row is not None:
-                await conn.execute(INSERT_IDEMPOTENCY, *applied.idempotency_row)
+            await _write_rows(conn, INSERT_ROWS, INSERT_WIDTHS, inserted, applied.event_rows, idempotency)
         except asyncpg.exceptions.UniqueViolationError:
-            await savepoint.rollback()
+            await conn.execute(ROLLBACK_TO_SAVEPOINT)
             row = await conn.fetchrow(LOCK_ENTITY, *ref)
             if row is not None:
                 self._locked(row)
@@ -438,28 +452,28 @@ class _Batch:
                     self.remembered[(ref[0], ref[1], idem.key)] = (bytes(found[0]), bytes(found[1]))
             await self.txids.redraw()  # above any txid of the rows just locked
             return False
-        await savepoint.commit()
         return True
 
     async def flush(self) -> None:
-        """The staged rows: one statement per table."""
-        events = self.events
-        if self.feed_rows:  # with the commit feed: the events and the feed rows in one statement
-            await self.conn.execute(
-                INSERT_EVENTS_AND_FEED, *_columns(events, EVENT_WIDTH), *_columns(self.feed_rows, FEED_WIDTH)
+        """The staged rows, every table's in one statement."""
+        updated = [entity_row(r) for r in self.entities.values()]
+        if updated or self.events or self.idempotency_rows or self.feed_rows:
+            await _write_rows(
+                self.conn,
+                FLUSH_ROWS,
+                FLUSH_WIDTHS,
+                updated,
+                self.events,
+                self.idempotency_rows,
+                self.feed_rows,
             )
-            events = []
-        for sql, rows in (
-            (UPDATE_ENTITY, [entity_row(r) for r in self.entities.values()]),
-            (INSERT_EVENTS, events),
-            (INSERT_IDEMPOTENCY, self.idempotency_rows),
-        ):
-            if len(rows) == 1:  # a lone write's: execute is a round trip shorter than executemany
-                await self.conn.execute(sql, *rows[0])
-            elif rows:
-                await self.conn.executemany(sql, rows)
 
 
-def _columns(rows: Sequence[tuple[object, ...]], width: int) -> list[list[object]]:
-    """Rows as columns (``unnest``'s arrays); ``width`` columns when there is no row."""
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+async def _write_rows(
+    conn: Any, sql: str, widths: Sequence[int], *tables: Sequence[tuple[object, ...]]
+) -> None:
+    """FLUSH_ROWS or INSERT_ROWS: each table's rows as columns (``unnest``'s arrays)."""
+    arrays: list[list[object]] = []
+    for rows, width in zip(tables, widths, strict=True):
+        arrays.extend([list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width)
+    await conn.execute(sql, *arrays)
