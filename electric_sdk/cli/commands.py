@@ -19,7 +19,7 @@ from .. import errors
 from ..client import Client, ClientOptions, RetryPolicy
 from ..durations import parse_ms
 from ..models import Entity, Event, SignalResult
-from . import console
+from . import console, presence_cmds
 from .console import Console
 from .exec_view import process_json, process_lines
 
@@ -97,10 +97,13 @@ def spawn(ctx: Invocation, args: argparse.Namespace) -> int:
 def get(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
     process = _process(ctx, entity)
+    presence = presence_cmds.entity_presence(entity, presence_cmds.hosted(ctx))
     if ctx.out.json_mode:
-        ctx.out.record(entity.to_json() | ({"process": process} if process else {}))
+        ctx.out.record(entity.to_json() | ({"process": process} if process else {}) | presence)
     else:
         ctx.out.line(console.entity_detail(entity) + (f"\n{process_lines(process)}" if process else ""))
+        if "warning" in presence:
+            ctx.out.line(f"  warning: {presence['warning']}")
     return 0
 
 
@@ -123,10 +126,13 @@ def _process(ctx: Invocation, entity: Entity) -> dict[str, Any] | None:
 
 def ls(ctx: Invocation, args: argparse.Namespace) -> int:
     entities = ctx.client.list(args.type, states_of(args), limit=args.limit)
+    types = presence_cmds.hosted(ctx)
     if ctx.out.json_mode:
-        ctx.out.record({"entities": [e.to_json() for e in entities]})
+        ctx.out.record(
+            {"entities": [e.to_json() | presence_cmds.entity_presence(e, types) for e in entities]}
+        )
     else:
-        ctx.out.line(console.entity_table(entities))
+        ctx.out.line(presence_cmds.entity_table(entities, types))
     return 0
 
 
