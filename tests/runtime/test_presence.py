@@ -49,14 +49,17 @@ async def cli(address: str, *args: str) -> Shown:
 
 
 async def test_a_worker_is_listed_while_connected_and_gone_after(
-    electric: TestServer, client: AsyncClient
+    electric: TestServer, client: AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="electric.runtime")
     before = datetime.now(UTC) - timedelta(seconds=1)  # the database's clock may be a little behind
     assert await client.workers() == []
     async with running_worker(probe_app(Probe()), electric.address, worker_id="w-presence", capacity=7):
         await client.spawn("probe/p1")
         await until(client, "probe/p1", state_is("running"))
         [worker] = await client.workers()
+        said = [r.getMessage() for r in caplog.records if r.name == "electric.runtime"]
+        assert f"worker w-presence connected to {electric.address}, hosting probe" in said
         assert (worker.worker_id, worker.types, worker.capacity) == ("w-presence", ("probe",), 7)
         assert worker.leases_held == 1
         assert before <= worker.last_heartbeat <= datetime.now(UTC) + timedelta(seconds=1)
