@@ -1,7 +1,8 @@
 """Connected workers as the SDK returns them, and whether an entity's type is hosted.
 
 An entity waits for a worker while its state needs a runtime (``spawning``,
-``running``, ``stopping``: the lifecycle's rule); if no connected worker hosts
+``running``, ``stopping``), or while idle with a message waiting to be run
+(the lifecycle's rule, ``needs_runtime``); if no connected worker hosts
 its type, it waits until one does. ``get``, ``ls``, ``watch`` and the widgets
 all ask ``unhosted`` here, so they say it alike.
 """
@@ -17,8 +18,9 @@ from ._proto.electric.v1 import entity_service_pb2 as api
 from ._wire.times import timestamp_to_datetime
 from ._wire.workers import worker_json
 from .lifecycle import State, needs_runtime
+from .models import Entity
 
-__all__ = ["WorkerInfo", "hosted_types", "unhosted", "unhosted_note"]
+__all__ = ["WorkerInfo", "entity_unhosted", "hosted_types", "unhosted", "unhosted_note"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +57,14 @@ def hosted_types(workers: Iterable[WorkerInfo]) -> frozenset[str]:
     return frozenset(t for w in workers for t in w.types)
 
 
-def unhosted(type_: str, state: State, hosted: frozenset[str]) -> bool:
-    """Whether an entity of ``type_`` in ``state`` waits for a worker that none connected hosts."""
-    return needs_runtime(state, message_waiting=False) and type_ not in hosted
+def unhosted(type_: str, state: State, hosted: frozenset[str], message_waiting: bool = False) -> bool:
+    """Whether an entity of ``type_`` in ``state`` (with a message waiting to be run or not) waits
+    for a worker that none connected hosts."""
+    return needs_runtime(state, message_waiting) and type_ not in hosted
+
+
+def entity_unhosted(entity: Entity, hosted: frozenset[str]) -> bool:
+    return unhosted(entity.ref.type, entity.state, hosted, entity.raw.message_waiting)
 
 
 def unhosted_note(type_: str) -> str:

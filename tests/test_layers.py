@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.event_text",
         "electric_sdk.channels",
         "electric_sdk.state_read",
+        "electric_sdk.presence",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),

@@ -1,6 +1,6 @@
 """``electric workers``, and what ``get``, ``ls`` and ``watch`` add about worker presence.
 
-An entity waiting for a worker (``presence.unhosted``) whose type no
+An entity waiting for a worker (``presence.entity_unhosted``) whose type no
 connected worker hosts would wait silently: each of these says so. A server
 without ``ListWorkers`` (older than the CLI) leaves the addition out.
 """
@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..lifecycle import State
 from ..models import Entity
-from ..presence import WorkerInfo, hosted_types, unhosted, unhosted_note
+from ..presence import WorkerInfo, entity_unhosted, hosted_types, unhosted_note
 from . import console
 
 if TYPE_CHECKING:
@@ -67,7 +66,7 @@ def entity_presence(entity: Entity, types: frozenset[str] | None) -> dict[str, A
     if types is None:
         return {}
     out: dict[str, Any] = {"hosted": entity.ref.type in types}
-    if unhosted(entity.ref.type, entity.state, types):
+    if entity_unhosted(entity, types):
         out["warning"] = unhosted_note(entity.ref.type)
     return out
 
@@ -76,7 +75,7 @@ def entity_table(entities: Sequence[Entity], types: frozenset[str] | None) -> st
     """``ls``'s table with a HOSTED column: ``no`` where an entity waits for a type none hosts."""
     if types is None:
         return console.entity_table(entities)
-    rows = [[*console.entity_row(e), "no" if unhosted(e.ref.type, e.state, types) else ""] for e in entities]
+    rows = [[*console.entity_row(e), "no" if entity_unhosted(e, types) else ""] for e in entities]
     return console.table((*console.ENTITY_HEADERS, "HOSTED"), rows, frozenset({2}))
 
 
@@ -91,12 +90,13 @@ class HostedTypes:
         self._read_at = time.monotonic()
         self._noted: set[str] = set()
 
-    def note(self, type_: str, state: State) -> str | None:
-        if self._types is None or type_ in self._noted or not unhosted(type_, state, self._types):
+    def note(self, entity: Entity) -> str | None:
+        type_ = entity.ref.type
+        if self._types is None or type_ in self._noted or not entity_unhosted(entity, self._types):
             return None
         if time.monotonic() - self._read_at > self._refresh_s:
             self._types, self._read_at = hosted(self._ctx), time.monotonic()
-            if self._types is None or not unhosted(type_, state, self._types):
+            if self._types is None or not entity_unhosted(entity, self._types):
                 return None
         self._noted.add(type_)
         return unhosted_note(type_)

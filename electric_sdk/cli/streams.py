@@ -106,7 +106,7 @@ def _noting_unhosted(ctx: Invocation, changes: Iterable[EntityChange]) -> Iterat
     connected worker hosts (stderr: the table and the JSON lines on stdout stay as they are)."""
     hosted = presence_cmds.HostedTypes(ctx)
     for change in changes:
-        note = hosted.note(change.entity.ref.type, change.entity.state)
+        note = hosted.note(change.entity)
         if note is not None:
             ctx.out.stderr.write(f"electric: warning: {note}\n")
             ctx.out.stderr.flush()

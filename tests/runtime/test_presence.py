@@ -126,3 +126,20 @@ async def test_workers_over_http(door: ElectricServer, http: httpx.AsyncClient) 
             assert answer.status_code == 200, answer.text
             [row] = answer.json()["workers"]
             assert (row["worker_id"], row["types"], row["leases_held"]) == ("w-http", ["probe"], 0)
+
+
+async def test_an_idle_entity_with_a_message_and_no_worker_is_reported(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    async with running_worker(probe_app(Probe()), electric.address):
+        await client.spawn("probe/i1", idle_timeout="50ms")
+        await until(client, "probe/i1", state_is("idle"))
+    await workers_until(client, lambda found: not found)
+    idle = json.loads((await cli(electric.address, "get", "probe/i1", "--json")).stdout)
+    assert idle["state"] == "idle"
+    assert idle["hosted"] is False
+    assert "warning" not in idle  # idle with nothing to run: it waits for no worker
+    await client.send("probe/i1", "wake up")
+    waiting = json.loads((await cli(electric.address, "get", "probe/i1", "--json")).stdout)
+    assert waiting["state"] == "idle"
+    assert "no connected worker hosts type 'probe'" in waiting["warning"]
