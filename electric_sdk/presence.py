@@ -31,7 +31,7 @@ class WorkerInfo:
     replica: str
     types: tuple[str, ...]
     code_version: str
-    capacity: int
+    capacity: int  # 0: no limit
     leases_held: int
     last_heartbeat: datetime
     raw: api.Worker = field(repr=False, compare=False)

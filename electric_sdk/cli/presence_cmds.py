@@ -42,7 +42,7 @@ def workers_table(found: Sequence[WorkerInfo]) -> str:
             ",".join(w.types),
             w.code_version or "-",
             str(w.leases_held),
-            str(w.capacity),
+            str(w.capacity) if w.capacity else "-",  # 0: no limit
             console.when(w.last_heartbeat, ms=True),
             w.replica,
         ]
@@ -72,11 +72,18 @@ def entity_presence(entity: Entity, types: frozenset[str] | None) -> dict[str, A
 
 
 def entity_table(entities: Sequence[Entity], types: frozenset[str] | None) -> str:
-    """``ls``'s table with a HOSTED column: ``no`` where an entity waits for a type none hosts."""
+    """``ls``'s table with a HOSTED column: ``yes`` where a connected worker hosts the type, ``no``
+    where the entity waits for a type none hosts, ``-`` where it waits for no worker."""
     if types is None:
         return console.entity_table(entities)
-    rows = [[*console.entity_row(e), "no" if entity_unhosted(e, types) else ""] for e in entities]
+    rows = [[*console.entity_row(e), _hosted_mark(e, types)] for e in entities]
     return console.table((*console.ENTITY_HEADERS, "HOSTED"), rows, frozenset({2}))
+
+
+def _hosted_mark(entity: Entity, types: frozenset[str]) -> str:
+    if entity.ref.type in types:
+        return "yes"
+    return "no" if entity_unhosted(entity, types) else "-"
 
 
 class HostedTypes:

@@ -112,7 +112,7 @@ async def test_an_unhosted_type_is_reported_by_get_ls_and_the_log(
         assert lines[0].split()[-1] == "HOSTED"
         marks = {line.split()[0]: line.split()[-1] for line in lines[1:]}
         assert marks["/nobody/n1"] == marks["/nobody/n2"] == "no"
-        assert marks["/probe/hosted"] != "no"
+        assert marks["/probe/hosted"] == "yes"
     # The server said it once for the type, not once per entity.
     said = [r.getMessage() for r in caplog.records if r.name == "electric_server.presence"]
     assert len(said) == 1, said

@@ -819,7 +819,7 @@ class Worker(_message.Message):
     """The server replica its session is connected to."""
     code_version: _builtins.str
     capacity: _builtins.int
-    """How many entities it may host at once."""
+    """How many entities it may host at once; 0 means no limit."""
     leases_held: _builtins.int
     """How many entities it holds leases on now."""
     @_builtins.property

@@ -874,7 +874,7 @@ export type Worker = Message<"electric.v1.Worker"> & {
   codeVersion: string;
 
   /**
-   * How many entities it may host at once.
+   * How many entities it may host at once; 0 means no limit.
    *
    * @generated from field: uint32 capacity = 5;
    */
