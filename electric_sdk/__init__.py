@@ -36,6 +36,7 @@ from .models import (
     SignalResult,
     State,
 )
+from .presence import WorkerInfo
 from .version import __version__
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WatchLagging",
+    "WorkerInfo",
     "WrongEventLoop",
     "__version__",
 ]

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import pytest
 
-from electric_sdk import Client, errors
+from electric_sdk import Client, errors, presence
 from electric_sdk.cli import exit_codes
 from electric_sdk.cli.main import build_parser, commands_of
 from electric_sdk.testing import TestServer
@@ -175,7 +175,7 @@ def test_ls_table_and_json(cli: Run, sdk: Client, kind: str) -> None:
     human = cli("ls", "--type", kind)
     assert human.returncode == 0, human.stderr
     header, *rows = human.stdout.splitlines()
-    assert header.split() == ["URL", "STATE", "EVENTS", "GRACE", "IDLE", "UPDATED"]
+    assert header.split() == ["URL", "STATE", "EVENTS", "GRACE", "IDLE", "UPDATED", "HOSTED"]
     assert [row.split()[:2] for row in rows] == [
         [f"/{kind}/a", "spawning"],
         [f"/{kind}/b", "killed"],
@@ -728,6 +728,11 @@ def test_events_follow_ctrl_c_exits_130(streaming: Callable[..., Streaming], sdk
     assert sdk.get(f"{kind}/a").state.value == "spawning"  # Ctrl-C stops the CLI, not the entity
 
 
+def unhosted_note(kind: str) -> str:
+    """What watch says on stderr, once, of a spawning entity whose type no connected worker hosts."""
+    return f"electric: warning: {presence.unhosted_note(kind)}\n"
+
+
 def test_watch_json_snapshot_then_changes(
     streaming: Callable[..., Streaming], sdk: Client, kind: str
 ) -> None:
@@ -748,7 +753,7 @@ def test_watch_json_snapshot_then_changes(
     assert watch.interrupt() == 130
     stderr = watch.stderr()
     assert "Traceback" not in stderr
-    assert stderr == ""
+    assert stderr == unhosted_note(kind)
 
 
 @pytest.mark.parametrize("json_mode", [True, False])
@@ -794,7 +799,7 @@ def test_watch_prints_a_line_per_change_when_not_a_tty(
     sdk.kill(f"{kind}/a")
     assert watch.lines.next().rstrip().endswith(f"/{kind}/a: spawning → killed")
     assert watch.interrupt() == 130
-    assert watch.stderr() == ""
+    assert watch.stderr() == unhosted_note(kind)
 
 
 def read_until(fd: int, wanted: Callable[[str], bool], timeout: float = WAIT_S) -> str:
@@ -845,7 +850,7 @@ def test_watch_redraws_a_table_on_a_tty(live: TestServer, sdk: Client, kind: str
         proc.send_signal(signal.SIGINT)
         assert proc.wait(WAIT_S) == 130
         assert proc.stderr is not None
-        assert proc.stderr.read() == b""
+        assert proc.stderr.read() == unhosted_note(kind).encode()
 
 
 def test_the_watch_tables_events_column_stays_current(live: TestServer, sdk: Client, kind: str) -> None:

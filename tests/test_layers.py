@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.arguments",
         "electric_sdk.event_text",
         "electric_sdk.channels",
+        "electric_sdk.presence",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),

@@ -419,3 +419,22 @@ async def test_a_rolling_restart_under_load_loses_nothing(replica: StartReplica)
         for ref in refs:
             keys.extend(e.key for e in await read_all(stub(channel), ref) if e.type == "signal")
     assert sorted(keys) == sorted(acknowledged.values())
+
+
+async def test_workers_are_listed_by_every_replica(replica: StartReplica) -> None:
+    """ListWorkers through A lists the worker connected to B, with its lease, from the shared
+    session rows; once its session ends, A lists it no more."""
+    a, b = replica(), replica()
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        worker = RawWorker(to_b, "w-listed", ["agent"])
+        await worker.next("welcome")
+        await stub(to_a).SpawnEntity(api.SpawnEntityRequest(ref=pb.EntityRef(type="agent", id="l1")))
+        await worker.next("lease_granted")
+        [seen] = (await stub(to_a).ListWorkers(api.ListWorkersRequest())).workers
+        assert (seen.worker_id, list(seen.types), seen.leases_held) == ("w-listed", ["agent"], 1)
+        [from_b] = (await stub(to_b).ListWorkers(api.ListWorkersRequest())).workers
+        assert from_b.replica == seen.replica  # both name B, the replica its session is on
+        await closed(worker)
+        with anyio.fail_after(20):
+            while (await stub(to_a).ListWorkers(api.ListWorkersRequest())).workers:  # noqa: ASYNC110
+                await anyio.sleep(0.02)  # nothing to wait on but the database

@@ -62,6 +62,7 @@ PUBLIC_API = [
     "Unauthenticated",
     "Unavailable",
     "WatchLagging",
+    "WorkerInfo",
     "WrongEventLoop",
     "__version__",
 ]

@@ -46,6 +46,8 @@ class EntityFields(Protocol):
     def grace_pending(self) -> bool: ...
     @property
     def idle_timeout_pending(self) -> bool: ...
+    @property
+    def message_waiting(self) -> bool: ...
 
 
 def entity_url(type_: str, id_: str) -> str:
@@ -76,6 +78,7 @@ def entity_to_pb(record: EntityFields) -> pb.Entity:
         head_offset=record.head_offset,
         closed=record.closed,
         txid=record.txid,
+        message_waiting=record.message_waiting,
     )
     if record.stopping_deadline_ms is not None:
         message.stopping_deadline.CopyFrom(timestamp_from_ms(record.stopping_deadline_ms))

@@ -19,7 +19,7 @@ from .. import errors
 from ..client import Client, ClientOptions, RetryPolicy
 from ..durations import parse_ms
 from ..models import Entity, Event, SignalResult
-from . import console
+from . import console, presence_cmds
 from .console import Console
 from .exec_view import process_json, process_lines
 
@@ -98,14 +98,20 @@ def get(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
     tail = _tail(ctx, entity)
     process = process_json(tail)
+    presence = presence_cmds.entity_presence(entity, presence_cmds.hosted(ctx))
     if ctx.out.json_mode:
         ctx.out.record(
-            entity.to_json() | ({"process": process} if process else {}) | recent_events_json(tail)
+            entity.to_json()
+            | ({"process": process} if process else {})
+            | recent_events_json(tail)
+            | presence
         )
     else:
         sections = [console.entity_detail(entity)]
         if process:
             sections.append(process_lines(process))
+        if "warning" in presence:
+            sections.append(f"  warning: {presence['warning']}")
         sections.append(recent_events_lines(tail))
         ctx.out.line("\n".join(sections))
     return 0
@@ -150,10 +156,16 @@ def ls(ctx: Invocation, args: argparse.Namespace) -> int:
     entities = ctx.client.list(args.type, states_of(args), limit=limit)
     truncated = args.limit is not None and len(entities) > args.limit
     entities = entities[: args.limit] if truncated else entities
+    types = presence_cmds.hosted(ctx)
     if ctx.out.json_mode:
-        ctx.out.record({"entities": [e.to_json() for e in entities], "truncated": truncated})
+        ctx.out.record(
+            {
+                "entities": [e.to_json() | presence_cmds.entity_presence(e, types) for e in entities],
+                "truncated": truncated,
+            }
+        )
     else:
-        ctx.out.line(console.entity_table(entities))
+        ctx.out.line(presence_cmds.entity_table(entities, types))
         if truncated:  # on stderr: stdout stays the table a script may read
             ctx.out.note(f"the first {args.limit} entities; more match (raise --limit to see them)")
     return 0

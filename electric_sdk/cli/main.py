@@ -25,6 +25,7 @@ from . import (
     exit_codes,
     help_text,
     local,
+    presence_cmds,
     run_cmd,
     runtime_cmds,
     streams,
@@ -180,6 +181,8 @@ def _client_commands(sub: Subparsers) -> None:
     p = add("state", streams.state, "print an entity's durable state (ctx.state)")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
+
+    add("workers", presence_cmds.workers, "list the connected workers: types, code, leases, heartbeat")
 
     p = add("ready", commands.ready, "wait until the server answers, e.g. right after starting it")
     p.epilog = f"--timeout bounds the whole wait here (default {commands.DEFAULT_READY}; then exit 5)."

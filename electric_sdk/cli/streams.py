@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from .. import errors
 from ..lifecycle import STATE_RULES, State
 from ..models import Entity, EntityChange, Event
-from . import console, exit_codes
+from . import console, exit_codes, presence_cmds
 from .commands import Invocation, duration_s, states_of
 
 # ReadEvents pages; the server caps a page at 1000.
@@ -87,7 +87,7 @@ def watch(ctx: Invocation, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise errors.InvalidArgument(str(exc), code="UNKNOWN_STATE") from None
     ctx.client.list(args.type, wanted, limit=1)  # fails fast (within --timeout) if the server is not there
-    changes = ctx.client.watch_entities(args.type, wanted)
+    changes = _noting_unhosted(ctx, ctx.client.watch_entities(args.type, wanted))
     if ctx.out.json_mode or not ctx.out.stdout.isatty():
         changes = _new_only(changes)
     if ctx.out.json_mode:
@@ -115,6 +115,18 @@ def _new_only(changes: Iterable[EntityChange]) -> Iterator[EntityChange]:
         if change.snapshot and printed.get(url) == txid:
             continue
         printed[url] = txid
+        yield change
+
+
+def _noting_unhosted(ctx: Invocation, changes: Iterable[EntityChange]) -> Iterator[EntityChange]:
+    """The changes, with a note on stderr the first time an entity waits for a type no
+    connected worker hosts (stderr: the table and the JSON lines on stdout stay as they are)."""
+    hosted = presence_cmds.HostedTypes(ctx)
+    for change in changes:
+        note = hosted.note(change.entity)
+        if note is not None:
+            ctx.out.stderr.write(f"electric: warning: {note}\n")
+            ctx.out.stderr.flush()
         yield change
 
 

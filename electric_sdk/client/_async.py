@@ -9,6 +9,7 @@ duplicated there. An AsyncClient belongs to the event loop it was created on
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import copy
 import random
@@ -50,6 +51,7 @@ from ..models import (
     SignalManyResult,
     SignalResult,
 )
+from ..presence import WorkerInfo
 from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
 
@@ -249,6 +251,11 @@ class AsyncClient:
             token = response.next_page_token
             if not token or (limit is not None and len(out) >= limit):
                 return out
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        """The worker sessions connected now, on every replica, by worker id."""
+        response: api.ListWorkersResponse = await self._call("ListWorkers", api.ListWorkersRequest())
+        return [WorkerInfo.from_pb(w) for w in response.workers]
 
     # -- signals ------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ implementation of each operation: the async one.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import threading
 import warnings
@@ -24,6 +25,7 @@ from anyio.from_thread import BlockingPortal
 from .._portal import start_portal
 from ..arguments import RefLike, SignalLike, StateLike
 from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
+from ..presence import WorkerInfo
 from ._async import AsyncClient
 from ._options import ClientOptions, DurationLike
 
@@ -169,6 +171,9 @@ class Client:
         page_size: int = 500,
     ) -> list[Entity]:
         return self._run(self._async.list, type, states, limit=limit, page_size=page_size)
+
+    def workers(self) -> builtins.list[WorkerInfo]:
+        return self._run(self._async.workers)
 
     def signal(
         self,

@@ -242,6 +242,14 @@ class Worker:
             self.heartbeat_interval_s = interval if interval > 0 else 1.0
             self._outbox = send
             self.connected.set()
+            # The line `make run` and `electric worker` show once the server has it: from here
+            # `electric workers` lists it, and entities of its types get leased.
+            log.info(
+                "worker %s connected to %s, hosting %s",
+                self.worker_id,
+                self.options.address,
+                ", ".join(sorted(self.app.types)) or "no type",
+            )
             on_welcome()
             failure: list[grpc.aio.AioRpcError] = []
             async with anyio.create_task_group() as tg:

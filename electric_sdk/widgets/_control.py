@@ -17,6 +17,7 @@ from ..lifecycle import Signal
 from ..models import SignalResult
 from ._base import LiveWidget
 from ._parts import Confirm, signal_button
+from ._presence import HostingNotice
 from ._view import SIGNAL_BUTTONS, EntityView, badge_html, describe, error_html, note_html, parse_payload
 
 # How far back the log starts: enough to find the run in progress, without replaying a long history.
@@ -80,6 +81,8 @@ class EntityControl(LiveWidget):
         self.event_log = own(widgets.HTML(self._facts.log_html()))
         self._state: dict[str, Any] | None = None  # written on the client's loop
         self.state_panel = own(widgets.HTML(state_html(None)))
+        self.hosting = HostingNotice()
+        own(self.hosting.html)
         for widget in self.confirm_kill.widgets:
             own(widget)
 
@@ -96,6 +99,7 @@ class EntityControl(LiveWidget):
             self.confirm_kill.box,
             self.reason,
             own(widgets.HBox([self.payload, usr])),
+            self.hosting.html,
             self.message,
             self.event_log,
             self.state_panel,
@@ -109,9 +113,11 @@ class EntityControl(LiveWidget):
         aio = self._client.aio
         entity = await aio.get(self.ref)
         self._facts = self._facts.with_entity(entity)
+        await self.hosting.check(aio, self.ref, self._facts.state)
         self._feed_changed()
         async for event in aio.watch(self.ref, max(0, entity.head_offset - CATCH_UP_EVENTS)):
             self._facts = self._facts.apply(event)
+            await self.hosting.check(aio, self.ref, self._facts.state)
             self._feed_changed()
         self._facts = replace(self._facts, closed=True)
 
@@ -147,6 +153,7 @@ class EntityControl(LiveWidget):
         if state is not None and state != self.durable_state:
             self.state_panel.value = state_html(state)
             self.durable_state = state
+        self.hosting.show()
         self.view = view  # last, so its observers see the widgets updated
 
     def _sender(self, signal: Signal, payload: Any = None) -> Callable[[], None]:

@@ -50,6 +50,7 @@ METHOD_SCOPES = {
     f"{_SERVICE}ReadEvents": "read",
     f"{_SERVICE}WatchEvents": "read",
     f"{_SERVICE}WatchEntities": "read",
+    f"{_SERVICE}ListWorkers": "read",
     f"{_SERVICE}SignalEntity": "signal",
     f"{_SERVICE}SignalEntities": "signal",
     f"{_SERVICE}DeleteEntity": "signal",

@@ -245,10 +245,11 @@ class HttpDoor:
         fixed = [r for r in routes if r.path in fixed_paths]
         aliased = [r for r in routes if r.path.startswith(PREFIX)]
         plain = [r for r in routes if r.path not in fixed_paths and not r.path.startswith(PREFIX)]
+        electric = [r for r in routes if r.path.startswith("/_electric/")]  # /_electric/workers too
 
         async def elsewhere_under_electric(request: Request) -> Response:
             """A path under /_electric no route serves: 405 where one has it with another method."""
-            for route in aliased:
+            for route in electric:
                 if route.matches(request.scope)[0] is Match.PARTIAL:
                     raise HTTPException(405, headers={"Allow": ", ".join(sorted(route.methods or ()))})
             raise HTTPException(404)

@@ -155,6 +155,19 @@ def _schemas() -> dict[str, Schema]:
                 "next_page_token": {"type": "string", "description": "empty on the last page"},
             },
         ),
+        "Worker": _obj(
+            ["worker_id", "replica", "types", "code_version", "capacity", "leases_held", "last_heartbeat"],
+            {
+                "worker_id": {"type": "string"},
+                "replica": {"type": "string", "description": "the server replica its session is on"},
+                "types": {"type": "array", "items": {"type": "string"}},
+                "code_version": {"type": "string"},
+                "capacity": {"type": "integer", "minimum": 0},
+                "leases_held": {"type": "integer", "minimum": 0},
+                "last_heartbeat": instant,
+            },
+        ),
+        "WorkersList": _obj(["workers"], {"workers": {"type": "array", "items": _ref("schemas", "Worker")}}),
         "SignalResult": _obj(
             ["url", "signal", "previous_state", "new_state", "created_at", "txid", "key", "outcome"],
             {

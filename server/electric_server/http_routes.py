@@ -39,6 +39,7 @@ from electric_sdk._wire.rendering import (
     signal_many_json,
 )
 from electric_sdk._wire.times import duration_from_ms
+from electric_sdk._wire.workers import worker_json
 from electric_sdk.lifecycle import Signal, State
 
 from . import http_body as body
@@ -113,6 +114,7 @@ class HttpRoute:
     query: tuple[Param, ...] = ()
     headers: Mapping[str, str] = field(default_factory=dict)  # sent with every answer
     aliased: bool = True
+    alias: str | None = None  # one more path under /_electric, served alike (not aliased)
     spawns: bool = False  # the path names a new entity (its type may not start with "_")
     deprecated: bool = False
     description: str = ""
@@ -268,6 +270,14 @@ def _signal_many_json(_request: Any, m: Any) -> dict[str, Any]:
     return signal_many_json(m)
 
 
+def _workers(_request: Request, _query: Query, _obj: body.JsonObject) -> Message:
+    return api.ListWorkersRequest()
+
+
+def _workers_json(_request: Any, m: Any) -> dict[str, Any]:
+    return {"workers": [worker_json(w) for w in m.workers]}
+
+
 def _receipt(request: Any, m: Any) -> dict[str, Any]:
     return message_receipt_json(entity_url(request.ref.type, request.ref.id), m)
 
@@ -350,6 +360,12 @@ ROUTES: tuple[HttpRoute, ...] = (
         description="With live=sse the response is a text/event-stream of state changes (http_streams).",
     ),
     _service(
+        "GET", "/workers", "listWorkers", "List the connected workers, on every replica (ListWorkers)",
+        Call("ListWorkers", _workers, _workers_json, has_body=False),
+        Answer(200, "the connected workers, by worker id", "WorkersList"), SERVICE_ERRORS,
+        aliased=False, alias="/_electric/workers",
+    ),
+    _service(
         "POST", "/signal", "signalEntities", "Signal every entity a selector matches (SignalEntities)",
         Call("SignalEntities", _signal_many, _signal_many_json),
         Answer(200, "how many were signalled, ignored, skipped, not found", "SignalManyResult"),
@@ -427,4 +443,6 @@ def served_paths(route: HttpRoute) -> list[tuple[str, str]]:
     if route.aliased:
         alias = PREFIX if route.path == "/entities" else f"{PREFIX}{route.path}"
         paths.append((alias, f"{route.operation}Electric"))
+    if route.alias:
+        paths.append((route.alias, f"{route.operation}Electric"))
     return paths

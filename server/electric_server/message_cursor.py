@@ -149,4 +149,4 @@ def deliverable(record: EntityRecord, offset: int) -> bool:
 
 def waiting(record: EntityRecord) -> bool:
     """Whether a message waits to be run (an idle entity wakes for it)."""
-    return record.last_message_offset >= record.message_cursor
+    return record.message_waiting

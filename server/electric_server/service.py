@@ -35,6 +35,7 @@ from . import validation as v
 from .auth import current_principal
 from .caps import Caps
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
+from .presence import Presence
 from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
 
@@ -116,6 +117,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         self.watches = watches
         self.runtime = runtime
         self.caps = caps or Caps()
+        self.presence = Presence(store, runtime)
         # Told of each signal refused (INVALID_SIGNAL: nothing written); the server's metrics.
         self.signal_rejected: Callable[[Signal], None] = lambda _signal: None
 
@@ -126,7 +128,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         ref = v.ref(request.ref)
         # What the request leaves unset is the type's default, fixed at the first lease.
         grace, idle = v.profile_ms(request.profile, "profile")
-        return await _write(
+        response = await _write(
             self.store,
             ref,
             entity_writes.spawn(ref, grace, idle),
@@ -134,6 +136,8 @@ class EntityService(api_grpc.EntityServiceServicer):
             lambda c: api.SpawnEntityResponse(entity=entity_to_pb(c.after)),  # type: ignore[arg-type]
             api.SpawnEntityResponse,
         )
+        await self.presence.arrived(ref[0], "a spawn")
+        return response
 
     @translate
     async def GetEntity(self, request: api.GetEntityRequest, context: Ctx) -> api.GetEntityResponse:
@@ -153,6 +157,10 @@ class EntityService(api_grpc.EntityServiceServicer):
         page = records[:limit]
         token = _encode_page_token(page[-1].ref) if len(records) > limit else ""
         return api.ListEntitiesResponse(entities=[entity_to_pb(r) for r in page], next_page_token=token)
+
+    @translate
+    async def ListWorkers(self, request: api.ListWorkersRequest, context: Ctx) -> api.ListWorkersResponse:
+        return api.ListWorkersResponse(workers=await self.presence.workers())
 
     # -- signals -----------------------------------------------------------------
 
@@ -332,7 +340,7 @@ class EntityService(api_grpc.EntityServiceServicer):
                 state=STATE_TO_PB[c.after.state],
             )
 
-        return await _write(
+        response = await _write(
             self.store,
             ref,
             entity_writes.send_message(ref, text, data, sender),
@@ -340,6 +348,8 @@ class EntityService(api_grpc.EntityServiceServicer):
             build,
             api.SendMessageResponse,
         )
+        await self.presence.arrived(ref[0], "a message")
+        return response
 
     # -- events --------------------------------------------------------------------
 

@@ -110,3 +110,12 @@ test("SIGKILL: watch the killed transition, then INVALID_SIGNAL on a second SIGK
   assert.equal(entity.entity?.closed, true);
   assert.equal(entity.entity?.headOffset, killed.offset + 1n);
 });
+
+test("ListWorkers: no worker connected, and a spawned entity waits in spawning", { timeout: 30_000 }, async () => {
+  const client = createElectricClient(server.address);
+  const listed = await client.listWorkers({});
+  assert.deepEqual(listed.workers, []);
+  const spawned = await client.spawnEntity({ ref: { type: "ts_unhosted", id: "w1" } });
+  assert.equal(spawned.entity?.state, State.SPAWNING);
+  assert.equal(spawned.entity?.messageWaiting, false);
+});

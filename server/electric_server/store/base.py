@@ -105,6 +105,11 @@ class EntityRecord(NamedTuple):
     def ref(self) -> Ref:
         return (self.type, self.id)
 
+    @property
+    def message_waiting(self) -> bool:
+        """Whether a message waits to be run (an idle entity wakes for it)."""
+        return self.last_message_offset >= self.message_cursor
+
     def replace(self, **changes: Any) -> EntityRecord:
         return self._replace(**changes)
 

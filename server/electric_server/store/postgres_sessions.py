@@ -23,9 +23,21 @@ from .postgres_schema import (
     RENEW_REPLICA,
     RENEW_SESSIONS,
 )
-from .sessions import SessionBook, SessionRow
+from .sessions import LiveSession, SessionBook, SessionRow
 
 __all__ = ["PostgresSessions"]
+
+# Live as a holder is (postgres_schema's _HOLDER_LIVE): the session and its replica unexpired.
+# Its last heartbeat is its expiry less the renewal's span ($1 ms); its leases are counted
+# from the holder index, so the listing costs one index probe per session.
+LIVE_SESSIONS = (
+    "SELECT s.id, s.worker_id, s.replica, s.types, s.code_version, s.capacity, "
+    "(extract(epoch FROM s.expires_at) * 1000)::bigint - $1::bigint, "
+    "(SELECT count(*) FROM entities e WHERE e.lease_session = s.id) "
+    "FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp() "
+    "ORDER BY s.worker_id, s.id"
+)
 
 Connect = Callable[[str], AbstractAsyncContextManager[Any]]
 
@@ -60,3 +72,11 @@ class PostgresSessions(SessionBook):
         async with self._connection("a replica's end") as conn, conn.transaction():
             await conn.execute(END_REPLICA_SESSIONS, replica)
             await conn.execute(END_REPLICA, replica)
+
+    async def live(self, ttl_ms: int) -> list[LiveSession]:
+        async with self._connection("the list of workers") as conn:
+            rows = await conn.fetch(LIVE_SESSIONS, ttl_ms)
+        return [
+            LiveSession(SessionRow(r[0], r[1], r[2], tuple(r[3]), r[4], r[5]), int(r[6]), int(r[7]))
+            for r in rows
+        ]

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from ..clock import SYSTEM_CLOCK, Clock
 from .base import EntityRecord, WriteContext
 
-__all__ = ["MemorySessions", "SessionBook", "SessionRow", "holds_lease"]
+__all__ = ["LiveSession", "MemorySessions", "SessionBook", "SessionRow", "holds_lease"]
 
 
 class SessionRow(NamedTuple):
@@ -36,6 +36,16 @@ class SessionRow(NamedTuple):
     types: tuple[str, ...]
     code_version: str
     capacity: int
+
+
+class LiveSession(NamedTuple):
+    """A live session as ``electric workers`` shows it."""
+
+    row: SessionRow
+    heartbeat_ms: int  # wall clock, epoch ms: when its replica last renewed it
+    # The entities whose holder it is; None where the book does not count them (one server:
+    # its runtime's own leases are the whole count).
+    leases: int | None
 
 
 def holds_lease(record: EntityRecord, ctx: WriteContext) -> bool:
@@ -68,6 +78,10 @@ class SessionBook(abc.ABC):
     async def end_replica(self, replica: str) -> None:
         """The replica stops: it and every session it had end."""
 
+    @abc.abstractmethod
+    async def live(self, ttl_ms: int) -> list[LiveSession]:
+        """Every live session of every replica, by worker id (``ttl_ms``: the renewal's span)."""
+
 
 class MemorySessions(SessionBook, Collection[str]):
     """The book of a store that is one server (SQLite): in memory, by the monotonic clock.
@@ -80,6 +94,7 @@ class MemorySessions(SessionBook, Collection[str]):
         self._clock = clock
         self._expiry: dict[str, float] = {}
         self._rows: dict[str, SessionRow] = {}
+        self._renewed_ms: dict[str, int] = {}
 
     def __contains__(self, session_id: object) -> bool:
         expiry = self._expiry.get(session_id) if isinstance(session_id, str) else None
@@ -97,12 +112,15 @@ class MemorySessions(SessionBook, Collection[str]):
             self._forget(other.id)
         self._rows[session.id] = session
         self._expiry[session.id] = self._clock.monotonic() + ttl_ms / 1000
+        self._renewed_ms[session.id] = self._clock.now_ms()
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         expiry = self._clock.monotonic() + ttl_ms / 1000
         kept = {s for s in session_ids if s in self._rows}
+        renewed_ms = self._clock.now_ms()
         for session_id in kept:
             self._expiry[session_id] = expiry
+            self._renewed_ms[session_id] = renewed_ms
         return kept
 
     async def end(self, session_ids: Iterable[str]) -> None:
@@ -112,6 +130,11 @@ class MemorySessions(SessionBook, Collection[str]):
     async def end_replica(self, replica: str) -> None:
         await self.end([s.id for s in self._rows.values() if s.replica == replica])
 
+    async def live(self, ttl_ms: int) -> list[LiveSession]:
+        rows = sorted((self._rows[s] for s in self if s in self._rows), key=lambda r: r.worker_id)
+        return [LiveSession(r, self._renewed_ms[r.id], None) for r in rows]
+
     def _forget(self, session_id: str) -> None:
         self._rows.pop(session_id, None)
         self._expiry.pop(session_id, None)
+        self._renewed_ms.pop(session_id, None)

@@ -785,3 +785,86 @@ class WatchEntitiesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
 
 Global___WatchEntitiesResponse: _TypeAlias = WatchEntitiesResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class Worker(_message.Message):
+    """A connected worker session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    LEASES_HELD_FIELD_NUMBER: _builtins.int
+    LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    replica: _builtins.str
+    """The server replica its session is connected to."""
+    code_version: _builtins.str
+    capacity: _builtins.int
+    """How many entities it may host at once; 0 means no limit."""
+    leases_held: _builtins.int
+    """How many entities it holds leases on now."""
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The entity types it hosts."""
+
+    @_builtins.property
+    def last_heartbeat(self) -> _timestamp_pb2.Timestamp:
+        """When its replica last renewed its session."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        replica: _builtins.str = ...,
+        types: _abc.Iterable[_builtins.str] | None = ...,
+        code_version: _builtins.str = ...,
+        capacity: _builtins.int = ...,
+        leases_held: _builtins.int = ...,
+        last_heartbeat: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_heartbeat", b"last_heartbeat"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "code_version", b"code_version", "last_heartbeat", b"last_heartbeat", "leases_held", b"leases_held", "replica", b"replica", "types", b"types", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Worker: _TypeAlias = Worker  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Worker]: ...
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___Worker] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015

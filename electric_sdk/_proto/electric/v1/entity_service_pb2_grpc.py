@@ -91,6 +91,11 @@ class EntityServiceStub:
                 request_serializer=electric_dot_v1_dot_entity__service__pb2.WatchEntitiesRequest.SerializeToString,
                 response_deserializer=electric_dot_v1_dot_entity__service__pb2.WatchEntitiesResponse.FromString,
                 _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/electric.v1.EntityService/ListWorkers',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class EntityServiceServicer:
@@ -176,6 +181,14 @@ class EntityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkers(self, request, context):
+        """The worker sessions connected now, on every replica of the store
+        (cluster-wide on PostgreSQL), ordered by worker id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EntityServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +241,11 @@ def add_EntityServiceServicer_to_server(servicer, server):
                     servicer.WatchEntities,
                     request_deserializer=electric_dot_v1_dot_entity__service__pb2.WatchEntitiesRequest.FromString,
                     response_serializer=electric_dot_v1_dot_entity__service__pb2.WatchEntitiesResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -507,6 +525,33 @@ class EntityService:
             '/electric.v1.EntityService/WatchEntities',
             electric_dot_v1_dot_entity__service__pb2.WatchEntitiesRequest.SerializeToString,
             electric_dot_v1_dot_entity__service__pb2.WatchEntitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/ListWorkers',
+            electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

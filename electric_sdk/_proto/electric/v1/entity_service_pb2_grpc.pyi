@@ -75,6 +75,10 @@ class EntityServiceStub:
     """State changes across entities, filtered; starts with a snapshot (sent
     in chunks, ended by `snapshot_complete`), then live changes.
     """
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ListWorkersRequest, _entity_service_pb2.ListWorkersResponse]
+    """The worker sessions connected now, on every replica of the store
+    (cluster-wide on PostgreSQL), ordered by worker id.
+    """
 
 @_typing.type_check_only
 class EntityServiceAsyncStub(EntityServiceStub):
@@ -116,6 +120,10 @@ class EntityServiceAsyncStub(EntityServiceStub):
     WatchEntities: _aio.UnaryStreamMultiCallable[_entity_service_pb2.WatchEntitiesRequest, _entity_service_pb2.WatchEntitiesResponse]  # type: ignore[assignment]
     """State changes across entities, filtered; starts with a snapshot (sent
     in chunks, ended by `snapshot_complete`), then live changes.
+    """
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListWorkersRequest, _entity_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    """The worker sessions connected now, on every replica of the store
+    (cluster-wide on PostgreSQL), ordered by worker id.
     """
 
 class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -214,6 +222,16 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_entity_service_pb2.WatchEntitiesResponse], _abc.AsyncIterator[_entity_service_pb2.WatchEntitiesResponse]]:
         """State changes across entities, filtered; starts with a snapshot (sent
         in chunks, ended by `snapshot_complete`), then live changes.
+        """
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _entity_service_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.ListWorkersResponse, _abc.Awaitable[_entity_service_pb2.ListWorkersResponse]]:
+        """The worker sessions connected now, on every replica of the store
+        (cluster-wide on PostgreSQL), ordered by worker id.
         """
 
 def add_EntityServiceServicer_to_server(servicer: EntityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -326,6 +326,7 @@ class Entity(_message.Message):
     STOPPING_DEADLINE_FIELD_NUMBER: _builtins.int
     TXID_FIELD_NUMBER: _builtins.int
     PENDING_PROFILE_FIELD_NUMBER: _builtins.int
+    MESSAGE_WAITING_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -333,6 +334,10 @@ class Entity(_message.Message):
     """True once the stream has reached EOF (after entering stopped/killed)."""
     txid: _builtins.int
     """The txid of the last transaction that changed this entity."""
+    message_waiting: _builtins.bool
+    """A message waits to be run (an idle entity wakes for it): with the state,
+    whether the entity waits for a worker.
+    """
     @_builtins.property
     def ref(self) -> Global___EntityRef: ...
     @_builtins.property
@@ -365,10 +370,11 @@ class Entity(_message.Message):
         stopping_deadline: _timestamp_pb2.Timestamp | None = ...,
         txid: _builtins.int = ...,
         pending_profile: _abc.Iterable[Global___ProfileField.ValueType] | None = ...,
+        message_waiting: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,86 @@
+"""Which workers are connected, and which entity types none of them hosts.
+
+The connected workers are the store's session book (store/sessions.py): on
+PostgreSQL every replica's rows, so ``ListWorkers`` answers cluster-wide; on
+SQLite the one server's book, whose leases its runtime counts.
+
+An entity whose type no connected worker hosts waits in ``spawning`` (or with
+its messages undelivered) until one connects, and nothing else says why: the
+server log says so once per type (not per entity) when a spawn or a message
+arrives for such a type, and again only after a worker hosting it was seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._wire.workers import worker_to_pb
+
+from .store.base import StorageFault, Store
+from .store.sessions import LiveSession
+
+if TYPE_CHECKING:
+    from .runtime_service import Runtime
+
+__all__ = ["Presence"]
+
+log = logging.getLogger(__name__)
+
+# How long the hosted types read from the book answer arrivals: a burst of spawns of one type
+# costs the store one read, and a worker that just connected is seen within this.
+HOSTED_CACHE_S = 1.0
+DEFAULT_TTL_MS = 10_000
+
+
+class Presence:
+    def __init__(self, store: Store, runtime: Runtime | None) -> None:
+        self.store = store
+        self.runtime = runtime
+        self._warned: set[str] = set()
+        self._hosted: frozenset[str] = frozenset()
+        self._hosted_at = -HOSTED_CACHE_S
+
+    async def workers(self) -> list[api.Worker]:
+        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else DEFAULT_TTL_MS
+        return [self._to_pb(s) for s in await self.store.sessions.live(ttl_ms)]
+
+    def _to_pb(self, live: LiveSession) -> api.Worker:
+        row, leases = live.row, live.leases
+        if leases is None:  # a book that is one server: its runtime holds every lease
+            local = self.runtime.sessions.get(row.worker_id) if self.runtime else None
+            leases = len(local.leases) if local is not None and local.id == row.id else 0
+        return worker_to_pb(
+            row.worker_id, row.replica, row.types, row.code_version, row.capacity, leases, live.heartbeat_ms
+        )
+
+    async def hosted_types(self) -> frozenset[str]:
+        """The types some connected worker hosts, on any replica."""
+        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else DEFAULT_TTL_MS
+        return frozenset(t for s in await self.store.sessions.live(ttl_ms) for t in s.row.types)
+
+    async def arrived(self, type_: str, what: str) -> None:
+        """A spawn or a message (``what``) arrived for an entity of ``type_``: warn, once per
+        type, when no connected worker hosts it."""
+        runtime = self.runtime
+        if runtime is not None and any(type_ in s.types for s in runtime.sessions.values()):
+            self._warned.discard(type_)
+            return
+        if type_ in self._warned:
+            return
+        if time.monotonic() - self._hosted_at > HOSTED_CACHE_S:
+            try:
+                self._hosted = await self.hosted_types()
+            except StorageFault:
+                return  # the write went through; this note is not worth a failed call
+            self._hosted_at = time.monotonic()
+        if type_ not in self._hosted:
+            self._warned.add(type_)
+            log.warning(
+                "%s for type %r, which no connected worker hosts: its entities wait until one does "
+                "(`electric workers` lists them)",
+                what,
+                type_,
+            )

@@ -1,0 +1,145 @@
+"""Worker presence: `ListWorkers` (SDK, CLI, HTTP) lists the connected workers on each store,
+and an entity waiting for a type no connected worker hosts is reported so."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import anyio
+import httpx
+import pytest
+from electric_server.app import ElectricServer
+
+from electric_sdk import AsyncClient, WorkerInfo
+from electric_sdk.testing import TestServer
+
+from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, state_is, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
+
+
+async def workers_until(
+    client: AsyncClient, condition: Callable[[list[WorkerInfo]], bool]
+) -> list[WorkerInfo]:
+    """The worker list once ``condition`` holds: a session's end has no event to wait on."""
+    with anyio.fail_after(TIMEOUT_S):
+        while not condition(found := await client.workers()):  # noqa: ASYNC110
+            await anyio.sleep(0.02)  # a short pause between checks of a bounded wait
+    return found
+
+
+class Shown(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def cli(address: str, *args: str) -> Shown:
+    """The CLI as its own process, not blocking the loop (the worker's heartbeats run on it)."""
+    with anyio.fail_after(TIMEOUT_S * 3):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, *args], check=False
+        )
+    return Shown(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+async def test_a_worker_is_listed_while_connected_and_gone_after(
+    electric: TestServer, client: AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="electric.runtime")
+    before = datetime.now(UTC) - timedelta(seconds=1)  # the database's clock may be a little behind
+    assert await client.workers() == []
+    async with running_worker(probe_app(Probe()), electric.address, worker_id="w-presence", capacity=7):
+        await client.spawn("probe/p1")
+        await until(client, "probe/p1", state_is("running"))
+        [worker] = await client.workers()
+        said = [r.getMessage() for r in caplog.records if r.name == "electric.runtime"]
+        assert f"worker w-presence connected to {electric.address}, hosting probe" in said
+        assert (worker.worker_id, worker.types, worker.capacity) == ("w-presence", ("probe",), 7)
+        assert worker.leases_held == 1
+        assert before <= worker.last_heartbeat <= datetime.now(UTC) + timedelta(seconds=1)
+        assert worker.replica
+
+        shown = await cli(electric.address, "workers", "--json")
+        assert shown.returncode == 0, shown.stderr
+        [row] = json.loads(shown.stdout)["workers"]
+        assert row == worker.to_json()
+        assert row["leases_held"] == 1
+        assert row["last_heartbeat"].endswith("Z")
+        table = (await cli(electric.address, "workers")).stdout.splitlines()
+        assert table[0].split()[:4] == ["WORKER", "TYPES", "CODE", "LEASES"]
+        assert table[1].split()[:2] == ["w-presence", "probe"]
+    assert await workers_until(client, lambda found: not found) == []
+    assert (await cli(electric.address, "workers")).stdout.strip() == "no worker connected"
+
+
+async def test_an_unhosted_type_is_reported_by_get_ls_and_the_log(
+    electric: TestServer, client: AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="electric_server.presence")
+    async with running_worker(probe_app(Probe()), electric.address):
+        await client.spawn("probe/hosted")
+        await until(client, "probe/hosted", state_is("running"))
+        for ref in ("nobody/n1", "nobody/n2"):
+            await client.spawn(ref)
+
+        got = await cli(electric.address, "get", "nobody/n1", "--json")
+        assert got.returncode == 0, got.stderr
+        entity = json.loads(got.stdout)
+        assert entity["state"] == "spawning"
+        assert entity["hosted"] is False
+        assert "no connected worker hosts type 'nobody'" in entity["warning"]
+        hosted = json.loads((await cli(electric.address, "get", "probe/hosted", "--json")).stdout)
+        assert hosted["hosted"] is True
+        assert "warning" not in hosted
+        assert (
+            "warning: no connected worker hosts type 'nobody'"
+            in (await cli(electric.address, "get", "nobody/n1")).stdout
+        )
+
+        listed = json.loads((await cli(electric.address, "ls", "--json")).stdout)["entities"]
+        assert {e["url"]: e["hosted"] for e in listed} == {
+            "/nobody/n1": False,
+            "/nobody/n2": False,
+            "/probe/hosted": True,
+        }
+        lines = (await cli(electric.address, "ls")).stdout.splitlines()
+        assert lines[0].split()[-1] == "HOSTED"
+        marks = {line.split()[0]: line.split()[-1] for line in lines[1:]}
+        assert marks["/nobody/n1"] == marks["/nobody/n2"] == "no"
+        assert marks["/probe/hosted"] == "yes"
+    # The server said it once for the type, not once per entity.
+    said = [r.getMessage() for r in caplog.records if r.name == "electric_server.presence"]
+    assert len(said) == 1, said
+    assert "'nobody'" in said[0]
+
+
+async def test_workers_over_http(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    async with running_worker(probe_app(Probe()), door.address, worker_id="w-http"):
+        for path in ("/workers", "/_electric/workers"):
+            answer = await http.get(path)
+            assert answer.status_code == 200, answer.text
+            [row] = answer.json()["workers"]
+            assert (row["worker_id"], row["types"], row["leases_held"]) == ("w-http", ["probe"], 0)
+
+
+async def test_an_idle_entity_with_a_message_and_no_worker_is_reported(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    async with running_worker(probe_app(Probe()), electric.address):
+        await client.spawn("probe/i1", idle_timeout="50ms")
+        await until(client, "probe/i1", state_is("idle"))
+    await workers_until(client, lambda found: not found)
+    idle = json.loads((await cli(electric.address, "get", "probe/i1", "--json")).stdout)
+    assert idle["state"] == "idle"
+    assert idle["hosted"] is False
+    assert "warning" not in idle  # idle with nothing to run: it waits for no worker
+    await client.send("probe/i1", "wake up")
+    waiting = json.loads((await cli(electric.address, "get", "probe/i1", "--json")).stdout)
+    assert waiting["state"] == "idle"
+    assert "no connected worker hosts type 'probe'" in waiting["warning"]
