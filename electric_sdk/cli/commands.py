@@ -101,10 +101,7 @@ def get(ctx: Invocation, args: argparse.Namespace) -> int:
     presence = presence_cmds.entity_presence(entity, presence_cmds.hosted(ctx))
     if ctx.out.json_mode:
         ctx.out.record(
-            entity.to_json()
-            | ({"process": process} if process else {})
-            | recent_events_json(tail)
-            | presence
+            entity.to_json() | ({"process": process} if process else {}) | recent_events_json(tail) | presence
         )
     else:
         sections = [console.entity_detail(entity)]
