@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import threading
+
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -20,3 +24,43 @@ def error_info(exc: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
     assert len(infos) == 1, f"expected one ErrorInfo in {status}"
     assert infos[0].domain == "electric.v1"
     return infos[0]
+
+
+class OutputPump:
+    """A child's stdout read line by line on a thread of its own, so its pipe never fills while the
+    test does other things; ``wait_for`` returns once a line matches (woken by each new line, not
+    by polling) or fails when the child ends first or ``timeout_s`` passes."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        threading.Thread(target=self._pump, name="output-pump", daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def text(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
+        found: list[re.Match[str]] = []
+
+        def matched() -> bool:
+            found.extend(m for line in self.lines if (m := re.search(pattern, line)))
+            return bool(found) or self._ended
+
+        with self._changed:
+            self._changed.wait_for(matched, timeout_s)
+        if not found:
+            raise AssertionError(f"no line matched {pattern!r}:\n{self.text()}")
+        return found[0]

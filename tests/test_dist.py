@@ -11,16 +11,15 @@ dependency fails here. Packages come from the registry, as a user's would.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import OutputPump
 
 import electric_sdk
 
@@ -84,39 +83,34 @@ def test_the_base_install_is_the_client_and_says_which_extra_serves(venv: Path, 
 def dev(venv: Path, wheel: Path, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     _run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[server]")
     shutil.copytree(ROOT / "examples", tmp_path / "examples")  # the user's own code, beside the install
-    log = tmp_path / "dev.log"
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [
-                venv / "bin" / "electric",
-                "dev",
-                "examples.agents:app",
-                "--exec",
-                "examples/tasks.toml",
-                "--listen",
-                "127.0.0.1:0",
-                "--data",
-                tmp_path / "data",
-            ],
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-        )
+    proc = subprocess.Popen(
+        [
+            venv / "bin" / "electric",
+            "dev",
+            "examples.agents:app",
+            "--exec",
+            "examples/tasks.toml",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            tmp_path / "data",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
+    output = OutputPump(proc)
     try:
-        deadline, address = time.monotonic() + 60, None
-        while address is None and proc.poll() is None and time.monotonic() < deadline:
-            text = log.read_text()
-            found = re.search(r"electric server listening on (\S+)", text)
-            if found and "stop: " in text:
-                address = found.group(1)
-            else:
-                time.sleep(0.05)  # polling a file: there is no event to wait on
-        assert address, log.read_text()
+        address = output.wait_for(r"electric server listening on (\S+)", 60).group(1)
+        output.wait_for(r"stop: ", 60)
         yield venv / "bin" / "electric", address
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0, log.read_text()
+        assert proc.wait(30) == 0, output.text()
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def test_the_server_extra_runs_dev_on_the_examples(dev: tuple[Path, str]) -> None:

@@ -19,12 +19,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from doc_blocks import FENCE, Line, check_output, comment_fragments, lines
+from helpers import OutputPump
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -39,32 +39,17 @@ def blocks(language: str) -> list[str]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """`make run`, as the README's first block has it, on a free port and a fresh data folder."""
     folder = tmp_path_factory.mktemp("make-run")
-    log = folder / "make-run.log"  # a file, not a pipe: nobody has to keep reading the server's log
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [
-                "make",
-                "--no-print-directory",
-                "run",
-                "LISTEN=127.0.0.1:0",
-                "HTTP=off",
-                f"DATA={folder / 'data'}",
-            ],
-            cwd=ROOT,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    address = None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None and address is None:
-        text = log.read_text()
-        found = re.search(r"electric server listening on (\S+)", text)
-        if found and "stop: " in text:  # the banner's last line: the worker is up too
-            address = found.group(1)
-        else:
-            time.sleep(0.05)  # polling a file: there is no event to wait on
-    assert address, "make run did not start:\n" + log.read_text()
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "run", "LISTEN=127.0.0.1:0", "HTTP=off", f"DATA={folder / 'data'}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output = OutputPump(proc)  # read all along: nobody has to keep reading the server's log
+    address = output.wait_for(r"electric server listening on (\S+)", 120).group(1)
+    output.wait_for(r"stop: ", 120)  # the banner's last line: the worker is up too
     env = dict(os.environ, ELECTRIC_ADDRESS=address)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # as the README's export does
     try:
@@ -76,6 +61,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def _make_targets() -> set[str]:
