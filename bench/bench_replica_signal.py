@@ -34,12 +34,12 @@ import os
 import sys
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
+import pg_common
 from electric_server import entity_writes
 from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
@@ -99,21 +99,12 @@ def note(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
 
 
 def database_url() -> str:
-    base = os.environ.get("ELECTRIC_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/electric")
-    parts = urllib.parse.urlsplit(base)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, f"/{DATABASE}", parts.query, ""))
+    return pg_common.with_database(pg_common.DSN, DATABASE)
 
 
 async def fresh_database(url: str) -> None:
-    import asyncpg
-
-    parts = urllib.parse.urlsplit(url)
-    admin = await asyncpg.connect(urllib.parse.urlunsplit((*parts[:2], "/postgres", parts.query, "")))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{DATABASE}"')
-    finally:
-        await admin.close()
+    assert url == database_url()
+    await pg_common.recreate(DATABASE)
 
 
 ALL_KINDS = ("cross", "same", "notify", "feed")

@@ -28,20 +28,9 @@ if TYPE_CHECKING:
 
 def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:7700",
-        help="HOST:PORT to listen on (default %(default)s)",
-    )
+    add_listen(p)
     add_http(p)
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help="data directory (default %(default)s)",
-    )
+    add_data(p)
     p.add_argument(
         "--tokens", metavar="FILE", type=Path, help="TOML file of bearer tokens; without it, no auth"
     )
@@ -143,6 +132,21 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=_cmd_server)
 
 
+def add_listen(p: argparse.ArgumentParser) -> None:
+    """``--listen``, the gRPC address of `server` and `dev`."""
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:7700",
+        help="HOST:PORT to listen on (default %(default)s)",
+    )
+
+
+def add_data(p: argparse.ArgumentParser, help: str = "data directory (default %(default)s)") -> None:
+    """``--data``, the data directory every local command takes (one default, one spelling)."""
+    p.add_argument("--data", metavar="DIR", type=Path, default=Path(".electric"), help=help)
+
+
 def add_database(p: argparse.ArgumentParser) -> None:
     """`--database` and `--database-pool`, for `server` and `dev`."""
     p.add_argument(
@@ -224,13 +228,7 @@ def storage_exit(command: str, exc: Exception) -> int:
 
 def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("verify", help="replay every stream and report entities whose state differs")
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help="data directory (default %(default)s)",
-    )
+    add_data(p)
     p.add_argument("--database", metavar="URL", help="verify this PostgreSQL database instead of --data")
     # SUPPRESS: `electric --json verify` (the global flag) works too.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
@@ -336,13 +334,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("backup", help="copy a data directory's store, live or not, to a file")
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help="data directory (default %(default)s)",
-    )
+    add_data(p)
     p.add_argument("out", type=Path, metavar="OUT", help="the backup file to write")
     p.add_argument("--database", metavar="URL", help=argparse.SUPPRESS)  # refused: see _cmd_backup
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
@@ -351,13 +343,7 @@ def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
     p = sub.add_parser("restore", help="put a backup back into a new, empty data directory")
     p.add_argument("backup", type=Path, metavar="BACKUP", help="a file written by `electric backup`")
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help="data directory (default %(default)s)",
-    )
+    add_data(p)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
     p.set_defaults(func=_cmd_restore)
 

@@ -20,7 +20,15 @@ from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
-from .local import add_accept_data_loss, add_database, add_http, http_address, storage_exit
+from .local import (
+    add_accept_data_loss,
+    add_data,
+    add_database,
+    add_http,
+    add_listen,
+    http_address,
+    storage_exit,
+)
 from .logs import add_log_format, setup_logging
 
 DEFAULT_APP = "examples.agents:app"
@@ -82,20 +90,9 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "app", nargs="?", metavar="MODULE:APP", help=f"default {DEFAULT_APP}, unless --exec files are given"
     )
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:7700",
-        help="HOST:PORT to listen on (default %(default)s)",
-    )
+    add_listen(p)
     add_http(p)
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help="data directory (default %(default)s)",
-    )
+    add_data(p)
     add_database(p)
     add_accept_data_loss(p)
     _common(p)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import console, exit_codes
+from .local import add_data
 
 # Idempotency keys older than the server's retention (its default: a day) have expired.
 DAY_MS = 24 * 3600 * 1000
@@ -34,13 +35,7 @@ def add_transfer_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _store_options(p: argparse.ArgumentParser, verb: str) -> None:
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=Path(".electric"),
-        help=f"{verb} this data directory (default %(default)s)",
-    )
+    add_data(p, help=f"{verb} this data directory (default %(default)s)")
     p.add_argument("--database", metavar="URL", help=f"{verb} this PostgreSQL database instead of --data")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
 
