@@ -76,6 +76,19 @@ def postgres_url(postgres_databases: postgres_dbs.Databases) -> Iterator[str]:
 
 
 @pytest.fixture
+async def stores(postgres_url: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Two PostgresStores on one database: two processes, nothing in memory in common."""
+    from electric_server.store.postgres import PostgresStore
+
+    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    await a.open()
+    await b.open()
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+@pytest.fixture
 def database_url(request: pytest.FixtureRequest) -> str | None:
     if getattr(request, "param", "sqlite") == "sqlite":
         return None

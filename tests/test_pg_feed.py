@@ -302,19 +302,22 @@ async def test_a_store_without_the_feed_writes_none(stores: OpenStore, admin: An
 
 
 async def test_a_commit_cut_off_in_commit_reaches_its_own_hub_once(postgres_url: str) -> None:
-    """Its writer answered UNAVAILABLE and published nothing; it committed, so the feed brings it."""
+    """Its writer answered UNAVAILABLE and published nothing; it committed, so the feed brings it.
+    (A batch's COMMIT; a lone write's statement cut off is found out: test_pg_one_write.py.)"""
     async with behind_a_cutter(postgres_url) as (store, cutter):
         seen = Seen(store)
         ref: Ref = ("feed", "cut")
         await store.write(spawn(ref))
+        other = await store.write(spawn(("feed", "other")))
         cutter.armed = True
         with anyio.fail_after(WAIT_S), pytest.raises(DatabaseUnavailable, match="during COMMIT"):
-            await store.write(note(ref, "cut"))
-        await seen.count(2)
+            await store.write_many([note(ref, "cut"), note(("feed", "other"))])
+        assert other.commit is not None
+        await seen.count(4)
         await store.write(note(ref, "after"))
-        await seen.count(3)
-        await check_published(seen, [ref])
-        assert [c.result is REMOTE_COMMIT for c in seen.commits] == [False, True, False]
+        await seen.count(5)
+        await check_published(seen, [ref, ("feed", "other")])
+        assert [c.result is REMOTE_COMMIT for c in seen.commits] == [False, False, True, True, False]
 
 
 async def write_as_version_1(admin: Any, ref: Ref) -> None:

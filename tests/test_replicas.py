@@ -418,6 +418,10 @@ async def test_a_rolling_restart_under_load_loses_nothing(replica: StartReplica)
         keys: list[str] = []
         for ref in refs:
             keys.extend(e.key for e in await read_all(stub(channel), ref) if e.type == "signal")
+    missing = set(acknowledged.values()) - set(keys)
+    repeated = sorted(k for k in set(keys) if keys.count(k) > 1)
+    assert not missing, f"acknowledged, not stored: {missing}"
+    assert not repeated, f"stored twice: {repeated}"
     assert sorted(keys) == sorted(acknowledged.values())
 
 

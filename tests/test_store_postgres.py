@@ -50,16 +50,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def stores(postgres_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
-    a, b = PostgresStore(postgres_url), PostgresStore(postgres_url)
-    await a.open()
-    await b.open()
-    yield a, b
-    await a.close()
-    await b.close()
-
-
-@pytest.fixture
 async def admin(postgres_url: str) -> AsyncIterator[Any]:
     """The test's own connection to the database: to hold row locks and end the store's connections."""
     conn = await asyncpg.connect(postgres_url)
@@ -214,13 +204,15 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
 
 
 class CommitCutter:
-    """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT on and cuts the
-    client's connection before PostgreSQL's answer can reach it: a commit whose outcome the
-    store cannot know. With ``forward`` False it cuts before the COMMIT reaches PostgreSQL."""
+    """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT (the next message
+    holding ``marker``) on and cuts the client's connection before PostgreSQL's answer can reach
+    it: a commit whose outcome the store cannot know. With ``forward`` False it cuts before the
+    message reaches PostgreSQL."""
 
     def __init__(self, target: tuple[str, int], forward: bool = True) -> None:
         self.target = target
         self.forward = forward
+        self.marker = b"COMMIT"
         self.armed = False
         self.cut = asyncio.Event()
         self.connections: list[asyncio.Task[None]] = []
@@ -230,7 +222,7 @@ class CommitCutter:
     ) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(65536):
-                cutting = upstream and self.armed and b"COMMIT" in data
+                cutting = upstream and self.armed and self.marker in data
                 if cutting and not self.forward:
                     self.armed = False  # never reaches PostgreSQL: the transaction rolls back
                     self.cut.set()
@@ -287,14 +279,15 @@ async def test_a_connection_lost_in_commit_is_unavailable_and_the_retry_finds_th
 ) -> None:
     """Lost during COMMIT, the outcome is unknown to the store: UNAVAILABLE, never an acknowledgement
     nor a lost write; the retry with the same idempotency key replays what did commit, or applies
-    once what did not."""
+    once what did not. (A batch of two: a lone write has no COMMIT, test_pg_one_write.py.)"""
     async with behind_a_cutter(postgres_url, reached) as (store, cutter):
-        ref: Ref = ("t", "cut")
-        committed(await store.write(spawn(ref)))
+        ref, other = ("t", "cut"), ("t", "other")
+        for outcome in await store.write_many([spawn(ref), spawn(other)]):
+            committed(outcome)
         write = Write(ref, note(ref, "once").decide, Idempotency("note-1", b"request"), lambda c: b"noted")
         cutter.armed = True
         with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="during COMMIT"):
-            await store.write(write)
+            await store.write_many([write, note(other)])
         assert cutter.cut.is_set()
         retried = await store.write(write)
         assert (retried.replayed, retried.response) == (reached, b"noted")

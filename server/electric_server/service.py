@@ -84,7 +84,9 @@ async def _write(
     built: list[M] = []
 
     def encode(commit: Commit) -> bytes:
-        built.append(build(commit))
+        # The last one built is the commit's: a store may decide a write again (a batch after a
+        # deadlock, a lone write that raced), and each time encodes what that decision commits.
+        built[:] = [build(commit)]
         return built[0].SerializeToString()
 
     outcome = await store.write(Write(ref, decide, idem, encode if idem is not None else None))

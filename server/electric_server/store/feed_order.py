@@ -92,6 +92,15 @@ class FeedOrder:
         self._own.add(xact)
         self._committing.update(txids)
 
+    def sending(self, txids: Iterable[int]) -> None:
+        """Before a lone write's statement, which is its own COMMIT (postgres_one_write), goes out:
+        its txid (its transaction's id is known once it has committed: ``committing``)."""
+        self._committing.update(txids)
+
+    def forgotten(self, txids: Iterable[int]) -> None:
+        """Sent txids that did not commit (a lone write that raced, failed, or was found out)."""
+        self._committing.difference_update(txids)
+
     def committed(self, commits: Sequence[Commit], before_xacts: Sequence[int | None]) -> None:
         """A local COMMIT succeeded: its commits, each with the transaction id of the one before it."""
         self._committing.difference_update(c.txid for c in commits)

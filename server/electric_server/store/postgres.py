@@ -6,6 +6,9 @@
   becomes (shared with SQLite);
 - ``postgres_schema``: the schema, its versions and every statement;
 - ``postgres_writer``: how a batch of writes is applied in one transaction;
+- ``postgres_one_write``: a lone write in two round trips and no transaction
+  block (a read, then one statement that commits by itself), which goes to
+  the batch path when it raced;
 - ``postgres_faults``: what an unreachable database is told as, at start and
   while running (the server's readiness follows it);
 - ``postgres_feed`` and ``feed_order``: how commits reach the other replicas
@@ -22,8 +25,8 @@ retries), never a hang: every statement and every wait for a connection is
 bounded. The URL's password is never logged (``redacted``).
 
 Several replicas may share one database: leases and worker sessions are rows
-(``postgres_sessions``; a lease's holder is judged live inside each write's
-transaction), and the deadline sweeps' reads below claim rows with
+(``postgres_sessions``; a lease's holder is judged live by each write, as it
+reads the entity's row), and the deadline sweeps' reads below claim rows with
 ``FOR UPDATE SKIP LOCKED`` by PostgreSQL's clock, so whichever replica finds a
 deadline due fires it, and the write's compare-and-set makes it fire once.
 Commits reach the ``Hub`` of every store on the database through the commit
@@ -45,10 +48,11 @@ from electric_sdk.lifecycle import State
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
 from .feed_order import FeedOrder
-from .postgres_faults import Reachability, refusal
+from .postgres_faults import LOST, Reachability, refusal
 from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
+    SELECT_BACKEND_START,
     SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -65,7 +69,7 @@ from .postgres_schema import (
     migrate,
 )
 from .postgres_sessions import PostgresSessions
-from .postgres_writer import ACQUIRE_TIMEOUT_S, LOST, PostgresWriter
+from .postgres_writer import ACQUIRE_TIMEOUT_S, PostgresWriter
 from .rows import entity_from_row, event_from_row
 from .sql_reads import SQLReads
 
@@ -123,6 +127,7 @@ class PostgresStore(SQLReads, PostgresWriter):
                 command_timeout=STATEMENT_TIMEOUT_S,
                 server_settings={"synchronous_commit": "on", "application_name": "electric"},
                 reset=_no_reset,
+                init=self._connected,
             )
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
@@ -181,12 +186,17 @@ class PostgresStore(SQLReads, PostgresWriter):
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        for task in tuple(self.finding_out):
+            task.cancel()
         await self._close_feed()
         try:
             await pool.close()  # waits for the connections in use to be released
         except (*LOST, asyncpg.PostgresError) as exc:
             log.warning("closing the database connections failed (%s): they are dropped", _reason(exc))
             pool.terminate()
+
+    async def _connected(self, conn: Any) -> None:
+        self.backend_starts[conn.get_server_pid()] = await conn.fetchval(SELECT_BACKEND_START)
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
         # Nothing stops writes for good here: an unreachable database fails each call (retryable),

@@ -29,6 +29,16 @@ import asyncpg
 
 from .base import DatabaseUnavailable, FaultListener
 
+# What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
+LOST: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated, or the server shuts down
+    asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
+)
+
 __all__ = ["PROBE_INTERVAL_S", "Reachability", "refusal"]
 
 log = logging.getLogger(__name__)

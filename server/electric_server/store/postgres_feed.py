@@ -48,6 +48,7 @@ import asyncpg
 
 from .base import REMOTE_COMMIT, Commit
 from .feed_order import FeedOrder, Snapshot
+from .postgres_faults import LOST
 from .postgres_schema import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
@@ -55,7 +56,6 @@ from .postgres_schema import (
     PRUNE_FEED,
     READ_FEED,
 )
-from .postgres_writer import LOST
 from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
 
 __all__ = ["DEFAULT_POLL_S", "RETENTION_S", "Doorbell", "FeedReader", "payload"]

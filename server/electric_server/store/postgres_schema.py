@@ -35,18 +35,25 @@ __all__ = [
     "LOCK_ENTITY",
     "NEXT_TXIDS",
     "NOTIFY_FEED",
+    "ONE_INSERT",
+    "ONE_KEY",
+    "ONE_UPDATE",
+    "ONE_WRITE_COLUMNS",
     "PRUNE_FEED",
     "PURGE_IDEMPOTENCY",
+    "READ_AND_DRAW",
     "READ_FEED",
     "RENEW_REPLICA",
     "RENEW_SESSIONS",
     "ROLLBACK_TO_SAVEPOINT",
     "SAVEPOINT",
     "SCHEMA_VERSION",
+    "SELECT_BACKEND_START",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
+    "SELECT_FED_XACT",
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
     "SELECT_IDEMPOTENCY_MANY",
@@ -55,6 +62,7 @@ __all__ = [
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "SELECT_UNLEASED",
+    "TERMINATE_BACKEND",
     "UPSERT_TYPE_PROFILE",
     "SchemaTooNew",
     "migrate",
@@ -460,3 +468,75 @@ ORDER BY f.txid
 FEED_CHANNEL = "electric_feed"
 NOTIFY_FEED = f"SELECT pg_notify('{FEED_CHANNEL}', $1)"
 PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"
+
+
+# -- a lone write in two round trips, no transaction block (postgres_one_write.py) -------------
+
+# The first, a read: the row as committed (no lock), the transaction that last wrote it and
+# whether its holder is live, a txid drawn after the statement's snapshot was taken (so above
+# every txid of a commit the snapshot holds), the database's clock, and the key's stored answer.
+# One row: the txid, the clock, the key's request hash and response (NULL: none), then
+# LOCK_ENTITY's columns (NULL ones when there is no row).
+READ_AND_DRAW = (
+    f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED} "
+    "FROM (SELECT 1) one LEFT JOIN entities e ON e.type = $1 AND e.id = $2 "
+    "LEFT JOIN idempotency k ON k.type = $1 AND k.id = $2 AND k.key = $3"
+)
+_WRITTEN = "EXISTS (SELECT FROM written)"
+_KEY_VALUES = ", ".join(f"${i}::{t}" for i, t in enumerate(_IDEMPOTENCY_TYPES, start=1))
+
+
+def _one_write(entity_sql: str, entity_params: int) -> str:
+    """The second, one statement that commits by itself: the entity's row (``written``, which
+    returns the transaction's id, or no row when the write raced: then nothing is written),
+    its events, its key's answer, and its feed row."""
+    start = entity_params + 1
+    events = _unnest(_EVENT_TYPES, start)
+    start += len(_EVENT_TYPES)
+    key = ", ".join(f"${i}::{t}" for i, t in enumerate(_IDEMPOTENCY_TYPES, start=start))
+    start += len(_IDEMPOTENCY_TYPES)
+    feed = ", ".join(f"${i}::{t}" for i, t in enumerate(_FEED_TYPES, start=start))
+    return (
+        f"WITH written AS ({entity_sql} RETURNING pg_current_xact_id()::text::bigint AS xact), "
+        f"appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({events}) "
+        f"WHERE {_WRITTEN}), "
+        "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
+        f"SELECT {key} WHERE ${start - len(_IDEMPOTENCY_TYPES) + 2}::text IS NOT NULL AND {_WRITTEN}), "
+        f"fed AS (INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) "
+        "SELECT xact FROM written"
+    )
+
+
+_N_ENTITY = len(ENTITY_COLUMNS)
+# An existing entity's write, compare-and-set on the txid it was read with ($N+1): every commit
+# sets a new one, so an unchanged txid means no commit since the read.
+ONE_UPDATE = _one_write(
+    "UPDATE entities e SET "
+    + ", ".join(
+        f'"{c}" = ${i}::{_COLUMN_TYPES[c].split()[0]}'
+        for i, c in enumerate(ENTITY_COLUMNS, 1)
+        if c not in ENTITY_KEY
+    )
+    + f", xact = pg_current_xact_id() WHERE e.type = $1 AND e.id = $2 AND e.txid = ${_N_ENTITY + 1}",
+    _N_ENTITY + 1,
+)
+# A new entity's: a racing insert of the same entity ends in unique_violation, nothing written.
+ONE_INSERT = _one_write(
+    f"INSERT INTO entities ({_ENTITY_LIST}, xact) VALUES ("
+    + ", ".join(f"${i}::{_COLUMN_TYPES[c].split()[0]}" for i, c in enumerate(ENTITY_COLUMNS, 1))
+    + ", pg_current_xact_id())",
+    _N_ENTITY,
+)
+# How many values ONE_UPDATE and ONE_INSERT take after the entity's: events, key, feed row.
+ONE_WRITE_COLUMNS = (len(_EVENT_TYPES), len(_IDEMPOTENCY_TYPES), len(_FEED_TYPES))
+# A write that commits nothing but remembers its answer (a racing retry: unique_violation).
+ONE_KEY = (
+    f"INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES ({_KEY_VALUES})"
+)
+# Resolving a lone write whose connection was lost with the outcome unknown: its backend ended
+# (the same backend: a pid is reused, its start time is not), then its feed row looked for.
+SELECT_BACKEND_START = "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+TERMINATE_BACKEND = (
+    "SELECT pg_terminate_backend(pid), true FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
+)
+SELECT_FED_XACT = "SELECT xact::text::bigint FROM commit_feed WHERE origin = $1 AND txid = $2"

@@ -31,7 +31,9 @@ transaction on one pooled connection:
    client's retry with the same idempotency key finds out.
 
 Lone writes (``write``) that arrive while every connection runs a batch
-wait to share the next one (group commit, at most ``MAX_BATCH``).
+wait to share the next one (group commit, at most ``MAX_BATCH``). A batch of
+one, with the commit feed on, is first tried in two round trips and no
+transaction block (``postgres_one_write``); it comes here when it raced.
 
 Then the batch's commits are published to the ``Hub``. Within this process,
 writes to one entity queue for it (``_RefLocks``) from before the row lock to
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -56,6 +59,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from . import postgres_one_write
 from .base import (
     Commit,
     DatabaseUnavailable,
@@ -71,6 +75,8 @@ from .base import (
 )
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
+from .postgres_faults import LOST
+from .postgres_one_write import RACED, Decided, UnknownOutcome
 from .postgres_schema import (
     FLUSH_ROWS,
     FLUSH_WIDTHS,
@@ -87,17 +93,10 @@ from .postgres_schema import (
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
-__all__ = ["ACQUIRE_TIMEOUT_S", "LOST", "MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
+__all__ = ["ACQUIRE_TIMEOUT_S", "MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
 
-# What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
-LOST: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated, or the server shuts down
-    asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
-)
+log = logging.getLogger(__name__)
+
 # The most lone writes one batch gathers.
 MAX_BATCH = 256
 # How often a batch runs again after a deadlock or a serialization failure before it fails.
@@ -186,6 +185,12 @@ class PostgresWriter(Store):
         # Batches committed and batches run again after a deadlock: exposed for tests and benchmarks.
         self.batches_committed = 0
         self.batches_retried = 0
+        # Each pooled connection's backend's start, by its pid (set as it connects): with the pid,
+        # it names the backend of a lone write whose connection was lost (postgres_one_write).
+        self.backend_starts: dict[int, Any] = {}
+        # Lone writes with their outcome unknown, being found out (_find_out).
+        self.finding_out: set[asyncio.Task[None]] = set()
+        self.lone_writes = 0  # committed in two round trips (tests and benchmarks)
 
     @contextlib.asynccontextmanager
     async def _connection(self, what: str) -> AsyncIterator[Any]:
@@ -250,6 +255,11 @@ class PostgresWriter(Store):
         started = time.perf_counter()
         refs = sorted({write.ref for write in writes})
         async with self._ref_locks.hold(refs):
+            if len(writes) == 1 and self.feed_order is not None:
+                decided = await self._write_alone(writes[0], self.feed_order)
+                if decided is not RACED:
+                    self._published_alone(decided, started)
+                    return [decided.outcome]
             async with self._connection("a write") as conn:
                 for attempt in range(1, MAX_ATTEMPTS + 1):
                     try:
@@ -276,6 +286,83 @@ class PostgresWriter(Store):
                 if commits and self.doorbell is not None:
                     self.doorbell.ring(batch.txids.xact)
         return outcomes
+
+    async def _write_alone(self, write: Write, order: FeedOrder) -> Decided:
+        """A batch of one in two round trips (postgres_one_write); RACED: take the batch path."""
+        sent: list[int] = []
+
+        def sending(txid: int) -> None:
+            sent.append(txid)
+            order.sending(sent)  # held from now: the entity's later commits wait for it
+
+        try:
+            async with self._connection("a write") as conn:
+                pid = conn.get_server_pid()
+                started = self.backend_starts.get(pid)
+                if started is None:  # a connection not made by this store's pool
+                    return RACED
+                decided = await postgres_one_write.write_alone(
+                    conn, write, self.origin, (pid, started), sending
+                )
+        except UnknownOutcome as lost:
+            task = asyncio.get_running_loop().create_task(self._find_out(lost), name="electric-find-out")
+            self.finding_out.add(task)
+            task.add_done_callback(self.finding_out.discard)
+            raise DatabaseUnavailable(str(lost)) from lost  # the caller's: no commit to carry
+        except BaseException:
+            order.forgotten(sent)
+            raise
+        if decided.xact is None:
+            order.forgotten(sent)
+        return decided
+
+    def _published_alone(self, decided: Decided, started: float) -> None:
+        self.batches_committed += 1
+        outcome = decided.outcome
+        commit = outcome.commit if isinstance(outcome, WriteOutcome) else None
+        commits = [commit] if commit is not None else []
+        self.hub.acknowledged(commits, 1, started)
+        if commit is None or decided.xact is None:
+            return
+        self.lone_writes += 1
+        self._published_late(commit, decided.xact, decided.before_xact)
+
+    def _published_late(self, commit: Commit, xact: int, before_xact: int | None) -> None:
+        order = self.feed_order
+        assert order is not None
+        order.committing(xact, ())
+        order.committed([commit], [before_xact])
+        if self.doorbell is not None:
+            self.doorbell.ring(xact)
+
+    async def _find_out(self, lost: UnknownOutcome) -> None:
+        """Whether a lone write whose connection was lost committed (postgres_one_write); published
+        if it did. Tried until the database answers (the store is unavailable until then anyway)."""
+        pause = 0.05
+        while True:
+            pool = self._pool
+            if pool is None:
+                return  # closed: this replica's Hub has no subscriber left to tell
+            try:
+                async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+                    xact = await postgres_one_write.find_out(conn, lost, self.origin)
+                break
+            except (*LOST, asyncpg.PostgresError) as exc:
+                log.debug("finding out a lost write's outcome failed (%s): trying again", exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        commit = lost.commit
+        ref = f"{commit.ref[0]}/{commit.ref[1]}"
+        order = self.feed_order
+        assert order is not None
+        if xact is None:
+            order.forgotten((commit.txid,))
+            log.warning(
+                "a write to %s whose connection was lost had not committed (txid %d)", ref, commit.txid
+            )
+        else:
+            self._published_late(commit, xact, lost.before_xact)
+            log.warning("a write to %s whose connection was lost had committed (txid %d)", ref, commit.txid)
 
     async def _apply_batch(
         self, conn: Any, writes: Sequence[Write], refs: Sequence[Ref]

@@ -1,0 +1,129 @@
+"""The PostgreSQL store's lone write in two round trips (postgres_one_write), on a real PostgreSQL.
+
+A batch of one skips the transaction block: a read, then one statement that
+commits by itself, compare-and-set on the entity's txid. These tests show it
+keeps the batch path's guarantees where it differs from it: writers racing
+from two stores (two processes), and a connection lost while its statement is
+out, when the write may or may not have committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, NamedTuple
+
+import anyio
+import pytest
+from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
+from electric_server.store.feed_order import FeedOrder, Snapshot
+from electric_server.store.postgres import PostgresStore
+from test_store import check_stream, committed, note, spawn
+from test_store_postgres import behind_a_cutter
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_lone_write_commits_in_two_round_trips_without_a_batch(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    store = stores[0]
+    ref: Ref = ("agent", "alone")
+    committed(await store.write(spawn(ref)))
+    before = store.lone_writes
+    for i in range(5):
+        committed(await store.write(note(ref, str(i))))
+    assert store.lone_writes - before == 5
+    await check_stream(store, ref)
+
+
+async def test_lone_writes_racing_from_two_stores_keep_offsets_gap_free_and_txids_increasing(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """Each store's lone writes to one entity queue in its process, but the two stores race in
+    the database: a write that lost its compare-and-set is decided again on the batch path."""
+    ref: Ref = ("agent", "raced")
+    committed(await stores[0].write(spawn(ref)))
+    writes = [stores[i % 2].write(note(ref, str(i))) for i in range(60)]
+    for outcome in await asyncio.gather(*writes):
+        committed(outcome)
+    assert len(await check_stream(stores[0], ref)) == 1 + 60
+    bodies = sorted(e.body for e in await stores[1].read_events(ref, 1, 100))
+    assert bodies == sorted(str(i).encode() for i in range(60)), "every write once"
+
+
+async def test_a_key_stored_by_a_racing_retry_is_replayed(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    ref: Ref = ("agent", "retried")
+    committed(await stores[0].write(spawn(ref)))
+
+    def retry(i: int) -> Any:
+        write = Write(ref, note(ref, "once").decide, Idempotency("k", b"h"), lambda c: f"{c.txid}".encode())
+        return stores[i % 2].write(write)
+
+    outcomes = await asyncio.gather(*(retry(i) for i in range(16)))
+    assert [o.replayed for o in outcomes].count(False) == 1
+    assert len({o.response for o in outcomes}) == 1
+    assert len(await check_stream(stores[1], ref)) == 2
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["statement reached", "statement lost"])
+async def test_a_connection_lost_with_the_statement_out_is_found_out_and_published_once(
+    postgres_url: str, reached: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The statement is its own COMMIT, so a loss while it is out leaves the outcome unknown:
+    UNAVAILABLE to the caller; the store ends that backend, waits for it to go, and publishes the
+    commit to its watchers if it is in the feed, once, or forgets it. The retry with the same key
+    replays what committed, or applies once what did not."""
+    caplog.set_level(logging.WARNING, logger="electric_server.store.postgres_writer")
+    async with behind_a_cutter(postgres_url, reached) as (store, cutter):
+        ref: Ref = ("t", "cut")
+        committed(await store.write(spawn(ref)))
+        published: list[Commit] = []
+        store.hub.subscribe(ref, published.append)
+        write = Write(ref, note(ref, "marker-once").decide, Idempotency("n", b"request"), lambda c: b"noted")
+        cutter.marker, cutter.armed = b"marker-once", True
+        with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="may or may not have committed"):
+            await store.write(write)
+        assert cutter.cut.is_set()
+        with anyio.fail_after(10):
+            while store.finding_out:
+                await asyncio.gather(*store.finding_out, return_exceptions=True)
+        assert [[e.body for e in c.events] for c in published] == ([[b"marker-once"]] if reached else [])
+        said = "had committed" if reached else "had not committed"
+        assert any(said in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+        retried = await store.write(write)
+        assert (retried.replayed, retried.response) == (reached, b"noted")
+        assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"marker-once"]
+        assert len(published) == 1, "published once: found out, or written by the retry"
+        await check_stream(store, ref)
+
+
+class _Record(NamedTuple):
+    """What the feed order reads of an entity's record: its txid."""
+
+    txid: int
+
+
+def _commit(txid: int, before: int | None) -> Commit:
+    prior: Any = None if before is None else _Record(before)
+    return Commit(("t", "e"), txid, 0, (), prior, _Record(txid), None)  # type: ignore[arg-type]
+
+
+def test_a_remote_commit_after_a_lone_write_still_out_waits_for_it() -> None:
+    """The feed order holds the entity's later commits while a lone write's statement is out
+    (``sending``) and publishes them after it (``committed``), as for a COMMIT under way."""
+    published: list[int] = []
+    order = FeedOrder(lambda commits: published.extend(c.txid for c in commits), lambda: None)
+    order.snapshot = Snapshot(10, 10, frozenset())
+    order.sending([5])
+    order.read(Snapshot(12, 12, frozenset()), [_commit(6, 5)])  # another replica's, after ours
+    assert published == [], "held for the lone write still out"
+    order.committing(11, ())
+    order.committed([_commit(5, None)], [None])
+    assert published == [5, 6]
+    order.sending([7])
+    order.forgotten([7])
+    order.read(Snapshot(13, 13, frozenset()), [_commit(8, 6)])
+    assert published == [5, 6, 8], "a forgotten txid holds nothing"
