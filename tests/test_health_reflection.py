@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import grpc
 import pytest
 from electric_server.app import ElectricServer
+from electric_server.handlers import guard_server
 from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from helpers import error_info
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +78,29 @@ async def test_reflection_describes_entity_service(channel: grpc.aio.Channel) ->
     service = by_name["electric/v1/entity_service.proto"].service[0]
     assert service.name == "EntityService"
     assert {"SpawnEntity", "SignalEntity", "WatchEvents"} <= {m.name for m in service.method}
+
+
+async def test_an_unimplemented_method_answers_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """A generated servicer's stub, not overridden (as Health/List was), answers UNIMPLEMENTED
+    with its reason, and logs nothing: grpc would log its NotImplementedError's traceback."""
+    server = grpc.aio.server()
+    guard_server(server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_pb2_grpc.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        with caplog.at_level(logging.DEBUG):
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                with pytest.raises(grpc.aio.AioRpcError) as unary:
+                    await stub.List(health_pb2.HealthListRequest(), timeout=10)
+                with pytest.raises(grpc.aio.AioRpcError) as streamed:
+                    await stub.Watch(health_pb2.HealthCheckRequest(), timeout=10).read()
+    finally:
+        await server.stop(None)
+    for info, method in ((unary.value, "List"), (streamed.value, "Watch")):
+        assert info.code() is grpc.StatusCode.UNIMPLEMENTED
+        reason = error_info(info)
+        assert reason.reason == "METHOD_NOT_IMPLEMENTED"
+        assert reason.metadata["method"] == f"/grpc.health.v1.Health/{method}"
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
