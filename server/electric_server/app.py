@@ -40,7 +40,7 @@ from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
-from .health_reflection import Health, add_health_and_reflection
+from .health_reflection import Health, add_health_and_reflection, tool_hint
 from .http_door import HttpDoor, check_cors_origins
 from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .internals import forced_fallbacks
@@ -418,6 +418,10 @@ class ElectricServer:
     def _draining_now(self) -> bool:
         return self._draining
 
+    def tool_hint(self) -> list[str]:
+        """The banner's lines for buf curl and grpcurl, for this server's address."""
+        return tool_hint(self.address, self.config.tls_cert)
+
     def drain_on_failure(self, drain: asyncio.Event) -> None:
         """Set ``drain`` if the store fails for good; the caller then stops the server and
         raises ``failure``."""
@@ -472,7 +476,7 @@ def _usage_hint(server: ElectricServer) -> str:
             f"    {env}electric events my_agent/agent_1 --follow",
             f"    {env}electric kill my_agent/agent_1",
             f"    {env}electric watch",
-            f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
+            *server.tool_hint(),
             *(
                 [
                     f"  http:    curl {server.http.address}/entities   (docs/http.md)",

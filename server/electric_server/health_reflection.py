@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -84,3 +85,17 @@ def add_health_and_reflection(server: grpc.aio.Server, health: Health, services:
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(REFLECTION_V1, handlers),))
     server.add_registered_method_handlers(REFLECTION_V1, handlers)
+
+
+def tool_hint(address: str, tls_cert: Path | None) -> list[str]:
+    """The banner's lines that list the server's methods with buf curl and grpcurl, as typed."""
+    if tls_cert is None:
+        buf = f"buf curl --protocol grpc --http2-prior-knowledge --list-methods http://{address}"
+        grpcurl = f"grpcurl -plaintext {address} list"
+    else:
+        buf = f"buf curl --protocol grpc --cacert {tls_cert} --list-methods https://{address}"
+        grpcurl = f"grpcurl -cacert {tls_cert} {address} list"
+    return [
+        f"  grpc:    {buf}",
+        f"           {grpcurl}   (reflection v1 and v1alpha; health: grpc.health.v1.Health/List)",
+    ]
