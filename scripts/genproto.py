@@ -6,8 +6,8 @@ exits 1 if anything differs, so drift between proto/ and the committed code
 fails CI.
 
 protoc emits absolute imports (`from electric.v1 import types_pb2`); they are
-rewritten to `electric_sdk._proto.electric.v1` so the generated code lives
-inside our package without touching sys.path.
+rewritten to `electric_sdk._proto.electric.v1` (and `electric_sdk._proto.grpc.reflection.v1`)
+so the generated code lives inside our package without touching sys.path.
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "electric_sdk" / "_proto"
-# Only our own package is generated; google/rpc is vendored for other
-# languages, Python takes it from googleapis-common-protos.
-SOURCES = sorted(p.relative_to(PROTO_DIR).as_posix() for p in (PROTO_DIR / "electric").rglob("*.proto"))
-_IMPORT = re.compile(r"^(from|import) electric\.", re.MULTILINE)
+# Our own package, and grpc.reflection.v1: the server serves reflection under that name too, and
+# grpcio-reflection ships only v1alpha. google/rpc is vendored for other languages; Python takes
+# it from googleapis-common-protos.
+SOURCES = sorted(
+    p.relative_to(PROTO_DIR).as_posix()
+    for folder in ("electric", "grpc/reflection/v1")
+    for p in (PROTO_DIR / folder).rglob("*.proto")
+)
+# `import grpc` (the runtime) stays as it is: only the generated packages' own imports move.
+_IMPORT = re.compile(r"^(from|import) (electric|grpc\.reflection)\.", re.MULTILINE)
 
 
 def generate(out: Path) -> None:
@@ -51,7 +57,7 @@ def generate(out: Path) -> None:
         raise SystemExit("protoc failed")
     for path in out.rglob("*.py*"):
         text = path.read_text()
-        path.write_text(_IMPORT.sub(r"\1 electric_sdk._proto.electric.", text))
+        path.write_text(_IMPORT.sub(r"\1 electric_sdk._proto.\2.", text))
     for folder in [out, *[p for p in out.rglob("*") if p.is_dir()]]:
         init = folder / "__init__.py"
         if not init.exists():

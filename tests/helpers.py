@@ -52,6 +52,13 @@ class OutputPump:
         with self._changed:
             return "".join(self.lines)
 
+    def ended(self, timeout_s: float) -> str:
+        """All the child printed, once its output ended (it exited, or closed it)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._ended, timeout_s):
+                raise AssertionError(f"the output did not end within {timeout_s} s:\n{self.text()}")
+            return "".join(self.lines)
+
     def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
         found: list[re.Match[str]] = []
 

@@ -171,7 +171,7 @@ def _load(spec: str | None, exec_files: list[Path] | None = None) -> Any:
     return _Apps(spec, exec_files or [])
 
 
-def _hints(address: str, app: Any) -> str:
+def _hints(address: str, app: Any, tools: list[str]) -> str:
     env = "" if address == "127.0.0.1:7700" else f"ELECTRIC_ADDRESS={address} "
     types = list(app.types)
     first = types[0] if types else "my_agent"
@@ -187,6 +187,7 @@ def _hints(address: str, app: Any) -> str:
             f"    {env}electric signal {first}/r1 SIGSTOP      # then SIGCONT",
             f"    {env}electric signal {first}/r1 SIGTERM      # cleanup, then stopped",
             *_exec_hints(env, app),
+            *tools,  # a server's own (`dev`): its gRPC tools line
             "  stop:    Ctrl-C drains and exits 0; a second Ctrl-C exits at once",
         ]
     )
@@ -273,7 +274,7 @@ async def _serve_until_drained(
 
             tg.start_soon(run_worker)
             print(f"electric worker {worker.worker_id} connecting to {options.address}", flush=True)
-            print(_hints(options.address, app), flush=True)
+            print(_hints(options.address, app, server.tool_hint() if server else []), flush=True)
             await drain.wait()
             await worker.shutdown(grace_s)
         if failure:

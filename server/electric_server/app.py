@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -41,6 +40,7 @@ from .config_error import ConfigError
 from .datadir import DataDirLock, database_path
 from .errors import ApiError, storage_error
 from .handlers import guard_server
+from .health_reflection import Health, add_health_and_reflection, tool_hint
 from .http_door import HttpDoor, check_cors_origins
 from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .internals import forced_fallbacks
@@ -225,7 +225,7 @@ class ElectricServer:
             self.store = store or _store(config)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        self.health = health.aio.HealthServicer()
+        self.health = Health()
         # Open streams and worker sessions per principal (caps.py), shared by both services.
         self.caps = Caps(config.max_streams, config.max_sessions)
         self.port = 0
@@ -312,15 +312,7 @@ class ElectricServer:
         rt_grpc.add_RuntimeServiceServicer_to_server(
             RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
-        )
+        add_health_and_reflection(server, self.health, (SERVICE_NAME,))
         try:
             if self._tls is not None:
                 creds = grpc.ssl_server_credentials([self._tls])
@@ -426,6 +418,10 @@ class ElectricServer:
     def _draining_now(self) -> bool:
         return self._draining
 
+    def tool_hint(self) -> list[str]:
+        """The banner's lines for buf curl and grpcurl, for this server's address."""
+        return tool_hint(self.address, self.config.tls_cert)
+
     def drain_on_failure(self, drain: asyncio.Event) -> None:
         """Set ``drain`` if the store fails for good; the caller then stops the server and
         raises ``failure``."""
@@ -480,7 +476,7 @@ def _usage_hint(server: ElectricServer) -> str:
             f"    {env}electric events my_agent/agent_1 --follow",
             f"    {env}electric kill my_agent/agent_1",
             f"    {env}electric watch",
-            f"  grpc:    grpcurl -plaintext {a} list   (reflection is on)",
+            *server.tool_hint(),
             *(
                 [
                     f"  http:    curl {server.http.address}/entities   (docs/http.md)",

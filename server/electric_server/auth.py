@@ -39,6 +39,7 @@ from typing import Any
 import grpc
 
 from .errors import ApiError, Malformed, abort_with
+from .handlers import refusal
 
 log = logging.getLogger(__name__)
 
@@ -221,26 +222,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 principal = bearer_principal(self.tokens, value)
         refused = denial(principal, scope)
         if refused is not None:
-            return _refusal(handler, refused, details.method)
+            return refusal(handler, refused, details.method)
         assert principal is not None
         return _wrap(handler, principal, details.method)
-
-
-def _refusal(handler: Any, error: ApiError, method: str) -> Any:
-    """A handler that answers ``error`` and never decodes the request (no deserializer: the
-    body stays bytes; a stream is not read at all)."""
-
-    async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await abort_with(context, error, method)
-
-    serialize = handler.response_serializer
-    if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(refuse, None, serialize)
-    if handler.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(refuse, None, serialize)
-    if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(refuse, None, serialize)
-    return grpc.stream_stream_rpc_method_handler(refuse, None, serialize)
 
 
 def _wrap(handler: Any, principal: Principal, method: str) -> Any:

@@ -12,6 +12,11 @@ becomes a ``Malformed`` holding its ``INVALID_ARGUMENT`` error, which the
 handler answers (``errors.translate`` does it for our services, with no extra
 call per request; a wrapper here does it for health and reflection); an
 undecodable stream message raises that error in the request iterator.
+
+A method that its servicer leaves to the generated base class (whose stub
+raises ``NotImplementedError``, which grpc logs with a traceback on every
+call) is answered ``UNIMPLEMENTED``/``METHOD_NOT_IMPLEMENTED`` instead, without
+running the stub: a client probing a method is no error of the server's.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ def guarded(handler: Handler, method: str) -> Handler:
     # grpc's stubs type handlers for the sync API; the aio server calls the
     # same slots with coroutines and async generators, hence Any here.
     h: Any = handler
+    if _generated_stub(h.unary_unary or h.unary_stream or h.stream_unary or h.stream_stream):
+        return _unimplemented(h, method)
     if h.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             _checked_unary(h.unary_unary, method), _unary_decoder(deserialize), serialize
@@ -86,6 +93,43 @@ def guarded(handler: Handler, method: str) -> Handler:
     return grpc.stream_stream_rpc_method_handler(
         _checked_stream(h.stream_stream, method), _stream_decoder(deserialize), serialize
     )
+
+
+def _generated_stub(behavior: Any) -> bool:
+    """Whether ``behavior`` is a generated servicer's own method, not overridden: protoc puts
+    those classes in ``*_pb2_grpc`` modules, and a servicer's overrides live in its own."""
+    function = getattr(behavior, "__func__", behavior)
+    return str(getattr(function, "__module__", "")).endswith("_pb2_grpc")
+
+
+def _unimplemented(handler: Any, method: str) -> Handler:
+    return refusal(
+        handler,
+        ApiError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "METHOD_NOT_IMPLEMENTED",
+            f"{method} is not implemented by this server",
+            {"method": method},
+        ),
+        method,
+    )
+
+
+def refusal(handler: Any, error: ApiError, method: str) -> Handler:
+    """A handler of ``handler``'s kind that answers ``error`` and never decodes the request (no
+    deserializer: the body stays bytes; a stream is not read at all)."""
+
+    async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await abort_with(context, error, method)
+
+    serialize = handler.response_serializer
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, None, serialize)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(refuse, None, serialize)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(refuse, None, serialize)
+    return grpc.stream_stream_rpc_method_handler(refuse, None, serialize)
 
 
 def _checks(behavior: Any) -> bool:
