@@ -68,7 +68,10 @@ async def test_a_worker_is_listed_while_connected_and_gone_after(
         shown = await cli(electric.address, "workers", "--json")
         assert shown.returncode == 0, shown.stderr
         [row] = json.loads(shown.stdout)["workers"]
-        assert row == worker.to_json()
+        # The CLI's process starts in about a second, over which the replica renews the session.
+        listed = worker.to_json()
+        assert row["last_heartbeat"] >= listed["last_heartbeat"]
+        assert row | {"last_heartbeat": listed["last_heartbeat"]} == listed
         assert row["leases_held"] == 1
         assert row["last_heartbeat"].endswith("Z")
         table = (await cli(electric.address, "workers")).stdout.splitlines()
