@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TextIO, cast
 from ..durations import format_ms
 from ..errors import ElectricError, InvalidArgument
 from ..event_text import event_summary
-from ..models import PROFILE_PENDING, Entity, EntityChange, Event, MessageReceipt, SignalResult
+from ..models import PROFILE_PENDING, Entity, EntityChange, Event, LeaseHolder, MessageReceipt, SignalResult
 
 
 class _Lost(io.TextIOBase):
@@ -243,11 +243,19 @@ def entity_detail(entity: Entity) -> str:
         ("created", when(entity.created_at, ms=True)),
         ("updated", when(entity.updated_at, ms=True)),
         ("txid", str(entity.txid)),
+        ("worker", holder_text(entity.holder)),
     ]
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
     width = max(len(name) for name, _ in fields)
     return "\n".join([entity.ref.url, *(f"  {name.ljust(width)}  {value}" for name, value in fields)])
+
+
+def holder_text(holder: LeaseHolder | None) -> str:
+    """Who holds the entity's lease: ``host-1 (session 3f2a9c1d0b7e-4, lease epoch 3)``."""
+    if holder is None:
+        return "none"
+    return f"{holder.worker_id} (session {holder.session}, lease epoch {holder.epoch})"
 
 
 # -- results --------------------------------------------------------------------------------------
