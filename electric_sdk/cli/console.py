@@ -140,7 +140,7 @@ class _Outlet(io.RawIOBase):
             return os.write(self._fd, data)
         except (BrokenPipeError, ConnectionResetError):
             self._reader_gone()
-            return len(memoryview(data))
+            return memoryview(data).nbytes
 
     def _reader_gone(self) -> None:
         if self._fd in self._gone:
