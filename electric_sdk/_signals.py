@@ -74,8 +74,8 @@ def drain_on_signals(announce: Callable[[str], None]) -> Iterator[asyncio.Event]
     drain = asyncio.Event()
 
     def on_first(signum: int) -> None:
+        drain.set()  # first: the drain must not depend on its announcement reaching anyone
         announce(signal.Signals(signum).name)
-        drain.set()
 
     with two_stage_signals(on_first):
         yield drain

@@ -30,6 +30,7 @@ __all__ = [
     "EntityRef",
     "Event",
     "EventPage",
+    "LeaseHolder",
     "MessageReceipt",
     "Outcome",
     "Signal",
@@ -91,6 +92,20 @@ def _ms_or_none(value: timedelta | None) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """The worker whose runtime holds an entity's lease now (while its session is live)."""
+
+    worker_id: str
+    session: str  # the worker session it was granted to; a reconnecting worker opens a new one
+    replica: str  # the server replica that session is connected to
+    epoch: int  # the lease's fencing token
+
+    @classmethod
+    def from_pb(cls, m: pb.LeaseHolder) -> LeaseHolder:
+        return cls(worker_id=m.worker_id, session=m.session, replica=m.replica, epoch=m.epoch)
+
+
+@dataclass(frozen=True, slots=True)
 class Entity:
     ref: EntityRef
     state: State
@@ -105,6 +120,9 @@ class Entity:
     stopping_deadline: datetime | None
     txid: int
     raw: pb.Entity = field(repr=False, compare=False)
+    # The worker holding its lease, as GetEntity and ListEntities say; None: no live lease (or a
+    # watch's or a write's answer, which do not say).
+    holder: LeaseHolder | None = None
 
     @classmethod
     def from_pb(cls, m: pb.Entity) -> Entity:
@@ -125,6 +143,7 @@ class Entity:
             else None,
             txid=m.txid,
             raw=m,
+            holder=LeaseHolder.from_pb(m.holder) if m.HasField("holder") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -141,6 +160,8 @@ class Entity:
         ]
         if self.stopping_deadline:
             rows.append(("stopping deadline", to_iso(self.stopping_deadline)))
+        if self.holder:
+            rows.append(("worker", self.holder.worker_id))
         return _html_table(self.ref.url, rows)
 
 

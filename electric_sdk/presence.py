@@ -20,7 +20,7 @@ from ._wire.workers import worker_json
 from .lifecycle import State, needs_runtime
 from .models import Entity
 
-__all__ = ["WorkerInfo", "entity_unhosted", "hosted_types", "unhosted", "unhosted_note"]
+__all__ = ["WorkerInfo", "entity_unhosted", "hosted_types", "state_decides", "unhosted", "unhosted_note"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,12 @@ def unhosted(type_: str, state: State, hosted: frozenset[str], message_waiting: 
 
 def entity_unhosted(entity: Entity, hosted: frozenset[str]) -> bool:
     return unhosted(entity.ref.type, entity.state, hosted, entity.raw.message_waiting)
+
+
+def state_decides(state: State) -> bool:
+    """Whether ``state`` alone says if an entity waits for a worker. ``idle`` does not: a message
+    waiting to be run makes it wait, and its arrival changes no state."""
+    return needs_runtime(state, message_waiting=False) == needs_runtime(state, message_waiting=True)
 
 
 def unhosted_note(type_: str) -> str:

@@ -100,6 +100,19 @@ async def test_a_lease_whose_holder_expired_is_found_lost(any_store: Store) -> N
     assert lost == [(REF, record.lease_epoch)]
 
 
+async def test_a_reader_is_told_only_the_live_holders(any_store: Store) -> None:
+    """``holders`` (GetEntity's lease holder): a session ended or expired holds nothing any more,
+    whatever an entity's row still names."""
+    store = any_store
+    live, expired, ended = session("s1", "w1"), session("s2", "w2"), session("s3", "w3")
+    await store.sessions.open(live, TTL_MS)
+    await store.sessions.open(expired, 0)  # expired at once, by the store's clock
+    await store.sessions.open(ended, TTL_MS)
+    await store.sessions.end(["s3"])
+    assert await store.sessions.holders(["s1", "s2", "s3", "never"]) == {"s1": live}
+    assert await store.sessions.holders([]) == {}
+
+
 @pytest.fixture
 async def replicas(any_store: Store, postgres_url: str) -> AsyncIterator[tuple[Store, PostgresStore]]:
     """Replica a (the test's store) holds REF for worker w's session a-1; replica b is a second
@@ -134,8 +147,10 @@ async def test_a_replica_that_stops_renewing_loses_its_sessions(
     """Its sessions' own rows are unexpired: the replica's row, not renewed, ends them."""
     a, b = replicas
     assert await b.lost_leases(10) == []
+    assert list(await b.sessions.holders(["a-1"])) == ["a-1"]  # another replica's, seen from b
     await a.sessions.renew("ra", [], 0)  # the replica's row expires (as if it had stopped renewing)
     assert [ref for ref, _ in await b.lost_leases(10)] == [REF]
+    assert await b.sessions.holders(["a-1"]) == {}
 
 
 async def test_runtime_request_keys_are_forgotten_sooner_than_clients_keys(any_store: Store) -> None:

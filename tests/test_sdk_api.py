@@ -50,6 +50,7 @@ PUBLIC_API = [
     "IdempotencyKeyReused",
     "InvalidArgument",
     "InvalidSignal",
+    "LeaseHolder",
     "MessageReceipt",
     "Outcome",
     "PermissionDenied",

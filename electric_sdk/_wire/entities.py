@@ -14,7 +14,7 @@ from ..lifecycle import State
 from .enums import STATE_TO_PB
 from .times import duration_from_ms, timestamp_from_ms
 
-__all__ = ["EntityFields", "entity_to_pb", "entity_url", "profile_from_pb"]
+__all__ = ["EntityFields", "HolderFields", "entity_to_pb", "entity_url", "profile_from_pb"]
 
 
 class EntityFields(Protocol):
@@ -48,6 +48,19 @@ class EntityFields(Protocol):
     def idle_timeout_pending(self) -> bool: ...
     @property
     def message_waiting(self) -> bool: ...
+    @property
+    def lease_epoch(self) -> int: ...
+
+
+class HolderFields(Protocol):
+    """What ``entity_to_pb`` reads of the session holding the lease (the server's ``SessionRow``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def replica(self) -> str: ...
 
 
 def entity_url(type_: str, id_: str) -> str:
@@ -55,9 +68,9 @@ def entity_url(type_: str, id_: str) -> str:
     return f"/{type_}/{id_}"
 
 
-def entity_to_pb(record: EntityFields) -> pb.Entity:
+def entity_to_pb(record: EntityFields, holder: HolderFields | None = None) -> pb.Entity:
     """A profile value still pending (the type's default, fixed at the first lease) is left unset
-    and named in ``pending_profile``."""
+    and named in ``pending_profile``. ``holder``: the live session holding the lease, if known."""
     profile = pb.Profile()
     pending = []
     if record.grace_pending:
@@ -82,6 +95,15 @@ def entity_to_pb(record: EntityFields) -> pb.Entity:
     )
     if record.stopping_deadline_ms is not None:
         message.stopping_deadline.CopyFrom(timestamp_from_ms(record.stopping_deadline_ms))
+    if holder is not None:
+        message.holder.CopyFrom(
+            pb.LeaseHolder(
+                worker_id=holder.worker_id,
+                session=holder.id,
+                replica=holder.replica,
+                epoch=record.lease_epoch,
+            )
+        )
     return message
 
 

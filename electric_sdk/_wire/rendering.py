@@ -22,6 +22,7 @@ __all__ = [
     "entity_change_json",
     "entity_json",
     "event_json",
+    "holder_json",
     "message_receipt_json",
     "signal_json",
     "signal_many_json",
@@ -60,7 +61,13 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
         if m.HasField("stopping_deadline")
         else None,
         "txid": str(m.txid),
+        "holder": holder_json(m.holder) if m.HasField("holder") else None,
     }
+
+
+def holder_json(m: pb.LeaseHolder) -> dict[str, Any]:
+    """The worker holding an entity's lease (``holder`` of an entity)."""
+    return {"worker_id": m.worker_id, "session": m.session, "replica": m.replica, "epoch": m.epoch}
 
 
 def change_message_json(m: pb.Event) -> dict[str, Any]:

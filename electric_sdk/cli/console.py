@@ -9,18 +9,19 @@ the RFC's error object ``{"error": {"code": ..., "message": ...}}`` as the last
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO, cast
+from typing import Any, ClassVar, TextIO, cast
 
 from ..durations import format_ms
 from ..errors import ElectricError, InvalidArgument
 from ..event_text import event_summary
-from ..models import PROFILE_PENDING, Entity, EntityChange, Event, MessageReceipt, SignalResult
+from ..models import PROFILE_PENDING, Entity, EntityChange, Event, LeaseHolder, MessageReceipt, SignalResult
 
 
 class _Lost(io.TextIOBase):
@@ -101,9 +102,84 @@ def discard_stdout() -> None:
     """Once stdout broke (a closed pipe): Python flushes it again at exit; /dev/null keeps that
     flush from failing too."""
     if sys.stdout is not None:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
+        _to_devnull(sys.stdout.fileno())
+
+
+def _to_devnull(fd: int) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+class _Outlet(io.RawIOBase):
+    """fd 1 or 2 of a long-running command, under its standard stream (see outlive_closed_output).
+
+    A write whose reader is gone (EPIPE) is dropped, never raised: the fd is pointed at /dev/null,
+    which then takes every later write — Python's, gRPC's C core's, Python's last flush at exit —
+    and the other stream, while it still works, is told once.
+    """
+
+    # The fds whose reader is gone, shared by both outlets so neither says so to a broken one.
+    _gone: ClassVar[set[int]] = set()
+
+    def __init__(self, fd: int, name: str, command: str) -> None:
+        super().__init__()
+        self._fd, self._name, self._command = fd, name, command
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: Any) -> int:
+        try:
+            return os.write(self._fd, data)
+        except (BrokenPipeError, ConnectionResetError):
+            self._reader_gone()
+            return memoryview(data).nbytes
+
+    def _reader_gone(self) -> None:
+        if self._fd in self._gone:
+            return
+        self._gone.add(self._fd)
+        _to_devnull(self._fd)
+        other = 2 if self._fd == 1 else 1
+        if other not in self._gone:
+            note = f"electric {self._command}: {self._name} is closed (its reader is gone): its output is dropped\n"
+            # Straight to the fd, past the other stream's buffer and its lock: no thread can be
+            # holding that lock while it waits for this one.
+            with contextlib.suppress(OSError):
+                os.write(other, note.encode())
+
+
+def outlive_closed_output(command: str) -> None:
+    """`server`, `worker` and `dev`: what they print and log is for a person or a collector, and
+    what they do must not depend on it. `make run | tee log` and then Ctrl-C kills `tee` with them
+    (a terminal signals its whole foreground process group), and their drain still has receipts
+    to write: from now on a standard stream whose reader is gone drops what is written to it."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        if not isinstance(old, io.TextIOWrapper):
+            continue  # closed at start (None), or already replaced by whoever embeds us
+        old.flush()
+        raw = _Outlet(fd, name, command)
+        # As the interpreter built it: unbuffered under -u / PYTHONUNBUFFERED, else buffered.
+        buffer = io.BufferedWriter(raw) if isinstance(old.buffer, io.BufferedWriter) else raw
+        setattr(
+            sys,
+            name,
+            io.TextIOWrapper(
+                cast(Any, buffer),
+                encoding=old.encoding,
+                errors=old.errors,
+                line_buffering=old.line_buffering,
+                write_through=old.write_through,
+            ),
+        )
 
 
 # -- values ---------------------------------------------------------------------------------------
@@ -167,11 +243,19 @@ def entity_detail(entity: Entity) -> str:
         ("created", when(entity.created_at, ms=True)),
         ("updated", when(entity.updated_at, ms=True)),
         ("txid", str(entity.txid)),
+        ("worker", holder_text(entity.holder)),
     ]
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
     width = max(len(name) for name, _ in fields)
     return "\n".join([entity.ref.url, *(f"  {name.ljust(width)}  {value}" for name, value in fields)])
+
+
+def holder_text(holder: LeaseHolder | None) -> str:
+    """Who holds the entity's lease: ``host-1 (session 3f2a9c1d0b7e-4, lease epoch 3)``."""
+    if holder is None:
+        return "none"
+    return f"{holder.worker_id} (session {holder.session}, lease epoch {holder.epoch})"
 
 
 # -- results --------------------------------------------------------------------------------------

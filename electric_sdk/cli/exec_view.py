@@ -14,7 +14,9 @@ __all__ = ["process_json", "process_lines"]
 
 def process_json(events: list[Event]) -> dict[str, Any] | None:
     """The newest generation's evidence, whether it is running (and exiting: a graceful or force
-    action was issued to it), how it ended, and the newest act; None if no receipts."""
+    action was issued to it), how it ended, and the last act on it (not on an earlier
+    generation: a SIGKILL that ended generation 1 says nothing of generation 2); None if no
+    receipts."""
     receipts = [e.value for e in events if e.type == "exec"]
     if not receipts:
         return None
@@ -28,7 +30,7 @@ def process_json(events: list[Event]) -> dict[str, Any] | None:
     ]
     ended = next((r for r, running in reversed(mine) if running is False), None)
     told_to_stop = any(r["action"] in ("graceful", "force") and r["disposition"] == "issued" for r, _ in mine)
-    acts = [r for r in receipts if r["action"] in ("graceful", "force", "forward")]
+    acts = [r for r, _ in mine if r["action"] in ("graceful", "force", "forward")]
     return {
         "generation": current or None,
         "running": bool(current) and ended is None,
@@ -56,5 +58,7 @@ def process_lines(summary: dict[str, Any]) -> str:
     last = summary.get("last_action")
     if last is not None:
         lines.append(f"    last act    {receipt_summary(last)}")
+    elif g:
+        lines.append(f"    last act    none on generation {g.get('generation')}")
     lines.append(f"    receipts    {summary['receipts']} (electric events REF shows them all)")
     return "\n".join(lines)

@@ -101,7 +101,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
     BROKEN_PIPE: (
         "stdout closed",
         "stdout was closed early (a broken pipe, e.g. `electric events a/b -f \\| head -1`), "
-        "as if killed by SIGPIPE",
+        "as if killed by SIGPIPE; never `server`, `worker`, `dev`: they drop output nobody reads "
+        "and go on (a drain still completes)",
     ),
     TERMINATED: (
         "SIGTERM",

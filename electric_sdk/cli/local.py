@@ -240,6 +240,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     from ..durations import parse_ms
 
+    console.outlive_closed_output("server")
     setup_logging(args.log_format)
     try:
         config = ServerConfig(

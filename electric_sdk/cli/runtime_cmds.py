@@ -20,6 +20,7 @@ from .. import errors
 from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
+from .console import outlive_closed_output
 from .local import (
     add_accept_data_loss,
     add_data,
@@ -323,6 +324,7 @@ def _run(args: argparse.Namespace, server_config: Any = None) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    outlive_closed_output("worker")
     setup_logging(args.log_format, verbose=args.verbose)
     return _run(args)
 
@@ -330,6 +332,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_dev(args: argparse.Namespace) -> int:
     from electric_server import ConfigError, DatabaseUnavailable, ServerConfig, StorageFault
 
+    outlive_closed_output("dev")
     setup_logging(args.log_format, verbose=args.verbose)
     try:
         config = ServerConfig(

@@ -126,6 +126,7 @@ def _schemas() -> dict[str, Schema]:
                 "closed",
                 "stopping_deadline",
                 "txid",
+                "holder",
             ],
             {
                 "url": {"type": "string"},
@@ -146,6 +147,22 @@ def _schemas() -> dict[str, Schema]:
                 "closed": {"type": "boolean"},
                 "stopping_deadline": {"type": ["string", "null"], "format": "date-time"},
                 "txid": txid,
+                "holder": {
+                    "description": "the worker holding the entity's lease while it is live (GetEntity, "
+                    "ListEntities); null when none does, and in a watch's changes",
+                    "anyOf": [
+                        _obj(
+                            ["worker_id", "session", "replica", "epoch"],
+                            {
+                                "worker_id": {"type": "string"},
+                                "session": {"type": "string", "description": "the worker session"},
+                                "replica": {"type": "string", "description": "the replica it is on"},
+                                "epoch": {"type": "integer", "minimum": 0, "description": "the lease's"},
+                            },
+                        ),
+                        {"type": "null"},
+                    ],
+                },
             },
         ),
         "EntitiesPage": _obj(

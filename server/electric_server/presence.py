@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.workers import worker_to_pb
 
-from .store.base import StorageFault, Store
-from .store.sessions import LiveSession
+from .store.base import EntityRecord, StorageFault, Store
+from .store.sessions import LiveSession, SessionRow
 
 if TYPE_CHECKING:
     from .runtime_service import Runtime
@@ -55,6 +56,12 @@ class Presence:
         return worker_to_pb(
             row.worker_id, row.replica, row.types, row.code_version, row.capacity, leases, live.heartbeat_ms
         )
+
+    async def holders(self, records: Iterable[EntityRecord]) -> dict[str, SessionRow]:
+        """The live worker sessions holding these entities' leases, by session id (a lease whose
+        session ended or expired has no holder, whatever its row still names)."""
+        held = {r.lease_session for r in records if r.lease_session}
+        return await self.store.sessions.holders(held) if held else {}
 
     async def hosted_types(self) -> frozenset[str]:
         """The types some connected worker hosts, on any replica."""

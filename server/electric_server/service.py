@@ -36,7 +36,7 @@ from .auth import current_principal
 from .caps import Caps
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
 from .presence import Presence
-from .store.base import Commit, Decide, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
+from .store.base import Commit, Decide, EntityRecord, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from .watch import Watches
 
 if TYPE_CHECKING:
@@ -147,7 +147,8 @@ class EntityService(api_grpc.EntityServiceServicer):
         record = await self.store.get_entity(ref)
         if record is None:
             raise not_found(*ref)
-        return api.GetEntityResponse(entity=entity_to_pb(record))
+        [entity] = await self._with_holders([record])
+        return api.GetEntityResponse(entity=entity)
 
     @translate
     async def ListEntities(self, request: api.ListEntitiesRequest, context: Ctx) -> api.ListEntitiesResponse:
@@ -158,7 +159,12 @@ class EntityService(api_grpc.EntityServiceServicer):
         records = await self.store.list_entities(type_, states, after, limit + 1)
         page = records[:limit]
         token = _encode_page_token(page[-1].ref) if len(records) > limit else ""
-        return api.ListEntitiesResponse(entities=[entity_to_pb(r) for r in page], next_page_token=token)
+        return api.ListEntitiesResponse(entities=await self._with_holders(page), next_page_token=token)
+
+    async def _with_holders(self, records: list[EntityRecord]) -> list[pb.Entity]:
+        """The entities as a reader gets them: each with the worker holding its lease, if live."""
+        holders = await self.presence.holders(records)
+        return [entity_to_pb(r, holders.get(r.lease_session)) for r in records]
 
     @translate
     async def ListWorkers(self, request: api.ListWorkersRequest, context: Ctx) -> api.ListWorkersResponse:

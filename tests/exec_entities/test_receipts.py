@@ -10,6 +10,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import anyio
 import pytest
 from runtime.rt_support import running_worker, state_is, until
 
@@ -19,7 +20,7 @@ from electric_sdk.runtime.exec import ShutdownPolicy
 from electric_sdk.runtime.exec.evidence import boot_id, start_time
 from electric_sdk.testing import TestServer
 
-from .support import child, ready, receipt, receipts
+from .support import child, line, ready, receipt, receipts
 
 pytestmark = pytest.mark.anyio
 
@@ -36,6 +37,11 @@ def electric_cli(server: TestServer, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def shown_off_loop(server: TestServer, *args: str) -> str:
+    """``electric_cli`` on a thread: the worker in this process keeps its heartbeats meanwhile."""
+    return await anyio.to_thread.run_sync(lambda: electric_cli(server, *args))
 
 
 async def test_receipts_name_the_task_the_evidence_the_action_and_the_deadline(
@@ -102,3 +108,34 @@ async def test_receipts_name_the_task_the_evidence_the_action_and_the_deadline(
     )
     assert "exit observed → gen 1" in lines
     assert "stdout gen 1: ready pid=" in lines
+
+
+async def test_get_shows_the_last_act_on_the_current_generation(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """An act on generation 1 says nothing of generation 2: `get` shows none until one is made on
+    it. And `get` names the worker whose runtime holds the entity (and so runs its process)."""
+    app = App(code_version="t")
+    app.exec("acts", child(), grace_period="2s", keep=True)
+    async with running_worker(app, electric.address) as worker:
+        await client.spawn("acts/a")
+        await ready(client, "acts/a")
+        await client.signal("acts/a", "SIGUSR")
+        await until(client, "acts/a", receipt("forward", "issued", "SIGUSR1"))
+        await client.send("acts/a", "exit 0")  # generation 1 exits on its own
+        await until(client, "acts/a", state_is("idle", "process_exited"))
+        await client.send("acts/a", "hello")  # wakes it: generation 2 reads it
+        await until(client, "acts/a", line("got hello"))
+        fresh = json.loads(await shown_off_loop(electric, "--json", "get", "acts/a"))
+        shown = await shown_off_loop(electric, "get", "acts/a")
+        await client.signal("acts/a", "SIGHUP")
+        await until(client, "acts/a", receipt("forward", "issued", "SIGHUP"))
+        acted = json.loads(await shown_off_loop(electric, "--json", "get", "acts/a"))
+    assert fresh["process"]["generation"]["generation"] == 2
+    assert fresh["process"]["running"] is True
+    assert fresh["process"]["last_action"] is None
+    assert "    last act    none on generation 2" in shown.splitlines()
+    assert f"  worker        {worker.worker_id} (session " in shown
+    assert fresh["holder"]["worker_id"] == worker.worker_id
+    last = acted["process"]["last_action"]
+    assert (last["action"], last["action_name"], last["generation"]["generation"]) == ("forward", "SIGHUP", 2)

@@ -8,9 +8,10 @@ import pytest
 
 from electric_sdk import Client
 from electric_sdk.lifecycle import State
+from electric_sdk.testing import TestServer
 from electric_sdk.widgets import EntityControl
 
-from .support import ThreadedWorker, wait_for
+from .support import ThreadedWorker, wait_for, wait_until
 
 pytestmark = pytest.mark.both_stores
 
@@ -30,3 +31,21 @@ def test_the_panel_says_no_worker_hosts_the_type(
     opened.append(hosted)
     wait_for(hosted, "view", lambda view: view.state is State.RUNNING)
     assert hosted.hosting.html.value == ""
+
+
+def test_the_panel_says_so_for_an_idle_entity_once_a_message_waits(
+    electric: TestServer, client: Client, opened: list[Any]
+) -> None:
+    """Idle with nothing to run, it waits for no worker: no notice. A message makes it wait for
+    one, with no change of state: the notice comes, as `electric get`'s warning does."""
+    with ThreadedWorker(electric.address, idle_timeout="50ms"):
+        client.spawn("probe/idle1")
+        client.wait_for_state("probe/idle1", [State.IDLE], timeout=10)
+    wait_until(lambda: not client.workers())  # its session's end has no event to wait on
+    panel = EntityControl(client, "probe/idle1")
+    opened.append(panel)
+    wait_for(panel, "view", lambda view: view.state is State.IDLE)
+    assert panel.hosting.html.value == ""
+    client.send("probe/idle1", "wake up")
+    wait_for(panel.hosting.html, "value", lambda value: "no connected worker hosts type" in value)
+    assert panel.view.state is State.IDLE

@@ -38,6 +38,12 @@ LIVE_SESSIONS = (
     "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp() "
     "ORDER BY s.worker_id, s.id"
 )
+# The live ones of some holders: the same test of liveness, on their ids.
+LIVE_HOLDERS = (
+    "SELECT s.id, s.worker_id, s.replica, s.types, s.code_version, s.capacity "
+    "FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.id = ANY($1::text[]) AND s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()"
+)
 
 Connect = Callable[[str], AbstractAsyncContextManager[Any]]
 
@@ -76,7 +82,16 @@ class PostgresSessions(SessionBook):
     async def live(self, ttl_ms: int) -> list[LiveSession]:
         async with self._connection("the list of workers") as conn:
             rows = await conn.fetch(LIVE_SESSIONS, ttl_ms)
-        return [
-            LiveSession(SessionRow(r[0], r[1], r[2], tuple(r[3]), r[4], r[5]), int(r[6]), int(r[7]))
-            for r in rows
-        ]
+        return [LiveSession(_row(r), int(r[6]), int(r[7])) for r in rows]
+
+    async def holders(self, session_ids: Collection[str]) -> dict[str, SessionRow]:
+        ids = sorted(set(session_ids))
+        if not ids:
+            return {}
+        async with self._connection("the holders of leases") as conn:
+            rows = await conn.fetch(LIVE_HOLDERS, ids)
+        return {str(r[0]): _row(r) for r in rows}
+
+
+def _row(r: Any) -> SessionRow:
+    return SessionRow(r[0], r[1], r[2], tuple(r[3]), r[4], r[5])

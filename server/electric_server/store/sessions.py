@@ -82,6 +82,11 @@ class SessionBook(abc.ABC):
     async def live(self, ttl_ms: int) -> list[LiveSession]:
         """Every live session of every replica, by worker id (``ttl_ms``: the renewal's span)."""
 
+    @abc.abstractmethod
+    async def holders(self, session_ids: Collection[str]) -> dict[str, SessionRow]:
+        """Of these lease holders (``EntityRecord.lease_session``), the live ones, by id: who
+        holds an entity's lease, for a reader (a write judges it in its transaction instead)."""
+
 
 class MemorySessions(SessionBook, Collection[str]):
     """The book of a store that is one server (SQLite): in memory, by the monotonic clock.
@@ -133,6 +138,9 @@ class MemorySessions(SessionBook, Collection[str]):
     async def live(self, ttl_ms: int) -> list[LiveSession]:
         rows = sorted((self._rows[s] for s in self if s in self._rows), key=lambda r: r.worker_id)
         return [LiveSession(r, self._renewed_ms[r.id], None) for r in rows]
+
+    async def holders(self, session_ids: Collection[str]) -> dict[str, SessionRow]:
+        return {s: self._rows[s] for s in session_ids if s in self and s in self._rows}
 
     def _forget(self, session_id: str) -> None:
         self._rows.pop(session_id, None)

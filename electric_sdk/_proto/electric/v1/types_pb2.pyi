@@ -327,6 +327,7 @@ class Entity(_message.Message):
     TXID_FIELD_NUMBER: _builtins.int
     PENDING_PROFILE_FIELD_NUMBER: _builtins.int
     MESSAGE_WAITING_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -357,6 +358,13 @@ class Entity(_message.Message):
         first lease, and `profile` leaves it unset until then.
         """
 
+    @_builtins.property
+    def holder(self) -> Global___LeaseHolder:
+        """The worker that holds the entity's lease, while that lease is live (its
+        worker session is); unset when none does. GetEntity and ListEntities fill
+        it; watches and the responses of writes leave it unset.
+        """
+
     def __init__(
         self,
         *,
@@ -371,14 +379,51 @@ class Entity(_message.Message):
         txid: _builtins.int = ...,
         pending_profile: _abc.Iterable[Global___ProfileField.ValueType] | None = ...,
         message_waiting: _builtins.bool = ...,
+        holder: Global___LeaseHolder | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Entity: _TypeAlias = Entity  # noqa: Y015
+
+@_typing.final
+class LeaseHolder(_message.Message):
+    """Who holds an entity's lease: the worker runtime that hosts it now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """The worker's id, as `electric workers` lists it."""
+    session: _builtins.str
+    """The worker session the lease was granted to (a reconnecting worker opens
+    a new one, and its leases are granted anew).
+    """
+    replica: _builtins.str
+    """The server replica the worker's session is connected to."""
+    epoch: _builtins.int
+    """The lease's epoch: the fencing token every write of its runtime carries."""
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        session: _builtins.str = ...,
+        replica: _builtins.str = ...,
+        epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "replica", b"replica", "session", b"session", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaseHolder: _TypeAlias = LeaseHolder  # noqa: Y015
 
 @_typing.final
 class EventHeaders(_message.Message):

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/types.proto.
  */
 export const file_electric_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIo4DCgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEEjIKD3BlbmRpbmdfcHJvZmlsZRgKIAMoDjIZLmVsZWN0cmljLnYxLlByb2ZpbGVGaWVsZBIXCg9tZXNzYWdlX3dhaXRpbmcYCyABKAgidgoMRXZlbnRIZWFkZXJzEikKCW9wZXJhdGlvbhgBIAEoDjIWLmVsZWN0cmljLnYxLk9wZXJhdGlvbhItCgl0aW1lc3RhbXAYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBHR4aWQYAyABKAQioAIKC1NpZ25hbFZhbHVlEiMKBnNpZ25hbBgBIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZzZW5kZXIYAiABKAkSDgoGcmVhc29uGAMgASgJEicKB3BheWxvYWQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKwoHb3V0Y29tZRgFIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAYgASgJEioKDnByZXZpb3VzX3N0YXRlGAcgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoJbmV3X3N0YXRlGAggASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSEwoLbWVzc2FnZV9rZXkYCSABKAkirAEKClN0YXRlVmFsdWUSIQoFc3RhdGUYASABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEg0KBWNhdXNlGAMgASgJEhIKCnNpZ25hbF9rZXkYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIlIKDE1lc3NhZ2VWYWx1ZRIMCgR0ZXh0GAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSDgoGc2VuZGVyGAMgASgJIp0BCghSdW5WYWx1ZRITCgttZXNzYWdlX2tleRgBIAEoCRImCgZzdGF0dXMYAiABKA4yFi5lbGVjdHJpYy52MS5SdW5TdGF0dXMSDAoEc3RlcBgDIAEoCRIOCgZvdXRwdXQYBCABKAkSDwoHYXR0ZW1wdBgFIAEoDRINCgVlcnJvchgGIAEoCRIWCg5tZXNzYWdlX29mZnNldBgHIAEoBCIzCgtDdXN0b21WYWx1ZRIkCgRkYXRhGAEgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIn0KEVByb2Nlc3NHZW5lcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoBBILCgNwaWQYAyABKAUSEgoKc3RhcnRfdGltZRgEIAEoBBIPCgdib290X2lkGAUgASgJEhEKCXdvcmtlcl9pZBgGIAEoCSLbAwoLRXhlY1JlY2VpcHQSDwoHdGFza19pZBgBIAEoCRIyCgpnZW5lcmF0aW9uGAIgASgLMh4uZWxlY3RyaWMudjEuUHJvY2Vzc0dlbmVyYXRpb24SJwoGYWN0aW9uGAMgASgOMhcuZWxlY3RyaWMudjEuRXhlY0FjdGlvbhITCgthY3Rpb25fbmFtZRgEIAEoCRIxCgtkaXNwb3NpdGlvbhgFIAEoDjIcLmVsZWN0cmljLnYxLkV4ZWNEaXNwb3NpdGlvbhItCglpc3N1ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgllc2NhbGF0ZWQYCCABKAgSDgoGcmVhc29uGAkgASgJEg8KB2JhY2tlbmQYCiABKAkSEgoKc2lnbmFsX2tleRgLIAEoCRIYCgtleGl0X3N0YXR1cxgMIAEoBUgAiAEBEioKB3RpbWVvdXQYDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZ3JvdXAYDiABKAgSDAoEdGFncxgPIAMoCUIOCgxfZXhpdF9zdGF0dXMieQoKRXhlY091dHB1dBIPCgd0YXNrX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAQSDgoGc3RyZWFtGAMgASgJEgwKBHRleHQYBCABKAkSEQoJdHJ1bmNhdGVkGAUgASgIEhUKDWRyb3BwZWRfYnl0ZXMYBiABKAQikgMKBUV2ZW50Eg4KBm9mZnNldBgBIAEoBBIMCgR0eXBlGAIgASgJEgsKA2tleRgDIAEoCRIqCgdoZWFkZXJzGAQgASgLMhkuZWxlY3RyaWMudjEuRXZlbnRIZWFkZXJzEioKBnNpZ25hbBgKIAEoCzIYLmVsZWN0cmljLnYxLlNpZ25hbFZhbHVlSAASKAoFc3RhdGUYCyABKAsyFy5lbGVjdHJpYy52MS5TdGF0ZVZhbHVlSAASLAoHbWVzc2FnZRgMIAEoCzIZLmVsZWN0cmljLnYxLk1lc3NhZ2VWYWx1ZUgAEiQKA3J1bhgNIAEoCzIVLmVsZWN0cmljLnYxLlJ1blZhbHVlSAASKgoGY3VzdG9tGA4gASgLMhguZWxlY3RyaWMudjEuQ3VzdG9tVmFsdWVIABIoCgRleGVjGA8gASgLMhguZWxlY3RyaWMudjEuRXhlY1JlY2VpcHRIABIpCgZvdXRwdXQYECABKAsyFy5lbGVjdHJpYy52MS5FeGVjT3V0cHV0SABCBwoFdmFsdWUqqQEKBlNpZ25hbBIWChJTSUdOQUxfVU5TUEVDSUZJRUQQABIRCg1TSUdOQUxfU0lHSU5UEAESEQoNU0lHTkFMX1NJR0hVUBACEhIKDlNJR05BTF9TSUdURVJNEAMSEgoOU0lHTkFMX1NJR0tJTEwQBBISCg5TSUdOQUxfU0lHU1RPUBAFEhIKDlNJR05BTF9TSUdDT05UEAYSEQoNU0lHTkFMX1NJR1VTUhAHKqABCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhIKDlNUQVRFX1NQQVdOSU5HEAESEQoNU1RBVEVfUlVOTklORxACEg4KClNUQVRFX0lETEUQAxIQCgxTVEFURV9QQVVTRUQQBBISCg5TVEFURV9TVE9QUElORxAFEhEKDVNUQVRFX1NUT1BQRUQQBhIQCgxTVEFURV9LSUxMRUQQByqEAgoNU2lnbmFsT3V0Y29tZRIeChpTSUdOQUxfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhoKFlNJR05BTF9PVVRDT01FX1BFTkRJTkcQARIfChtTSUdOQUxfT1VUQ09NRV9UUkFOU0lUSU9ORUQQAhIaChZTSUdOQUxfT1VUQ09NRV9JR05PUkVEEAMSHAoYU0lHTkFMX09VVENPTUVfREVMSVZFUkVEEAQSGgoWU0lHTkFMX09VVENPTUVfQUJPUlRFRBAFEiUKIVNJR05BTF9PVVRDT01FX1NIVVRET1dOX1JFUVVFU1RFRBAGEhkKFVNJR05BTF9PVVRDT01FX0ZBSUxFRBAHKmgKCU9wZXJhdGlvbhIZChVPUEVSQVRJT05fVU5TUEVDSUZJRUQQABIUChBPUEVSQVRJT05fSU5TRVJUEAESFAoQT1BFUkFUSU9OX1VQREFURRACEhQKEE9QRVJBVElPTl9ERUxFVEUQAyqdAQoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1NUQVJURUQQARITCg9SVU5fU1RBVFVTX1NURVAQAhIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBADEhYKElJVTl9TVEFUVVNfQUJPUlRFRBAEEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAUqbQoMUHJvZmlsZUZpZWxkEh0KGVBST0ZJTEVfRklFTERfVU5TUEVDSUZJRUQQABIeChpQUk9GSUxFX0ZJRUxEX0dSQUNFX1BFUklPRBABEh4KGlBST0ZJTEVfRklFTERfSURMRV9USU1FT1VUEAIquQEKCkV4ZWNBY3Rpb24SGwoXRVhFQ19BQ1RJT05fVU5TUEVDSUZJRUQQABIVChFFWEVDX0FDVElPTl9TVEFSVBABEhgKFEVYRUNfQUNUSU9OX0dSQUNFRlVMEAISFQoRRVhFQ19BQ1RJT05fRk9SQ0UQAxIXChNFWEVDX0FDVElPTl9GT1JXQVJEEAQSFAoQRVhFQ19BQ1RJT05fRVhJVBAFEhcKE0VYRUNfQUNUSU9OX1JFQ09WRVIQBiqoAQoPRXhlY0Rpc3Bvc2l0aW9uEiAKHEVYRUNfRElTUE9TSVRJT05fVU5TUEVDSUZJRUQQABIbChdFWEVDX0RJU1BPU0lUSU9OX0lTU1VFRBABEhkKFUVYRUNfRElTUE9TSVRJT05fSEVMRBACEhwKGEVYRUNfRElTUE9TSVRJT05fUkVGVVNFRBADEh0KGUVYRUNfRElTUE9TSVRJT05fT0JTRVJWRUQQBGIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIrgDCgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEEjIKD3BlbmRpbmdfcHJvZmlsZRgKIAMoDjIZLmVsZWN0cmljLnYxLlByb2ZpbGVGaWVsZBIXCg9tZXNzYWdlX3dhaXRpbmcYCyABKAgSKAoGaG9sZGVyGAwgASgLMhguZWxlY3RyaWMudjEuTGVhc2VIb2xkZXIiUQoLTGVhc2VIb2xkZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3Nlc3Npb24YAiABKAkSDwoHcmVwbGljYRgDIAEoCRINCgVlcG9jaBgEIAEoBCJ2CgxFdmVudEhlYWRlcnMSKQoJb3BlcmF0aW9uGAEgASgOMhYuZWxlY3RyaWMudjEuT3BlcmF0aW9uEi0KCXRpbWVzdGFtcBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEdHhpZBgDIAEoBCKgAgoLU2lnbmFsVmFsdWUSIwoGc2lnbmFsGAEgASgOMhMuZWxlY3RyaWMudjEuU2lnbmFsEg4KBnNlbmRlchgCIAEoCRIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIrCgdvdXRjb21lGAUgASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZRIOCgZkZXRhaWwYBiABKAkSKgoOcHJldmlvdXNfc3RhdGUYByABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYCCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRITCgttZXNzYWdlX2tleRgJIAEoCSKsAQoKU3RhdGVWYWx1ZRIhCgVzdGF0ZRgBIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEioKDnByZXZpb3VzX3N0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDQoFY2F1c2UYAyABKAkSEgoKc2lnbmFsX2tleRgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiUgoMTWVzc2FnZVZhbHVlEgwKBHRleHQYASABKAkSJAoEZGF0YRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIOCgZzZW5kZXIYAyABKAkinQEKCFJ1blZhbHVlEhMKC21lc3NhZ2Vfa2V5GAEgASgJEiYKBnN0YXR1cxgCIAEoDjIWLmVsZWN0cmljLnYxLlJ1blN0YXR1cxIMCgRzdGVwGAMgASgJEg4KBm91dHB1dBgEIAEoCRIPCgdhdHRlbXB0GAUgASgNEg0KBWVycm9yGAYgASgJEhYKDm1lc3NhZ2Vfb2Zmc2V0GAcgASgEIjMKC0N1c3RvbVZhbHVlEiQKBGRhdGEYASABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUifQoRUHJvY2Vzc0dlbmVyYXRpb24SDwoHdGFza19pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgEEgsKA3BpZBgDIAEoBRISCgpzdGFydF90aW1lGAQgASgEEg8KB2Jvb3RfaWQYBSABKAkSEQoJd29ya2VyX2lkGAYgASgJItsDCgtFeGVjUmVjZWlwdBIPCgd0YXNrX2lkGAEgASgJEjIKCmdlbmVyYXRpb24YAiABKAsyHi5lbGVjdHJpYy52MS5Qcm9jZXNzR2VuZXJhdGlvbhInCgZhY3Rpb24YAyABKA4yFy5lbGVjdHJpYy52MS5FeGVjQWN0aW9uEhMKC2FjdGlvbl9uYW1lGAQgASgJEjEKC2Rpc3Bvc2l0aW9uGAUgASgOMhwuZWxlY3RyaWMudjEuRXhlY0Rpc3Bvc2l0aW9uEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWVzY2FsYXRlZBgIIAEoCBIOCgZyZWFzb24YCSABKAkSDwoHYmFja2VuZBgKIAEoCRISCgpzaWduYWxfa2V5GAsgASgJEhgKC2V4aXRfc3RhdHVzGAwgASgFSACIAQESKgoHdGltZW91dBgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVncm91cBgOIAEoCBIMCgR0YWdzGA8gAygJQg4KDF9leGl0X3N0YXR1cyJ5CgpFeGVjT3V0cHV0Eg8KB3Rhc2tfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoBBIOCgZzdHJlYW0YAyABKAkSDAoEdGV4dBgEIAEoCRIRCgl0cnVuY2F0ZWQYBSABKAgSFQoNZHJvcHBlZF9ieXRlcxgGIAEoBCKSAwoFRXZlbnQSDgoGb2Zmc2V0GAEgASgEEgwKBHR5cGUYAiABKAkSCwoDa2V5GAMgASgJEioKB2hlYWRlcnMYBCABKAsyGS5lbGVjdHJpYy52MS5FdmVudEhlYWRlcnMSKgoGc2lnbmFsGAogASgLMhguZWxlY3RyaWMudjEuU2lnbmFsVmFsdWVIABIoCgVzdGF0ZRgLIAEoCzIXLmVsZWN0cmljLnYxLlN0YXRlVmFsdWVIABIsCgdtZXNzYWdlGAwgASgLMhkuZWxlY3RyaWMudjEuTWVzc2FnZVZhbHVlSAASJAoDcnVuGA0gASgLMhUuZWxlY3RyaWMudjEuUnVuVmFsdWVIABIqCgZjdXN0b20YDiABKAsyGC5lbGVjdHJpYy52MS5DdXN0b21WYWx1ZUgAEigKBGV4ZWMYDyABKAsyGC5lbGVjdHJpYy52MS5FeGVjUmVjZWlwdEgAEikKBm91dHB1dBgQIAEoCzIXLmVsZWN0cmljLnYxLkV4ZWNPdXRwdXRIAEIHCgV2YWx1ZSqpAQoGU2lnbmFsEhYKElNJR05BTF9VTlNQRUNJRklFRBAAEhEKDVNJR05BTF9TSUdJTlQQARIRCg1TSUdOQUxfU0lHSFVQEAISEgoOU0lHTkFMX1NJR1RFUk0QAxISCg5TSUdOQUxfU0lHS0lMTBAEEhIKDlNJR05BTF9TSUdTVE9QEAUSEgoOU0lHTkFMX1NJR0NPTlQQBhIRCg1TSUdOQUxfU0lHVVNSEAcqoAEKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASEgoOU1RBVEVfU1BBV05JTkcQARIRCg1TVEFURV9SVU5OSU5HEAISDgoKU1RBVEVfSURMRRADEhAKDFNUQVRFX1BBVVNFRBAEEhIKDlNUQVRFX1NUT1BQSU5HEAUSEQoNU1RBVEVfU1RPUFBFRBAGEhAKDFNUQVRFX0tJTExFRBAHKoQCCg1TaWduYWxPdXRjb21lEh4KGlNJR05BTF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGgoWU0lHTkFMX09VVENPTUVfUEVORElORxABEh8KG1NJR05BTF9PVVRDT01FX1RSQU5TSVRJT05FRBACEhoKFlNJR05BTF9PVVRDT01FX0lHTk9SRUQQAxIcChhTSUdOQUxfT1VUQ09NRV9ERUxJVkVSRUQQBBIaChZTSUdOQUxfT1VUQ09NRV9BQk9SVEVEEAUSJQohU0lHTkFMX09VVENPTUVfU0hVVERPV05fUkVRVUVTVEVEEAYSGQoVU0lHTkFMX09VVENPTUVfRkFJTEVEEAcqaAoJT3BlcmF0aW9uEhkKFU9QRVJBVElPTl9VTlNQRUNJRklFRBAAEhQKEE9QRVJBVElPTl9JTlNFUlQQARIUChBPUEVSQVRJT05fVVBEQVRFEAISFAoQT1BFUkFUSU9OX0RFTEVURRADKp0BCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfU1RBUlRFRBABEhMKD1JVTl9TVEFUVVNfU1RFUBACEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAMSFgoSUlVOX1NUQVRVU19BQk9SVEVEEAQSFQoRUlVOX1NUQVRVU19GQUlMRUQQBSptCgxQcm9maWxlRmllbGQSHQoZUFJPRklMRV9GSUVMRF9VTlNQRUNJRklFRBAAEh4KGlBST0ZJTEVfRklFTERfR1JBQ0VfUEVSSU9EEAESHgoaUFJPRklMRV9GSUVMRF9JRExFX1RJTUVPVVQQAiq5AQoKRXhlY0FjdGlvbhIbChdFWEVDX0FDVElPTl9VTlNQRUNJRklFRBAAEhUKEUVYRUNfQUNUSU9OX1NUQVJUEAESGAoURVhFQ19BQ1RJT05fR1JBQ0VGVUwQAhIVChFFWEVDX0FDVElPTl9GT1JDRRADEhcKE0VYRUNfQUNUSU9OX0ZPUldBUkQQBBIUChBFWEVDX0FDVElPTl9FWElUEAUSFwoTRVhFQ19BQ1RJT05fUkVDT1ZFUhAGKqgBCg9FeGVjRGlzcG9zaXRpb24SIAocRVhFQ19ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEhsKF0VYRUNfRElTUE9TSVRJT05fSVNTVUVEEAESGQoVRVhFQ19ESVNQT1NJVElPTl9IRUxEEAISHAoYRVhFQ19ESVNQT1NJVElPTl9SRUZVU0VEEAMSHQoZRVhFQ19ESVNQT1NJVElPTl9PQlNFUlZFRBAEYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * `{entity_type}/{instance_id}`. Both parts match [A-Za-z0-9_.-]{1,128}.
@@ -142,6 +142,15 @@ export type Entity = Message<"electric.v1.Entity"> & {
    * @generated from field: bool message_waiting = 11;
    */
   messageWaiting: boolean;
+
+  /**
+   * The worker that holds the entity's lease, while that lease is live (its
+   * worker session is); unset when none does. GetEntity and ListEntities fill
+   * it; watches and the responses of writes leave it unset.
+   *
+   * @generated from field: electric.v1.LeaseHolder holder = 12;
+   */
+  holder?: LeaseHolder | undefined;
 };
 
 /**
@@ -150,6 +159,49 @@ export type Entity = Message<"electric.v1.Entity"> & {
  */
 export const EntitySchema: GenMessage<Entity> = /*@__PURE__*/
   messageDesc(file_electric_v1_types, 2);
+
+/**
+ * Who holds an entity's lease: the worker runtime that hosts it now.
+ *
+ * @generated from message electric.v1.LeaseHolder
+ */
+export type LeaseHolder = Message<"electric.v1.LeaseHolder"> & {
+  /**
+   * The worker's id, as `electric workers` lists it.
+   *
+   * @generated from field: string worker_id = 1;
+   */
+  workerId: string;
+
+  /**
+   * The worker session the lease was granted to (a reconnecting worker opens
+   * a new one, and its leases are granted anew).
+   *
+   * @generated from field: string session = 2;
+   */
+  session: string;
+
+  /**
+   * The server replica the worker's session is connected to.
+   *
+   * @generated from field: string replica = 3;
+   */
+  replica: string;
+
+  /**
+   * The lease's epoch: the fencing token every write of its runtime carries.
+   *
+   * @generated from field: uint64 epoch = 4;
+   */
+  epoch: bigint;
+};
+
+/**
+ * Describes the message electric.v1.LeaseHolder.
+ * Use `create(LeaseHolderSchema)` to create a new message.
+ */
+export const LeaseHolderSchema: GenMessage<LeaseHolder> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 3);
 
 /**
  * @generated from message electric.v1.EventHeaders
@@ -178,7 +230,7 @@ export type EventHeaders = Message<"electric.v1.EventHeaders"> & {
  * Use `create(EventHeadersSchema)` to create a new message.
  */
 export const EventHeadersSchema: GenMessage<EventHeaders> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 3);
+  messageDesc(file_electric_v1_types, 4);
 
 /**
  * @generated from message electric.v1.SignalValue
@@ -247,7 +299,7 @@ export type SignalValue = Message<"electric.v1.SignalValue"> & {
  * Use `create(SignalValueSchema)` to create a new message.
  */
 export const SignalValueSchema: GenMessage<SignalValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 4);
+  messageDesc(file_electric_v1_types, 5);
 
 /**
  * @generated from message electric.v1.StateValue
@@ -290,7 +342,7 @@ export type StateValue = Message<"electric.v1.StateValue"> & {
  * Use `create(StateValueSchema)` to create a new message.
  */
 export const StateValueSchema: GenMessage<StateValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 5);
+  messageDesc(file_electric_v1_types, 6);
 
 /**
  * @generated from message electric.v1.MessageValue
@@ -319,7 +371,7 @@ export type MessageValue = Message<"electric.v1.MessageValue"> & {
  * Use `create(MessageValueSchema)` to create a new message.
  */
 export const MessageValueSchema: GenMessage<MessageValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 6);
+  messageDesc(file_electric_v1_types, 7);
 
 /**
  * @generated from message electric.v1.RunValue
@@ -374,7 +426,7 @@ export type RunValue = Message<"electric.v1.RunValue"> & {
  * Use `create(RunValueSchema)` to create a new message.
  */
 export const RunValueSchema: GenMessage<RunValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 7);
+  messageDesc(file_electric_v1_types, 8);
 
 /**
  * An entity-defined event; `Event.type` carries its type name.
@@ -393,7 +445,7 @@ export type CustomValue = Message<"electric.v1.CustomValue"> & {
  * Use `create(CustomValueSchema)` to create a new message.
  */
 export const CustomValueSchema: GenMessage<CustomValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 8);
+  messageDesc(file_electric_v1_types, 9);
 
 /**
  * The evidence that pins one generation of an exec entity's process.
@@ -449,7 +501,7 @@ export type ProcessGeneration = Message<"electric.v1.ProcessGeneration"> & {
  * Use `create(ProcessGenerationSchema)` to create a new message.
  */
 export const ProcessGenerationSchema: GenMessage<ProcessGeneration> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 9);
+  messageDesc(file_electric_v1_types, 10);
 
 /**
  * One act on (or observation of) an exec entity's process.
@@ -558,7 +610,7 @@ export type ExecReceipt = Message<"electric.v1.ExecReceipt"> & {
  * Use `create(ExecReceiptSchema)` to create a new message.
  */
 export const ExecReceiptSchema: GenMessage<ExecReceipt> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 10);
+  messageDesc(file_electric_v1_types, 11);
 
 /**
  * A bounded chunk of an exec entity's stdout or stderr.
@@ -608,7 +660,7 @@ export type ExecOutput = Message<"electric.v1.ExecOutput"> & {
  * Use `create(ExecOutputSchema)` to create a new message.
  */
 export const ExecOutputSchema: GenMessage<ExecOutput> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 11);
+  messageDesc(file_electric_v1_types, 12);
 
 /**
  * One record of an entity's stream, in the RFC's shape plus its offset.
@@ -695,7 +747,7 @@ export type Event = Message<"electric.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 12);
+  messageDesc(file_electric_v1_types, 13);
 
 /**
  * The seven lifecycle signals of the `signal` verb RFC.
