@@ -20,7 +20,7 @@ from ._wire.workers import worker_json
 from .lifecycle import State, needs_runtime
 from .models import Entity
 
-__all__ = ["WorkerInfo", "entity_unhosted", "hosted_types", "unhosted", "unhosted_note"]
+__all__ = ["WorkerInfo", "entity_unhosted", "hosted_mark", "hosted_types", "unhosted", "unhosted_note"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,15 @@ def unhosted(type_: str, state: State, hosted: frozenset[str], message_waiting: 
 
 def entity_unhosted(entity: Entity, hosted: frozenset[str]) -> bool:
     return unhosted(entity.ref.type, entity.state, hosted, entity.raw.message_waiting)
+
+
+def hosted_mark(entity: Entity, hosted: frozenset[str]) -> str:
+    """``ls``'s HOSTED column and the widgets' table: ``yes`` where a connected worker hosts the
+    type, ``no`` where the entity waits for a worker none connected hosts, ``-`` where it waits
+    for no worker."""
+    if entity.ref.type in hosted:
+        return "yes"
+    return "no" if entity_unhosted(entity, hosted) else "-"
 
 
 def unhosted_note(type_: str) -> str:
