@@ -43,10 +43,10 @@ server: $(STAMP)
 cluster: $(STAMP)
 	$(PY) scripts/cluster.py
 
-# The control-panel notebook as a web app (Voilà), on http://127.0.0.1:$(DASHBOARD_PORT)/. It starts
-# its own server and a demo worker, or connects to ELECTRIC_ADDRESS (e.g. a `make run` elsewhere).
+# The operator's console (notebooks/control_panel.ipynb) as a web app (Voilà), on
+# http://127.0.0.1:$(DASHBOARD_PORT)/: the server at ELECTRIC_ADDRESS, else `make run`'s (LISTEN).
 dashboard: $(STAMP)
-	$(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
+	ELECTRIC_ADDRESS="$${ELECTRIC_ADDRESS:-$(LISTEN)}" $(VENV)/bin/voila notebooks/control_panel.ipynb --no-browser --port=$(DASHBOARD_PORT) --Voila.ip=127.0.0.1
 
 # The sdist and the wheel in dist/: one distribution, electric-sdk, whose extras choose what is
 # installed ([server], [postgres], [notebook]; README.md, "Install").

@@ -32,6 +32,7 @@ BENCHES = [
     "bench_sse",
     "bench_sdk",
     "bench_completion",
+    "bench_dashboard",
     "bench_restart",
     "bench_runtime",
     "bench_steps",

@@ -1,5 +1,5 @@
-"""Events as a few words of text: what ``electric events`` prints after each
-event's offset, time, type and key, and what the widgets' event log shows.
+"""Events as text: ``event_line`` is the one line ``electric events`` prints for each event
+(offset, time, type, key, then ``event_summary``), and what the widgets' event log shows.
 
 Signals, state changes, runs and messages read as sentences; exec receipts as
 ``graceful SIGTERM issued → gen 1 pid 4242 (start 1234) group, deadline …``;
@@ -11,9 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._wire.times import to_iso
 from .models import Event
 
-__all__ = ["SUMMARY_CHARS", "compact", "event_summary", "output_summary", "receipt_summary", "shorten"]
+__all__ = [
+    "SUMMARY_CHARS",
+    "compact",
+    "event_line",
+    "event_summary",
+    "output_summary",
+    "receipt_summary",
+    "shorten",
+]
 
 # How much of a message text or payload an event line shows.
 SUMMARY_CHARS = 100
@@ -105,3 +114,12 @@ def event_summary(event: Event) -> str:
             text += f" data={shorten(compact(value['data']))}"
         return text
     return shorten(compact(value))
+
+
+def event_line(event: Event) -> str:
+    """``offset  time  type  key  summary``, in fixed-width columns (lines are printed as they come)."""
+    update = "" if event.operation == "insert" else f" [{event.operation}]"
+    return (
+        f"{event.offset:>5}  {to_iso(event.timestamp)}  {event.type:<7}  {event.key:<12}  "
+        f"{event_summary(event)}{update}"
+    )

@@ -20,7 +20,15 @@ from ._wire.workers import worker_json
 from .lifecycle import State, needs_runtime
 from .models import Entity
 
-__all__ = ["WorkerInfo", "entity_unhosted", "hosted_types", "state_decides", "unhosted", "unhosted_note"]
+__all__ = [
+    "WorkerInfo",
+    "entity_unhosted",
+    "hosted_mark",
+    "hosted_types",
+    "state_decides",
+    "unhosted",
+    "unhosted_note",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,15 @@ def state_decides(state: State) -> bool:
     """Whether ``state`` alone says if an entity waits for a worker. ``idle`` does not: a message
     waiting to be run makes it wait, and its arrival changes no state."""
     return needs_runtime(state, message_waiting=False) == needs_runtime(state, message_waiting=True)
+
+
+def hosted_mark(entity: Entity, hosted: frozenset[str]) -> str:
+    """``ls``'s HOSTED column and the widgets' table: ``yes`` where a connected worker hosts the
+    type, ``no`` where the entity waits for a worker none connected hosts, ``-`` where it waits
+    for no worker."""
+    if entity.ref.type in hosted:
+        return "yes"
+    return "no" if entity_unhosted(entity, hosted) else "-"
 
 
 def unhosted_note(type_: str) -> str:

@@ -11,12 +11,15 @@ import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbclient import NotebookClient
+from widgets.support import ThreadedWorker
+
+from electric_sdk.testing import TestServer
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 KERNEL = "electric"
 CELL_TIMEOUT_S = 60
 
-# Run after control_panel.ipynb's own cells, in its kernel: the widgets come alive there (their
+# Run after control_panel.ipynb's own cell, in its kernel: the dashboard comes alive there (its
 # updates reach the kernel's event loop while a cell awaits) and a click reaches the server.
 PANEL_CHECK = """
 import asyncio
@@ -24,25 +27,27 @@ import asyncio
 from electric_sdk.lifecycle import Signal, State
 
 
-async def view_reaches(state):
+async def reaches(widget, trait, predicate):
     reached = asyncio.Event()
 
     def check(_change=None):
-        if control.view.state is state:
+        if predicate(getattr(widget, trait)):
             reached.set()
 
-    control.observe(check, "view")
+    widget.observe(check, trait)
     check()
     try:
         await asyncio.wait_for(reached.wait(), 20)
     finally:
-        control.unobserve(check, "view")
+        widget.unobserve(check, trait)
 
 
-await view_reaches(State.RUNNING)
+control = dashboard.control  # ELECTRIC_ENTITY's panel, open from the start
+await reaches(control, "view", lambda view: view.state is State.RUNNING)
 control.buttons[Signal.SIGSTOP].click()
-await view_reaches(State.PAUSED)
-print(client.get(ENTITY).state.value, len(table.entities))
+await reaches(control, "view", lambda view: view.state is State.PAUSED)
+await reaches(dashboard.table, "entities", lambda entities: State.PAUSED in {e.state for e in entities})
+print(client.get(control.ref).state.value, len(dashboard.table.entities))
 """
 
 
@@ -76,7 +81,7 @@ def text_of(cell: nbformat.NotebookNode) -> str:
 
 @pytest.fixture(autouse=True)
 def own_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The kernels inherit the environment: make the notebooks start their own server."""
+    """The kernels inherit the environment: none of the caller's server settings reach them."""
     for name in ("ELECTRIC_ADDRESS", "ELECTRIC_TOKEN", "ELECTRIC_ENTITY"):
         monkeypatch.delenv(name, raising=False)
 
@@ -92,11 +97,25 @@ def test_quickstart(kernel_name: str, tmp_path: Path) -> None:
     assert "the queued message ran: completed" in outputs
     assert "aborted \"outline of 'a very long essay'\\n\"" in outputs
     assert "SIGTERM running → stopping" in outputs
+    assert any("widget-view" in str(o.get("data", {})) for c in notebook.cells for o in c.get("outputs", []))
 
 
-def test_control_panel(kernel_name: str, tmp_path: Path) -> None:
-    notebook = execute("control_panel.ipynb", kernel_name, tmp_path, PANEL_CHECK)
+def test_control_panel(
+    kernel_name: str, tmp_path: Path, electric: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard's notebook, against a server of the test's own with three live entities and a
+    killed one (which the table leaves out until asked)."""
+    with ThreadedWorker(electric.address, idle_timeout="10m"):
+        client = electric.client()
+        for name in ("p1", "p2", "p3"):
+            client.spawn(f"probe/{name}")
+        client.spawn("probe/gone")
+        client.kill("probe/gone")
+        monkeypatch.setenv("ELECTRIC_ADDRESS", electric.address)
+        monkeypatch.setenv("ELECTRIC_ENTITY", "probe/p1")
+        notebook = execute("control_panel.ipynb", kernel_name, tmp_path, PANEL_CHECK)
     assert text_of(notebook.cells[-1]).split() == ["paused", "3"]
+    assert not [c for c in notebook.cells if c.cell_type == "markdown"]  # no prose above the console
 
 
 def test_exec_entities(kernel_name: str, tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, TextIO, cast
 
 from ..durations import format_ms
 from ..errors import ElectricError, InvalidArgument
-from ..event_text import event_summary
-from ..models import PROFILE_PENDING, Entity, EntityChange, Event, LeaseHolder, MessageReceipt, SignalResult
+from ..event_text import event_line as event_line  # noqa: PLC0414 - re-exported: the commands print it
+from ..models import PROFILE_PENDING, Entity, EntityChange, LeaseHolder, MessageReceipt, SignalResult
 
 
 class _Lost(io.TextIOBase):
@@ -273,18 +273,6 @@ def receipt_line(receipt: MessageReceipt) -> str:
     return (
         f"{receipt.ref.url}: message {receipt.key} at offset {receipt.offset} "
         f"({receipt.state.value}, txid {receipt.txid})"
-    )
-
-
-# -- events ---------------------------------------------------------------------------------------
-
-
-def event_line(event: Event) -> str:
-    """``offset  time  type  key  summary``, in fixed-width columns (lines are printed as they come)."""
-    update = "" if event.operation == "insert" else f" [{event.operation}]"
-    return (
-        f"{event.offset:>5}  {when(event.timestamp, ms=True)}  {event.type:<7}  {event.key:<12}  "
-        f"{event_summary(event)}{update}"
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..models import Entity
-from ..presence import WorkerInfo, entity_unhosted, hosted_types, unhosted_note
+from ..presence import WorkerInfo, entity_unhosted, hosted_mark, hosted_types, unhosted_note
 from . import console
 
 if TYPE_CHECKING:
@@ -76,14 +76,8 @@ def entity_table(entities: Sequence[Entity], types: frozenset[str] | None) -> st
     where the entity waits for a type none hosts, ``-`` where it waits for no worker."""
     if types is None:
         return console.entity_table(entities)
-    rows = [[*console.entity_row(e), _hosted_mark(e, types)] for e in entities]
+    rows = [[*console.entity_row(e), hosted_mark(e, types)] for e in entities]
     return console.table((*console.ENTITY_HEADERS, "HOSTED"), rows, frozenset({2}))
-
-
-def _hosted_mark(entity: Entity, types: frozenset[str]) -> str:
-    if entity.ref.type in types:
-        return "yes"
-    return "no" if entity_unhosted(entity, types) else "-"
 
 
 class HostedTypes:

@@ -450,9 +450,20 @@ class AsyncClient:
                 for change in item.changes.changes:
                     yield _change(change)
 
-    async def _resumable(self, request: Callable[[], Any], rpc: str) -> AsyncIterator[Any]:
-        """A server stream that reconnects with backoff on UNAVAILABLE/lagging."""
+    async def _resumable(
+        self,
+        request: Callable[[], Any],
+        rpc: str,
+        *,
+        on_retry: Callable[[errors.ElectricError], None] | None = None,
+        reconnect_s: float | None = None,
+    ) -> AsyncIterator[Any]:
+        """A server stream that reconnects with backoff on UNAVAILABLE/lagging.
+
+        ``on_retry`` hears each failure it retries (a dashboard says the server is away meanwhile);
+        ``reconnect_s`` overrides ``options.reconnect_s``, how long it tries before it gives up."""
         policy = self.options.retry
+        give_up_after_s = self.options.reconnect_s if reconnect_s is None else reconnect_s
         backoff = policy.initial_backoff_s
         give_up_at: float | None = None
         loop = asyncio.get_running_loop()
@@ -474,9 +485,11 @@ class AsyncClient:
                     # A quiet stream (no item) that was up for a while broke: a new outage,
                     # with a fresh budget, not the tail of the previous one.
                     backoff, give_up_at = policy.initial_backoff_s, None
-                give_up_at = give_up_at or now + self.options.reconnect_s
+                give_up_at = give_up_at or now + give_up_after_s
                 if now >= give_up_at:
                     raise error from exc
+                if on_retry is not None:
+                    on_retry(error)
                 await asyncio.sleep(backoff * (0.5 + random.random()))  # jitter
                 backoff = min(backoff * 2, policy.max_backoff_s)
             finally:

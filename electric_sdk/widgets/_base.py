@@ -33,7 +33,9 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
         self._owned.append(widget)
         return widget
 
-    def _start(self, *sources: Source, ticking: Callable[[], bool] = lambda: False) -> None:
+    def _start(
+        self, *sources: Source, ticking: Callable[[], bool] = lambda: False, tick_s: float | None = None
+    ) -> None:
         self._feed = Feed(
             self._client,
             self._ui,
@@ -41,6 +43,7 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
             refresh=self._refresh,
             on_error=self._stream_failed,
             ticking=ticking,
+            tick_s=tick_s,
         )
         self._feed.start(*sources)
 
@@ -74,11 +77,13 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
 
     # -- closing -------------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop the live updates (waiting for the streams to end where it can) and close the widgets."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the live updates (waiting for the streams to end where it can, unless ``wait`` is
+        False) and close the widgets."""
         self._ui.run(self._mark_closed)
         if self._feed is not None:
-            self._feed.close()  # not under the lock: the stream's last updates may be waiting for it
+            # Not under the lock: the stream's last updates may be waiting for it.
+            self._feed.close(timeout_s=5.0 if wait else 0.0)
         self._ui.run(self._close_widgets)
 
     @property

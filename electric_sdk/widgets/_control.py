@@ -15,10 +15,11 @@ from ..arguments import RefLike, parse_ref
 from ..client import AsyncClient, Client
 from ..lifecycle import Signal
 from ..models import SignalResult
+from ._advice import advice
 from ._base import LiveWidget
 from ._parts import Confirm, signal_button
 from ._presence import HostingNotice
-from ._view import SIGNAL_BUTTONS, EntityView, badge_html, describe, error_html, note_html, parse_payload
+from ._view import SIGNAL_BUTTONS, EntityView, alert_html, badge_html, error_html, note_html, parse_payload
 
 # How far back the log starts: enough to find the run in progress, without replaying a long history.
 CATCH_UP_EVENTS = 500
@@ -60,7 +61,7 @@ class EntityControl(LiveWidget):
 
         own = self._own
         self.badge = own(widgets.HTML(badge_html(None)))
-        self.status = own(widgets.HTML())
+        self.status = own(widgets.HTML(layout=widgets.Layout(max_width="600px")))  # errors wrap
         self.buttons: dict[Signal, Any] = {signal: own(signal_button(signal)) for signal in SIGNAL_BUTTONS}
         self.buttons[Signal.SIGUSR] = usr = own(
             widgets.Button(
@@ -79,6 +80,12 @@ class EntityControl(LiveWidget):
         )
         self.confirm_kill = Confirm(self._ui, "Kill now")
         self.event_log = own(widgets.HTML(self._facts.log_html()))
+        # Off: the log stays as it is, to read it while events keep coming; on again, it catches up.
+        self.follow = own(widgets.Checkbox(value=True, description="follow", indent=False))
+        self.follow.add_class("electric-follow")
+        self.follow.observe(self._ui.handler(self._follow_toggled), "value")
+        self.final = own(widgets.HTML())
+        self.final.add_class("electric-final")
         self._state: dict[str, Any] | None = None  # written on the client's loop
         self.state_panel = own(widgets.HTML(state_html(None)))
         self.hosting = HostingNotice()
@@ -93,14 +100,17 @@ class EntityControl(LiveWidget):
         self.buttons[Signal.SIGKILL].on_click(handler(self._ask_kill))
         usr.on_click(handler(self._send_usr))
 
+        wrap = widgets.Layout(flex_flow="row wrap")
         self.children = [
             own(widgets.HBox([own(widgets.HTML(f"<b>{self.ref.url}</b>")), self.badge, self.status])),
-            own(widgets.HBox([self.buttons[s] for s in SIGNAL_BUTTONS])),
+            self.final,
+            own(widgets.HBox([self.buttons[s] for s in SIGNAL_BUTTONS], layout=wrap)),
             self.confirm_kill.box,
             self.reason,
-            own(widgets.HBox([self.payload, usr])),
+            own(widgets.HBox([self.payload, usr], layout=wrap)),
             self.hosting.html,
             self.message,
+            own(widgets.HBox([own(widgets.HTML("<b>events</b>")), self.follow])),
             self.event_log,
             self.state_panel,
         ]
@@ -131,7 +141,9 @@ class EntityControl(LiveWidget):
         self._feed.changed()
 
     def _stream_failed(self, exc: BaseException) -> None:
-        self._facts = replace(self._facts, error=f"live updates stopped: {describe(exc)}")
+        self._facts = replace(
+            self._facts, error=f"live updates stopped: {advice(exc, self._client.aio, self.ref)}"
+        )
 
     def _refresh(self) -> Callable[[], None]:
         view, state = self._facts, self._state
@@ -143,18 +155,24 @@ class EntityControl(LiveWidget):
         if self._closed:
             return
         self.badge.value = badge_html(view.state)
-        self.status.value = error_html(view.error) if view.error else note_html(view.status_text())
+        self.status.value = alert_html(view.error) if view.error else note_html(view.status_text())
         enabled = view.enabled()
         for signal, button in self.buttons.items():
             button.disabled = signal not in enabled
         if Signal.SIGKILL not in enabled:
             self.confirm_kill.dismiss()
-        self.event_log.value = view.log_html()
+        if self.follow.value:
+            self.event_log.value = view.log_html()
+        self.final.value = final_html(view)
         if state is not None and state != self.durable_state:
             self.state_panel.value = state_html(state)
             self.durable_state = state
         self.hosting.show()
         self.view = view  # last, so its observers see the widgets updated
+
+    def _follow_toggled(self) -> None:
+        if self.follow.value:
+            self.event_log.value = self.view.log_html()
 
     def _sender(self, signal: Signal, payload: Any = None) -> Callable[[], None]:
         def send() -> None:
@@ -180,6 +198,17 @@ class EntityControl(LiveWidget):
             f"Kill {self.ref.url} now? No handler runs; a run in progress is aborted.",
             self._sender(Signal.SIGKILL),
         )
+
+
+def final_html(view: EntityView) -> str:
+    """For a stopped or killed entity: it is final, and what that means."""
+    if view.state is None or not view.state.terminal:
+        return ""
+    return (
+        "<div style='background:#f1f3f5;border-left:4px solid #495057;padding:4px 8px;margin:2px 0'>"
+        f"<b>final</b>: {html.escape(view.ref.url)} is {view.state.value}. It takes no more signals "
+        "or messages; its record stays readable below.</div>"
+    )
 
 
 def state_html(state: dict[str, Any] | None) -> str:

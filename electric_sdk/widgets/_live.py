@@ -111,7 +111,8 @@ class Feed:
 
     ``refresh()`` is called on the client's loop; it reads the latest facts and
     returns what to apply on the widgets' thread. ``ticking()`` says whether to
-    refresh every interval even without news (a countdown on screen).
+    refresh every ``tick_s`` (default: the interval) even without news (a
+    countdown on screen, or times shown as "12s ago").
     ``on_error`` gets a stream's unexpected failure, to show it in the widget.
     """
 
@@ -124,10 +125,12 @@ class Feed:
         refresh: Callable[[], Callable[[], None]],
         on_error: Callable[[BaseException], None],
         ticking: Callable[[], bool] = lambda: False,
+        tick_s: float | None = None,
     ) -> None:
         self.client = client
         self.ui = ui
         self.interval_s = interval_s
+        self.tick_s = interval_s if tick_s is None else max(tick_s, interval_s)
         self._refresh = refresh
         self._on_error = on_error
         self._ticking = ticking
@@ -158,6 +161,16 @@ class Feed:
         if self._changed is not None:
             self._changed.set()
 
+    def refresh_now(self) -> None:
+        """From any thread: refresh at once, not at the throttle's pace (a person changed a
+        filter or a page, and waits to see it)."""
+
+        def refresh() -> None:
+            self.ui.call(self._refresh())
+
+        with contextlib.suppress(RuntimeError):  # the client's loop is closed: nothing to show
+            self.client.loop.call_soon_threadsafe(refresh)
+
     async def _run(self, sources: tuple[Source, ...]) -> None:
         self._changed = anyio.Event()
         try:
@@ -184,7 +197,7 @@ class Feed:
     async def _flusher(self) -> None:
         while True:
             assert self._changed is not None
-            with anyio.move_on_after(self.interval_s if self._ticking() else math.inf):
+            with anyio.move_on_after(self.tick_s if self._ticking() else math.inf):
                 await self._changed.wait()
             # Nothing runs between the wake-up and taking the facts (no await): a change made
             # after them sets the new event, so the next refresh shows it; none is lost.

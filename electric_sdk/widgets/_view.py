@@ -16,7 +16,7 @@ from typing import Any
 
 from .._wire.times import from_iso
 from ..errors import ElectricError
-from ..event_text import event_summary
+from ..event_text import event_line
 from ..lifecycle import STATE_RULES, Signal, State, valid_signals
 from ..models import Entity, EntityRef, Event, SignalManyResult, SignalResult
 
@@ -72,6 +72,15 @@ def describe(exc: BaseException) -> str:
 
 def error_html(text: str) -> str:
     return f"<span class='electric-error' style='color:#dc3545'>{html.escape(text)}</span>"
+
+
+def alert_html(text: str) -> str:
+    """An error that needs the person's hand, as a box whose text wraps."""
+    return (
+        "<div class='electric-error' style='white-space:normal;line-height:1.4;color:#842029;"
+        "background:#f8d7da;border:1px solid #f5c2c7;border-radius:4px;padding:4px 10px;"
+        f"margin:2px 0'>{html.escape(text)}</div>"
+    )
 
 
 def note_html(text: str) -> str:
@@ -179,14 +188,11 @@ class EntityView:
         return ""
 
     def log_html(self) -> str:
-        lines = [
-            f"{e.offset:>4}  {e.timestamp.astimezone(UTC).strftime('%H:%M:%S.%f')[:-3]}  {e.type:<7} "
-            + event_summary(e)
-            + ("" if e.operation == "insert" else f" [{e.operation}]")
-            for e in self.events
-        ]
+        """The last events, one line each as ``electric events`` prints them (a line too long for
+        the panel scrolls sideways rather than wrapping)."""
+        lines = [event_line(e) for e in self.events]
         body = html.escape("\n".join(lines)) if lines else "no events yet"
         return (
-            "<pre class='electric-log' style='max-height:16em;overflow:auto;margin:0;"
-            f"font-size:12px;line-height:1.35'>{body}</pre>"
+            "<pre class='electric-log' style='margin:0;font-family:monospace;font-size:12px;"
+            f"line-height:1.35;white-space:pre;overflow-x:auto'>{body}</pre>"
         )

@@ -1,6 +1,12 @@
-"""The Voilà dashboard in a real browser: headless Chromium (Debian's package) driven by
-playwright-core (dashboard.mjs) clicks Pause and Resume on the control panel; the badge follows,
-and the signals are on the entity's stream. Screenshots go to .artifacts/.
+"""The Voilà dashboard in a real browser, along the path a person takes.
+
+A real server and worker hold a fleet of several types and states; ``voila`` serves
+notebooks/control_panel.ipynb on it; headless Chromium (Debian's package), driven by playwright-core
+(dashboard.mjs), opens it on the table, filters, opens a row, interrupts a run, stops the entity and
+watches the countdown reach ``stopped``, then shows the final entities. Each step leaves a
+screenshot in .artifacts/ (git-ignored); the test prints their paths. The script asks for the two
+things only the test can do (start a run that holds, let a held cleanup finish) on stdout and waits
+for the answer on stdin, so every step waits for an event, never for a time.
 
 Skipped, with the reason, where Chromium or Node.js is not installed (.ci/run installs Chromium).
 """
@@ -8,27 +14,26 @@ Skipped, with the reason, where Chromium or Node.js is not installed (.ci/run in
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
+import queue
 import subprocess
-import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
+import anyio
 import pytest
 from widgets.support import TIMEOUT_S, ThreadedWorker
 
 from electric_sdk.lifecycle import State
 from electric_sdk.testing import TestServer
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+from .dashboard_app import CHROMIUM, HERE, NODE, NPM, ROOT, Voila, ensure_playwright
+
 ARTIFACTS = ROOT / ".artifacts"
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-NODE, NPM = shutil.which("node"), shutil.which("npm")
-BROWSER_TIMEOUT_S = 120  # a kernel start and the notebook's cells, then three clicks
+BROWSER_TIMEOUT_S = 180  # a kernel start and the notebook's cell, then the whole path
+DRIVEN = "probe/b1"
 
 pytestmark = [
     pytest.mark.skipif(
@@ -40,120 +45,135 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Voila:
-    """``voila notebooks/control_panel.ipynb`` as a real process; ``url`` once it serves."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}/"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.prefix) / "bin" / "voila"),
-                str(ROOT / "notebooks" / "control_panel.ipynb"),
-                "--no-browser",
-                f"--port={port}",
-                "--Voila.ip=127.0.0.1",
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        # Drain its log on a thread (a full pipe would stall it) and say when it serves.
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if self.url in line:
-                self.ready.set()
-        self.ready.set()  # it exited: the test reports its log
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # Voilà shuts its kernels down on SIGTERM
-            try:
-                self.proc.wait(TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(TIMEOUT_S)  # the log ends with the process
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def playwright() -> Path:
-    """playwright-core, from tests/browser/package-lock.json (no browser download: it drives Chromium)."""
-    if not (HERE / "node_modules" / "playwright-core").is_dir():
-        assert NPM is not None
-        subprocess.run(
-            [NPM, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE, check=True, timeout=300
-        )
+    ensure_playwright()
     return HERE / "dashboard.mjs"
 
 
 @pytest.fixture
-def entity(electric: TestServer) -> Iterator[str]:
-    """``probe/b1``, running on a worker (on its own thread) for as long as the test needs."""
-    with ThreadedWorker(electric.address, idle_timeout="10m"):
+def fleet(electric: TestServer) -> Iterator[ThreadedWorker]:
+    """probe entities running, paused, stopped and killed on a worker (its own thread), and
+    entities of a type no worker hosts, waiting in spawning."""
+    with ThreadedWorker(electric.address, idle_timeout="10m", grace_period="30s") as worker:
         client = electric.client()
-        client.spawn("probe/b1")
-        client.wait_for_state("probe/b1", State.RUNNING, timeout=TIMEOUT_S)
-        yield "probe/b1"
+        for name in ("b1", "b2", "b3", "s1", "k1"):
+            client.spawn(f"probe/{name}")
+        for name in ("n1", "n2"):
+            client.spawn(f"nobody/{name}")
+        for name in ("b1", "b2", "b3", "s1", "k1"):
+            client.wait_for_state(f"probe/{name}", State.RUNNING, timeout=TIMEOUT_S)
+        client.pause("probe/b3")
+        client.terminate("probe/s1")
+        client.wait_for_state("probe/s1", State.STOPPED, timeout=TIMEOUT_S)
+        client.kill("probe/k1")
+        worker.hold_cleanups()  # DRIVEN's stop lasts until the test lets it end
+        yield worker
 
 
 @pytest.fixture
-def dashboard(electric: TestServer, entity: str) -> Iterator[Voila]:
-    """The dashboard, connected to the test's server (ELECTRIC_ADDRESS), controlling ``entity``."""
-    env = {**os.environ, "ELECTRIC_ADDRESS": electric.address, "ELECTRIC_ENTITY": entity}
-    env.pop("ELECTRIC_TOKEN", None)
+def dashboard(electric: TestServer, fleet: ThreadedWorker) -> Iterator[Voila]:
+    env = {**os.environ, "ELECTRIC_ADDRESS": electric.address}
+    for name in ("ELECTRIC_TOKEN", "ELECTRIC_ENTITY"):
+        env.pop(name, None)
     voila = Voila(env)
     try:
-        assert voila.ready.wait(TIMEOUT_S * 3), "voila did not start:\n" + "".join(voila.lines)
-        assert voila.proc.poll() is None, "voila exited:\n" + "".join(voila.lines)
+        voila.wait_ready(TIMEOUT_S * 3)
         yield voila
     finally:
         voila.stop()
 
 
-def test_pause_and_resume_in_the_browser(
-    electric: TestServer, entity: str, dashboard: Voila, playwright: Path
+def lines_of(stream: IO[str]) -> queue.Queue[str | None]:
+    """The stream's lines as they come, then None at its end."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_the_path_a_person_takes(
+    electric: TestServer,
+    fleet: ThreadedWorker,
+    dashboard: Voila,
+    playwright: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     assert NODE is not None
-    result = subprocess.run(
-        [NODE, str(playwright), dashboard.url, str(ARTIFACTS)],
-        check=False,  # its output goes into the assertion's message
-        env={**os.environ, "CHROMIUM": str(CHROMIUM)},
-        capture_output=True,
-        text=True,
-        timeout=BROWSER_TIMEOUT_S,
-    )
-    assert result.returncode == 0, (
-        f"{result.stdout}\n{result.stderr}\n--- voila ---\n{''.join(dashboard.lines)}"
-    )
-    assert "running → paused → running" in result.stdout
-
-    # The clicks reached the server: SIGSTOP, then SIGCONT, and the entity is running again.
     client = electric.client()
-    signals = [
-        e.value["signal"]
-        for e in client.events(entity).events
-        if e.type == "signal" and e.operation == "insert"
+    script = subprocess.Popen(
+        [NODE, str(playwright), dashboard.url, str(ARTIFACTS)],
+        env={**os.environ, "CHROMIUM": str(CHROMIUM)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert script.stdout is not None
+    assert script.stderr is not None
+    said, errors = lines_of(script.stdout), lines_of(script.stderr)
+    transcript: list[str] = []
+    deadline = time.monotonic() + BROWSER_TIMEOUT_S
+
+    def answer() -> None:
+        assert script.stdin is not None  # a pipe: asked for above
+        script.stdin.write("go\n")
+        script.stdin.flush()
+
+    async def run_held() -> None:
+        with anyio.fail_after(TIMEOUT_S):
+            await fleet.probe.entered.wait()
+
+    try:
+        while (line := said.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            transcript.append(line)
+            if line == "need run":
+                client.send(DRIVEN, "hold")
+                fleet.portal.call(run_held)  # its step is open: a run is in progress
+                answer()
+            elif line == "countdown seen":
+                fleet.release_cleanups()
+                answer()
+        returncode = script.wait(TIMEOUT_S)
+        stderr = []
+        while (err := errors.get(timeout=TIMEOUT_S)) is not None:
+            stderr.append(err)
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+        for pipe in (script.stdin, script.stdout, script.stderr):
+            if pipe is not None:
+                pipe.close()
+    report = "\n".join([*transcript, *stderr, "--- voila ---", "".join(dashboard.lines)])
+    assert returncode == 0, report
+    assert transcript[-1].startswith("dashboard: fleet → filtered → opened → interrupted"), report
+
+    screenshots = [
+        Path(line.removeprefix("screenshot ")) for line in transcript if line.startswith("screenshot ")
     ]
-    assert signals == ["SIGSTOP", "SIGCONT"]
-    assert client.get(entity).state is State.RUNNING
-    assert (ARTIFACTS / "dashboard-paused.png").stat().st_size > 0
-    assert (ARTIFACTS / "dashboard.png").stat().st_size > 0
+    assert [p.name for p in screenshots] == [
+        "dashboard-01-fleet.png",
+        "dashboard-02-filtered.png",
+        "dashboard-03-opened.png",
+        "dashboard-04-interrupted.png",
+        "dashboard-05-stopping.png",
+        "dashboard-06-stopped.png",
+        "dashboard-07-final-shown.png",
+    ]
+    assert all(p.stat().st_size > 0 for p in screenshots)
+    with capsys.disabled():
+        print("\nscreenshots of the dashboard, step by step:", *screenshots, sep="\n  ")
+
+    # The clicks reached the server: SIGINT aborted the run, SIGTERM stopped it after the cleanup.
+    events = client.events(DRIVEN, limit=500).events
+    signals = [e.value["signal"] for e in events if e.type == "signal" and e.operation == "insert"]
+    assert signals == ["SIGINT", "SIGTERM"]
+    assert any(e.type == "run" and e.value["status"] == "aborted" for e in events)
+    assert client.get(DRIVEN).state is State.STOPPED

@@ -3,6 +3,7 @@ badge changes arriving from the watch stream."""
 
 from __future__ import annotations
 
+import html
 import math
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from electric_sdk import AsyncClient, Client
+from electric_sdk.event_text import event_line
 from electric_sdk.lifecycle import Signal, State, valid_signals
 from electric_sdk.testing import TestServer
 from electric_sdk.widgets import EntityControl, EntityView
@@ -275,3 +277,27 @@ def test_the_state_panel_shows_the_durable_state_live(
     wait_for(control, "durable_state", lambda state: state == {"notes": ["pricing", "<b>bold</b>"]})
     assert "&lt;b&gt;bold&lt;/b&gt;" in control.state_panel.value
     assert control.durable_state == client.state("probe/s1")  # the same rebuild as the client's
+
+
+def test_the_log_stays_put_while_follow_is_off(client: Client, opened: list[Any]) -> None:
+    client.spawn("unhosted/u1")
+    control = control_for(opened, client, "unhosted/u1")
+    wait_for(control, "view", in_state(State.SPAWNING))
+    client.usr("unhosted/u1", {"n": 1})
+    wait_for(control.event_log, "value", lambda text: "{&quot;n&quot;:1}" in text)
+
+    control.follow.value = False
+    frozen = control.event_log.value
+    client.usr("unhosted/u1", {"n": 2})
+    wait_for(control, "view", lambda view: any(e.value.get("payload") == {"n": 2} for e in view.events))
+    assert control.event_log.value == frozen  # the event arrived; the log a person reads did not move
+
+    control.follow.value = True  # and it catches up at once
+    assert "{&quot;n&quot;:2}" in control.event_log.value
+
+
+def test_the_log_shows_lines_as_electric_events_prints_them(client: Client, opened: list[Any]) -> None:
+    client.spawn("unhosted/u1")
+    control = control_for(opened, client, "unhosted/u1")
+    view = wait_for(control, "view", lambda view: len(view.events) == 1)
+    assert html.escape(event_line(view.events[0])) in control.event_log.value
