@@ -43,11 +43,12 @@ def holder(data_dir: Path) -> dict[str, Any]:
 
 
 def files(data_dir: Path) -> dict[str, str]:
-    """Every file of the store (the database, its WAL and WAL index) by content hash."""
+    """The store's files that a write changes (the database and its WAL) by content hash. Not the
+    WAL index (-shm): the live first server's own reads move its read marks at any moment."""
     return {
         p.name: hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(data_dir.iterdir())
-        if p.name.startswith("electric.db")
+        if p.name.startswith("electric.db") and not p.name.endswith("-shm")
     }
 
 
