@@ -89,6 +89,14 @@ async def stores(postgres_url: str) -> AsyncIterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
+async def admin(postgres_url: str) -> AsyncIterator[Any]:
+    """The test's own connection to the database: to hold row locks and end the store's connections."""
+    conn = await asyncpg.connect(postgres_url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
 def database_url(request: pytest.FixtureRequest) -> str | None:
     if getattr(request, "param", "sqlite") == "sqlite":
         return None

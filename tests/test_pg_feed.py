@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import asyncpg
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
@@ -107,13 +106,6 @@ async def stores(postgres_url: str) -> AsyncIterator[OpenStore]:
 @pytest.fixture
 async def pair(stores: OpenStore) -> tuple[PostgresStore, PostgresStore]:
     return await stores(), await stores()
-
-
-@pytest.fixture
-async def admin(postgres_url: str) -> AsyncIterator[Any]:
-    conn = await asyncpg.connect(postgres_url)
-    yield conn
-    await conn.close()
 
 
 async def test_commits_reach_the_other_replica_once_in_order(

@@ -19,7 +19,7 @@ from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency,
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore
 from test_store import check_stream, committed, note, spawn
-from test_store_postgres import behind_a_cutter
+from test_store_postgres import behind_a_cutter, lock_waiter
 
 pytestmark = pytest.mark.anyio
 
@@ -127,3 +127,33 @@ def test_a_remote_commit_after_a_lone_write_still_out_waits_for_it() -> None:
     order.forgotten([7])
     order.read(Snapshot(13, 13, frozenset()), [_commit(8, 6)])
     assert published == [5, 6, 8], "a forgotten txid holds nothing"
+
+
+async def test_a_caller_cancelled_with_the_statement_out_is_found_out(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    """A lone write runs in its caller's task; cancelled while its statement waits (here for a row
+    lock the test holds), the statement may still commit, so the store closes that connection and
+    finds out as for a lost one: the backend is ended, nothing was committed, nothing published,
+    and the entity takes the next write."""
+    store = stores[0]
+    ref: Ref = ("t", "cancelled")
+    committed(await store.write(spawn(ref)))
+    published: list[Commit] = []
+    store.hub.subscribe(ref, published.append)
+    holder = admin.transaction()
+    await holder.start()
+    await admin.execute("SELECT 1 FROM entities WHERE type = 't' AND id = 'cancelled' FOR UPDATE")
+    write = asyncio.ensure_future(store.write(note(ref, "never")))
+    await lock_waiter(admin)
+    write.cancel()
+    with anyio.fail_after(10):
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        while store.finding_out:
+            await asyncio.gather(*store.finding_out, return_exceptions=True)
+    await holder.rollback()
+    assert published == []
+    committed(await store.write(note(ref, "next")))
+    assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"next"]
+    assert [[e.body for e in c.events] for c in published] == [[b"next"]]

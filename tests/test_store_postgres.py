@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 import grpc
 import pytest
 from electric_server.errors import ApiError
@@ -47,14 +46,6 @@ if TYPE_CHECKING:
     from conftest import StartServer
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def admin(postgres_url: str) -> AsyncIterator[Any]:
-    """The test's own connection to the database: to hold row locks and end the store's connections."""
-    conn = await asyncpg.connect(postgres_url)
-    yield conn
-    await conn.close()
 
 
 async def lock_waiter(admin: Any) -> int:

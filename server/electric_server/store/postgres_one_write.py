@@ -33,7 +33,7 @@ Why the batch path's guarantees hold:
   committed when it was read, and takes effect there; a commit takes effect
   at its statement, with nothing committed on the entity in between.
 
-One case is new: the connection lost while the statement was out. The
+One case is new: the connection lost (or the caller cancelled) while the statement was out. The
 statement is its own commit, so its outcome is unknown (on the batch path
 only a loss during COMMIT is). The caller gets ``DatabaseUnavailable`` (its
 retry with the same idempotency key finds out), and the writer finds out for
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -104,10 +105,17 @@ class UnknownOutcome(DatabaseUnavailable):
 
 
 async def write_alone(
-    conn: Any, write: Write, origin: int, backend: tuple[int, datetime.datetime], sending: Any
+    conn: Any,
+    write: Write,
+    origin: int,
+    backend: tuple[int, datetime.datetime],
+    sending: Callable[[int], None],
+    unknown: Callable[[UnknownOutcome], None],
 ) -> Decided:
-    """The write on ``conn`` (its backend: pid and start); ``sending(txid)`` is called just before a
-    commit's statement goes out (the FeedOrder then holds the entity's later commits)."""
+    """The write on ``conn`` (its backend: pid and start). ``sending(txid)`` is called just before a
+    commit's statement goes out (the FeedOrder then holds the entity's later commits), and
+    ``unknown`` with what to find out when its outcome cannot be known (a lost connection: then
+    ``UnknownOutcome`` is raised too; a cancelled caller: then the cancellation goes on)."""
     ref, idem = write.ref, write.idempotency
     row = await conn.fetchrow(READ_AND_DRAW, ref[0], ref[1], idem.key if idem is not None else None)
     if idem is not None and row[2] is not None:
@@ -137,14 +145,22 @@ async def write_alone(
     except asyncpg.exceptions.UniqueViolationError:
         return RACED  # a racing spawn, or a retry's key: the statement wrote nothing
     except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
-        raise UnknownOutcome(
+        lost = UnknownOutcome(
             f"a write failed: the database connection failed ({type(exc).__name__}: {exc}) while the "
             "write's statement was out, so it may or may not have committed (a retry with the same "
             "idempotency key finds out)",
             commit,
             before_xact,
             *backend,
-        ) from exc
+        )
+        unknown(lost)
+        raise lost from exc
+    except asyncio.CancelledError:
+        # The caller gave up while the statement was out, and it may commit all the same. The
+        # connection is closed here, so its backend runs nothing else, and found out as if lost.
+        conn.terminate()
+        unknown(UnknownOutcome("cancelled with its statement out", commit, before_xact, *backend))
+        raise
     if xact is None:
         return RACED  # another commit on the entity since the read
     return Decided(applied.outcome, int(xact), before_xact)

@@ -215,7 +215,16 @@ class PostgresWriter(Store):
 
     async def write(self, write: Write) -> WriteOutcome:
         """One write; while every connection runs a batch, it waits to share the next
-        (group commit: one transaction, one round of statements' waits, for many writes)."""
+        (group commit: one transaction, one round of statements' waits, for many writes).
+        Alone (nothing running or queued), it is tried at once in the caller's task, sparing the
+        two turns of the loop a batch's task costs (its start, then the caller's wake-up)."""
+        if self.feed_order is not None and not self._batches_running and not self._queued:
+            decided = await self._alone_in_caller(write, self.feed_order)
+            if decided is not RACED:
+                outcome = decided.outcome
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                return outcome
         future: asyncio.Future[WriteOutcome | BaseException] = asyncio.get_running_loop().create_future()
         self._queued.append((write, future))
         if self._batches_running < self._concurrent_batches:
@@ -224,6 +233,22 @@ class PostgresWriter(Store):
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    async def _alone_in_caller(self, write: Write, order: FeedOrder) -> Decided:
+        """A lone write in the caller's task; RACED: it goes to a batch (of one). It counts as a
+        running batch meanwhile, so writes that arrive share the next one."""
+        started = time.perf_counter()
+        self._batches_running += 1
+        try:
+            async with self._ref_locks.hold((write.ref,)):
+                decided = await self._write_alone(write, order)
+                if decided is not RACED:
+                    self._published_alone(decided, started)
+                return decided
+        finally:
+            self._batches_running -= 1
+            if self._queued and self._batches_running < self._concurrent_batches:
+                self._gather()
 
     def _gather(self) -> None:
         """Run the queued writes as one batch, in a task of its own."""
@@ -295,6 +320,14 @@ class PostgresWriter(Store):
             sent.append(txid)
             order.sending(sent)  # held from now: the entity's later commits wait for it
 
+        unknown: list[UnknownOutcome] = []
+
+        def find_out_later(lost: UnknownOutcome) -> None:
+            unknown.append(lost)
+            task = asyncio.get_running_loop().create_task(self._find_out(lost), name="electric-find-out")
+            self.finding_out.add(task)
+            task.add_done_callback(self.finding_out.discard)
+
         try:
             async with self._connection("a write") as conn:
                 pid = conn.get_server_pid()
@@ -302,15 +335,13 @@ class PostgresWriter(Store):
                 if started is None:  # a connection not made by this store's pool
                     return RACED
                 decided = await postgres_one_write.write_alone(
-                    conn, write, self.origin, (pid, started), sending
+                    conn, write, self.origin, (pid, started), sending, find_out_later
                 )
         except UnknownOutcome as lost:
-            task = asyncio.get_running_loop().create_task(self._find_out(lost), name="electric-find-out")
-            self.finding_out.add(task)
-            task.add_done_callback(self.finding_out.discard)
             raise DatabaseUnavailable(str(lost)) from lost  # the caller's: no commit to carry
         except BaseException:
-            order.forgotten(sent)
+            if not unknown:  # else it stays held until found out
+                order.forgotten(sent)
             raise
         if decided.xact is None:
             order.forgotten(sent)
