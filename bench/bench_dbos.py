@@ -23,7 +23,10 @@ database of its own, one after the other in alternating rounds:
   ``ABORTED`` record: the status says the run ended.
 
 Informational rows repeat electric's side on SQLite (its embedded default),
-beside the same DBOS figures.
+beside the same DBOS figures, and give the floor of any SIGINT → run ended
+on PostgreSQL (``floor_main``: two durable commits and four one-way trips
+between processes, measured against electric's server and database), beside
+DBOS's cancel: what bounds the SIGINT ratio.
 
 Figures: electric's p50 and p99, each with DBOS's as its ceiling; the
 issue's goal is electric ≤ 0.5× DBOS (a ratio of at most 0.5) on all four.
@@ -187,6 +190,50 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
         raise
 
 
+FLOOR_SAMPLES = 300
+
+
+def floor_main(address: str, url: str, out: Any) -> None:
+    """In its own process: what any design of SIGINT → run ended on PostgreSQL must at least spend,
+    beside electric's server on its database. The signal is durable before the worker hears of
+    it, and the run's end is durable before the client does: two commits (one autocommit INSERT
+    each, one round trip and its fsync) and four one-way trips between processes (client →
+    server → worker → server → client: two round trips of a bare gRPC unary call, the server's
+    own health Check)."""
+
+    async def main() -> dict[str, Any]:
+        import asyncpg
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        conn = await asyncpg.connect(url, server_settings={"synchronous_commit": "on"})
+        channel = grpc.aio.insecure_channel(address)
+        try:
+            await conn.execute("CREATE TABLE bench_floor (n bigint PRIMARY KEY, body bytea NOT NULL)")
+            stub = health_pb2_grpc.HealthStub(channel)
+            commit_ms: list[float] = []
+            hop_ms: list[float] = []
+            for i in range(FLOOR_SAMPLES + 20):
+                t0 = time.perf_counter()
+                await conn.execute("INSERT INTO bench_floor (n, body) VALUES ($1, $2)", i, b"x" * 64)
+                t1 = time.perf_counter()
+                await stub.Check(health_pb2.HealthCheckRequest())
+                t2 = time.perf_counter()
+                if i >= 20:
+                    commit_ms.append((t1 - t0) * 1e3)
+                    hop_ms.append((t2 - t1) * 1e3)
+            return {"commit_ms": commit_ms, "grpc_rtt_ms": hop_ms}
+        finally:
+            await channel.close()
+            await conn.close()
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:
+        out.put({"error": repr(exc)})
+        raise
+
+
 def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: float) -> dict[str, Any]:
     """One round against an electric server on PostgreSQL (``url``), or on SQLite (None)."""
     (tmp / "benchrt_app.py").write_text(APP_MODULE)
@@ -197,9 +244,12 @@ def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: f
     with common.start_electric(tmp / "electric", *(["--database", url] if url else [])) as server:
         worker = common.start_worker(server.address, tmp / "worker.log", "benchrt_app:app", env=env)
         try:
-            return common.run_in_process(
+            result = common.run_in_process(
                 electric_main, server.address, params, timeout=budget, name="electric client"
             )
+            if url:
+                result |= common.run_in_process(floor_main, server.address, url, timeout=budget, name="floor")
+            return result
         finally:
             common.stop_worker(worker, 5)
 
@@ -221,7 +271,7 @@ def main() -> None:
     budget = 600.0
     t_start = time.perf_counter()
     got: dict[str, list[float]] = {
-        k: [] for k in ("dbos_send", "dbos_cancel", "usr", "int", "usr_lite", "int_lite")
+        k: [] for k in ("dbos_send", "dbos_cancel", "usr", "int", "usr_lite", "int_lite", "commit", "rtt")
     }
     for r in range(rounds):
         with pg_common.fresh_database(f"electric_bench_dbos_{r}") as url:
@@ -239,6 +289,8 @@ def main() -> None:
         got["dbos_cancel"] += d["cancel_ms"]
         got["usr"] += e["usr_ms"]
         got["int"] += e["int_ms"]
+        got["commit"] += e["commit_ms"]
+        got["rtt"] += e["grpc_rtt_ms"]
     s = {k: common.summarize(v) for k, v in got.items()}
     pairs = (
         ("electric SIGUSR → on_signal vs DBOS send → recv", "usr", "dbos_send"),
@@ -255,6 +307,17 @@ def main() -> None:
         )
         for figure, mine, theirs in pairs
         for p in ("p50", "p99")
+    ]
+    # The floor of any SIGINT → run ended on PostgreSQL (floor_main), beside DBOS's cancel.
+    floor = 2 * s["commit"]["p50"] + 2 * s["rtt"]["p50"]
+    rows += [
+        common.value_row(
+            "  (info) a durable commit (autocommit INSERT), p50", s["commit"]["p50"], None, "ms"
+        ),
+        common.value_row("  (info) a bare gRPC round trip to the server, p50", s["rtt"]["p50"], None, "ms"),
+        common.value_row(
+            "  (info) SIGINT's floor: 2 commits + 2 round trips, p50", floor, s["dbos_cancel"]["p50"], "ms"
+        ),
     ]
     info = {"dbos_version": version("dbos"), "params": params, "rounds": rounds, "summary": s}
     info["postgres"] = asyncio.run(pg_common.settings())
