@@ -37,11 +37,11 @@ from google.protobuf.message import Message
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
+from starlette.types import ASGIApp
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 
@@ -60,6 +60,7 @@ from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
 from .http_openapi import render as render_openapi
 from .http_query import Query
+from .http_router import RouteTable
 from .http_routes import PREFIX, ROUTES, Build, HttpRoute, served_paths
 from .http_state import read_state, state_request
 from .metrics import CONTENT_TYPE
@@ -210,21 +211,19 @@ class HttpDoor:
         )
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
-        middleware = []
-        if cors_origins:  # answers preflights itself; adds the allow/expose headers to answers
-            middleware.append(
-                Middleware(
-                    _Cors,
-                    allow_origins=list(cors_origins),
-                    allow_methods=["GET", "POST", "PUT", "DELETE"],
-                    allow_headers=CORS_ALLOW_HEADERS,
-                    expose_headers=CORS_EXPOSE_HEADERS,
-                    max_age=600,
-                )
-            )
-        self.app = Starlette(
-            routes=self._routes(), middleware=middleware, exception_handlers={HTTPException: _route_error}
-        )
+        # With --cors-origin: answers preflights itself; adds the allow/expose headers to answers.
+        cors: dict[str, Any] = {
+            "allow_origins": list(cors_origins),
+            "allow_methods": ["GET", "POST", "PUT", "DELETE"],
+            "allow_headers": CORS_ALLOW_HEADERS,
+            "expose_headers": CORS_EXPOSE_HEADERS,
+            "max_age": 600,
+        }
+        self.routes = self._routes()
+        starlette = Starlette(routes=self.routes, exception_handlers={HTTPException: _route_error})
+        table = RouteTable(self.routes, starlette)
+        # CORS outermost, so the table's answers and Starlette's get its headers alike.
+        self.app: ASGIApp = _Cors(table, **cors) if cors_origins else table
 
     # -- routes ------------------------------------------------------------------------------------
 
