@@ -41,7 +41,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 
@@ -123,24 +123,26 @@ def admitted_endpoint(
 
     async def admit(request: Request) -> tuple[Message, Principal]:
         """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+        headers = _admission_headers(request.scope)
         principal = ANONYMOUS
         if tokens is not None:  # the token first: a refused caller's body is never read
-            found = bearer_principal(tokens, request.headers.get("authorization"))
+            found = bearer_principal(tokens, headers.get("authorization"))
             refused = denial(found, scope)
             if refused is not None:
                 raise refused
             assert found is not None
             principal = found
         query: Query = {}
-        for name, value in request.query_params.multi_items():
-            query.setdefault(name, []).append(value)
-        body.fields(query, query_names, "query ")
+        if request.scope["query_string"]:
+            for name, value in request.query_params.multi_items():
+                query.setdefault(name, []).append(value)
+            body.fields(query, query_names, "query ")
         obj: body.JsonObject = {}
         if has_body:
-            raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
-            obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
+            raw = await body.read_limited(request.receive, headers.get("content-length"))
+            obj = body.parse(raw, headers.get("content-type"), required=not optional)
         message = build(request, query, obj)
-        key = request.headers.get("idempotency-key")
+        key = headers.get("idempotency-key")
         if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
             message.idempotency_key = key  # type: ignore[attr-defined]
         if principal.types is not None:
@@ -150,8 +152,8 @@ def admitted_endpoint(
         return message, principal
 
     async def endpoint(request: Request) -> Response:
-        client = request.client
-        context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
+        client = request.scope.get("client")
+        context = DoorContext(f"http:{client[0]}:{client[1]}" if client else "http")
         try:
             try:
                 message, principal = await admit(request)
@@ -169,6 +171,19 @@ def admitted_endpoint(
             return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
 
     return endpoint
+
+
+_ADMISSION_HEADERS = frozenset({b"authorization", b"content-length", b"content-type", b"idempotency-key"})
+
+
+def _admission_headers(scope: Scope) -> dict[str, str]:
+    """The headers admission reads, in one pass over the request's (the first of a name given
+    twice, as Starlette's ``Headers.get`` answers)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in _ADMISSION_HEADERS:
+            found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return found
 
 
 def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -295,9 +310,10 @@ class HttpDoor:
         )
 
         async def endpoint(request: Request) -> Response:
-            for name, handler in handing_over.items():
-                if name in request.query_params:
-                    return await handler(request)
+            if handing_over and request.scope["query_string"]:
+                for name, handler in handing_over.items():
+                    if name in request.query_params:
+                        return await handler(request)
             return await admitted(request)
 
         return endpoint
