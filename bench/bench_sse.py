@@ -22,8 +22,8 @@ from elsewhere on the machine lands on both alike.
 
 One commit a second: this is the latency of one commit's fan-out, not throughput (bench_fanout
 measures a stream under load). Electric's watches share a bandwidth (watch.py, BANDWIDTH):
-after a message, each of 1,000 watchers may pause up to ~0.75 s before its next one, so commits
-closer together than that would measure the pacing, not the fan-out.
+each of 1,000 watchers sends its next message no sooner than ~0.25-0.75 s after its last, so
+commits closer together than that would measure the pacing, not the fan-out.
 
 Targets: commit → arrival p99 <= 1.5 x the ceiling's, and <= 250 ms.
 """

@@ -79,7 +79,7 @@ async def test_every_route_of_the_door_is_in_the_document(door: ElectricServer) 
     assert door.http is not None
     routed = {
         (route.path, method)
-        for route in door.http.app.routes
+        for route in door.http.routes
         if isinstance(route, Route) and "{rest:path}" not in route.path
         for method in route.methods or ()
         if method != "HEAD"

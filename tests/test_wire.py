@@ -4,8 +4,10 @@ outside it converts on its own (so the server and the SDK cannot drift apart).""
 from __future__ import annotations
 
 import ast
+import enum
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -162,6 +164,47 @@ def test_json_numbers_come_back_as_ints_when_whole_and_exact() -> None:
 
 def test_an_unset_json_value_reads_as_null() -> None:
     assert json_values.value_to_json(struct_pb2.Value()) is None
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+def _self_containing() -> dict[str, Any]:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    return loop
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *JSON_VALUES,
+        2**53 + 1,
+        2**80,
+        10**400,
+        float("nan"),
+        1e308,
+        (1, 2),
+        {1: "int key", None: "null key", 2.5: "float key"},
+        _Level.HIGH,
+        {"level": _Level.HIGH},
+        {"text": "\ud800"},
+        _self_containing(),
+        [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+        {1, 2},
+    ],
+)
+def test_json_to_value_is_what_json_text_makes(value: Any) -> None:
+    """The direct conversion gives what going through JSON text gives, or the same error."""
+
+    def outcome(convert: Callable[[Any], struct_pb2.Value]) -> tuple[str, Any]:
+        try:
+            return "ok", convert(value).SerializeToString(deterministic=True)
+        except (ValueError, RecursionError) as exc:
+            return type(exc).__name__, str(exc)
+
+    assert outcome(json_values.json_to_value) == outcome(json_values.through_text)
 
 
 @pytest.mark.parametrize("value", [{1, 2}, object(), {"a": b"bytes"}])

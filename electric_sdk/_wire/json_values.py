@@ -10,11 +10,12 @@ refuses deeper ones (``PAYLOAD_TOO_DEEP``), and the SDK before sending them.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-__all__ = ["MAX_JSON_DEPTH", "json_to_value", "nests_too_deep", "value_to_json"]
+__all__ = ["MAX_JSON_DEPTH", "json_to_value", "nests_too_deep", "through_text", "value_to_json"]
 
 # Each level of JSON is two nested protobuf messages (a Value and its ListValue or Struct), and
 # protobuf decodes at most 100: 32 levels leave room for the messages around a value, wherever
@@ -44,10 +45,62 @@ def json_to_value(obj: Any) -> struct_pb2.Value:
     """Plain Python as a protobuf Value; ValueError (saying why) when it is not JSON."""
     message = struct_pb2.Value()
     try:
+        _fill(message, obj, 0)
+        return message
+    except (_Unusual, ValueError, TypeError):
+        return through_text(obj)  # takes it, or says why not, as it always has
+
+
+def through_text(obj: Any) -> struct_pb2.Value:
+    """``json_to_value``'s general path: through JSON text (what the direct one must equal)."""
+    message = struct_pb2.Value()
+    try:
         json_format.Parse(json.dumps(obj), message)
     except (TypeError, json_format.ParseError) as exc:
         raise ValueError(str(exc)) from exc
     return message
+
+
+class _Unusual(Exception):
+    """A value ``_fill`` leaves to the general path (through JSON text)."""
+
+
+# Integers a double holds exactly: set directly, they are what JSON text would make of them.
+_EXACT_INT = 2**53
+
+
+def _fill(message: struct_pb2.Value, obj: Any, depth: int) -> None:
+    """``obj`` into ``message`` directly, for the plain types JSON decoding gives (exact types
+    only): a payload on every signal, ten times cheaper than through JSON text. Anything else
+    (a subclass, a non-text key, a huge integer, a cycle) raises _Unusual."""
+    kind = type(obj)
+    if kind is dict:
+        if depth > MAX_JSON_DEPTH:
+            raise _Unusual
+        struct = message.struct_value
+        struct.SetInParent()  # {} too is a struct
+        fields = struct.fields
+        for key, value in obj.items():
+            if type(key) is not str:
+                raise _Unusual
+            _fill(fields[key], value, depth + 1)
+    elif kind is list:
+        if depth > MAX_JSON_DEPTH:
+            raise _Unusual
+        values = message.list_value
+        values.SetInParent()
+        for item in obj:
+            _fill(values.values.add(), item, depth + 1)
+    elif kind is str:
+        message.string_value = obj  # UnicodeEncodeError for a lone surrogate
+    elif kind is bool:
+        message.bool_value = obj
+    elif obj is None:
+        message.null_value = struct_pb2.NULL_VALUE
+    elif (kind is int and -_EXACT_INT <= obj <= _EXACT_INT) or (kind is float and math.isfinite(obj)):
+        message.number_value = obj
+    else:
+        raise _Unusual
 
 
 def nests_too_deep(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:

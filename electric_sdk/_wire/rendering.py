@@ -30,6 +30,8 @@ __all__ = [
 
 
 def _epoch_ms(ts: Any) -> int:
+    if ts.nanos % 1_000_000 == 0:  # whole milliseconds, as the server writes them: exact as is
+        return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
     return datetime_to_ms(timestamp_to_datetime(ts))
 
 

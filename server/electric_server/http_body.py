@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH, json_to_value, nests_too_deep
 
@@ -55,6 +58,12 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> JsonObject:
     return obj
 
 
+# One decoder for every body (json.loads with hooks builds a new one per call).
+_DECODER = json.JSONDecoder(
+    parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_no_duplicates
+)
+
+
 def is_number(text: str) -> bool:
     """ASCII digits, few enough to convert (``"²".isdigit()`` is true, and int() refuses both)."""
     return text.isascii() and text.isdigit() and len(text) <= 20
@@ -68,16 +77,28 @@ def too_large(size: int) -> ApiError:
     )
 
 
-async def read_limited(chunks: AsyncIterator[bytes], content_length: str | None) -> bytes:
-    """The body, refused once it passes ``MAX_BODY_BYTES`` (before it is all read)."""
+async def read_limited(receive: Receive, content_length: str | None) -> bytes:
+    """The body, refused once it passes ``MAX_BODY_BYTES`` (before it is all read).
+
+    Read from the ASGI messages as Starlette's ``Request.stream`` reads them (a disconnect is
+    its ``ClientDisconnect``), without the async generator: a body is one message nearly always."""
     if content_length is not None and is_number(content_length) and int(content_length) > MAX_BODY_BYTES:
         raise too_large(int(content_length))
     body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise too_large(len(body))
-    return bytes(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        if message["type"] == "http.request":
+            chunk: bytes = message.get("body", b"")
+            more = message.get("more_body", False)
+            if not more and not body and len(chunk) <= MAX_BODY_BYTES:
+                return chunk  # the whole body in one message: no copy
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise too_large(len(body))
+            if not more:
+                return bytes(body)
 
 
 def parse(body: bytes, content_type: str | None, *, required: bool = True) -> JsonObject:
@@ -93,11 +114,11 @@ def parse(body: bytes, content_type: str | None, *, required: bool = True) -> Js
         )
     try:
         text = body.decode("utf-8")
-        obj = json.loads(
-            text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_no_duplicates
-        )
-        # A lone surrogate ("\ud800") is valid JSON text but no UTF-8 string: protobuf refuses it.
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        obj = _DECODER.decode(text)
+        if "\\u" in text:
+            # A lone surrogate ("\ud800") is valid JSON text but no UTF-8 string: protobuf refuses
+            # it. Only an escape makes one (UTF-8 text holds none), so without one there is none.
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeError as exc:
         raise invalid_argument("MALFORMED_REQUEST", f"the body is not UTF-8 text: {exc}") from None
     except ValueError as exc:  # JSONDecodeError, or an integer of more digits than Python converts
@@ -106,7 +127,10 @@ def parse(body: bytes, content_type: str | None, *, required: bool = True) -> Js
         obj = None
         too_deep = True
     else:
-        too_deep = nests_too_deep(obj, MAX_BODY_DEPTH)
+        # Each level opens a bracket: with no more brackets than levels allowed, none is too deep.
+        too_deep = body.count(b"{") + body.count(b"[") > MAX_BODY_DEPTH and nests_too_deep(
+            obj, MAX_BODY_DEPTH
+        )
     if too_deep:
         raise invalid_argument(
             "PAYLOAD_TOO_DEEP",
@@ -119,6 +143,8 @@ def parse(body: bytes, content_type: str | None, *, required: bool = True) -> Js
 
 def fields(obj: Mapping[str, Any], allowed: set[str], where: str = "") -> None:
     """Refuse a field the route does not know (a typo must not be quietly ignored)."""
+    if obj.keys() <= allowed:
+        return
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise invalid_argument(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import socket
@@ -37,11 +38,12 @@ from google.protobuf.message import Message
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse as _StarletteJSON
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
+from starlette.types import ASGIApp, Scope
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 
@@ -60,6 +62,7 @@ from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
 from .http_openapi import render as render_openapi
 from .http_query import Query
+from .http_router import RouteTable
 from .http_routes import PREFIX, ROUTES, Build, HttpRoute, served_paths
 from .http_state import read_state, state_request
 from .metrics import CONTENT_TYPE
@@ -99,6 +102,17 @@ def check_cors_origins(origins: tuple[str, ...], http: str | None) -> None:
             )
 
 
+# Starlette's JSONResponse calls json.dumps with options, which builds an encoder per response.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+class JSONResponse(_StarletteJSON):
+    """Starlette's JSON response, byte for byte, through one encoder made once."""
+
+    def render(self, content: Any) -> bytes:
+        return _ENCODE(content).encode("utf-8")
+
+
 # Answers an admitted request: its gRPC message, with the caller's principal set (current_principal).
 Respond = Callable[[Request, Message, DoorContext], Awaitable[Response]]
 
@@ -122,24 +136,26 @@ def admitted_endpoint(
 
     async def admit(request: Request) -> tuple[Message, Principal]:
         """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+        headers = _admission_headers(request.scope)
         principal = ANONYMOUS
         if tokens is not None:  # the token first: a refused caller's body is never read
-            found = bearer_principal(tokens, request.headers.get("authorization"))
+            found = bearer_principal(tokens, headers.get("authorization"))
             refused = denial(found, scope)
             if refused is not None:
                 raise refused
             assert found is not None
             principal = found
         query: Query = {}
-        for name, value in request.query_params.multi_items():
-            query.setdefault(name, []).append(value)
-        body.fields(query, query_names, "query ")
+        if request.scope["query_string"]:
+            for name, value in request.query_params.multi_items():
+                query.setdefault(name, []).append(value)
+            body.fields(query, query_names, "query ")
         obj: body.JsonObject = {}
         if has_body:
-            raw = await body.read_limited(request.stream(), request.headers.get("content-length"))
-            obj = body.parse(raw, request.headers.get("content-type"), required=not optional)
+            raw = await body.read_limited(request.receive, headers.get("content-length"))
+            obj = body.parse(raw, headers.get("content-type"), required=not optional)
         message = build(request, query, obj)
-        key = request.headers.get("idempotency-key")
+        key = headers.get("idempotency-key")
         if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
             message.idempotency_key = key  # type: ignore[attr-defined]
         if principal.types is not None:
@@ -149,8 +165,8 @@ def admitted_endpoint(
         return message, principal
 
     async def endpoint(request: Request) -> Response:
-        client = request.client
-        context = DoorContext(f"http:{client.host}:{client.port}" if client else "http")
+        client = request.scope.get("client")
+        context = DoorContext(f"http:{client[0]}:{client[1]}" if client else "http")
         try:
             try:
                 message, principal = await admit(request)
@@ -168,6 +184,19 @@ def admitted_endpoint(
             return _error_response(to_api_error(exc) or unexpected(exc, method), headers)
 
     return endpoint
+
+
+_ADMISSION_HEADERS = frozenset({b"authorization", b"content-length", b"content-type", b"idempotency-key"})
+
+
+def _admission_headers(scope: Scope) -> dict[str, str]:
+    """The headers admission reads, in one pass over the request's (the first of a name given
+    twice, as Starlette's ``Headers.get`` answers)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in _ADMISSION_HEADERS:
+            found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return found
 
 
 def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -210,21 +239,19 @@ class HttpDoor:
         )
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
-        middleware = []
-        if cors_origins:  # answers preflights itself; adds the allow/expose headers to answers
-            middleware.append(
-                Middleware(
-                    _Cors,
-                    allow_origins=list(cors_origins),
-                    allow_methods=["GET", "POST", "PUT", "DELETE"],
-                    allow_headers=CORS_ALLOW_HEADERS,
-                    expose_headers=CORS_EXPOSE_HEADERS,
-                    max_age=600,
-                )
-            )
-        self.app = Starlette(
-            routes=self._routes(), middleware=middleware, exception_handlers={HTTPException: _route_error}
-        )
+        # With --cors-origin: answers preflights itself; adds the allow/expose headers to answers.
+        cors: dict[str, Any] = {
+            "allow_origins": list(cors_origins),
+            "allow_methods": ["GET", "POST", "PUT", "DELETE"],
+            "allow_headers": CORS_ALLOW_HEADERS,
+            "expose_headers": CORS_EXPOSE_HEADERS,
+            "max_age": 600,
+        }
+        self.routes = self._routes()
+        starlette = Starlette(routes=self.routes, exception_handlers={HTTPException: _route_error})
+        table = RouteTable(self.routes, starlette)
+        # CORS outermost, so the table's answers and Starlette's get its headers alike.
+        self.app: ASGIApp = _Cors(table, **cors) if cors_origins else table
 
     # -- routes ------------------------------------------------------------------------------------
 
@@ -296,9 +323,10 @@ class HttpDoor:
         )
 
         async def endpoint(request: Request) -> Response:
-            for name, handler in handing_over.items():
-                if name in request.query_params:
-                    return await handler(request)
+            if handing_over and request.scope["query_string"]:
+                for name, handler in handing_over.items():
+                    if name in request.query_params:
+                        return await handler(request)
             return await admitted(request)
 
         return endpoint

@@ -131,7 +131,14 @@ class HttpRoute:
 # -- request builders: path, query and body → the gRPC request ---------------------------------------
 
 
+# A signal as its canonical name ("SIGUSR") is looked up at once; Signal.parse takes the rest.
+_SIGNAL_NAMES = {signal.value: wire for signal, wire in SIGNAL_TO_PB.items()}
+
+
 def _parse_signal(text: str) -> pb.Signal.ValueType:
+    found = _SIGNAL_NAMES.get(text)
+    if found is not None:
+        return found
     try:
         return SIGNAL_TO_PB[Signal.parse(text)]
     except ValueError as exc:

@@ -91,10 +91,16 @@ def parse_offset(text: str) -> int | None:
 
 def next_cursor(client: str) -> str:
     """The protocol's cursor: the current interval, and never one the client already has."""
+    return _cursor(client)[0]
+
+
+def _cursor(client: str) -> tuple[str, bool]:
+    """``next_cursor``, and whether it is the current interval's (the same for every client that
+    sent none, or an older one), not one drawn at random past the client's."""
     now = int((time.time() - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
     if client.isascii() and client.isdigit() and int(client) >= now:
-        return str(int(client) + random.randint(1, 3600 // CURSOR_INTERVAL_S))
-    return str(now)
+        return str(int(client) + random.randint(1, 3600 // CURSOR_INTERVAL_S)), False
+    return str(now), True
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,9 @@ class EntityStreams:
         self.draining = draining
         self.heartbeat_s = heartbeat_s
         self.long_poll_s = long_poll_s
-        self._rendered: OrderedDict[bytes, tuple[bytes, int]] = OrderedDict()
+        # A watch message → its data event, its events' count, and the whole frame of a reader at
+        # the tail with the current interval's cursor (b"" until one asks): see _frame.
+        self._rendered: OrderedDict[bytes, tuple[bytes, int, str, bytes]] = OrderedDict()
         self._heartbeats = _Heartbeats(heartbeat_s)
 
     def handlers(self, tokens: TokenTable | None) -> dict[str, Endpoint]:
@@ -277,40 +285,41 @@ class EntityStreams:
             return [change_message_json(e) for e in m.events.events], False
         return [], which == "end_of_stream"
 
-    def _data_frame(self, item: object) -> tuple[bytes, int, bool]:
-        """The message's events as one SSE ``data`` event, their count, whether it ends the stream.
+    def _frame(self, item: object, offset: int, head: int, client_cursor: str) -> tuple[bytes, int, bool]:
+        """A watch message as SSE, for a reader at ``offset``: its events as one ``data`` event
+        and the ``control`` event after it (one write per message per reader); their count; and
+        whether it ends the stream.
 
         Every SSE reader of an entity gets the same message for a commit it takes alone, so it
-        is rendered once (watch.py encodes it once for all of them likewise)."""
-        if isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES:
-            hit = self._rendered.get(item)
-            if hit is not None:
-                self._rendered.move_to_end(item)
-                return hit[0], hit[1], False
-        events, closed = self._decode(item)
-        frame = _sse("data", _dumps(events)) if events else b""
-        if isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES and events:
-            self._rendered[item] = (frame, len(events))
+        is rendered once (watch.py encodes it once for all of them likewise); so is the whole
+        frame of the readers at the tail, whose control event is the same while the cursor is."""
+        cursor, shared = _cursor(client_cursor)
+        at_tail = offset >= head  # then up to date after the message, whatever it holds
+        cacheable = isinstance(item, bytes) and len(item) <= RENDER_CACHE_MAX_BYTES
+        hit = self._rendered.get(cast(bytes, item)) if cacheable else None
+        closed = False
+        if hit is not None:
+            self._rendered.move_to_end(cast(bytes, item))
+            data, count, tail_cursor, tail_frame = hit
+            if at_tail and shared and cursor == tail_cursor:
+                return tail_frame, count, False
+        else:
+            events, closed = self._decode(item)
+            data, count = (_sse("data", _dumps(events)) if events else b""), len(events)
+        after = offset + count
+        frame = data + _control(after, after >= head, closed, cursor)
+        if cacheable and count and (hit is None or (at_tail and shared)):
+            tail = (cursor, frame) if at_tail and shared else ("", b"")
+            self._rendered[cast(bytes, item)] = (data, count, *tail)
             if len(self._rendered) > RENDER_CACHE:
                 self._rendered.popitem(last=False)
-        return frame, len(events), closed
+        return frame, count, closed
 
     def _sse(
         self, message: api.ReadEventsRequest, page: api.ReadEventsResponse, query: StreamQuery
     ) -> Response:
         principal = current_principal.get()  # the body runs after the endpoint has returned
         context = DoorContext("http:sse")
-
-        def control(offset: int, up_to_date: bool, closed: bool) -> bytes:
-            # Written out: one per message per reader (json.dumps of the dict costs more).
-            at = format_offset(offset)
-            if closed:
-                fields = f'{{"streamNextOffset":"{at}","streamClosed":true,"upToDate":true}}'
-            else:
-                cursor = next_cursor(query.cursor)
-                up = ',"upToDate":true' if up_to_date else ""
-                fields = f'{{"streamNextOffset":"{at}","streamCursor":"{cursor}"{up}}}'
-            return f"id: {at}\nevent: control\ndata: {fields}\n\n".encode()
 
         async def frames() -> AsyncIterator[bytes]:
             reset = current_principal.set(principal)
@@ -321,7 +330,7 @@ class EntityStreams:
                     if page.events
                     else b""
                 )
-                yield first + control(offset, offset >= head, page.end_of_stream)
+                yield first + _control(offset, offset >= head, page.end_of_stream, next_cursor(query.cursor))
                 if page.end_of_stream:
                     return
                 watch = self.service.WatchEvents(
@@ -329,10 +338,9 @@ class EntityStreams:
                     cast(Any, context),
                 )
                 async for item in _ended_by_drain(watch):
-                    data, count, closed = self._data_frame(item)
+                    frame, count, closed = self._frame(item, offset, head, query.cursor)
                     offset += count
-                    # One write for the data and its control: one send per message per reader.
-                    yield data + control(offset, offset >= head, closed)
+                    yield frame
                     if closed:
                         return
             finally:
@@ -365,6 +373,18 @@ class EntityStreams:
                 await watch.aclose()
 
         return _SseResponse(frames(), self._heartbeats)
+
+
+def _control(offset: int, up_to_date: bool, closed: bool, cursor: str) -> bytes:
+    """The control event after an SSE reader's data: where it is, its cursor, whether it is up
+    to date or the stream closed. Written out: json.dumps of the dict costs more."""
+    at = format_offset(offset)
+    if closed:
+        fields = f'{{"streamNextOffset":"{at}","streamClosed":true,"upToDate":true}}'
+    else:
+        up = ',"upToDate":true' if up_to_date else ""
+        fields = f'{{"streamNextOffset":"{at}","streamCursor":"{cursor}"{up}}}'
+    return f"id: {at}\nevent: control\ndata: {fields}\n\n".encode()
 
 
 def _entities_frame(item: object) -> bytes:

@@ -48,15 +48,17 @@ READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
 QUEUE_LIMIT = 10_000
 CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
-# Bytes per second that every event watch together is paced to once there are many of them:
-# after a message, a watcher waits (watchers x its size / bandwidth), a message costing at
-# least MESSAGE_COST, and what arrives meanwhile goes in its next one (batched, for a client
-# that takes batches). Below a millisecond's pause no watcher waits at all, so a few watchers
-# are never slowed. Without it, 2,000 watchers of an entity taking 4,000 writes a second ask
-# for a gigabyte a second: the server would do nothing but send, and writes would wait their
-# turn behind the sends (bench_fanout: at 64 MiB/s writes keep a quarter to a third of their
-# rate, at 16 MiB/s half). A watcher that falls behind catches up from the feed, or from the
-# store, once the burst is over: the bandwidth trades the writes' rate for the watchers' lag.
+# Bytes per second that every event watch together is paced to once there are many of them: a
+# watcher sends its next message no sooner than (watchers x its last one's size / bandwidth) after
+# its last, a message costing at least MESSAGE_COST, and what arrives meanwhile goes in that next
+# one (batched, for a client that takes batches); it waits only with something to send, so a watcher
+# whose commits come further apart than that never waits. Below a millisecond's pause no watcher
+# waits at all, so a few watchers are never slowed. Without it, 2,000 watchers of an entity taking
+# 4,000 writes a second ask for a gigabyte a second: the server would do nothing but send, and
+# writes would wait their turn behind the sends (bench_fanout: at 64 MiB/s writes keep a quarter to
+# a third of their rate, at 16 MiB/s half). A watcher that falls behind catches up from the feed, or
+# from the store, once the burst is over: the bandwidth trades the writes' rate for the watchers'
+# lag.
 BANDWIDTH = 32 * 1024 * 1024
 MESSAGE_COST = 16 * 1024  # grpc's cost per message, in bytes of bandwidth
 # With no commit for QUIET_S, nothing waits on the loop but the watchers: they share
@@ -244,13 +246,15 @@ class Watches:
         share = self._bandwidth() * MAX_PAUSE_S / max(1, self._event_watchers)
         return int(min(PAGE_BYTES, max(MESSAGE_COST, share)))
 
-    async def _pace(self, sent: bytes | api.WatchEventsResponse) -> None:
-        """Share the bandwidth among every event watch (see ``BANDWIDTH``)."""
+    def _next_send(self, sent: bytes | api.WatchEventsResponse) -> float:
+        """When (``time.monotonic``) a watcher that just sent ``sent`` may send again: its share
+        of the bandwidth among every event watch (see ``BANDWIDTH``)."""
         size = len(sent) if isinstance(sent, bytes) else sent.ByteSize()
         pause = min(MAX_PAUSE_S, self._event_watchers * max(size, MESSAGE_COST) / self._bandwidth())
-        if pause >= _MIN_PAUSE_S:
-            # Jittered, so watchers woken by one commit do not stay in step.
-            await asyncio.sleep(pause * random.uniform(0.5, 1.5))
+        if pause < _MIN_PAUSE_S:
+            return 0.0
+        # Jittered, so watchers woken by one commit do not stay in step.
+        return time.monotonic() + pause * random.uniform(0.5, 1.5)
 
     async def events(
         self, ref: Ref, from_offset: int, batches: bool = False
@@ -272,6 +276,7 @@ class Watches:
         feed.positions[token] = from_offset
         self._event_watchers += 1
         offset = from_offset
+        turn = 0.0  # the watcher sends nothing before (see _next_send)
         try:
             while True:
                 if self._draining:
@@ -282,12 +287,15 @@ class Watches:
                     )
                     return
                 if feed.holds(offset):
+                    if turn > time.monotonic():
+                        await _until(turn)  # then again from the top: a drain, what came meanwhile
+                        continue
                     entries = feed.entries(offset, self._message_bytes() if batches else 0)
                     message = event_batch(entries) if batches else single_event(entries[0])
                     yield message
                     offset += len(entries)
                     feed.positions[token] = offset
-                    await self._pace(message)
+                    turn = self._next_send(message)
                     continue
                 if feed.start is not None and not feed.behind(offset):
                     await feed.wait()  # up to date: until the next commit (or a drain)
@@ -298,8 +306,9 @@ class Watches:
                 stored = await self.store.read_events(ref, offset, READ_PAGE)
                 if stored:
                     for page in _pages(stored, self._message_bytes() if batches else 0):
+                        await _until(turn)
                         yield page
-                        await self._pace(page)
+                        turn = self._next_send(page)
                     offset = stored[-1].offset + 1
                     feed.positions[token] = offset
                     continue
@@ -313,6 +322,15 @@ class Watches:
                 await published.wait()
         finally:
             self._leave(feed, token)
+
+
+async def _until(when: float) -> None:
+    """Wait for a watcher's turn (``Watches._next_send``). Waited for when there is something to
+    send, not after each message: a watcher whose next commit comes later than its turn (one a
+    second to a thousand watchers) never sleeps at all, and costs no timer per message."""
+    pause = when - time.monotonic()
+    if pause > 0:
+        await asyncio.sleep(pause)
 
 
 def _pages(stored: list[StoredEvent], max_bytes: int) -> Iterator[bytes]:
