@@ -5,7 +5,9 @@ pool of 4 connections; 256 asyncio tasks, each on its own entity, append
 1-event mutations with ``store.write`` (the decide function returns a
 pre-serialized SIGUSR `signal` event body, so this measures the store, not
 protobuf). The size of every batch the store commits is recorded by wrapping
-the store instance's ``_apply_batch`` (instrumentation only).
+the store instance's ``_apply_batch``, and a lone write committed without a
+batch (``_write_alone``, two round trips) as a batch of one (instrumentation
+only).
 
 Ceiling: plain asyncpg on the same database, with the same number of
 connections (4) each running batches of exactly the sizes the store
@@ -49,7 +51,18 @@ async def store_run(url: str, total: int) -> dict[str, Any]:
         sizes.append(len(writes))
         return await original(conn, writes, refs)
 
+    # A lone write commits without a batch (postgres_one_write): a transaction of one write all
+    # the same, which the ceiling replays as a batch of one.
+    alone = store._write_alone
+
+    async def write_alone(write: Any, order: Any) -> Any:
+        decided = await alone(write, order)
+        if decided.xact is not None:
+            sizes.append(1)
+        return decided
+
     store._apply_batch = apply_batch  # type: ignore[method-assign]
+    store._write_alone = write_alone  # type: ignore[method-assign]
     return await append_load(store, sizes, total, shared=False, warmup=10)
 
 

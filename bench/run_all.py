@@ -44,6 +44,9 @@ BENCHES = [
     "bench_pg_signal",
     "bench_dbos",
     "bench_dbos_step",
+    "bench_replica_signal",
+    "bench_replicas",
+    "bench_feed_cost",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 
