@@ -122,6 +122,15 @@ def dbos_main(url: str, params: dict[str, Any], out: Any) -> None:
         raise
 
 
+def _put_result(main: Any, out: Any) -> None:
+    """``main()``'s result on ``out``, or the error it raised (``common.run_in_process`` reads it)."""
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:
+        out.put({"error": repr(exc)})
+        raise
+
+
 def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
     """In its own process: the client of an electric server with a worker hosting bench_runtime's app."""
 
@@ -183,11 +192,7 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
         finally:
             await c.close()
 
-    try:
-        out.put(asyncio.run(main()))
-    except BaseException as exc:
-        out.put({"error": repr(exc)})
-        raise
+    _put_result(main, out)
 
 
 FLOOR_SAMPLES = 300
@@ -227,11 +232,7 @@ def floor_main(address: str, url: str, out: Any) -> None:
             await channel.close()
             await conn.close()
 
-    try:
-        out.put(asyncio.run(main()))
-    except BaseException as exc:
-        out.put({"error": repr(exc)})
-        raise
+    _put_result(main, out)
 
 
 def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: float) -> dict[str, Any]:
