@@ -13,7 +13,10 @@ Figure: one ``running`` entity (its run holds a step open); sequentially,
 ``AsyncClient.signal(SIGUSR)`` to **A**, stamped with ``time.time_ns()``
 just before the call; the handler's first line takes ``time.time_ns()`` and
 emits it in a custom event, which the client reads from B's
-``WatchEvents``. Latency = handler call - send. The path: A commits the
+``WatchEvents``. Latency = handler call - send. The next signal goes once
+the watch shows this one's outcome recorded (its handler returned and the
+worker's write of ``delivered`` committed), so each signal is measured
+alone, not against the tail of the one before. The path: A commits the
 signal and rings the doorbell (NOTIFY), B's feed reader reads the commit
 and B's runtime delivers it.
 
@@ -124,6 +127,7 @@ async def client(
     await a.send("lat/usr", "hold")
     seen: dict[str, int] = {}
     arrived: dict[str, asyncio.Event] = {}
+    settled: dict[str, asyncio.Event] = {}
     started = asyncio.Event()
 
     async def watch() -> None:
@@ -133,6 +137,8 @@ async def client(
                 seen[value["reason"]] = int(value["t"])
                 if value["reason"] in arrived:
                     arrived[value["reason"]].set()
+            elif ev.type == "signal" and ev.operation == "update" and value.get("reason") in settled:
+                settled[value["reason"]].set()  # its outcome is recorded: the signal is done with
             elif ev.type == "run":
                 started.set()
 
@@ -171,11 +177,12 @@ async def client(
         nonlocal n
         n += 1
         reason = f"{kind}{n}"
-        arrived[reason] = asyncio.Event()
+        arrived[reason], settled[reason] = asyncio.Event(), asyncio.Event()
         to = a if kind == "cross" else b
         sent = time.time_ns()
         await to.signal("lat/usr", "SIGUSR", reason=reason)
         await asyncio.wait_for(arrived[reason].wait(), WAIT_S)
+        await asyncio.wait_for(settled[reason].wait(), WAIT_S)
         if record:
             lat[kind].append((seen[reason] - sent) / 1e6)
 

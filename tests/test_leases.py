@@ -7,7 +7,6 @@ stores on one database, as two replicas do.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -161,8 +160,9 @@ async def test_runtime_request_keys_are_forgotten_sooner_than_clients_keys(any_s
     for key in (f"{REQUEST_KEY_PREFIX}1 1", "client-key", "runtime-write-1-1"):
         idem = Idempotency(key, b"h")
         committed(await store.write(Write(REF, entity_writes.signal(REF, SPEC), idem, lambda _c: b"r")))
-    later_ms = int(time.time() * 1000) + 1000  # every key above is older than this
-    assert await store.purge_idempotency(later_ms, REQUEST_KEY_PREFIX) == 1
+    assert await store.purge_idempotency(60_000, REQUEST_KEY_PREFIX) == 0  # none is a minute old
+    retention_ms = -1000  # every key above is older than this (stamped before now + 1 s)
+    assert await store.purge_idempotency(retention_ms, REQUEST_KEY_PREFIX) == 1
     assert await store.idempotent_response(REF, f"{REQUEST_KEY_PREFIX}1 1") is None
     assert await store.idempotent_response(REF, "client-key") is not None
-    assert await store.purge_idempotency(later_ms) == 2
+    assert await store.purge_idempotency(retention_ms) == 2

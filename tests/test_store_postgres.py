@@ -424,3 +424,30 @@ async def test_concurrent_lone_writes_share_batches_each_its_own_write(
     assert store.batches_committed - batches < 50, "200 concurrent writes share transactions"
     for ref in refs:
         assert len(await check_stream(store, ref)) == 1 + 10
+
+
+async def test_replicas_purging_keys_at_once_skip_each_others_rows_and_never_wait(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idempotency purge claims its rows with SKIP LOCKED, in slices, judged by the database's
+    clock: a key another transaction holds is left for a later purge instead of waited on, and
+    two replicas purging at once forget each key once between them."""
+    import electric_server.store.postgres as postgres_module
+
+    monkeypatch.setattr(postgres_module, "PURGE_SLICE", 3)
+    ref: Ref = ("agent", "keys")
+    committed(await stores[0].write(spawn(ref)))
+    for i in range(12):
+        write = note(ref, str(i))
+        committed(
+            await stores[i % 2].write(Write(ref, write.decide, Idempotency(f"k{i}", b"h"), lambda _c: b"r"))
+        )
+    assert await admin.fetchval("SELECT count(*) FROM idempotency") == 12
+    assert await stores[0].purge_idempotency(60_000) == 0  # none is a minute old by PostgreSQL's clock
+    async with admin.transaction():
+        await admin.execute("SELECT FROM idempotency WHERE key = 'k0' FOR UPDATE")
+        with anyio.fail_after(10):  # a purge that waited on the lock would wait until the rollback
+            purged = await asyncio.gather(*(s.purge_idempotency(-1000) for s in stores))
+        assert sum(purged) == 11, purged
+    assert await stores[1].purge_idempotency(-1000) == 1  # the lock is gone: k0 too
+    assert await admin.fetchval("SELECT count(*) FROM idempotency") == 0

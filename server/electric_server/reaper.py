@@ -152,10 +152,8 @@ class Reaper:
             if time.monotonic() >= next_purge:
                 next_purge = time.monotonic() + PURGE_INTERVAL_S
                 try:
-                    purged = await self.store.purge_idempotency(self.clock.now_ms() - self.retention_ms)
-                    purged += await self.store.purge_idempotency(
-                        self.clock.now_ms() - REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX
-                    )
+                    purged = await self.store.purge_idempotency(self.retention_ms)
+                    purged += await self.store.purge_idempotency(REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX)
                 except StorageFault:
                     purged = 0  # the store has said why; the next purge will do
                 if purged:

@@ -348,9 +348,10 @@ class Store(abc.ABC):
         """The txid of the last committed mutation."""
 
     @abc.abstractmethod
-    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
-        """Forget idempotency keys stored before the given time (those starting with ``prefix``,
-        which holds no LIKE wildcard); returns how many."""
+    async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:
+        """Forget idempotency keys stored more than ``retention_ms`` ago by the store's clock
+        (the server's on SQLite, the database's on PostgreSQL), those starting with ``prefix``
+        (which holds no LIKE wildcard); returns how many."""
 
     async def damage(self) -> list[str]:
         """What is damaged in the store's storage, found read-only (for `electric verify`,

@@ -80,6 +80,7 @@ log = logging.getLogger(__name__)
 # Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
 CONNECT_TIMEOUT_S = 10.0
 STATEMENT_TIMEOUT_S = 30.0
+PURGE_SLICE = 1000  # idempotency keys forgotten per transaction
 
 
 class PostgresStore(SQLReads, PostgresWriter):
@@ -277,10 +278,16 @@ class PostgresStore(SQLReads, PostgresWriter):
         args = (list(types), [s.value for s in states], limit)
         return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
 
-    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
-        async with self._connection("a purge of old idempotency keys") as conn:
-            status: str = await conn.execute(PURGE_IDEMPOTENCY, older_than_ms, prefix + "%")
-        return int(status.rsplit(" ", 1)[-1])  # "DELETE n"
+    async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:
+        # In slices, each its own short transaction: a day of keys is not one long lock.
+        purged = 0
+        while True:
+            async with self._connection("a purge of old idempotency keys") as conn:
+                status: str = await conn.execute(PURGE_IDEMPOTENCY, retention_ms, prefix + "%", PURGE_SLICE)
+            deleted = int(status.rsplit(" ", 1)[-1])  # "DELETE n"
+            purged += deleted
+            if deleted < PURGE_SLICE:
+                return purged
 
 
 def _reason(exc: BaseException) -> str:

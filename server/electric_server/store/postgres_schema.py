@@ -373,7 +373,13 @@ SELECT_IDEMPOTENCY_MANY = (
     "SELECT type, id, key, request_hash, response FROM idempotency WHERE (type, id, key) IN "
     "(SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))"
 )
-PURGE_IDEMPOTENCY = "DELETE FROM idempotency WHERE created_at < $1 AND key LIKE $2"
+# A bounded slice of the keys past their retention by the database's clock, claimed with SKIP
+# LOCKED: replicas purging at once take different rows, and none waits on another's.
+PURGE_IDEMPOTENCY = (
+    "DELETE FROM idempotency WHERE (type, id, key) IN (SELECT type, id, key FROM idempotency "
+    f"WHERE created_at < {_NOW_MS} - $1 AND key LIKE $2 ORDER BY created_at LIMIT $3 "
+    "FOR UPDATE SKIP LOCKED)"
+)
 
 SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (

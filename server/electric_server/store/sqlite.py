@@ -405,10 +405,10 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         # without a runtime (runtime_service.py), so there is nothing for a poll to find.
         return []
 
-    async def purge_idempotency(self, older_than_ms: int, prefix: str = "") -> int:
+    async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:
         if self._refusal is not None:
             return 0  # nothing is purged while writes are refused: the store said why when it began
-        args = (older_than_ms, prefix + "%")
+        args = (self.clock.now_ms() - retention_ms, prefix + "%")
         return await self._write_aside(PURGE_IDEMPOTENCY, args, "a purge of old idempotency keys")
 
     async def _write_aside(self, sql: str, args: tuple[object, ...], what: str) -> int:
