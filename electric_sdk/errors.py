@@ -182,6 +182,11 @@ class InvalidStepResult(ElectricError, ValueError):
     default_code = "INVALID_STEP_RESULT"
 
 
+# The reasons of a server's storage faults (its UNAVAILABLE answers): nothing of the write was
+# kept, or a commit was cut off, and a retry with the same request id or idempotency key finds
+# out which. A fenced runtime write answered with one is sent again, unchanged (fenced.py).
+RETRYABLE_WRITE_REASONS = frozenset({"DATABASE_UNAVAILABLE", "DISK_FULL", "STORAGE_BUSY", "STORAGE_FAILED"})
+
 # A reason, where it names a more precise class than the status does.
 _BY_REASON: dict[str, type[ElectricError]] = {
     "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReused,

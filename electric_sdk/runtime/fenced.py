@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .. import lifecycle
+from .. import errors, lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import OUTCOME_TO_PB, signal_from_pb, signal_to_pb, state_from_pb, state_to_pb
@@ -55,6 +55,10 @@ DEFAULT_IDLE_TIMEOUT = timedelta(milliseconds=DEFAULT_IDLE_TIMEOUT_MS)
 # cancelled, within this bound.
 FINAL_WRITE_TIMEOUT_S = 5.0
 _RETRIES = 4
+# A write the server could not store (RETRYABLE_WRITE_REASONS) goes again after these pauses,
+# doubling, for as long as the lease lasts: a run waits for its record rather than lose it.
+_UNSTORED_FIRST_PAUSE_S = 0.05
+_UNSTORED_MAX_PAUSE_S = 2.0
 
 
 class Doorbell:
@@ -172,7 +176,7 @@ class Fenced:
                 ref=self.lease.ref, epoch=self.lease.epoch, expect_state=state_to_pb(self.state), **op
             )
             try:
-                result = await self.session.write(request)
+                result = await self._stored(request)
             except SessionLost:
                 self._on_gone("session lost")
                 return None
@@ -187,6 +191,30 @@ class Fenced:
         if result is not None:
             log.info("%s: write refused: %s %s", self.entity.ref, result.reason, result.message)
         return result
+
+    async def _stored(self, request: rt.RuntimeWrite) -> rt.WriteResult:
+        """The server's answer to ``request`` once it is not a storage fault. The request goes
+        again unchanged, its request id too: if the first did commit (its answer lost in a
+        cut-off commit), the server answers what it answered then, and nothing is appended
+        twice (server/runtime_answers.py)."""
+        pause, unstored = _UNSTORED_FIRST_PAUSE_S, 0
+        while True:
+            result = await self.session.write(request)
+            if result.reason not in errors.RETRYABLE_WRITE_REASONS:
+                if unstored:
+                    log.info("%s: a write was stored after %d retries", self.entity.ref, unstored)
+                return result
+            unstored += 1
+            report = log.warning if unstored == 1 else log.debug
+            report(
+                "%s: the server could not store a write (%s: %s); sending it again in %g ms",
+                self.entity.ref,
+                result.reason,
+                result.message,
+                pause * 1000,
+            )
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _UNSTORED_MAX_PAUSE_S)
 
     async def transition(
         self,

@@ -402,8 +402,9 @@ class Worker:
     async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult:
         if self._outbox is None:
             raise SessionLost("not connected")
-        self._next_request_id += 1
-        request.request_id = self._next_request_id
+        if not request.request_id:  # a request sent again keeps its id (Fenced._stored)
+            self._next_request_id += 1
+            request.request_id = self._next_request_id
         pending = self._pending[request.request_id] = _Pending()
         self._send(rt.ConnectRequest(write=request))
         await pending.done.wait()

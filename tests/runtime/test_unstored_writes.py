@@ -1,0 +1,116 @@
+"""A worker's write the server could not store is sent again, with its request id, until stored.
+
+A real server on a real PostgreSQL (TestServer, its own thread) and a real Worker on the test's
+loop. The fault is PostgreSQL's own: the test holds the entity's row lock so the worker's write
+waits in the database, then ends the backend that waits (``pg_terminate_backend``): the server
+answers ``DATABASE_UNAVAILABLE``, the outcome of a cut-off statement being unknown to it. The
+shared PostgreSQL server is never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import asyncpg
+import grpc
+import pytest
+from electric_server.errors import storage_error
+from electric_server.store.base import DatabaseUnavailable, DiskFull, StorageFailed, StoreBusy
+
+from electric_sdk import AsyncClient
+from electric_sdk.durable_state import STEP_EVENT
+from electric_sdk.errors import RETRYABLE_WRITE_REASONS
+from electric_sdk.runtime import App, Context, Message
+from electric_sdk.testing import TestServer
+
+from .rt_support import COMPLETED, run_status, running_worker, until
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT_S = 20.0
+
+
+async def waiting_backend(admin: Any) -> int:
+    """The pid of the backend that waits for the row lock the test holds, once there is one."""
+    with anyio.fail_after(TIMEOUT_S):
+        while True:
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if pid is not None:
+                return int(pid)
+            await anyio.sleep(0.005)  # polled: PostgreSQL tells no one when a backend starts waiting
+
+
+class _Told(logging.Handler):
+    """Sets ``event`` once the worker logs that it sends a write again (on the test's loop)."""
+
+    def __init__(self, event: anyio.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "could not store a write" in record.getMessage():
+            self.event.set()
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_a_step_record_cut_off_in_the_database_is_sent_again_and_stored_once(
+    electric: TestServer, client: AsyncClient, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = App(code_version="test")
+    inside = anyio.Event()
+    go_on = anyio.Event()
+
+    async def tool() -> str:
+        inside.set()
+        await go_on.wait()
+        return "done"
+
+    @app.entity("tooled", idle_timeout="60s")
+    async def tooled(ctx: Context, message: Message) -> None:
+        ctx.output.write(await ctx.step("tool", tool))
+
+    ref = "tooled/t1"
+    told = anyio.Event()
+    handler = _Told(told)
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        async with running_worker(app, electric.address):
+            await client.spawn(ref)
+            key = (await client.send(ref, "go")).key
+            with anyio.fail_after(TIMEOUT_S):
+                await inside.wait()
+            caplog.set_level(logging.INFO, logger="electric.runtime")
+            logging.getLogger("electric.runtime").addHandler(handler)
+            async with admin.transaction():
+                await admin.execute("SELECT FROM entities WHERE type = 'tooled' AND id = 't1' FOR UPDATE")
+                go_on.set()  # the step's record goes out, and waits for the lock in the database
+                pid = await waiting_backend(admin)
+                assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+                with anyio.fail_after(TIMEOUT_S):  # answered: the worker waits, then sends it again
+                    await told.wait()
+            # The lock is gone with the transaction: the write sent again is stored.
+            done = await until(client, ref, run_status(COMPLETED, key))
+            assert done.raw.run.output == "done"
+    finally:
+        logging.getLogger("electric.runtime").removeHandler(handler)
+        await admin.close()
+    unstored = [r.getMessage() for r in caplog.records if "could not store a write" in r.getMessage()]
+    assert "DATABASE_UNAVAILABLE" in unstored[0]
+    assert any("a write was stored after" in r.getMessage() for r in caplog.records)
+    page = await client.events(ref, 0, 1000)
+    steps = [e for e in page.events if e.type == STEP_EVENT and e.value["data"].get("name") == "tool"]
+    assert [e.value["data"].get("outcome") for e in steps] == ["ok"], steps  # stored once
+
+
+def test_every_storage_fault_the_server_answers_unavailable_is_one_a_worker_retries() -> None:
+    """The server's storage faults (errors.storage_error) and the SDK's retryable reasons agree."""
+    faults = [DatabaseUnavailable("x"), DiskFull("x"), StoreBusy("x"), StorageFailed("x")]
+    reasons = {
+        storage_error(f).reason for f in faults if storage_error(f).code is grpc.StatusCode.UNAVAILABLE
+    }
+    assert reasons == RETRYABLE_WRITE_REASONS
