@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+from typing import Any
 
+import anyio
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -71,3 +73,15 @@ class OutputPump:
         if not found:
             raise AssertionError(f"no line matched {pattern!r}:\n{self.text()}")
         return found[0]
+
+
+async def lock_waiter(admin: Any) -> int:
+    """The pid of the backend that waits for a row lock (the store's), once there is one."""
+    with anyio.fail_after(10):
+        while True:
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            if pid is not None:
+                return int(pid)

@@ -26,8 +26,9 @@ from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
 from electric_server.store.postgres_schema import FEED_CHANNEL
 from electric_server.store.rows import ENTITY_COLUMNS, entity_row
+from helpers import lock_waiter
 from test_store import note, spawn
-from test_store_postgres import behind_a_cutter, lock_waiter
+from test_store_postgres import behind_a_cutter
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc

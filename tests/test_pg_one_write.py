@@ -18,8 +18,9 @@ import pytest
 from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore
+from helpers import lock_waiter
 from test_store import check_stream, committed, note, spawn
-from test_store_postgres import behind_a_cutter, lock_waiter
+from test_store_postgres import behind_a_cutter
 
 pytestmark = pytest.mark.anyio
 

@@ -35,7 +35,7 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SCHEMA_VERSION
-from helpers import error_info
+from helpers import error_info, lock_waiter
 from test_store import Refused, check_stream, committed, note, refuse, spawn
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
@@ -46,18 +46,6 @@ if TYPE_CHECKING:
     from conftest import StartServer
 
 pytestmark = pytest.mark.anyio
-
-
-async def lock_waiter(admin: Any) -> int:
-    """The pid of the backend that waits for a row lock (the store's), once there is one."""
-    with anyio.fail_after(10):
-        while True:
-            pid = await admin.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
-            if pid is not None:
-                return int(pid)
 
 
 async def test_racing_spawns_end_as_one_spawn_and_entity_exists(

@@ -10,7 +10,6 @@ shared PostgreSQL server is never stopped.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import anyio
 import asyncpg
@@ -18,6 +17,7 @@ import grpc
 import pytest
 from electric_server.errors import storage_error
 from electric_server.store.base import DatabaseUnavailable, DiskFull, StorageFailed, StoreBusy
+from helpers import lock_waiter
 
 from electric_sdk import AsyncClient
 from electric_sdk.durable_state import STEP_EVENT
@@ -30,19 +30,6 @@ from .rt_support import COMPLETED, run_status, running_worker, until
 pytestmark = pytest.mark.anyio
 
 TIMEOUT_S = 20.0
-
-
-async def waiting_backend(admin: Any) -> int:
-    """The pid of the backend that waits for the row lock the test holds, once there is one."""
-    with anyio.fail_after(TIMEOUT_S):
-        while True:
-            pid = await admin.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
-            if pid is not None:
-                return int(pid)
-            await anyio.sleep(0.005)  # polled: PostgreSQL tells no one when a backend starts waiting
 
 
 class _Told(logging.Handler):
@@ -89,7 +76,7 @@ async def test_a_step_record_cut_off_in_the_database_is_sent_again_and_stored_on
             async with admin.transaction():
                 await admin.execute("SELECT FROM entities WHERE type = 'tooled' AND id = 't1' FOR UPDATE")
                 go_on.set()  # the step's record goes out, and waits for the lock in the database
-                pid = await waiting_backend(admin)
+                pid = await lock_waiter(admin)
                 assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
                 with anyio.fail_after(TIMEOUT_S):  # answered: the worker waits, then sends it again
                     await told.wait()
