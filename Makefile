@@ -89,8 +89,13 @@ lint: $(STAMP) buf-lint
 # dependency without those internals is tested too.
 FALLBACK_TESTS := tests/test_store.py tests/test_store_rows.py tests/test_accept.py tests/test_internals.py
 
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist), a file per process at a time so a
+# module's shared server stays in one: on 2 cores two processes take about 0.55x one's time,
+# since most tests wait on servers, workers and fsyncs. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+
 pytest: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --numprocesses=$(PYTEST_WORKERS) --dist=loadfile
 	ELECTRIC_FORCE_FALLBACKS=acceptors,ready_queue,wal_index $(VENV)/bin/pytest -q -p no:cacheprovider $(FALLBACK_TESTS)
 
 # The TypeScript client (clients/typescript): regenerate src/gen with buf and

@@ -27,6 +27,10 @@ from .rt_support import TIMEOUT_S, running_worker
 pytestmark = pytest.mark.anyio
 
 
+# The grace of the cleanup resumed on a new lease (see that test).
+GRACE = "3s"
+
+
 def after_the_end(events: list[Event]) -> list[Event]:
     """The events that follow the entity's terminal state record."""
     end = next(i for i, e in enumerate(events) if e.type == "state" and State(e.value["state"]).terminal)
@@ -100,12 +104,15 @@ async def test_a_cleanup_resumed_after_the_grace_ended_never_starts(tmp_path: Pa
     resumed: list[datetime] = []
     first_cleanup = anyio.Event()
     constructed = anyio.Event()
-    # A long lease TTL: the second worker's blocked loop sends no heartbeat meanwhile.
+    # A long lease TTL: the second worker's blocked loop sends no heartbeat meanwhile. The grace
+    # must outlast the hand-over to the second worker (its connect, the first's session ending, the
+    # new lease): with 1 s it sometimes did not on a loaded machine, and `stopped` was written
+    # before the second worker was ever leased.
     with TestServer(tmp_path / "electric", lease_ttl_ms=10_000, heartbeat_interval_ms=100) as server:
         waiter = server.client()  # sync: it blocks the worker's loop, as blocking entity code does
         first_app, second_app = App(code_version="t"), App(code_version="t")
 
-        @first_app.entity("agent", grace_period="1s")
+        @first_app.entity("agent", grace_period=GRACE)
         class First:
             async def on_message(self, ctx: Any, message: Any) -> None:
                 pass
@@ -115,7 +122,7 @@ async def test_a_cleanup_resumed_after_the_grace_ended_never_starts(tmp_path: Pa
                     first_cleanup.set()
                     await anyio.sleep_forever()
 
-        @second_app.entity("agent", grace_period="1s")
+        @second_app.entity("agent", grace_period=GRACE)
         class Second:
             def __init__(self) -> None:
                 waiter.wait_for_state("agent/a", "stopped", timeout=TIMEOUT_S)
