@@ -102,7 +102,9 @@ async def test_a_watcher_behind_the_feed_catches_up_from_the_store_in_batches(
         stub = api_grpc.EntityServiceStub(channel)
         await stub.SpawnEntity(api.SpawnEntityRequest(ref=REF))
         batched = await opened(stub)
-        await send(stub, 300)
+        # All at once, so they commit in a few batches: written one by one, on a loaded machine
+        # they took long enough for the paced watcher to keep up with one message per event.
+        await asyncio.gather(*(send(stub, 1, start=i) for i in range(300)))
         offsets, messages = await collect(batched, 301)
         assert offsets == list(range(301))
         assert messages < 100  # batched: at 50 messages a second, one per event would take 6 s
