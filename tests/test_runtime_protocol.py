@@ -96,9 +96,12 @@ class RawWorker:
         assert result.request_id == self._ids
         return result
 
-    def close(self) -> None:
+    def stop_heartbeats(self) -> None:
         if self._beating is not None:
             self._beating.cancel()
+
+    def close(self) -> None:
+        self.stop_heartbeats()
         # End the request stream too: once the call is over, cancel() no longer
         # stops grpc's task that feeds it, which would be left waiting on the queue.
         self.requests.put_nowait(None)
@@ -743,9 +746,13 @@ async def test_a_bad_request_ends_the_session_with_its_status(
         worker = RawWorker(channel, "w-bad", ["agent"])
         ref, _ = await running(stub, worker, "bad")
         before = await events(stub, ref)
+        # Nothing is sent after the bad request: a heartbeat that grpc was still writing when the
+        # server ended the call failed there, and grpc.aio then ended the call INTERNAL instead.
+        worker.stop_heartbeats()
         worker.requests.put_nowait(bad)
         with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as caught:
             await read_to_end(worker.call)
+        worker.requests.put_nowait(None)  # the request stream ends too (see RawWorker.close)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert error_info(caught.value).reason == reason
         after = await events(stub, ref)
