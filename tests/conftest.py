@@ -11,8 +11,9 @@ Async tests use anyio's pytest plugin on asyncio (``pytestmark = pytest.mark.any
   (kill -9) and signal tests; it waits for the "listening" line on stdout.
 - ``db_rows``: every row of a server's SQLite file, to prove a refused call
   wrote nothing.
-- ``electric`` / ``client``: a ``TestServer`` on its own thread (short lease TTL
-  and heartbeat, for the runtime's tests) and an ``AsyncClient`` of it.
+- ``electric`` / ``client``: a ``TestServer`` on its own thread (its lease TTL and
+  heartbeat from ``leases``: short, for the runtime's tests, unless a directory
+  overrides it) and an ``AsyncClient`` of it.
 - ``live`` / ``sdk``: a ``TestServer`` for a whole module (the CLI's tests run
   commands against it) and a sync ``Client`` of it.
 - ``postgres_url``: a fresh PostgreSQL database of the test's own (postgres_dbs.py).
@@ -104,10 +105,29 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
     return url
 
 
+@dataclass(frozen=True)
+class Leases:
+    """The ``electric`` server's lease TTL and heartbeat interval."""
+
+    ttl_ms: int
+    heartbeat_ms: int
+
+
 @pytest.fixture
-def electric(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
+def leases() -> Leases:
+    """Short leases, for the runtime's tests of a lapsing lease. A directory whose tests are not
+    about lapsing overrides this with longer ones: on a loaded machine a worker's heartbeats can
+    come late enough for a 0.6 s lease to lapse mid-test."""
+    return Leases(ttl_ms=600, heartbeat_ms=100)
+
+
+@pytest.fixture
+def electric(tmp_path: Path, database_url: str | None, leases: Leases) -> Iterator[TestServer]:
     with TestServer(
-        tmp_path / "electric", lease_ttl_ms=600, heartbeat_interval_ms=100, database_url=database_url
+        tmp_path / "electric",
+        lease_ttl_ms=leases.ttl_ms,
+        heartbeat_interval_ms=leases.heartbeat_ms,
+        database_url=database_url,
     ) as server:
         yield server
 

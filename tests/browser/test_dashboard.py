@@ -24,6 +24,7 @@ from typing import IO
 
 import anyio
 import pytest
+from conftest import Leases
 from widgets.support import TIMEOUT_S, ThreadedWorker
 
 from electric_sdk.lifecycle import State
@@ -52,13 +53,12 @@ def playwright() -> Path:
 
 
 @pytest.fixture
-def electric(tmp_path: Path) -> Iterator[TestServer]:
-    """The shared fixture's server, with leases of 10 s instead of 0.6 s. The worker's thread
-    shares this process with the drivers of Chromium and Voilà: under load its heartbeats came
-    late enough for a 0.6 s lease to lapse mid-path (the page then showed what a lost lease does,
-    not the path), and nothing here needs a lease to expire quickly."""
-    with TestServer(tmp_path / "electric", lease_ttl_ms=10_000, heartbeat_interval_ms=1_000) as server:
-        yield server
+def leases() -> Leases:
+    """10 s leases instead of 0.6 s. The worker's thread shares this process with the drivers of
+    Chromium and Voilà: under load its heartbeats came late enough for a 0.6 s lease to lapse
+    mid-path (the page then showed what a lost lease does, not the path), and nothing here needs
+    a lease to expire quickly."""
+    return Leases(ttl_ms=10_000, heartbeat_ms=1_000)
 
 
 @pytest.fixture

@@ -4,21 +4,13 @@ on the test's loop. Tests synchronize on events and gates, never on sleeps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-
-from electric_sdk.testing import TestServer
+from conftest import Leases
 
 
 @pytest.fixture
-def electric(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
-    """The root fixture's server with 5 s leases instead of 0.6 s. No cell here is about a lease
-    lapsing, and in a loaded run (two test processes beside a CPU burner) a worker's heartbeats
-    came late enough for a 0.6 s lease to lapse mid-cell (`runtime_lost`), so the cell's run
-    never ended as the table says."""
-    with TestServer(
-        tmp_path / "electric", lease_ttl_ms=5_000, heartbeat_interval_ms=100, database_url=database_url
-    ) as server:
-        yield server
+def leases() -> Leases:
+    """5 s leases instead of 0.6 s. No cell here is about a lease lapsing, and in a loaded run (two
+    test processes beside a CPU burner) a worker's heartbeats came late enough for a 0.6 s lease to
+    lapse mid-cell (`runtime_lost`), so the cell's run never ended as the table says."""
+    return Leases(ttl_ms=5_000, heartbeat_ms=100)

@@ -8,10 +8,10 @@ into a box) and the tests wait for what the watch streams bring back.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Leases
 
 from electric_sdk import Client
 from electric_sdk.testing import TestServer
@@ -20,16 +20,12 @@ from .support import ThreadedWorker
 
 
 @pytest.fixture
-def electric(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
-    """The shared fixture's server, with leases of 10 s instead of 0.6 s. The worker's thread
-    shares this process with the widgets' threads: in a loaded run (two test processes beside a
-    CPU burner) its heartbeats came late, a 0.6 s lease lapsed, and a running entity went idle
-    (`runtime_lost`) mid-test. Nothing here needs a lease to expire quickly. On the test's
-    ``database_url``, as the root one: ``both_stores`` tests run on each store."""
-    with TestServer(
-        tmp_path / "electric", lease_ttl_ms=10_000, heartbeat_interval_ms=1_000, database_url=database_url
-    ) as server:
-        yield server
+def leases() -> Leases:
+    """10 s leases instead of 0.6 s. The worker's thread shares this process with the widgets'
+    threads: in a loaded run (two test processes beside a CPU burner) its heartbeats came late, a
+    0.6 s lease lapsed, and a running entity went idle (`runtime_lost`) mid-test. Nothing here
+    needs a lease to expire quickly."""
+    return Leases(ttl_ms=10_000, heartbeat_ms=1_000)
 
 
 @pytest.fixture
