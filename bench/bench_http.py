@@ -18,7 +18,14 @@ Starlette app on uvicorn in its own process (this file run as ``echo-server``):
 one route ``POST /{type}/{id}/signal`` that parses the JSON body and answers
 it as JSON, served as electric's door serves (h11, asyncio loop, no access
 log, a TCP_NODELAY listening socket). Figure and ceiling alternate for a few
-rounds and each is the median, so background load lands on both alike. CPU
+rounds and each is the median, so background load lands on both alike.
+
+electric's door writes each answer's head and body as one ``send`` (its corked
+protocol, server/electric_server/http_cork.py); stock uvicorn, and so the
+ceiling, writes them as two. So that the figure does not hide what the door
+itself costs, the same echo served through the door's corked protocol runs too
+(``echo-corked``), informational: electric beside it is the door's own work
+beside the same HTTP stack. CPU
 seconds of the server, of wrk and of everything else on the machine are
 printed per phase: on 2 cores, a figure whose server sits at one core is
 bounded by the server's own Python (one event loop), not by wrk.
@@ -93,7 +100,7 @@ def ensure_wrk() -> str:
 # -- the ceiling: a bare Starlette JSON echo on uvicorn ----------------------------------------------
 
 
-def echo_server_main() -> None:
+def echo_server_main(corked: bool) -> None:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -109,15 +116,21 @@ def echo_server_main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((common.HOST, 0))
     sock.listen(2048)
+    http: Any = "h11"
+    if corked:
+        from electric_server.http_cork import CorkedH11Protocol
+
+        http = CorkedH11Protocol
     config = uvicorn.Config(
-        app, lifespan="off", loop="asyncio", http="h11", ws="none", log_level="warning", access_log=False
+        app, lifespan="off", loop="asyncio", http=http, ws="none", log_level="warning", access_log=False
     )
     print(f"echo server listening on http://{common.HOST}:{sock.getsockname()[1]}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def start_echo_http(log: Path) -> common.ServerProc:
-    return common.spawn_server([common.PY, __file__, "echo-server"], "echo", log, 60.0)
+def start_echo_http(log: Path, *, corked: bool = False) -> common.ServerProc:
+    cmd = [common.PY, __file__, "echo-server", *(["--corked"] if corked else [])]
+    return common.spawn_server(cmd, "echo", log, 60.0)
 
 
 # -- electric ----------------------------------------------------------------------------------------
@@ -219,10 +232,12 @@ def main() -> None:
             common.start_electric(work / "data", *http) as electric,
             common.start_electric(work / "nosync", *http, "--synchronous", NOSYNC) as nosync,
             start_echo_http(work / "echo.log") as echo,
+            start_echo_http(work / "echo-corked.log", corked=True) as echo_corked,
         ):
             targets = {
                 "electric": (http_address(electric), electric.pid),
                 "echo": (echo.address, echo.pid),
+                "echo-corked": (echo_corked.address, echo_corked.pid),
                 "nosync": (http_address(nosync), nosync.pid),
             }
             for kind in ("electric", "nosync"):
@@ -238,7 +253,7 @@ def main() -> None:
                     result = run_wrk(wrk, script, url, seconds, pid)
                     runs[kind].append(result)
                     print(
-                        f"round {r + 1} {kind:8s} {result['rps']:8.0f} req/s  p50 {result['p50_us'] / 1000:6.2f} ms"
+                        f"round {r + 1} {kind:11s} {result['rps']:8.0f} req/s  p50 {result['p50_us'] / 1000:6.2f} ms"
                         f"  p99 {result['p99_us'] / 1000:6.2f} ms  errors {result['errors']}"
                         f"  cores: server {result['server_cores']:.2f} wrk {result['wrk_cores']:.2f}"
                         f" other {result['other_cores']:.2f}",
@@ -258,6 +273,8 @@ def main() -> None:
         common.value_row(f"POST signal p99 latency{n}", median("electric", "p99_us") / 1000, median("echo", "p99_us") / 1000, "ms"),
         common.value_row(f"informational: --synchronous {NOSYNC} throughput{n}", median("nosync", "rps"), median("echo", "rps"), "req/s"),
         common.value_row(f"informational: --synchronous {NOSYNC} p50 latency{n}", median("nosync", "p50_us") / 1000, median("echo", "p50_us") / 1000, "ms"),
+        common.value_row(f"informational: throughput vs the echo through the door's corked protocol{n}", median("electric", "rps"), median("echo-corked", "rps"), "req/s"),
+        common.value_row(f"informational: p50 latency vs the echo through the door's corked protocol{n}", median("electric", "p50_us") / 1000, median("echo-corked", "p50_us") / 1000, "ms"),
         common.value_row("server CPU per request (electric vs echo)", median("electric", "server_us_per_request"), median("echo", "server_us_per_request"), "us"),
         common.value_row(f"server CPU per request (--synchronous {NOSYNC} vs echo)", median("nosync", "server_us_per_request"), median("echo", "server_us_per_request"), "us"),
         common.value_row("server CPU, cores (electric vs echo)", median("electric", "server_cores"), median("echo", "server_cores"), "cores"),
@@ -276,6 +293,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["echo-server"]:
-        echo_server_main()
+        echo_server_main(corked=sys.argv[2:3] == ["--corked"])
     else:
         main()

@@ -31,6 +31,12 @@ def timestamp_from_ms(ms: int) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def set_timestamp_ms(field: timestamp_pb2.Timestamp, ms: int) -> None:
+    """``field`` (a message's own Timestamp) set to ``ms`` in place, with no Timestamp to copy."""
+    field.seconds = ms // 1000
+    field.nanos = (ms % 1000) * 1_000_000
+
+
 def duration_from_ms(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 

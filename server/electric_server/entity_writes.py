@@ -153,19 +153,20 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
             progress = message_cursor.progress(current, located)
         decision = lifecycle.decide(current.state, spec.signal, message=progress)
         key = f"sig_{ctx.txid}"
-        value = pb.SignalValue(
-            signal=SIGNAL_TO_PB[spec.signal],
-            sender=spec.sender,
-            reason=spec.reason,
-            outcome=OUTCOME_TO_PB[decision.outcome],
-            previous_state=STATE_TO_PB[decision.previous_state],
-            new_state=STATE_TO_PB[decision.new_state],
-            message_key=spec.message_key,
-            detail=_scoped_detail(decision, progress),
-        )
+        # Filled in place: pb.Event(signal=value) would copy the value (a signal's hot path).
+        signal_event = pb.Event()
+        value = signal_event.signal
+        value.signal = SIGNAL_TO_PB[spec.signal]
+        value.sender = spec.sender
+        value.reason = spec.reason
+        value.outcome = OUTCOME_TO_PB[decision.outcome]
+        value.previous_state = STATE_TO_PB[decision.previous_state]
+        value.new_state = STATE_TO_PB[decision.new_state]
+        value.message_key = spec.message_key
+        value.detail = _scoped_detail(decision, progress)
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
-        events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
+        events = [NewEvent("signal", key, INSERT, event_body(signal_event))]
         record = current
         if decision.cancels_message:
             assert located is not None

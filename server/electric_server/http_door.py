@@ -15,9 +15,9 @@ fixed paths (``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``,
 ``/_electric/…``) are matched first. A route the table gives another module's
 handler (the Durable Streams read, SSE) is mounted when that handler is given.
 
-uvicorn serves it as a task of the server's own loop: lifespan off, no signal
-handlers of its own (the server's drain owns SIGINT and SIGTERM), its logging
-left to propagate to ours.
+uvicorn serves it as a task of the server's own loop: h11 with each turn's writes sent as one
+(http_cork.py), lifespan off, no signal handlers of its own (the server's drain owns SIGINT and
+SIGTERM), its logging left to propagate to ours.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from .auth import (
 )
 from .config_error import ConfigError
 from .errors import ApiError, DoorContext, abort_with, http_error, invalid_argument, to_api_error, unexpected
+from .http_cork import CorkedH11Protocol
 from .http_openapi import render as render_openapi
 from .http_query import Query
 from .http_router import RouteTable
@@ -322,8 +323,11 @@ class HttpDoor:
             headers=headers,
         )
 
+        if not handing_over:
+            return admitted
+
         async def endpoint(request: Request) -> Response:
-            if handing_over and request.scope["query_string"]:
+            if request.scope["query_string"]:
                 for name, handler in handing_over.items():
                     if name in request.query_params:
                         return await handler(request)
@@ -390,7 +394,7 @@ class HttpDoor:
             self.app,
             lifespan="off",
             loop="none",
-            http="h11",
+            http=CorkedH11Protocol,  # h11, each turn's writes sent as one (http_cork.py)
             ws="none",
             log_config=None,  # uvicorn's loggers propagate to the server's handlers
             log_level="warning",

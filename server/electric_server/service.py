@@ -21,7 +21,7 @@ from electric_sdk._wire.entities import entity_to_pb, entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.limits import PAGE_BYTES
-from electric_sdk._wire.times import timestamp_from_ms
+from electric_sdk._wire.times import set_timestamp_ms, timestamp_from_ms
 from electric_sdk.lifecycle import (
     MESSAGE_SCOPED_SIGNALS,
     PAYLOAD_SIGNALS,
@@ -99,16 +99,17 @@ async def _write(
 def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEntityResponse:
     commit_result: entity_writes.Signalled = commit.result
     d = commit_result.decision
-    return api.SignalEntityResponse(
+    response = api.SignalEntityResponse(
         url=entity_url(*ref),
         signal=SIGNAL_TO_PB[signal],
         previous_state=STATE_TO_PB[d.previous_state],
         new_state=STATE_TO_PB[d.new_state],
-        created_at=timestamp_from_ms(commit.timestamp_ms),
         txid=commit.txid,
         key=commit_result.key,
         outcome=OUTCOME_TO_PB[d.outcome],
     )
+    set_timestamp_ms(response.created_at, commit.timestamp_ms)  # in place: no Timestamp to copy
+    return response
 
 
 class EntityService(api_grpc.EntityServiceServicer):
@@ -321,7 +322,7 @@ class EntityService(api_grpc.EntityServiceServicer):
             return response
 
         def remember(c: Any) -> bytes:
-            response.created_at.CopyFrom(timestamp_from_ms(c.timestamp_ms))
+            set_timestamp_ms(response.created_at, c.timestamp_ms)
             return response.SerializeToString()
 
         outcome = await self.store.write(Write(BULK_SCOPE, lambda _c, _x: Mutation(), idem, remember))
