@@ -37,7 +37,7 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES
+from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES, INLINE_SYNC_S
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
@@ -287,7 +287,7 @@ async def test_synchronous_full_by_default(
         ref = ("t", "a")
         committed(await store.write(spawn(ref)))  # a lone write: synced on the loop
         committed_batches = store._committed
-        await asyncio.gather(*(store.write(note(ref)) for _ in range(5)))  # a burst: in the sync thread
+        await asyncio.gather(*(store.write(note(ref)) for _ in range(5)))  # a burst: a batch of several
         assert store._committed > committed_batches
         if syncs_itself:
             assert store._synced == store._committed, "every acknowledged batch was synced"
@@ -317,15 +317,45 @@ class _GatedExecutor(ThreadPoolExecutor):
         return super().submit(gated)
 
 
-async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(store: SQLiteStore) -> None:
-    """A burst commits on the loop and syncs in the sync thread: until the fdatasync
-    returns, no writer is answered, no watcher told and no read shown the change."""
-    a, b = ("t", "a"), ("t", "b")
-    committed(await store.write(spawn(a)))
-    committed(await store.write(spawn(b)))
+def _gate_syncs(store: SQLiteStore) -> _GatedExecutor:
     assert store._sync_executor is not None
     store._sync_executor.shutdown()
     gate = store._sync_executor = _GatedExecutor(asyncio.get_running_loop())
+    return gate
+
+
+async def test_a_fast_disks_syncs_run_on_the_loop_and_a_slow_ones_in_the_sync_thread(
+    store: SQLiteStore,
+) -> None:
+    """Where a burst's sync runs follows how long syncs took lately, measured wherever they ran."""
+    a, b = ("t", "a"), ("t", "b")
+    committed(await store.write(spawn(a)))
+    committed(await store.write(spawn(b)))
+    gate = _gate_syncs(store)
+    store._sync_seconds = 0.0  # a fast disk's
+    outcomes = await asyncio.wait_for(store.write_many([note(a), note(b)]), 10)
+    assert all(isinstance(o, WriteOutcome) for o in outcomes)
+    assert not gate.requested.is_set(), "synced on the loop: the thread was never asked"
+    assert store._synced == store._committed
+    assert 0.0 < store._sync_seconds < INLINE_SYNC_S  # the sync's own duration, averaged in
+
+    slow = store._sync_seconds = INLINE_SYNC_S * 10  # a slow disk's
+    burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))
+    await asyncio.wait_for(gate.requested.wait(), 10)  # the sync went to the thread
+    gate.opened.set()
+    await asyncio.wait_for(burst, 10)
+    assert store._synced == store._committed
+    assert store._sync_seconds < slow  # this disk's fast sync, measured in the thread, pulls it down
+
+
+async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(store: SQLiteStore) -> None:
+    """A burst commits on the loop and (on a slow disk) syncs in the sync thread: until the
+    fdatasync returns, no writer is answered, no watcher told and no read shown the change."""
+    a, b = ("t", "a"), ("t", "b")
+    committed(await store.write(spawn(a)))
+    committed(await store.write(spawn(b)))
+    gate = _gate_syncs(store)
+    store._sync_seconds = INLINE_SYNC_S * 10  # a slow disk's: bursts sync in the thread
     seen: list[Ref] = []
     store.hub.subscribe_all(lambda commit: seen.append(commit.ref))
     burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))  # two writes: not a lone one
