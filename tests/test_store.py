@@ -337,15 +337,16 @@ async def test_a_fast_disks_syncs_run_on_the_loop_and_a_slow_ones_in_the_sync_th
     assert all(isinstance(o, WriteOutcome) for o in outcomes)
     assert not gate.requested.is_set(), "synced on the loop: the thread was never asked"
     assert store._synced == store._committed
-    assert 0.0 < store._sync_seconds < INLINE_SYNC_S  # the sync's own duration, averaged in
+    assert store._sync_seconds > 0.0  # the sync's own duration, averaged in
 
-    slow = store._sync_seconds = INLINE_SYNC_S * 10  # a slow disk's
+    # A disk whose syncs took a minute: any real sync is shorter, so it pulls the average down.
+    slow = store._sync_seconds = 60.0
     burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))
     await asyncio.wait_for(gate.requested.wait(), 10)  # the sync went to the thread
     gate.opened.set()
     await asyncio.wait_for(burst, 10)
     assert store._synced == store._committed
-    assert store._sync_seconds < slow  # this disk's fast sync, measured in the thread, pulls it down
+    assert store._sync_seconds < slow  # this sync, measured in the thread, was averaged in
 
 
 async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(store: SQLiteStore) -> None:

@@ -28,7 +28,9 @@ _MS = timedelta(milliseconds=1)
 
 
 def timestamp_from_ms(ms: int) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    ts = timestamp_pb2.Timestamp()
+    set_timestamp_ms(ts, ms)
+    return ts
 
 
 def set_timestamp_ms(field: timestamp_pb2.Timestamp, ms: int) -> None:

@@ -48,9 +48,10 @@ RESUME_ROOM = CHECKPOINT_FRAMES * 4096
 # While syncs take less than this lately (a SYNC_WEIGHT-weighted moving average), they run on the
 # loop; slower ones in the sync thread. The hand-over to the thread and back costs more than it
 # saves on a disk this fast: each side waits for the GIL and for the other core to wake. On a
-# 2-core VM whose fdatasync takes 0.3 ms at the median under load (2.4 ms at p90), syncing on the
-# loop served 10 % more signals at a lower p50 (bench/bench_http.py). A disk slower than this
-# keeps the loop serving while it works.
+# 2-core VM whose fdatasync took 0.3 ms at the median and 0.4 ms at p90 under load, syncing on the
+# loop served 8-10 % more signals at a lower p50 (bench/bench_http.py). A disk slower than this
+# keeps the loop serving while it works; a slow sync on the loop holds it that once and lifts
+# the average (one of 20 ms lifts it past this), so the next ones go to the thread.
 INLINE_SYNC_S = 0.003
 SYNC_WEIGHT = 0.2
 
