@@ -41,6 +41,7 @@ __all__ = [
     "RELOAD_SIGNALS",
     "RUNTIME_OUTCOMES",
     "RUNTIME_TRANSITIONS",
+    "SERVER_ABORTED_SIGNALS",
     "SIGNAL_TIMING",
     "STATE_RULES",
     "TABLE",
@@ -131,6 +132,13 @@ PAYLOAD_SIGNALS = frozenset({Signal.SIGUSR})
 # own message's run (ARCHITECTURE §5), and a message not yet started is cancelled instead
 # (``decide(..., message=...)``).
 MESSAGE_SCOPED_SIGNALS = frozenset({Signal.SIGINT})
+# The signals the server judges against a run it knows is in progress: one its live runtime
+# started and let the server abort (a Python host's run; an exec host's SIGINT goes to its
+# process). SIGINT then aborts that run in its own commit, outcome `aborted` at once, as a
+# cancel that the status shows at once (DBOS's, Temporal's); the runtime cancels the run when the
+# SIGINT reaches it and records the run ABORTED with its partial output. With any doubt (no live
+# runtime, an older worker) the runtime judges, as for every other signal.
+SERVER_ABORTED_SIGNALS = frozenset({Signal.SIGINT})
 # The signal that marks the entity for new code: whatever its state, the next wake is leased
 # to a worker with the newest code version announced for its type (ARCHITECTURE §2).
 RELOAD_SIGNALS = frozenset({Signal.SIGHUP})

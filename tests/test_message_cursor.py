@@ -89,3 +89,30 @@ def test_a_run_lost_with_its_worker_counts_as_started_until_it_is_cancelled() ->
 def test_a_message_not_found_from_the_cursor_on_is_done() -> None:
     record = sent(BLANK, 2)
     assert mc.progress(record, mc.Located("msg_x", None)) is MessageProgress.ENDED
+
+
+def test_a_run_the_server_may_abort_is_known_while_in_progress_and_awaits_its_record() -> None:
+    record = mc.started(sent(BLANK, 2, 5), 2, 1, "msg_2")
+    assert mc.run_in_progress(record, live=True)
+    assert not mc.run_in_progress(record, live=False)  # its runtime is gone: the server cannot tell
+    assert not mc.awaiting_record(record)
+    record = mc.aborted(record)
+    # The message is done at once; the next one waits; the run's own record is still to come.
+    assert (record.message_cursor, record.cursor_attempt) == (3, 0)
+    assert mc.progress(record, located(2)) is MessageProgress.ENDED
+    assert mc.refuses_start(record, 2) is not None
+    assert mc.waiting(record)
+    assert not mc.run_in_progress(record, live=True)
+    assert mc.awaiting_record(record)
+    # Its runtime's end (ABORTED, with the partial output) is the record awaited.
+    record = mc.ended(record, 2, "msg_2")
+    assert not mc.awaiting_record(record)
+    assert record.message_cursor == 3
+
+
+def test_a_run_started_without_the_flag_is_never_the_servers_to_abort() -> None:
+    record = mc.started(sent(BLANK, 2), 2, 1)
+    assert not mc.run_in_progress(record, live=True)
+    assert not mc.awaiting_record(record)
+    record = mc.ended(record, 2, "msg_2")
+    assert not mc.waiting(record)

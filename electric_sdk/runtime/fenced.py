@@ -241,8 +241,10 @@ class Fenced:
             await self.write(retry=True, signal_outcome=_update(info, outcome, detail))
 
     async def run(
-        self, message: Message, status: pb.RunStatus.ValueType, **fields: Any
+        self, message: Message, status: pb.RunStatus.ValueType, server_may_abort: bool = False, **fields: Any
     ) -> rt.WriteResult | None:
+        """A run's record; ``server_may_abort`` (with STARTED): a SIGINT may abort the run in its
+        own commit (``RuntimeWrite.server_may_abort``)."""
         value = pb.RunValue(
             message_key=message.key,
             status=status,
@@ -251,7 +253,8 @@ class Fenced:
             **fields,
         )
         # A run starts only in the state the host saw; its later records follow the entity.
-        result = await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value)
+        extra = {"server_may_abort": True} if server_may_abort else {}
+        result = await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value, **extra)
         metrics = self.session.metrics
         if metrics is not None and status == pb.RUN_STATUS_STARTED and result is not None and result.applied:
             metrics.run_started(self.lease.ref, message.offset)

@@ -90,6 +90,9 @@ class EntityHost(HostBase):
         "etype",
         "instance",
     )  # fmt: skip
+    # A SIGINT cancels the run's scope here, so the server may judge it and abort the run in the
+    # SIGINT's own commit; this host then cancels the run and records its partial output.
+    SERVER_MAY_ABORT = True
 
     def __init__(self, session: WorkerLink, etype: EntityType, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
@@ -273,6 +276,8 @@ class EntityHost(HostBase):
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
                 await self._fenced.outcome(info, _ABORTED)
+            elif (metrics := self._fenced.session.metrics) is not None:
+                metrics.carried_out(Signal.SIGINT, _ABORTED)  # the server recorded it: we aborted the run
             handler = self.etype.handler_for(Signal.SIGINT)
             if handler is not None and self._tg is not None and self.end_reason is None:
                 # The handler learns which run it aborted, whether or not the SIGINT named it.
@@ -349,6 +354,15 @@ class EntityHost(HostBase):
             if info.offset < message.offset:
                 del self._scoped[key]
                 self._report(info, _SCOPED_MISSED, "its run already ended")
+
+    def _aborted_by_server(self, event: pb.Event, info: SignalInfo) -> None:
+        run = self._run
+        if run is None or run.message.key != info.message_key or run.stopped_by is not None:
+            return
+        if run.started_offset is None:
+            run.deferred.append(event)  # its STARTED result is on the way: judged again then
+            return
+        self._abort(run, info, False)
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         """A SIGINT scoped to one message (headless runs) that the server left to us: that

@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
@@ -37,6 +37,10 @@ _CLEANING_UP = lifecycle.runtime_outcome(Action.CLEANUP, Effect.ACTED)
 
 class HostBase(Lifetime):
     __slots__ = ("_cleanup_started", "_idle_since", "_queue", "_term", "grace_deadline")
+
+    # Whether the server may abort this host's runs in a SIGINT's own commit
+    # (RuntimeWrite.server_may_abort): a host whose SIGINT cancels the run itself.
+    SERVER_MAY_ABORT: ClassVar[bool] = False
 
     def __init__(self, session: WorkerLink, grant: rt.LeaseGranted) -> None:
         super().__init__(session, grant)
@@ -100,7 +104,7 @@ class HostBase(Lifetime):
     async def _started(self, message: Message) -> rt.WriteResult | None:
         """The run's STARTED record, if it applied. A message refused because the entity stopped
         starting runs meanwhile (e.g. paused) goes back to the head of the queue: it runs later."""
-        started = await self._fenced.run(message, pb.RUN_STATUS_STARTED)
+        started = await self._fenced.run(message, pb.RUN_STATUS_STARTED, self.SERVER_MAY_ABORT)
         if started is not None and started.applied:
             return started
         if started is not None and not STATE_RULES[self.state].starts_runs:
@@ -142,8 +146,11 @@ class HostBase(Lifetime):
         scoped = info.signal in MESSAGE_SCOPED_SIGNALS and bool(info.message_key)
         if scoped and not pending:
             # The server settled it: it cancelled the message in the signal's own transaction (or
-            # found it done). A copy still queued here is dropped; a run of it would be refused.
+            # found it done, or aborted its run in progress). A copy still queued here is dropped;
+            # a run of it would be refused.
             self._queue[:] = [m for m in self._queue if m.key != info.message_key]
+            if event.signal.outcome == pb.SIGNAL_OUTCOME_ABORTED:
+                self._aborted_by_server(event, info)
         elif scoped and not STATE_RULES[info.previous_state].shutting_down:
             # A SIGINT scoped to a message whose run started: that run alone is aborted, unless the
             # entity is shutting down (SIGKILL is the way out of a cleanup).
@@ -169,6 +176,11 @@ class HostBase(Lifetime):
     def _run_in_progress(self, event: pb.Event, info: SignalInfo, cell: lifecycle.Cell) -> bool | None:
         """Whether the signal finds a run (or a process) in progress; None: not known yet (the
         host keeps ``event`` and hands it to ``_on_signal`` again once it is)."""
+
+    def _aborted_by_server(self, event: pb.Event, info: SignalInfo) -> None:
+        """A scoped SIGINT the server settled `aborted`: if it aborted the run in progress (only
+        a run started with ``SERVER_MAY_ABORT``), that run is cancelled now."""
+        return
 
     @abstractmethod
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:

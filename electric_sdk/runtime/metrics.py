@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.enums import RUN_STATUS_NAMES, outcome_from_pb, signal_from_pb
-from ..lifecycle import Signal
+from ..lifecycle import Outcome, Signal
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -79,7 +79,8 @@ class WorkerMetrics:
         )
         self.signal_outcomes = Counter(
             "electric_worker_signal_outcomes",
-            "Signal outcomes this worker recorded, by signal and outcome.",
+            "Signal outcomes this worker recorded or carried out (a SIGINT the server settled "
+            "aborted in its own commit counts once its run is cancelled here), by signal and outcome.",
             ["signal", "outcome"],
             registry=self.registry,
         )
@@ -142,6 +143,10 @@ class WorkerMetrics:
         elif (transition := op.get("transition")) is not None:
             for settled in transition.outcomes:
                 self._outcome(settled)
+
+    def carried_out(self, signal: Signal, outcome: Outcome) -> None:
+        """A signal's outcome the server recorded, which this worker then carried out."""
+        self._child(self.signal_outcomes, signal.value, outcome.value).inc()
 
     def _outcome(self, update: rt.SignalOutcomeUpdate) -> None:
         outcome = outcome_from_pb(update.outcome)

@@ -24,8 +24,10 @@ from electric_sdk.lifecycle import (
     DEFAULT_IDLE_TIMEOUT_MS,
     INITIAL_STATE,
     RELOAD_SIGNALS,
+    SERVER_ABORTED_SIGNALS,
     STATE_RULES,
     MessageProgress,
+    Outcome,
     Signal,
     State,
 )
@@ -151,7 +153,8 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
             assert located is not None
             assert located.key == spec.message_key
             progress = message_cursor.progress(current, located)
-        decision = lifecycle.decide(current.state, spec.signal, message=progress)
+        aborts = _aborts_run(current, ctx, spec.signal, located, progress)
+        decision = lifecycle.decide(current.state, spec.signal, True if aborts else None, message=progress)
         key = f"sig_{ctx.txid}"
         # Filled in place: pb.Event(signal=value) would copy the value (a signal's hot path).
         signal_event = pb.Event()
@@ -159,7 +162,9 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
         value.signal = SIGNAL_TO_PB[spec.signal]
         value.sender = spec.sender
         value.reason = spec.reason
-        value.outcome = OUTCOME_TO_PB[decision.outcome]
+        # A SIGINT that aborts the run here is still inserted `pending` and updated with its outcome
+        # (below), the shape of every signal a runtime settles (ARCHITECTURE §1), in one commit.
+        value.outcome = OUTCOME_TO_PB[Outcome.PENDING if aborts else decision.outcome]
         value.previous_state = STATE_TO_PB[decision.previous_state]
         value.new_state = STATE_TO_PB[decision.new_state]
         value.message_key = spec.message_key
@@ -167,6 +172,10 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
         events = [NewEvent("signal", key, INSERT, event_body(signal_event))]
+        if aborts:
+            value.outcome = OUTCOME_TO_PB[decision.outcome]
+            value.detail = f"aborted the run of {current.run_key}"
+            events.append(NewEvent("signal", key, UPDATE, event_body(signal_event)))
         record = current
         if decision.cancels_message:
             assert located is not None
@@ -183,6 +192,9 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
             )
             events.append(NewEvent("run", f"run_{located.key}", UPDATE, event_body(pb.Event(run=run))))
             record = message_cursor.cancelled(record, located)
+        elif aborts:
+            # The run ends here; its runtime cancels it and records its partial output next.
+            record = message_cursor.aborted(record)
         if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
@@ -192,6 +204,25 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
         return Mutation(events, record, Signalled(key, decision))
 
     return decide
+
+
+def _aborts_run(
+    current: EntityRecord,
+    ctx: WriteContext,
+    signal: Signal,
+    located: message_cursor.Located | None,
+    progress: MessageProgress | None,
+) -> bool:
+    """Whether ``signal`` aborts the run in progress in its own commit (SERVER_ABORTED_SIGNALS):
+    the server knows of the run (message_cursor.run_in_progress) and, for a scoped signal, it is
+    the named message's."""
+    if signal not in SERVER_ABORTED_SIGNALS or not STATE_RULES[current.state].runs_possible:
+        return False
+    if progress is not None and (progress is not MessageProgress.STARTED or located is None):
+        return False
+    if located is not None and located.key != current.run_key:
+        return False
+    return message_cursor.run_in_progress(current, holds_lease(current, ctx))
 
 
 def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str) -> Decide:

@@ -85,7 +85,12 @@ def _entity_json(record: EntityRecord) -> dict[str, Any]:
     return fields
 
 
+# Fields added since the export format's first release: an older export lacks them.
+_ADDED_FIELDS = {"run_key": ""}
+
+
 def _entity_from_json(fields: dict[str, Any]) -> EntityRecord:
+    fields = {**_ADDED_FIELDS, **fields}
     if set(fields) != set(EntityRecord._fields):
         raise ValueError(f"an entity's fields are {sorted(EntityRecord._fields)}, not {sorted(fields)}")
     values = dict(fields)

@@ -9,7 +9,12 @@ Messages run one at a time, in stream order. The entity's record (store/base.py)
   delivered, and a run of one is refused: cancelled stays cancelled, across
   pauses, lost workers and server restarts;
 - ``last_message_offset``: the newest message not cancelled. The entity has a
-  message waiting while it is at or past the cursor (an idle entity wakes for it).
+  message waiting while it is at or past the cursor (an idle entity wakes for it);
+- ``run_key``: the message whose run the lease's runtime started and let the server
+  abort (``RuntimeWrite.server_may_abort``). While its run is in progress (the
+  cursor's attempt > 0) a SIGINT aborts it in the SIGINT's own commit (``aborted``):
+  the cursor moves on, and the key stays until the runtime records that run's end,
+  with its partial output (``awaiting_record``), or the lease ends.
 
 Every write that moves them goes through this module; nothing else does arithmetic on them.
 """
@@ -24,12 +29,15 @@ from .store.base import EntityRecord, Ref, Store
 
 __all__ = [
     "Located",
+    "aborted",
+    "awaiting_record",
     "cancelled",
     "deliverable",
     "ended",
     "locate",
     "progress",
     "refuses_start",
+    "run_in_progress",
     "sent",
     "started",
     "waiting",
@@ -89,20 +97,43 @@ def sent(record: EntityRecord) -> EntityRecord:
     return record.replace(last_message_offset=record.head_offset)
 
 
-def started(record: EntityRecord, offset: int, attempt: int) -> EntityRecord:
+def started(record: EntityRecord, offset: int, attempt: int, abortable_key: str = "") -> EntityRecord:
     """A run of the message at ``offset`` started (``refuses_start`` said yes): the cursor moves to it.
-    Messages run in order, so any between the old cursor and it were cancelled."""
+    Messages run in order, so any between the old cursor and it were cancelled. ``abortable_key``:
+    its message's key, if the server may abort the run (else "")."""
     if offset < record.message_cursor:
         return record
     kept = tuple(o for o in record.cancelled_messages if o > offset)
-    return record.replace(message_cursor=offset, cursor_attempt=attempt, cancelled_messages=kept)
+    return record.replace(
+        message_cursor=offset, cursor_attempt=attempt, cancelled_messages=kept, run_key=abortable_key
+    )
 
 
-def ended(record: EntityRecord, offset: int) -> EntityRecord:
-    """A run of the message at ``offset`` ended. Only the message at the cursor moves it."""
+def ended(record: EntityRecord, offset: int, key: str = "") -> EntityRecord:
+    """A run of the message at ``offset`` (key ``key``) ended. Only the message at the cursor moves
+    it; the end of a run the server aborted is the record it awaited."""
+    if key and key == record.run_key:
+        record = record.replace(run_key="")
     if offset != record.message_cursor:
         return record
     return _tidy(record.replace(message_cursor=offset + 1, cursor_attempt=0))
+
+
+def run_in_progress(record: EntityRecord, live: bool) -> bool:
+    """Whether the server knows a run it may abort is in progress: one its live (``live``)
+    runtime started with ``server_may_abort`` and has not ended."""
+    return live and bool(record.run_key) and record.cursor_attempt > 0
+
+
+def aborted(record: EntityRecord) -> EntityRecord:
+    """A SIGINT aborted the run in progress (``run_in_progress``): its message, at the cursor, is
+    done; ``run_key`` stays until the runtime records the run's end (``awaiting_record``)."""
+    return _tidy(record.replace(message_cursor=record.message_cursor + 1, cursor_attempt=0))
+
+
+def awaiting_record(record: EntityRecord) -> bool:
+    """Whether a run the server aborted still awaits its end's record (``run_key`` names it)."""
+    return bool(record.run_key) and record.cursor_attempt == 0
 
 
 def cancelled(record: EntityRecord, located: Located) -> EntityRecord:

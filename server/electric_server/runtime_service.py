@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -42,7 +42,7 @@ from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .runtime_answers import check_write, fill, replayed, request_key, result_bytes
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
-from .store.base import Commit, EntityRecord, Ref, StorageFault, Store, Write, WriteOutcome
+from .store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write, WriteOutcome
 from .store.sessions import SessionRow
 from .type_profiles import TypeProfiles
 
@@ -371,9 +371,12 @@ class Runtime:
                 if event.kind == "signal":
                     lease.settled(event.key)  # the runtime reported its outcome
             return  # the worker knows what it wrote
-        for event in commit.events:
+        events = commit.events
+        for event in events:
             if event.kind in ("signal", "state") and event.operation == pb.OPERATION_INSERT:
-                message = event_to_pb(event)
+                # A signal the server settled in its own commit (a SIGINT that aborted the run)
+                # reaches the runtime as that outcome, not as the `pending` insert before it.
+                message = event_to_pb(_settled_in(events, event) if len(events) > 1 else event)
                 if message.signal.outcome == pb.SIGNAL_OUTCOME_PENDING:
                     owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
@@ -539,6 +542,15 @@ class Runtime:
                 fill(result, outcome)
         for result in results:
             session.send(rt.ConnectResponse(write_result=result))
+
+
+def _settled_in(events: Sequence[StoredEvent], insert: StoredEvent) -> StoredEvent:
+    """The signal ``insert``'s update in the same commit, if there is one; else the insert."""
+    if insert.kind == "signal":
+        for event in events:
+            if event.key == insert.key and event.operation == pb.OPERATION_UPDATE:
+                return event
+    return insert
 
 
 def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:

@@ -160,13 +160,46 @@ def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | Non
     assert record is not None
     detail = _not_handled(cause, record.state)
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
+    if message_cursor.awaiting_record(record):
+        mutation.events.append(_unrecorded_abort(record.run_key, f"its lease ended ({cause})"))
     mutation.entity = record.replace(
+        run_key="",  # a run in progress is lost with its lease: its message is delivered again
         lease_epoch=epoch + 1,
         closed=record.closed or record.state.terminal,
         lease_session="",
         process_running=False,  # nobody is left to say it ended: no expiry waits for it
     )
     return mutation
+
+
+def _awaited(run: pb.RunValue, current: EntityRecord) -> bool:
+    """Whether ``run`` is the end of the run a SIGINT aborted, which the server awaits."""
+    return (
+        bool(run.message_key)
+        and run.message_key == current.run_key
+        and message_cursor.awaiting_record(current)
+    )
+
+
+def _aborted_after_all(run: pb.RunValue) -> pb.RunValue:
+    """A run a SIGINT aborted that its runtime saw end otherwise (its end was on the way when the
+    SIGINT committed): the SIGINT came first, so the run ended aborted, and what it wrote is its
+    partial output."""
+    value = pb.RunValue()
+    value.CopyFrom(run)
+    how = "completed" if run.status == pb.RUN_STATUS_COMPLETED else f"failed: {run.error}"
+    value.status, value.error = pb.RUN_STATUS_ABORTED, f"SIGINT (the run had {how} as it landed)"
+    return value
+
+
+def _unrecorded_abort(message_key: str, why: str) -> NewEvent:
+    """The end of a run a SIGINT aborted whose runtime never recorded it (``why``)."""
+    run = pb.RunValue(
+        message_key=message_key,
+        status=pb.RUN_STATUS_ABORTED,
+        error=f"SIGINT (no partial output: {why} before recording it)",
+    )
+    return NewEvent("run", f"run_{message_key}", UPDATE, event_body(pb.Event(run=run)))
 
 
 def _ignored(key: str, insert: pb.SignalValue, detail: str) -> NewEvent:
@@ -209,9 +242,12 @@ def _record(write: rt.RuntimeWrite, current: EntityRecord) -> Record:
             return Record.RUN_START
         if run.status not in _TERMINAL_RUNS:
             return Record.RUN_STEP
-        # The run in progress is the one at the cursor, once a STARTED record moved it there.
+        # The run in progress is the one at the cursor, once a STARTED record moved it there; or
+        # the one a SIGINT aborted, whose end the server awaits.
         in_progress = run.message_offset == current.message_cursor and current.cursor_attempt > 0
-        return Record.RUN_END if in_progress else Record.RUN_CANCELLED
+        if in_progress or _awaited(run, current):
+            return Record.RUN_END
+        return Record.RUN_CANCELLED
     return _RECORDS[op or ""]
 
 
@@ -278,17 +314,23 @@ def runtime_write(
             return Mutation([event, *settled], current.replace(state=new, stopping_deadline_ms=None))
         if op == "run":
             run = write.run
-            record = current
+            record, events = current, []
             if run.status == pb.RUN_STATUS_STARTED:
                 # A message that was cancelled (or is done) never runs, whoever still has it queued.
                 if (done := message_cursor.refuses_start(current, run.message_offset)) is not None:
                     raise Refused("MESSAGE_DONE", done, current)
-                record = message_cursor.started(record, run.message_offset, run.attempt)
+                if message_cursor.awaiting_record(current):
+                    events.append(_unrecorded_abort(current.run_key, "its runtime started the next run"))
+                abortable = run.message_key if write.server_may_abort else ""
+                record = message_cursor.started(record, run.message_offset, run.attempt, abortable)
             elif run.status in _TERMINAL_RUNS:
-                record = message_cursor.ended(record, run.message_offset)
+                if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
+                    run = _aborted_after_all(run)
+                record = message_cursor.ended(record, run.message_offset, run.message_key)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
-            return Mutation([NewEvent("run", run_key, operation, event_body(pb.Event(run=run)))], record)
+            events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))
+            return Mutation(events, record)
         if op == "signal_outcome":
             return Mutation([_reported(write.signal_outcome, inserts, current)], current)
         if op == "custom":

@@ -100,6 +100,12 @@ class EntityRecord(NamedTuple):
     # The exec process its lease's runtime runs: started (its receipts said so), no exit yet. A
     # grace expiry waits for the exit while that runtime is live (entity_writes.expire_grace).
     process_running: bool = False
+    # The key of the message whose run its lease's runtime started and let the server abort (a
+    # Python host's run: RuntimeWrite.server_may_abort), until that run's end is recorded or the
+    # lease ends; "" none. With ``cursor_attempt`` > 0 the run is in progress, and a SIGINT aborts
+    # it in its own commit; once that moved the cursor on (attempt 0) the run's record, with its
+    # partial output, is still to come from the runtime (message_cursor.py).
+    run_key: str = ""
 
     @property
     def ref(self) -> Ref:

@@ -94,6 +94,7 @@ _ENTITY_TYPES = {
 _ADDED_TYPES = {
     "lease_session": "text NOT NULL DEFAULT ''",  # version 3
     "process_running": "boolean NOT NULL DEFAULT false",  # version 3
+    "run_key": "text NOT NULL DEFAULT ''",  # version 4
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 _COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -219,6 +220,12 @@ ALTER TABLE commit_feed ADD COLUMN lease_session text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN process_running boolean NOT NULL DEFAULT false;
 ALTER TABLE commit_feed ADD COLUMN b_lease_session text;
 ALTER TABLE commit_feed ADD COLUMN b_process_running boolean;
+""",
+    # The run a SIGINT may abort in its own commit (EntityRecord.run_key), and on the feed's rows.
+    4: """
+ALTER TABLE entities ADD COLUMN run_key text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN run_key text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_run_key text;
 """,
 }
 SCHEMA_VERSION = max(_VERSIONS)

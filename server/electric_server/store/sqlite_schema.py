@@ -62,6 +62,7 @@ _ENTITY_DEFINITIONS = {
     "cancelled_messages": "TEXT NOT NULL DEFAULT ''",
     "lease_session": "TEXT NOT NULL DEFAULT ''",
     "process_running": "INTEGER NOT NULL DEFAULT 0",
+    "run_key": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)

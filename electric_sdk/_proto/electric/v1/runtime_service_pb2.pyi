@@ -253,6 +253,7 @@ class RuntimeWrite(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     EXPECT_STATE_FIELD_NUMBER: _builtins.int
     RELEASE_FIELD_NUMBER: _builtins.int
+    SERVER_MAY_ABORT_FIELD_NUMBER: _builtins.int
     TRANSITION_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     SIGNAL_OUTCOME_FIELD_NUMBER: _builtins.int
@@ -268,6 +269,14 @@ class RuntimeWrite(_message.Message):
     """Give the lease back in the same commit as this write, if it applies (as
     if a `Release` followed it): the host ends with it, e.g. a reload's or an
     idle timeout's transition to idle. A refused write keeps the lease.
+    """
+    server_may_abort: _builtins.bool
+    """With a run's STARTED record: the server may abort this run itself, in the
+    commit of a SIGINT that lands while it is in progress (the SIGINT's outcome
+    is then `aborted` at once); the runtime cancels the run when the SIGINT
+    reaches it and records the run ABORTED with its partial output. Unset (an
+    exec host, whose SIGINT goes to its process; an older worker): the
+    SIGINT stays `pending` until the runtime reports.
     """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
@@ -291,6 +300,7 @@ class RuntimeWrite(_message.Message):
         epoch: _builtins.int = ...,
         expect_state: _types_pb2.State.ValueType = ...,
         release: _builtins.bool = ...,
+        server_may_abort: _builtins.bool = ...,
         transition: Global___Transition | None = ...,
         run: _types_pb2.RunValue | None = ...,
         signal_outcome: Global___SignalOutcomeUpdate | None = ...,
@@ -300,7 +310,7 @@ class RuntimeWrite(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "op", b"op", "output", b"output", "ref", b"ref", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "release", b"release", "request_id", b"request_id", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "release", b"release", "request_id", b"request_id", "run", b"run", "server_may_abort", b"server_may_abort", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["transition", "run", "signal_outcome", "custom", "exec", "output"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
