@@ -203,3 +203,28 @@ async def test_a_paused_entitys_run_is_the_servers_to_abort_only_while_its_runti
         sig = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGINT))
         assert sig.outcome == pb.SIGNAL_OUTCOME_PENDING  # the new runtime judges: no run of its own
         second.close()
+
+
+async def test_a_run_lost_with_a_restart_is_not_the_servers_to_abort(start_server: object) -> None:
+    """The server stops mid-run (on SQLite its sessions, in memory, go with it; on PostgreSQL the
+    worker's session expires). The run is delivered again; a SIGINT before it starts again finds
+    no run in progress, whatever the record kept of the lost one."""
+    srv = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)  # type: ignore[operator]
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-before", ["agent"])
+        ref, _, sent = await started_run(stub, worker, "restart")
+        worker.close()
+    await srv.stop(0)
+    srv = await start_server(lease_ttl_ms=400, heartbeat_interval_ms=50)  # type: ignore[operator]
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-after", ["agent"])
+        await worker.next("lease_granted")
+        redelivered = await worker.next("delivery")
+        assert (redelivered.event.key, redelivered.attempt) == (sent.key, 2)
+        sig = await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGINT))
+        # Not aborted: the new runtime judges (SQLite: still running) or the entity went idle with
+        # its lost runtime (PostgreSQL: the expired session's lease ended with runtime_lost).
+        assert sig.outcome in (pb.SIGNAL_OUTCOME_PENDING, pb.SIGNAL_OUTCOME_IGNORED)
+        worker.close()

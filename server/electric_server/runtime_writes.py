@@ -76,9 +76,12 @@ def grant(ref: Ref, seen_epoch: int, session: str, type_default: TypeProfile | N
             base, events = lost.entity, lost.events
             if base.closed:
                 raise Refused("ENTITY_CLOSED", "the entity ended: no lease is granted", current)
+        if message_cursor.awaiting_record(base):  # an earlier lease ended with no _let_go (a restart)
+            events = [*events, _unrecorded_abort(base.run_key, "its runtime's lease ended")]
         epoch = base.lease_epoch + 1
+        # No run is in progress under a new lease (one lost with a restart is delivered again).
         record = resolve(base, type_default).replace(
-            lease_epoch=epoch, reload_pending=False, lease_session=session
+            lease_epoch=epoch, reload_pending=False, lease_session=session, run_key=""
         )
         return Mutation(events, record, Granted(epoch))
 
