@@ -79,6 +79,7 @@ class EntityHost(HostBase):
     __slots__ = (
         "_cleanup_scope",
         "_delivered",
+        "_landing",
         "_recent",
         "_records",
         "_reload",
@@ -114,6 +115,10 @@ class EntityHost(HostBase):
         self._cleanup_scope: anyio.CancelScope | None = None
         # The partial output of the run a SIGTERM stopped: its cleanup handler receives it.
         self._term_output: str | None = None
+        # The last run if it ended by itself, as (message key, output, STARTED offset): its end may
+        # land after a SIGINT the server settled, which records that run aborted (the end lands
+        # as ABORTED), and the SIGINT handler is owed this output (``_aborted_by_server``).
+        self._landing: tuple[str, str, int] | None = None
         self._records = LeaseRecords(self._fenced, etype.snapshots)
 
     async def _prepare(self) -> None:
@@ -223,6 +228,9 @@ class EntityHost(HostBase):
                 status = pb.RUN_STATUS_ABORTED
                 error = f"{run.stopped_by.signal.value}"
             if status is not None:  # else the session ended: no record, the message is delivered again
+                self._landing = None
+                if run.stopped_by is None and run.started_offset is not None:
+                    self._landing = (run.message.key, run.ctx.output.text, run.started_offset)
                 with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
                     await self._finish_run(run, status, error)
             self._idle_since = self._fenced.session.now_s()
@@ -276,13 +284,21 @@ class EntityHost(HostBase):
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
                 await self._fenced.outcome(info, _ABORTED)
-            elif (metrics := self._fenced.session.metrics) is not None:
-                metrics.carried_out(Signal.SIGINT, _ABORTED)  # the server recorded it: we aborted the run
-            handler = self.etype.handler_for(Signal.SIGINT)
-            if handler is not None and self._tg is not None and self.end_reason is None:
-                # The handler learns which run it aborted, whether or not the SIGINT named it.
-                aborted = replace(info, partial_output=output, message_key=run.message.key)
-                self._tg.start_soon(self._call_handler, handler, aborted)
+                self._sigint_handled(info, run.message.key, output, counted=True)
+            else:
+                self._sigint_handled(info, run.message.key, output)
+
+    def _sigint_handled(self, info: SignalInfo, message_key: str, output: str, counted: bool = False) -> None:
+        """A SIGINT's run is aborted and recorded: its handler is called, with the run's partial
+        output. ``counted``: the outcome this host wrote counted it already; else the server
+        recorded it, and the metrics count it here."""
+        if not counted and (metrics := self._fenced.session.metrics) is not None:
+            metrics.carried_out(Signal.SIGINT, _ABORTED)
+        handler = self.etype.handler_for(Signal.SIGINT)
+        if handler is not None and self._tg is not None and self.end_reason is None:
+            # The handler learns which run it aborted, whether or not the SIGINT named it.
+            aborted = replace(info, partial_output=output, message_key=message_key)
+            self._tg.start_soon(self._call_handler, handler, aborted)
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -357,7 +373,17 @@ class EntityHost(HostBase):
 
     def _aborted_by_server(self, event: pb.Event, info: SignalInfo) -> None:
         run = self._run
-        if run is None or run.message.key != info.message_key or run.stopped_by is not None:
+        if run is None or run.message.key != info.message_key or not info.message_key:
+            landing = self._landing
+            # The SIGINT aborted the run in progress when it committed. None is here: the last
+            # run had ended, and its end landed after the SIGINT (the server recorded it
+            # aborted, with all it wrote as the partial output), if that run had started by then
+            # and no later one had (a later one would be in progress here, or be the last run).
+            if landing is not None and landing[2] < info.offset and info.message_key in ("", landing[0]):
+                self._landing = None
+                self._sigint_handled(info, landing[0], landing[1])
+            return
+        if run.stopped_by is not None:
             return
         if run.started_offset is None:
             run.deferred.append(event)  # its STARTED result is on the way: judged again then

@@ -158,6 +158,10 @@ class HostBase(Lifetime):
         else:
             if (run_in_progress := self._run_in_progress(event, info, cell)) is None:
                 return  # the host judges it again once it can tell
+            if not run_in_progress and not pending and event.signal.outcome == pb.SIGNAL_OUTCOME_ABORTED:
+                # The server aborted a run, and none is in progress here: one whose end was on
+                # its way as the SIGINT committed, so recorded aborted (``_aborted_by_server``).
+                self._aborted_by_server(event, info)
             decision = lifecycle.decide(
                 info.previous_state, info.signal, run_in_progress and cell.runs_possible
             )
@@ -178,8 +182,9 @@ class HostBase(Lifetime):
         host keeps ``event`` and hands it to ``_on_signal`` again once it is)."""
 
     def _aborted_by_server(self, event: pb.Event, info: SignalInfo) -> None:
-        """A scoped SIGINT the server settled `aborted`: if it aborted the run in progress (only
-        a run started with ``SERVER_MAY_ABORT``), that run is cancelled now."""
+        """A SIGINT the server settled `aborted` (only a run started with ``SERVER_MAY_ABORT``):
+        scoped, and the run it aborted is in progress here, that run is cancelled now; or no run
+        is in progress here, and the one that ended as the SIGINT committed gets its handler."""
         return
 
     @abstractmethod
