@@ -191,16 +191,32 @@ class PostgresWriter(Store):
         # Lone writes with their outcome unknown, being found out (_find_out).
         self.finding_out: set[asyncio.Task[None]] = set()
         self.lone_writes = 0  # committed in two round trips (tests and benchmarks)
+        # Connections being handed back to the pool (``_connection``), referenced while they are.
+        self._releasing: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
     async def _connection(self, what: str) -> AsyncIterator[Any]:
-        """A pooled connection; a lost or refused one fails the call with DatabaseUnavailable."""
+        """A pooled connection; a lost or refused one fails the call with DatabaseUnavailable.
+
+        asyncpg's pool spends a task on each acquire with a timeout (``wait_for``) and on each
+        release (``shield``): two turns of the loop each, in which every other ready callback
+        runs first, on every write's path (a lone write's answer waited 0.1-0.2 ms more for
+        them: bench/bench_dbos.py's SIGINT). So a connection idle in the pool is taken without
+        a timeout (it is there: nothing waits), and every one is handed back in a task of its
+        own that the caller does not wait for.
+        """
         pool = self._pool
         if pool is None:
             raise RuntimeError("store is closed")
         try:
-            async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+            if pool.get_idle_size() > 0:
+                conn = await pool.acquire()
+            else:
+                conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
+            try:
                 yield conn
+            finally:
+                self._release_later(pool, conn)
         except LOST as exc:
             self._connection_lost()
             raise DatabaseUnavailable(
@@ -209,6 +225,22 @@ class PostgresWriter(Store):
         except DatabaseUnavailable:  # e.g. lost during COMMIT
             self._connection_lost()
             raise
+
+    def _release_later(self, pool: Any, conn: Any) -> None:
+        """``conn`` back to ``pool``, in a task of its own (see ``_connection``); the pool's close
+        waits for it like for any connection in use."""
+        task = asyncio.get_running_loop().create_task(pool.release(conn), name="electric-pool-release")
+        self._releasing.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # asyncpg has terminated the connection and put its holder back: the pool opens a
+            # new one when it is next needed. Nothing was lost but that connection.
+            log.warning(
+                "handing a database connection back to the pool failed (%s: %s)", type(exc).__name__, exc
+            )
 
     def _connection_lost(self) -> None:
         """A call lost its connection (the store finds out whether the database is gone)."""
