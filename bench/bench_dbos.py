@@ -228,9 +228,11 @@ FLOOR_SAMPLES = 300
 def floor_main(address: str, url: str, out: Any) -> None:
     """In its own process: the parts any SIGINT → run ended on PostgreSQL is made of, beside
     electric's server on its database: a durable commit (one autocommit INSERT: one round trip
-    and its fsync) and a round trip between processes (a bare gRPC unary call, the server's own
-    health Check). A SIGINT whose own commit ends the run needs one of each (client → server,
-    commit, → client); a run end the runtime records needs two (→ worker, → server, commit)."""
+    and its fsync), a round trip between processes (a bare gRPC unary call, the server's own
+    health Check) and a read's round trip to the database (``SELECT $1``). A SIGINT whose own
+    commit ends the run needs one commit and one trip between processes (client → server,
+    commit, → client), and electric's lone write reads the row first (postgres_one_write); a
+    run end the runtime records needs two commits and two trips (→ worker, → server, commit)."""
 
     async def main() -> dict[str, Any]:
         import asyncpg
@@ -243,6 +245,7 @@ def floor_main(address: str, url: str, out: Any) -> None:
             await conn.execute("CREATE TABLE bench_floor (n bigint PRIMARY KEY, body bytea NOT NULL)")
             stub = health_pb2_grpc.HealthStub(channel)
             commit_ms: list[float] = []
+            read_ms: list[float] = []
             hop_ms: list[float] = []
             for i in range(FLOOR_SAMPLES + 20):
                 t0 = time.perf_counter()
@@ -250,10 +253,13 @@ def floor_main(address: str, url: str, out: Any) -> None:
                 t1 = time.perf_counter()
                 await stub.Check(health_pb2.HealthCheckRequest())
                 t2 = time.perf_counter()
+                await conn.fetchval("SELECT $1::int", i)
+                t3 = time.perf_counter()
                 if i >= 20:
                     commit_ms.append((t1 - t0) * 1e3)
                     hop_ms.append((t2 - t1) * 1e3)
-            return {"commit_ms": commit_ms, "grpc_rtt_ms": hop_ms}
+                    read_ms.append((t3 - t2) * 1e3)
+            return {"commit_ms": commit_ms, "grpc_rtt_ms": hop_ms, "read_ms": read_ms}
         finally:
             await channel.close()
             await conn.close()
@@ -284,8 +290,10 @@ def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: f
 def main() -> None:
     p = common.bench_args(__doc__.splitlines()[0])
     p.add_argument("--signals", type=int, default=300)
-    p.add_argument("--cancels", type=int, default=100)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--cancels", type=int, default=200)
+    # Rounds alternate DBOS and electric: more, shorter rounds pair both with the same moments
+    # of a machine whose speed drifts (this VM's round trips vary 1.5x within minutes).
+    p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
     pg_common.need_dbos("bench_dbos")
     rounds = 1 if args.quick else args.rounds
@@ -300,7 +308,7 @@ def main() -> None:
     got: dict[str, list[float]] = {
         k: []
         for k in (
-            "dbos_send", "dbos_cancel", "usr", "int", "int_run", "int_call", "usr_lite", "int_lite", "commit", "rtt"
+            "dbos_send", "dbos_cancel", "usr", "int", "int_run", "int_call", "usr_lite", "int_lite", "commit", "rtt", "read"
         )
     }  # fmt: skip
     for r in range(rounds):
@@ -323,6 +331,7 @@ def main() -> None:
         got["int_call"] += e["int_call_ms"]
         got["commit"] += e["commit_ms"]
         got["rtt"] += e["grpc_rtt_ms"]
+        got["read"] += e["read_ms"]
     s = {k: common.summarize(v) for k, v in got.items()}
     pairs = (
         ("electric SIGUSR → on_signal vs DBOS send → recv", "usr", "dbos_send"),
@@ -350,7 +359,16 @@ def main() -> None:
         ),
         common.value_row("  (info) a bare gRPC round trip to the server, p50", s["rtt"]["p50"], None, "ms"),
         common.value_row(
+            "  (info) a database read's round trip (SELECT $1), p50", s["read"]["p50"], None, "ms"
+        ),
+        common.value_row(
             "  (info) SIGINT's floor: 1 commit + 1 round trip, p50", floor, s["dbos_cancel"]["p50"], "ms"
+        ),
+        common.value_row(
+            "  (info) the same with electric's lone write (+1 database read), p50",
+            floor + s["read"]["p50"],
+            s["dbos_cancel"]["p50"],
+            "ms",
         ),
         common.value_row(
             "  (info) the run's ABORTED record's floor: 2 commits + 2 round trips, p50",
