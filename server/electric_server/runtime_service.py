@@ -409,6 +409,10 @@ class Runtime:
                     or not STATE_RULES[record.state].delivers_messages
                     or self.leases.get(lease.ref) is not lease
                 ):
+                    if lease.pump_again and self.leases.get(lease.ref) is lease:
+                        # Asked again while the record was read (a SIGCONT committed meanwhile):
+                        # what was read may be older than that commit, so it is read again.
+                        continue
                     return
                 page = await self.store.read_events(lease.ref, lease.next_message, _PAGE)
                 for event in page:
