@@ -24,11 +24,11 @@ from electric_server.app import ElectricServer
 from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import Signal
-from electric_sdk.runtime import App, Context, Message, SignalInfo, Worker
+from electric_sdk.runtime import App, Context, Message, SignalInfo
+
+from .rt_support import TIMEOUT_S, running_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
-
-TIMEOUT_S = 10.0
 
 
 class HoldingProxy:
@@ -131,10 +131,7 @@ async def test_a_run_ending_as_the_server_aborts_it_still_gets_its_sigint_handle
             handled.append(signal)
             called.set()
 
-    worker = Worker(app, proxy.address)
-    async with AsyncClient(server.address) as client, anyio.create_task_group() as tg:
-        with anyio.fail_after(TIMEOUT_S):
-            await tg.start(worker.run)
+    async with AsyncClient(server.address) as client, running_worker(app, proxy.address):
         try:
             with anyio.fail_after(TIMEOUT_S):
                 await client.spawn("agent/a")
@@ -160,8 +157,7 @@ async def test_a_run_ending_as_the_server_aborts_it_still_gets_its_sigint_handle
                         run = event.raw.run
                         break
         finally:
-            with anyio.fail_after(TIMEOUT_S):
-                await worker.shutdown(0.2)
+            proxy.let_go()  # a failure above leaves nothing held: the worker can shut down
     assert run.message_key == sent.key
     assert run.status == pb.RUN_STATUS_ABORTED, run
     assert run.error == "SIGINT (the run had completed as it landed)"

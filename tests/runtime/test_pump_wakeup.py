@@ -23,11 +23,11 @@ from electric_server.app import ElectricServer
 
 from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk.runtime import App, Context, Message, Worker
+from electric_sdk.runtime import App, Context, Message
+
+from .rt_support import TIMEOUT_S, running_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
-
-TIMEOUT_S = 10.0
 
 
 class HeldPumpRead:
@@ -66,10 +66,7 @@ async def test_a_sigcont_during_the_pumps_read_still_delivers_the_queued_message
             ctx.output.write(f"ran {message.text}")
 
     held = HeldPumpRead(server.store, ("agent", "a"))
-    worker = Worker(app, server.address)
-    async with AsyncClient(server.address) as client, anyio.create_task_group() as tg:
-        with anyio.fail_after(TIMEOUT_S):
-            await tg.start(worker.run)
+    async with AsyncClient(server.address) as client, running_worker(app, server.address):
         try:
             with anyio.fail_after(TIMEOUT_S):
                 await client.spawn("agent/a")
@@ -92,5 +89,3 @@ async def test_a_sigcont_during_the_pumps_read_still_delivers_the_queued_message
                         break
         finally:
             held.release.set()
-            with anyio.fail_after(TIMEOUT_S):
-                await worker.shutdown(0.2)
