@@ -227,8 +227,12 @@ class PostgresWriter(Store):
             raise
 
     def _release_later(self, pool: Any, conn: Any) -> None:
-        """``conn`` back to ``pool``, in a task of its own (see ``_connection``); the pool's close
-        waits for it like for any connection in use."""
+        """``conn`` back to ``pool``, in a task of its own (see ``_connection``), started a turn
+        later: what the caller wakes next (a lone write's watchers, published right after this)
+        runs first. The pool's close waits for it like for any connection in use."""
+        asyncio.get_running_loop().call_soon(self._start_release, pool, conn)
+
+    def _start_release(self, pool: Any, conn: Any) -> None:
         task = asyncio.get_running_loop().create_task(pool.release(conn), name="electric-pool-release")
         self._releasing.add(task)
         task.add_done_callback(self._released)
