@@ -164,6 +164,11 @@ class Worker:
         """The entities hosted now, by (type, id)."""
         return dict(self._hosts)
 
+    @property
+    def draining(self) -> bool:
+        """Whether ``shutdown`` has begun: no new lease is taken, the runs are finishing."""
+        return self._draining
+
     def host(self, ref: str) -> Host | None:
         type_, _, id_ = ref.removeprefix("/").partition("/")
         return self._hosts.get((type_, id_))
@@ -203,9 +208,9 @@ class Worker:
                     error = errors.from_rpc_error(exc)
                     if isinstance(error, _FATAL):
                         raise error from exc
-                    log.warning("runtime session ended: %s: %s", error.code, error.message)
+                    self._session_ended(f"{error.code}: {error.message}")
                 except (SessionLost, asyncio.InvalidStateError) as exc:  # the call ended under a write
-                    log.warning("runtime session ended: %s", exc)
+                    self._session_ended(str(exc))
                 if self._stopping:
                     break
                 if not welcomed:
@@ -217,6 +222,14 @@ class Worker:
             if self._client is not None:
                 await self._client.close()
                 self._client = None
+
+    def _session_ended(self, why: str) -> None:
+        """A session that ended under the worker: news while it serves (it reconnects), not once
+        it is shutting down (a server draining at the same moment ends the stream its own way)."""
+        if self._draining or self._stopping:
+            log.info("runtime session ended as the worker stopped: %s", why)
+        else:
+            log.warning("runtime session ended: %s", why)
 
     async def _session(self, on_welcome: Callable[[], None]) -> None:
         """One Connect stream, until it ends; ``on_welcome`` is called once the server welcomed us."""

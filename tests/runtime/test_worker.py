@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -186,3 +187,58 @@ async def test_dev_reloads_the_app_on_the_wake_after_sighup(
         assert (await until(client, "hot/h", run_status(COMPLETED, two.key))).raw.run.output == "v2"
         events = (await client.events("hot/h", 0, 200)).events
         assert sum(state_is("idle", "reload")(e) for e in events) == 1
+
+
+@pytest.mark.parametrize("draining", [False, True])
+async def test_a_lost_session_is_a_warning_unless_the_worker_is_draining(
+    electric: TestServer, client: AsyncClient, caplog: pytest.LogCaptureFixture, draining: bool
+) -> None:
+    # `make cluster` stops servers and worker at once: the servers' drain ends the worker's
+    # stream while the worker drains too. Expected then, so told at INFO; while the worker
+    # serves, a lost session stays a warning (it reconnects).
+    from test_sdk_resilience import SeveringProxy
+
+    proxy = SeveringProxy(int(electric.address.rsplit(":", 1)[1]))
+    address = await proxy.start()
+    probe = Probe()
+    try:
+        async with running_worker(probe_app(probe), address, max_backoff_s=0.05) as worker:
+            await client.spawn("probe/cut")
+            await client.send("probe/cut", "hold")
+            with anyio.fail_after(TIMEOUT_S):
+                await probe.entered.wait()
+            caplog.set_level("INFO", logger="electric.runtime")
+            heard = _SessionEnds()
+            logging.getLogger("electric.runtime").addHandler(heard)
+            try:
+                async with anyio.create_task_group() as tg:
+                    if draining:
+                        tg.start_soon(worker.shutdown, 30.0)  # the held run keeps it draining
+                        with anyio.fail_after(TIMEOUT_S):
+                            while not worker.draining:  # shutdown's first step sets it
+                                await anyio.lowlevel.checkpoint()
+                    proxy.sever()
+                    with anyio.fail_after(TIMEOUT_S):
+                        await heard.one.wait()
+                    probe.release.set()
+            finally:
+                logging.getLogger("electric.runtime").removeHandler(heard)
+    finally:
+        await proxy.close()
+    ended = heard.records[0]
+    assert ended.levelname == ("INFO" if draining else "WARNING"), (ended.levelname, ended.getMessage())
+
+
+class _SessionEnds(logging.Handler):
+    """The worker's "runtime session ended" records, and an event set at the first (the worker
+    logs on the test's loop)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.one = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("runtime session ended"):
+            self.records.append(record)
+            self.one.set()
