@@ -377,24 +377,14 @@ def main() -> None:
             "ms",
         ),
     ]
-    # The SIGINT's answer already says `aborted` (it is sent once the commit is durable).
+    # The SIGINT's answer already says `aborted` (it is sent once the commit is durable); the
+    # run's own record, with its partial output, is written by the runtime once it has
+    # cancelled the run (ARCHITECTURE §3), and seen by the same watch.
     rows += [
-        common.value_row(
-            f"  (info) SIGINT → its answer, which says `aborted`, {p}",
-            s["int_call"][p],
-            s["dbos_cancel"][p],
-            "ms",
-        )
-        for p in ("p50", "p99")
-    ]
-    # The run's own record, with its partial output, which the runtime writes once it has
-    # cancelled the run (ARCHITECTURE §3), seen by the same watch.
-    rows += [
-        common.value_row(
-            f"  (info) SIGINT → the run's ABORTED record, with its partial output, {p}",
-            s["int_run"][p],
-            s["dbos_cancel"][p],
-            "ms",
+        common.value_row(f"  (info) SIGINT → {what}, {p}", s[key][p], s["dbos_cancel"][p], "ms")
+        for what, key in (
+            ("its answer, which says `aborted`", "int_call"),
+            ("the run's ABORTED record, with its partial output", "int_run"),
         )
         for p in ("p50", "p99")
     ]

@@ -284,9 +284,7 @@ class EntityHost(HostBase):
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
                 await self._fenced.outcome(info, _ABORTED)
-                self._sigint_handled(info, run.message.key, output, counted=True)
-            else:
-                self._sigint_handled(info, run.message.key, output)
+            self._sigint_handled(info, run.message.key, output, counted=run.outcome_pending)
 
     def _sigint_handled(self, info: SignalInfo, message_key: str, output: str, counted: bool = False) -> None:
         """A SIGINT's run is aborted and recorded: its handler is called, with the run's partial

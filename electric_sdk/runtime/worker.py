@@ -227,7 +227,7 @@ class Worker:
         """A session that ended under the worker: news while it serves (it reconnects), not once
         it is shutting down (a server draining at the same moment ends the stream its own way)."""
         if self._draining or self._stopping:
-            log.info("runtime session ended as the worker stopped: %s", why)
+            log.info("runtime session ended while the worker shuts down: %s", why)
         else:
             log.warning("runtime session ended: %s", why)
 
