@@ -4,10 +4,7 @@ Four processes: two ``electric server`` replicas on one fresh PostgreSQL
 database (``ELECTRIC_DATABASE_URL``'s server, database
 ``electric_bench_replica``; default the local one), an ``electric worker``
 connected to B only, and this script as the client. One machine, one wall
-clock. Until leases live in the database a server takes its database for
-itself (and keeps its commit feed off); the replicas here run through a
-launcher that opens their stores without the lock (a no-op once it is gone). B's runtime leases the entity to its own worker; A
-has none.
+clock. B's runtime leases the entity to its own worker; A has none.
 
 Figure: one ``running`` entity (its run holds a step open); sequentially,
 ``AsyncClient.signal(SIGUSR)`` to **A**, stamped with ``time.time_ns()``
@@ -25,18 +22,25 @@ sent to **B** (client and worker on one replica: no feed) plus a bare
 asyncpg NOTIFY → listener delivery between two connections of this process
 (the doorbell's floor), each percentile summed. Info, in the same rounds:
 the feed alone, between two stores in this process (a write acknowledged
-by one → published on the other's hub), beside the NOTIFY delivery. Then,
-one server holding the database alone (its feed off, as before replicas)
-with the worker on it: what the feed costs a replica's own signals.
+by one → published on the other's hub), beside the NOTIFY delivery. The
+listeners and stores of those two figures are open only in their own rounds:
+PostgreSQL wakes every listening backend for every NOTIFY, so while the
+signals are measured the database has the deployment's two feed readers and
+nothing more. Then,
+one server alone on a fresh database with the worker on it: what a second
+replica on the database costs a replica's own signals (every server keeps
+its commit feed on, alone or not).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -71,28 +75,9 @@ class Lat:
         if signal.signal.value == "SIGUSR":
             await ctx.emit("usr_seen", {"t": str(called), "reason": signal.reason})
 '''
-# Runs the CLI in a process where the store does not take the database for itself.
-LAUNCHER = """
-import sys
-
-from electric_server.store.postgres import PostgresStore
-
-_init = PostgresStore.__init__
-
-
-def _shared(self, *args, **options):
-    if "exclusive" in options:
-        options["exclusive"] = False
-    _init(self, *args, **options)
-
-
-PostgresStore.__init__ = _shared
-
-from electric_sdk.cli.main import main
-
-sys.exit(main(sys.argv[1:]))
-"""
 WAIT_S = 10.0
+# Unrecorded samples at the start of each round (its instruments' connections were just opened).
+WARM_PER_ROUND = 5
 CHANNEL = "bench_replica_signal"
 
 
@@ -152,14 +137,6 @@ async def client(
         notified[text] = time.time_ns()
         heard[text].set()
 
-    listener = await asyncpg.connect(url)
-    sender = await asyncpg.connect(url)
-    await listener.add_listener(CHANNEL, on_notify)
-    # The feed alone: two stores in this process on the database, a write through one → the
-    # other's hub (no gRPC, no runtime).
-    store_a, store_b = PostgresStore(url), PostgresStore(url)
-    await store_a.open()
-    await store_b.open()
     fed: dict[int, float] = {}
     fed_event = asyncio.Event()
 
@@ -167,11 +144,43 @@ async def client(
         fed[commit.txid] = time.perf_counter()
         fed_event.set()
 
-    store_b.hub.subscribe_all(on_commit)
     feed_ref = ("feedlat", "one")
-    await store_a.write(Write(feed_ref, entity_writes.spawn(feed_ref, 1000, 1000)))
     lat: dict[str, list[float]] = {"cross": [], "same": [], "notify": [], "feed": []}
     n = 0
+    # The instruments of the "notify" and "feed" rounds, open only during those rounds: each of
+    # their listeners is woken by every NOTIFY on the database (PostgreSQL signals every listening
+    # backend), so left open they would add two feed readers and a listener to the deployment
+    # the signal figures measure (two replicas, one worker) and slow them on two cores.
+    tools: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def instruments(kind: str) -> AsyncIterator[None]:
+        if kind == "notify":
+            listener, sender = await asyncpg.connect(url), await asyncpg.connect(url)
+            await listener.add_listener(CHANNEL, on_notify)
+            tools["sender"] = sender
+            try:
+                yield
+            finally:
+                await listener.close()
+                await sender.close()
+        elif kind == "feed":
+            # The feed alone: two stores in this process on the database, a write through one →
+            # the other's hub (no gRPC, no runtime).
+            store_a, store_b = PostgresStore(url), PostgresStore(url)
+            await store_a.open()
+            await store_b.open()
+            store_b.hub.subscribe_all(on_commit)
+            if await store_a.get_entity(feed_ref) is None:
+                await store_a.write(Write(feed_ref, entity_writes.spawn(feed_ref, 1000, 1000)))
+            tools["store"] = store_a
+            try:
+                yield
+            finally:
+                await store_a.close()
+                await store_b.close()
+        else:
+            yield
 
     async def one_signal(kind: str, record: bool) -> None:
         nonlocal n
@@ -192,14 +201,14 @@ async def client(
         text = str(n)
         heard[text] = asyncio.Event()
         sent = time.time_ns()
-        await sender.execute("SELECT pg_notify($1, $2)", CHANNEL, text)
+        await tools["sender"].execute("SELECT pg_notify($1, $2)", CHANNEL, text)
         await asyncio.wait_for(heard[text].wait(), WAIT_S)
         if record:
             lat["notify"].append((notified[text] - sent) / 1e6)
 
     async def one_feed(record: bool) -> None:
         fed_event.clear()
-        outcome = await store_a.write(Write(feed_ref, note))
+        outcome = await tools["store"].write(Write(feed_ref, note))
         acknowledged = time.perf_counter()
         assert outcome.commit is not None
         while outcome.commit.txid not in fed:
@@ -216,19 +225,19 @@ async def client(
         else:
             await one_signal(kind, record)
 
-    for _ in range(30):  # warm-up
-        for kind in kinds:
-            await one(kind, False)
+    for kind in kinds:  # warm-up
+        async with instruments(kind):
+            for _ in range(30):
+                await one(kind, False)
     per_round = max(1, args.signals // args.rounds)
     for r in range(args.rounds):
         for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
-            for _ in range(per_round):
-                await one(kind, True)
+            async with instruments(kind):
+                for _ in range(WARM_PER_ROUND):
+                    await one(kind, False)
+                for _ in range(per_round):
+                    await one(kind, True)
     watcher.cancel()
-    await store_a.close()
-    await store_b.close()
-    await listener.close()
-    await sender.close()
     await a.close()
     await b.close()
     return lat
@@ -246,14 +255,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-replica-") as tmp:
         tmpdir = Path(tmp)
         (tmpdir / "benchrep_app.py").write_text(APP_MODULE)
-        launcher = tmpdir / "replica.py"
-        launcher.write_text(LAUNCHER)
-        os.environ["ELECTRIC_BENCH_SERVER_SCRIPT"] = str(launcher)
-        try:
-            replica_a = common.start_electric(tmpdir / "a", "--database", url)
-            replica_b = common.start_electric(tmpdir / "b", "--database", url)
-        finally:
-            del os.environ["ELECTRIC_BENCH_SERVER_SCRIPT"]
+        replica_a = common.start_electric(tmpdir / "a", "--database", url)
+        replica_b = common.start_electric(tmpdir / "b", "--database", url)
         env = os.environ | {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(tmpdir), os.environ.get("PYTHONPATH")]))
         }
@@ -268,7 +271,7 @@ def main() -> None:
             common.stop_worker(worker, 5)
             replica_a.stop()
             replica_b.stop()
-        # One server holding the database alone, as before replicas: its feed is off.
+        # One server alone on the database: what B's figure would be with no replica beside it.
         asyncio.run(fresh_database(url))
         alone = common.start_electric(tmpdir / "alone", "--database", url)
         worker = common.start_worker(alone.address, worker_log, "benchrep_app:app", env=env)
@@ -301,10 +304,10 @@ def main() -> None:
         common.value_row("info: same replica (signal to B), p50", same["p50"], None, "ms"),
         common.value_row("info: same replica (signal to B), p99", same["p99"], None, "ms"),
         common.value_row(
-            "info: one server alone, feed off, p50 (vs same replica)", alone_s["p50"], same["p50"], "ms"
+            "info: one server alone, p50 (vs same replica, two replicas)", alone_s["p50"], same["p50"], "ms"
         ),
         common.value_row(
-            "info: one server alone, feed off, p99 (vs same replica)", alone_s["p99"], same["p99"], "ms"
+            "info: one server alone, p99 (vs same replica, two replicas)", alone_s["p99"], same["p99"], "ms"
         ),
         common.value_row(
             "info: the feed alone: write acknowledged → other store's hub, p50",
