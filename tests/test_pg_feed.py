@@ -21,10 +21,17 @@ import anyio
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
+from electric_server.store import postgres_feed
 from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, EntityRecord, Ref
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_feed import Doorbell, payload
-from electric_server.store.postgres_schema import FEED_CHANNEL
+from electric_server.store.postgres_schema import (
+    CURRENT_SNAPSHOT,
+    FEED_CHANNEL,
+    READ_FEED,
+    READER_SETTINGS,
+    SESSION_SETTINGS,
+)
 from electric_server.store.rows import ENTITY_COLUMNS, entity_row
 from helpers import lock_waiter
 from test_store import note, spawn
@@ -372,6 +379,60 @@ async def test_feed_rows_past_their_retention_are_deleted(
         while await admin.fetchval("SELECT count(*) FROM commit_feed WHERE xact = $1::text::xid8", first):
             await a.write(note(ref))
     assert await admin.fetchval("SELECT count(*) FROM commit_feed") > 0  # the recent rows stay
+
+
+async def test_the_feed_is_read_by_its_index_before_any_analyze(stores: OpenStore, admin: Any) -> None:
+    """Until autovacuum first analyzes commit_feed (a new database's first minute) the planner
+    would scan the whole table on every read, a cost growing with the table; the readers'
+    connections read it through its index on xact all the same."""
+    await admin.execute("ALTER TABLE commit_feed SET (autovacuum_enabled = false)")
+    a, b = await stores(), await stores()
+    seen_b = Seen(b)
+    ref: Ref = ("feed", "scan")
+    await a.write(spawn(ref))
+    await a.write_many([note(ref) for _ in range(200)])
+    await seen_b.count(201)
+    for _ in range(3):  # 8 times as many rows, of transactions long ended: no read returns them
+        await admin.execute("INSERT INTO commit_feed SELECT * FROM commit_feed")
+    assert await admin.fetchval("SELECT count(*) FROM pg_stats WHERE tablename = 'commit_feed'") == 0
+    snapshot = await admin.fetchval(CURRENT_SNAPSHOT)
+    plain = "\n".join(r[0] for r in await admin.fetch("EXPLAIN " + READ_FEED, snapshot, 0, []))
+    assert "Seq Scan on commit_feed" in plain  # what a connection without the reader's settings does
+
+    async def scans() -> tuple[int, int]:
+        await admin.execute("SELECT pg_stat_force_next_flush()")  # this connection's own, at once
+        row = await admin.fetchrow(
+            "SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'commit_feed'"
+        )
+        return int(row[0]), int(row[1] or 0)
+
+    # Polled: PostgreSQL tells no one when a backend's counts land (about 1 s after it idles).
+    with anyio.fail_after(WAIT_S):
+        while (await scans())[0] < 3:  # noqa: ASYNC110 (until the copies' scans are counted)
+            await asyncio.sleep(0.05)
+    seq, idx = await scans()
+    for _ in range(5):
+        await a.write(note(ref))
+    await seen_b.count(206)
+    with anyio.fail_after(WAIT_S):
+        while sum(await scans()) == seq + idx:  # noqa: ASYNC110 (until the readers' counts land)
+            await asyncio.sleep(0.05)
+    now_seq, now_idx = await scans()
+    assert now_seq == seq
+    assert now_idx > idx
+
+
+async def test_no_connection_of_a_store_compiles_with_jit(stores: OpenStore) -> None:
+    """Every statement here is short; JIT compiles any whose estimated cost is high, as the
+    estimates on a table without statistics are (hundreds of ms for a read of 0.1 ms)."""
+    store = await stores()
+    assert [r[0] for r in await store._rows("SHOW jit")] == ["off"]
+    for settings in (SESSION_SETTINGS, READER_SETTINGS):
+        conn = await postgres_feed._connect(store.url, "test", settings)
+        try:
+            assert await conn.fetchval("SHOW jit") == "off"
+        finally:
+            await conn.close()
 
 
 # -- two servers ---------------------------------------------------------------------------

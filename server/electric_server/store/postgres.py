@@ -64,6 +64,7 @@ from .postgres_schema import (
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
     SELECT_UNLEASED,
+    SESSION_SETTINGS,
     UPSERT_TYPE_PROFILE,
     SchemaTooNew,
     migrate,
@@ -126,7 +127,11 @@ class PostgresStore(SQLReads, PostgresWriter):
                 max_size=self.pool_size,
                 timeout=CONNECT_TIMEOUT_S,
                 command_timeout=STATEMENT_TIMEOUT_S,
-                server_settings={"synchronous_commit": "on", "application_name": "electric"},
+                server_settings={
+                    **SESSION_SETTINGS,
+                    "synchronous_commit": "on",
+                    "application_name": "electric",
+                },
                 reset=_no_reset,
                 init=self._connected,
             )

@@ -55,6 +55,8 @@ from .postgres_schema import (
     NOTIFY_FEED,
     PRUNE_FEED,
     READ_FEED,
+    READER_SETTINGS,
+    SESSION_SETTINGS,
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
 
@@ -100,7 +102,9 @@ class Doorbell:
         self.sent = 0  # NOTIFYs sent, for tests and benchmarks
 
     async def open(self) -> None:
-        self._conn = await _connect(self.url, "electric (doorbell)", synchronous_commit="off")
+        self._conn = await _connect(
+            self.url, "electric (doorbell)", {**SESSION_SETTINGS, "synchronous_commit": "off"}
+        )
 
     def ring(self, xact: int) -> None:
         if not self.enabled:
@@ -140,12 +144,12 @@ class Doorbell:
         self._conn = None
 
 
-async def _connect(url: str, name: str, **settings: str) -> Any:
+async def _connect(url: str, name: str, settings: dict[str, str]) -> Any:
     return await asyncpg.connect(
         url,
         timeout=_CONNECT_TIMEOUT_S,
         command_timeout=_CONNECT_TIMEOUT_S,
-        server_settings={"application_name": name, **settings},
+        server_settings={**settings, "application_name": name},
     )
 
 
@@ -202,7 +206,7 @@ class FeedReader:
         self._wake.set()
 
     async def _connect(self) -> None:
-        conn = await _connect(self.url, "electric (feed)")
+        conn = await _connect(self.url, "electric (feed)", READER_SETTINGS)
         try:
             await conn.add_listener(FEED_CHANNEL, self._on_notify)
             # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
