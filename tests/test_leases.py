@@ -7,17 +7,22 @@ stores on one database, as two replicas do.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from electric_server import entity_writes
 from electric_server.runtime_answers import REQUEST_KEY_PREFIX
 from electric_server.runtime_writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
+from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
+from electric_server.store.sqlite_schema import SELECT_HOLDERS as SQLITE_HOLDERS
 from test_store import committed, spawn
 
 from electric_sdk.lifecycle import Signal, State
@@ -166,3 +171,61 @@ async def test_runtime_request_keys_are_forgotten_sooner_than_clients_keys(any_s
     assert await store.idempotent_response(REF, f"{REQUEST_KEY_PREFIX}1 1") is None
     assert await store.idempotent_response(REF, "client-key") is not None
     assert await store.purge_idempotency(retention_ms) == 2
+
+
+async def hold(store: Store, holder: str, refs: list[Ref]) -> dict[Ref, int]:
+    """Spawn ``refs`` and grant each to ``holder``'s session: the epochs granted."""
+    for outcome in await store.write_many([spawn(ref) for ref in refs]):
+        committed(outcome)
+    return {ref: await granted(store, ref, holder) for ref in refs}
+
+
+async def test_lost_leases_are_the_gone_holders_only_a_page_at_a_time(any_store: Store) -> None:
+    store = any_store
+    await store.sessions.open(session("s1", "w1"), TTL_MS)
+    await store.sessions.open(session("s2", "w2"), 0)  # expired at once, by the store's clock
+    await store.sessions.open(session("s3", "w3"), TTL_MS)
+    await store.sessions.open(session("s4", "w4"), TTL_MS)
+    await hold(store, "s1", [("agent", f"one-{i}") for i in range(12)])
+    gone = await hold(store, "s2", [("agent", f"two-{i}") for i in range(7)])
+    await hold(store, "s3", [("agent", f"three-{i}") for i in range(3)])
+    gone |= await hold(store, "s4", [("agent", f"four-{i}") for i in range(2)])
+    await store.sessions.end(["s4"])
+    lost = await store.lost_leases(100)
+    assert sorted(lost) == sorted(gone.items())  # each with the epoch its grant gave
+    page = await store.lost_leases(5)
+    assert len(page) == 5
+    assert set(page) <= set(gone.items())
+
+
+async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: Store) -> None:
+    """The lease sweep runs every poll on every replica: with every holder live it reads a probe
+    per holder in entities_by_holder, not every held row (store/*_schema.py)."""
+    store = any_store
+    for holder in ("s1", "s2", "s3"):
+        await store.sessions.open(session(holder, f"w-{holder}"), TTL_MS)
+        await hold(store, holder, [("agent", f"{holder}-{i}") for i in range(100)])
+    assert await store.lost_leases(100) == []
+    if isinstance(store, SQLiteStore):
+        reader = store._reader()
+        for sql in (SQLITE_HOLDERS, SQLITE_HELD_BY):
+            plan = [
+                row[-1] for row in reader.execute(f"EXPLAIN QUERY PLAN {sql}", ("s1", 10)[: sql.count("?")])
+            ]
+            assert not [step for step in plan if step.startswith("SCAN entities")], plan
+        return
+    assert isinstance(store, PostgresStore)
+    admin = await asyncpg.connect(store.url)
+    try:
+        await admin.execute("ANALYZE entities")
+        [[plan]] = await admin.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {PG_LOST_LEASES}", 100)
+    finally:
+        await admin.close()
+    examined = 0
+    nodes = [json.loads(plan)[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", ()))
+        if node.get("Relation Name") == "entities":
+            examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+    assert 0 < examined <= 10  # a probe per holder and one past the last (the rows: 300)

@@ -330,13 +330,24 @@ SELECT_DUE_DEADLINES = (
     f"SELECT type, id, stopping_deadline FROM entities WHERE stopping_deadline <= {_NOW_MS} "
     "ORDER BY stopping_deadline LIMIT $1 FOR UPDATE SKIP LOCKED"
 )
-# The live sessions are listed once and hashed: a correlated _HOLDER_LIVE would run once per held
-# row (clock_timestamp() keeps PostgreSQL from making it an anti-join).
+# Found through the holders, not the held rows: the distinct holders are walked in the index
+# entities_by_holder (a skip scan: one probe per holder, however many leases each holds), the
+# live ones dropped, and only a gone holder's rows are read. Scanning every held row instead
+# took 51 ms with 100k leases (every poll, on every replica) against 0.26 ms so. The live
+# sessions are listed once and hashed: a correlated _HOLDER_LIVE would run once per holder
+# (clock_timestamp() keeps PostgreSQL from making it an anti-join).
+_HOLDERS = (
+    "WITH RECURSIVE holders(id) AS ("
+    "(SELECT lease_session FROM entities WHERE lease_session <> '' ORDER BY lease_session LIMIT 1) "
+    "UNION ALL SELECT (SELECT e.lease_session FROM entities e WHERE e.lease_session <> '' "
+    "AND e.lease_session > h.id ORDER BY e.lease_session LIMIT 1) FROM holders h WHERE h.id IS NOT NULL) "
+)
 SELECT_LOST_LEASES = (
-    "SELECT e.type, e.id, e.lease_epoch FROM entities e WHERE e.lease_session <> '' AND e.lease_session "
-    "NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
-    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) "
-    "LIMIT $1 FOR UPDATE OF e SKIP LOCKED"
+    f"{_HOLDERS}SELECT l.type, l.id, l.lease_epoch FROM holders h CROSS JOIN LATERAL ("
+    "SELECT e.type, e.id, e.lease_epoch FROM entities e WHERE e.lease_session <> '' AND e.lease_session = h.id "
+    "LIMIT $1 FOR UPDATE SKIP LOCKED) l "
+    "WHERE h.id IS NOT NULL AND h.id NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
+    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) LIMIT $1"
 )
 SELECT_SETTLED = (
     f"SELECT e.type, e.id FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "

@@ -57,7 +57,8 @@ from .sqlite_schema import (
     SELECT_ENTITIES,
     SELECT_ENTITY,
     SELECT_EVENTS,
-    SELECT_HELD,
+    SELECT_HELD_BY,
+    SELECT_HOLDERS,
     SELECT_IDEMPOTENCY,
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
@@ -392,8 +393,15 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
-        rows = await self._rows(SELECT_HELD)
-        return [((str(t), str(i)), int(e)) for t, i, e, s in rows if s not in self._sessions][:limit]
+        lost: list[tuple[Ref, int]] = []
+        for (holder,) in await self._rows(SELECT_HOLDERS):
+            if len(lost) >= limit:
+                break
+            if holder in self._sessions:
+                continue
+            rows = await self._rows(SELECT_HELD_BY, (holder, limit - len(lost)))
+            lost.extend(((str(t), str(i)), int(e)) for t, i, e in rows)
+        return lost
 
     async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
         settled = self.clock.now_ms() - settle_ms

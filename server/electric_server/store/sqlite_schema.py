@@ -25,7 +25,8 @@ __all__ = [
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
     "SELECT_EVENTS",
-    "SELECT_HELD",
+    "SELECT_HELD_BY",
+    "SELECT_HOLDERS",
     "SELECT_IDEMPOTENCY",
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
@@ -178,7 +179,19 @@ SELECT_DUE_DEADLINES = (
     f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline <= ? "
     "ORDER BY stopping_deadline LIMIT ?"
 )
-SELECT_HELD = f"SELECT {_KEY}, lease_epoch, lease_session FROM entities WHERE lease_session <> ''"
+# Lost leases are found through their holders (as on PostgreSQL, postgres_schema.py): the
+# distinct holders walked in entities_by_holder, one probe each, however many leases each holds;
+# then only a gone holder's rows. Reading every held row instead cost each poll O(leases).
+SELECT_HOLDERS = (
+    "WITH RECURSIVE holders(id) AS (SELECT min(lease_session) FROM entities WHERE lease_session <> '' "
+    "UNION ALL SELECT (SELECT min(lease_session) FROM entities WHERE lease_session <> '' "
+    "AND lease_session > holders.id) FROM holders WHERE holders.id IS NOT NULL) "
+    "SELECT id FROM holders WHERE id IS NOT NULL"
+)
+SELECT_HELD_BY = (
+    f"SELECT {_KEY}, lease_epoch FROM entities INDEXED BY entities_by_holder "
+    "WHERE lease_session = ? AND lease_session <> '' LIMIT ?"
+)
 # The partial index entities_ended_open holds exactly the ended open streams: few, whatever the
 # table's size (the planner would rather scan every terminal entity through entities_by_state).
 SELECT_ENDED_OPEN_HOLDERS = (
