@@ -31,8 +31,10 @@ only delays.
 transaction, in the statement that writes its events (no round trip of its
 own), and 8 bytes on the entity row; a NOTIFY per batch at most, off the
 commit's path (``bench/bench_feed_cost.py``, ``bench/bench_replica_signal.py``).
-Feed rows older than ``RETENTION_S`` are deleted by every replica. A store
-that holds its database alone keeps the feed off (``PostgresStore``).
+Feed rows older than ``RETENTION_S`` are deleted by every replica's reader,
+whether or not it read anything (a server alone on its database never reads a
+commit: it makes them all). ``electric verify`` opens its store with the feed off
+(``feed=False``): it writes no feed rows and reads none.
 """
 
 from __future__ import annotations
@@ -269,8 +271,9 @@ class FeedReader:
         order.read(snapshot, commits)
         self.reads += 1
         self.delivered += len(commits)
-        if commits:
-            await self._prune(conn)
+        # Whether or not the read brought anything: a replica alone on its database reads no
+        # commit but its own never, and its feed rows must go all the same.
+        await self._prune(conn)
 
     @staticmethod
     def _commit(row: Any) -> Commit:
