@@ -19,6 +19,7 @@ from electric_server.runtime_writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
+from electric_server.store.postgres_sessions import PostgresSessions
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
 from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
@@ -229,3 +230,29 @@ async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: 
         if node.get("Relation Name") == "entities":
             examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
     assert 0 < examined <= 10  # a probe per holder and one past the last (the rows: 300)
+
+
+async def test_a_hello_forgets_sessions_and_replicas_expired_long_ago(postgres_url: str) -> None:
+    """A replica killed leaves its rows (and its sessions') expired behind; the next hello
+    anywhere deletes those past the keeping time, and keeps the recent and the live."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    admin = await asyncpg.connect(postgres_url)
+    try:
+        assert isinstance(store.sessions, PostgresSessions)
+        store.sessions.forget_after_ms = 60_000
+        await store.sessions.open(session("old", "w-old", "r-dead"), 0)
+        await store.sessions.open(session("recent", "w-recent", "r-recent"), 0)
+        await admin.execute(
+            "UPDATE sessions SET expires_at = now() - interval '2 minutes' WHERE id = 'old'; "
+            "UPDATE replicas SET expires_at = now() - interval '2 minutes' WHERE id = 'r-dead'"
+        )
+        await store.sessions.open(session("new", "w-new", "r-live"), TTL_MS)
+        assert await admin.fetchval("SELECT array_agg(id ORDER BY id) FROM sessions") == ["new", "recent"]
+        assert await admin.fetchval("SELECT array_agg(id ORDER BY id) FROM replicas") == [
+            "r-live",
+            "r-recent",
+        ]
+    finally:
+        await admin.close()
+        await store.close()

@@ -26,6 +26,8 @@ __all__ = [
     "FEED_CHANNEL",
     "FLUSH_ROWS",
     "FLUSH_WIDTHS",
+    "FORGET_REPLICAS",
+    "FORGET_SESSIONS",
     "INSERT_EVENTS",
     "INSERT_ROWS",
     "INSERT_SESSION",
@@ -378,6 +380,15 @@ INSERT_SESSION = (
 END_SESSIONS = "DELETE FROM sessions WHERE id = ANY($1::text[])"
 END_REPLICA_SESSIONS = "DELETE FROM sessions WHERE replica = $1"
 END_REPLICA = "DELETE FROM replicas WHERE id = $1"
+# Rows of sessions and replicas that expired long ago ($1 ms): a replica killed, or a worker gone
+# with its replica, leaves its rows behind; a hello forgets them (an expired holder is not live
+# with its row or without it, so this changes no lease).
+FORGET_SESSIONS = (
+    "DELETE FROM sessions WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'"
+)
+FORGET_REPLICAS = (
+    "DELETE FROM replicas WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'"
+)
 
 INSERT_EVENTS = (
     f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"

@@ -5,7 +5,10 @@ Both are renewed by the replica's heartbeat (one statement for the replica
 and all its sessions, however many leases they hold), and judged by
 PostgreSQL's clock, so replicas whose clocks differ agree on who is live.
 A holder whose session or replica expired is not live: any replica may then
-end its leases (``lost_leases``) and grant them anew.
+end its leases (``lost_leases``) and grant them anew. The rows of a replica
+killed (and of its sessions) stay behind expired; a hello deletes those
+expired more than an hour ago (``FORGET_AFTER_MS``), so a replica that
+crashes again and again leaves no growing table.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from .postgres_schema import (
     END_REPLICA_SESSIONS,
     END_SESSIONS,
     END_WORKER_SESSIONS,
+    FORGET_REPLICAS,
+    FORGET_SESSIONS,
     INSERT_SESSION,
     RENEW_REPLICA,
     RENEW_SESSIONS,
@@ -46,6 +51,8 @@ LIVE_HOLDERS = (
 )
 
 Connect = Callable[[str], AbstractAsyncContextManager[Any]]
+# How long the rows of an expired session or replica are kept (a hello forgets older ones).
+FORGET_AFTER_MS = 3_600_000
 
 
 class PostgresSessions(SessionBook):
@@ -53,12 +60,15 @@ class PostgresSessions(SessionBook):
 
     def __init__(self, connection: Connect) -> None:
         self._connection = connection  # the store's pooled connection (faults → DatabaseUnavailable)
+        self.forget_after_ms = FORGET_AFTER_MS
 
     async def open(self, session: SessionRow, ttl_ms: int) -> None:
         async with self._connection("a worker session's start") as conn, conn.transaction():
             await conn.execute(RENEW_REPLICA, session.replica, ttl_ms)
             await conn.execute(END_WORKER_SESSIONS, session.worker_id)
             await conn.execute(INSERT_SESSION, *session[:3], list(session.types), *session[4:], ttl_ms)
+            await conn.execute(FORGET_SESSIONS, self.forget_after_ms)
+            await conn.execute(FORGET_REPLICAS, self.forget_after_ms)
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         async with self._connection("a replica's heartbeat") as conn, conn.transaction():
