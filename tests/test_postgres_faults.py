@@ -7,6 +7,7 @@ PostgreSQL server is never stopped.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -15,11 +16,13 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import grpc
 import httpx
 import pytest
@@ -151,6 +154,35 @@ def test_a_wrong_database_is_one_clear_line_at_start_without_its_password(
     assert says in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1, "one line"
     assert SECRET not in result.stderr + result.stdout
+
+
+def test_a_user_who_may_not_create_tables_is_told_what_to_grant(tmp_path: Path, postgres_url: str) -> None:
+    """PostgreSQL 15 and later let only a database's owner create in its schema public: a user
+    given a database it does not own fails at start, on one line that says what to grant."""
+    name = f"electric_unowned_{uuid.uuid4().hex[:8]}"
+
+    async def admin(*statements: str) -> None:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f"CREATE ROLE {name} LOGIN", f"CREATE DATABASE {name}"))
+    try:
+        parts = urllib.parse.urlsplit(postgres_url)
+        url = urllib.parse.urlunsplit(
+            parts._replace(netloc=f"{name}@{parts.netloc.rpartition('@')[2]}", path=f"/{name}")
+        )
+        result = electric_server(tmp_path / "data", url)
+    finally:
+        asyncio.run(admin(f"DROP DATABASE {name}", f"DROP ROLE {name}"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"electric server: cannot set up the database postgresql://{name}@")
+    assert "permission denied for schema public" in result.stderr, result.stderr
+    assert "its user must own the database" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, "one line"
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ from electric_sdk.lifecycle import State
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
 from .database_url import DEFAULT_DATABASE_POOL, redacted
 from .feed_order import FeedOrder
-from .postgres_faults import LOST, Reachability, refusal
+from .postgres_faults import LOST, Reachability, refusal, setup_refusal
 from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
@@ -148,7 +148,7 @@ class PostgresStore(SQLReads, PostgresWriter):
             raise DatabaseUnavailable(f"the database {where}: {exc}") from exc
         except (*LOST, asyncpg.PostgresError) as exc:
             pool.terminate()
-            raise DatabaseUnavailable(f"cannot set up the database {where}: {_reason(exc)}") from exc
+            raise DatabaseUnavailable(f"cannot set up the database {where}: {setup_refusal(exc)}") from exc
         self._pool = pool
         if self.feed:
             try:

@@ -39,7 +39,7 @@ LOST: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
-__all__ = ["PROBE_INTERVAL_S", "Reachability", "refusal"]
+__all__ = ["PROBE_INTERVAL_S", "Reachability", "refusal", "setup_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,18 @@ def refusal(exc: BaseException, where: str, connect_timeout_s: float) -> str:
     # No PostgreSQL error message: the other end did not speak PostgreSQL's protocol.
     reason = str(exc) or type(exc).__name__
     return f"{reason}: is that a PostgreSQL server?"
+
+
+def setup_refusal(exc: BaseException) -> str:
+    """Why the schema could not be applied at start, and what to do."""
+    if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
+        # PostgreSQL 15 and later let only a database's owner create in its schema public.
+        return (
+            f"{exc}: the server creates and writes its own tables, so its user must own the "
+            "database (e.g. createdb --owner USER, or ALTER DATABASE NAME OWNER TO USER while it is "
+            "new) or be granted CREATE on its schema public and every right on the tables there"
+        )
+    return str(exc) or type(exc).__name__
 
 
 class Reachability:
