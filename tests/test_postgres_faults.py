@@ -156,6 +156,31 @@ def test_a_wrong_database_is_one_clear_line_at_start_without_its_password(
     assert SECRET not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("command", ["verify", "export"])
+def test_an_offline_tool_on_a_database_it_cannot_open_exits_2_without_the_password(
+    command: str, tmp_path: Path
+) -> None:
+    """As `server` does: one line, exit 2 (exit 1 would be `verify`'s "a mismatch was found")."""
+    with closed_port() as port:
+        url = f"postgresql://electric:{SECRET}@127.0.0.1:{port}/electric"
+        args = [str(tmp_path / "out.jsonl")] if command == "export" else []
+        result = subprocess.run(
+            [sys.executable, "-m", "electric_sdk.cli.main", command, "--database", url, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        f"electric {command}: cannot open the database postgresql://electric:***@"
+    )
+    assert "nothing accepts connections at its host and port" in result.stderr
+    assert result.stderr.count("\n") == 1, "one line"
+    assert SECRET not in result.stderr + result.stdout
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_user_who_may_not_create_tables_is_told_what_to_grant(tmp_path: Path, postgres_url: str) -> None:
     """PostgreSQL 15 and later let only a database's owner create in its schema public: a user
     given a database it does not own fails at start, on one line that says what to grant."""

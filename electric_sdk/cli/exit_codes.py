@@ -49,7 +49,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "text that is not UTF-8, a closed stdout (or stdin for `run --message -`), found "
         "locally (nothing was sent) or by the server (`INVALID_ARGUMENT`: `INVALID_NAME`, "
         "`UNKNOWN_SIGNAL`, `PAYLOAD_NOT_ALLOWED`, `EMPTY_MESSAGE`, ...); bad `server`/`verify` "
-        "configuration, or a data directory another server holds; `backup`/`restore` refused "
+        "configuration, a `--database` that cannot be opened (`server`, `verify`, `export`, "
+        "`import`), or a data directory another server holds; `backup`/`restore` refused "
         "(nothing written); `worker`/`dev`: the app cannot be loaded",
     ),
     NOT_FOUND: (

@@ -278,11 +278,12 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from electric_server import StorageFault, verify_data_dir, verify_database
+    from electric_server import DatabaseUnavailable, StorageFault, verify_data_dir, verify_database
 
     try:
         report = asyncio.run(verify_database(args.database) if args.database else verify_data_dir(args.data))
-    except ValueError as exc:  # not a database URL, or no driver for it
+    except (ValueError, DatabaseUnavailable) as exc:  # not a database URL; one that cannot be opened
+        # As `server` and `export` say it: exit 1 is a mismatch found, which this is not.
         print(f"electric verify: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     except FileNotFoundError as exc:
