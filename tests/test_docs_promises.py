@@ -88,7 +88,7 @@ def _all_options() -> dict[str, list[argparse.Action]]:
 # are not electric's.
 OTHER_TOOLS = {"--no-browser", "--port", "--tb", "--install-links"}
 OTHER_COMMANDS = re.compile(
-    r"^\s*(?:\$\s*)?(?:curl|wrk|npm|node|pg_dump|pg_basebackup|pip|python3?|voila|docker|apt-get|openssl|make|buf|grpcurl)\b"
+    r"^\s*(?:\$\s*)?(?:curl|wrk|npm|node|pg_dump|pg_basebackup|createdb|psql|pip|python3?|voila|docker|apt-get|openssl|make|buf|grpcurl)\b"
 )
 
 
