@@ -271,8 +271,8 @@ class FeedReader:
         order.read(snapshot, commits)
         self.reads += 1
         self.delivered += len(commits)
-        # Whether or not the read brought anything: a replica alone on its database reads no
-        # commit but its own never, and its feed rows must go all the same.
+        # Whether or not the read brought anything: a replica alone on its database never reads
+        # a commit (they are all its own), and its feed rows must go all the same.
         await self._prune(conn)
 
     @staticmethod
