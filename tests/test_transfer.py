@@ -122,6 +122,11 @@ async def test_a_store_moves_to_postgresql_and_back_exactly(
     exported = electric("export", str(tmp_path / "one.jsonl"), "--data", str(tmp_path / "sqlite"))
     assert exported.returncode == 0, exported.stderr
     assert "electric export: done:" in exported.stderr  # progress, on stderr
+    counts = f"{len(original['entities'])} entities"
+    assert counts in exported.stderr, exported.stderr
+    assert "idempotency keys" in exported.stderr, exported.stderr
+    assert exported.stdout.startswith(f"exported {len(original['profiles'])} type profile"), exported.stdout
+    assert counts in exported.stdout, exported.stdout
     imported = electric("import", str(tmp_path / "one.jsonl"), "--database", postgres_url)
     assert imported.returncode == 0, imported.stderr
     verified = electric("verify", "--database", postgres_url)

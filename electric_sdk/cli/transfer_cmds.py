@@ -77,6 +77,5 @@ def _transfer(command: str, args: argparse.Namespace, run: Any) -> int:
     if getattr(args, "json", False):
         print(console.json_text({**done.counts, "head_txid": done.head_txid}))
     else:
-        counts = ", ".join(f"{n} {kind}" for kind, n in done.counts.items())
-        print(f"{command}ed {counts} (txids up to {done.head_txid})")
+        print(f"{command}ed {done}")
     return exit_codes.OK

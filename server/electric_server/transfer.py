@@ -52,10 +52,27 @@ class TransferError(ValueError):
     """An export or import refused, or one that failed: the target is as it was (the CLI exits 2)."""
 
 
+# How the progress and the result name each kind of record: (one, many).
+_NAMES = {
+    "type_profile": ("type profile", "type profiles"),
+    "entity": ("entity", "entities"),
+    "event": ("event", "events"),
+    "idempotency": ("idempotency key", "idempotency keys"),
+}
+
+
+def counted(counts: dict[str, int]) -> str:
+    """``counts`` (an export's kinds of record) for people: "1 entity, 2,048 events, ..."."""
+    return ", ".join(f"{n:,} {_NAMES[kind][n != 1]}" for kind, n in counts.items())
+
+
 @dataclass
 class Transferred:
     counts: dict[str, int]
     head_txid: int
+
+    def __str__(self) -> str:
+        return f"{counted(self.counts)} (txids up to {self.head_txid})"
 
 
 @dataclass
@@ -71,10 +88,7 @@ class Progress:
         now = time.monotonic()
         if final or now - self._last >= self.interval_s:
             self._last = now
-            shown = ", ".join(
-                f"{n:,} {kind.replace('_', ' ')}{'' if n == 1 else 's'}" for kind, n in counts.items()
-            )
-            self.out.write(f"electric {self.command}: {'done: ' if final else ''}{shown}\n")
+            self.out.write(f"electric {self.command}: {'done: ' if final else ''}{counted(counts)}\n")
             self.out.flush()
 
 
