@@ -10,6 +10,7 @@ out, when the write may or may not have committed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ import pytest
 from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_schema import SELECT_FED_XACT
 from helpers import lock_waiter
 from test_store import check_stream, committed, note, spawn
 from test_store_postgres import behind_a_cutter
@@ -158,3 +160,27 @@ async def test_a_caller_cancelled_with_the_statement_out_is_found_out(
     committed(await store.write(note(ref, "next")))
     assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"next"]
     assert [[e.body for e in c.events] for c in published] == [[b"next"]]
+
+
+async def test_finding_out_reads_the_feed_from_before_the_write_only(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    """The feed keeps ten minutes of every replica's commits; a lost write is looked for among
+    the transactions since a snapshot taken before its statement went out, by the xact index,
+    not by reading them all."""
+    store = stores[0]
+    ref: Ref = ("t", "many")
+    committed(await store.write(spawn(ref)))
+    for _ in range(16):
+        await store.write_many([note(ref) for _ in range(256)])
+    await admin.execute("ANALYZE commit_feed")
+    floor = Snapshot.parse(await admin.fetchval("SELECT pg_current_snapshot()::text")).xmax
+    [[plan]] = await admin.fetch(f"EXPLAIN (FORMAT JSON) {SELECT_FED_XACT}", store.origin, 1, str(floor))
+    nodes, scans = [json.loads(plan)[0]["Plan"]], []
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", ()))
+        if node.get("Relation Name") == "commit_feed" or "Index Name" in node:
+            scans.append((node["Node Type"], node.get("Index Name")))
+    assert scans, plan
+    assert all(kind != "Seq Scan" and index == "commit_feed_by_xact" for kind, index in scans), scans

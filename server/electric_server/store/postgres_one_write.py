@@ -189,11 +189,13 @@ def _arguments(applied: Applied, commit: Commit, origin: int, before_values: Any
     return args
 
 
-async def find_out(conn: Any, lost: UnknownOutcome, origin: int) -> int | None:
+async def find_out(conn: Any, lost: UnknownOutcome, origin: int, floor: int) -> int | None:
     """Whether the lost write committed: its transaction's id, or None. Its backend is ended first
-    and waited for, so the answer is final (a backend gone has committed or rolled back)."""
+    and waited for, so the answer is final (a backend gone has committed or rolled back).
+    ``floor``: the xmax of a snapshot taken before the write's statement went out, below every
+    transaction id assigned after (so below the write's), which bounds the feed rows read."""
     # Polled: PostgreSQL tells no one when a backend has gone.
     while await conn.fetch(TERMINATE_BACKEND, lost.pid, lost.started):  # noqa: ASYNC110
         await asyncio.sleep(_ENDED_POLL_S)
-    xact = await conn.fetchval(SELECT_FED_XACT, origin, lost.commit.txid)
+    xact = await conn.fetchval(SELECT_FED_XACT, origin, lost.commit.txid, str(floor))
     return None if xact is None else int(xact)

@@ -582,9 +582,13 @@ ONE_KEY = (
     f"INSERT INTO idempotency (type, id, key, request_hash, response, created_at) VALUES ({_KEY_VALUES})"
 )
 # Resolving a lone write whose connection was lost with the outcome unknown: its backend ended
-# (the same backend: a pid is reused, its start time is not), then its feed row looked for.
+# (the same backend: a pid is reused, its start time is not), then its feed row looked for, among
+# the transactions from a snapshot taken before its statement went out (the xact index: the feed
+# holds every commit of the last ten minutes, on every replica).
 SELECT_BACKEND_START = "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
 TERMINATE_BACKEND = (
     "SELECT pg_terminate_backend(pid), true FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
 )
-SELECT_FED_XACT = "SELECT xact::text::bigint FROM commit_feed WHERE origin = $1 AND txid = $2"
+SELECT_FED_XACT = (
+    "SELECT xact::text::bigint FROM commit_feed WHERE xact >= $3::text::xid8 AND origin = $1 AND txid = $2"
+)

@@ -357,10 +357,12 @@ class PostgresWriter(Store):
             order.sending(sent)  # held from now: the entity's later commits wait for it
 
         unknown: list[UnknownOutcome] = []
+        floor = order.snapshot.xmax  # the reader's last snapshot: taken before the statement goes
 
         def find_out_later(lost: UnknownOutcome) -> None:
             unknown.append(lost)
-            task = asyncio.get_running_loop().create_task(self._find_out(lost), name="electric-find-out")
+            finding = self._find_out(lost, floor)
+            task = asyncio.get_running_loop().create_task(finding, name="electric-find-out")
             self.finding_out.add(task)
             task.add_done_callback(self.finding_out.discard)
 
@@ -402,7 +404,7 @@ class PostgresWriter(Store):
         if self.doorbell is not None:
             self.doorbell.ring(xact)
 
-    async def _find_out(self, lost: UnknownOutcome) -> None:
+    async def _find_out(self, lost: UnknownOutcome, floor: int) -> None:
         """Whether a lone write whose connection was lost committed (postgres_one_write); published
         if it did. Tried until the database answers (the store is unavailable until then anyway)."""
         pause = 0.05
@@ -412,7 +414,7 @@ class PostgresWriter(Store):
                 return  # closed: this replica's Hub has no subscriber left to tell
             try:
                 async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
-                    xact = await postgres_one_write.find_out(conn, lost, self.origin)
+                    xact = await postgres_one_write.find_out(conn, lost, self.origin, floor)
                 break
             except (*LOST, asyncpg.PostgresError) as exc:
                 log.debug("finding out a lost write's outcome failed (%s): trying again", exc)
