@@ -212,7 +212,7 @@ async def test_verify_reports_a_tampered_entity(stopped_data: Path) -> None:
     result = await electric_async("verify", "--data", str(stopped_data))
     assert result.returncode == 1
     lines = result.stdout.decode().splitlines()
-    assert lines[-1] == "verified 3 entities, 6 events: 1 entity(ies) differ"
+    assert lines[-1] == "verified 3 entities, 6 events: 1 entity differs"
     assert all(line.startswith("/agent/a2: ") for line in lines[:-1])
     assert any("running" in line and "spawning" in line for line in lines[:-1])
 

@@ -149,7 +149,9 @@ def assert_verify_damaged(data: Path, names: str) -> dict[str, Any]:
     assert text.returncode == exit_codes.DATA_DAMAGED, text
     assert "Traceback" not in text.stdout + text.stderr
     assert re.search(rf"^damaged: .*{names}", text.stdout, re.MULTILINE), text.stdout
-    assert re.search(r"^verified \d+ entities, \d+ events: the store is damaged", text.stdout, re.MULTILINE)
+    assert re.search(
+        r"^verified \d+ entit(?:y|ies), \d+ events?: the store is damaged", text.stdout, re.MULTILINE
+    )
     report = electric("verify", "--data", str(data), "--json")
     assert report.returncode == exit_codes.DATA_DAMAGED, report
     parsed: dict[str, Any] = json.loads(report.stdout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -349,6 +350,35 @@ def test_verify_a_database(postgres_url: str) -> None:
     result = electric("verify", "--database", postgres_url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "verified 0 entities, 0 events: clean"
+
+
+async def test_the_offline_tools_take_electric_database_url_unless_given_data(
+    tmp_path: Any, postgres_url: str
+) -> None:
+    """As `server` does, `verify`, `export` and `backup` take $ELECTRIC_DATABASE_URL's database
+    when neither --data nor --database is given (backup refuses it, pointing to pg_dump); a
+    --data given wins over the environment."""
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        committed(await store.write(spawn(("agent", "env"))))
+    finally:
+        await store.close()
+    env = os.environ | {"ELECTRIC_DATABASE_URL": postgres_url}
+    verified = electric("verify", env=env)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.strip() == "verified 1 entity, 1 event: clean"
+    exported = electric("export", str(tmp_path / "all.jsonl"), env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert "1 entity," in exported.stdout, exported.stdout
+    given = electric("verify", "--data", str(tmp_path / "nothing"), env=env)
+    assert given.returncode == 2, given.stdout
+    assert "no electric database" in given.stderr, given.stderr
+    backup = electric("backup", str(tmp_path / "out.db"), env=env)
+    assert backup.returncode == 2, backup.stderr
+    assert "pg_dump" in backup.stderr, backup.stderr
+    assert "$ELECTRIC_DATABASE_URL" in backup.stderr, backup.stderr
+    assert not (tmp_path / "out.db").exists()
 
 
 def test_without_asyncpg_the_server_says_what_to_install(tmp_path: Any) -> None:

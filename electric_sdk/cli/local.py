@@ -142,9 +142,46 @@ def add_listen(p: argparse.ArgumentParser) -> None:
     )
 
 
+DEFAULT_DATA = Path(".electric")
+
+
 def add_data(p: argparse.ArgumentParser, help: str = "data directory (default %(default)s)") -> None:
     """``--data``, the data directory every local command takes (one default, one spelling)."""
-    p.add_argument("--data", metavar="DIR", type=Path, default=Path(".electric"), help=help)
+    p.add_argument("--data", metavar="DIR", type=Path, default=DEFAULT_DATA, help=help)
+
+
+def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None = None) -> None:
+    """``--data`` and ``--database`` of the offline tools (verify, export, import, backup); their
+    store is picked by ``resolve_store``. ``database_help`` None: say what ``--database`` does."""
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help=f"{verb} this data directory (default {DEFAULT_DATA}, or $ELECTRIC_DATABASE_URL's database "
+        "when that is set)",
+    )
+    p.add_argument(
+        "--database",
+        metavar="URL",
+        default=None,
+        help=database_help
+        or f"{verb} this PostgreSQL database instead of --data (default $ELECTRIC_DATABASE_URL, "
+        "unless --data is given)",
+    )
+
+
+def resolve_store(args: argparse.Namespace) -> bool:
+    """Pick an offline tool's store: ``--database``; else ``--data``; else the database of
+    ``$ELECTRIC_DATABASE_URL``, which ``server`` uses too; else ``.electric``. A ``--data`` given
+    is never overridden by the environment. Returns whether the environment picked it."""
+    from_env = False
+    if args.database is None and args.data is None:
+        args.database = os.environ.get("ELECTRIC_DATABASE_URL") or None
+        from_env = args.database is not None
+    if args.data is None:
+        args.data = DEFAULT_DATA
+    return from_env
 
 
 def add_database(p: argparse.ArgumentParser) -> None:
@@ -228,8 +265,7 @@ def storage_exit(command: str, exc: Exception) -> int:
 
 def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("verify", help="replay every stream and report entities whose state differs")
-    add_data(p)
-    p.add_argument("--database", metavar="URL", help="verify this PostgreSQL database instead of --data")
+    add_store(p, "verify")
     # SUPPRESS: `electric --json verify` (the global flag) works too.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
     p.set_defaults(func=_cmd_verify)
@@ -277,9 +313,17 @@ def _cmd_server(args: argparse.Namespace) -> int:
         return storage_exit("server", exc)
 
 
+def _stores_counts(entities: int, events: int) -> str:
+    """What verify, backup and restore counted: "1 entity, 2 events"."""
+    return (
+        f"{entities} {'entity' if entities == 1 else 'entities'}, {events} event{'' if events == 1 else 's'}"
+    )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from electric_server import DatabaseUnavailable, StorageFault, verify_data_dir, verify_database
 
+    resolve_store(args)
     try:
         report = asyncio.run(verify_database(args.database) if args.database else verify_data_dir(args.data))
     except (ValueError, DatabaseUnavailable) as exc:  # not a database URL; one that cannot be opened
@@ -325,10 +369,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 "server with --accept-data-loss"
             )
         elif report.mismatches:
-            verdict = f"{len(report.mismatches)} entity(ies) differ"
+            differ = len(report.mismatches)
+            verdict = f"{differ} {'entity differs' if differ == 1 else 'entities differ'}"
         else:
             verdict = "clean"
-        print(f"verified {report.entities} entities, {report.events} events: {verdict}")
+        print(f"verified {_stores_counts(report.entities, report.events)}: {verdict}")
     if report.damage:
         return exit_codes.DATA_DAMAGED
     return exit_codes.OK if report.clean else exit_codes.ERROR
@@ -336,9 +381,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("backup", help="copy a data directory's store, live or not, to a file")
-    add_data(p)
+    add_store(p, "back up", database_help=argparse.SUPPRESS)  # a database is refused: see _cmd_backup
     p.add_argument("out", type=Path, metavar="OUT", help="the backup file to write")
-    p.add_argument("--database", metavar="URL", help=argparse.SUPPRESS)  # refused: see _cmd_backup
     p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
     p.set_defaults(func=_cmd_backup)
@@ -353,11 +397,13 @@ def add_backup_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 def _cmd_backup(args: argparse.Namespace) -> int:
     from electric_server import backup_data_dir
 
+    from_env = resolve_store(args)
     if args.database:
+        why = " ($ELECTRIC_DATABASE_URL names one: give --data DIR to back up a data directory)"
         print(
             "electric backup: backs up a data directory's SQLite store only; back up a PostgreSQL "
             "database with PostgreSQL's own tools: pg_dump (a logical copy) or pg_basebackup "
-            "(with WAL archiving, to a point in time)",
+            f"(with WAL archiving, to a point in time){why if from_env else ''}",
             file=sys.stderr,
         )
         return exit_codes.USAGE
@@ -390,7 +436,7 @@ def _copy_store(command: str, done: str, copy: Callable[[], StoreCopy], args: ar
         print(console.json_text(fields))
     else:
         print(
-            f"{done} {result.entities} entities, {result.events} events (txids up to {result.head_txid}) "
+            f"{done} {_stores_counts(result.entities, result.events)} (txids up to {result.head_txid}) "
             f"into {result.path}: {result.size_bytes:,} bytes"
         )
     return exit_codes.OK

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import console, exit_codes
-from .local import add_data
+from .local import add_store, resolve_store
 
 # Idempotency keys older than the server's retention (its default: a day) have expired.
 DAY_MS = 24 * 3600 * 1000
@@ -35,8 +35,7 @@ def add_transfer_parsers(sub: argparse._SubParsersAction[Any]) -> None:
 
 
 def _store_options(p: argparse.ArgumentParser, verb: str) -> None:
-    add_data(p, help=f"{verb} this data directory (default %(default)s)")
-    p.add_argument("--database", metavar="URL", help=f"{verb} this PostgreSQL database instead of --data")
+    add_store(p, verb)
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
 
 
@@ -69,6 +68,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _transfer(command: str, args: argparse.Namespace, run: Any) -> int:
+    resolve_store(args)  # before ``run`` reads the namespace
     try:
         done = asyncio.run(run())
     except ValueError as exc:  # TransferError, or the data directory's (locked by a live server)
