@@ -314,10 +314,10 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
 
 def _stores_counts(entities: int, events: int) -> str:
-    """What verify, backup and restore counted: "1 entity, 2 events"."""
-    return (
-        f"{entities} {'entity' if entities == 1 else 'entities'}, {events} event{'' if events == 1 else 's'}"
-    )
+    """What verify, backup and restore counted, worded as export and import word theirs."""
+    from electric_server import counted
+
+    return counted({"entity": entities, "event": events})
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
 from .config_error import ConfigError
 from .datadir import DataDirError, DataDirLocked
 from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
-from .transfer import Progress, TransferError, Transferred, export_store, import_store
+from .transfer import Progress, TransferError, Transferred, counted, export_store, import_store
 from .verify import Report
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "Transferred",
     "__version__",
     "backup_data_dir",
+    "counted",
     "export_store",
     "import_store",
     "restore_data_dir",

@@ -52,7 +52,8 @@ class TransferError(ValueError):
     """An export or import refused, or one that failed: the target is as it was (the CLI exits 2)."""
 
 
-# How the progress and the result name each kind of record: (one, many).
+# How counts of each kind of record are named for people (export, import, and the CLI's verify,
+# backup and restore): (one, many).
 _NAMES = {
     "type_profile": ("type profile", "type profiles"),
     "entity": ("entity", "entities"),
@@ -62,7 +63,7 @@ _NAMES = {
 
 
 def counted(counts: dict[str, int]) -> str:
-    """``counts`` (an export's kinds of record) for people: "1 entity, 2,048 events, ..."."""
+    """``counts`` (by kind of record, as an export's) for people: "1 entity, 2,048 events, ..."."""
     return ", ".join(f"{n:,} {_NAMES[kind][n != 1]}" for kind, n in counts.items())
 
 
