@@ -231,15 +231,14 @@ class HostBase(Lifetime):
                 await self._fenced.transition(stopped, "cleanup_complete")
         finally:
             self._cleanup_ended()
-            self.end("stopped")
 
     @abstractmethod
     async def _clean_up(self, info: SignalInfo | None, pending: bool) -> bool:
         """The host's own cleanup; True if it ran to its end."""
 
     def _cleanup_ended(self) -> None:
-        """The cleanup is over, however it ended (before the hosting ends)."""
-        return
+        """The cleanup is over, however it ended: the hosting ends with it."""
+        self.end("stopped")
 
     async def _cleanup_requested(self, info: SignalInfo | None, pending: bool) -> None:
         """The SIGTERM's outcome, once the cleanup has begun."""

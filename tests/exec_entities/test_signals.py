@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import anyio
 import pytest
-from runtime.rt_support import outcome_of, running_worker, state_is, until
+from runtime.rt_support import TIMEOUT_S, outcome_of, running_worker, state_is, until
 
 from electric_sdk import AsyncClient
 from electric_sdk.runtime import App
-from electric_sdk.runtime.exec import ShutdownPolicy
+from electric_sdk.runtime.exec import ActionPlan, ShutdownPolicy, action_hook
 from electric_sdk.testing import TestServer
 
 from .support import alive, child, line, output, proc_state, ready, receipt, receipts
@@ -88,6 +92,58 @@ async def test_sigkill_forces_at_once(electric: TestServer, client: AsyncClient)
     assert forces[0]["reason"].startswith("SIGKILL")
     assert not alive(pid)
     assert (await client.get("p/a")).state.value == "killed"
+
+
+async def test_sigkill_is_forced_once_when_the_cleanup_it_cut_short_ends_first(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """SIGKILL cancels the SIGTERM cleanup under way, and the cleanup returns while the SIGKILL's
+    force is still going. Its return must not end the hosting then: the force would be cut off and
+    issued again by the hosting's end (two force receipts, the second "hosting ended"). The hook
+    holds the force until the cleanup is over, so the order is the same every run."""
+    app = App(code_version="t")
+    app.exec("p", child("--on-term", "ignore"), grace_period="30s", keep=True)
+
+    async def after_the_cleanup(plan: ActionPlan) -> None:
+        if plan.action == "force" and plan.reason.startswith("SIGKILL"):
+            with anyio.move_on_after(TIMEOUT_S):
+                await cleanup_over.wait()
+
+    cleanup_over = anyio.Event()
+    with _on_log("the cleanup is over", cleanup_over.set), action_hook(after_the_cleanup):
+        async with running_worker(app, electric.address):
+            await client.spawn("p/a")
+            pid = await ready(client, "p/a")
+            await client.signal("p/a", "SIGTERM")
+            await until(client, "p/a", receipt("graceful", "issued"))
+            await client.signal("p/a", "SIGKILL")
+            exit_ = await until(client, "p/a", receipt("exit"))
+    assert cleanup_over.is_set()
+    forces = [r for r in await receipts(client, "p/a") if r["action"] == "force"]
+    assert [r["reason"].split()[0] for r in forces] == ["SIGKILL"]
+    assert exit_.value["exit_status"] == -9
+    assert exit_.value["reason"].split("; ")[-1].startswith("SIGKILL")
+    assert not alive(pid)
+
+
+@contextmanager
+def _on_log(text: str, call: Callable[[], None]) -> Iterator[None]:
+    """Calls ``call`` when the runtime logs a line holding ``text`` (its debug lines too)."""
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                call()
+
+    logger, handler = logging.getLogger("electric.runtime"), Seen(logging.DEBUG)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 async def _spawn_frozen(client: AsyncClient, ref: str) -> int:

@@ -97,6 +97,7 @@ class ExecHost(HostBase):
         self._pumps: list[OutputPump] = []
         self._seen: set[int] = set()
         self._shutdown_scope: anyio.CancelScope | None = None
+        self._killing = False  # a SIGKILL's force is under way (_force_now)
         # Signals delivered with the lease act only once the stored generation has been judged.
         self._recovered = anyio.Event()
 
@@ -474,6 +475,7 @@ class ExecHost(HostBase):
     def _kill(self, info: SignalInfo, pending: bool) -> None:
         assert self._tg is not None
         self._busy += 1  # at once: the loop must not end the hosting before the kill has run
+        self._killing = True
         self._tg.start_soon(self._force_now, info, pending)
 
     def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
@@ -576,6 +578,14 @@ class ExecHost(HostBase):
 
     def _cleanup_ended(self) -> None:
         self._busy -= 1
+        # A SIGKILL that cut the cleanup short has its force under way: it ends the hosting (as
+        # killed) once the process is dead. Ended here, the force would be cancelled half-way and
+        # issued a second time, as "hosting ended", by _end_child.
+        log.debug(
+            "%s: the cleanup is over%s", self.task_id, " (cut short by SIGKILL)" if self._killing else ""
+        )
+        if not self._killing:
+            super()._cleanup_ended()
 
     async def _recheck_orphan(self) -> None:
         """No new generation beside a held one that may still run: the start is refused (said once),
