@@ -163,3 +163,32 @@ async def _state_becomes(pid: int, state: str) -> bool:
             return True
         await anyio.sleep(0.005)
     return False
+
+
+async def test_sigterm_then_sigkill_at_once_force_and_exit_once(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """SIGTERM and SIGKILL sent back to back. The SIGKILL reaches the worker either before the
+    SIGTERM's shutdown has begun (which must then not begin: it settled the exit a second time) or
+    while its graceful action's receipt is being written (that receipt, refused as the state moved
+    and retried, must not land after the force's). Either way the stream says: one force, then
+    one exit, naming the SIGKILL. Eight entities, as the worker picks the order: on the code
+    before the fix, most of them broke it."""
+    app = App(code_version="t")
+    app.exec("p", child("--on-term", "ignore"), grace_period="30s", keep=True)
+    refs = [f"p/close{i}" for i in range(8)]
+    async with running_worker(app, electric.address):
+        for ref in refs:
+            await client.spawn(ref)
+            await ready(client, ref)
+            await client.signal(ref, "SIGTERM")
+            await client.signal(ref, "SIGKILL")
+            await until(client, ref, receipt("exit"))
+        for ref in refs:
+            await until(client, ref, state_is("killed"))
+    for ref in refs:
+        acts = [(r["action"], r["disposition"]) for r in await receipts(client, ref)]
+        after_force = acts[acts.index(("force", "issued")) :]
+        assert after_force == [("force", "issued"), ("exit", "observed")], (ref, acts)
+        exit_ = next(r for r in await receipts(client, ref) if r["action"] == "exit")
+        assert "SIGKILL" in exit_["reason"].split("; ")[-1], (ref, exit_["reason"])

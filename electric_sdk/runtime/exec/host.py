@@ -98,6 +98,7 @@ class ExecHost(HostBase):
         self._seen: set[int] = set()
         self._shutdown_scope: anyio.CancelScope | None = None
         self._killing = False  # a SIGKILL's force is under way (_force_now)
+        self._receipt_order = anyio.Lock()
         # Signals delivered with the lease act only once the stored generation has been judged.
         self._recovered = anyio.Event()
 
@@ -277,28 +278,41 @@ class ExecHost(HostBase):
         self, child: Child, reason: str, *, escalated: bool = False, signal_key: str = ""
     ) -> None:
         """The generation is over (its group empty): let its output catch up, reap its leader, and
-        say how it ended."""
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(OUTPUT_TRAIL_S):
-                for pump in self._pumps:
-                    await pump.done.wait()
-            status = child.reap()
-            if self.child is child:
-                self.child = None
-                # A generation taken over ends to make room for ours; one of ours ending is an exit.
-                self._exited_in_session = not child.adopted
-            self.last, self.last_status = child.evidence, status
-            await self._receipt(
-                "exit",
-                "observed",
-                evidence=child.evidence,
-                issued_at=datetime.now(UTC),
-                exit_status=status,
-                escalated=escalated,
-                reason=f"{child.describe_exit()}; {reason}",
-                signal_key=signal_key,
-            )
+        say how it ended. Once: a SIGKILL's force and a shutdown may both see the end, and the
+        second waits for the first's record (bounded by its output trail and write timeout)."""
+        if child.settled is not None:
+            with anyio.CancelScope(shield=True):
+                await child.settled.wait()
+            return
+        child.settled = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._record_exit(child, reason, escalated, signal_key)
+        finally:
+            child.settled.set()
         self._bell.ring()
+
+    async def _record_exit(self, child: Child, reason: str, escalated: bool, signal_key: str) -> None:
+        """``_settle``'s work, done once per generation."""
+        with anyio.move_on_after(OUTPUT_TRAIL_S):
+            for pump in self._pumps:
+                await pump.done.wait()
+        status = child.reap()
+        if self.child is child:
+            self.child = None
+            # A generation taken over ends to make room for ours; one of ours ending is an exit.
+            self._exited_in_session = not child.adopted
+        self.last, self.last_status = child.evidence, status
+        await self._receipt(
+            "exit",
+            "observed",
+            evidence=child.evidence,
+            issued_at=datetime.now(UTC),
+            exit_status=status,
+            escalated=escalated,
+            reason=f"{child.describe_exit()}; {reason}",
+            signal_key=signal_key,
+        )
 
     async def _act(
         self, child: Child, action: str, name: str, *, group: bool, reason: str, signal_key: str = ""
@@ -332,6 +346,11 @@ class ExecHost(HostBase):
             self._bell.ring()
 
     async def _shutdown_child(self, child: Child, reason: str, signal_key: str) -> None:
+        if self._killing:
+            # A SIGKILL came before this shutdown began (a SIGTERM and a SIGKILL delivered close
+            # together): its force ends the generation and says how; a graceful action now would
+            # only race it. One that began first is cancelled by the SIGKILL (_shutdown_scope).
+            return
         if child.done():
             await self._settle(child, f"exited before the graceful action ({reason})", signal_key=signal_key)
             return
@@ -565,7 +584,9 @@ class ExecHost(HostBase):
         await self._recovered.wait()
         key = info.key if info is not None else ""
         await self._cleanup_requested(info, pending)
-        if self.child is not None and not self.child.reaped:
+        if self._killing:
+            pass  # a SIGKILL came meanwhile: its force ends the generation, and its receipts say so
+        elif self.child is not None and not self.child.reaped:
             await self._shutdown_child(self.child, f"SIGTERM {key}".strip(), key)
         else:
             await self._receipt(
@@ -636,4 +657,8 @@ class ExecHost(HostBase):
         name, reason = fields.get("name", ""), fields.get("reason", "")
         log.info("%s: exec %s %s %s %s", self.task_id, action, name, disposition, reason)
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            await self._fenced.write(retry=True, exec=receipt)
+            # One at a time, so they land in the order of the acts: a receipt refused because the
+            # state moved (a SIGKILL during a SIGTERM's) is retried, and must not land after the
+            # receipt of an act that came after its own.
+            async with self._receipt_order:
+                await self._fenced.write(retry=True, exec=receipt)

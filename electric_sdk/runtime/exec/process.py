@@ -96,6 +96,8 @@ class Child(ABC):
         self.exited = anyio.Event()
         self.status: int | None = None
         self.reaped = False
+        # Its exit is recorded once (ExecHost._settle), by whoever saw it end first: set when done.
+        self.settled: anyio.Event | None = None
         # Reaped by someone else: it is gone, but nothing says how, and nothing proves it any more.
         self.lost = False
         # Its leader exited and its group was seen empty: over for good (nothing joins such a group
