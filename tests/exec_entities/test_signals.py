@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
 import anyio
 import pytest
-from runtime.rt_support import TIMEOUT_S, outcome_of, running_worker, state_is, until
+from runtime.rt_support import TIMEOUT_S, on_log, outcome_of, running_worker, state_is, until
 
 from electric_sdk import AsyncClient
 from electric_sdk.runtime import App
@@ -110,7 +106,7 @@ async def test_sigkill_is_forced_once_when_the_cleanup_it_cut_short_ends_first(
                 await cleanup_over.wait()
 
     cleanup_over = anyio.Event()
-    with _on_log("the cleanup is over", cleanup_over.set), action_hook(after_the_cleanup):
+    with on_log("the cleanup is over", cleanup_over.set), action_hook(after_the_cleanup):
         async with running_worker(app, electric.address):
             await client.spawn("p/a")
             pid = await ready(client, "p/a")
@@ -124,26 +120,6 @@ async def test_sigkill_is_forced_once_when_the_cleanup_it_cut_short_ends_first(
     assert exit_.value["exit_status"] == -9
     assert exit_.value["reason"].split("; ")[-1].startswith("SIGKILL")
     assert not alive(pid)
-
-
-@contextmanager
-def _on_log(text: str, call: Callable[[], None]) -> Iterator[None]:
-    """Calls ``call`` when the runtime logs a line holding ``text`` (its debug lines too)."""
-
-    class Seen(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if text in record.getMessage():
-                call()
-
-    logger, handler = logging.getLogger("electric.runtime"), Seen(logging.DEBUG)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 async def _spawn_frozen(client: AsyncClient, ref: str) -> int:
@@ -187,8 +163,8 @@ async def test_sigterm_then_sigkill_at_once_force_and_exit_once(
         for ref in refs:
             await until(client, ref, state_is("killed"))
     for ref in refs:
-        acts = [(r["action"], r["disposition"]) for r in await receipts(client, ref)]
+        got = await receipts(client, ref)
+        acts = [(r["action"], r["disposition"]) for r in got]
         after_force = acts[acts.index(("force", "issued")) :]
         assert after_force == [("force", "issued"), ("exit", "observed")], (ref, acts)
-        exit_ = next(r for r in await receipts(client, ref) if r["action"] == "exit")
-        assert "SIGKILL" in exit_["reason"].split("; ")[-1], (ref, exit_["reason"])
+        assert "SIGKILL" in got[-1]["reason"].split("; ")[-1], (ref, got[-1]["reason"])

@@ -3,11 +3,12 @@ worker, and ``until`` (watch the entity's stream for the record a test waits for
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,27 @@ async def running_worker(app: App, address: str, **kw: Any) -> AsyncIterator[Wor
         finally:
             with anyio.fail_after(TIMEOUT_S):
                 await worker.shutdown(1.0)
+
+
+@contextmanager
+def on_log(text: str, call: Callable[[], None]) -> Iterator[None]:
+    """Calls ``call`` when the runtime logs a line holding ``text``, its debug lines too (a worker
+    run in the test's process logs on the test's loop, so ``call`` may set an ``anyio.Event``)."""
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                call()
+
+    logger, handler = logging.getLogger("electric.runtime"), Seen(logging.DEBUG)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 async def until(client: AsyncClient, ref: str, predicate: Callable[[Event], bool], start: int = 0) -> Event:

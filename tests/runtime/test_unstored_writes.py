@@ -25,23 +25,11 @@ from electric_sdk.errors import RETRYABLE_WRITE_REASONS
 from electric_sdk.runtime import App, Context, Message
 from electric_sdk.testing import TestServer
 
-from .rt_support import COMPLETED, run_status, running_worker, until
+from .rt_support import COMPLETED, on_log, run_status, running_worker, until
 
 pytestmark = pytest.mark.anyio
 
 TIMEOUT_S = 20.0
-
-
-class _Told(logging.Handler):
-    """Sets ``event`` once the worker logs that it sends a write again (on the test's loop)."""
-
-    def __init__(self, event: anyio.Event) -> None:
-        super().__init__()
-        self.event = event
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "could not store a write" in record.getMessage():
-            self.event.set()
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
@@ -62,8 +50,7 @@ async def test_a_step_record_cut_off_in_the_database_is_sent_again_and_stored_on
         ctx.output.write(await ctx.step("tool", tool))
 
     ref = "tooled/t1"
-    told = anyio.Event()
-    handler = _Told(told)
+    told = anyio.Event()  # the worker logs that it sends a write again
     admin = await asyncpg.connect(postgres_url)
     try:
         async with running_worker(app, electric.address):
@@ -72,19 +59,18 @@ async def test_a_step_record_cut_off_in_the_database_is_sent_again_and_stored_on
             with anyio.fail_after(TIMEOUT_S):
                 await inside.wait()
             caplog.set_level(logging.INFO, logger="electric.runtime")
-            logging.getLogger("electric.runtime").addHandler(handler)
-            async with admin.transaction():
-                await admin.execute("SELECT FROM entities WHERE type = 'tooled' AND id = 't1' FOR UPDATE")
-                go_on.set()  # the step's record goes out, and waits for the lock in the database
-                pid = await lock_waiter(admin)
-                assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-                with anyio.fail_after(TIMEOUT_S):  # answered: the worker waits, then sends it again
-                    await told.wait()
+            with on_log("could not store a write", told.set):
+                async with admin.transaction():
+                    await admin.execute("SELECT FROM entities WHERE type = 'tooled' AND id = 't1' FOR UPDATE")
+                    go_on.set()  # the step's record goes out, and waits for the lock in the database
+                    pid = await lock_waiter(admin)
+                    assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+                    with anyio.fail_after(TIMEOUT_S):  # answered: the worker waits, then sends it again
+                        await told.wait()
             # The lock is gone with the transaction: the write sent again is stored.
             done = await until(client, ref, run_status(COMPLETED, key))
             assert done.raw.run.output == "done"
     finally:
-        logging.getLogger("electric.runtime").removeHandler(handler)
         await admin.close()
     unstored = [r.getMessage() for r in caplog.records if "could not store a write" in r.getMessage()]
     assert "DATABASE_UNAVAILABLE" in unstored[0]

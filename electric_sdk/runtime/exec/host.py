@@ -656,9 +656,11 @@ class ExecHost(HostBase):
         receipt = receipts.build(self.task_id, self.spec.backend, action, disposition, **fields)
         name, reason = fields.get("name", ""), fields.get("reason", "")
         log.info("%s: exec %s %s %s %s", self.task_id, action, name, disposition, reason)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            # One at a time, so they land in the order of the acts: a receipt refused because the
-            # state moved (a SIGKILL during a SIGTERM's) is retried, and must not land after the
-            # receipt of an act that came after its own.
+        # One at a time, so they land in the order of the acts: a receipt refused because the state
+        # moved (a SIGKILL during a SIGTERM's) is retried, and must not land after the receipt of an
+        # act that came after its own. Each write keeps its own bound; the wait for the lock is
+        # bounded by the writes before it.
+        with anyio.CancelScope(shield=True):
             async with self._receipt_order:
-                await self._fenced.write(retry=True, exec=receipt)
+                with anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                    await self._fenced.write(retry=True, exec=receipt)
