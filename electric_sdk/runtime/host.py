@@ -30,7 +30,7 @@ from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..arguments import json_argument
-from ..errors import EntityTerminal
+from ..errors import EntityTerminal, InvalidArgument
 from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
 from ..models import Event
 from .context import Context, Message, SignalInfo
@@ -193,6 +193,9 @@ class EntityHost(HostBase):
         if result is not None and result.reason == EntityTerminal.default_code:
             # A handler that outlived the end (shielded, or blocking) learns its event was not kept.
             raise EntityTerminal(result.message, status="FAILED_PRECONDITION")
+        if result is not None and result.reason == "INVALID_EVENT_TYPE":
+            # The server's rule (validation.py): the handler learns its event was not kept.
+            raise InvalidArgument(result.message, code=result.reason, status="INVALID_ARGUMENT")
 
     async def history(self) -> list[Event]:
         return await self._fenced.session.history(self.lease.ref)

@@ -40,6 +40,8 @@ def check_write(write: rt.RuntimeWrite) -> None:
     op = write.WhichOneof("op")
     if op == "run":
         v.int64(write.run.message_offset, "write.run.message_offset")
+        if write.run.message_key:  # the server's own key (msg_N), echoed: a row's key
+            v.name(write.run.message_key, "write.run.message_key")
     elif op == "custom":
         v.json_data(write.custom.data, write.custom.HasField("data"), "write.custom.data")
 

@@ -28,6 +28,7 @@ from electric_sdk._wire.exec_receipts import receipt_says_running
 from electric_sdk.lifecycle import Record, State
 
 from . import message_cursor
+from . import validation as v
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
@@ -338,8 +339,13 @@ def runtime_write(
             return Mutation([_reported(write.signal_outcome, inserts, current)], current)
         if op == "custom":
             kind = write.custom.type
-            if not kind or kind in BUILTIN_TYPES or len(kind) > 128:
-                raise Refused("INVALID_EVENT_TYPE", f"{kind!r} is not an entity-defined event type", current)
+            if kind in BUILTIN_TYPES or not v.is_label(kind):
+                raise Refused(
+                    "INVALID_EVENT_TYPE",
+                    f"{kind!r} is not an entity-defined event type (1-128 characters, no control character, "
+                    "not a built-in type)",
+                    current,
+                )
             custom = pb.CustomValue(data=write.custom.data)
             return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
         if op == "exec":

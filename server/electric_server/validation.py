@@ -8,6 +8,9 @@
 | a runtime's custom event data | any JSON value, 32 levels deep |
 | message text | at most 64 KiB (UTF-8) |
 | idempotency key | 1-128 printable ASCII characters |
+| a worker's code version | at most 128 characters, no control character |
+| a custom event's type | 1-128 characters, no control character, not a built-in type |
+| the entity types one worker hosts | at most 1,000 |
 | grace period, idle timeout | 1 ms to 24 h |
 | page size, read limit | 1-1000 (0 means 100) |
 | offsets, lease epochs | 0 to 2^63-1 (SQLite's integers are signed 64-bit) |
@@ -36,6 +39,12 @@ from .store.base import Ref
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
+# Free-form names a worker gives (its code version, its custom event types) become keys of
+# the store's rows: PostgreSQL's text holds no NUL and its indexes no long value, so both
+# stores take only short lines of printable characters.
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_LABEL_CHARS = 128
+MAX_HOSTED_TYPES = 1000
 MAX_REASON_BYTES = 1024
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TEXT_BYTES = 64 * 1024
@@ -50,6 +59,22 @@ def name(value: str, field: str) -> str:
         raise invalid_argument(
             "INVALID_NAME",
             f"{field} must be 1-128 characters of [A-Za-z0-9_.-], got {value[:140]!r}",
+            field=field,
+        )
+    return value
+
+
+def is_label(value: str) -> bool:
+    """1-128 characters, none of them a control character."""
+    return 0 < len(value) <= MAX_LABEL_CHARS and not CONTROL_RE.search(value)
+
+
+def code_version(value: str, field: str) -> str:
+    if value and not is_label(value):
+        raise invalid_argument(
+            "INVALID_CODE_VERSION",
+            f"{field} must be at most {MAX_LABEL_CHARS} characters, none a control character, "
+            f"got {value[:140]!r}",
             field=field,
         )
     return value

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from electric_sdk import AsyncClient
+from electric_sdk.errors import InvalidArgument
 from electric_sdk.runtime import App, Context, Message, SignalInfo
 from electric_sdk.testing import TestServer
 
@@ -77,3 +78,33 @@ async def test_emit_history_failure_and_a_failing_handler(electric: TestServer, 
         # Still running, still taking messages.
         again = await client.send("tool/t", "again")
         await until(client, "tool/t", run_status(COMPLETED, again.key))
+
+
+async def test_an_emit_the_server_refuses_raises_in_the_handler(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """A custom event type the server takes no record of (a built-in type, a control character)
+    raises InvalidArgument where ``ctx.emit`` was called, not a log line the handler never sees."""
+    app = App(code_version="test")
+
+    @app.entity("emitter")
+    async def emitter(ctx: Context, message: Message) -> str:
+        try:
+            await ctx.emit(message.text, {"x": 1})
+        except InvalidArgument as exc:
+            return f"{exc.code}: {exc}"
+        return "kept"
+
+    async with running_worker(app, electric.address):
+        await client.spawn("emitter/e")
+        for kind, said in [
+            ("state", "INVALID_EVENT_TYPE"),
+            ("two\nlines", "INVALID_EVENT_TYPE"),
+            ("fine", "kept"),
+        ]:
+            sent = await client.send("emitter/e", kind)
+            done = await until(client, "emitter/e", run_status(COMPLETED, sent.key))
+            assert done.raw.run.output.startswith(said), done.raw.run.output
+        types = [e.type for e in (await client.events("emitter/e", 0, 100)).events]
+        assert types.count("fine") == 1
+        assert "two\nlines" not in types
