@@ -18,7 +18,10 @@ database of its own, one after the other in alternating rounds:
   hosting bench_runtime's app (three processes: client, server, worker).
   *SIGUSR → on_signal*: as bench_runtime measures it (the handler's first
   line stamps ``time.time_ns()``; one signal at a time, to an entity whose run
-  holds a step). *SIGINT*: a message's run holds a step; ``SIGINT`` is sent,
+  holds a step; the next is sent once the watch shows this one's outcome
+  recorded, as bench_replica_signal does, so a signal never meets the tail of
+  the one before: DBOS's ``recv`` has recorded its message's consumption when
+  it returns, so its next ``send`` meets none either). *SIGINT*: a message's run holds a step; ``SIGINT`` is sent,
   and the latency is until the client's watch of the entity sees the SIGINT's
   record say ``aborted``: the status says the run ended. The server writes
   that in the SIGINT's own commit, as DBOS's cancel writes ``CANCELLED``
@@ -150,6 +153,7 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
             await c.send("lat/usr", "hold")
             seen: dict[str, int] = {}
             arrived: dict[str, asyncio.Event] = {}
+            settled: dict[str, asyncio.Event] = {}
             runs: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
             signals: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
 
@@ -159,6 +163,10 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
                         data = ev.value.get("data", ev.value)
                         seen[data["reason"]] = int(data["t"])
                         arrived[data["reason"]].set()
+                    elif (
+                        ev.type == "signal" and ev.operation == "update" and ev.value.get("reason") in settled
+                    ):
+                        settled[ev.value["reason"]].set()  # its outcome is recorded: the signal is done with
                     elif ev.type == "run":
                         await runs.put((time.time_ns(), ev))
                     elif ev.type == "signal" and ref == "lat/int" and ev.value.get("outcome") == "aborted":
@@ -168,10 +176,11 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
             usr_ms: list[float] = []
             for i in range(params["warmup"] + params["signals"]):
                 reason = f"u{i}"
-                arrived[reason] = asyncio.Event()
+                arrived[reason], settled[reason] = asyncio.Event(), asyncio.Event()
                 sent = time.time_ns()
                 await c.signal("lat/usr", "SIGUSR", reason=reason)
                 await asyncio.wait_for(arrived[reason].wait(), WAIT_S)
+                await asyncio.wait_for(settled[reason].wait(), WAIT_S)
                 if i >= params["warmup"]:
                     usr_ms.append((seen[reason] - sent) / 1e6)
             watcher.cancel()
