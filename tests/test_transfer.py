@@ -244,3 +244,78 @@ def test_import_refuses_a_file_it_cannot_read_and_writes_nothing(
     assert refused.returncode == 2
     assert says in refused.stderr, refused.stderr
     assert not database_path(tmp_path / "new").exists()
+
+
+def _export_lines() -> list[Any]:
+    """A small valid export (one entity, two events, a key), its lines as JSON values."""
+    import io
+
+    from electric_server import export_file
+    from electric_server.store.base import EntityRecord, StoredEvent
+
+    out = io.StringIO()
+    writer = export_file.Writer(out, export_file.Header("sqlite", 1, 2))
+    writer.entity(EntityRecord("t", "e1", State.SPAWNING, 30_000, 60_000, 1, 1, 2, False, None, 2))
+    writer.event("t", "e1", StoredEvent(0, "state", "state_1", 1, 1, 1, b"s"))
+    writer.event("t", "e1", StoredEvent(1, "message", "msg_2", 1, 1, 2, b"m"))
+    writer.idempotency(export_file.IdempotencyRow("t", "e1", "k", b"h", b"r", 1))
+    writer.end()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("line", "edit", "says"),
+    [
+        (2, lambda o: o["event"].__setitem__(3, "st\x00ate"), "line 3: a malformed event: its kind is"),
+        (1, lambda o: o["entity"].__setitem__("head_offset", "2"), "its head_offset is '2', not a 64-bit"),
+        (1, lambda o: o["entity"].__setitem__("closed", 0), "its closed is 0, not true or false"),
+        (1, lambda o: o["entity"].__setitem__("id", "a/b"), "its id 'a/b' is not a name"),
+        (2, lambda o: o["event"].__setitem__(2, True), "its offset is True"),
+        (2, lambda o: o["event"].__setitem__(7, 2**63), "its txid is 9223372036854775808"),
+        (4, lambda o: o["idempotency"].__setitem__(2, "k\x00"), "a malformed idempotency: its key"),
+        (3, lambda o: o["event"].pop(4), "6 values, not the 7 of offset"),
+    ],
+    ids=[
+        "nul-kind",
+        "text-offset",
+        "int-bool",
+        "bad-name",
+        "bool-offset",
+        "txid-past-int64",
+        "nul-key",
+        "short",
+    ],
+)
+@pytest.mark.parametrize("target", ["sqlite", "postgres"])
+async def test_import_refuses_a_record_of_the_wrong_shape_on_both_stores(
+    tmp_path: Path, postgres_url: str, target: str, line: int, edit: Any, says: str
+) -> None:
+    """A hand-edited or damaged record is refused by its line, the same way on both stores: SQLite
+    would keep a text where a number goes, PostgreSQL's text holds no NUL."""
+    lines = _export_lines()
+    edit(lines[line])
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
+    where = ["--database", postgres_url] if target == "postgres" else ["--data", str(tmp_path / "new")]
+    refused = electric("import", str(tmp_path / "x.jsonl"), *where)
+    assert refused.returncode == 2, refused.stderr
+    assert "nothing was imported" in refused.stderr
+    assert says in refused.stderr, refused.stderr
+    if target == "sqlite":
+        assert not database_path(tmp_path / "new").exists()
+    else:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM entities") == 0
+        finally:
+            await conn.close()
+
+
+def test_import_reads_an_end_line_written_before_entities_was_spelled_so(tmp_path: Path) -> None:
+    lines = _export_lines()
+    end = lines[-1]["end"]
+    assert "entities" in end
+    end["entitys"] = end.pop("entities")  # what the export wrote until 2026-12-03
+    (tmp_path / "x.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
+    moved = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "new"))
+    assert moved.returncode == 0, moved.stderr
+    assert "1 entity, 2 events" in moved.stdout + moved.stderr

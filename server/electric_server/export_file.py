@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from typing import IO, Any, NamedTuple
+import types
+import typing
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, NamedTuple, TypeVar
 
 from electric_sdk.lifecycle import State
 
 from .store.base import EntityRecord, StoredEvent, TypeProfile
+from .validation import MAX_INT64, NAME_RE
 
 __all__ = [
     "FORMAT_VERSION",
@@ -47,6 +50,14 @@ __all__ = [
 FORMAT_VERSION = 1
 # The records' keys, in the order they appear in a file.
 KINDS = ("type_profile", "entity", "event", "idempotency")
+# Each kind's count on the end line. Files written before 2026-12-03 said "entitys": read too.
+PLURALS = {
+    "type_profile": "type_profiles",
+    "entity": "entities",
+    "event": "events",
+    "idempotency": "idempotency",
+}
+_OLD_PLURALS = {"entitys": "entities"}
 
 
 class ExportFormatError(ValueError):
@@ -95,8 +106,57 @@ def _entity_from_json(fields: dict[str, Any]) -> EntityRecord:
         raise ValueError(f"an entity's fields are {sorted(EntityRecord._fields)}, not {sorted(fields)}")
     values = dict(fields)
     values["state"] = State(values["state"])
-    values["cancelled_messages"] = tuple(values["cancelled_messages"])
-    return EntityRecord(**values)
+    if isinstance(values["cancelled_messages"], list):
+        values["cancelled_messages"] = tuple(values["cancelled_messages"])
+    return _typed(EntityRecord, [values[name] for name in EntityRecord._fields])
+
+
+_Row = TypeVar("_Row", bound=tuple[Any, ...])
+
+
+def _typed(cls: type[_Row], values: Sequence[Any]) -> _Row:
+    """``cls`` (a store's record) from a file's values, each of its field's type. A hand-edited or
+    damaged file is refused here, on both stores alike, rather than written into a store that
+    could not read it back: a string where a number goes (SQLite would keep it), a NUL in a text
+    (PostgreSQL's text holds none), an entity's name the API could not address."""
+    hints = typing.get_type_hints(cls)
+    fields: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]  # every record is a NamedTuple
+    if len(values) != len(fields):
+        raise ValueError(f"{len(values)} values, not the {len(fields)} of {', '.join(fields)}")
+    for name, value in zip(fields, values, strict=True):
+        if not _fits(hints[name], value):
+            raise ValueError(f"its {name} is {value!r:.80}, not {_said(hints[name])}")
+        if name in ("type", "id") and not NAME_RE.fullmatch(value):
+            raise ValueError(f"its {name} {value!r:.80} is not a name (1-128 characters of [A-Za-z0-9_.-])")
+    return cls._make(values)  # type: ignore[attr-defined, no-any-return]
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    if isinstance(hint, types.UnionType):
+        return any(_fits(arg, value) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        return isinstance(value, tuple) and all(_fits(typing.get_args(hint)[0], v) for v in value)
+    if hint is int:  # JSON's true is not a number here, nor one past a 64-bit column
+        return type(value) is int and -MAX_INT64 - 1 <= value <= MAX_INT64
+    if hint is str:
+        return isinstance(value, str) and "\x00" not in value
+    if hint is type(None):
+        return value is None
+    return isinstance(value, hint)  # bool, bytes, State
+
+
+def _said(hint: Any) -> str:
+    if isinstance(hint, types.UnionType):
+        return " or ".join(_said(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        return "a list of whole numbers"
+    words = {
+        int: "a 64-bit whole number",
+        str: "a text without NUL",
+        bool: "true or false",
+        type(None): "null",
+    }
+    return words.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 class Writer:
@@ -140,7 +200,7 @@ class Writer:
 
 def _tally(counts: dict[str, int]) -> dict[str, int]:
     """The end line's counts: each kind's, in the plural."""
-    return {(kind if kind == "idempotency" else f"{kind}s"): n for kind, n in counts.items()}
+    return {PLURALS[kind]: n for kind, n in counts.items()}
 
 
 Record = TypeProfile | EntityRecord | EventRow | IdempotencyRow
@@ -189,7 +249,7 @@ class Reader:
             if kind not in KINDS:
                 raise ExportFormatError(f"line {self._number}: an unknown record {sorted(obj)}")
             if KINDS.index(kind) < order:
-                raise ExportFormatError(f"line {self._number}: a {kind} after the {KINDS[order]}s")
+                raise ExportFormatError(f"line {self._number}: a {kind} after the {PLURALS[KINDS[order]]}")
             order = KINDS.index(kind)
             try:
                 record = self._parse(kind, obj[kind])
@@ -204,24 +264,24 @@ class Reader:
     @staticmethod
     def _parse(kind: str, value: Any) -> Record:
         if kind == "type_profile":
-            return TypeProfile(*value)
+            return _typed(TypeProfile, value)
         if kind == "entity":
             return _entity_from_json(value)
         if kind == "event":
             type_, id_, *fields, body = value
-            return EventRow(type_, id_, StoredEvent._make([*fields, base64.b64decode(body, validate=True)]))
+            event = _typed(StoredEvent, [*fields, base64.b64decode(body, validate=True)])
+            return _typed(EventRow, [type_, id_, event])
         type_, id_, key, request_hash, response, created_at = value
-        return IdempotencyRow(
-            type_,
-            id_,
-            key,
+        hashed, answer = (
             base64.b64decode(request_hash, validate=True),
             base64.b64decode(response, validate=True),
-            created_at,
         )
+        return _typed(IdempotencyRow, [type_, id_, key, hashed, answer, created_at])
 
     def _check_end(self, end: Any) -> None:
         expected = _tally(self.counts)
+        if isinstance(end, dict):
+            end = {_OLD_PLURALS.get(kind, kind): n for kind, n in end.items()}
         if end != expected:
             raise ExportFormatError(f"the end line counts {end}, but the file holds {expected}")
         if self._lines.readline():
