@@ -5,9 +5,8 @@
     ELECTRIC_DATABASE_URL=postgresql://... make cluster
 
 The database (default ``postgresql://postgres@127.0.0.1:5432/electric``) is
-created if absent. Each replica is ``electric server --database URL`` with a
-data directory of its own under ``--data-root`` (it holds only the
-replica's lock); the worker is ``electric worker`` hosting the example
+created if absent. Each replica is ``electric server --database URL`` (it
+keeps nothing on local disk, so all of them run from this directory); the worker is ``electric worker`` hosting the example
 agents and exec tasks, as ``make run`` does, given every replica's address.
 Each child's output is passed on, prefixed with its name.
 
@@ -165,7 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         "--ports", type=int, default=7701, help="the first replica's gRPC port (0: any free ports)"
     )
     p.add_argument("--http-ports", type=int, default=7781, help="the first replica's HTTP port")
-    p.add_argument("--data-root", type=Path, default=Path(".electric-cluster"))
     p.add_argument("--app", default="examples.agents:app")
     p.add_argument("--exec", dest="exec_file", default="examples/tasks.toml")
     p.add_argument("--no-worker", action="store_true")
@@ -197,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"127.0.0.1:{grpc_port}",
                     "--http",
                     f"127.0.0.1:{http_port}",
-                    "--data",
-                    str(args.data_root / f"replica-{n + 1}"),
                 ],
             )
             children.append(child)

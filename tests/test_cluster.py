@@ -39,8 +39,6 @@ def launcher(tmp_path: Path, database: str) -> Iterator[subprocess.Popen[str]]:
             str(ROOT / "scripts" / "cluster.py"),
             "--ports",
             "0",
-            "--data-root",
-            str(tmp_path),
             "--database",
             database,
         ],

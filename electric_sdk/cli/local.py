@@ -30,7 +30,7 @@ def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
     add_listen(p)
     add_http(p)
-    add_data(p)
+    add_served_data(p)
     p.add_argument(
         "--tokens", metavar="FILE", type=Path, help="TOML file of bearer tokens; without it, no auth"
     )
@@ -150,6 +150,18 @@ def add_data(p: argparse.ArgumentParser, help: str = "data directory (default %(
     p.add_argument("--data", metavar="DIR", type=Path, default=DEFAULT_DATA, help=help)
 
 
+def add_served_data(p: argparse.ArgumentParser) -> None:
+    """``--data`` of ``server`` and ``dev``, whose store ``resolve_store`` picks as the tools'."""
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help=f"data directory (default {DEFAULT_DATA}, or $ELECTRIC_DATABASE_URL's database when that "
+        "is set and --data is not given)",
+    )
+
+
 def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None = None) -> None:
     """``--data`` and ``--database`` of the offline tools (verify, export, import, backup); their
     store is picked by ``resolve_store``. ``database_help`` None: say what ``--database`` does."""
@@ -172,8 +184,8 @@ def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None =
 
 
 def resolve_store(args: argparse.Namespace) -> bool:
-    """Pick an offline tool's store: ``--database``; else ``--data``; else the database of
-    ``$ELECTRIC_DATABASE_URL``, which ``server`` uses too; else ``.electric``. A ``--data`` given
+    """Pick a command's store (the offline tools', ``server``'s, ``dev``'s): ``--database``; else
+    ``--data``; else the database of ``$ELECTRIC_DATABASE_URL``; else ``.electric``. A ``--data`` given
     is never overridden by the environment. Returns whether the environment picked it."""
     from_env = False
     if args.database is None and args.data is None:
@@ -185,13 +197,14 @@ def resolve_store(args: argparse.Namespace) -> bool:
 
 
 def add_database(p: argparse.ArgumentParser) -> None:
-    """`--database` and `--database-pool`, for `server` and `dev`."""
+    """`--database` and `--database-pool`, for `server` and `dev` (``resolve_store`` picks)."""
     p.add_argument(
         "--database",
-        default=os.environ.get("ELECTRIC_DATABASE_URL") or None,
+        default=None,
         metavar="URL",
         help="a postgresql:// URL: keep the store in that PostgreSQL database instead of the data "
-        "directory's SQLite file (default $ELECTRIC_DATABASE_URL; needs electric-sdk[postgres])",
+        "directory's SQLite file (default $ELECTRIC_DATABASE_URL, unless --data is given; needs "
+        "electric-sdk[postgres])",
     )
     p.add_argument(
         "--database-pool",
@@ -278,6 +291,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
 
     console.outlive_closed_output("server")
     setup_logging(args.log_format)
+    resolve_store(args)
     try:
         config = ServerConfig(
             listen=args.listen,

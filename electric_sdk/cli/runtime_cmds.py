@@ -23,11 +23,12 @@ from .commands import duration_s
 from .console import outlive_closed_output
 from .local import (
     add_accept_data_loss,
-    add_data,
     add_database,
     add_http,
     add_listen,
+    add_served_data,
     http_address,
+    resolve_store,
     storage_exit,
 )
 from .logs import add_log_format, setup_logging
@@ -93,7 +94,7 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     )
     add_listen(p)
     add_http(p)
-    add_data(p)
+    add_served_data(p)
     add_database(p)
     add_accept_data_loss(p)
     _common(p)
@@ -334,6 +335,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
 
     outlive_closed_output("dev")
     setup_logging(args.log_format, verbose=args.verbose)
+    resolve_store(args)
     try:
         config = ServerConfig(
             listen=args.listen,

@@ -251,7 +251,14 @@ class ElectricServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        """Lock the data directory (datadir.py), then open the store and listen; unlock on failure."""
+        """Lock the data directory (datadir.py), then open the store and listen; unlock on failure.
+
+        On PostgreSQL there is no data directory: the lock keeps a SQLite file to one writer,
+        and replicas share their database by design, so any number may run from one directory
+        (the lock of its default ``.electric`` used to stop a second replica started there)."""
+        if self.config.database_url:
+            await self._open_and_listen()
+            return
         lock = DataDirLock.acquire(self.config.data_dir, "electric server")
         try:
             await self._open_and_listen()
@@ -366,7 +373,7 @@ class ElectricServer:
         self._server = server
         self.acceptors = acceptors
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
-        log.info("electric server listening on %s (data: %s)", self.address, self.config.data_dir)
+        log.info("electric server listening on %s (%s)", self.address, self.config.where)
         if self.forced_fallbacks:
             log.warning(
                 "fallbacks forced for: %s (slower; meant for tests)", ", ".join(sorted(self.forced_fallbacks))
