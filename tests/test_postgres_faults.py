@@ -109,6 +109,17 @@ def refuse_password(conn: socket.socket) -> None:
     conn.sendall(b"E" + struct.pack("!i", 4 + len(fields)) + fields)
 
 
+def too_many_clients(conn: socket.socket) -> None:
+    """PostgreSQL's answer at max_connections (SQLSTATE 53300), which the shared server must not
+    be driven to: no TLS, then the refusal of the startup message."""
+    body = _read_message(conn, typed=False)
+    if struct.unpack("!i", body[:4])[0] == 80877103:  # SSLRequest
+        conn.sendall(b"N")
+        _read_message(conn, typed=False)
+    fields = b"SFATAL\0VFATAL\0C53300\0Msorry, too many clients already\0\0"
+    conn.sendall(b"E" + struct.pack("!i", 4 + len(fields)) + fields)
+
+
 def speak_http(conn: socket.socket) -> None:
     conn.recv(1024)
     conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
@@ -121,7 +132,15 @@ def with_netloc(url: str, netloc: str, path: str | None = None) -> str:
 
 @pytest.mark.parametrize(
     "case",
-    ["closed port", "unknown host", "wrong user", "wrong password", "missing database", "not PostgreSQL"],
+    [
+        "closed port",
+        "unknown host",
+        "wrong user",
+        "wrong password",
+        "missing database",
+        "too many clients",
+        "not PostgreSQL",
+    ],
 )
 def test_a_wrong_database_is_one_clear_line_at_start_without_its_password(
     case: str, tmp_path: Path, postgres_url: str
@@ -142,6 +161,9 @@ def test_a_wrong_database_is_one_clear_line_at_start_without_its_password(
         elif case == "missing database":
             netloc, path, user = host, "/no_such_db", real.username or "postgres"
             says = 'database "no_such_db" does not exist: create it'
+        elif case == "too many clients":
+            netloc, path = f"127.0.0.1:{stack.enter_context(stand_in(too_many_clients))}", None
+            says = "max_connections is reached; each replica opens --database-pool connections"
         else:
             netloc, path = f"127.0.0.1:{stack.enter_context(stand_in(speak_http))}", None
             says = "is that a PostgreSQL server?"

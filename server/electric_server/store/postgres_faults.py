@@ -59,6 +59,12 @@ def refusal(exc: BaseException, where: str, connect_timeout_s: float) -> str:
         return f"the login was refused ({exc}): check the user and the password"
     if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
         return f"the login was refused ({exc}): check the user"
+    if isinstance(exc, asyncpg.exceptions.TooManyConnectionsError):
+        return (
+            f"{exc}: PostgreSQL's max_connections is reached; each replica opens --database-pool "
+            "connections (4 by default) and two more (its commit feed and doorbell): lower "
+            "--database-pool, stop other clients, or raise max_connections"
+        )
     if isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
         return f"{exc}: create it (e.g. createdb), or name another database in the URL"
     if isinstance(exc, asyncpg.PostgresError):
