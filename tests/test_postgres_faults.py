@@ -294,3 +294,40 @@ async def test_a_database_that_goes_away_is_unavailable_not_ready_then_serves_ag
         assert [e.type for e in events.events] == ["state", "signal"]
         assert any("answers again" in r.getMessage() for r in caplog.records)
         health.cancel()
+
+
+def test_a_database_holding_another_applications_tables_is_refused_clearly(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """No electric schema in it, but a table of one of electric's names: one line at start that
+    says to give electric a database of its own; the other application's table is left alone."""
+    name = f"electric_taken_{uuid.uuid4().hex[:8]}"
+    parts = urllib.parse.urlsplit(postgres_url)
+    url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+    async def admin(target: str, *statements: str) -> Any:
+        conn = await asyncpg.connect(target)
+        try:
+            return [await conn.fetch(statement) for statement in statements]
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(postgres_url, f"CREATE DATABASE {name}"))
+    try:
+        asyncio.run(admin(url, "CREATE TABLE entities (theirs text)", "INSERT INTO entities VALUES ('kept')"))
+        result = electric_server(tmp_path / "data", url)
+        kept, tables = asyncio.run(
+            admin(
+                url,
+                "SELECT theirs FROM entities",
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'",
+            )
+        )
+    finally:
+        asyncio.run(admin(postgres_url, f"DROP DATABASE {name} WITH (FORCE)"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("electric server: cannot set up the database"), result.stderr
+    assert "another application's tables; give electric a database of its own" in result.stderr
+    assert result.stderr.count("\n") == 1, "one line"
+    assert [r["theirs"] for r in kept] == ["kept"]
+    assert [r["tablename"] for r in tables] == ["entities"], "the schema's setup was rolled back whole"

@@ -83,6 +83,12 @@ def setup_refusal(exc: BaseException) -> str:
             "database (e.g. createdb --owner USER, or ALTER DATABASE NAME OWNER TO USER while it is "
             "new) or be granted CREATE on its schema public and every right on the tables there"
         )
+    if isinstance(exc, asyncpg.exceptions.DuplicateTableError | asyncpg.exceptions.DuplicateObjectError):
+        # No electric schema version is recorded, yet a table of its name is there.
+        return (
+            f"{exc}: the database holds another application's tables; give electric a database of "
+            "its own (e.g. createdb electric)"
+        )
     return str(exc) or type(exc).__name__
 
 
