@@ -11,7 +11,10 @@ answer, and a replica that goes away is left out until it answers again.
   connections break, so a name whose records change is followed.
 - Several names (or names and literals mixed) are resolved here, once, when
   the channel opens; with TLS the certificate is checked against the first
-  name. A reconnecting worker opens a new channel, so it resolves again.
+  name. A name that does not resolve is left out with a warning (a replica
+  that is gone may take its name with it, as a Kubernetes pod's does), and
+  only when none resolves is the channel refused (``UNRESOLVED_ADDRESS``). A
+  reconnecting worker opens a new channel, so it resolves again.
 - A gRPC target with its scheme (``unix:/run/electric.sock``, ``dns:///…``,
   ``ipv4:…``) is used as it is.
 """
@@ -19,6 +22,7 @@ answer, and a replica that goes away is left out until it answers again.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +34,8 @@ from . import errors
 from ._wire.limits import CHANNEL_OPTIONS
 
 __all__ = ["Target", "channel_target", "open_channel", "parse_addresses"]
+
+log = logging.getLogger("electric.client")
 
 _ROUND_ROBIN = ("grpc.lb_policy_name", "round_robin")
 _SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
@@ -97,15 +103,21 @@ def channel_target(address: str | Sequence[str]) -> Target:
 
 def _resolve(entries: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
     found: list[tuple[str, int]] = []
+    failed: list[str] = []
     for host, port in entries:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
-            raise errors.Unavailable(f"cannot resolve {host}: {exc}", code="UNRESOLVED_ADDRESS") from None
+            failed.append(f"{host} ({exc})")
+            continue
         for info in infos:
             entry = (str(info[4][0]), port)
             if entry not in found:
                 found.append(entry)
+    if not found:
+        raise errors.Unavailable(f"cannot resolve {', '.join(failed)}", code="UNRESOLVED_ADDRESS")
+    if failed:
+        log.warning("left out of the channel, as they do not resolve: %s", ", ".join(failed))
     return found
 
 

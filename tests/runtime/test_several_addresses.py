@@ -3,6 +3,7 @@ answer, a dead one is passed over, and a malformed list is a clear error before 
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -95,3 +96,28 @@ async def test_a_worker_given_a_dead_address_first_serves_from_the_live_one(tmp_
             receipt = await client.send("probe/p1", "hi")
             with anyio.fail_after(TIMEOUT_S):
                 await until(client, "probe/p1", run_status(COMPLETED, receipt.key))
+
+
+def test_a_name_that_does_not_resolve_is_left_out_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A replica that is gone may take its name with it (a Kubernetes pod's does): the others
+    still make the channel."""
+    with caplog.at_level(logging.WARNING, "electric.client"):
+        got = channel_target(["no-such-host.invalid:7700", "localhost:7701"])
+    assert got.target == "ipv4:127.0.0.1:7701"
+    assert "no-such-host.invalid" in caplog.text
+
+
+def test_no_name_that_resolves_is_unavailable_naming_each() -> None:
+    with pytest.raises(errors.Unavailable) as caught:
+        channel_target(["no-such-host.invalid:7700", "nor-this.invalid:7701"])
+    assert caught.value.code == "UNRESOLVED_ADDRESS"
+    assert "no-such-host.invalid" in str(caught.value)
+    assert "nor-this.invalid" in str(caught.value)
+
+
+def test_a_client_given_a_name_gone_from_dns_serves_from_the_others(tmp_path: Path) -> None:
+    with TestServer(tmp_path / "data") as server:
+        port = server.address.rpartition(":")[2]
+        with Client(["gone-replica.invalid:7700", f"localhost:{port}"]) as client:
+            client.spawn("dns/d1")
+            assert client.get("dns/d1").state.value == "spawning"
