@@ -33,12 +33,19 @@ import grpc
 from . import errors
 from ._wire.limits import CHANNEL_OPTIONS
 
-__all__ = ["Target", "channel_target", "open_channel", "parse_addresses"]
+__all__ = ["Target", "channel_target", "check_address", "open_channel", "parse_addresses"]
 
 log = logging.getLogger("electric.client")
 
 _ROUND_ROBIN = ("grpc.lb_policy_name", "round_robin")
 _SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
+
+
+def check_address(address: str) -> None:
+    """Refuse a malformed address (``INVALID_ADDRESS``) without resolving it: a name that does not
+    resolve now may by the time a call is made, or a worker reconnects."""
+    if not address.startswith(_SCHEMES):
+        parse_addresses(address)
 
 
 def parse_addresses(address: str | Sequence[str]) -> tuple[tuple[str, int], ...]:

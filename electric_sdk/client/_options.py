@@ -10,7 +10,7 @@ from google.protobuf import duration_pb2
 
 from .. import errors
 from .._wire.times import duration_from_ms
-from ..channels import channel_target
+from ..channels import check_address
 from ..durations import parse_ms
 
 DEFAULT_ADDRESS = "127.0.0.1:7700"
@@ -62,7 +62,7 @@ class ClientOptions:
             raise errors.InvalidArgument(
                 f"the address {self.address!r} is not valid UTF-8 text", code="INVALID_ADDRESS"
             ) from None
-        channel_target(self.address)  # a malformed address is refused here, before any call
+        check_address(self.address)  # a malformed address is refused here, before any call
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

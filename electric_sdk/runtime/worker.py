@@ -211,6 +211,8 @@ class Worker:
                     self._session_ended(f"{error.code}: {error.message}")
                 except (SessionLost, asyncio.InvalidStateError) as exc:  # the call ended under a write
                     self._session_ended(str(exc))
+                except errors.Unavailable as error:  # e.g. no replica's name resolves (channels.py):
+                    self._session_ended(f"{error.code}: {error}")  # DNS may answer again; so retry
                 if self._stopping:
                     break
                 if not welcomed:

@@ -10,8 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from electric_sdk import AsyncClient, Client, errors
+from electric_sdk import AsyncClient, Client, ClientOptions, errors
 from electric_sdk.channels import channel_target
+from electric_sdk.runtime import Worker
 from electric_sdk.testing import TestServer
 
 from .rt_support import COMPLETED, TIMEOUT_S, Probe, probe_app, run_status, running_worker, until
@@ -121,3 +122,32 @@ def test_a_client_given_a_name_gone_from_dns_serves_from_the_others(tmp_path: Pa
         with Client(["gone-replica.invalid:7700", f"localhost:{port}"]) as client:
             client.spawn("dns/d1")
             assert client.get("dns/d1").state.value == "spawning"
+
+
+async def test_a_worker_whose_replicas_names_do_not_resolve_keeps_trying() -> None:
+    """Names are resolved when a session's channel opens, not when the worker is made: a worker
+    whose replicas' names do not resolve (DNS not yet, or for a moment, answering) retries, as it
+    does for a replica that does not answer, instead of ending."""
+    options = ClientOptions(address="gone-a.invalid:7700,gone-b.invalid:7701")  # taken: well formed
+    tries = 0
+    twice = anyio.Event()
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            nonlocal tries
+            if "UNRESOLVED_ADDRESS" in record.getMessage():
+                tries += 1
+                if tries == 2:
+                    twice.set()
+
+    handler = Count(logging.WARNING)
+    logging.getLogger("electric.runtime").addHandler(handler)
+    try:
+        worker = Worker(probe_app(Probe()), options=options)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(TIMEOUT_S):
+                await twice.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        logging.getLogger("electric.runtime").removeHandler(handler)
