@@ -38,6 +38,7 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SCHEMA_VERSION
+from electric_server.store.postgres_writer import MAX_ATTEMPTS
 from helpers import error_info, lock_waiter
 from test_store import Refused, check_stream, committed, note, refuse, spawn
 
@@ -150,7 +151,9 @@ async def test_a_deadlock_reruns_the_batch(postgres_url: str, admin: Any) -> Non
             outcomes = await batch
         for outcome in outcomes:
             committed(outcome)
-        assert store.batches_retried == 1
+        # At least once; twice when the rerun locks `a` before the admin's transaction, woken by
+        # the first one's end, has: the two then deadlock again, the same way (seen in CI).
+        assert 1 <= store.batches_retried < MAX_ATTEMPTS
         await check_stream(store, a)
         await check_stream(store, b)
     finally:
