@@ -319,3 +319,36 @@ def test_import_reads_an_end_line_written_before_entities_was_spelled_so(tmp_pat
     moved = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "new"))
     assert moved.returncode == 0, moved.stderr
     assert "1 entity, 2 events" in moved.stdout + moved.stderr
+
+
+async def test_export_to_a_missing_directory_or_a_full_disk_is_one_line_and_leaves_nothing(
+    tmp_path: Path, start_server: StartServer
+) -> None:
+    """Where the file cannot be written, the export says so on one line, exit 2 (as `backup`
+    does), and leaves no file, whole or partial: a missing directory is seen before the store is
+    read, a full disk (a real one: a 64 KiB tmpfs) when it fills."""
+    from test_disk_full import mount_tmpfs, unmount
+
+    server = await start_server(tmp_path / "data")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        for i in range(40):
+            ref = pb.EntityRef(type="t", id=f"e{i}")
+            await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+            await stub.SendMessage(api.SendMessageRequest(ref=ref, text="x" * 4000))
+    await server.stop(0)
+    missing = electric("export", str(tmp_path / "no" / "x.jsonl"), "--data", str(tmp_path / "data"))
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr == f"electric export: no directory {tmp_path / 'no'} to write x.jsonl in\n"
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "64k")
+    try:
+        full = electric("export", str(disk / "x.jsonl"), "--data", str(tmp_path / "data"))
+        assert full.returncode == 2, full.stderr
+        assert (
+            f"cannot write {disk / 'x.jsonl'}: No space left on device; nothing was exported" in full.stderr
+        )
+        assert "Traceback" not in full.stderr
+        assert list(disk.iterdir()) == []
+    finally:
+        unmount(disk)

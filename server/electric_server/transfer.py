@@ -62,6 +62,12 @@ _NAMES = {
 }
 
 
+def one(kind: str) -> str:
+    """One record of ``kind``, for people: "an entity", "a type profile"."""
+    name = _NAMES[kind][0]
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def counted(counts: dict[str, int]) -> str:
     """``counts`` (by kind of record, as an export's) for people: "1 entity, 2,048 events, ..."."""
     return ", ".join(f"{n:,} {_NAMES[kind][n != 1]}" for kind, n in counts.items())
@@ -236,6 +242,8 @@ async def export_store(
     Idempotency keys older than ``retention_ms`` are expired: left out."""
     if out.exists():  # noqa: ASYNC240 (an offline command: nothing else runs on its loop)
         raise TransferError(f"{out} exists: name a new file")
+    if not out.parent.is_dir():
+        raise TransferError(f"no directory {out.parent} to write {out.name} in")
     source: _Source = (
         await _PostgresSource.open(database_url)
         if database_url
@@ -252,6 +260,9 @@ async def export_store(
             text.flush()
             os.fsync(text.fileno())
         tmp.replace(out)
+    except OSError as exc:  # e.g. a full disk, a directory it may not write: nothing is left
+        tmp.unlink(missing_ok=True)
+        raise TransferError(f"cannot write {out}: {exc.strerror or exc}; nothing was exported") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -312,7 +323,7 @@ class _SQLiteTarget:
         try:
             self._conn.executemany(_SQLITE_INSERTS[kind], rows)
         except sqlite3.Error as exc:  # e.g. an event twice in the file
-            raise TransferError(f"nothing was imported: a {kind} was refused: {exc}") from exc
+            raise TransferError(f"nothing was imported: {one(kind)} was refused: {exc}") from exc
 
     async def finish(self, head_txid: int) -> None:
         self._conn.execute(sqlite_schema.SET_NEXT_TXID, (head_txid + 1,))
@@ -385,7 +396,7 @@ class _PostgresTarget:
         try:
             await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
         except (asyncpg.PostgresError, asyncpg.DataError) as exc:  # e.g. an event twice in the file
-            raise TransferError(f"nothing was imported: a {kind} was refused: {exc}") from exc
+            raise TransferError(f"nothing was imported: {one(kind)} was refused: {exc}") from exc
 
     async def finish(self, head_txid: int) -> None:
         if head_txid > 0:  # the next txid drawn is above every imported one
