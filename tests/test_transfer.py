@@ -234,12 +234,20 @@ async def test_import_refuses_a_target_that_is_not_empty_or_a_file_cut_short(
             "this electric reads format 1",
         ),
         ('{"hello": 1}', "not an electric export"),
+        ('{"electric_export": 1, "exported_at_ms": 0}', "line 1: the header lacks source, head_txid"),
+        (
+            '{"electric_export": 1, "source": "sqlite", "exported_at_ms": 0, "head_txid": "x"}',
+            "line 1: a malformed header: its head_txid is 'x', not a 64-bit whole number",
+        ),
+        ('\udcff{"electric_export": 1}', "line 1 is not UTF-8 text"),
     ],
+    ids=["format-2", "not-an-export", "header-short", "header-text-txid", "binary"],
 )
 def test_import_refuses_a_file_it_cannot_read_and_writes_nothing(
     tmp_path: Path, first_line: str, says: str
 ) -> None:
-    (tmp_path / "x.jsonl").write_text(first_line + "\n")
+    # A lone surrogate stands for a byte that is not UTF-8 (written back as that byte).
+    (tmp_path / "x.jsonl").write_bytes((first_line + "\n").encode("utf-8", "surrogateescape"))
     refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "new"))
     assert refused.returncode == 2
     assert says in refused.stderr, refused.stderr
@@ -274,6 +282,7 @@ def _export_lines() -> list[Any]:
         (2, lambda o: o["event"].__setitem__(7, 2**63), "its txid is 9223372036854775808"),
         (4, lambda o: o["idempotency"].__setitem__(2, "k\x00"), "a malformed idempotency: its key"),
         (3, lambda o: o["event"].pop(4), "6 values, not the 7 of offset"),
+        (1, lambda o: o.__setitem__("entity", 5), "a malformed entity: it is int 5, not an object"),
     ],
     ids=[
         "nul-kind",
@@ -284,6 +293,7 @@ def _export_lines() -> list[Any]:
         "txid-past-int64",
         "nul-key",
         "short",
+        "entity-not-object",
     ],
 )
 @pytest.mark.parametrize("target", ["sqlite", "postgres"])

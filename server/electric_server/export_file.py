@@ -219,14 +219,23 @@ class Reader:
             raise ExportFormatError(
                 f"an export of format {first['electric_export']!r}; this electric reads format {FORMAT_VERSION}"
             )
+        missing = [name for name in ("source", "exported_at_ms", "head_txid") if name not in first]
+        if missing:
+            raise ExportFormatError(f"line 1: the header lacks {', '.join(missing)}")
         try:
-            self.header = Header(str(first["source"]), int(first["exported_at_ms"]), int(first["head_txid"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ExportFormatError(f"line 1: the header lacks {exc}") from exc
+            self.header = _typed(Header, [first["source"], first["exported_at_ms"], first["head_txid"]])
+        except ValueError as exc:
+            raise ExportFormatError(f"line 1: a malformed header: {exc}") from exc
         self.counts = dict.fromkeys(KINDS, 0)
 
     def _next(self) -> dict[str, Any] | None:
-        line = self._lines.readline()
+        try:
+            line = self._lines.readline()
+        except UnicodeDecodeError as exc:  # a binary file, or a damaged one
+            raise ExportFormatError(
+                f"line {self._number + 1} is not UTF-8 text ({exc.reason}): not an electric export, or a "
+                "damaged one"
+            ) from exc
         if not line:
             return None
         self._number += 1
@@ -263,10 +272,14 @@ class Reader:
 
     @staticmethod
     def _parse(kind: str, value: Any) -> Record:
+        if kind == "entity":
+            if not isinstance(value, dict):
+                raise ValueError(f"it is {type(value).__name__} {value!r:.40}, not an object of its fields")
+            return _entity_from_json(value)
+        if not isinstance(value, list):
+            raise ValueError(f"it is {type(value).__name__} {value!r:.40}, not an array of its values")
         if kind == "type_profile":
             return _typed(TypeProfile, value)
-        if kind == "entity":
-            return _entity_from_json(value)
         if kind == "event":
             type_, id_, *fields, body = value
             event = _typed(StoredEvent, [*fields, base64.b64decode(body, validate=True)])
