@@ -6,8 +6,9 @@
 
 The database (default ``postgresql://postgres@127.0.0.1:5432/electric``) is
 created if absent. Each replica is ``electric server --database URL`` (it
-keeps nothing on local disk, so all of them run from this directory); the worker is ``electric worker`` hosting the example
-agents and exec tasks, as ``make run`` does, given every replica's address.
+keeps nothing on local disk, so all of them run from this directory); the
+worker is ``electric worker`` hosting the example agents and exec tasks, as
+``make run`` does, given every replica's address.
 Each child's output is passed on, prefixed with its name.
 
 Ctrl-C (SIGINT) or SIGTERM stops them all: each child gets one SIGTERM (it

@@ -257,11 +257,19 @@ class ServerProcess:
 
 @pytest.fixture
 def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Run `electric server` as a real process; returns once it listens."""
+    """Run `electric server` as a real process; returns once it listens. ``data=False``: no
+    --data (the server picks its store itself), run in ``cwd`` with ``env``."""
     procs: list[subprocess.Popen[str]] = []
 
-    def start(data_dir: Path | None = None, *extra: str, port: int = 0) -> ServerProcess:
-        data = data_dir or tmp_path / "data"
+    def start(
+        data_dir: Path | None = None,
+        *extra: str,
+        port: int = 0,
+        data: bool = True,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ServerProcess:
+        where = data_dir or tmp_path / "data"
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -270,12 +278,13 @@ def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
                 "server",
                 "--listen",
                 f"127.0.0.1:{port}",
-                "--data",
-                str(data),
+                *(["--data", str(where)] if data else []),
                 "--drain-grace",
                 "2s",
                 *extra,
             ],
+            cwd=cwd,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -287,7 +296,7 @@ def server_process(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
             lines.append(line)
             match = re.search(r"electric server listening on (\S+)", line)
             if match and not line.startswith("20"):  # the plain stdout line, not the log line
-                return ServerProcess(proc, match.group(1), data, lines)
+                return ServerProcess(proc, match.group(1), where, lines)
         raise AssertionError("server exited before listening:\n" + "".join(lines))
 
     yield start

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import socket
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 
 if TYPE_CHECKING:
-    from conftest import StartServer
+    from conftest import ServerProcess, StartServer
 
 pytestmark = pytest.mark.anyio
 
@@ -476,49 +475,19 @@ async def test_replicas_purging_keys_at_once_skip_each_others_rows_and_never_wai
     assert await admin.fetchval("SELECT count(*) FROM idempotency") == 0
 
 
-def _listening(
-    cwd: Path, env: dict[str, str], *args: str, procs: list[subprocess.Popen[str]]
-) -> tuple[str, list[str]]:
-    """Start `electric server ARGS` in ``cwd``; its address and first lines, once it listens."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "electric_sdk.cli.main", "server", "--listen", "127.0.0.1:0", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    procs.append(proc)
-    assert proc.stdout is not None
-    lines: list[str] = []
-    for line in proc.stdout:
-        lines.append(line)
-        if match := re.search(r"electric server listening on (\S+) \((.*)\)", line):
-            return match.group(1), lines
-    raise AssertionError("the server exited before listening:\n" + "".join(lines))
-
-
 def test_replicas_share_a_directory_and_a_given_data_dir_beats_the_environment(
-    tmp_path: Path, postgres_url: str
+    tmp_path: Path, postgres_url: str, server_process: Callable[..., ServerProcess]
 ) -> None:
     """A replica on PostgreSQL keeps nothing in a data directory: two started in one directory
     both serve (the default `.electric`'s lock used to refuse the second), and none is created.
     And `server`, like the offline tools, takes $ELECTRIC_DATABASE_URL only when given no
     --data: `make run`, which names its data directory, stays on SQLite with it set."""
     env = os.environ | {"ELECTRIC_DATABASE_URL": postgres_url}
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        first, lines = _listening(tmp_path, env, procs=procs)
-        second, more = _listening(tmp_path, env, procs=procs)
-        assert first != second
-        assert all("database: postgresql://" in "".join(got) for got in (lines, more))
-        assert not (tmp_path / ".electric").exists()
-        _, lite = _listening(tmp_path, env, "--data", str(tmp_path / "lite"), procs=procs)
-        assert "(data: " in "".join(lite), lite
-        assert (tmp_path / "lite" / "electric.db").exists()
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(10)
-            assert proc.stdout is not None
-            proc.stdout.close()
+    first = server_process(data=False, cwd=tmp_path, env=env)
+    second = server_process(data=False, cwd=tmp_path, env=env)
+    assert first.address != second.address
+    assert all("(database: postgresql://" in "".join(s.lines) for s in (first, second))
+    assert not (tmp_path / ".electric").exists()
+    lite = server_process(tmp_path / "lite", cwd=tmp_path, env=env)
+    assert "(data: " in "".join(lite.lines), lite.lines
+    assert (tmp_path / "lite" / "electric.db").exists()

@@ -633,12 +633,7 @@ def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
     hello = first.hello
     v.name(hello.worker_id, "hello.worker_id")
     v.code_version(hello.code_version, "hello.code_version")
-    if len(hello.types) > v.MAX_HOSTED_TYPES:
-        raise invalid_argument(
-            "TOO_MANY_TYPES",
-            f"a worker hosts at most {v.MAX_HOSTED_TYPES} entity types, not {len(hello.types)}",
-            field="hello.types",
-        )
+    v.hosted_types(len(hello.types), "hello.types")
     types = [v.name(t.type, "hello.types.type") for t in hello.types]
     for hosted in hello.types:
         if hosted.HasField("profile"):  # checked here, so a lease never trips over it later

@@ -80,6 +80,15 @@ def code_version(value: str, field: str) -> str:
     return value
 
 
+def hosted_types(count: int, field: str) -> None:
+    if count > MAX_HOSTED_TYPES:
+        raise invalid_argument(
+            "TOO_MANY_TYPES",
+            f"a worker hosts at most {MAX_HOSTED_TYPES} entity types, not {count}",
+            field=field,
+        )
+
+
 def ref(message: pb.EntityRef, field: str = "ref") -> Ref:
     return (name(message.type, f"{field}.type"), name(message.id, f"{field}.id"))
 
