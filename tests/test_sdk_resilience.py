@@ -14,7 +14,7 @@ import anyio
 import pytest
 from electric_server.app import ElectricServer
 
-from electric_sdk import AsyncClient, RetryPolicy, Signal
+from electric_sdk import AsyncClient, RetryPolicy, Signal, errors
 
 pytestmark = pytest.mark.anyio
 
@@ -146,3 +146,41 @@ async def _drive(
         for i in range(20, 40):
             await writer.usr("agent/w1", {"i": i})
         await writer.kill("agent/w1")  # closes the stream: the watch ends by itself
+
+
+async def test_no_attempt_runs_past_the_retry_policys_total() -> None:
+    """A server that never answers: each attempt times out and is retried, and the last one's
+    deadline is cut to what is left of ``total_s``, not a whole ``timeout_s`` past it."""
+    import grpc
+
+    loop = asyncio.get_running_loop()
+    ends: list[float] = []  # each attempt's deadline, on this loop's clock, as the server saw it
+    never = asyncio.Event()
+
+    async def silent(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        remaining = context.time_remaining()
+        assert remaining is not None
+        ends.append(loop.time() + remaining)
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    handler = grpc.method_handlers_generic_handler(
+        "electric.v1.EntityService", {"GetEntity": grpc.unary_unary_rpc_method_handler(silent)}
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    total, timeout = 1.5, 1.0
+    policy = RetryPolicy(attempts=10, initial_backoff_s=0.01, max_backoff_s=0.02, total_s=total)
+    client = AsyncClient(f"127.0.0.1:{port}", timeout_s=timeout, retry=policy)
+    try:
+        started = loop.time()
+        with pytest.raises(errors.DeadlineExceeded):
+            await client.get("agent/a")
+        assert len(ends) >= 2, "the call was not retried"
+        # grpc sends deadlines in whole milliseconds: a little slack for the rounding.
+        assert max(ends) <= started + total + 0.05, [round(e - started, 3) for e in ends]
+    finally:
+        await client.close()
+        await server.stop(0)

@@ -155,14 +155,19 @@ class AsyncClient:
     async def _call(self, rpc: str, request: Any) -> Any:
         """One unary call: deadline, metadata, retries, and error translation."""
         method = getattr(self._stub_for_this_loop(), rpc)
+        policy = self.options.retry
+        loop = asyncio.get_running_loop()
+        # Every attempt's deadline ends by the policy's total: one that started late does not run
+        # a whole timeout past it (a database that stops answering costs total_s, not more).
+        ends = loop.time() + max(policy.total_s, self.options.timeout_s)
 
         async def attempt() -> Any:
+            timeout = max(0.001, min(self.options.timeout_s, ends - loop.time()))
             try:
-                return await method(request, timeout=self.options.timeout_s, metadata=self.options.metadata)
+                return await method(request, timeout=timeout, metadata=self.options.metadata)
             except grpc.aio.AioRpcError as exc:
                 raise errors.from_rpc_error(exc) from exc
 
-        policy = self.options.retry
         try:
             # The first attempt goes straight out: the retry machinery costs
             # more than the call itself on loopback, and most calls succeed.
@@ -172,7 +177,7 @@ class AsyncClient:
                 raise
         await asyncio.sleep(random.uniform(0, policy.initial_backoff_s))  # jittered, like every later wait
         async for retry in AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts - 1) | stop_after_delay(policy.total_s),
+            stop=stop_after_attempt(policy.attempts - 1) | stop_after_delay(max(0.0, ends - loop.time())),
             # Full jitter: a random wait up to the exponential bound.
             wait=wait_random_exponential(multiplier=policy.initial_backoff_s, max=policy.max_backoff_s),
             retry=retry_if_exception_type(_RETRYABLE),
