@@ -3,6 +3,9 @@
 Cutting it closes its listening socket and aborts every connection through it:
 to the store, the database has gone away (connections reset, new ones
 refused), while the shared PostgreSQL server itself runs on untouched.
+Stalling it keeps every connection open and accepts new ones but relays no
+byte either way until it flows again: a database (or a network) that stops
+answering without closing anything.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._transports: set[asyncio.WriteTransport] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        self._flowing.set()
 
     @property
     def url(self) -> str:
@@ -55,6 +66,7 @@ class Proxy:
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self._transports.add(client_writer.transport)
         try:
+            await self._flowing.wait()
             server_reader, server_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.transport.abort()
@@ -62,8 +74,8 @@ class Proxy:
         self._transports.add(server_writer.transport)
         try:
             await asyncio.gather(
-                _pipe(client_reader, server_writer),
-                _pipe(server_reader, client_writer),
+                _pipe(client_reader, server_writer, self._flowing),
+                _pipe(server_reader, client_writer, self._flowing),
                 return_exceptions=True,
             )
         finally:
@@ -72,9 +84,10 @@ class Proxy:
                 self._transports.discard(writer.transport)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event) -> None:
     with contextlib.suppress(ConnectionError):
         while data := await reader.read(65536):
+            await flowing.wait()  # stalled: held, then relayed in order
             writer.write(data)
             await writer.drain()
     writer.transport.abort()  # one side ended: so does the other

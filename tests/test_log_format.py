@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from electric_sdk.cli.logs import JsonFormatter
+from electric_sdk.cli.logs import TEXT_FORMAT, JsonFormatter, OneLine
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -86,6 +86,25 @@ def test_the_formatter_keeps_exceptions_and_extra_fields() -> None:
     assert line["exception"].startswith("Traceback")
     assert "ValueError: bad value" in line["exception"]
     assert TS.fullmatch(line["ts"])
+
+
+def test_asyncpgs_reconnect_warnings_are_one_line_naming_the_error() -> None:
+    """While the database is away, asyncpg's pool warns with a traceback at every reconnect: the
+    server's logging folds each into one line (the server says once why, postgres_faults.py)."""
+    logger = logging.getLogger("asyncpg.pool")
+    try:
+        raise TimeoutError
+    except TimeoutError:
+        record = logger.makeRecord(
+            logger.name, logging.WARNING, __file__, 1, "Failed to restore the %s", ("floor",), sys.exc_info()
+        )
+    assert OneLine().filter(record)
+    assert (
+        logging.Formatter(TEXT_FORMAT)
+        .format(record)
+        .endswith("WARNING asyncpg.pool: Failed to restore the floor (TimeoutError)")
+    )
+    assert "exception" not in json.loads(JsonFormatter().format(record))
 
 
 @pytest.mark.parametrize("command", ["server", "worker", "dev"])

@@ -196,8 +196,19 @@ def resolve_store(args: argparse.Namespace) -> bool:
     return from_env
 
 
+def duration_ms(value: str) -> int:
+    """An argparse type: a duration (``5s``, ``500ms``; a bare number is seconds) in milliseconds."""
+    from ..durations import parse_ms
+
+    try:
+        return parse_ms(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_database(p: argparse.ArgumentParser) -> None:
-    """`--database` and `--database-pool`, for `server` and `dev` (``resolve_store`` picks)."""
+    """`--database`, `--database-pool` and `--database-timeout`, for `server` and `dev`
+    (``resolve_store`` picks)."""
     p.add_argument(
         "--database",
         default=None,
@@ -212,6 +223,14 @@ def add_database(p: argparse.ArgumentParser) -> None:
         default=4,
         metavar="N",
         help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
+    )
+    p.add_argument(
+        "--database-timeout",
+        type=duration_ms,
+        default="5s",
+        metavar="DURATION",
+        help="the longest the server waits on the --database for a connection or a statement before "
+        "the call is answered UNAVAILABLE (default %(default)s; 10ms to 10m)",
     )
 
 
@@ -318,6 +337,7 @@ def _cmd_server(args: argparse.Namespace) -> int:
             watch_bandwidth=args.watch_bandwidth,
             database_url=args.database,
             database_pool=args.database_pool,
+            database_timeout_ms=args.database_timeout,
         )
         return asyncio.run(serve(config))
     except (ValueError, DatabaseUnavailable) as exc:  # ConfigError, TokenFileError; no database to start on

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._wire.times import epoch_to_iso
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "add_log_format", "setup_logging"]
+__all__ = ["LOG_FORMATS", "JsonFormatter", "OneLine", "add_log_format", "setup_logging"]
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,6 +59,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class OneLine(logging.Filter):
+    """A record's traceback folded into its message as the exception's name and text. For asyncpg's
+    pool, which logs every failed reconnect of its connections as a warning with a traceback,
+    every few seconds while the database is away: the server says once, and why, that it cannot
+    reach the database (store/postgres_faults.py), and each retry needs no more than a line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            text = str(exc)
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}{': ' + text if text else ''})"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def setup_logging(log_format: str, *, verbose: bool = False) -> None:
     """Log at INFO (DEBUG with ``verbose``) to stderr in ``log_format``, replacing any handler
     the root logger had."""
@@ -66,5 +82,8 @@ def setup_logging(log_format: str, *, verbose: bool = False) -> None:
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     logging.captureWarnings(True)
+    pool_log = logging.getLogger("asyncpg.pool")
+    if not any(isinstance(f, OneLine) for f in pool_log.filters):
+        pool_log.addFilter(OneLine())
     if verbose:
         logging.getLogger("electric.runtime").setLevel(logging.DEBUG)

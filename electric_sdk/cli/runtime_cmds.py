@@ -347,6 +347,7 @@ def _cmd_dev(args: argparse.Namespace) -> int:
             accept_data_loss=args.accept_data_loss,
             database_url=args.database,
             database_pool=args.database_pool,
+            database_timeout_ms=args.database_timeout,
         )
         if args.app is None and not args.exec_files:
             args.app = DEFAULT_APP

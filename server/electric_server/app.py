@@ -31,6 +31,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
+from electric_sdk.durations import format_ms
 from electric_sdk.listen import is_loopback, listen_host
 
 from .auth import AuthInterceptor, TokenTable
@@ -51,7 +52,7 @@ from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
 from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store
-from .store.database_url import DEFAULT_DATABASE_POOL, is_database_url, redacted
+from .store.database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
 from .watch import BANDWIDTH, FEED_EVENTS, Watches
@@ -66,6 +67,9 @@ DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
 MAX_ACCEPTORS = 64
 MAX_SETTLE_MS = 60_000
+# --database-timeout's range: under 10 ms even a healthy database's commits would time out.
+MIN_DATABASE_TIMEOUT_MS = 10
+MAX_DATABASE_TIMEOUT_MS = 600_000
 
 
 @dataclass
@@ -115,6 +119,8 @@ class ServerConfig:
     # data directory's SQLite file; and its pool of connections.
     database_url: str | None = None
     database_pool: int = DEFAULT_DATABASE_POOL
+    # The longest the server waits on the database for one thing (store/postgres.py).
+    database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None
     # An SSE response with nothing to send sends a comment this often (http_streams.py), so
@@ -159,7 +165,12 @@ def _store(config: ServerConfig, *, feed: bool = True) -> Store:
         raise ConfigError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
         ) from exc
-    return PostgresStore(config.database_url, pool_size=config.database_pool, feed=feed)
+    return PostgresStore(
+        config.database_url,
+        pool_size=config.database_pool,
+        feed=feed,
+        timeout_s=config.database_timeout_ms / 1000,
+    )
 
 
 def _host(listen: str, flag: str = "--listen") -> str:
@@ -183,6 +194,11 @@ class ElectricServer:
             raise ConfigError(
                 "a manual clock is for the SQLite store: on PostgreSQL the database's clock judges "
                 "every write and lease"
+            )
+        if not MIN_DATABASE_TIMEOUT_MS <= config.database_timeout_ms <= MAX_DATABASE_TIMEOUT_MS:
+            raise ConfigError(
+                f"--database-timeout must be {MIN_DATABASE_TIMEOUT_MS}ms to "
+                f"{format_ms(MAX_DATABASE_TIMEOUT_MS)}, not {config.database_timeout_ms}ms"
             )
         if config.lease_ttl_ms < 1:
             raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")

@@ -36,6 +36,7 @@ see each commit, whichever replica made it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Sequence
@@ -46,9 +47,9 @@ import asyncpg
 from electric_sdk.lifecycle import State
 
 from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
-from .database_url import DEFAULT_DATABASE_POOL, redacted
+from .database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
 from .feed_order import FeedOrder
-from .postgres_faults import LOST, Reachability, refusal, setup_refusal
+from .postgres_faults import LOST, Reachability, lost_reason, refusal, setup_refusal
 from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
 from .postgres_schema import (
     PURGE_IDEMPOTENCY,
@@ -70,7 +71,7 @@ from .postgres_schema import (
     migrate,
 )
 from .postgres_sessions import PostgresSessions
-from .postgres_writer import ACQUIRE_TIMEOUT_S, PostgresWriter
+from .postgres_writer import PostgresWriter
 from .rows import entity_from_row, event_from_row
 from .sql_reads import SQLReads
 
@@ -78,9 +79,8 @@ __all__ = ["PostgresStore"]
 
 log = logging.getLogger(__name__)
 
-# Bounds on every wait, so a database that stops answering fails calls instead of hanging them.
-CONNECT_TIMEOUT_S = 10.0
-STATEMENT_TIMEOUT_S = 30.0
+# A schema version applied at start may rewrite a large table, or wait for another replica's.
+MIGRATION_TIMEOUT_S = 600.0
 PURGE_SLICE = 1000  # idempotency keys forgotten per transaction
 
 
@@ -98,17 +98,22 @@ class PostgresStore(SQLReads, PostgresWriter):
         feed: bool = True,
         feed_poll_s: float = DEFAULT_POLL_S,
         notify: bool = True,
+        timeout_s: float = DEFAULT_DATABASE_TIMEOUT_MS / 1000,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"the database pool must have at least 1 connection, not {pool_size}")
         if feed_poll_s <= 0:
             raise ValueError(f"the feed's poll interval must be positive, not {feed_poll_s}")
-        super().__init__(concurrent_batches=pool_size)
+        if timeout_s <= 0:
+            raise ValueError(f"the database timeout must be positive, not {timeout_s}")
+        # Every wait on the database is bounded by ``timeout_s`` (connecting, a pooled connection, a
+        # statement), so one that stops answering fails calls UNAVAILABLE instead of hanging them.
+        super().__init__(concurrent_batches=pool_size, timeout_s=timeout_s)
         self.url = url
         self.pool_size = pool_size
         self.hub = Hub()
         self.sessions = PostgresSessions(self._connection)
-        self._reachability = Reachability(redacted(url), self._probe)
+        self._reachability = Reachability(redacted(url), self._probe, timeout_s)
         # The commit feed (postgres_feed.py): off (a tool's store), commits reach this store's hub only.
         self.feed = feed
         self.feed_poll_s = feed_poll_s
@@ -125,8 +130,8 @@ class PostgresStore(SQLReads, PostgresWriter):
                 self.url,
                 min_size=self.pool_size,
                 max_size=self.pool_size,
-                timeout=CONNECT_TIMEOUT_S,
-                command_timeout=STATEMENT_TIMEOUT_S,
+                timeout=self.timeout_s,
+                command_timeout=self.timeout_s,
                 server_settings={
                     **SESSION_SETTINGS,
                     "synchronous_commit": "on",
@@ -138,11 +143,11 @@ class PostgresStore(SQLReads, PostgresWriter):
         except asyncpg.exceptions.ClientConfigurationError as exc:
             raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
         except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
-            why = refusal(exc, where, CONNECT_TIMEOUT_S)
+            why = refusal(exc, where, self.timeout_s)
             raise DatabaseUnavailable(f"cannot open the database {where}: {why}") from exc
         try:
-            async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
-                version = await migrate(conn)
+            async with pool.acquire(timeout=self.timeout_s) as conn:
+                version = await migrate(conn, MIGRATION_TIMEOUT_S)
         except SchemaTooNew as exc:
             await pool.close()
             raise DatabaseUnavailable(f"the database {where}: {exc}") from exc
@@ -164,8 +169,8 @@ class PostgresStore(SQLReads, PostgresWriter):
         # An origin of this store's own (a random 63-bit number): its rows in the feed are its own.
         self.origin = secrets.randbits(63)
         order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
-        reader = FeedReader(self.url, order, self.origin, self.feed_poll_s)
-        doorbell = Doorbell(self.url, enabled=self.notify)
+        reader = FeedReader(self.url, order, self.origin, self.feed_poll_s, self.timeout_s)
+        doorbell = Doorbell(self.url, self.timeout_s, enabled=self.notify)
         self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
         try:
             await reader.open()
@@ -195,10 +200,26 @@ class PostgresStore(SQLReads, PostgresWriter):
         for task in tuple(self.finding_out):
             task.cancel()
         await self._close_feed()
+        # pool.close() waits for the connections in use to be released and says goodbye on each:
+        # bounded, since a database that stopped answering would keep a draining server up for
+        # ever. Past the bound the connections are dropped under it (not it cancelled: asyncpg
+        # then leaves the goodbyes' futures failed with no one to read them) and it ends.
+        closing = asyncio.ensure_future(pool.close())
+        await asyncio.wait((closing,), timeout=self.timeout_s)
+        if not closing.done():
+            log.warning(
+                "closing the database connections: the database did not answer within %g s, so "
+                "they are dropped",
+                self.timeout_s,
+            )
+            pool.terminate()
         try:
-            await pool.close()  # waits for the connections in use to be released
+            await closing
         except (*LOST, asyncpg.PostgresError) as exc:
-            log.warning("closing the database connections failed (%s): they are dropped", _reason(exc))
+            log.warning(
+                "closing the database connections failed (%s): they are dropped",
+                lost_reason(exc, self.timeout_s),
+            )
             pool.terminate()
 
     async def _connected(self, conn: Any) -> None:
@@ -214,9 +235,9 @@ class PostgresStore(SQLReads, PostgresWriter):
 
     async def _probe(self) -> None:
         """One new connection and a query: the pool's may all be busy, or dead."""
-        conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
+        conn = await asyncpg.connect(self.url, timeout=self.timeout_s)
         try:
-            await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+            await conn.fetchval("SELECT 1", timeout=self.timeout_s)
         finally:
             conn.terminate()
 

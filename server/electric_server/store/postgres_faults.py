@@ -39,12 +39,20 @@ LOST: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
-__all__ = ["PROBE_INTERVAL_S", "Reachability", "refusal", "setup_refusal"]
+__all__ = ["PROBE_INTERVAL_S", "Reachability", "lost_reason", "refusal", "setup_refusal"]
 
 log = logging.getLogger(__name__)
 
 # How often a database that went away is tried again (a probe is one connection, one SELECT 1).
 PROBE_INTERVAL_S = 0.5
+
+
+def lost_reason(exc: BaseException, timeout_s: float) -> str:
+    """Why a call on the database failed, for its caller and the log: a timeout is a database that
+    did not answer in time (asyncpg's TimeoutError says nothing), anything else a lost connection."""
+    if isinstance(exc, TimeoutError):
+        return f"the database did not answer within {timeout_s:g} s"
+    return f"the database connection failed ({type(exc).__name__}: {exc})"
 
 
 def refusal(exc: BaseException, where: str, connect_timeout_s: float) -> str:
@@ -95,8 +103,9 @@ def setup_refusal(exc: BaseException) -> str:
 class Reachability:
     """Whether the database answers, as the server must know it (see the module docstring)."""
 
-    def __init__(self, where: str, probe: Callable[[], Awaitable[object]]) -> None:
+    def __init__(self, where: str, probe: Callable[[], Awaitable[object]], timeout_s: float) -> None:
         self.where = where
+        self.timeout_s = timeout_s  # the probe's bound
         self._probe = probe
         self._listeners: list[FaultListener] = []
         self._gone: DatabaseUnavailable | None = None
@@ -131,13 +140,13 @@ class Reachability:
                 await self._probe()
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 if self._gone is None:
-                    self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {exc}")
+                    why = lost_reason(exc, self.timeout_s) if isinstance(exc, TimeoutError) else exc
+                    self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {why}")
                     log.error(
-                        "the database %s cannot be reached (%s: %s): calls are answered UNAVAILABLE "
+                        "the database %s cannot be reached (%s): calls are answered UNAVAILABLE "
                         "and the server is not ready until it answers again (tried every %g s)",
                         self.where,
-                        type(exc).__name__,
-                        exc,
+                        lost_reason(exc, self.timeout_s),
                         PROBE_INTERVAL_S,
                     )
                     self._notify(self._gone)

@@ -50,7 +50,7 @@ import asyncpg
 
 from .base import REMOTE_COMMIT, Commit
 from .feed_order import FeedOrder, Snapshot
-from .postgres_faults import LOST
+from .postgres_faults import LOST, lost_reason
 from .postgres_schema import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
@@ -72,7 +72,8 @@ DEFAULT_POLL_S = 0.5
 RETENTION_S = 600.0
 # A lost reader connection is opened again after this, doubling up to the poll interval.
 _RECONNECT_S = 0.05
-_CONNECT_TIMEOUT_S = 10.0
+# Bounds the reader's statements (its prune deletes minutes of rows), over the store's own.
+_STATEMENT_TIMEOUT_S = 10.0
 
 # READ_FEED's columns: the snapshot, the commit's time, the record after, the fields before, the
 # events.
@@ -95,8 +96,9 @@ class Doorbell:
     per ring, for a signal that polling stands behind anyway.
     """
 
-    def __init__(self, url: str, enabled: bool = True) -> None:
+    def __init__(self, url: str, timeout_s: float, enabled: bool = True) -> None:
         self.url = url
+        self.timeout_s = timeout_s
         self.enabled = enabled  # tests turn it off to show polling delivers all the same
         self._conn: Any = None
         self._next: int | None = None
@@ -105,7 +107,11 @@ class Doorbell:
 
     async def open(self) -> None:
         self._conn = await _connect(
-            self.url, "electric (doorbell)", {**SESSION_SETTINGS, "synchronous_commit": "off"}
+            self.url,
+            "electric (doorbell)",
+            {**SESSION_SETTINGS, "synchronous_commit": "off"},
+            self.timeout_s,
+            self.timeout_s,
         )
 
     def ring(self, xact: int) -> None:
@@ -125,7 +131,10 @@ class Doorbell:
                     await self._conn.execute(NOTIFY_FEED, payload(xact))
                     self.sent += 1
                 except (*LOST, asyncpg.PostgresError) as exc:
-                    log.debug("a NOTIFY failed (%s): the other replicas' polling reads the commit", exc)
+                    log.debug(
+                        "a NOTIFY failed (%s): the other replicas' polling reads the commit",
+                        lost_reason(exc, self.timeout_s),
+                    )
                     conn, self._conn = self._conn, None
                     if conn is not None:
                         conn.terminate()
@@ -146,11 +155,13 @@ class Doorbell:
         self._conn = None
 
 
-async def _connect(url: str, name: str, settings: dict[str, str]) -> Any:
+async def _connect(
+    url: str, name: str, settings: dict[str, str], timeout_s: float, statement_timeout_s: float
+) -> Any:
     return await asyncpg.connect(
         url,
-        timeout=_CONNECT_TIMEOUT_S,
-        command_timeout=_CONNECT_TIMEOUT_S,
+        timeout=timeout_s,
+        command_timeout=statement_timeout_s,
         server_settings={**settings, "application_name": name},
     )
 
@@ -165,13 +176,21 @@ async def _close(conn: Any) -> None:
 class FeedReader:
     """Reads the other replicas' commits into a ``FeedOrder`` (see the module docstring)."""
 
-    def __init__(self, url: str, order: FeedOrder, origin: int, poll_s: float = DEFAULT_POLL_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        order: FeedOrder,
+        origin: int,
+        poll_s: float = DEFAULT_POLL_S,
+        timeout_s: float = _STATEMENT_TIMEOUT_S,
+    ) -> None:
         if poll_s <= 0:
             raise ValueError(f"the feed's poll interval must be positive, not {poll_s}")
         self.url = url
         self.order = order
         self.origin = origin
         self.poll_s = poll_s
+        self.timeout_s = timeout_s  # connecting; its statements have max(this, _STATEMENT_TIMEOUT_S)
         self._conn: Any = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -208,7 +227,8 @@ class FeedReader:
         self._wake.set()
 
     async def _connect(self) -> None:
-        conn = await _connect(self.url, "electric (feed)", READER_SETTINGS)
+        statements = max(self.timeout_s, _STATEMENT_TIMEOUT_S)
+        conn = await _connect(self.url, "electric (feed)", READER_SETTINGS, self.timeout_s, statements)
         try:
             await conn.add_listener(FEED_CHANNEL, self._on_notify)
             # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
@@ -248,7 +268,8 @@ class FeedReader:
                 pause = _RECONNECT_S
             except (*LOST, asyncpg.PostgresError) as exc:
                 log.warning(
-                    "the commit feed's connection failed (%s): reading again from the last position", exc
+                    "the commit feed's connection failed (%s): reading again from the last position",
+                    lost_reason(exc, max(self.timeout_s, _STATEMENT_TIMEOUT_S)),
                 )
                 conn, self._conn = self._conn, None
                 if conn is not None:

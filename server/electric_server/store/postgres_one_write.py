@@ -55,7 +55,7 @@ import asyncpg
 
 from .base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
 from .outcome import Applied, Refused, apply_write, replay
-from .postgres_faults import LOST
+from .postgres_faults import LOST, lost_reason
 from .postgres_schema import (
     ONE_INSERT,
     ONE_KEY,
@@ -111,11 +111,13 @@ async def write_alone(
     backend: tuple[int, datetime.datetime],
     sending: Callable[[int], None],
     unknown: Callable[[UnknownOutcome], None],
+    timeout_s: float,
 ) -> Decided:
     """The write on ``conn`` (its backend: pid and start). ``sending(txid)`` is called just before a
     commit's statement goes out (the FeedOrder then holds the entity's later commits), and
     ``unknown`` with what to find out when its outcome cannot be known (a lost connection: then
-    ``UnknownOutcome`` is raised too; a cancelled caller: then the cancellation goes on)."""
+    ``UnknownOutcome`` is raised too; a cancelled caller: then the cancellation goes on).
+    ``timeout_s``: the statements' bound, for the message of one that ran out."""
     ref, idem = write.ref, write.idempotency
     row = await conn.fetchrow(READ_AND_DRAW, ref[0], ref[1], idem.key if idem is not None else None)
     if idem is not None and row[2] is not None:
@@ -146,9 +148,8 @@ async def write_alone(
         return RACED  # a racing spawn, or a retry's key: the statement wrote nothing
     except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
         lost = UnknownOutcome(
-            f"a write failed: the database connection failed ({type(exc).__name__}: {exc}) while the "
-            "write's statement was out, so it may or may not have committed (a retry with the same "
-            "idempotency key finds out)",
+            f"a write failed: {lost_reason(exc, timeout_s)} while the write's statement was out, so "
+            "it may or may not have committed (a retry with the same idempotency key finds out)",
             commit,
             before_xact,
             *backend,

@@ -241,16 +241,20 @@ class SchemaTooNew(Exception):
     """The database was migrated by a newer electric than this one."""
 
 
-async def migrate(conn: Any) -> int:
+async def migrate(conn: Any, timeout_s: float | None = None) -> int:
     """Apply the schema versions the database lacks (one transaction, under the advisory lock);
-    returns the database's version. Raises ``SchemaTooNew``."""
+    returns the database's version. Raises ``SchemaTooNew``. ``timeout_s``: each statement's bound
+    (None: the connection's own)."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK, timeout=timeout_s)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS electric_schema "
-            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+            timeout=timeout_s,
         )
-        current = await conn.fetchval("SELECT coalesce(max(version), 0) FROM electric_schema")
+        current = await conn.fetchval(
+            "SELECT coalesce(max(version), 0) FROM electric_schema", timeout=timeout_s
+        )
         known = max(_VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
         if current > known:
             raise SchemaTooNew(
@@ -258,8 +262,10 @@ async def migrate(conn: Any) -> int:
                 f"({known}): run a newer electric against it"
             )
         for version in range(current + 1, known + 1):
-            await conn.execute(_VERSIONS[version])
-            await conn.execute("INSERT INTO electric_schema (version) VALUES ($1)", version)
+            await conn.execute(_VERSIONS[version], timeout=timeout_s)
+            await conn.execute(
+                "INSERT INTO electric_schema (version) VALUES ($1)", version, timeout=timeout_s
+            )
         return known
 
 

@@ -75,7 +75,7 @@ from .base import (
 )
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
-from .postgres_faults import LOST
+from .postgres_faults import LOST, lost_reason
 from .postgres_one_write import RACED, Decided, UnknownOutcome
 from .postgres_schema import (
     FLUSH_ROWS,
@@ -93,7 +93,7 @@ from .postgres_schema import (
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
-__all__ = ["ACQUIRE_TIMEOUT_S", "MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
+__all__ = ["MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,6 @@ MAX_ATTEMPTS = 5
 # How often one write is decided again after a racing insert of its row (the second attempt
 # finds the row, locked; a third is for an idempotency row raced without an entity).
 _DECIDE_ATTEMPTS = 3
-# How long a call waits for one of the pool's connections.
-ACQUIRE_TIMEOUT_S = 30.0
 # A locked row's columns: the record's, then the transaction that last wrote it.
 _RECORD = len(ENTITY_COLUMNS)
 _NO_BEFORE = (None,) * (_RECORD - 2)
@@ -174,8 +172,10 @@ class PostgresWriter(Store):
     origin = 0
     doorbell: Doorbell | None = None
 
-    def __init__(self, concurrent_batches: int) -> None:
+    def __init__(self, concurrent_batches: int, timeout_s: float) -> None:
         self._pool: Any = None
+        # The longest a call waits for a pooled connection (its statements have the same bound).
+        self.timeout_s = timeout_s
         self._ref_locks = _RefLocks()
         # Lone writes (``write``) queue here while every connection runs a batch (see _gather).
         self._concurrent_batches = concurrent_batches
@@ -212,16 +212,14 @@ class PostgresWriter(Store):
             if pool.get_idle_size() > 0:
                 conn = await pool.acquire()
             else:
-                conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT_S)
+                conn = await pool.acquire(timeout=self.timeout_s)
             try:
                 yield conn
             finally:
                 self._release_later(pool, conn)
         except LOST as exc:
             self._connection_lost()
-            raise DatabaseUnavailable(
-                f"{what} failed: the database connection failed ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise DatabaseUnavailable(f"{what} failed: {lost_reason(exc, self.timeout_s)}") from exc
         except DatabaseUnavailable:  # e.g. lost during COMMIT
             self._connection_lost()
             raise
@@ -373,7 +371,7 @@ class PostgresWriter(Store):
                 if started is None:  # a connection not made by this store's pool
                     return RACED
                 decided = await postgres_one_write.write_alone(
-                    conn, write, self.origin, (pid, started), sending, find_out_later
+                    conn, write, self.origin, (pid, started), sending, find_out_later, self.timeout_s
                 )
         except UnknownOutcome as lost:
             raise DatabaseUnavailable(str(lost)) from lost  # the caller's: no commit to carry
@@ -413,7 +411,7 @@ class PostgresWriter(Store):
             if pool is None:
                 return  # closed: this replica's Hub has no subscriber left to tell
             try:
-                async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+                async with pool.acquire(timeout=self.timeout_s) as conn:
                     xact = await postgres_one_write.find_out(conn, lost, self.origin, floor)
                 break
             except (*LOST, asyncpg.PostgresError) as exc:
