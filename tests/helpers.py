@@ -85,3 +85,22 @@ async def lock_waiter(admin: Any) -> int:
             )
             if pid is not None:
                 return int(pid)
+
+
+def emitter_app() -> Any:
+    """An app whose entity ``emitter`` emits an event of its message's text as its type, and
+    answers with the error's code if that raised InvalidArgument, else ``kept``."""
+    from electric_sdk.errors import InvalidArgument
+    from electric_sdk.runtime import App, Context, Message
+
+    app = App(code_version="test")
+
+    @app.entity("emitter")
+    async def emitter(ctx: Context, message: Message) -> str:
+        try:
+            await ctx.emit(message.text, {"x": 1})
+        except InvalidArgument as exc:
+            return f"{exc.code}: {exc}"
+        return "kept"
+
+    return app

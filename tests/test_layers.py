@@ -5,7 +5,7 @@ From the bottom up:
 1. the contract and the pure rules: ``_proto``, ``lifecycle``, the wire
    conversions (``_wire``) and the small helpers the server shares
    (``durations``, ``_signals``, ``runtime_session``, ``stream_batches``,
-   ``_portal``, ``listen``), and the durable state's rules and rebuild
+   ``_portal``, ``listen``, ``event_types``), and the durable state's rules and rebuild
    (``durable_state``, ``state_read``: the HTTP door rebuilds it as the client does);
 2. the public types: ``models``, ``errors``, ``arguments``, ``event_text``,
    and how a channel is opened (``channels``);
@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.listen",
         "electric_sdk.durable_state",
         "electric_sdk.state_read",
+        "electric_sdk.event_types",
         "electric_sdk.version",
     ),
     (

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from helpers import emitter_app
 
 from electric_sdk.lifecycle import Signal, State
 from electric_sdk.runtime import App, Context, Message, SignalInfo
@@ -76,6 +77,22 @@ async def test_a_run_with_state_steps_and_a_handler() -> None:
         assert h.state == {"prefs": {"tone": "brief"}, "history": ["q"]}
         steps = [e["data"] for e in h.events if e["type"] == "electric.step"]
         assert [(s["name"], s["outcome"]) for s in steps] == [("tool:search", "ok"), ("model:answer", "ok")]
+
+
+async def test_an_emit_a_server_would_refuse_raises_in_the_harness_too() -> None:
+    """The server's rule for custom event types (electric_sdk.event_types) holds without one."""
+    async with EntityHarness(emitter_app(), "emitter") as h:
+        for kind, said in [
+            ("state", "INVALID_EVENT_TYPE"),
+            ("two\nlines", "INVALID_EVENT_TYPE"),
+            ("", "INVALID_EVENT_TYPE"),
+            ("x" * 129, "INVALID_EVENT_TYPE"),
+            ("electric.mine", "RESERVED_EVENT_TYPE"),
+            ("fine", "kept"),
+        ]:
+            assert (await h.send(kind)).output.startswith(said), kind
+        assert [e["type"] for e in h.events if e["type"] != "run"].count("fine") == 1
+        assert not {"state", "two\nlines", "", "x" * 129} & {e["type"] for e in h.events}
 
 
 async def test_a_run_delivered_again_replays_its_recorded_steps() -> None:

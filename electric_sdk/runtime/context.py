@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar, overload
 from ..client._options import DurationLike
 from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
 from ..errors import InvalidArgument, RunAborted
+from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .state import LeaseState, StateView
@@ -229,13 +230,17 @@ class Context:
         return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
 
     async def emit(self, type: str, data: Any = None) -> None:
-        """Append a custom event (``type`` must not be a built-in event type, nor start with
-        ``electric.``: the runtime's own records) to the stream."""
+        """Append a custom event to the stream: ``type`` is 1-128 characters, none a control
+        character, not a built-in event type (``INVALID_EVENT_TYPE``) and not starting with
+        ``electric.``, the runtime's own records (``RESERVED_EVENT_TYPE``)."""
         if type.startswith(RESERVED_PREFIX):
             raise InvalidArgument(
                 f"custom event types starting with {RESERVED_PREFIX!r} are the runtime's own",
                 code="RESERVED_EVENT_TYPE",
             )
+        problem = custom_type_problem(type)
+        if problem is not None:  # the server's rule, checked here too: the harness has no server
+            raise InvalidArgument(problem, code="INVALID_EVENT_TYPE")
         self._check_open()
         await self._host.emit(type, data)
 

@@ -25,17 +25,16 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.exec_receipts import receipt_says_running
+from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
 
 from . import message_cursor
-from . import validation as v
 from .entity_writes import INSERT, UPDATE, state_event
 from .errors import not_found
 from .store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
 from .store.sessions import holds_lease
 from .type_profiles import resolve
 
-BUILTIN_TYPES = frozenset({"signal", "state", "message", "run", "exec", "output"})
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
 MAX_OUTPUT_CHARS = 64 * 1024
 _TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
@@ -339,13 +338,9 @@ def runtime_write(
             return Mutation([_reported(write.signal_outcome, inserts, current)], current)
         if op == "custom":
             kind = write.custom.type
-            if kind in BUILTIN_TYPES or not v.is_label(kind):
-                raise Refused(
-                    "INVALID_EVENT_TYPE",
-                    f"{kind!r} is not an entity-defined event type (1-128 characters, no control character, "
-                    "not a built-in type)",
-                    current,
-                )
+            problem = custom_type_problem(kind)
+            if problem is not None:
+                raise Refused("INVALID_EVENT_TYPE", problem, current)
             custom = pb.CustomValue(data=write.custom.data)
             return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
         if op == "exec":

@@ -32,6 +32,7 @@ from google.protobuf import json_format, struct_pb2
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH
+from electric_sdk.event_types import MAX_LABEL_CHARS, is_label
 from electric_sdk.lifecycle import Signal, State
 
 from .errors import invalid_argument
@@ -42,8 +43,6 @@ IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 # Free-form names a worker gives (its code version, its custom event types) become keys of
 # the store's rows: PostgreSQL's text holds no NUL and its indexes no long value, so both
 # stores take only short lines of printable characters.
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-MAX_LABEL_CHARS = 128
 MAX_HOSTED_TYPES = 1000
 MAX_REASON_BYTES = 1024
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -62,11 +61,6 @@ def name(value: str, field: str) -> str:
             field=field,
         )
     return value
-
-
-def is_label(value: str) -> bool:
-    """1-128 characters, none of them a control character."""
-    return 0 < len(value) <= MAX_LABEL_CHARS and not CONTROL_RE.search(value)
 
 
 def code_version(value: str, field: str) -> str:

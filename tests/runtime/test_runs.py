@@ -4,9 +4,9 @@ FAILED; custom events and history; a handler that raises gets the outcome `faile
 from __future__ import annotations
 
 import pytest
+from helpers import emitter_app
 
 from electric_sdk import AsyncClient
-from electric_sdk.errors import InvalidArgument
 from electric_sdk.runtime import App, Context, Message, SignalInfo
 from electric_sdk.testing import TestServer
 
@@ -85,17 +85,7 @@ async def test_an_emit_the_server_refuses_raises_in_the_handler(
 ) -> None:
     """A custom event type the server takes no record of (a built-in type, a control character)
     raises InvalidArgument where ``ctx.emit`` was called, not a log line the handler never sees."""
-    app = App(code_version="test")
-
-    @app.entity("emitter")
-    async def emitter(ctx: Context, message: Message) -> str:
-        try:
-            await ctx.emit(message.text, {"x": 1})
-        except InvalidArgument as exc:
-            return f"{exc.code}: {exc}"
-        return "kept"
-
-    async with running_worker(app, electric.address):
+    async with running_worker(emitter_app(), electric.address):
         await client.spawn("emitter/e")
         for kind, said in [
             ("state", "INVALID_EVENT_TYPE"),
