@@ -115,3 +115,29 @@ async def test_a_run_naming_a_message_key_no_message_has_ends_the_session(
         after = await events(stub, ref)
         assert after[: len(before)] == before
         assert [(e.type, e.state.cause) for e in after[len(before) :]] == [("state", "runtime_lost")]
+
+
+async def test_a_run_started_past_every_message_is_refused_and_skips_none(start_server: StartServer) -> None:
+    """A run may start only where a message waits: one past the newest would move the cursor over
+    the real ones, never run. Refused with INVALID_MESSAGE_OFFSET, nothing written; the message
+    still runs."""
+    server = await start_server(lease_ttl_ms=10_000, heartbeat_interval_ms=50)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        worker = RawWorker(channel, "w-offset", ["agent"])
+        ref, lease = await running(stub, worker, "o1")
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="hi"))
+        delivery = await worker.next("delivery")
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="after"))
+        head = (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.head_offset
+        before = await events(stub, ref)
+        key, offset = delivery.event.key, delivery.event.offset
+        for bogus in (offset + 1, head, head + 1000):  # a signal's offset, the head, far past it
+            run = pb.RunValue(message_key=key, status=pb.RUN_STATUS_STARTED, message_offset=bogus)
+            refused = await worker.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)
+            assert (refused.applied, refused.reason) == (False, "INVALID_MESSAGE_OFFSET"), bogus
+        assert await events(stub, ref) == before
+        run = pb.RunValue(message_key=key, status=pb.RUN_STATUS_STARTED, message_offset=offset)
+        started = await worker.write(ref, lease.epoch, pb.STATE_RUNNING, run=run)
+        assert started.applied, started
+        worker.close()

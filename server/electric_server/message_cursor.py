@@ -31,6 +31,7 @@ __all__ = [
     "Located",
     "aborted",
     "awaiting_record",
+    "beyond",
     "cancelled",
     "deliverable",
     "ended",
@@ -171,6 +172,16 @@ def refuses_start(record: EntityRecord, offset: int) -> str | None:
     if offset < record.message_cursor:
         return f"the message at offset {offset} is done (its run ended, or it was cancelled)"
     return None
+
+
+def beyond(record: EntityRecord, offset: int) -> str | None:
+    """Why no message can be at ``offset`` (once ``refuses_start`` said yes): every message not
+    done is at most the newest not cancelled. A run there would move the cursor past the real
+    ones, never run, as if cancelled. None: it may be one."""
+    newest = record.last_message_offset
+    if offset <= newest:
+        return None
+    return f"no message waits at offset {offset} (none is past offset {newest})"
 
 
 def deliverable(record: EntityRecord, offset: int) -> bool:

@@ -322,6 +322,8 @@ def runtime_write(
                 # A message that was cancelled (or is done) never runs, whoever still has it queued.
                 if (done := message_cursor.refuses_start(current, run.message_offset)) is not None:
                     raise Refused("MESSAGE_DONE", done, current)
+                if (none := message_cursor.beyond(current, run.message_offset)) is not None:
+                    raise Refused("INVALID_MESSAGE_OFFSET", none, current)  # a broken worker's
                 if message_cursor.awaiting_record(current):
                     events.append(_unrecorded_abort(current.run_key, "its runtime started the next run"))
                 abortable = run.message_key if write.server_may_abort else ""
