@@ -209,6 +209,11 @@ async def test_import_refuses_a_target_that_is_not_empty_or_a_file_cut_short(
     refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "sqlite"))
     assert refused.returncode == 2, refused.stderr
     assert "it is not empty" in refused.stderr, refused.stderr
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's own")
+    refused = electric("import", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "mine"))
+    assert "it is not empty (it holds notes.txt)" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"], "no LOCK left there"
 
     lines = (tmp_path / "x.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "short.jsonl").write_text("".join(lines[:-1]))
@@ -311,7 +316,7 @@ async def test_import_refuses_a_record_of_the_wrong_shape_on_both_stores(
     assert "nothing was imported" in refused.stderr
     assert says in refused.stderr, refused.stderr
     if target == "sqlite":
-        assert not database_path(tmp_path / "new").exists()
+        assert not (tmp_path / "new").exists(), "the directory it made is gone again"
     else:
         conn = await asyncpg.connect(postgres_url)
         try:

@@ -101,10 +101,11 @@ class DataDirLocked(DataDirError):
 class DataDirLock:
     """An exclusive ``flock`` on ``DIR/LOCK``, held until ``release()`` or the process ends."""
 
-    def __init__(self, data_dir: Path, fd: int, holder: Holder) -> None:
+    def __init__(self, data_dir: Path, fd: int, holder: Holder, created: bool = False) -> None:
         self.data_dir = data_dir
         self._fd: int | None = fd
         self.holder = holder
+        self.created = created  # the directory was made by ``acquire``
 
     @classmethod
     def acquire(cls, data_dir: Path, by: str) -> DataDirLock:
@@ -115,6 +116,7 @@ class DataDirLock:
         """
         if data_dir.exists() and not data_dir.is_dir():
             raise DataDirError(f"the data directory {data_dir} is not a directory")
+        created = not data_dir.exists()
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -136,7 +138,8 @@ class DataDirLock:
         except OSError as exc:  # e.g. ENOLCK: a filesystem without locks
             os.close(fd)
             raise DataDirError(f"cannot lock the data directory {data_dir}: {path}: {exc.strerror}") from exc
-        lock = cls(data_dir, fd, Holder(os.getpid(), by, datetime.now(UTC).isoformat(timespec="seconds")))
+        holder = Holder(os.getpid(), by, datetime.now(UTC).isoformat(timespec="seconds"))
+        lock = cls(data_dir, fd, holder, created)
         lock._write_holder()
         return lock
 
@@ -165,6 +168,19 @@ class DataDirLock:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)  # a stale LOCK names nobody
         os.close(fd)  # closing the last descriptor of the file description frees the flock
+
+    def discard(self) -> None:
+        """Release, and remove the directory if ``acquire`` made it and it holds nothing else: a
+        command that failed (an import refused) leaves no directory behind. Made moments ago by
+        this process, it is known to no other (one that opened its LOCK meanwhile would lock a
+        file no longer there)."""
+        self.release()
+        if not self.created:
+            return
+        with contextlib.suppress(OSError):
+            if [p.name for p in self.data_dir.iterdir()] == [LOCK_NAME]:
+                lock_path(self.data_dir).unlink()
+                self.data_dir.rmdir()
 
     @property
     def held(self) -> bool:

@@ -301,14 +301,10 @@ class _SQLiteTarget:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
+        _refuse_filled(data_dir)  # before the lock: a refused import leaves no LOCK behind
         self._lock = DataDirLock.acquire(data_dir, "electric import")  # a live server: DataDirLocked
         try:
-            others = sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_NAME)
-            if others:
-                raise TransferError(
-                    f"cannot import into {data_dir}: it is not empty (it holds {', '.join(others[:5])}); "
-                    "import into a new directory"
-                )
+            _refuse_filled(data_dir)  # again, held: nothing came meanwhile
             self._path = database_path(data_dir)
             self._tmp = self._path.with_name(f".{self._path.name}.import")
             self._tmp.unlink(missing_ok=True)
@@ -316,7 +312,7 @@ class _SQLiteTarget:
             sqlite_schema.migrate(self._conn)
             self._conn.execute("BEGIN")
         except BaseException:
-            self._lock.release()
+            self._lock.discard()
             raise
 
     async def add(self, kind: str, rows: list[tuple[Any, ...]]) -> None:
@@ -337,7 +333,17 @@ class _SQLiteTarget:
     async def abort(self) -> None:
         self._conn.close()
         self._tmp.unlink(missing_ok=True)
-        self._lock.release()
+        self._lock.discard()
+
+
+def _refuse_filled(data_dir: Path) -> None:
+    """An import goes into a new directory, or an empty one (a LOCK alone: a stopped server's)."""
+    others = sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_NAME) if data_dir.is_dir() else []
+    if others:
+        raise TransferError(
+            f"cannot import into {data_dir}: it is not empty (it holds {', '.join(others[:5])}); "
+            "import into a new directory"
+        )
 
 
 _SQLITE_INSERTS = {
