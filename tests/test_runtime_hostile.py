@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
         ("v\n1", ["agent"], "INVALID_CODE_VERSION"),
         ("v" * 129, ["agent"], "INVALID_CODE_VERSION"),
         ("v1", [f"t{i}" for i in range(1001)], "TOO_MANY_TYPES"),
+        ("v1", ["agent", "tool", "agent"], "DUPLICATE_TYPE"),
     ],
-    ids=["nul", "newline", "129-chars", "1001-types"],
+    ids=["nul", "newline", "129-chars", "1001-types", "a-type-twice"],
 )
 async def test_a_hello_the_store_could_not_key_is_refused(
     start_server: StartServer, version: str, types: list[str], reason: str

@@ -633,8 +633,10 @@ def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
     hello = first.hello
     v.name(hello.worker_id, "hello.worker_id")
     v.code_version(hello.code_version, "hello.code_version")
-    v.hosted_types(len(hello.types), "hello.types")
-    types = [v.name(t.type, "hello.types.type") for t in hello.types]
+    types = [t.type for t in hello.types]
+    v.hosted_types(types, "hello.types")
+    for hosted_type in types:
+        v.name(hosted_type, "hello.types.type")
     for hosted in hello.types:
         if hosted.HasField("profile"):  # checked here, so a lease never trips over it later
             v.profile_ms(hosted.profile, "hello.types.profile")

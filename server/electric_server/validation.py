@@ -74,12 +74,19 @@ def code_version(value: str, field: str) -> str:
     return value
 
 
-def hosted_types(count: int, field: str) -> None:
-    if count > MAX_HOSTED_TYPES:
+def hosted_types(types: list[str], field: str) -> None:
+    """A hello's types: at most MAX_HOSTED_TYPES, each once (a type named twice, with two
+    profiles, would leave which one holds to chance)."""
+    if len(types) > MAX_HOSTED_TYPES:
         raise invalid_argument(
             "TOO_MANY_TYPES",
-            f"a worker hosts at most {MAX_HOSTED_TYPES} entity types, not {count}",
+            f"a worker hosts at most {MAX_HOSTED_TYPES} entity types, not {len(types)}",
             field=field,
+        )
+    if len(set(types)) != len(types):
+        twice = sorted({t for t in types if types.count(t) > 1})
+        raise invalid_argument(
+            "DUPLICATE_TYPE", f"the hello names the entity type(s) {twice} more than once", field=field
         )
 
 
