@@ -288,6 +288,8 @@ def _export_lines() -> list[Any]:
         (4, lambda o: o["idempotency"].__setitem__(2, "k\x00"), "a malformed idempotency: its key"),
         (3, lambda o: o["event"].pop(4), "6 values, not the 7 of offset"),
         (1, lambda o: o.__setitem__("entity", 5), "a malformed entity: it is int 5, not an object"),
+        (1, lambda o: o["entity"].pop("txid"), "a malformed entity: it lacks txid\n"),
+        (1, lambda o: o["entity"].__setitem__("colour", "red"), "entity: an entity has no field 'colour'\n"),
     ],
     ids=[
         "nul-kind",
@@ -299,6 +301,8 @@ def _export_lines() -> list[Any]:
         "nul-key",
         "short",
         "entity-not-object",
+        "entity-lacks-a-field",
+        "entity-has-one-more",
     ],
 )
 @pytest.mark.parametrize("target", ["sqlite", "postgres"])

@@ -100,10 +100,15 @@ def _entity_json(record: EntityRecord) -> dict[str, Any]:
 _ADDED_FIELDS = {"run_key": ""}
 
 
-def _entity_from_json(fields: dict[str, Any]) -> EntityRecord:
-    fields = {**_ADDED_FIELDS, **fields}
+def _entity_from_json(given: dict[str, Any]) -> EntityRecord:
+    fields = {**_ADDED_FIELDS, **given}
     if set(fields) != set(EntityRecord._fields):
-        raise ValueError(f"an entity's fields are {sorted(EntityRecord._fields)}, not {sorted(fields)}")
+        # Named as the line has them: a field filled in for an older export is not the line's.
+        missing = sorted(set(EntityRecord._fields) - set(fields))
+        unknown = sorted(set(given) - set(EntityRecord._fields))
+        said = [f"it lacks {', '.join(missing)}"] if missing else []
+        said += [f"an entity has no field {', '.join(map(repr, unknown))}"] if unknown else []
+        raise ValueError("; ".join(said))
     values = dict(fields)
     values["state"] = State(values["state"])
     if isinstance(values["cancelled_messages"], list):
