@@ -22,6 +22,7 @@ other integer fields of the requests are safe at any value of their wire type
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import re
@@ -42,7 +43,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 # Free-form names a worker gives (its code version, its custom event types) become keys of
 # the store's rows: PostgreSQL's text holds no NUL and its indexes no long value, so both
-# stores take only short lines of printable characters.
+# stores take only short lines of printable characters (``is_label``, electric_sdk/event_types.py).
 MAX_HOSTED_TYPES = 1000
 MAX_REASON_BYTES = 1024
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -83,8 +84,8 @@ def hosted_types(types: list[str], field: str) -> None:
             f"a worker hosts at most {MAX_HOSTED_TYPES} entity types, not {len(types)}",
             field=field,
         )
-    if len(set(types)) != len(types):
-        twice = sorted({t for t in types if types.count(t) > 1})
+    twice = sorted(t for t, n in collections.Counter(types).items() if n > 1)
+    if twice:
         raise invalid_argument(
             "DUPLICATE_TYPE", f"the hello names the entity type(s) {twice} more than once", field=field
         )

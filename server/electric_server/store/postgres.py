@@ -206,21 +206,19 @@ class PostgresStore(SQLReads, PostgresWriter):
         # then leaves the goodbyes' futures failed with no one to read them) and it ends.
         closing = asyncio.ensure_future(pool.close())
         await asyncio.wait((closing,), timeout=self.timeout_s)
-        if not closing.done():
-            log.warning(
-                "closing the database connections: the database did not answer within %g s, so "
-                "they are dropped",
-                self.timeout_s,
-            )
-            pool.terminate()
+        failed: BaseException | None = TimeoutError() if not closing.done() else None
+        if failed is not None:
+            pool.terminate()  # under it: it ends, and its own errors are read below
         try:
             await closing
         except (*LOST, asyncpg.PostgresError) as exc:
+            failed = failed or exc
+            pool.terminate()
+        if failed is not None:
             log.warning(
                 "closing the database connections failed (%s): they are dropped",
-                lost_reason(exc, self.timeout_s),
+                lost_reason(failed, self.timeout_s),
             )
-            pool.terminate()
 
     async def _connected(self, conn: Any) -> None:
         self.backend_starts[conn.get_server_pid()] = await conn.fetchval(SELECT_BACKEND_START)

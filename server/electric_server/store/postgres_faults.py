@@ -140,13 +140,13 @@ class Reachability:
                 await self._probe()
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 if self._gone is None:
-                    why = lost_reason(exc, self.timeout_s) if isinstance(exc, TimeoutError) else exc
+                    why = lost_reason(exc, self.timeout_s)
                     self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {why}")
                     log.error(
                         "the database %s cannot be reached (%s): calls are answered UNAVAILABLE "
                         "and the server is not ready until it answers again (tried every %g s)",
                         self.where,
-                        lost_reason(exc, self.timeout_s),
+                        why,
                         PROBE_INTERVAL_S,
                     )
                     self._notify(self._gone)

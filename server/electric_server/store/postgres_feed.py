@@ -190,7 +190,8 @@ class FeedReader:
         self.order = order
         self.origin = origin
         self.poll_s = poll_s
-        self.timeout_s = timeout_s  # connecting; its statements have max(this, _STATEMENT_TIMEOUT_S)
+        self.timeout_s = timeout_s  # connecting
+        self.statement_timeout_s = max(timeout_s, _STATEMENT_TIMEOUT_S)
         self._conn: Any = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -227,8 +228,9 @@ class FeedReader:
         self._wake.set()
 
     async def _connect(self) -> None:
-        statements = max(self.timeout_s, _STATEMENT_TIMEOUT_S)
-        conn = await _connect(self.url, "electric (feed)", READER_SETTINGS, self.timeout_s, statements)
+        conn = await _connect(
+            self.url, "electric (feed)", READER_SETTINGS, self.timeout_s, self.statement_timeout_s
+        )
         try:
             await conn.add_listener(FEED_CHANNEL, self._on_notify)
             # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
@@ -269,7 +271,7 @@ class FeedReader:
             except (*LOST, asyncpg.PostgresError) as exc:
                 log.warning(
                     "the commit feed's connection failed (%s): reading again from the last position",
-                    lost_reason(exc, max(self.timeout_s, _STATEMENT_TIMEOUT_S)),
+                    lost_reason(exc, self.statement_timeout_s),
                 )
                 conn, self._conn = self._conn, None
                 if conn is not None:
