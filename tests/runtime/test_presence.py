@@ -13,12 +13,22 @@ from typing import NamedTuple
 import anyio
 import httpx
 import pytest
+from conftest import Leases
 from electric_server.app import ElectricServer
 
 from electric_sdk import AsyncClient, WorkerInfo
 from electric_sdk.testing import TestServer
 
 from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, state_is, until
+
+
+@pytest.fixture
+def leases() -> Leases:
+    """5 s leases instead of 0.6 s: nothing here is about a lease lapsing (a session ends when its
+    worker leaves), and in a loaded CI run a 0.6 s lease lapsed between `get` and `ls` once, so
+    `ls` named no holder where `get` had just named one."""
+    return Leases(ttl_ms=5_000, heartbeat_ms=100)
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
 
