@@ -231,6 +231,26 @@ ALTER TABLE entities ADD COLUMN run_key text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN run_key text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN b_run_key text;
 """,
+    # Entities are listed (and paged, and locked) in (type, id) order by code point, as SQLite's
+    # BINARY does, whatever the database's collation: under a language's (ICU 'en-US', a libc
+    # 'en_US.UTF-8') 'B' sorts after 'a' and '_x' first, so `electric ls` read differently on
+    # the two stores. Only the key's two columns: every other comparison is equality, which a
+    # column's collation does not change, and the default collation yields to "C" wherever the
+    # two meet. A database that already orders by code point keeps its columns (altering them
+    # rebuilds the entity table's indexes under a lock the other replicas' writes wait for).
+    5: """
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_database WHERE datname = current_database()
+        AND datlocprovider = 'c' AND datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
+    ) THEN
+        ALTER TABLE entities ALTER COLUMN type TYPE text COLLATE "C",
+            ALTER COLUMN id TYPE text COLLATE "C";
+    END IF;
+END
+$$;
+""",
 }
 SCHEMA_VERSION = max(_VERSIONS)
 # pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
