@@ -111,9 +111,21 @@ async def stores(postgres_url: str) -> AsyncIterator[OpenStore]:
         await store.close()
 
 
+async def hears(store: PostgresStore, peers: int) -> None:
+    """Until ``store``'s reader knows of ``peers`` other readers (an announcement, or a count)."""
+    reader = store.feed_reader
+    assert reader is not None
+    with anyio.fail_after(WAIT_S):
+        # Set by the reader's NOTIFY callback or its count at a poll, which signal nothing: looked at.
+        while (reader.peers or 0) < peers:  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+
+
 @pytest.fixture
 async def pair(stores: OpenStore) -> tuple[PostgresStore, PostgresStore]:
-    return await stores(), await stores()
+    a, b = await stores(), await stores()
+    await hears(a, 1)  # b announced itself: a's doorbell rings from now on (b counted a as it opened)
+    return a, b
 
 
 async def test_commits_reach_the_other_replica_once_in_order(
@@ -558,3 +570,33 @@ async def test_a_watch_resumes_on_b_restarted(replicas: StartReplica) -> None:
             async with grpc.aio.insecure_channel(b.address) as to_b:
                 assert await watch_until_end(Stub(to_b), ref, seen)
                 await check_watched(Stub(to_b), ref, seen)
+
+
+async def test_a_replica_alone_rings_no_doorbell_until_another_listens(stores: OpenStore) -> None:
+    """A NOTIFY nobody else hears is left out; a replica that starts is rung for at once (its poll
+    is a minute here, so only the doorbell brings it the commit), and one gone is counted out."""
+    a = await stores(feed_poll_s=0.01)
+    bell, reader = a.doorbell, a.feed_reader
+    assert isinstance(bell, Doorbell)
+    assert reader is not None
+    ref = ("feed", "alone")
+    await a.write(spawn(ref))
+    await a.write_many([note(ref) for _ in range(3)])
+    assert (reader.peers, bell.sent) == (0, 0)
+
+    b = await stores(feed_poll_s=60)
+    assert b.feed_reader is not None
+    assert b.feed_reader.peers == 1  # counted a as it opened
+    await hears(a, 1)
+    seen_b = Seen(b)
+    await a.write(note(ref))
+    await seen_b.count(1)
+    assert bell.sent >= 1
+
+    await b.close()
+    with anyio.fail_after(WAIT_S):
+        while reader.peers != 0:  # noqa: ASYNC110 - counted at a's next poll, as in hears()
+            await asyncio.sleep(0.002)
+    sent = bell.sent
+    await a.write(note(ref))
+    assert bell.sent == sent

@@ -170,7 +170,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.origin = secrets.randbits(63)
         order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
         reader = FeedReader(self.url, order, self.origin, self.feed_poll_s, self.timeout_s)
-        doorbell = Doorbell(self.url, self.timeout_s, enabled=self.notify)
+        doorbell = Doorbell(self.url, self.timeout_s, enabled=self.notify, heard=reader.heard)
         self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
         try:
             await reader.open()

@@ -27,6 +27,22 @@ under PostgreSQL's 8,000 bytes): a reader that has read past it ignores it.
 The reader also reads every ``poll_s`` (0.5 s by default), so a lost NOTIFY
 only delays.
 
+**A replica alone rings no doorbell.** A NOTIFY that no other replica hears
+still costs a round trip on the doorbell's connection, a turn of
+PostgreSQL's notify queue and a wake-up of this replica's own listening
+backend and reader, on the cores the commit's answer needs: a signal's
+answer took 0.08-0.1 ms longer of 1.6-1.7 ms on two cores
+(``bench/bench_dbos.py`` is one replica). So the reader counts the other
+readers listening on the database (``FEED_PEERS``: connections named
+``READER_NAME``, of any electric version) when it opens and then every
+``poll_s``, and the doorbell rings unless that count is known to be 0. A
+reader that connects (a replica starting, or one whose connection came back)
+announces itself with a NOTIFY of position 0 (``JOINED``: below every
+transaction's, so a reader that does not know it ignores it), on which the
+others ring again at once. A commit made in the instant between a new
+reader's LISTEN and the arrival of its announcement reaches that reader at
+its next poll.
+
 **Cost per write**: one more row (about 40 small columns) in the batch's
 transaction, in the statement that writes its events (no round trip of its
 own), and 8 bytes on the entity row; a NOTIFY per batch at most, off the
@@ -43,7 +59,9 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -54,6 +72,7 @@ from .postgres_faults import LOST, lost_reason
 from .postgres_schema import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
+    FEED_PEERS,
     NOTIFY_FEED,
     PRUNE_FEED,
     READ_FEED,
@@ -62,7 +81,7 @@ from .postgres_schema import (
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
 
-__all__ = ["DEFAULT_POLL_S", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
+__all__ = ["DEFAULT_POLL_S", "JOINED", "READER_NAME", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +91,10 @@ DEFAULT_POLL_S = 0.5
 RETENTION_S = 600.0
 # A lost reader connection is opened again after this, doubling up to the poll interval.
 _RECONNECT_S = 0.05
+# Every replica's reader connection's name, by which the readers count each other (FEED_PEERS).
+READER_NAME = "electric (feed)"
+# A reader's announcement that it listens: a position below every transaction's.
+JOINED = "0"
 # Bounds the reader's statements (its prune deletes minutes of rows), over the store's own.
 _STATEMENT_TIMEOUT_S = 10.0
 
@@ -96,10 +119,13 @@ class Doorbell:
     per ring, for a signal that polling stands behind anyway.
     """
 
-    def __init__(self, url: str, timeout_s: float, enabled: bool = True) -> None:
+    def __init__(
+        self, url: str, timeout_s: float, enabled: bool = True, heard: Callable[[], bool] = lambda: True
+    ) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.enabled = enabled  # tests turn it off to show polling delivers all the same
+        self.heard = heard  # whether another replica may hear a ring (FeedReader.heard)
         self._conn: Any = None
         self._next: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -115,7 +141,7 @@ class Doorbell:
         )
 
     def ring(self, xact: int) -> None:
-        if not self.enabled:
+        if not self.enabled or not self.heard():
             return
         if self._task is not None:
             self._next = xact if self._next is None else max(self._next, xact)
@@ -198,6 +224,10 @@ class FeedReader:
         # Feed rows are kept this long; the snapshots' xmins taken every tenth of it say which.
         self.retention_s = RETENTION_S
         self._marks: collections.deque[tuple[float, int]] = collections.deque()
+        # The other readers listening on the database (None: not known), and when last counted.
+        self.peers: int | None = None
+        self._counted = -math.inf
+        self._joins = 0  # announcements heard: one heard while a count is out outdates it
         # For tests and benchmarks: reads done, commits delivered, connections opened again.
         self.reads = 0
         self.delivered = 0
@@ -209,9 +239,14 @@ class FeedReader:
         conn = self._conn
         return None if conn is None or conn.is_closed() else int(conn.get_server_pid())
 
+    def heard(self) -> bool:
+        """Whether a NOTIFY may reach another replica: not while none is known to listen."""
+        return self.peers != 0
+
     async def open(self) -> None:
         """Connect, listen, and start from now: what is committed already is the store's to read."""
         await self._connect()
+        await self._count_peers(self._conn)
         self.order.snapshot = Snapshot.parse(await self._conn.fetchval(CURRENT_SNAPSHOT))
         self._task = asyncio.get_running_loop().create_task(self._run(), name="electric-feed-reader")
 
@@ -229,18 +264,28 @@ class FeedReader:
 
     async def _connect(self) -> None:
         conn = await _connect(
-            self.url, "electric (feed)", READER_SETTINGS, self.timeout_s, self.statement_timeout_s
+            self.url, READER_NAME, READER_SETTINGS, self.timeout_s, self.statement_timeout_s
         )
         try:
             await conn.add_listener(FEED_CHANNEL, self._on_notify)
             # A lost connection is seen at once, not at the next poll: read (and reconnect) now.
             conn.add_termination_listener(lambda _conn: self.read_soon())
+            # Listening now: replicas whose doorbells are quiet, none having listened, ring again.
+            await conn.execute(NOTIFY_FEED, JOINED)
+            self._counted = -math.inf  # and the others are counted again at the first read
         except BaseException:
             conn.terminate()
             raise
         self._conn = conn
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, position: str) -> None:
+    def _on_notify(self, conn: Any, pid: int, _channel: str, position: str) -> None:
+        if position == JOINED:
+            if pid != conn.get_server_pid():
+                self._joins += 1
+                if self.peers == 0:
+                    self.peers = 1  # at least: counted again at the next poll
+                    log.debug("another replica listens on the commit feed: the doorbell rings")
+            return
         try:
             xact = int(position)
         except ValueError:
@@ -297,6 +342,23 @@ class FeedReader:
         # Whether or not the read brought anything: a replica alone on its database never reads
         # a commit (they are all its own), and its feed rows must go all the same.
         await self._prune(conn)
+        if time.monotonic() - self._counted >= self.poll_s:
+            await self._count_peers(conn)
+
+    async def _count_peers(self, conn: Any) -> None:
+        joins = self._joins
+        peers: int | None
+        try:
+            peers = int(await conn.fetchval(FEED_PEERS, READER_NAME))
+        except asyncpg.PostgresError as exc:  # e.g. a view this role may not read: ring all the same
+            log.debug("counting the commit feed's readers failed (%s): the doorbell rings", exc)
+            peers = None
+        if peers == 0 and self._joins != joins:
+            peers = 1  # one announced itself after the count looked: the count missed it
+        if (peers == 0) != (self.peers == 0):
+            quiet = "none: the doorbell is quiet"
+            log.debug("other replicas listening on the commit feed: %s", quiet if peers == 0 else peers)
+        self.peers, self._counted = peers, time.monotonic()
 
     @staticmethod
     def _commit(row: Any) -> Commit:

@@ -24,6 +24,7 @@ __all__ = [
     "END_WORKER_SESSIONS",
     "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
+    "FEED_PEERS",
     "FLUSH_ROWS",
     "FLUSH_WIDTHS",
     "FORGET_REPLICAS",
@@ -541,6 +542,12 @@ ORDER BY f.txid
 """
 FEED_CHANNEL = "electric_feed"
 NOTIFY_FEED = f"SELECT pg_notify('{FEED_CHANNEL}', $1)"
+# How many other feed readers (connections named $1) listen on this database: the replicas a
+# doorbell would reach. pg_stat_activity shows every role's application_name and database.
+FEED_PEERS = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()"
+)
 PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"
 
 
