@@ -17,7 +17,8 @@ from electric_server.store.base import Ref
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sqlite import SQLiteStore
 from postgres_dbs import Databases
-from test_store import committed, spawn
+from test_pg_feed import Seen
+from test_store import check_stream, committed, note, spawn
 
 pytestmark = pytest.mark.anyio
 
@@ -67,3 +68,32 @@ async def test_entities_list_by_code_point_on_a_database_of_another_collation(
         ]
     finally:
         await sqlite.close()
+
+
+async def test_every_write_path_works_on_a_database_of_another_collation(
+    postgres_databases: Databases,
+) -> None:
+    """The key's columns compare in "C" against the other tables' in the database's collation:
+    a batch (its locks and its unnest joins), a lone write, and another replica's feed read."""
+    url = postgres_databases.fresh("LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'")
+    a, b = PostgresStore(url), PostgresStore(url)
+    try:
+        await a.open()
+        await b.open()
+        seen_b = Seen(b)
+        refs = [("t", id) for id in IDS]
+        for outcome in await a.write_many([spawn(ref) for ref in refs]):
+            committed(outcome)
+        for outcome in await a.write_many([note(ref) for ref in refs for _ in range(2)]):
+            committed(outcome)
+        for ref in refs:
+            committed(await a.write(note(ref)))
+            committed(await b.write(note(ref)))
+        await seen_b.count(len(refs) * 5)  # a's four commits each, read from the feed, and b's own
+        for ref in refs:
+            await check_stream(a, ref)
+            assert [e.kind for e in await b.read_events(ref, 0, 100)][1:] == ["note"] * 4
+    finally:
+        await a.close()
+        await b.close()
+        postgres_databases.drop(url)
