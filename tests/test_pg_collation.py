@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from electric_server.store.base import Ref
 from electric_server.store.postgres import PostgresStore
@@ -36,6 +37,32 @@ async def icu_store(postgres_databases: Databases) -> AsyncIterator[PostgresStor
     finally:
         await store.close()
         postgres_databases.drop(url)
+
+
+KEY_COLLATION = (
+    "SELECT coalesce(collation_name, 'default') FROM information_schema.columns "
+    "WHERE table_name = 'entities' AND column_name IN ('type', 'id') GROUP BY 1"
+)
+
+
+async def test_the_key_is_altered_only_where_the_database_does_not_order_by_code_point(
+    icu_store: PostgresStore, postgres_databases: Databases
+) -> None:
+    """On a database that orders by code point already (libc C.UTF-8) version 5 leaves the entity
+    table alone: altering it would rebuild its indexes for nothing."""
+    libc = postgres_databases.fresh("LOCALE_PROVIDER libc LOCALE 'C.UTF-8'")
+    try:
+        store = PostgresStore(libc)
+        await store.open()
+        await store.close()
+        for url, expected in ((icu_store.url, ["C"]), (libc, ["default"])):
+            conn = await asyncpg.connect(url)
+            try:
+                assert [row[0] for row in await conn.fetch(KEY_COLLATION)] == expected
+            finally:
+                await conn.close()
+    finally:
+        postgres_databases.drop(libc)
 
 
 async def listed(store: Any, page: int) -> list[Ref]:

@@ -239,13 +239,21 @@ ALTER TABLE commit_feed ADD COLUMN b_run_key text;
     # column's collation does not change, and the default collation yields to "C" wherever the
     # two meet. A database that already orders by code point keeps its columns (altering them
     # rebuilds the entity table's indexes under a lock the other replicas' writes wait for).
+    # pg_database.datlocprovider is PostgreSQL 15's (before it every database's provider is libc),
+    # so it is read only there: the store runs on 13 and 14 too (pg_current_xact_id, xid8).
     5: """
 DO $$
+DECLARE
+    libc boolean := true;
 BEGIN
-    IF NOT EXISTS (
+    IF current_setting('server_version_num')::int >= 150000 THEN
+        EXECUTE 'SELECT datlocprovider = ''c'' FROM pg_database WHERE datname = current_database()'
+            INTO libc;
+    END IF;
+    IF NOT (libc AND EXISTS (
         SELECT 1 FROM pg_database WHERE datname = current_database()
-        AND datlocprovider = 'c' AND datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
-    ) THEN
+        AND datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
+    )) THEN
         ALTER TABLE entities ALTER COLUMN type TYPE text COLLATE "C",
             ALTER COLUMN id TYPE text COLLATE "C";
     END IF;
