@@ -108,6 +108,9 @@ def postgres_databases() -> Iterator[postgres_dbs.Databases]:
 
 @pytest.fixture
 def postgres_url(postgres_databases: postgres_dbs.Databases) -> Iterator[str]:
+    """A database of its own for the test, dropped (WITH (FORCE)) at teardown. A test that also
+    starts servers on it names this fixture before ``start_server``: fixtures end in the reverse
+    order, so its servers stop before their database goes (not a fault the test is about)."""
     url = postgres_databases.clone()
     yield url
     postgres_databases.drop(url)

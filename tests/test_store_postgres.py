@@ -15,13 +15,16 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import grpc
+import postgres_dbs
 import pytest
 from electric_server.errors import ApiError
 from electric_server.store.base import (
@@ -185,6 +188,71 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     committed(await store.write(note(ref, "kept")))
     assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"kept"]
     await check_stream(store, ref)
+
+
+def _close_waiting(ports: set[int]) -> bool:
+    """Whether each loopback TCP connection from ``ports`` has had its peer's close arrive
+    (CLOSE_WAIT, 08, in /proc/net/tcp): everything the backend sent is in its socket, unread."""
+    states: dict[int, str] = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, _, state = line.split()[1:4]
+        states[int(local.split(":")[1], 16)] = state
+    return all(states.get(port) == "08" for port in ports)
+
+
+def _hold_until_closed(ports: set[int], timeout_s: float = 10.0) -> None:
+    """Block (holding the caller's loop: its turns would read the sockets) until every
+    connection from ``ports`` is CLOSE_WAIT."""
+    deadline = time.monotonic() + timeout_s
+    while not _close_waiting(ports):
+        assert time.monotonic() < deadline, "the ended backends' connections did not close"
+        time.sleep(0.001)
+
+
+async def test_a_pooled_connection_ended_while_idle_fails_its_next_call_unavailable(
+    stores: tuple[PostgresStore, PostgresStore], admin: Any
+) -> None:
+    """A backend ended while its connection is idle in the pool (pg_terminate_backend, DROP
+    DATABASE ... WITH (FORCE), a failover) sends a FATAL, then closes. asyncpg, idle, takes the
+    FATAL for a protocol error, and refuses every operation ("cannot switch to state 11; another
+    operation (2) is in progress", InternalClientError) until it reads the close a turn of the
+    loop later. A call that takes the connection in that turn fails DatabaseUnavailable, like
+    any call that loses its connection: not an error no caller knows (the reaper's purge died of
+    it, and a server's stop with it)."""
+    store = stores[0]
+    pooled = await admin.fetch(
+        "SELECT pid, client_port FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'electric' AND state = 'idle' AND pid <> pg_backend_pid()"
+    )
+    assert pooled, "the stores hold idle pooled connections"
+    # Ended from another connection while this loop is held: no turn of it reads the FATAL
+    # before both the FATAL and the close wait in every socket.
+    ended = postgres_dbs.run(lambda: _terminate([int(r["pid"]) for r in pooled]))
+    assert ended == len(pooled)
+    _hold_until_closed({int(r["client_port"]) for r in pooled})
+    await asyncio.sleep(0)  # this turn reads each FATAL (asyncpg's protocol: error-consume) ...
+    await asyncio.sleep(0)  # ... and this one runs first, before the turn's reads of the close
+    with pytest.raises(DatabaseUnavailable, match="database connection failed") as failed:
+        await store.purge_idempotency(60_000)
+    assert isinstance(failed.value.__cause__, asyncpg.InternalClientError), failed.value.__cause__
+    with anyio.fail_after(20):
+        while True:  # the pool opens new connections for the ended ones
+            with contextlib.suppress(DatabaseUnavailable):
+                assert await store.purge_idempotency(60_000) == 0
+                break
+    committed(await store.write(spawn(("t", "after"))))
+
+
+async def _terminate(pids: list[int]) -> int:
+    conn = await postgres_dbs.admin_connection()
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM unnest($1::int[]) p WHERE pg_terminate_backend(p)", pids
+            )
+        )
+    finally:
+        await conn.close()
 
 
 class CommitCutter:
@@ -400,7 +468,7 @@ def test_without_asyncpg_the_server_says_what_to_install(tmp_path: Any) -> None:
 
 
 async def test_a_server_whose_database_connection_is_lost_answers_unavailable(
-    start_server: StartServer, postgres_url: str, admin: Any
+    postgres_url: str, start_server: StartServer, admin: Any
 ) -> None:
     """End to end: a SignalEntity whose connection PostgreSQL ends is UNAVAILABLE
     (DATABASE_UNAVAILABLE, retryable) at once, and the retry succeeds."""

@@ -110,7 +110,7 @@ async def read(store: Store, keys: list[tuple[str, str, str]]) -> dict[str, Any]
 
 
 async def test_a_store_moves_to_postgresql_and_back_exactly(
-    tmp_path: Path, start_server: StartServer, seed_state: SeedState, postgres_url: str
+    tmp_path: Path, postgres_url: str, start_server: StartServer, seed_state: SeedState
 ) -> None:
     server = await start_server(tmp_path / "sqlite")
     keys = await fill(server, seed_state)
@@ -155,7 +155,7 @@ async def test_a_store_moves_to_postgresql_and_back_exactly(
 
 @pytest.mark.parametrize("target", ["sqlite", "postgres"])
 async def test_new_txids_continue_above_the_imported_ones(
-    tmp_path: Path, start_server: StartServer, seed_state: SeedState, postgres_url: str, target: str
+    tmp_path: Path, postgres_url: str, start_server: StartServer, seed_state: SeedState, target: str
 ) -> None:
     server = await start_server(tmp_path / "sqlite")
     async with grpc.aio.insecure_channel(server.address) as channel:
@@ -176,7 +176,7 @@ async def test_new_txids_continue_above_the_imported_ones(
 
 
 async def test_export_refuses_a_live_servers_data(
-    tmp_path: Path, start_server: StartServer, postgres_url: str
+    tmp_path: Path, postgres_url: str, start_server: StartServer
 ) -> None:
     await start_server(tmp_path / "live")
     refused = electric("export", str(tmp_path / "x.jsonl"), "--data", str(tmp_path / "live"))
@@ -196,7 +196,7 @@ async def test_export_refuses_a_live_servers_data(
 
 
 async def test_import_refuses_a_target_that_is_not_empty_or_a_file_cut_short(
-    tmp_path: Path, start_server: StartServer, postgres_url: str
+    tmp_path: Path, postgres_url: str, start_server: StartServer
 ) -> None:
     server = await start_server(tmp_path / "sqlite")
     async with grpc.aio.insecure_channel(server.address) as channel:

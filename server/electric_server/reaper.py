@@ -156,6 +156,9 @@ class Reaper:
                     purged += await self.store.purge_idempotency(REQUEST_KEY_RETENTION_MS, REQUEST_KEY_PREFIX)
                 except StorageFault:
                     purged = 0  # the store has said why; the next purge will do
+                except Exception:  # a bug must not end the reaper (nor its server's stop)
+                    log.exception("the purge of old idempotency keys failed")
+                    purged = 0
                 if purged:
                     log.info("forgot %d idempotency key(s) older than the retention", purged)
             timeout = max(0.0, next_poll - time.monotonic())

@@ -35,6 +35,10 @@ LOST: tuple[type[BaseException], ...] = (
     TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    # A backend ended while its connection was idle sends a FATAL that asyncpg, expecting
+    # nothing, takes for a protocol error: until it reads the close, a turn of the loop later,
+    # every operation on that connection raises this ("another operation (2) is in progress").
+    asyncpg.InternalClientError,
     asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated, or the server shuts down
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
