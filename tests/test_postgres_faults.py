@@ -278,6 +278,19 @@ async def health_reaches(watch: Any, status: int) -> None:
     raise AssertionError("the health watch ended")
 
 
+@contextlib.asynccontextmanager
+async def serving_an_entity(server: Any) -> AsyncIterator[tuple[Any, Any, pb.EntityRef]]:
+    """A stub on ``server`` once its health says SERVING, that health's watch, and an entity
+    spawned there."""
+    ref = pb.EntityRef(type="agent", id="a")
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+        await health_reaches(health, health_pb2.HealthCheckResponse.SERVING)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
+        yield stub, health, ref
+
+
 pytestmark = pytest.mark.anyio
 
 
@@ -334,13 +347,7 @@ async def test_a_database_that_stops_answering_is_unavailable_within_the_timeout
     client's own deadline; the server reports not ready; all serve again when it answers."""
     caplog.set_level(logging.INFO)
     server = await start_server(database_url=proxy.url, database_timeout_ms=300)
-    ref = pb.EntityRef(type="agent", id="a")
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        stub = api_grpc.EntityServiceStub(channel)
-        health = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
-        await health_reaches(health, health_pb2.HealthCheckResponse.SERVING)
-        await stub.SpawnEntity(api.SpawnEntityRequest(ref=ref))
-
+    async with serving_an_entity(server) as (stub, health, ref):
         proxy.stall()
         signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
         with anyio.fail_after(20), _flowing_after(proxy):
@@ -388,6 +395,35 @@ async def test_a_server_stops_while_its_database_does_not_answer(
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await stuck
         proxy.flow()
+
+
+async def test_a_database_dropped_under_a_running_server_is_unavailable_and_it_stops_cleanly(
+    postgres_url: str, postgres_databases: Any, start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DROP DATABASE ... WITH (FORCE) ends every backend of the server's (its pool's idle ones
+    too, which asyncpg finds broken only when next used) and leaves nothing to reconnect to: each
+    call is UNAVAILABLE saying so, the server reports not serving, and its stop ends without an
+    error (CI once saw the reaper's purge fail the stop with asyncpg's InternalClientError)."""
+    caplog.set_level(logging.INFO)
+    server = await start_server(database_url=postgres_url)
+    async with serving_an_entity(server) as (stub, health, ref):
+        postgres_databases.drop(postgres_url)
+        signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
+        with anyio.fail_after(20):
+            for _ in range(3):  # the pool's ended connections, then new ones refused
+                for call in (stub.SignalEntity(signal), stub.GetEntity(api.GetEntityRequest(ref=ref))):
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await call
+                    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+                    assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
+            await health_reaches(health, health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert "refused or lost the connection" in (refused.value.details() or ""), refused.value.details()
+        health.cancel()
+    with anyio.fail_after(20):
+        await server.stop(0)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("does not exist" in r.getMessage() for r in errors), [r.getMessage() for r in errors]
+    assert not [r for r in errors if r.exc_info], "no traceback: every failure is one the server knows"
 
 
 def test_a_database_holding_another_applications_tables_is_refused_clearly(

@@ -111,8 +111,9 @@ def storage_error(fault: StorageFault) -> ApiError:
         return ApiError(  # by the retry's idempotency key
             grpc.StatusCode.UNAVAILABLE,
             "DATABASE_UNAVAILABLE",
-            "the server's database did not answer or lost the connection: retry (with the same "
-            "idempotency key, a write that did commit is not applied twice)",
+            "the server's database did not answer, or refused or lost the connection (its log "
+            "says which): retry (with the same idempotency key, a write that did commit is not "
+            "applied twice)",
         )
     if isinstance(fault, DamagedStore):
         return ApiError(

@@ -108,7 +108,7 @@ class PostgresStore(SQLReads, PostgresWriter):
             raise ValueError(f"the database timeout must be positive, not {timeout_s}")
         # Every wait on the database is bounded by ``timeout_s`` (connecting, a pooled connection, a
         # statement), so one that stops answering fails calls UNAVAILABLE instead of hanging them.
-        super().__init__(concurrent_batches=pool_size, timeout_s=timeout_s)
+        super().__init__(concurrent_batches=pool_size, timeout_s=timeout_s, where=redacted(url))
         self.url = url
         self.pool_size = pool_size
         self.hub = Hub()

@@ -43,7 +43,14 @@ LOST: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
-__all__ = ["PROBE_INTERVAL_S", "Reachability", "lost_reason", "refusal", "setup_refusal"]
+__all__ = [
+    "PROBE_INTERVAL_S",
+    "Reachability",
+    "lost_reason",
+    "refusal",
+    "setup_refusal",
+    "unreachable_reason",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,15 @@ def lost_reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):
         return f"the database did not answer within {timeout_s:g} s"
     return f"the database connection failed ({type(exc).__name__}: {exc})"
+
+
+def unreachable_reason(exc: BaseException, where: str, timeout_s: float) -> str:
+    """Why a connection to the running server's database failed: one PostgreSQL refused (the
+    database dropped, the login revoked) is told as at start (``refusal``), anything else is a
+    lost connection (``lost_reason``)."""
+    if isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, LOST):
+        return refusal(exc, where, timeout_s)
+    return lost_reason(exc, timeout_s)
 
 
 def refusal(exc: BaseException, where: str, connect_timeout_s: float) -> str:
@@ -144,7 +160,7 @@ class Reachability:
                 await self._probe()
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 if self._gone is None:
-                    why = lost_reason(exc, self.timeout_s)
+                    why = unreachable_reason(exc, self.where, self.timeout_s)
                     self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {why}")
                     log.error(
                         "the database %s cannot be reached (%s): calls are answered UNAVAILABLE "

@@ -75,7 +75,7 @@ from .base import (
 )
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
-from .postgres_faults import LOST, lost_reason
+from .postgres_faults import LOST, lost_reason, unreachable_reason
 from .postgres_one_write import RACED, Decided, UnknownOutcome
 from .postgres_schema import (
     FLUSH_ROWS,
@@ -172,8 +172,9 @@ class PostgresWriter(Store):
     origin = 0
     doorbell: Doorbell | None = None
 
-    def __init__(self, concurrent_batches: int, timeout_s: float) -> None:
+    def __init__(self, concurrent_batches: int, timeout_s: float, where: str) -> None:
         self._pool: Any = None
+        self.where = where  # the database's URL, redacted: for what a refused connection says
         # The longest a call waits for a pooled connection (its statements have the same bound).
         self.timeout_s = timeout_s
         self._ref_locks = _RefLocks()
@@ -209,10 +210,19 @@ class PostgresWriter(Store):
         if pool is None:
             raise RuntimeError("store is closed")
         try:
-            if pool.get_idle_size() > 0:
-                conn = await pool.acquire()
-            else:
-                conn = await pool.acquire(timeout=self.timeout_s)
+            try:
+                if pool.get_idle_size() > 0:
+                    conn = await pool.acquire()
+                else:
+                    conn = await pool.acquire(timeout=self.timeout_s)
+            except asyncpg.PostgresError as exc:
+                # A new connection refused by PostgreSQL: the database dropped or renamed, the
+                # login revoked. The call fails UNAVAILABLE (not INTERNAL), saying why.
+                if isinstance(exc, LOST):
+                    raise
+                self._connection_lost()
+                why = unreachable_reason(exc, self.where, self.timeout_s)
+                raise DatabaseUnavailable(f"{what} failed: {why}") from exc
             try:
                 yield conn
             finally:
