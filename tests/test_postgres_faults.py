@@ -426,6 +426,54 @@ async def test_a_database_dropped_under_a_running_server_is_unavailable_and_it_s
     assert not [r for r in errors if r.exc_info], "no traceback: every failure is one the server knows"
 
 
+async def test_a_database_made_read_only_refuses_writes_unavailable_saying_why(
+    postgres_url: str, start_server: StartServer, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database that takes no writes (default_transaction_read_only, as hosted services set it on
+    a full disk; a demoted primary after a failover): each write is UNAVAILABLE, retryable, not
+    INTERNAL, and the log says why; reads go on; writes work again when it takes them."""
+    caplog.set_level(logging.INFO)
+    server = await start_server(database_url=postgres_url)
+    name = urllib.parse.urlsplit(postgres_url).path.lstrip("/")
+    ending = (
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    async with serving_an_entity(server) as (stub, health, ref):
+        await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        await admin.fetchval(ending)  # the server's connections come back read-only
+        signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
+        with anyio.fail_after(20):
+            while True:  # a first call may meet a pooled connection just ended (UNAVAILABLE too)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.SignalEntity(signal)
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+                assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
+                if any("read-only" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR):
+                    break
+        for _ in range(3):  # more refusals: the log does not repeat itself (one line per 10 s)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.SignalEntity(signal)
+        said = [r.getMessage() for r in caplog.records if "takes no writes" in r.getMessage()]
+        assert len(said) == 1, said
+        assert "is it read-only" in said[0], said
+        assert "postgresql://" in said[0], said  # which database
+        got = await stub.GetEntity(api.GetEntityRequest(ref=ref))
+        assert got.entity.state == pb.STATE_SPAWNING
+
+        await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        await admin.fetchval(ending)
+        with anyio.fail_after(20):
+            signalled = None
+            while signalled is None:  # (a pooled connection just ended is UNAVAILABLE once)
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    signalled = await stub.SignalEntity(signal)
+        assert signalled.new_state == pb.STATE_SPAWNING
+        events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
+        assert [e.type for e in events.events] == ["state", "signal"]
+        health.cancel()
+
+
 def test_a_database_holding_another_applications_tables_is_refused_clearly(
     tmp_path: Path, postgres_url: str
 ) -> None:

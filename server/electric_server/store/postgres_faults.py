@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 import asyncpg
@@ -43,11 +44,26 @@ LOST: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
 )
 
+# What PostgreSQL answers when it is there but will not do the work: it takes no writes, the
+# role lost a right, or the database's own files failed. The call fails DatabaseUnavailable
+# (retryable, once an operator has acted), not as a bug of the server's, and the log says why.
+REFUSED: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
+    asyncpg.exceptions.InsufficientPrivilegeError,
+    asyncpg.exceptions.PostgresSystemError,  # e.g. an I/O error on the database's disk
+    asyncpg.exceptions.InternalServerError,  # e.g. data corrupted
+)
+# The log says so at most once per reason this often (every write would otherwise).
+REFUSED_LOG_INTERVAL_S = 10.0
+
 __all__ = [
     "PROBE_INTERVAL_S",
+    "REFUSED",
     "Reachability",
+    "RefusedLog",
     "lost_reason",
     "refusal",
+    "refused_reason",
     "setup_refusal",
     "unreachable_reason",
 ]
@@ -64,6 +80,50 @@ def lost_reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):
         return f"the database did not answer within {timeout_s:g} s"
     return f"the database connection failed ({type(exc).__name__}: {exc})"
+
+
+def refused_reason(exc: BaseException) -> str:
+    """Why the database refused a call's work (``REFUSED``), and what to look at."""
+    if isinstance(exc, asyncpg.exceptions.ReadOnlySQLTransactionError):
+        return (
+            f"the database takes no writes ({exc}): is it read-only (default_transaction_read_only, "
+            "which hosted services set on a full disk), or a standby after a failover?"
+        )
+    if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
+        return f"{exc}: the server's database user lost a right it needs on electric's tables"
+    return f"the database failed ({type(exc).__name__}: {exc})"
+
+
+class RefusedLog:
+    """One error line per reason per ``interval_s`` for ``REFUSED`` faults; the next line counts
+    the calls left out."""
+
+    def __init__(self, where: str, interval_s: float = REFUSED_LOG_INTERVAL_S) -> None:
+        self.where = where
+        self.interval_s = interval_s
+        self._last: dict[type[BaseException], float] = {}
+        self._left_out: dict[type[BaseException], int] = {}
+
+    def note(self, what: str, exc: BaseException) -> str:
+        """Log ``exc`` (unless logged lately) and return its reason."""
+        why = refused_reason(exc)
+        kind, now = type(exc), time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.interval_s:
+            self._left_out[kind] = self._left_out.get(kind, 0) + 1
+            return why
+        self._last[kind] = now
+        left_out = self._left_out.pop(kind, 0)
+        more = f"; {left_out} more call(s) since the last such line" if left_out else ""
+        log.error(
+            "the database %s refused %s: %s; calls are answered UNAVAILABLE%s (logged at most every %g s)",
+            self.where,
+            what,
+            why,
+            more,
+            self.interval_s,
+        )
+        return why
 
 
 def unreachable_reason(exc: BaseException, where: str, timeout_s: float) -> str:

@@ -75,7 +75,7 @@ from .base import (
 )
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
-from .postgres_faults import LOST, lost_reason, unreachable_reason
+from .postgres_faults import LOST, REFUSED, RefusedLog, lost_reason, unreachable_reason
 from .postgres_one_write import RACED, Decided, UnknownOutcome
 from .postgres_schema import (
     FLUSH_ROWS,
@@ -175,6 +175,7 @@ class PostgresWriter(Store):
     def __init__(self, concurrent_batches: int, timeout_s: float, where: str) -> None:
         self._pool: Any = None
         self.where = where  # the database's URL, redacted: for what a refused connection says
+        self._refused = RefusedLog(where)
         # The longest a call waits for a pooled connection (its statements have the same bound).
         self.timeout_s = timeout_s
         self._ref_locks = _RefLocks()
@@ -220,7 +221,6 @@ class PostgresWriter(Store):
                 # login revoked. The call fails UNAVAILABLE (not INTERNAL), saying why.
                 if isinstance(exc, LOST):
                     raise
-                self._connection_lost()
                 why = unreachable_reason(exc, self.where, self.timeout_s)
                 raise DatabaseUnavailable(f"{what} failed: {why}") from exc
             try:
@@ -230,6 +230,8 @@ class PostgresWriter(Store):
         except LOST as exc:
             self._connection_lost()
             raise DatabaseUnavailable(f"{what} failed: {lost_reason(exc, self.timeout_s)}") from exc
+        except REFUSED as exc:  # there, but it will not do the work (e.g. read-only)
+            raise DatabaseUnavailable(f"{what} failed: {self._refused.note(what, exc)}") from exc
         except DatabaseUnavailable:  # e.g. lost during COMMIT
             self._connection_lost()
             raise
