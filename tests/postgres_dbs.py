@@ -117,6 +117,11 @@ class Databases:
         run(lambda: _execute(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)'))
 
 
+async def admin_execute(sql: str) -> None:
+    """One statement on the DSN's database, e.g. a tablespace's CREATE or DROP."""
+    await _execute(sql)
+
+
 async def _execute(sql: str) -> None:
     conn = await admin_connection()
     try:

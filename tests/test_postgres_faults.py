@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.parse
 import uuid
@@ -25,6 +28,7 @@ import anyio
 import asyncpg
 import grpc
 import httpx
+import postgres_dbs
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import error_info
@@ -472,6 +476,82 @@ async def test_a_database_made_read_only_refuses_writes_unavailable_saying_why(
         events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
         assert [e.type for e in events.events] == ["state", "signal"]
         health.cancel()
+
+
+@pytest.fixture
+def database_on_a_small_disk(postgres_databases: Any) -> Iterator[str]:
+    """A database of its own in a tablespace on an 8 MB tmpfs (WAL stays on the cluster's disk,
+    so only the tables fill). Mounting needs root: skipped outside CI where it cannot."""
+    from test_disk_full import mount_tmpfs, unmount
+
+    parent = Path(tempfile.mkdtemp(prefix="electric-pg-disk-"))
+    parent.chmod(0o755)  # PostgreSQL's own user reaches the mount through it
+    mount = parent / "disk"
+    mount_tmpfs(mount, "8m")
+    space = f"electric_small_{os.getpid()}"
+    try:
+        shutil.chown(mount, "postgres", "postgres")
+        postgres_dbs.run(lambda: postgres_dbs.admin_execute(f"CREATE TABLESPACE {space} LOCATION '{mount}'"))
+        url = postgres_databases.fresh(f"TABLESPACE {space}")
+        try:
+            yield url
+        finally:
+            postgres_databases.drop(url)
+    finally:
+        postgres_dbs.run(lambda: postgres_dbs.admin_execute(f"DROP TABLESPACE IF EXISTS {space}"))
+        unmount(mount)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+async def test_a_database_whose_disk_fills_refuses_writes_unavailable_then_takes_them_again(
+    database_on_a_small_disk: str, start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL's disk full, for real: each write is UNAVAILABLE (retryable), nothing of it is
+    kept, the log says the disk is full (once), reads go on; once space is freed, writes land
+    again by themselves, and every acknowledged one is there once."""
+    caplog.set_level(logging.INFO)
+    url = database_on_a_small_disk
+    server = await start_server(database_url=url)
+    filler = await asyncpg.connect(url)
+    try:
+        async with serving_an_entity(server) as (stub, health, ref):
+            await filler.execute("CREATE TABLE filler (b text)")
+            await filler.execute("ALTER TABLE filler ALTER COLUMN b SET STORAGE EXTERNAL")  # as written
+            with anyio.fail_after(60):
+                with contextlib.suppress(asyncpg.exceptions.DiskFullError):
+                    while True:
+                        await filler.execute(
+                            "INSERT INTO filler SELECT string_agg(md5(random()::text), '') "
+                            "FROM generate_series(1, 2000)"
+                        )
+                sent = 0
+                while True:  # what little room is left: writes until one is refused
+                    try:
+                        await stub.SendMessage(
+                            api.SendMessageRequest(ref=ref, text="x" * 3000, idempotency_key=f"m{sent}")
+                        )
+                    except grpc.aio.AioRpcError as exc:
+                        refused = exc
+                        break
+                    sent += 1
+            assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused
+            assert error_info(refused).reason == "DATABASE_UNAVAILABLE"
+            said = [r.getMessage() for r in caplog.records if "disk is full" in r.getMessage()]
+            assert len(said) == 1, said
+            assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.head_offset == 1 + sent
+
+            await filler.execute("DROP TABLE filler")
+            retried = api.SendMessageRequest(ref=ref, text="x" * 3000, idempotency_key=f"m{sent}")
+            with anyio.fail_after(20):
+                answer = None
+                while answer is None:
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        answer = await stub.SendMessage(retried)
+            events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0, limit=1000))
+            assert [e.type for e in events.events] == ["state"] + ["message"] * (sent + 1)
+            health.cancel()
+    finally:
+        await filler.close()
 
 
 def test_a_database_holding_another_applications_tables_is_refused_clearly(

@@ -41,13 +41,15 @@ LOST: tuple[type[BaseException], ...] = (
     # every operation on that connection raises this ("another operation (2) is in progress").
     asyncpg.InternalClientError,
     asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated, or the server shuts down
-    asyncpg.exceptions.InsufficientResourcesError,  # e.g. too many connections
+    asyncpg.exceptions.TooManyConnectionsError,
 )
 
-# What PostgreSQL answers when it is there but will not do the work: it takes no writes, the
-# role lost a right, or the database's own files failed. The call fails DatabaseUnavailable
+# What PostgreSQL answers when it is there but will not do the work: it has no room (a full
+# disk, no memory), takes no writes, the role lost a right, or its own files failed. The call fails DatabaseUnavailable
 # (retryable, once an operator has acted), not as a bug of the server's, and the log says why.
 REFUSED: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.DiskFullError,
+    asyncpg.exceptions.OutOfMemoryError,
     asyncpg.exceptions.ReadOnlySQLTransactionError,
     asyncpg.exceptions.InsufficientPrivilegeError,
     asyncpg.exceptions.PostgresSystemError,  # e.g. an I/O error on the database's disk
@@ -89,6 +91,8 @@ def refused_reason(exc: BaseException) -> str:
             f"the database takes no writes ({exc}): is it read-only (default_transaction_read_only, "
             "which hosted services set on a full disk), or a standby after a failover?"
         )
+    if isinstance(exc, asyncpg.exceptions.DiskFullError):
+        return f"the database's disk is full ({exc}): free space on it, writes resume by themselves"
     if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
         return f"{exc}: the server's database user lost a right it needs on electric's tables"
     return f"the database failed ({type(exc).__name__}: {exc})"

@@ -230,7 +230,7 @@ class PostgresWriter(Store):
         except LOST as exc:
             self._connection_lost()
             raise DatabaseUnavailable(f"{what} failed: {lost_reason(exc, self.timeout_s)}") from exc
-        except REFUSED as exc:  # there, but it will not do the work (e.g. read-only)
+        except REFUSED as exc:  # there, but it will not do the work (e.g. read-only, a full disk)
             raise DatabaseUnavailable(f"{what} failed: {self._refused.note(what, exc)}") from exc
         except DatabaseUnavailable:  # e.g. lost during COMMIT
             self._connection_lost()
