@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -190,23 +191,37 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     await check_stream(store, ref)
 
 
-def _close_waiting(ports: set[int]) -> bool:
-    """Whether each loopback TCP connection from ``ports`` has had its peer's close arrive
-    (CLOSE_WAIT, 08, in /proc/net/tcp): everything the backend sent is in its socket, unread."""
-    states: dict[int, str] = {}
+def _socket_fds(ports: set[int]) -> list[int]:
+    """This process's file descriptors of the loopback TCP connections from ``ports``."""
+    inodes = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, _, state = line.split()[1:4]
-        states[int(local.split(":")[1], 16)] = state
-    return all(states.get(port) == "08" for port in ports)
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) in ports:
+            inodes.add(fields[9])
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (one closed meanwhile)
+            if os.readlink(f"/proc/self/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                fds.append(int(fd))
+    assert len(fds) == len(ports), (fds, ports)
+    return fds
 
 
 def _hold_until_closed(ports: set[int], timeout_s: float = 10.0) -> None:
-    """Block (holding the caller's loop: its turns would read the sockets) until every
-    connection from ``ports`` is CLOSE_WAIT."""
+    """Block (holding the caller's loop: its turns would read the sockets) until the peer's
+    close has arrived on every connection from ``ports`` (POLLRDHUP; nothing is read): all the
+    ended backend sent, its FATAL first, waits in each socket."""
+    poller = select.poll()
+    waiting = set(_socket_fds(ports))
+    for fd in waiting:
+        poller.register(fd, select.POLLRDHUP)
     deadline = time.monotonic() + timeout_s
-    while not _close_waiting(ports):
-        assert time.monotonic() < deadline, "the ended backends' connections did not close"
-        time.sleep(0.001)
+    while waiting:
+        left_ms = (deadline - time.monotonic()) * 1000
+        assert left_ms > 0, "the ended backends' connections did not close"
+        for fd, _ in poller.poll(left_ms):
+            poller.unregister(fd)
+            waiting.discard(fd)
 
 
 async def test_a_pooled_connection_ended_while_idle_fails_its_next_call_unavailable(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -37,6 +36,7 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH
 from electric_sdk.lifecycle import InvalidTransition, SignalRejected
 
+from .log_throttle import LogThrottle
 from .store.base import (
     DamagedStore,
     DatabaseUnavailable,
@@ -177,17 +177,12 @@ class RefusalLog:
 
     def __init__(self, interval_s: float = REFUSAL_LOG_INTERVAL_S) -> None:
         self.interval_s = interval_s
-        self._last: dict[str, float] = {}
-        self._left_out: dict[str, int] = {}
+        self._throttle = LogThrottle(interval_s)
 
     def note(self, error: ApiError, method: str, peer: str) -> None:
-        now = time.monotonic()
-        last = self._last.get(error.reason)
-        if last is not None and now - last < self.interval_s:
-            self._left_out[error.reason] = self._left_out.get(error.reason, 0) + 1
+        left_out = self._throttle.admit(error.reason)
+        if left_out is None:
             return
-        self._last[error.reason] = now
-        left_out = self._left_out.pop(error.reason, 0)
         since = f"; {left_out} more since the last such line" if left_out else ""
         log.warning(
             "refused %s from %s: %s %s: %s%s (logged at most every %gs)",

@@ -23,11 +23,11 @@ import asyncio
 import contextlib
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from ..log_throttle import LogThrottle
 from .base import DatabaseUnavailable, FaultListener
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
@@ -45,8 +45,9 @@ LOST: tuple[type[BaseException], ...] = (
 )
 
 # What PostgreSQL answers when it is there but will not do the work: it has no room (a full
-# disk, no memory), takes no writes, the role lost a right, or its own files failed. The call fails DatabaseUnavailable
-# (retryable, once an operator has acted), not as a bug of the server's, and the log says why.
+# disk, no memory), takes no writes, the role lost a right, or its own files failed. The call
+# fails DatabaseUnavailable (retryable, once an operator has acted), not as a bug of the
+# server's, and the log says why.
 REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DiskFullError,
     asyncpg.exceptions.OutOfMemoryError,
@@ -105,19 +106,14 @@ class RefusedLog:
     def __init__(self, where: str, interval_s: float = REFUSED_LOG_INTERVAL_S) -> None:
         self.where = where
         self.interval_s = interval_s
-        self._last: dict[type[BaseException], float] = {}
-        self._left_out: dict[type[BaseException], int] = {}
+        self._throttle = LogThrottle(interval_s)
 
     def note(self, what: str, exc: BaseException) -> str:
-        """Log ``exc`` (unless logged lately) and return its reason."""
+        """Log ``exc`` (unless its kind was logged lately) and return its reason."""
         why = refused_reason(exc)
-        kind, now = type(exc), time.monotonic()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.interval_s:
-            self._left_out[kind] = self._left_out.get(kind, 0) + 1
+        left_out = self._throttle.admit(type(exc).__name__)
+        if left_out is None:
             return why
-        self._last[kind] = now
-        left_out = self._left_out.pop(kind, 0)
         more = f"; {left_out} more call(s) since the last such line" if left_out else ""
         log.error(
             "the database %s refused %s: %s; calls are answered UNAVAILABLE%s (logged at most every %g s)",
