@@ -6,7 +6,7 @@ pool of 4 connections; 256 asyncio tasks, each on its own entity, append
 pre-serialized SIGUSR `signal` event body, so this measures the store, not
 protobuf). The size of every batch the store commits is recorded by wrapping
 the store instance's ``_apply_batch``, and a lone write committed without a
-batch (``_write_alone``, two round trips) as a batch of one (instrumentation
+batch (``_write_alone``, one or two round trips) as a batch of one (instrumentation
 only).
 
 Ceiling: plain asyncpg on the same database, with the same number of

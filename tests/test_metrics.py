@@ -14,6 +14,7 @@ import pytest
 from conftest import SeedState, StartServer
 from electric_server.app import ElectricServer
 from electric_server.metrics import OTHER, TOP_CODE_VERSIONS, TOP_TYPES
+from electric_server.store.postgres import PostgresStore
 from prometheus_client.parser import text_string_to_metric_families
 from test_auth import TOKENS, TOKENS_TOML
 
@@ -134,6 +135,14 @@ async def test_metrics_match_the_traffic(door: ElectricServer, http: httpx.Async
     assert family(samples, "electric_workers") == {}
     assert value(samples, "electric_leases_held") == 0
     assert value(samples, "electric_grace_deadlines_pending") == 0
+    # PostgreSQL's lone writes on a guess (postgres_known): a1's signals follow its spawn.
+    guessed = family(samples, "electric_postgres_guessed_writes_total")
+    missed = family(samples, "electric_postgres_guesses_missed_total")
+    if isinstance(door.store, PostgresStore):
+        assert 1 <= guessed[frozenset()] <= writes
+        assert 0 <= missed[frozenset()] <= writes
+    else:
+        assert (guessed, missed) == ({}, {})
     # The server's own registry: nothing of the process's default one (gc, process, platform).
     assert not any(name.startswith(("python_", "process_")) for name, _ in samples)
 

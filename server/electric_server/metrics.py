@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -34,6 +34,7 @@ from electric_sdk.lifecycle import Signal
 from .entity_writes import Signalled
 from .runtime_service import RUNTIME_WRITE
 from .store.base import Commit, Store
+from .store.postgres_known import Known
 
 if TYPE_CHECKING:
     from .reaper import Reaper
@@ -92,6 +93,9 @@ class ServerMetrics:
         # The signal children, made once: a committed signal costs a dict lookup and an increment.
         self._signal_counts: dict[tuple[Signal, str], Callable[[], None]] = {}
         self._unsubscribe = store.hub.subscribe_batches(self._on_batch)
+        known = getattr(store, "known", None)  # PostgreSQL's (postgres_known)
+        if isinstance(known, Known):
+            self.registry.register(_Guesses(known))
 
     def follow(self, watches: Watches, runtime: Runtime, reaper: Reaper) -> None:
         """Report these live objects' gauges when scraped, and the reaper's expiries."""
@@ -130,6 +134,25 @@ class ServerMetrics:
                             EXEC_ACTION_NAMES.get(receipt.action, "unspecified"),
                             EXEC_DISPOSITION_NAMES.get(receipt.disposition, "unspecified"),
                         ).inc()
+
+
+class _Guesses(Collector):
+    """How often a PostgreSQL replica's lone writes skipped their read, read at each scrape."""
+
+    def __init__(self, known: Known) -> None:
+        self.known = known
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "electric_postgres_guessed_writes",
+            "Lone writes committed in one round trip, on what the replica knew of the entity.",
+            value=self.known.guesses,
+        )
+        yield CounterMetricFamily(
+            "electric_postgres_guesses_missed",
+            "Lone writes whose guess the database found wrong: each then read the entity (a round trip more).",
+            value=self.known.misses,
+        )
 
 
 def _top(tally: Tally[str], n: int) -> dict[str, int]:

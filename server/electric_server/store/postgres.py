@@ -46,7 +46,17 @@ import asyncpg
 
 from electric_sdk.lifecycle import State
 
-from .base import DatabaseUnavailable, EntityRecord, FaultListener, Hub, Ref, StoredEvent, TypeProfile
+from .base import (
+    REMOTE_COMMIT,
+    Commit,
+    DatabaseUnavailable,
+    EntityRecord,
+    FaultListener,
+    Hub,
+    Ref,
+    StoredEvent,
+    TypeProfile,
+)
 from .database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
 from .feed_order import FeedOrder
 from .postgres_faults import LOST, Reachability, lost_reason, refusal, setup_refusal
@@ -168,7 +178,7 @@ class PostgresStore(SQLReads, PostgresWriter):
     async def _open_feed(self, where: str) -> None:
         # An origin of this store's own (a random 63-bit number): its rows in the feed are its own.
         self.origin = secrets.randbits(63)
-        order = FeedOrder(self.hub.publish_many, self._read_feed_soon)
+        order = FeedOrder(self._publish, self._read_feed_soon)
         reader = FeedReader(self.url, order, self.origin, self.feed_poll_s, self.timeout_s)
         doorbell = Doorbell(self.url, self.timeout_s, enabled=self.notify, heard=reader.heard)
         self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
@@ -178,6 +188,13 @@ class PostgresStore(SQLReads, PostgresWriter):
         except (*LOST, asyncpg.PostgresError) as exc:
             raise DatabaseUnavailable(f"cannot open the commit feed on {where}: {_reason(exc)}") from exc
         self.feed_order = reader.order
+
+    def _publish(self, commits: Sequence[Commit]) -> None:
+        """Commits to this replica's Hub, in order; the other replicas' are known from then."""
+        for commit in commits:
+            if commit.result is REMOTE_COMMIT and commit.after is not None:
+                self.known.learn(commit.after, None)  # read by the feed: nothing to wait for
+        self.hub.publish_many(commits)
 
     def _read_feed_soon(self) -> None:
         if self.feed_reader is not None:

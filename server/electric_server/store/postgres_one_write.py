@@ -49,17 +49,19 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import asyncpg
 
 from .base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
 from .outcome import Applied, Refused, apply_write, replay
 from .postgres_faults import LOST, lost_reason
+from .postgres_known import Known
 from .postgres_schema import (
     ONE_INSERT,
     ONE_KEY,
     ONE_UPDATE,
+    ONE_UPDATE_GUESSED,
     ONE_WRITE_COLUMNS,
     READ_AND_DRAW,
     SELECT_FED_XACT,
@@ -67,7 +69,7 @@ from .postgres_schema import (
 )
 from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
-__all__ = ["RACED", "Decided", "UnknownOutcome", "find_out", "write_alone"]
+__all__ = ["RACED", "Decided", "Sending", "UnknownOutcome", "find_out", "write_alone"]
 
 # READ_AND_DRAW's columns: the txid, the clock, the key's answer, then LOCK_ENTITY's.
 _ROW = 4
@@ -76,6 +78,7 @@ _EVENT_WIDTH, _KEY_WIDTH, _ = ONE_WRITE_COLUMNS
 _NO_KEY = (None,) * _KEY_WIDTH
 _NO_BEFORE = (None,) * (_RECORD - 2)
 _TXID = ENTITY_COLUMNS.index("txid")
+_SPARE = _ROW + _RECORD + 2
 # How often ``find_out`` asks whether the lost statement's backend has ended.
 _ENDED_POLL_S = 0.01
 
@@ -109,17 +112,26 @@ async def write_alone(
     write: Write,
     origin: int,
     backend: tuple[int, datetime.datetime],
-    sending: Callable[[int], None],
+    order: Sending,
     unknown: Callable[[UnknownOutcome], None],
     timeout_s: float,
+    known: Known,
 ) -> Decided:
-    """The write on ``conn`` (its backend: pid and start). ``sending(txid)`` is called just before a
-    commit's statement goes out (the FeedOrder then holds the entity's later commits), and
-    ``unknown`` with what to find out when its outcome cannot be known (a lost connection: then
-    ``UnknownOutcome`` is raised too; a cancelled caller: then the cancellation goes on).
-    ``timeout_s``: the statements' bound, for the message of one that ran out."""
+    """The write on ``conn`` (its backend: pid and start). ``order.sending(txid)`` is called just
+    before a commit's statement goes out (the FeedOrder then holds the entity's later commits),
+    ``order.unsent(txid)`` when that statement wrote nothing, and ``unknown`` with what to find
+    out when its outcome cannot be known (a lost connection: then ``UnknownOutcome`` is raised
+    too; a cancelled caller: then the cancellation goes on). ``timeout_s``: the statements'
+    bound, for the message of one that ran out. ``known``: what the replica knew of the entity,
+    which spares the read when the database finds it right (``_on_a_guess``)."""
+    statement = _Statement(conn, backend, unknown, timeout_s, known)
+    guessed = await _on_a_guess(statement, write, origin, order, known)
+    if guessed is not None:
+        return guessed
     ref, idem = write.ref, write.idempotency
     row = await conn.fetchrow(READ_AND_DRAW, ref[0], ref[1], idem.key if idem is not None else None)
+    known.clock(row[1])
+    known.spare(row[_SPARE])
     if idem is not None and row[2] is not None:
         try:
             return Decided(replay(idem, (bytes(row[2]), bytes(row[3]))))
@@ -128,6 +140,8 @@ async def write_alone(
     values = row[_ROW : _ROW + _RECORD]
     before = entity_from_row(values) if values[0] is not None else None
     before_xact = row[_ROW + _RECORD]
+    if before is not None:
+        known.learn(before, before_xact)
     live = (before.lease_session,) if before is not None and row[_ROW + _RECORD + 1] else ()
     ctx = WriteContext(int(row[0]), int(row[1]), live)
     try:
@@ -140,31 +154,120 @@ async def write_alone(
         if key_row is not None and not await _insert_key(conn, key_row):
             return RACED
         return Decided(applied.outcome)
-    sending(commit.txid)
+    order.sending(commit.txid)
     args = _arguments(applied, commit, origin, values if before is not None else None)
     try:
-        xact = await conn.fetchval(ONE_UPDATE if before is not None else ONE_INSERT, *args)
+        xact = await statement.commit(
+            ONE_UPDATE if before is not None else ONE_INSERT, args, commit, before_xact
+        )
     except asyncpg.exceptions.UniqueViolationError:
         return RACED  # a racing spawn, or a retry's key: the statement wrote nothing
-    except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
-        lost = UnknownOutcome(
-            f"a write failed: {lost_reason(exc, timeout_s)} while the write's statement was out, so "
-            "it may or may not have committed (a retry with the same idempotency key finds out)",
-            commit,
-            before_xact,
-            *backend,
-        )
-        unknown(lost)
-        raise lost from exc
-    except asyncio.CancelledError:
-        # The caller gave up while the statement was out, and it may commit all the same. The
-        # connection is closed here, so its backend runs nothing else, and found out as if lost.
-        conn.terminate()
-        unknown(UnknownOutcome("cancelled with its statement out", commit, before_xact, *backend))
-        raise
     if xact is None:
         return RACED  # another commit on the entity since the read
-    return Decided(applied.outcome, int(xact), before_xact)
+    return Decided(applied.outcome, xact, before_xact)
+
+
+class Sending(Protocol):
+    def sending(self, txid: int) -> None: ...
+    def unsent(self, txid: int) -> None: ...
+
+
+async def _on_a_guess(
+    statement: _Statement, write: Write, origin: int, order: Sending, known: Known
+) -> Decided | None:
+    """The write in one round trip, decided on what the replica knew (postgres_known), if it
+    knew enough and the write commits; None: it is to be read and decided again (nothing was
+    written). A refusal or a no-op is never answered from a guess: only a commit's statement
+    checks the guess."""
+    ref = write.ref
+    entry = known.entity(ref)
+    if entry is None:
+        return None
+    before, before_xact = entry
+    now_ms = known.now_ms(before.updated_at_ms)
+    if now_ms is None:
+        return None
+    txid = known.take_spare(above=before.txid)
+    if txid is None:
+        return None
+    live = bool(before.lease_session)
+    try:
+        applied = apply_write(
+            write, before, WriteContext(txid, now_ms, (before.lease_session,) if live else ())
+        )
+    except Refused:
+        return None
+    commit = applied.outcome.commit
+    if commit is None:
+        return None
+    order.sending(txid)
+    args = _arguments(applied, commit, origin, entity_row(before), guess=(now_ms, live))
+    try:
+        xact = await statement.commit(ONE_UPDATE_GUESSED, args, commit, before_xact)
+    except asyncpg.exceptions.UniqueViolationError:
+        xact = None  # a retry's key stored: the read finds it
+    if xact is None:
+        order.unsent(txid)
+        known.missed(ref)
+        return None
+    known.guesses += 1
+    return Decided(applied.outcome, xact, before_xact)
+
+
+class _Statement:
+    """A statement that commits by itself, on ``conn``: what it tells ``known``, and what is done
+    when its outcome cannot be known (``write_alone``)."""
+
+    def __init__(
+        self,
+        conn: Any,
+        backend: tuple[int, datetime.datetime],
+        unknown: Callable[[UnknownOutcome], None],
+        timeout_s: float,
+        known: Known,
+    ) -> None:
+        self._conn = conn
+        self._backend = backend
+        self._unknown = unknown
+        self._timeout_s = timeout_s
+        self._known = known
+
+    async def commit(
+        self, sql: str, args: list[object], commit: Commit, before_xact: int | None
+    ) -> int | None:
+        """Its transaction's id, or None: it wrote nothing."""
+        known = self._known
+        try:
+            row = await self._conn.fetchrow(sql, *args)
+        except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
+            known.forget(commit.ref)
+            lost = UnknownOutcome(
+                f"a write failed: {lost_reason(exc, self._timeout_s)} while the write's statement was "
+                "out, so it may or may not have committed (a retry with the same idempotency key "
+                "finds out)",
+                commit,
+                before_xact,
+                *self._backend,
+            )
+            self._unknown(lost)
+            raise lost from exc
+        except asyncio.CancelledError:
+            # The caller gave up while the statement was out, and it may commit all the same. The
+            # connection is closed here, so its backend runs nothing else, and found out as if lost.
+            known.forget(commit.ref)
+            self._conn.terminate()
+            self._unknown(
+                UnknownOutcome("cancelled with its statement out", commit, before_xact, *self._backend)
+            )
+            raise
+        if row is None:
+            return None
+        xact = int(row[0])
+        known.spare(int(row[1]))
+        known.clock(int(row[2]))
+        assert commit.after is not None
+        known.learn(commit.after, xact)
+        return xact
 
 
 async def _insert_key(conn: Any, key_row: tuple[object, ...]) -> bool:
@@ -175,13 +278,18 @@ async def _insert_key(conn: Any, key_row: tuple[object, ...]) -> bool:
     return True
 
 
-def _arguments(applied: Applied, commit: Commit, origin: int, before_values: Any) -> list[object]:
-    """ONE_UPDATE's (with the txid read: ``before_values``) or ONE_INSERT's values."""
+def _arguments(
+    applied: Applied, commit: Commit, origin: int, before_values: Any, guess: tuple[int, bool] | None = None
+) -> list[object]:
+    """ONE_UPDATE's (with the txid read: ``before_values``), ONE_UPDATE_GUESSED's (with the guessed
+    clock and holder's liveness: ``guess``) or ONE_INSERT's values."""
     assert commit.after is not None  # every commit writes its entity's row
     after = entity_row(commit.after)
     args: list[object] = list(after)
     if before_values is not None:
         args.append(before_values[_TXID])
+    if guess is not None:
+        args.extend(guess)
     rows = applied.event_rows
     args.extend([list(column) for column in zip(*rows, strict=True)] if rows else [[]] * _EVENT_WIDTH)
     args.extend(applied.idempotency_row or _NO_KEY)

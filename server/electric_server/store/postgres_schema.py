@@ -14,6 +14,7 @@ from typing import Any
 
 from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, State
 
+from .postgres_known import CLOCK_LAG_MS
 from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "ONE_INSERT",
     "ONE_KEY",
     "ONE_UPDATE",
+    "ONE_UPDATE_GUESSED",
     "ONE_WRITE_COLUMNS",
     "PRUNE_FEED",
     "PURGE_IDEMPOTENCY",
@@ -565,9 +567,10 @@ PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"
 # whether its holder is live, a txid drawn after the statement's snapshot was taken (so above
 # every txid of a commit the snapshot holds), the database's clock, and the key's stored answer.
 # One row: the txid, the clock, the key's request hash and response (NULL: none), then
-# LOCK_ENTITY's columns (NULL ones when there is no row).
+# LOCK_ENTITY's columns (NULL ones when there is no row), then a spare txid (postgres_known).
+_SPARE = "nextval('electric_txid')"
 READ_AND_DRAW = (
-    f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED} "
+    f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED}, {_SPARE} "
     "FROM (SELECT 1) one LEFT JOIN entities e ON e.type = $1 AND e.id = $2 "
     "LEFT JOIN idempotency k ON k.type = $1 AND k.id = $2 AND k.key = $3"
 )
@@ -578,7 +581,8 @@ _KEY_VALUES = ", ".join(f"${i}::{t}" for i, t in enumerate(_IDEMPOTENCY_TYPES, s
 def _one_write(entity_sql: str, entity_params: int) -> str:
     """The second, one statement that commits by itself: the entity's row (``written``, which
     returns the transaction's id, or no row when the write raced: then nothing is written),
-    its events, its key's answer, and its feed row."""
+    its events, its key's answer, and its feed row. Its one row (none if nothing was written):
+    the transaction's id, a spare txid and the database's clock (postgres_known)."""
     start = entity_params + 1
     events = _unnest(_EVENT_TYPES, start)
     start += len(_EVENT_TYPES)
@@ -592,22 +596,34 @@ def _one_write(entity_sql: str, entity_params: int) -> str:
         "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
         f"SELECT {key} WHERE ${start - len(_IDEMPOTENCY_TYPES) + 2}::text IS NOT NULL AND {_WRITTEN}), "
         f"fed AS (INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) "
-        "SELECT xact FROM written"
+        f"SELECT xact, {_SPARE}, {_NOW_MS} FROM written"
     )
 
 
 _N_ENTITY = len(ENTITY_COLUMNS)
-# An existing entity's write, compare-and-set on the txid it was read with ($N+1): every commit
-# sets a new one, so an unchanged txid means no commit since the read.
-ONE_UPDATE = _one_write(
+_SET_ENTITY = (
     "UPDATE entities e SET "
     + ", ".join(
         f'"{c}" = ${i}::{_COLUMN_TYPES[c].split()[0]}'
         for i, c in enumerate(ENTITY_COLUMNS, 1)
         if c not in ENTITY_KEY
     )
-    + f", xact = pg_current_xact_id() WHERE e.type = $1 AND e.id = $2 AND e.txid = ${_N_ENTITY + 1}",
+    + ", xact = pg_current_xact_id() WHERE e.type = $1 AND e.id = $2"
+)
+# An existing entity's write, compare-and-set on the txid it was read with ($N+1): every commit
+# sets a new one, so an unchanged txid means no commit since the read.
+ONE_UPDATE = _one_write(
+    f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1}",
     _N_ENTITY + 1,
+)
+# The same on a guess (postgres_known): the row as this replica last knew it ($N+1: its txid), the
+# clock ($N+2: no later than the database's, nor more than CLOCK_LAG_MS behind it) and whether
+# the holder is live ($N+3), each checked here; a wrong one writes nothing, as a race does.
+ONE_UPDATE_GUESSED = _one_write(
+    f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1} "
+    + f"AND ${_N_ENTITY + 2}::bigint BETWEEN {_NOW_MS} - {CLOCK_LAG_MS} AND {_NOW_MS} "
+    + f"AND (e.lease_session <> '' AND {_HOLDER_LIVE}) = ${_N_ENTITY + 3}::boolean",
+    _N_ENTITY + 3,
 )
 # A new entity's: a racing insert of the same entity ends in unique_violation, nothing written.
 ONE_INSERT = _one_write(

@@ -76,6 +76,7 @@ from .base import (
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
 from .postgres_faults import LOST, REFUSED, RefusedLog, lost_reason, unreachable_reason
+from .postgres_known import Known
 from .postgres_one_write import RACED, Decided, UnknownOutcome
 from .postgres_schema import (
     FLUSH_ROWS,
@@ -192,7 +193,9 @@ class PostgresWriter(Store):
         self.backend_starts: dict[int, Any] = {}
         # Lone writes with their outcome unknown, being found out (_find_out).
         self.finding_out: set[asyncio.Task[None]] = set()
-        self.lone_writes = 0  # committed in two round trips (tests and benchmarks)
+        self.lone_writes = 0  # committed alone, in one or two round trips (tests and benchmarks)
+        # What this replica knew of the entities last, which may spare a lone write its read.
+        self.known = Known()
         # Connections being handed back to the pool (``_connection``), referenced while they are.
         self._releasing: set[asyncio.Task[None]] = set()
 
@@ -348,6 +351,9 @@ class PostgresWriter(Store):
                         self.batches_retried += 1
             self.batches_committed += 1
             commits = _commits(outcomes)
+            for commit in commits:
+                assert commit.after is not None
+                self.known.learn(commit.after, batch.txids.xact)
             order = self.feed_order
             if order is None:
                 self.hub.committed(commits, len(writes), started)
@@ -360,11 +366,7 @@ class PostgresWriter(Store):
 
     async def _write_alone(self, write: Write, order: FeedOrder) -> Decided:
         """A batch of one in two round trips (postgres_one_write); RACED: take the batch path."""
-        sent: list[int] = []
-
-        def sending(txid: int) -> None:
-            sent.append(txid)
-            order.sending(sent)  # held from now: the entity's later commits wait for it
+        sent = _Sent(order)
 
         unknown: list[UnknownOutcome] = []
         floor = order.snapshot.xmax  # the reader's last snapshot: taken before the statement goes
@@ -383,16 +385,16 @@ class PostgresWriter(Store):
                 if started is None:  # a connection not made by this store's pool
                     return RACED
                 decided = await postgres_one_write.write_alone(
-                    conn, write, self.origin, (pid, started), sending, find_out_later, self.timeout_s
+                    conn, write, self.origin, (pid, started), sent, find_out_later, self.timeout_s, self.known
                 )
         except UnknownOutcome as lost:
             raise DatabaseUnavailable(str(lost)) from lost  # the caller's: no commit to carry
         except BaseException:
             if not unknown:  # else it stays held until found out
-                order.forgotten(sent)
+                order.forgotten(sent.txids)
             raise
         if decided.xact is None:
-            order.forgotten(sent)
+            order.forgotten(sent.txids)
         return decided
 
     def _published_alone(self, decided: Decided, started: float) -> None:
@@ -473,6 +475,23 @@ class PostgresWriter(Store):
                 ) from exc
             raise
         return outcomes, batch
+
+
+class _Sent:
+    """The txids a lone write sent (postgres_one_write.Sending), held in the FeedOrder from then:
+    the entity's later commits wait for them."""
+
+    def __init__(self, order: FeedOrder) -> None:
+        self._order = order
+        self.txids: list[int] = []
+
+    def sending(self, txid: int) -> None:
+        self.txids.append(txid)
+        self._order.sending((txid,))
+
+    def unsent(self, txid: int) -> None:
+        self.txids.remove(txid)
+        self._order.forgotten((txid,))
 
 
 def _commits(outcomes: Sequence[WriteOutcome | BaseException]) -> list[Commit]:

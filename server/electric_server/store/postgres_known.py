@@ -1,0 +1,113 @@
+"""What a replica last knew of the entities it wrote or read: a lone write's guess, checked by
+the database (``postgres_one_write``).
+
+A lone write needs the entity's committed row, a txid drawn after that row's
+commit, the database's clock and whether the lease holder is live before it
+can decide; reading them costs a round trip. When this replica wrote or read
+the entity last, it knows them already, or can guess them:
+
+- the row and the transaction that wrote it, as this replica's own commits,
+  its reads and the feed (the other replicas' commits) left it;
+- a *spare* txid: every lone statement draws one more than it uses, and a
+  guess is made only with a spare above the known row's txid and drawn less
+  than a second before;
+- the clock: the monotonic clock plus the greatest lower bound of the
+  offset between the two that a reading gave (the reading, less 1 ms for
+  its rounding, less the local time it arrived), so the guess is never
+  ahead of the database's clock, nor behind it by more than the best
+  reading's round trip and 1 ms;
+- the holder is guessed live if there is one.
+
+None of it is trusted: the one statement that writes also checks every
+guess, and writes nothing when one is wrong (the write then reads, as
+without a guess). A guess can only cost a round trip, never a wrong write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from .base import EntityRecord, Ref
+
+__all__ = ["CLOCK_LAG_MS", "Known"]
+
+# How far behind the database's clock a guessed clock may be (checked by the statement). A
+# lower bound from a reading lags by at most its round trip and 1 ms; a deadline judged with
+# it is judged that much late, never early.
+CLOCK_LAG_MS = 25
+# How long a spare txid may wait for its write. Only each entity's txids are promised to increase
+# in commit order, but a txid used long after it was drawn would put two entities' commits far
+# out of their txids' order; a read's or a batch's txid is used within its statement's time.
+SPARE_TTL_MS = 1000
+# How many entities a replica remembers (the least recently written are forgotten first).
+CAPACITY = 4096
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic_ns() / 1_000_000
+
+
+class Known:
+    """See the module docstring. One per writer, used from its event loop only."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        # ref -> (the row as last committed, the id of the transaction that wrote it: None when
+        # the feed brought it, which the FeedOrder then counts as read).
+        self._entities: OrderedDict[Ref, tuple[EntityRecord, int | None]] = OrderedDict()
+        self._spare: tuple[int, float] | None = None  # (txid, when drawn)
+        self._clock_offset_ms: float | None = None
+        self.guesses = 0  # writes committed on a guess (tests and benchmarks)
+        self.misses = 0  # guesses the database found wrong
+
+    def entity(self, ref: Ref) -> tuple[EntityRecord, int | None] | None:
+        return self._entities.get(ref)
+
+    def learn(self, record: EntityRecord, xact: int | None) -> None:
+        """The entity's row as a commit (or a read) left it; an older one is ignored (txids
+        increase per entity in commit order)."""
+        ref = record.ref
+        known = self._entities.get(ref)
+        if known is not None and known[0].txid > record.txid:
+            return
+        self._entities[ref] = (record, xact)
+        self._entities.move_to_end(ref)
+        if len(self._entities) > self._capacity:
+            self._entities.popitem(last=False)
+
+    def forget(self, ref: Ref) -> None:
+        self._entities.pop(ref, None)
+
+    def spare(self, txid: int) -> None:
+        """A txid drawn and not used: the newest is kept (the likeliest above a known row's)."""
+        if self._spare is None or txid > self._spare[0]:
+            self._spare = (txid, _monotonic_ms())
+
+    def take_spare(self, above: int) -> int | None:
+        """The spare txid if it is above ``above`` and fresh (it is then used up), else None."""
+        spare = self._spare
+        if spare is None or spare[0] <= above or _monotonic_ms() - spare[1] > SPARE_TTL_MS:
+            return None
+        self._spare = None
+        return spare[0]
+
+    def clock(self, db_ms: int) -> None:
+        """A reading of the database's clock (ms, rounded), just received: it was taken no later
+        than now, so the offset less 1 ms (its rounding) is a lower bound of the clocks' offset."""
+        offset = db_ms - 1 - _monotonic_ms()
+        if self._clock_offset_ms is None or offset > self._clock_offset_ms:
+            self._clock_offset_ms = offset
+
+    def now_ms(self, not_before: int) -> int | None:
+        """The guessed clock, no earlier than ``not_before`` (the known row's time, so an entity's
+        times do not go back); None until a reading."""
+        if self._clock_offset_ms is None:
+            return None
+        return max(int(_monotonic_ms() + self._clock_offset_ms), not_before)
+
+    def missed(self, ref: Ref) -> None:
+        """The database found a guess wrong: the row and the clock are read again."""
+        self.misses += 1
+        self._entities.pop(ref, None)
+        self._clock_offset_ms = None

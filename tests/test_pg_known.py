@@ -1,0 +1,225 @@
+"""A lone write on a guess (postgres_known), on a real PostgreSQL: one round trip when the replica
+knows the entity, and never a wrong write when what it knows is wrong.
+
+Each test makes one guess wrong in one way (the row, the clock, the holder's
+liveness, a key already stored) and shows the database refuses that statement,
+the write is read and decided again, and what commits is what the two-trip
+path would have committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from electric_server.store.base import EntityRecord, Idempotency, Mutation, NewEvent, Ref, Write, WriteContext
+from electric_server.store.postgres import PostgresStore
+from electric_server.store.postgres_known import SPARE_TTL_MS
+from electric_server.store.postgres_schema import (
+    ONE_INSERT,
+    ONE_KEY,
+    ONE_UPDATE,
+    ONE_UPDATE_GUESSED,
+    READ_AND_DRAW,
+)
+from electric_server.store.sessions import SessionRow
+from test_store import check_stream, committed, note, spawn
+
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(postgres_url)
+    await s.open()
+    yield s
+    await s.close()
+
+
+_LONE_WRITES = {READ_AND_DRAW, ONE_UPDATE, ONE_UPDATE_GUESSED, ONE_INSERT, ONE_KEY}
+
+
+class _Statements:
+    """The lone write's statements the store's pooled connections send (asyncpg's query loggers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def __call__(self, record: Any) -> None:
+        if record.query in _LONE_WRITES:  # (not asyncpg's own: its type introspection)
+            self.sent.append(record.query)
+
+    async def logged(self) -> list[str]:
+        """What was sent: asyncpg calls its loggers with ``call_soon``, so one turn of the loop
+        after the statements' answers."""
+        await asyncio.sleep(0)
+        return self.sent
+
+    async def attach(self, store: PostgresStore) -> None:
+        pool = store._pool
+        conns = [await pool.acquire() for _ in range(store.pool_size)]
+        for conn in conns:
+            conn.add_query_logger(self)
+        for conn in conns:
+            await pool.release(conn)
+
+
+def _live_note(ref: Ref) -> Write:
+    """A note whose body is the sessions the write saw live (``WriteContext.live``)."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        body = json.dumps(sorted(ctx.live)).encode()
+        return Mutation([NewEvent("note", f"live_{ctx.txid}", pb.OPERATION_INSERT, body)], current)
+
+    return Write(ref, decide)
+
+
+def _leased_to(ref: Ref, session: str) -> Write:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        return Mutation([], current._replace(lease_session=session))
+
+    return Write(ref, decide)
+
+
+async def test_a_write_to_an_entity_the_replica_wrote_takes_one_statement(store: PostgresStore) -> None:
+    ref: Ref = ("agent", "known")
+    committed(await store.write(spawn(ref)))
+    statements = _Statements()
+    await statements.attach(store)
+    for i in range(5):
+        committed(await store.write(note(ref, str(i))))
+    assert (store.known.guesses, store.known.misses) == (5, 0)
+    assert await statements.logged() == [ONE_UPDATE_GUESSED] * 5
+    await check_stream(store, ref)
+
+
+async def test_a_row_written_by_another_replica_since_is_read_and_decided_again(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A's knowledge is made stale (as if its feed had not brought B's commit yet): A's statement
+    writes nothing, and A reads the row and decides on it. A refusal decided on a stale row is
+    not answered: ``after_three`` refuses on a row below head 3, which A's stale row is."""
+    a, b = stores
+    ref: Ref = ("agent", "stale")
+    committed(await a.write(spawn(ref)))
+    stale = a.known.entity(ref)
+    assert stale is not None
+    committed(await b.write(note(ref, "b")))
+    a.known.forget(ref)
+    a.known.learn(*stale)
+    committed(await a.write(note(ref, "a")))
+    assert (a.known.guesses, a.known.misses) == (0, 1)
+    committed(await b.write(note(ref, "b2")))
+    a.known.forget(ref)
+    a.known.learn(*stale)
+
+    def after_three(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        assert current is not None
+        if current.head_offset < 3:
+            raise ValueError("refused on a row below head 3")
+        return note(ref, "a2").decide(current, ctx)
+
+    committed(await a.write(Write(ref, after_three)))
+    assert (a.known.guesses, a.known.misses) == (0, 1), "the refusal was not sent, nor answered"
+    bodies = [e.body for e in await a.read_events(ref, 1, 10)]
+    assert bodies == [b"b", b"a", b"b2", b"a2"]
+    await check_stream(a, ref)
+
+
+@pytest.mark.parametrize("hours", [1, -1], ids=["clock ahead", "clock behind"])
+async def test_a_guessed_clock_off_the_databases_writes_nothing_and_is_read_again(
+    store: PostgresStore, hours: int
+) -> None:
+    ref: Ref = ("agent", "clock")
+    committed(await store.write(spawn(ref)))
+    off = hours * 3_600_000
+    store.known._clock_offset_ms += off  # type: ignore[operator]
+    if off < 0:  # (a guess is never before the row's own time: that is made old too)
+        known = store.known.entity(ref)
+        assert known is not None
+        store.known.forget(ref)
+        store.known.learn(known[0]._replace(updated_at_ms=known[0].updated_at_ms + off), known[1])
+    outcome = committed(await store.write(note(ref)))
+    assert store.known.misses == 1
+    stored = await store.get_entity(ref)
+    assert stored is not None
+    database_ms = await _database_ms(store)
+    # The time written is the database's, read again (not an hour off).
+    assert abs(stored.updated_at_ms - database_ms) < 60_000
+    assert outcome.commit is not None
+    assert outcome.commit.timestamp_ms == stored.updated_at_ms
+    committed(await store.write(note(ref)))
+    assert store.known.guesses == 1, "the clock read again makes the next guess right"
+    await check_stream(store, ref)
+
+
+async def _database_ms(store: PostgresStore) -> int:
+    async with store._pool.acquire() as conn:
+        return int(await conn.fetchval("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
+
+
+async def test_a_holder_guessed_live_is_checked_by_the_database(store: PostgresStore) -> None:
+    """A holder is guessed live; the write sees it live only while its session is."""
+    ref: Ref = ("agent", "held")
+    await store.sessions.open(SessionRow("s-1", "w-1", "r-1", ("agent",), "v1", 0), 60_000)
+    await store.sessions.renew("r-1", ["s-1"], 60_000)
+    committed(await store.write(spawn(ref)))
+    committed(await store.write(_leased_to(ref, "s-1")))
+    committed(await store.write(_live_note(ref)))
+    assert (store.known.guesses, store.known.misses) == (2, 0)
+    await store.sessions.end(["s-1"])
+    committed(await store.write(_live_note(ref)))
+    assert store.known.misses == 1
+    bodies = [e.body for e in await store.read_events(ref, 1, 10)]
+    assert bodies == [b'["s-1"]', b"[]"]
+    await check_stream(store, ref)
+
+
+async def test_a_key_already_stored_is_replayed_not_written_on_a_guess(store: PostgresStore) -> None:
+    ref: Ref = ("agent", "keyed")
+    committed(await store.write(spawn(ref)))
+
+    def keyed() -> Write:
+        return Write(ref, note(ref, "once").decide, Idempotency("k", b"h"), lambda c: f"{c.txid}".encode())
+
+    first = await store.write(keyed())
+    assert not first.replayed
+    again = await store.write(keyed())
+    assert (again.replayed, again.response) == (True, first.response)
+    assert store.known.misses == 1, "the guess's statement met the stored key and wrote nothing"
+    assert len(await check_stream(store, ref)) == 2
+
+
+async def test_a_refusal_or_no_op_is_answered_from_the_row_read_not_the_guess(store: PostgresStore) -> None:
+    """Only a commit's statement checks a guess, so a write that would commit nothing is read."""
+    ref: Ref = ("agent", "noop")
+    committed(await store.write(spawn(ref)))
+    statements = _Statements()
+    await statements.attach(store)
+    outcome = await store.write(Write(ref, lambda current, ctx: Mutation()))
+    assert outcome.commit is None
+    assert await statements.logged() == [READ_AND_DRAW]
+    assert store.known.guesses == 0
+
+
+async def test_a_spare_txid_older_than_a_second_is_not_used(store: PostgresStore) -> None:
+    """(A txid used long after it was drawn would put two entities' commits far out of order.)"""
+    ref: Ref = ("agent", "spare")
+    committed(await store.write(spawn(ref)))
+    spare = store.known._spare
+    assert spare is not None
+    store.known._spare = (spare[0], spare[1] - SPARE_TTL_MS - 1)
+    statements = _Statements()
+    await statements.attach(store)
+    committed(await store.write(note(ref)))
+    assert await statements.logged() == [READ_AND_DRAW, ONE_UPDATE]
+    committed(await store.write(note(ref)))
+    assert await statements.logged() == [READ_AND_DRAW, ONE_UPDATE, ONE_UPDATE_GUESSED]
+    await check_stream(store, ref)
