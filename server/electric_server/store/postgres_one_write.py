@@ -1,4 +1,5 @@
-"""A lone write in two round trips: a read, ``decide``, then one statement that commits by itself.
+"""A lone write in one or two round trips: a read unless the row is known, ``decide``, then one
+statement that commits by itself.
 
 A write alone (``PostgresWriter.write`` with no batch to share, so a batch of
 one) is the latency path: a signal, a worker's step record. The batch path
@@ -16,13 +17,21 @@ transaction. This path has no transaction block:
    entity's row compare-and-set on the txid it was read with, then its
    events, its key's answer and its feed row, only if the row was written.
 
+When the replica knows the row already (``postgres_known``), step 1 is skipped:
+``decide`` runs on the known row with a spare txid and a guessed clock, and
+``ONE_UPDATE_GUESSED`` checks all three (the row's txid unchanged, the clock
+within bounds, the holder as live as guessed) where ``ONE_UPDATE`` checks the
+txid. A wrong guess writes nothing, and the write takes the two steps. Only a
+commit is sent on a guess: a refusal or a no-op on a known row is read first.
+
 Why the batch path's guarantees hold:
 
 - **Per-entity order.** Every commit sets the entity's txid to a new one, so
   the compare-and-set succeeds only if no commit on the entity came after
   the read. The txid was drawn after the read's snapshot, so above the txid
   of every commit the read saw; a commit the read did not see makes this
-  write fail. So txids increase per entity in commit order, and the offsets,
+  write fail. (On a guess: the spare is used only above the known row's
+  txid, and the compare-and-set makes that row the last commit.) So txids increase per entity in commit order, and the offsets,
   from the read head, stay gap-free.
 - **Races** (another replica's write, a retry with the same key, a racing
   spawn): the compare-and-set writes no row, or an insert ends in
