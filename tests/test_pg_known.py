@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from electric_server.store.base import EntityRecord, Idempotency, Mutation, NewEvent, Ref, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_known import SPARE_TTL_MS
+from electric_server.store.postgres_known import CLOCK_LAG_MS, SPARE_TTL_MS, Known
 from electric_server.store.postgres_schema import (
     ONE_INSERT,
     ONE_KEY,
@@ -29,6 +29,7 @@ from electric_server.store.sessions import SessionRow
 from test_store import check_stream, committed, note, spawn
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.lifecycle import State
 
 pytestmark = pytest.mark.anyio
 
@@ -223,3 +224,29 @@ async def test_a_spare_txid_older_than_a_second_is_not_used(store: PostgresStore
     committed(await store.write(note(ref)))
     assert await statements.logged() == [READ_AND_DRAW, ONE_UPDATE, ONE_UPDATE_GUESSED]
     await check_stream(store, ref)
+
+
+def test_known_keeps_each_entitys_newest_row_and_forgets_the_least_recent() -> None:
+    known = Known(capacity=2)
+    base = EntityRecord("agent", "a", State.RUNNING, 0, 0, 0, 0, 0, False, None, 0)
+    newer, older = base._replace(txid=9), base._replace(txid=5)
+    known.learn(newer, 90)
+    known.learn(older, 50)  # a slower source's older commit of the same entity
+    assert known.entity(("agent", "a")) == (newer, 90)
+    known.learn(base._replace(id="b"), 1)
+    known.learn(base._replace(id="c"), 1)
+    assert known.entity(("agent", "a")) is None
+    assert known.entity(("agent", "c")) is not None
+
+
+def test_a_guessed_clock_is_never_ahead_of_the_reading_it_came_from() -> None:
+    known = Known()
+    assert known.now_ms(not_before=0) is None
+    reading = 1_700_000_000_000
+    known.clock(reading)
+    guess = known.now_ms(not_before=0)
+    assert guess is not None
+    assert reading - CLOCK_LAG_MS < guess <= reading
+    assert known.now_ms(not_before=reading + 5) == reading + 5  # never before the row's own time
+    known.missed(("agent", "a"))
+    assert known.now_ms(not_before=0) is None, "a miss reads the clock again"
