@@ -177,6 +177,8 @@ async def write_alone(
 
 
 class Sending(Protocol):
+    """Where a lone write says which txid its committing statement carries (the FeedOrder's)."""
+
     def sending(self, txid: int) -> None: ...
     def unsent(self, txid: int) -> None: ...
 
