@@ -82,7 +82,9 @@ async def test_a_connection_lost_with_the_statement_out_is_found_out_and_publish
     caplog.set_level(logging.WARNING, logger="electric_server.store.postgres_writer")
     async with behind_a_cutter(postgres_url, reached) as (store, cutter):
         ref: Ref = ("t", "cut")
+        committed(await store.write(spawn(("t", "other"))))
         committed(await store.write(spawn(ref)))
+        assert store.known.entity(("t", "other")) is not None
         published: list[Commit] = []
         store.hub.subscribe(ref, published.append)
         write = Write(ref, note(ref, "marker-once").decide, Idempotency("n", b"request"), lambda c: b"noted")
@@ -90,6 +92,9 @@ async def test_a_connection_lost_with_the_statement_out_is_found_out_and_publish
         with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="may or may not have committed"):
             await store.write(write)
         assert cutter.cut.is_set()
+        # Nothing known is guessed on after a lost connection (the database may be another now).
+        assert store.known.entity(("t", "other")) is None
+        assert store.known.take_spare(above=0) is None
         with anyio.fail_after(10):
             while store.finding_out:
                 await asyncio.gather(*store.finding_out, return_exceptions=True)

@@ -106,6 +106,12 @@ class Known:
             return None
         return max(int(_monotonic_ms() + self._clock_offset_ms), not_before)
 
+    def reset(self) -> None:
+        """Forget everything: a connection was lost (the store's database may be another now)."""
+        self._entities.clear()
+        self._spare = None
+        self._clock_offset_ms = None
+
     def missed(self, ref: Ref) -> None:
         """The database found a guess wrong: the row and the clock are read again."""
         self.misses += 1

@@ -231,13 +231,19 @@ class PostgresWriter(Store):
             finally:
                 self._release_later(pool, conn)
         except LOST as exc:
-            self._connection_lost()
+            self._lost()
             raise DatabaseUnavailable(f"{what} failed: {lost_reason(exc, self.timeout_s)}") from exc
         except REFUSED as exc:  # there, but it will not do the work (e.g. read-only, a full disk)
             raise DatabaseUnavailable(f"{what} failed: {self._refused.note(what, exc)}") from exc
         except DatabaseUnavailable:  # e.g. lost during COMMIT
-            self._connection_lost()
+            self._lost()
             raise
+
+    def _lost(self) -> None:
+        # Nothing known from before is guessed on: the database may be another now (a failover
+        # to a standby behind the old primary, whose sequence could draw the spare txid again).
+        self.known.reset()
+        self._connection_lost()
 
     def _release_later(self, pool: Any, conn: Any) -> None:
         """``conn`` back to ``pool``, in a task of its own (see ``_connection``), started a turn
