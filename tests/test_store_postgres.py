@@ -270,11 +270,20 @@ async def _terminate(pids: list[int]) -> int:
         await conn.close()
 
 
+class _Relay:
+    """One proxied connection's state: whether the cut message's answer is awaited."""
+
+    def __init__(self) -> None:
+        self.answer_awaited = False
+        self.scope: anyio.CancelScope | None = None
+
+
 class CommitCutter:
     """A loopback proxy to PostgreSQL that, once armed, passes the next COMMIT (the next message
-    holding ``marker``) on and cuts the client's connection before PostgreSQL's answer can reach
-    it: a commit whose outcome the store cannot know. With ``forward`` False it cuts before the
-    message reaches PostgreSQL."""
+    holding ``marker``) on and cuts the client's connection when PostgreSQL's answer comes, which
+    it drops: a commit whose outcome the store cannot know, made before the store can learn it
+    was cut (so before it could end the backend to find out). With ``forward`` False it cuts
+    before the message reaches PostgreSQL."""
 
     def __init__(self, target: tuple[str, int], forward: bool = True) -> None:
         self.target = target
@@ -285,10 +294,13 @@ class CommitCutter:
         self.connections: list[asyncio.Task[None]] = []
 
     async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool, done: Any
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool, relay: _Relay
     ) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(65536):
+                if not upstream and relay.answer_awaited:
+                    self.cut.set()  # PostgreSQL's answer to the cut message, dropped: it has committed
+                    break
                 cutting = upstream and self.armed and self.marker in data
                 if cutting and not self.forward:
                     self.armed = False  # never reaches PostgreSQL: the transaction rolls back
@@ -297,17 +309,19 @@ class CommitCutter:
                 writer.write(data)
                 await writer.drain()
                 if cutting:
-                    self.armed = False  # passed on whole: PostgreSQL commits, then reads the end
-                    self.cut.set()
-                    break
-        done.cancel()
+                    self.armed = False  # passed on whole: cut when its answer comes
+                    relay.answer_awaited = True
+        assert relay.scope is not None
+        relay.scope.cancel()
 
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         server_reader, server_writer = await asyncio.open_connection(*self.target)
+        relay = _Relay()
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._pipe, client_reader, server_writer, True, tg.cancel_scope)
-                tg.start_soon(self._pipe, server_reader, client_writer, False, tg.cancel_scope)
+                relay.scope = tg.cancel_scope
+                tg.start_soon(self._pipe, client_reader, server_writer, True, relay)
+                tg.start_soon(self._pipe, server_reader, client_writer, False, relay)
         finally:
             client_writer.transport.abort()  # the store sees the connection end, not an answer
             server_writer.close()
