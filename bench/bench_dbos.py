@@ -304,10 +304,11 @@ def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: f
 
 def main() -> None:
     p = common.bench_args(__doc__.splitlines()[0])
-    p.add_argument("--signals", type=int, default=300)
     # A p99 is read off the slowest hundredth of the samples: of 200, the third-slowest, where
     # one stall more or less moved the ratio from 0.43x to 0.58x between runs; of 1,000, the
-    # eleventh (a minute more per run).
+    # eleventh (a minute more per run). Both figures' p99s are read off 1,000 (SIGUSR's off 300
+    # moved from 0.35x to 0.69x between runs of the same code).
+    p.add_argument("--signals", type=int, default=1000)
     p.add_argument("--cancels", type=int, default=1000)
     # Rounds alternate DBOS and electric: more, shorter rounds pair both with the same moments
     # of a machine whose speed drifts (this VM's round trips vary 1.5x within minutes).

@@ -140,7 +140,8 @@ async def test_metrics_match_the_traffic(door: ElectricServer, http: httpx.Async
     missed = family(samples, "electric_postgres_guesses_missed_total")
     if isinstance(door.store, PostgresStore):
         assert 1 <= guessed[frozenset()] <= writes
-        assert 0 <= missed[frozenset()] <= writes
+        assert {dict(labels)["reason"] for labels in missed} == {"row", "clock", "holder"}
+        assert 0 <= sum(missed.values()) <= 3 * writes
     else:
         assert (guessed, missed) == ({}, {})
     # The server's own registry: nothing of the process's default one (gc, process, platform).

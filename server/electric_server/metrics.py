@@ -148,11 +148,15 @@ class _Guesses(Collector):
             "Lone writes committed in one round trip, on what the replica knew of the entity.",
             value=self.known.guesses,
         )
-        yield CounterMetricFamily(
+        missed = CounterMetricFamily(
             "electric_postgres_guesses_missed",
-            "Lone writes whose guess the database found wrong: each then read the entity (a round trip more).",
-            value=self.known.misses,
+            "Guesses of lone writes the database found wrong, by which (row, clock, holder): "
+            "each such write then read the entity, a round trip more.",
+            labels=["reason"],
         )
+        for reason, count in self.known.misses.items():
+            missed.add_metric([reason], count)
+        yield missed
 
 
 def _top(tally: Tally[str], n: int) -> dict[str, int]:

@@ -12,10 +12,10 @@ the entity last, it knows them already, or can guess them:
   guess is made only with a spare above the known row's txid and drawn less
   than a second before;
 - the clock: the monotonic clock plus the greatest lower bound of the
-  offset between the two that a reading gave (the reading, less 1 ms for
-  its rounding, less the local time it arrived), so the guess is never
-  ahead of the database's clock, nor behind it by more than the best
-  reading's round trip and 1 ms;
+  offset between the two that a reading gave (the reading, to the
+  microsecond, less the local time it arrived), so the guess is never ahead
+  of the database's clock, and behind it by the time the best reading took
+  to arrive;
 - the holder is guessed live if there is one.
 
 None of it is trusted: the one statement that writes also checks every
@@ -27,15 +27,20 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from .base import EntityRecord, Ref
 
-__all__ = ["CLOCK_LAG_MS", "Known"]
+__all__ = ["CLOCK_LAG_MS", "MISS_REASONS", "Known"]
 
 # How far behind the database's clock a guessed clock may be (checked by the statement). A
-# lower bound from a reading lags by at most its round trip and 1 ms; a deadline judged with
-# it is judged that much late, never early.
-CLOCK_LAG_MS = 25
+# lower bound from a reading lags by the time the reading took to arrive (about 0.1 ms): a
+# deadline judged with it is judged that much late, never early, and one set with it (a grace's
+# end) is set that much before the write commits, as one set on a read is by the write's trip.
+CLOCK_LAG_MS = 10
+# Which guess the database found wrong: the row (another commit since, or a key already stored),
+# the clock, or the holder's liveness.
+MISS_REASONS = ("row", "clock", "holder")
 # How long a spare txid may wait for its write. Only each entity's txids are promised to increase
 # in commit order, but a txid used long after it was drawn would put two entities' commits far
 # out of their txids' order; a read's or a batch's txid is used within its statement's time.
@@ -58,8 +63,9 @@ class Known:
         self._entities: OrderedDict[Ref, tuple[EntityRecord, int | None]] = OrderedDict()
         self._spare: tuple[int, float] | None = None  # (txid, when drawn)
         self._clock_offset_ms: float | None = None
-        self.guesses = 0  # writes committed on a guess (tests and benchmarks)
-        self.misses = 0  # guesses the database found wrong
+        self.guesses = 0  # writes committed on a guess (metrics, tests and benchmarks)
+        # Guesses the database found wrong, by which (MISS_REASONS): metrics and tests.
+        self.misses = dict.fromkeys(MISS_REASONS, 0)
 
     def entity(self, ref: Ref) -> tuple[EntityRecord, int | None] | None:
         return self._entities.get(ref)
@@ -92,10 +98,10 @@ class Known:
         self._spare = None
         return spare[0]
 
-    def clock(self, db_ms: int) -> None:
-        """A reading of the database's clock (ms, rounded), just received: it was taken no later
-        than now, so the offset less 1 ms (its rounding) is a lower bound of the clocks' offset."""
-        offset = db_ms - 1 - _monotonic_ms()
+    def clock(self, db_ms: float) -> None:
+        """A reading of the database's clock (ms, to the microsecond), just received: it was taken
+        no later than now, so its offset from now is a lower bound of the clocks' offset."""
+        offset = db_ms - _monotonic_ms()
         if self._clock_offset_ms is None or offset > self._clock_offset_ms:
             self._clock_offset_ms = offset
 
@@ -112,8 +118,12 @@ class Known:
         self._spare = None
         self._clock_offset_ms = None
 
-    def missed(self, ref: Ref) -> None:
-        """The database found a guess wrong: the row and the clock are read again."""
-        self.misses += 1
-        self._entities.pop(ref, None)
-        self._clock_offset_ms = None
+    def missed(self, ref: Ref, reasons: Iterable[str]) -> None:
+        """The database found guesses wrong (``reasons``, of MISS_REASONS): what they were is read
+        again (the row, or the clock; a holder's liveness is read with the row)."""
+        for reason in reasons:
+            self.misses[reason] += 1
+            if reason == "clock":
+                self._clock_offset_ms = None
+            else:
+                self._entities.pop(ref, None)

@@ -65,7 +65,7 @@ import asyncpg
 from .base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
 from .outcome import Applied, Refused, apply_write, replay
 from .postgres_faults import LOST, lost_reason
-from .postgres_known import Known
+from .postgres_known import MISS_REASONS, Known
 from .postgres_schema import (
     ONE_INSERT,
     ONE_KEY,
@@ -87,7 +87,8 @@ _EVENT_WIDTH, _KEY_WIDTH, _ = ONE_WRITE_COLUMNS
 _NO_KEY = (None,) * _KEY_WIDTH
 _NO_BEFORE = (None,) * (_RECORD - 2)
 _TXID = ENTITY_COLUMNS.index("txid")
-_SPARE = _ROW + _RECORD + 2
+_SPARE = _ROW + _RECORD + 2  # READ_AND_DRAW's spare txid, then its exact clock
+_CHECKED = 3  # where ONE_UPDATE_GUESSED's checks start in its row
 # How often ``find_out`` asks whether the lost statement's backend has ended.
 _ENDED_POLL_S = 0.01
 
@@ -139,7 +140,7 @@ async def write_alone(
         return guessed
     ref, idem = write.ref, write.idempotency
     row = await conn.fetchrow(READ_AND_DRAW, ref[0], ref[1], idem.key if idem is not None else None)
-    known.clock(row[1])
+    known.clock(float(row[_SPARE + 1]))
     known.spare(row[_SPARE])
     if idem is not None and row[2] is not None:
         try:
@@ -166,14 +167,14 @@ async def write_alone(
     order.sending(commit.txid)
     args = _arguments(applied, commit, origin, values if before is not None else None)
     try:
-        xact = await statement.commit(
+        row = await statement.commit(
             ONE_UPDATE if before is not None else ONE_INSERT, args, commit, before_xact
         )
     except asyncpg.exceptions.UniqueViolationError:
         return RACED  # a racing spawn, or a retry's key: the statement wrote nothing
-    if xact is None:
+    if row is None:
         return RACED  # another commit on the entity since the read
-    return Decided(applied.outcome, xact, before_xact)
+    return Decided(applied.outcome, int(row[0]), before_xact)
 
 
 class Sending(Protocol):
@@ -214,15 +215,24 @@ async def _on_a_guess(
     order.sending(txid)
     args = _arguments(applied, commit, origin, entity_row(before), guess=(now_ms, live))
     try:
-        xact = await statement.commit(ONE_UPDATE_GUESSED, args, commit, before_xact)
+        row = await statement.commit(ONE_UPDATE_GUESSED, args, commit, before_xact)
     except asyncpg.exceptions.UniqueViolationError:
-        xact = None  # a retry's key stored: the read finds it
-    if xact is None:
+        row = None  # a retry's key stored: the read finds it
+    if row is None or row[0] is None:
         order.unsent(txid)
-        known.missed(ref)
+        known.missed(ref, _wrong_guesses(row))
         return None
     known.guesses += 1
-    return Decided(applied.outcome, xact, before_xact)
+    return Decided(applied.outcome, int(row[0]), before_xact)
+
+
+def _wrong_guesses(row: Any) -> list[str]:
+    """Which guesses ONE_UPDATE_GUESSED found wrong (its row, or None: nothing came back)."""
+    if row is None:
+        return ["row"]
+    wrong = [reason for reason, right in zip(MISS_REASONS, row[_CHECKED:], strict=True) if not right]
+    # None wrong at the statement's snapshot: a commit since, which the update saw.
+    return wrong or ["row"]
 
 
 class _Statement:
@@ -243,10 +253,9 @@ class _Statement:
         self._timeout_s = timeout_s
         self._known = known
 
-    async def commit(
-        self, sql: str, args: list[object], commit: Commit, before_xact: int | None
-    ) -> int | None:
-        """Its transaction's id, or None: it wrote nothing."""
+    async def commit(self, sql: str, args: list[object], commit: Commit, before_xact: int | None) -> Any:
+        """Its row (the transaction's id first: None if it wrote nothing), or None: no row came
+        back (nothing was written)."""
         known = self._known
         try:
             row = await self._conn.fetchrow(sql, *args)
@@ -273,12 +282,12 @@ class _Statement:
             raise
         if row is None:
             return None
-        xact = int(row[0])
         known.spare(int(row[1]))
-        known.clock(int(row[2]))
-        assert commit.after is not None
-        known.learn(commit.after, xact)
-        return xact
+        known.clock(float(row[2]))
+        if row[0] is not None:
+            assert commit.after is not None
+            known.learn(commit.after, int(row[0]))
+        return row
 
 
 async def _insert_key(conn: Any, key_row: tuple[object, ...]) -> bool:

@@ -569,8 +569,11 @@ PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"
 # One row: the txid, the clock, the key's request hash and response (NULL: none), then
 # LOCK_ENTITY's columns (NULL ones when there is no row), then a spare txid (postgres_known).
 _SPARE = "nextval('electric_txid')"
+# The clock to the microsecond (a float of ms): a reading ``postgres_known`` bounds its guess by.
+_NOW_EXACT_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 READ_AND_DRAW = (
-    f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED}, {_SPARE} "
+    f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED}, {_SPARE}, "
+    f"{_NOW_EXACT_MS} "
     "FROM (SELECT 1) one LEFT JOIN entities e ON e.type = $1 AND e.id = $2 "
     "LEFT JOIN idempotency k ON k.type = $1 AND k.id = $2 AND k.key = $3"
 )
@@ -578,25 +581,30 @@ _WRITTEN = "EXISTS (SELECT FROM written)"
 _KEY_VALUES = ", ".join(f"${i}::{t}" for i, t in enumerate(_IDEMPOTENCY_TYPES, start=1))
 
 
-def _one_write(entity_sql: str, entity_params: int) -> str:
+def _one_write(entity_sql: str, entity_params: int, checked: str = "") -> str:
     """The second, one statement that commits by itself: the entity's row (``written``, which
     returns the transaction's id, or no row when the write raced: then nothing is written),
     its events, its key's answer, and its feed row. Its one row (none if nothing was written):
-    the transaction's id, a spare txid and the database's clock (postgres_known)."""
+    the transaction's id, a spare txid and the database's clock in ms, exact (postgres_known).
+    ``checked``: a query of one row of guesses checked (``ONE_UPDATE_GUESSED``), whose columns
+    follow, on a row returned whether anything was written or not."""
     start = entity_params + 1
     events = _unnest(_EVENT_TYPES, start)
     start += len(_EVENT_TYPES)
     key = ", ".join(f"${i}::{t}" for i, t in enumerate(_IDEMPOTENCY_TYPES, start=start))
     start += len(_IDEMPOTENCY_TYPES)
     feed = ", ".join(f"${i}::{t}" for i, t in enumerate(_FEED_TYPES, start=start))
+    final = f"SELECT xact, {_SPARE}, {_NOW_EXACT_MS} FROM written"
+    if checked:
+        final = f"SELECT (SELECT xact FROM written), {_SPARE}, {_NOW_EXACT_MS}, c.* FROM checked c"
     return (
-        f"WITH written AS ({entity_sql} RETURNING pg_current_xact_id()::text::bigint AS xact), "
+        ("WITH " if not checked else f"WITH checked AS ({checked}), ")
+        + f"written AS ({entity_sql} RETURNING pg_current_xact_id()::text::bigint AS xact), "
         f"appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({events}) "
         f"WHERE {_WRITTEN}), "
         "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
         f"SELECT {key} WHERE ${start - len(_IDEMPOTENCY_TYPES) + 2}::text IS NOT NULL AND {_WRITTEN}), "
-        f"fed AS (INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) "
-        f"SELECT xact, {_SPARE}, {_NOW_MS} FROM written"
+        f"fed AS (INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) " + final
     )
 
 
@@ -618,12 +626,17 @@ ONE_UPDATE = _one_write(
 )
 # The same on a guess (postgres_known): the row as this replica last knew it ($N+1: its txid), the
 # clock ($N+2: no later than the database's, nor more than CLOCK_LAG_MS behind it) and whether
-# the holder is live ($N+3), each checked here; a wrong one writes nothing, as a race does.
+# the holder is live ($N+3), each checked (``checked``, returned in MISS_REASONS' order: which
+# guess was wrong); a wrong
+# one writes nothing, as a race does (the compare-and-set on the txid is the update's own, so
+# that it holds at the update, not only at the statement's snapshot).
 ONE_UPDATE_GUESSED = _one_write(
-    f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1} "
-    + f"AND ${_N_ENTITY + 2}::bigint BETWEEN {_NOW_MS} - {CLOCK_LAG_MS} AND {_NOW_MS} "
-    + f"AND (e.lease_session <> '' AND {_HOLDER_LIVE}) = ${_N_ENTITY + 3}::boolean",
+    f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1} AND (SELECT clock_ok AND holder_ok FROM checked)",
     _N_ENTITY + 3,
+    f"SELECT e.txid = ${_N_ENTITY + 1} AS row_ok, "
+    f"${_N_ENTITY + 2}::bigint BETWEEN {_NOW_MS} - {CLOCK_LAG_MS} AND {_NOW_MS} AS clock_ok, "
+    f"(e.lease_session <> '' AND {_HOLDER_LIVE}) = ${_N_ENTITY + 3}::boolean AS holder_ok "
+    "FROM entities e WHERE e.type = $1 AND e.id = $2",
 )
 # A new entity's: a racing insert of the same entity ends in unique_violation, nothing written.
 ONE_INSERT = _one_write(
