@@ -246,7 +246,8 @@ def floor_main(address: str, url: str, out: Any) -> None:
     and its fsync), a round trip between processes (a bare gRPC unary call, the server's own
     health Check) and a read's round trip to the database (``SELECT $1``). A SIGINT whose own
     commit ends the run needs one commit and one trip between processes (client → server,
-    commit, → client), and electric's lone write reads the row first (postgres_one_write); a
+    commit, → client), and electric's lone write reads the row first unless its replica knows
+    the entity (postgres_known: then it is the commit alone, as here after the first); a
     run end the runtime records needs two commits and two trips (→ worker, → server, commit)."""
 
     async def main() -> dict[str, Any]:
