@@ -385,7 +385,7 @@ def main() -> None:
             "  (info) SIGINT's floor: 1 commit + 1 round trip, p50", floor, s["dbos_cancel"]["p50"], "ms"
         ),
         common.value_row(
-            "  (info) the same with electric's lone write (+1 database read), p50",
+            "  (info) the same + 1 database read (a lone write not known to its replica), p50",
             floor + s["read"]["p50"],
             s["dbos_cancel"]["p50"],
             "ms",
