@@ -31,8 +31,9 @@ Why the batch path's guarantees hold:
   the read. The txid was drawn after the read's snapshot, so above the txid
   of every commit the read saw; a commit the read did not see makes this
   write fail. (On a guess: the spare is used only above the known row's
-  txid, and the compare-and-set makes that row the last commit.) So txids increase per entity in commit order, and the offsets,
-  from the read head, stay gap-free.
+  txid, and the compare-and-set makes that row the last commit.) So txids
+  increase per entity in commit order, and the offsets, from the read head,
+  stay gap-free.
 - **Races** (another replica's write, a retry with the same key, a racing
   spawn): the compare-and-set writes no row, or an insert ends in
   unique_violation, so nothing at all is written, and the write goes to the
@@ -260,7 +261,7 @@ class _Statement:
         try:
             row = await self._conn.fetchrow(sql, *args)
         except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
-            known.forget(commit.ref)
+            # (What was known is forgotten by the writer, as after any lost connection.)
             lost = UnknownOutcome(
                 f"a write failed: {lost_reason(exc, self._timeout_s)} while the write's statement was "
                 "out, so it may or may not have committed (a retry with the same idempotency key "

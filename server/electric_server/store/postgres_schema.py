@@ -627,9 +627,8 @@ ONE_UPDATE = _one_write(
 # The same on a guess (postgres_known): the row as this replica last knew it ($N+1: its txid), the
 # clock ($N+2: no later than the database's, nor more than CLOCK_LAG_MS behind it) and whether
 # the holder is live ($N+3), each checked (``checked``, returned in MISS_REASONS' order: which
-# guess was wrong); a wrong
-# one writes nothing, as a race does (the compare-and-set on the txid is the update's own, so
-# that it holds at the update, not only at the statement's snapshot).
+# guess was wrong); a wrong one writes nothing, as a race does (the compare-and-set on the txid
+# is the update's own, so that it holds at the update, not only at the statement's snapshot).
 ONE_UPDATE_GUESSED = _one_write(
     f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1} AND (SELECT clock_ok AND holder_ok FROM checked)",
     _N_ENTITY + 3,

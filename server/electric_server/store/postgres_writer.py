@@ -371,7 +371,8 @@ class PostgresWriter(Store):
         return outcomes
 
     async def _write_alone(self, write: Write, order: FeedOrder) -> Decided:
-        """A batch of one in two round trips (postgres_one_write); RACED: take the batch path."""
+        """A batch of one in one or two round trips (postgres_one_write); RACED: take the batch
+        path."""
         sent = _Sent(order)
 
         unknown: list[UnknownOutcome] = []
