@@ -19,6 +19,7 @@ from electric_server.runtime_writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
+from electric_server.store.postgres_schema import SWEEP_FINDS as PG_SWEEP_FINDS
 from electric_server.store.postgres_sessions import PostgresSessions
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
@@ -26,7 +27,7 @@ from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
 from electric_server.store.sqlite_schema import SELECT_HOLDERS as SQLITE_HOLDERS
 from test_store import committed, spawn
 
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import HOSTED_STATES, Signal, State
 
 pytestmark = pytest.mark.anyio
 
@@ -199,6 +200,33 @@ async def test_lost_leases_are_the_gone_holders_only_a_page_at_a_time(any_store:
     assert set(page) <= set(gone.items())
 
 
+async def test_one_sweep_read_finds_what_the_three_reads_find(any_store: Store) -> None:
+    """``sweep_finds`` (one statement on PostgreSQL) against ``lost_leases``, ``settled_streams``
+    and ``unleased``: the same finds, an entity both lost and settled in both lists, a limit on
+    each, no offers without types."""
+    store = any_store
+    await store.sessions.open(session("live", "w1"), TTL_MS)
+    await store.sessions.open(session("gone", "w2", "r2"), 0)  # expired at once, with its replica
+    await store.sessions.open(session("dying", "w3", "r3"), TTL_MS)
+    lost = await hold(store, "gone", [("agent", "lost-1"), ("agent", "lost-2")])
+    await hold(store, "live", [("agent", "kept")])
+    lost |= await hold(store, "dying", [("agent", "ended")])
+    killed = entity_writes.signal(("agent", "ended"), entity_writes.SignalSpec(Signal.SIGKILL))
+    committed(await store.write(Write(("agent", "ended"), killed)))  # open: its holder may append
+    await store.sessions.end(["dying"])  # then its holder is gone
+    committed(await store.write(spawn(("agent", "free"))))
+
+    found = await store.sweep_finds(60_000, ["agent"], HOSTED_STATES, 100)
+    assert sorted(found.lost) == sorted(lost.items()) == sorted(await store.lost_leases(100))
+    assert found.settled == [("agent", "ended")] == await store.settled_streams(60_000, 100)
+    unleased = await store.unleased(["agent"], HOSTED_STATES, 100)
+    assert found.unleased == unleased
+    if isinstance(store, PostgresStore):  # (on SQLite, one server, each commit offers what it
+        assert [r.ref for r in found.unleased] == [("agent", "free")]  # leaves: no poll needs to)
+    assert (await store.sweep_finds(60_000, [], HOSTED_STATES, 100)).unleased == []
+    assert len((await store.sweep_finds(60_000, ["agent"], HOSTED_STATES, 1)).lost) == 1
+
+
 async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: Store) -> None:
     """The lease sweep runs every poll on every replica: with every holder live it reads a probe
     per holder in entities_by_holder, not every held row (store/*_schema.py)."""
@@ -220,8 +248,19 @@ async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: 
     try:
         await admin.execute("ANALYZE entities")
         [[plan]] = await admin.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {PG_LOST_LEASES}", 100)
+        states = [s.value for s in HOSTED_STATES]
+        explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {PG_SWEEP_FINDS}"
+        [[sweep_plan]] = await admin.fetch(explain, 100, 60_000, ["agent"], states)
     finally:
         await admin.close()
+    assert 0 < _entity_rows_examined(plan) <= 10  # a probe per holder and one past the last (of 300)
+    # The sweep's one read (Store.sweep_finds): the same probes, and the indexes of the ended
+    # streams and the unleased entities (none here), whatever the number of rows held.
+    assert 0 < _entity_rows_examined(sweep_plan) <= 10
+
+
+def _entity_rows_examined(plan: str) -> int:
+    """The rows of entities an EXPLAIN (ANALYZE, FORMAT JSON) plan read, filtered out or not."""
     examined = 0
     nodes = [json.loads(plan)[0]["Plan"]]
     while nodes:
@@ -229,7 +268,7 @@ async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: 
         nodes.extend(node.get("Plans", ()))
         if node.get("Relation Name") == "entities":
             examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
-    assert 0 < examined <= 10  # a probe per holder and one past the last (the rows: 300)
+    return int(examined)
 
 
 async def test_a_hello_forgets_sessions_and_replicas_expired_long_ago(postgres_url: str) -> None:

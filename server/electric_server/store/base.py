@@ -120,6 +120,14 @@ class EntityRecord(NamedTuple):
         return self._replace(**changes)
 
 
+class SweepFinds(NamedTuple):
+    """What a lease sweep found to do (``Store.sweep_finds``)."""
+
+    lost: list[tuple[Ref, int]]  # leases whose holder is no longer live, with their epochs
+    settled: list[Ref]  # ended entities' streams to close
+    unleased: list[EntityRecord]  # entities to offer to a worker
+
+
 class TypeProfile(NamedTuple):
     """The profile defaults one code version of an entity type announced (None: not announced)."""
 
@@ -339,7 +347,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         """Open entities of ``types`` in ``states`` that want a runtime and have no holder (for
-        offers; a holder that is gone is ended first, ``lost_leases``)."""
+        offers; a holder that is gone has its lease ended first, ``lost_leases``)."""
+
+    async def sweep_finds(
+        self, settle_ms: int, types: Sequence[str], states: Sequence[State], limit: int
+    ) -> SweepFinds:
+        """What one lease sweep acts on: ``lost_leases``, ``settled_streams`` and ``unleased``
+        (none without ``types``), at most ``limit`` of each. A store may read them at once."""
+        return SweepFinds(
+            await self.lost_leases(limit),
+            await self.settled_streams(settle_ms, limit),
+            await self.unleased(types, states, limit) if types else [],
+        )
 
     @abc.abstractmethod
     async def type_profiles(self) -> list[TypeProfile]:

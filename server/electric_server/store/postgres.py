@@ -55,6 +55,7 @@ from .base import (
     Hub,
     Ref,
     StoredEvent,
+    SweepFinds,
     TypeProfile,
 )
 from .database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
@@ -76,6 +77,7 @@ from .postgres_schema import (
     SELECT_TYPE_PROFILES,
     SELECT_UNLEASED,
     SESSION_SETTINGS,
+    SWEEP_FINDS,
     UPSERT_TYPE_PROFILE,
     SchemaTooNew,
     migrate,
@@ -318,6 +320,21 @@ class PostgresStore(SQLReads, PostgresWriter):
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         args = (list(types), [s.value for s in states], limit)
         return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
+
+    async def sweep_finds(
+        self, settle_ms: int, types: Sequence[str], states: Sequence[State], limit: int
+    ) -> SweepFinds:
+        args = (limit, settle_ms, list(types), [s.value for s in states])
+        found = SweepFinds([], [], [])
+        for row in await self._rows(SWEEP_FINDS, args):
+            record = entity_from_row(tuple(row)[1:])
+            if row[0] == 1:
+                found.lost.append((record.ref, record.lease_epoch))
+            elif row[0] == 2:
+                found.settled.append(record.ref)
+            else:
+                found.unleased.append(record)
+        return found
 
     async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:
         # In slices, each its own short transaction: a day of keys is not one long lock.

@@ -26,7 +26,7 @@ from .postgres_schema import (
     FORGET_SESSIONS,
     INSERT_SESSION,
     RENEW_REPLICA,
-    RENEW_SESSIONS,
+    RENEW_REPLICA_AND_SESSIONS,
 )
 from .sessions import LiveSession, SessionBook, SessionRow
 
@@ -71,11 +71,8 @@ class PostgresSessions(SessionBook):
             await conn.execute(FORGET_REPLICAS, self.forget_after_ms)
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
-        async with self._connection("a replica's heartbeat") as conn, conn.transaction():
-            await conn.execute(RENEW_REPLICA, replica, ttl_ms)
-            if not session_ids:
-                return set()
-            rows = await conn.fetch(RENEW_SESSIONS, replica, list(session_ids), ttl_ms)
+        async with self._connection("a replica's heartbeat") as conn:
+            rows = await conn.fetch(RENEW_REPLICA_AND_SESSIONS, replica, list(session_ids), ttl_ms)
         return {str(row[0]) for row in rows}
 
     async def end(self, session_ids: Iterable[str]) -> None:
