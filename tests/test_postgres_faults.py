@@ -30,6 +30,7 @@ import grpc
 import httpx
 import postgres_dbs
 import pytest
+from electric_server.app import WRITES_HEALTH_NAME
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import error_info
 from pg_proxy import Proxy
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from conftest import StartServer
 
 SECRET = "s3cret-pw"
+FAULTS_LOG = "electric_server.store.postgres_faults"  # where a refusal is said, at most every 10 s
 
 
 def electric_server(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:
@@ -435,15 +437,25 @@ async def test_a_database_made_read_only_refuses_writes_unavailable_saying_why(
 ) -> None:
     """A database that takes no writes (default_transaction_read_only, as hosted services set it on
     a full disk; a demoted primary after a failover): each write is UNAVAILABLE, retryable, not
-    INTERNAL, and the log says why; reads go on; writes work again when it takes them."""
+    INTERNAL, and the log says why; reads go on; the writes' readiness (gRPC health
+    electric.v1.writes, /readyz) is NOT_SERVING while the rest serves; writes work again when it
+    takes them, and the readiness comes back by itself (the heartbeat's write), before any call."""
     caplog.set_level(logging.INFO)
-    server = await start_server(database_url=postgres_url)
+    server = await start_server(database_url=postgres_url, http="127.0.0.1:0", poll_ms=50)
+    assert server.http is not None
     name = urllib.parse.urlsplit(postgres_url).path.lstrip("/")
     ending = (
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
-    async with serving_an_entity(server) as (stub, health, ref):
+    async with (
+        serving_an_entity(server) as (stub, health, ref),
+        grpc.aio.insecure_channel(server.address) as channel,
+        httpx.AsyncClient(base_url=server.http.address, timeout=30) as http,
+    ):
+        checker = health_pb2_grpc.HealthStub(channel)
+        writes = checker.Watch(health_pb2.HealthCheckRequest(service=WRITES_HEALTH_NAME))
+        await health_reaches(writes, health_pb2.HealthCheckResponse.SERVING)
         await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
         await admin.fetchval(ending)  # the server's connections come back read-only
         signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
@@ -455,18 +467,32 @@ async def test_a_database_made_read_only_refuses_writes_unavailable_saying_why(
                 assert error_info(refused.value).reason == "DATABASE_UNAVAILABLE"
                 if any("read-only" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR):
                     break
+            await health_reaches(writes, health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert "takes no writes" in refused.value.details()
         for _ in range(3):  # more refusals: the log does not repeat itself (one line per 10 s)
             with pytest.raises(grpc.aio.AioRpcError):
                 await stub.SignalEntity(signal)
-        said = [r.getMessage() for r in caplog.records if "takes no writes" in r.getMessage()]
-        assert len(said) == 1, said
+        said = [
+            r.getMessage() for r in caplog.records if r.name == FAULTS_LOG and "takes no" in r.getMessage()
+        ]
+        assert len(said) == 1, said  # (the sweep's heartbeat is refused too: its own log says so)
         assert "is it read-only" in said[0], said
         assert "postgresql://" in said[0], said  # which database
         got = await stub.GetEntity(api.GetEntityRequest(ref=ref))
         assert got.entity.state == pb.STATE_SPAWNING
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert (await checker.Check(health_pb2.HealthCheckRequest(service=""))).status == serving
+        not_ready = await http.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json()["error"]["code"] == "DATABASE_UNAVAILABLE"
+        assert "read-only" in not_ready.json()["error"]["message"]
 
         await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
         await admin.fetchval(ending)
+        with anyio.fail_after(20):  # no call writes meanwhile: the heartbeat finds it out
+            await health_reaches(writes, health_pb2.HealthCheckResponse.SERVING)
+        assert (await http.get("/readyz")).status_code == 200
+        assert any("takes writes again" in r.getMessage() for r in caplog.records)
         with anyio.fail_after(20):
             signalled = None
             while signalled is None:  # (a pooled connection just ended is UNAVAILABLE once)
@@ -475,6 +501,44 @@ async def test_a_database_made_read_only_refuses_writes_unavailable_saying_why(
         assert signalled.new_state == pb.STATE_SPAWNING
         events = await stub.ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0))
         assert [e.type for e in events.events] == ["state", "signal"]
+        writes.cancel()
+        health.cancel()
+
+
+async def test_a_database_made_read_only_is_found_by_the_heartbeat_alone(
+    postgres_url: str, start_server: StartServer, admin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no call writing, the replica's heartbeat (a write at every poll) is refused: the writes'
+    readiness turns NOT_SERVING, the sweep's failure is logged once (not at every poll), and the
+    server serves reads throughout."""
+    caplog.set_level(logging.INFO)
+    server = await start_server(database_url=postgres_url, poll_ms=20)
+    name = urllib.parse.urlsplit(postgres_url).path.lstrip("/")
+    async with (
+        serving_an_entity(server) as (stub, health, ref),
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        checker = health_pb2_grpc.HealthStub(channel)
+        writes = checker.Watch(health_pb2.HealthCheckRequest(service=WRITES_HEALTH_NAME))
+        await health_reaches(writes, health_pb2.HealthCheckResponse.SERVING)
+        await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        with anyio.fail_after(20):
+            await health_reaches(writes, health_pb2.HealthCheckResponse.NOT_SERVING)
+            polls = server.runtime.sweep.polls
+            while server.runtime.sweep.polls < polls + 20:  # twenty failed sweeps more
+                await server.runtime.sweep.swept.wait()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert (await checker.Check(health_pb2.HealthCheckRequest(service=""))).status == serving
+        assert (await stub.GetEntity(api.GetEntityRequest(ref=ref))).entity.state == pb.STATE_SPAWNING
+        failed = [r.getMessage() for r in caplog.records if "lease sweep failed" in r.getMessage()]
+        # (the first may be the connection the ending cut, a fault of another kind)
+        assert len([m for m in failed if "takes no writes" in m]) == 1, failed
+        await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        writes.cancel()
         health.cancel()
 
 

@@ -6,10 +6,11 @@ drains (health NOT_SERVING, watches ended so clients reconnect elsewhere,
 in-flight calls finish within the drain grace, the store is flushed) and the
 process exits 0; a second signal exits at once.
 
-Health follows the store: while the disk is full the readiness of writes
-(``WRITES_HEALTH_NAME``) is NOT_SERVING and everything else SERVING; while a
-PostgreSQL database cannot be reached, every service is NOT_SERVING (and
-SERVING again once it answers); if the
+Health follows the store: while the disk is full, or a PostgreSQL database
+takes no writes (read-only), the readiness of writes (``WRITES_HEALTH_NAME``)
+is NOT_SERVING and everything else SERVING; while a PostgreSQL database
+cannot be reached, every service is NOT_SERVING (and SERVING again once it
+answers); if the
 store fails for good, every service turns NOT_SERVING and ``serve`` drains
 and raises the failure (the CLI exits 74, or 65 for damage).
 """
@@ -51,7 +52,7 @@ from .metrics import ServerMetrics
 from .reaper import Reaper
 from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .service import EntityService
-from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store
+from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store, WritesRefused
 from .store.database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .verify import Report, verify
@@ -61,7 +62,8 @@ log = logging.getLogger("electric.server")
 
 SERVICE_NAME = api.DESCRIPTOR.services_by_name["EntityService"].full_name
 RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_name
-# The readiness of writes, for grpc.health.v1: NOT_SERVING while the disk is full (reads go on).
+# The readiness of writes, for grpc.health.v1: NOT_SERVING while the disk is full or the database
+# is read-only (reads go on).
 WRITES_HEALTH_NAME = "electric.v1.writes"
 DEFAULT_LISTEN = "127.0.0.1:7700"
 DAY_MS = 24 * 3600 * 1000
@@ -452,9 +454,15 @@ class ElectricServer:
             drain.set()
         self._on_failure.append(drain)
 
-    async def _set_health(self, status: health_pb2.HealthCheckResponse.ServingStatus.ValueType) -> None:
-        for name in ("", SERVICE_NAME, RUNTIME_SERVICE_NAME, WRITES_HEALTH_NAME):
+    async def _set_health(
+        self,
+        status: health_pb2.HealthCheckResponse.ServingStatus.ValueType,
+        writes: health_pb2.HealthCheckResponse.ServingStatus.ValueType | None = None,
+    ) -> None:
+        """Every service's health, and the writes' readiness (``writes``, else ``status`` too)."""
+        for name in ("", SERVICE_NAME, RUNTIME_SERVICE_NAME):
             await self.health.set(name, status)
+        await self.health.set(WRITES_HEALTH_NAME, status if writes is None else writes)
 
     def _on_store_fault(self, fault: StorageFault | None) -> None:
         """Writes stopped (a full disk: readiness only; a failure for good: every service,
@@ -472,8 +480,8 @@ class ElectricServer:
         serving = health_pb2.HealthCheckResponse.SERVING
         if fault is None:
             await self._set_health(serving)
-        elif isinstance(fault, DiskFull):
-            await self.health.set(WRITES_HEALTH_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        elif isinstance(fault, (DiskFull, WritesRefused)):  # reads go on: only writes are not ready
+            await self._set_health(serving, health_pb2.HealthCheckResponse.NOT_SERVING)
         elif isinstance(fault, DatabaseUnavailable):  # reads fail too, until the database is back
             await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         else:

@@ -44,6 +44,7 @@ from .store.base import (
     IdempotencyKeyReused,
     StorageFault,
     StoreBusy,
+    WritesRefused,
 )
 
 DOMAIN = "electric.v1"
@@ -106,6 +107,13 @@ def storage_error(fault: StorageFault) -> ApiError:
     if isinstance(fault, StoreBusy):  # another process holds the database locked: nothing was written
         return ApiError(
             grpc.StatusCode.UNAVAILABLE, "STORAGE_BUSY", "the server's database is locked by another process"
+        )
+    if isinstance(fault, WritesRefused):  # read-only: nothing of the write was kept; reads go on
+        return ApiError(
+            grpc.StatusCode.UNAVAILABLE,
+            "DATABASE_UNAVAILABLE",
+            "the server's database takes no writes (it is read-only; the server's log says more): "
+            "writes are refused until it takes them again (reads still work)",
         )
     if isinstance(fault, DatabaseUnavailable):  # a retry may find it back; a cut-off COMMIT is resolved
         return ApiError(  # by the retry's idempotency key

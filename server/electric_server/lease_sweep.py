@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from electric_sdk.lifecycle import HOSTED_STATES
 
+from .log_throttle import LogThrottle
 from .runtime_writes import close_ended, end_lease
 from .store.base import EntityRecord, Ref, StorageFault, Write
 
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_MS = 500
+# A sweep failing for the store's fault (a database away or read-only) says so at most this often;
+# the store's own log says why.
+FAULT_LOG_INTERVAL_S = 10.0
 _PAGE = 256  # deadlines fired per kind and poll
 
 
@@ -50,6 +54,9 @@ class LeaseSweep:
         self.stopping = asyncio.Event()
         # Rung to sweep before the next poll: the end, or a test's clock jumped (clock.py).
         self._bell = asyncio.Event()
+        self._faults = LogThrottle(FAULT_LOG_INTERVAL_S)
+        self.polls = 0  # sweeps run, done or failed
+        self.swept = asyncio.Event()  # set at the end of the next sweep (then a new one: tests wait)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -68,9 +75,15 @@ class LeaseSweep:
             try:
                 await self.once()
             except StorageFault as exc:  # the database is away: the next poll tries again
-                log.warning("the lease sweep failed: %s", exc)
+                left_out = self._faults.admit(type(exc).__name__)
+                if left_out is not None:  # (a poll twice a second would say it twice a second)
+                    more = f" ({left_out} more since the last such line)" if left_out else ""
+                    log.warning("the lease sweep failed: %s%s", exc, more)
             except Exception:  # a bug must not end the sweep for good
                 log.exception("the lease sweep failed")
+            self.polls += 1
+            swept, self.swept = self.swept, asyncio.Event()
+            swept.set()
 
     async def once(self) -> None:
         await self._own_sessions()

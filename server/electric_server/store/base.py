@@ -269,6 +269,13 @@ class DatabaseUnavailable(StorageFault):
     COMMIT may have committed, and its idempotency key tells (a retry replays it)."""
 
 
+class WritesRefused(DatabaseUnavailable):
+    """The database answers but takes no writes (PostgreSQL read-only: ``default_transaction_read_only``,
+    which hosted services set on a full disk, or a standby after a failover). Each write fails
+    like ``DatabaseUnavailable`` and reads go on; the server's writes are not ready until a write
+    commits again (the replica's heartbeat tries one at every poll)."""
+
+
 class DamagedStore(StorageFault):
     """The store's files are damaged: found before opening them (the server
     refuses to start) or by the database while running."""

@@ -124,8 +124,9 @@ class PostgresStore(SQLReads, PostgresWriter):
         self.url = url
         self.pool_size = pool_size
         self.hub = Hub()
-        self.sessions = PostgresSessions(self._connection)
         self._reachability = Reachability(redacted(url), self._probe, timeout_s)
+        # Its heartbeat, a write at every poll, is what tells the writes are ready again.
+        self.sessions = PostgresSessions(self._connection, self._took_writes)
         # The commit feed (postgres_feed.py): off (a tool's store), commits reach this store's hub only.
         self.feed = feed
         self.feed_poll_s = feed_poll_s
@@ -244,11 +245,18 @@ class PostgresStore(SQLReads, PostgresWriter):
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
         # Nothing stops writes for good here: an unreachable database fails each call (retryable),
-        # and listeners hear when it is gone and when it is back.
+        # and listeners hear when it is gone and when it is back; a read-only one, when it
+        # refuses a write and when one commits again.
         return self._reachability.subscribe(callback)
 
     def _connection_lost(self) -> None:
         self._reachability.lost()
+
+    def _writes_refused(self, why: str) -> None:
+        self._reachability.refuses_writes(why)
+
+    def _took_writes(self) -> None:
+        self._reachability.took_writes()
 
     async def _probe(self) -> None:
         """One new connection and a query: the pool's may all be busy, or dead."""

@@ -15,6 +15,11 @@ else. When the probe fails too, the database is gone: the fault listeners
 (the server's health and ``/readyz``) are told, the log says why, and the
 probe tries again every ``PROBE_INTERVAL_S`` until the database answers, then
 tells the listeners it is back. Nothing needs a restart.
+
+A database that answers but is read-only refuses every write (``REFUSED``):
+the first refusal tells the listeners ``WritesRefused`` (the server's writes
+are not ready, its reads are), and the next write that commits (the
+replica's heartbeat, at every poll, at the latest) tells them all is well.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from ..log_throttle import LogThrottle
-from .base import DatabaseUnavailable, FaultListener
+from .base import DatabaseUnavailable, FaultListener, StorageFault, WritesRefused
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
 LOST: tuple[type[BaseException], ...] = (
@@ -189,6 +194,8 @@ class Reachability:
         self._probe = probe
         self._listeners: list[FaultListener] = []
         self._gone: DatabaseUnavailable | None = None
+        self._refusing: WritesRefused | None = None  # writes refused (read-only) since the last commit
+        self._told: StorageFault | None = None  # what the listeners heard last
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -199,6 +206,20 @@ class Reachability:
     def subscribe(self, callback: FaultListener) -> Callable[[], None]:
         self._listeners.append(callback)
         return lambda: self._listeners.remove(callback)
+
+    def refuses_writes(self, why: str) -> None:
+        """A write was refused for good reason of the database's (it is read-only): the server's
+        writes are not ready until one commits again (``took_writes``)."""
+        if self._refusing is None:
+            self._refusing = WritesRefused(f"the database {self.where} takes no writes: {why}")
+            self._tell()
+
+    def took_writes(self) -> None:
+        """A write committed: the database takes writes."""
+        if self._refusing is not None:
+            self._refusing = None
+            log.warning("the database %s takes writes again: writes are ready", self.where)
+            self._tell()
 
     def lost(self) -> None:
         """A call lost its connection: find out whether the database is still there."""
@@ -229,16 +250,23 @@ class Reachability:
                         why,
                         PROBE_INTERVAL_S,
                     )
-                    self._notify(self._gone)
+                    self._tell()
                 await asyncio.sleep(PROBE_INTERVAL_S)
                 continue
             if self._gone is not None:
                 self._gone = None
                 log.warning("the database %s answers again: serving", self.where)
-                self._notify(None)
+                self._tell()
             return
 
-    def _notify(self, fault: DatabaseUnavailable | None) -> None:
+    def _tell(self) -> None:
+        """The listeners hear the worst of now: gone, else writes refused, else None (all is well)."""
+        fault = self._gone or self._refusing
+        if fault is not self._told:
+            self._told = fault
+            self._notify(fault)
+
+    def _notify(self, fault: StorageFault | None) -> None:
         for callback in tuple(self._listeners):
             try:
                 callback(fault)

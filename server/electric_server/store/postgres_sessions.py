@@ -58,8 +58,9 @@ FORGET_AFTER_MS = 3_600_000
 class PostgresSessions(SessionBook):
     shared = True
 
-    def __init__(self, connection: Connect) -> None:
+    def __init__(self, connection: Connect, wrote: Callable[[], None] = lambda: None) -> None:
         self._connection = connection  # the store's pooled connection (faults → DatabaseUnavailable)
+        self._wrote = wrote  # told when a heartbeat commits: the database takes writes
         self.forget_after_ms = FORGET_AFTER_MS
 
     async def open(self, session: SessionRow, ttl_ms: int) -> None:
@@ -73,6 +74,7 @@ class PostgresSessions(SessionBook):
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         async with self._connection("a replica's heartbeat") as conn:
             rows = await conn.fetch(RENEW_REPLICA_AND_SESSIONS, replica, list(session_ids), ttl_ms)
+        self._wrote()
         return {str(row[0]) for row in rows}
 
     async def end(self, session_ids: Iterable[str]) -> None:

@@ -72,6 +72,7 @@ from .base import (
     Write,
     WriteContext,
     WriteOutcome,
+    WritesRefused,
 )
 from .feed_order import FeedOrder
 from .outcome import Applied, Refused, apply_write, now_ms, replay
@@ -234,7 +235,11 @@ class PostgresWriter(Store):
             self._lost()
             raise DatabaseUnavailable(f"{what} failed: {lost_reason(exc, self.timeout_s)}") from exc
         except REFUSED as exc:  # there, but it will not do the work (e.g. read-only, a full disk)
-            raise DatabaseUnavailable(f"{what} failed: {self._refused.note(what, exc)}") from exc
+            why = self._refused.note(what, exc)
+            if isinstance(exc, asyncpg.exceptions.ReadOnlySQLTransactionError):
+                self._writes_refused(why)
+                raise WritesRefused(f"{what} failed: {why}") from exc
+            raise DatabaseUnavailable(f"{what} failed: {why}") from exc
         except DatabaseUnavailable:  # e.g. lost during COMMIT
             self._lost()
             raise
@@ -267,6 +272,12 @@ class PostgresWriter(Store):
 
     def _connection_lost(self) -> None:
         """A call lost its connection (the store finds out whether the database is gone)."""
+
+    def _writes_refused(self, why: str) -> None:
+        """A write was refused: the database takes none (the store's writes are not ready)."""
+
+    def _took_writes(self) -> None:
+        """A write committed (the store's writes are ready again if they were not)."""
 
     async def write(self, write: Write) -> WriteOutcome:
         """One write; while every connection runs a batch, it waits to share the next
@@ -356,6 +367,7 @@ class PostgresWriter(Store):
                             ) from exc
                         self.batches_retried += 1
             self.batches_committed += 1
+            self._took_writes()
             commits = _commits(outcomes)
             for commit in commits:
                 assert commit.after is not None
@@ -406,6 +418,8 @@ class PostgresWriter(Store):
 
     def _published_alone(self, decided: Decided, started: float) -> None:
         self.batches_committed += 1
+        if decided.xact is not None:
+            self._took_writes()
         outcome = decided.outcome
         commit = outcome.commit if isinstance(outcome, WriteOutcome) else None
         commits = [commit] if commit is not None else []
