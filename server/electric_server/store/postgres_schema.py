@@ -382,39 +382,46 @@ _HOLDERS = (
     "UNION ALL SELECT (SELECT e.lease_session FROM entities e WHERE e.lease_session <> '' "
     "AND e.lease_session > h.id ORDER BY e.lease_session LIMIT 1) FROM holders h WHERE h.id IS NOT NULL) "
 )
-SELECT_LOST_LEASES = (
-    f"{_HOLDERS}SELECT l.type, l.id, l.lease_epoch FROM holders h CROSS JOIN LATERAL ("
-    "SELECT e.type, e.id, e.lease_epoch FROM entities e WHERE e.lease_session <> '' AND e.lease_session = h.id "
-    "LIMIT $1 FOR UPDATE SKIP LOCKED) l "
-    "WHERE h.id IS NOT NULL AND h.id NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
-    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) LIMIT $1"
-)
-SELECT_SETTLED = (
-    f"SELECT e.type, e.id FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
-    f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - $1 OR NOT {_HOLDER_LIVE}) "
-    "LIMIT $2 FOR UPDATE OF e SKIP LOCKED"
-)
+
+
+# Each sweep query once, as a function of its columns and parameters: alone (the store's
+# lost_leases, settled_streams, unleased) and together (SWEEP_FINDS) they say the same.
+def _lost_leases(columns: str, limit: str) -> str:
+    """FROM the holders (``_HOLDERS``): the rows (``columns`` of e) held by those not live."""
+    return (
+        f"SELECT l.* FROM holders h CROSS JOIN LATERAL (SELECT {columns} FROM entities e "
+        f"WHERE e.lease_session <> '' AND e.lease_session = h.id LIMIT {limit} FOR UPDATE SKIP LOCKED) l "
+        "WHERE h.id IS NOT NULL AND h.id NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
+        f"WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) LIMIT {limit}"
+    )
+
+
+def _settled(columns: str, settle_ms: str, limit: str) -> str:
+    return (
+        f"SELECT {columns} FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
+        f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - {settle_ms} OR NOT {_HOLDER_LIVE}) "
+        f"LIMIT {limit} FOR UPDATE OF e SKIP LOCKED"
+    )
+
+
 # Entities of some types, in some states, that want a runtime and have no holder (one whose
 # holder is gone has none once the sweep's lost_leases ended it), through entities_unleased.
-SELECT_UNLEASED = (
-    f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} AND type = ANY($1::text[]) "
-    "AND state = ANY($2::text[]) ORDER BY type, id LIMIT $3"
-)
+def _unleased(types: str, states: str, limit: str) -> str:
+    return (
+        f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} AND type = ANY({types}::text[]) "
+        f"AND state = ANY({states}::text[]) ORDER BY type, id LIMIT {limit}"
+    )
 
-# The three above in one statement (Store.sweep_finds), each row its kind (1 lost, 2 settled,
+
+SELECT_LOST_LEASES = _HOLDERS + _lost_leases("e.type, e.id, e.lease_epoch", "$1")
+SELECT_SETTLED = _settled("e.type, e.id", "$1", "$2")
+SELECT_UNLEASED = _unleased("$1", "$2", "$3")
+# The three in one statement (Store.sweep_finds), each row its kind (1 lost, 2 settled,
 # 3 unleased) and then its entity's columns: one round trip at each poll instead of three.
 # $1 the limit of each, $2 the settle (ms), $3 the types to offer, $4 their states.
 SWEEP_FINDS = (
-    f"{_HOLDERS}, lost AS (SELECT l.* FROM holders h CROSS JOIN LATERAL ("
-    f"SELECT {_E_LIST} FROM entities e WHERE e.lease_session <> '' AND e.lease_session = h.id "
-    "LIMIT $1 FOR UPDATE SKIP LOCKED) l "
-    "WHERE h.id IS NOT NULL AND h.id NOT IN (SELECT s.id FROM sessions s JOIN replicas r ON r.id = s.replica "
-    "WHERE s.expires_at > clock_timestamp() AND r.expires_at > clock_timestamp()) LIMIT $1), "
-    f"settled AS (SELECT {_E_LIST} FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
-    f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - $2 OR NOT {_HOLDER_LIVE}) "
-    "LIMIT $1 FOR UPDATE OF e SKIP LOCKED), "
-    f"unleased AS (SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} "
-    "AND type = ANY($3::text[]) AND state = ANY($4::text[]) ORDER BY type, id LIMIT $1) "
+    f"{_HOLDERS}, lost AS ({_lost_leases(_E_LIST, '$1')}), settled AS ({_settled(_E_LIST, '$2', '$1')}), "
+    f"unleased AS ({_unleased('$3', '$4', '$1')}) "
     f"SELECT 1, {_ENTITY_LIST} FROM lost UNION ALL SELECT 2, {_ENTITY_LIST} FROM settled "
     f"UNION ALL SELECT 3, {_ENTITY_LIST} FROM unleased"
 )
