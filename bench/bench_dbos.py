@@ -324,7 +324,7 @@ def main() -> None:
     # A p99 is read off the slowest hundredth of the samples: of 200, the third-slowest, where
     # one stall more or less moved the ratio from 0.43x to 0.58x between runs; of 1,000, the
     # eleventh, where one round's stall still moved the SIGINT's from 0.37x to 0.63x (24 runs
-    # of the same code); of 3,000, the thirty-first (two minutes more per run). SIGUSR's p99,
+    # of the same code); of 3,000 (2,992: 187 a round), the thirtieth (two minutes more per run). SIGUSR's p99,
     # off 1,000, stays within 0.24-0.41x (off 300 it moved from 0.35x to 0.69x).
     p.add_argument("--signals", type=int, default=1000)
     p.add_argument("--cancels", type=int, default=3000)
