@@ -324,14 +324,15 @@ def main() -> None:
     # A p99 is read off the slowest hundredth of the samples: of 200, the third-slowest, where
     # one stall more or less moved the ratio from 0.43x to 0.58x between runs; of 1,000, the
     # eleventh, where one round's stall still moved the SIGINT's from 0.37x to 0.63x (24 runs
-    # of the same code); of 3,000 (2,992: 187 a round), the thirtieth (two minutes more per run). SIGUSR's p99,
-    # off 1,000, stays within 0.24-0.41x (off 300 it moved from 0.35x to 0.69x).
-    p.add_argument("--signals", type=int, default=1000)
-    p.add_argument("--cancels", type=int, default=3000)
+    # of the same code); of 3,000 (2,992: 187 a round), the thirtieth (two minutes more per
+    # run). SIGUSR's p99, off 1,000, stays within 0.24-0.41x (off 300 it moved from 0.35x to
+    # 0.69x).
+    p.add_argument("--signals", type=int, default=1000, help="SIGUSRs and DBOS sends in all (default 1000)")
+    p.add_argument("--cancels", type=int, default=3000, help="SIGINTs and DBOS cancels in all (default 3000)")
     # Rounds alternate DBOS and electric: more, shorter rounds pair both with the same moments
     # of a machine whose speed drifts (this VM's round trips vary 1.5x within minutes), and a
     # stall that spoils one round weighs a sixteenth of the run.
-    p.add_argument("--rounds", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=16, help="alternating DBOS/electric rounds (default 16)")
     args = p.parse_args()
     pg_common.need_dbos("bench_dbos")
     rounds = 1 if args.quick else args.rounds
