@@ -85,7 +85,7 @@ lint: $(STAMP) buf-lint
 	$(VENV)/bin/mypy electric_sdk server/electric_server
 
 # Then the store and accept tests once more with every private-internal seam's
-# fallback forced (server/electric_server/internals/), so the code that runs on a
+# fallback forced (server/electric_server/fastpaths/), so the code that runs on a
 # dependency without those internals is tested too.
 FALLBACK_TESTS := tests/test_store.py tests/test_store_rows.py tests/test_accept.py tests/test_internals.py
 

@@ -21,7 +21,7 @@ log, a TCP_NODELAY listening socket). Figure and ceiling alternate for a few
 rounds and each is the median, so background load lands on both alike.
 
 electric's door writes each answer's head and body as one ``send`` (its corked
-protocol, server/electric_server/http_cork.py); stock uvicorn, and so the
+protocol, server/electric_server/fastpaths/http_cork.py); stock uvicorn, and so the
 ceiling, writes them as two. So that the figure does not hide what the door
 itself costs, the same echo served through the door's corked protocol runs too
 (``echo-corked``), informational: electric beside it is the door's own work
@@ -118,7 +118,7 @@ def echo_server_main(corked: bool) -> None:
     sock.listen(2048)
     http: Any = "h11"
     if corked:
-        from electric_server.http_cork import CorkedH11Protocol
+        from electric_server.fastpaths.http_cork import CorkedH11Protocol
 
         http = CorkedH11Protocol
     config = uvicorn.Config(

@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import pg_common
-from electric_server import entity_writes
+from electric_server.core import entity_writes
 from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
 

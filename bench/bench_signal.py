@@ -44,7 +44,7 @@ does except the fsync, which splits the one-caller latency into the WAL sync
 and the rest.
 
 Electric keeps 8 extra call requests outstanding per method (its
-``--acceptors``, server/electric_server/internals/acceptors.py); the bare echo keeps
+``--acceptors``, server/electric_server/fastpaths/acceptors.py); the bare echo keeps
 grpc.aio's one. The targets stay against the bare echo, as the issue sets
 them; a third echo server with its methods registered and the same extra
 acceptors gives informational rows, so it shows how much of the gap the

@@ -241,7 +241,7 @@ def start_echo(
     """The bare grpc.aio echo server (this file as a script) in its own process.
 
     ``acceptors`` > 0: not bare — its methods are registered and get electric's
-    extra acceptors (electric_server/internals/acceptors.py), for an informational row."""
+    extra acceptors (electric_server/fastpaths/acceptors.py), for an informational row."""
     cmd = [PY, str(Path(__file__).resolve()), "echo-server", "--listen", listen]
     if acceptors:
         cmd += ["--acceptors", str(acceptors)]
@@ -392,7 +392,7 @@ async def _echo_main(listen: str, acceptors: int = 0) -> None:
     )
     extra = None
     if acceptors:
-        from electric_server.internals.acceptors import Acceptors
+        from electric_server.fastpaths.acceptors import Acceptors
 
         extra = Acceptors(server, (), acceptors)
         server.add_registered_method_handlers("bench.Echo", methods)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "server") not in sys.path:  # run as a script from a checkout: import the server from it
     sys.path.insert(0, str(ROOT / "server"))
 
-from electric_server.http_openapi import error_table, render  # noqa: E402
+from electric_server.http.openapi import error_table, render  # noqa: E402
 
 OPENAPI = ROOT / "docs" / "openapi.json"
 HTTP_DOC = ROOT / "docs" / "http.md"

@@ -1,4 +1,4 @@
-"""Extra acceptors (server/electric_server/internals/acceptors.py): calls they accept are served
+"""Extra acceptors (server/electric_server/fastpaths/acceptors.py): calls they accept are served
 like grpc's own — the same handlers, interceptors and statuses — and they end with
 the server.
 
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 import pytest
-from electric_server.internals import forced
-from electric_server.internals.acceptors import FORCED, missing_internals
+from electric_server.fastpaths import forced
+from electric_server.fastpaths.acceptors import FORCED, missing_internals
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 

@@ -1,4 +1,4 @@
-"""The bad-input matrix (ARCHITECTURE §7, server/electric_server/validation.py).
+"""The bad-input matrix (ARCHITECTURE §7, server/electric_server/core/validation.py).
 
 Every violation gets its specific status code and google.rpc.ErrorInfo reason
 (domain "electric.v1"), never UNKNOWN, and writes nothing: the entities seen

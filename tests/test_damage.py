@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import grpc
 import pytest
-from electric_server import entity_writes
+from electric_server.core import entity_writes
 from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext, WriteOutcome
 from electric_server.store.sqlite import SQLiteStore
 

@@ -21,7 +21,7 @@ import grpc
 import pytest
 from conftest import StartServer
 from electric_server.app import SERVICE_NAME
-from electric_server.internals import forced
+from electric_server.fastpaths import forced
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import error_info
 

@@ -68,7 +68,7 @@ async def test_each_event_is_encoded_once_for_every_watcher(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counted where the feed encodes: 50 watchers × 20 live events cost 20 encodings, not 1,000."""
-    from electric_server import event_feed
+    from electric_server.core import event_feed
 
     encoded: list[int] = []
     real = event_feed.event_entry

@@ -460,7 +460,7 @@ class Harness:
             if record.levelno >= logging.WARNING:
                 assert record.levelno == logging.WARNING, text
                 # A refusal, or the note (once per type) that no connected worker hosts a type.
-                assert text.startswith("refused ") or record.name == "electric_server.presence", text
+                assert text.startswith("refused ") or record.name == "electric_server.core.presence", text
         refusals = Counter(str(r.args[3]) for r in self.log.records if r.getMessage().startswith("refused "))  # type: ignore[index]
         allowed = math.floor((time.monotonic() - self.started) / REFUSAL_INTERVAL_S) + 1
         assert all(n <= allowed for n in refusals.values()), (refusals, allowed)

@@ -13,7 +13,7 @@ import anyio
 import grpc
 import pytest
 from electric_server.app import RUNTIME_SERVICE_NAME, SERVICE_NAME, WRITES_HEALTH_NAME, ElectricServer
-from electric_server.handlers import guard_server
+from electric_server.grpc.handlers import guard_server
 from google.protobuf import descriptor_pb2
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc

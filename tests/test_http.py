@@ -26,7 +26,7 @@ import pytest
 from conftest import read_database
 from electric_server import ConfigError
 from electric_server.app import ElectricServer, ServerConfig
-from electric_server.errors import HTTP_STATUS
+from electric_server.core.errors import HTTP_STATUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_auth import TOKENS, TOKENS_TOML  # the same principals as the gRPC auth tests

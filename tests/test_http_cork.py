@@ -1,4 +1,4 @@
-"""The door's corked transport (server/electric_server/http_cork.py), over a real socket pair.
+"""The door's corked transport (server/electric_server/fastpaths/http_cork.py), over a real socket pair.
 
 What a loop turn writes reaches the peer at the turn's end as one segment; a write of
 FLUSH_BYTES or more, a close and a protocol switch hand over at once; an abort drops what is held.
@@ -12,7 +12,7 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
-from electric_server.http_cork import FLUSH_BYTES, CorkedTransport
+from electric_server.fastpaths.http_cork import FLUSH_BYTES, CorkedTransport
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The door's route table (http_router.py) routes exactly as Starlette's router would.
+"""The door's route table (fastpaths/route_table.py) routes exactly as Starlette's router would.
 
 For every path shape the door serves, and paths around them (other methods, trailing slashes,
 empty segments, extra segments, the catch-all under /_electric), the table either hands the

@@ -15,7 +15,16 @@ From the bottom up:
 
 The server (``electric_server``) uses the bottom layer of the SDK only, and
 the SDK reaches the server only through ``electric_server``'s top level (the
-CLI and ``testing``). Every import counts, at module level or inside a
+CLI and ``testing``). The server keeps layers of its own (``SERVER_LAYERS``),
+its rooms by role from the bottom up:
+
+1. what every room may use: the settings table, the clock, the refusal of a
+   configuration, the log throttle, and the fast paths' registry and seams;
+2. the store; 3. the service core;
+4. the doors (gRPC, HTTP) and the worker protocol (runtime), which do not
+   import one another;
+5. the assembly (``app``, ``metrics``, the package's re-exports) and the
+   offline tools beside it. Every import counts, at module level or inside a
 function (a function-level import may keep ``--help`` fast; it may not hide a
 circle); imports under ``if TYPE_CHECKING:`` count for the layers but not for
 circles, since they never run. No module imports another's underscored name.
@@ -67,6 +76,22 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 TOP = len(LAYERS) - 1
 SERVER = "electric_server"
+
+SERVER_LAYERS: list[tuple[str, ...]] = [
+    (
+        "electric_server.settings",
+        "electric_server.clock",
+        "electric_server.config_error",
+        "electric_server.log_throttle",
+        "electric_server.fastpaths",
+    ),
+    ("electric_server.store",),
+    ("electric_server.core",),
+    ("electric_server.grpc", "electric_server.http", "electric_server.runtime"),
+    ("electric_server.app", "electric_server.metrics", "electric_server.tools", "electric_server"),
+]
+# Rooms of one layer that must not import one another: the two doors and the runtime.
+SERVER_SIBLINGS = frozenset({"electric_server.grpc", "electric_server.http", "electric_server.runtime"})
 
 
 @dataclass(frozen=True)
@@ -143,9 +168,10 @@ IMPORTS = _imports()
 
 def _layer(module: str) -> int:
     best, depth = -1, -1
-    for index, prefixes in enumerate(LAYERS):
+    for index, prefixes in enumerate(SERVER_LAYERS if module.startswith(SERVER) else LAYERS):
         for prefix in prefixes:
-            exact_only = prefix == "electric_sdk"  # the package's own __init__, not everything below it
+            # the package's own __init__, not everything below it
+            exact_only = prefix in ("electric_sdk", SERVER)
             matches = module == prefix or (not exact_only and module.startswith(prefix + "."))
             if matches and prefix.count(".") > depth:
                 best, depth = index, prefix.count(".")
@@ -183,6 +209,33 @@ def test_the_sdk_imports_only_downwards() -> None:
         elif source == target == TOP and _group(i.source) != _group(i.target) and i.source != "electric_sdk":
             wrong.append(f"{_where(i)} (the CLI, the widgets and testing do not import one another)")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_every_server_module_has_a_layer() -> None:
+    missing = [m for m in MODULES if m.startswith(SERVER) and _layer(m) < 0]
+    assert not missing, f"place these modules in a layer of tests/test_layers.py: {missing}"
+
+
+def _room(module: str) -> str:
+    """A server module's room: its folder (``electric_server.core``), or itself at the top."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_server_imports_only_downwards() -> None:
+    wrong = []
+    for i in IMPORTS:
+        if not (i.source.startswith(SERVER) and i.target.startswith(SERVER)):
+            continue
+        source, target = _layer(i.source), _layer(i.target)
+        if target > source:
+            wrong.append(f"{_where(i)} (layer {source} → layer {target})")
+        elif (
+            source == target
+            and _room(i.source) != _room(i.target)
+            and {_room(i.source), _room(i.target)} <= SERVER_SIBLINGS
+        ):
+            wrong.append(f"{_where(i)} (the doors and the runtime do not import one another)")
+    assert not wrong, "server imports against the layers:\n" + "\n".join(wrong)
 
 
 def test_the_server_uses_only_the_sdks_bottom_layer() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from electric_server import entity_writes
-from electric_server.runtime_answers import REQUEST_KEY_PREFIX
-from electric_server.runtime_writes import Refused, end_lease, grant
+from electric_server.core import entity_writes
+from electric_server.core.validation import REQUEST_KEY_PREFIX
+from electric_server.runtime.writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES

@@ -24,9 +24,9 @@ import anyio
 import grpc
 import pytest
 from conftest import StartServer
-from electric_server import errors as server_errors
 from electric_server.app import ElectricServer
-from electric_server.internals import acceptors
+from electric_server.core import errors as server_errors
+from electric_server.fastpaths import acceptors
 from google.protobuf import struct_pb2
 from grpc._cython import cygrpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

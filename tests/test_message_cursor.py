@@ -1,4 +1,4 @@
-"""The record's message bookkeeping (server/electric_server/message_cursor.py), write by write.
+"""The record's message bookkeeping (server/electric_server/core/message_cursor.py), write by write.
 
 Each test walks an entity's messages through the writes that move the cursor — a message
 sent, a run started or ended, a message cancelled by a scoped SIGINT — and checks what the
@@ -9,7 +9,7 @@ tests/runtime/test_headless.py.
 
 from __future__ import annotations
 
-from electric_server import message_cursor as mc
+from electric_server.core import message_cursor as mc
 from electric_server.store.base import EntityRecord
 
 from electric_sdk.lifecycle import MessageProgress, State

@@ -1,6 +1,6 @@
 """The HTTP door's OpenAPI document: valid, committed as generated, served, and true to the door.
 
-The document is generated from ``http_routes.ROUTES``, the table the door builds
+The document is generated from ``routes.ROUTES``, the table the door builds
 its routes from; these tests hold the three together (the table, the committed
 ``docs/openapi.json`` with docs/http.md's error table, and what a running
 server routes). tests/test_schemathesis.py fuzzes the server from the document.
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.errors import HTTP_STATUS
-from electric_server.http_door import Endpoint, HttpDoor
-from electric_server.http_openapi import ERROR_CODES, document, error_table, render
-from electric_server.http_routes import ROUTES, served_paths
+from electric_server.core.errors import HTTP_STATUS
+from electric_server.http.door import Endpoint, HttpDoor
+from electric_server.http.openapi import ERROR_CODES, document, error_table, render
+from electric_server.http.routes import ROUTES, served_paths
 from openapi_spec_validator import validate
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -66,7 +66,7 @@ def test_every_http_status_has_its_codes_and_the_codes_exist() -> None:
             *(ROOT / "server" / "electric_server").rglob("*.py"),
             ROOT / "electric_sdk" / "lifecycle.py",
         ]
-        if p.name != "http_openapi.py"
+        if p.name != "openapi.py"
     )
     for codes in ERROR_CODES.values():
         for code in codes:

@@ -15,7 +15,7 @@ import anyio
 import grpc
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.verify import compare, replay
+from electric_server.tools.verify import compare, replay
 from google.protobuf import duration_pb2
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from electric_server.local_leases import WorkerSession
-from electric_server.runtime_service import Runtime
+from electric_server.runtime.local_leases import WorkerSession
+from electric_server.runtime.service import Runtime
 from electric_server.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from electric_server.http_openapi import document
-from electric_server.http_routes import ROUTES
+from electric_server.http.openapi import document
+from electric_server.http.routes import ROUTES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -91,7 +91,7 @@ def _cases() -> st.SearchStrategy[schemathesis.Case]:
         operation = result.ok()
         operation_id = operation.definition.raw.get("operationId", "")
         if operation_id.removesuffix("Electric") not in served_here:
-            continue  # served by another module (http_streams), not mounted on this door
+            continue  # served by another module (http/streams.py), not mounted on this door
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             strategies.append(operation.as_strategy(generation_mode=mode))
             if "{type}" in operation.path:

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 import grpc
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.verify import compare, replay
+from electric_server.tools.verify import compare, replay
 from google.protobuf import duration_pb2
 from helpers import error_info
 

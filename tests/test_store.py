@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from electric_server import entity_writes
-from electric_server.internals import ENV, forced
-from electric_server.internals.ready_queue import BUSY, ready_queue
-from electric_server.internals.wal_index import FRAMES_PER_WRITE, Estimate, WalIndex, frame_counter
+from electric_server.core import entity_writes
+from electric_server.fastpaths import ENV, forced
+from electric_server.fastpaths.ready_queue import BUSY, ready_queue
+from electric_server.fastpaths.wal_index import FRAMES_PER_WRITE, Estimate, WalIndex, frame_counter
 from electric_server.store.base import (
     Commit,
     Decide,

@@ -27,7 +27,7 @@ import asyncpg
 import grpc
 import postgres_dbs
 import pytest
-from electric_server.errors import ApiError
+from electric_server.core.errors import ApiError
 from electric_server.store.base import (
     DatabaseUnavailable,
     EntityRecord,

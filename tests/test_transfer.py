@@ -11,10 +11,10 @@ import asyncpg
 import grpc
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.datadir import database_path
 from electric_server.store.base import Mutation, Store, TypeProfile, Write
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sqlite import SQLiteStore
+from electric_server.tools.datadir import database_path
 from google.protobuf import struct_pb2
 from test_store_postgres import electric
 
@@ -263,8 +263,8 @@ def _export_lines() -> list[Any]:
     """A small valid export (one entity, two events, a key), its lines as JSON values."""
     import io
 
-    from electric_server import export_file
     from electric_server.store.base import EntityRecord, StoredEvent
+    from electric_server.tools import export_file
 
     out = io.StringIO()
     writer = export_file.Writer(out, export_file.Header("sqlite", 1, 2))

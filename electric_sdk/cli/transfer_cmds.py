@@ -1,5 +1,5 @@
 """`electric export` and `electric import`: every stream of a store, offline, to a file and back
-(server/electric_server/transfer.py; the file's format: export_file.py).
+(server/electric_server/tools/transfer.py; the file's format: export_file.py).
 
 Each works on a data directory (``--data``) or a PostgreSQL database
 (``--database``), says how far it got on stderr, and exits 0 when done, or

@@ -196,7 +196,7 @@ class Fenced:
         """The server's answer to ``request`` once it is not a storage fault. The request goes
         again unchanged, its request id too: if the first did commit (its answer lost in a
         cut-off commit), the server answers what it answered then, and nothing is appended
-        twice (server/runtime_answers.py)."""
+        twice (server's runtime/answers.py)."""
         pause, unstored = _UNSTORED_FIRST_PAUSE_S, 0
         while True:
             result = await self.session.write(request)

@@ -12,13 +12,13 @@ damage while running), ``StorageFailed`` (the disk failed; the server stopped),
 """
 
 from .app import ElectricServer, ServerConfig, serve, verify_data_dir, verify_database
-from .auth import TokenFileError
-from .backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
 from .config_error import ConfigError
-from .datadir import DataDirError, DataDirLocked
+from .core.auth import TokenFileError
 from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
-from .transfer import Progress, TransferError, Transferred, counted, export_store, import_store
-from .verify import Report
+from .tools.backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
+from .tools.datadir import DataDirError, DataDirLocked
+from .tools.transfer import Progress, TransferError, Transferred, counted, export_store, import_store
+from .tools.verify import Report
 
 __all__ = [
     "BackupError",

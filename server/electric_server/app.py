@@ -35,28 +35,29 @@ from electric_sdk._signals import drain_on_signals
 from electric_sdk.durations import format_ms
 from electric_sdk.listen import is_loopback, listen_host
 
-from .auth import AuthInterceptor, TokenTable
-from .caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
 from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
-from .datadir import DataDirLock, database_path
-from .errors import ApiError, storage_error
-from .handlers import guard_server
-from .health_reflection import Health, add_health_and_reflection, tool_hint
-from .http_door import HttpDoor, check_cors_origins
-from .http_streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
-from .internals import forced_fallbacks
-from .internals.acceptors import Acceptors, quiet_abandoned_writes
-from .lease_sweep import DEFAULT_POLL_MS
+from .core.auth import TokenTable
+from .core.caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
+from .core.errors import ApiError, storage_error
+from .core.reaper import Reaper
+from .core.service import EntityService
+from .core.watch import BANDWIDTH, FEED_EVENTS, Watches
+from .fastpaths import forced_fallbacks
+from .fastpaths.acceptors import Acceptors, quiet_abandoned_writes
+from .grpc.auth import AuthInterceptor
+from .grpc.handlers import guard_server
+from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
+from .http.door import HttpDoor, check_cors_origins
+from .http.streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .metrics import ServerMetrics
-from .reaper import Reaper
-from .runtime_service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
-from .service import EntityService
+from .runtime.lease_sweep import DEFAULT_POLL_MS
+from .runtime.service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store, WritesRefused
 from .store.database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, is_database_url, redacted
 from .store.sqlite import SQLiteStore
-from .verify import Report, verify
-from .watch import BANDWIDTH, FEED_EVENTS, Watches
+from .tools.datadir import DataDirLock, database_path
+from .tools.verify import Report, verify
 
 log = logging.getLogger("electric.server")
 
@@ -88,7 +89,7 @@ class ServerConfig:
     synchronous: str = "FULL"
     # Under concurrent load, a commit waits this long for more writes to share it (0: never).
     commit_delay_ms: float = 0.0
-    # Calls accepted ahead per method, beyond grpc.aio's one (internals/acceptors.py); 0: grpc's own only.
+    # Calls accepted ahead per method, beyond grpc.aio's one (fastpaths/acceptors.py); 0: grpc's own only.
     acceptors_per_method: int = 8
     idempotency_retention_ms: int = DAY_MS
     # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
@@ -123,9 +124,9 @@ class ServerConfig:
     database_pool: int = DEFAULT_DATABASE_POOL
     # The longest the server waits on the database for one thing (store/postgres.py).
     database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS
-    # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
+    # HOST:PORT of the HTTP/JSON door (http/door.py); None: no HTTP.
     http: str | None = None
-    # An SSE response with nothing to send sends a comment this often (http_streams.py), so
+    # An SSE response with nothing to send sends a comment this often (http/streams.py), so
     # proxies keep it open and clients see it alive; and how long a long-poll waits at the tail.
     sse_heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     http_long_poll_ms: int = DEFAULT_LONG_POLL_MS

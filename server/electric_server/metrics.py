@@ -31,17 +31,16 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import EXEC_ACTION_NAMES, EXEC_DISPOSITION_NAMES
 from electric_sdk.lifecycle import Signal
 
-from .entity_writes import Signalled
-from .runtime_service import RUNTIME_WRITE
+from .core.entity_writes import Signalled
+from .runtime.service import RUNTIME_WRITE
 from .store.base import Commit, Store
 from .store.postgres_known import Known
 
 if TYPE_CHECKING:
-    from .reaper import Reaper
-    from .runtime_service import Runtime
-    from .watch import Watches
+    from .core.reaper import Reaper
+    from .core.watch import Watches
+    from .runtime.service import Runtime
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOP_TYPES = 20
 TOP_CODE_VERSIONS = 5
 OTHER = "_other"

@@ -2,7 +2,7 @@
 ~20 entities hosted by a real Worker, kept busy with messages, for a bounded time; entities that
 reach `stopped`/`killed` are replaced by fresh ones.
 
-Afterwards every stream is replayed with ``electric_server.verify`` (clean, every transition legal
+Afterwards every stream is replayed with ``electric_server.tools.verify`` (clean, every transition legal
 under the table, equal to the stored record), and every response the clients got is checked
 against the log: the signal record with its txid exists, judged previous → new state as the
 response said, and the state just before it in the log is that previous state. The only error
@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.verify import compare, replay
+from electric_server.tools.verify import compare, replay
 
 from electric_sdk import AsyncClient, errors
 from electric_sdk._proto.electric.v1 import types_pb2 as pb

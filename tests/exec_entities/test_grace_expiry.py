@@ -83,7 +83,7 @@ async def test_grace_expiry_waits_for_the_exit_at_most_the_settle(
     """A process that does not die (here: the force held back until `stopped` comes) does not hold
     the entity in `stopping`: `stopped` comes at the deadline plus the settle, and the force and the
     exit receipt still land after it (the stream stays open while the worker holds the lease)."""
-    from electric_server.reaper import EXIT_SETTLE_MS
+    from electric_server.core.reaper import EXIT_SETTLE_MS
 
     async def hold_the_force(plan: ActionPlan) -> None:
         if plan.action == "force":

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import postgres_dbs
 import pytest
-from electric_server.datadir import database_path
+from electric_server.tools.datadir import database_path
 
 from electric_sdk import Client
 from electric_sdk._proto.electric.v1 import types_pb2 as pb

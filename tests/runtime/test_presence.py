@@ -94,7 +94,7 @@ async def test_a_worker_is_listed_while_connected_and_gone_after(
 async def test_an_unhosted_type_is_reported_by_get_ls_and_the_log(
     electric: TestServer, client: AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="electric_server.presence")
+    caplog.set_level(logging.WARNING, logger="electric_server.core.presence")
     async with running_worker(probe_app(Probe()), electric.address):
         await client.spawn("probe/hosted")
         await until(client, "probe/hosted", state_is("running"))
@@ -127,7 +127,7 @@ async def test_an_unhosted_type_is_reported_by_get_ls_and_the_log(
         assert marks["/nobody/n1"] == marks["/nobody/n2"] == "no"
         assert marks["/probe/hosted"] == "yes"
     # The server said it once for the type, not once per entity.
-    said = [r.getMessage() for r in caplog.records if r.name == "electric_server.presence"]
+    said = [r.getMessage() for r in caplog.records if r.name == "electric_server.core.presence"]
     assert len(said) == 1, said
     assert "'nobody'" in said[0]
 

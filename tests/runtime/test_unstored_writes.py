@@ -15,7 +15,7 @@ import anyio
 import asyncpg
 import grpc
 import pytest
-from electric_server.errors import storage_error
+from electric_server.core.errors import storage_error
 from electric_server.store.base import DatabaseUnavailable, DiskFull, StorageFailed, StoreBusy
 from helpers import lock_waiter
 

@@ -88,7 +88,7 @@ class EntityRecord(NamedTuple):
     # SIGHUP'd: the next lease goes to a worker with the newest code version.
     reload_pending: bool = False
     # Profile values the spawn left to the entity type's default, fixed at the first lease
-    # (type_profiles.py); until then ``grace_ms`` and ``idle_timeout_ms`` hold the server's defaults.
+    # (runtime/profiles.py); until then ``grace_ms`` and ``idle_timeout_ms`` hold the server's defaults.
     grace_pending: bool = False
     idle_timeout_pending: bool = False
     # Offsets past the cursor of messages cancelled before their run started

@@ -42,7 +42,7 @@ from typing import Any
 from electric_sdk.lifecycle import State
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..internals.ready_queue import BUSY, ready_queue
+from ..fastpaths.ready_queue import BUSY, ready_queue
 from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
 from .sessions import MemorySessions
@@ -410,7 +410,7 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
 
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         # One server: every change is its own commit, and each commit offers what it leaves
-        # without a runtime (runtime_service.py), so there is nothing for a poll to find.
+        # without a runtime (runtime/service.py), so there is nothing for a poll to find.
         return []
 
     async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:

@@ -11,7 +11,7 @@ With EXTRA, SQLite syncs inside COMMIT, so commits run in the writer thread.
 The store checkpoints the WAL itself, in the writer thread
 (``_checkpoint``), as often as SQLite would (its default wal_autocheckpoint
 is 1,000 pages): after ``CHECKPOINT_FRAMES`` frames appended since the last
-checkpoint, as the ``wal_index`` seam counts them (internals/wal_index.py).
+checkpoint, as the ``wal_index`` seam counts them (fastpaths/wal_index.py).
 SQLite's own automatic checkpoint is off in every mode: it runs inside
 COMMIT, and when it fails (a full disk) COMMIT reports the failure although
 the transaction was committed, so the store could not tell whom to
@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..internals.wal_index import Estimate, FrameCounter, frame_counter
+from ..fastpaths.wal_index import Estimate, FrameCounter, frame_counter
 from .sqlite_faults import SQLiteFaults, roll_back
 from .sqlite_schema import SET_NEXT_TXID
 

@@ -30,16 +30,8 @@ from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
 from ..clock import Clock
-from ..internals.ready_queue import BUSY
-from .base import (
-    EntityRecord,
-    Hub,
-    Ref,
-    StorageFailed,
-    Write,
-    WriteContext,
-    WriteOutcome,
-)
+from ..fastpaths.ready_queue import BUSY
+from .base import EntityRecord, Hub, Ref, StorageFailed, Write, WriteContext, WriteOutcome
 from .outcome import Refused, apply_write, now_ms, replay
 from .rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
 from .sessions import MemorySessions
@@ -136,7 +128,7 @@ class SQLiteWriter(SQLiteWal):
         about to run (at 64 concurrent callers, 99% of writes find two or more
         callbacks ready; one caller's find none), and those calls' writes must
         wait for the writer to batch them, or every write would take its own
-        fsync. The ready_queue seam says what is ready (internals/ready_queue.py);
+        fsync. The ready_queue seam says what is ready (fastpaths/ready_queue.py);
         its fallback is never empty, so every write then queues.
         """
         return (

@@ -1,0 +1,269 @@
+"""The server's writes, as pure decide functions over an entity's record.
+
+Each function returns a ``Decide`` for the store: it sees the current record
+inside the entity's serialized write and returns the events and new record,
+or raises to refuse (nothing is written). Lifecycle rules come from
+``electric_sdk.lifecycle`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import struct_pb2
+
+from electric_sdk import lifecycle
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_url
+from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.events import event_body
+from electric_sdk._wire.times import timestamp_from_ms
+from electric_sdk.lifecycle import (
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
+    INITIAL_STATE,
+    RELOAD_SIGNALS,
+    SERVER_ABORTED_SIGNALS,
+    STATE_RULES,
+    MessageProgress,
+    Outcome,
+    Signal,
+    State,
+)
+
+from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+from ..store.sessions import holds_lease
+from . import message_cursor
+from .errors import ApiError, not_found
+
+INSERT = pb.OPERATION_INSERT
+UPDATE = pb.OPERATION_UPDATE
+
+
+# The error of a cancelled message's run record, by how far the message had got.
+_CANCELLED_RUN = {
+    MessageProgress.QUEUED: "cancelled before it started",
+    MessageProgress.STARTED: "cancelled before it started again (its run was lost with its runtime)",
+}
+
+
+def _scoped_detail(decision: lifecycle.Decision, progress: MessageProgress | None) -> str:
+    """What a scoped signal's record says when the server settles it."""
+    if decision.cancels_message:
+        assert progress is not None
+        return f"its message was {_CANCELLED_RUN[progress]}"
+    if progress is MessageProgress.ENDED:
+        return "its message is done: its run ended, or it was cancelled"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalSpec:
+    signal: Signal
+    reason: str = ""
+    payload: struct_pb2.Value | None = None
+    sender: str = "anonymous"
+    message_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Signalled:
+    """The result of a signal write, for the response."""
+
+    key: str
+    decision: lifecycle.Decision
+
+
+def state_event(
+    key: str,
+    new: State,
+    previous: State | None,
+    cause: str,
+    signal_key: str = "",
+    deadline_ms: int | None = None,
+) -> NewEvent:
+    value = pb.StateValue(
+        state=STATE_TO_PB[new],
+        previous_state=STATE_TO_PB[previous] if previous else pb.STATE_UNSPECIFIED,
+        cause=cause,
+        signal_key=signal_key,
+    )
+    if deadline_ms is not None:
+        value.deadline.CopyFrom(timestamp_from_ms(deadline_ms))
+    return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
+
+
+def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide:
+    """A new entity in `spawning`; a profile value the request left unset (None) is its type's
+    default, fixed at its first lease (runtime/profiles.py): the server's default holds its place."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is not None:
+            raise ApiError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                "ENTITY_EXISTS",
+                f"Entity {entity_url(*ref)} already exists ({current.state.value})",
+                {"entity": entity_url(*ref), "state": current.state.value},
+            )
+        record = EntityRecord(
+            type=ref[0],
+            id=ref[1],
+            state=INITIAL_STATE,
+            grace_ms=DEFAULT_GRACE_MS if grace_ms is None else grace_ms,
+            idle_timeout_ms=DEFAULT_IDLE_TIMEOUT_MS if idle_timeout_ms is None else idle_timeout_ms,
+            created_at_ms=ctx.now_ms,
+            updated_at_ms=ctx.now_ms,
+            head_offset=0,
+            closed=False,
+            stopping_deadline_ms=None,
+            txid=ctx.txid,
+            grace_pending=grace_ms is None,
+            idle_timeout_pending=idle_timeout_ms is None,
+        )
+        return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
+
+    return decide
+
+
+def _transition(
+    current: EntityRecord,
+    new: State,
+    ctx: WriteContext,
+    cause: str,
+    signal_key: str = "",
+    leased: bool = False,
+) -> tuple[NewEvent, EntityRecord]:
+    deadline = ctx.now_ms + current.grace_ms if STATE_RULES[new].cleanup else None
+    event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
+    # A terminal entity's stream closes (EOF) once nobody is left to write its
+    # last records: at once without a lease, else when the lease ends.
+    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal and not leased)
+    return event, record
+
+
+def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = None) -> Decide:
+    """``located``: the message a scoped signal names (``message_cursor.locate``), required then."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            raise not_found(*ref)
+        progress = None
+        if spec.message_key:
+            assert located is not None
+            assert located.key == spec.message_key
+            progress = message_cursor.progress(current, located)
+        aborts = _aborts_run(current, ctx, spec.signal, located, progress)
+        decision = lifecycle.decide(current.state, spec.signal, True if aborts else None, message=progress)
+        key = f"sig_{ctx.txid}"
+        # Filled in place: pb.Event(signal=value) would copy the value (a signal's hot path).
+        signal_event = pb.Event()
+        value = signal_event.signal
+        value.signal = SIGNAL_TO_PB[spec.signal]
+        value.sender = spec.sender
+        value.reason = spec.reason
+        # A SIGINT that aborts the run here is still inserted `pending` and updated with its outcome
+        # (below), the shape of every signal a runtime settles (ARCHITECTURE §1), in one commit.
+        value.outcome = OUTCOME_TO_PB[Outcome.PENDING if aborts else decision.outcome]
+        value.previous_state = STATE_TO_PB[decision.previous_state]
+        value.new_state = STATE_TO_PB[decision.new_state]
+        value.message_key = spec.message_key
+        value.detail = _scoped_detail(decision, progress)
+        if spec.payload is not None:
+            value.payload.CopyFrom(spec.payload)
+        events = [NewEvent("signal", key, INSERT, event_body(signal_event))]
+        if aborts:
+            value.outcome = OUTCOME_TO_PB[decision.outcome]
+            value.detail = f"aborted the run of {current.run_key}"
+            events.append(NewEvent("signal", key, UPDATE, event_body(signal_event)))
+        record = current
+        if decision.cancels_message:
+            assert located is not None
+            assert located.offset is not None
+            assert progress is not None
+            # The message's run record says so in the signal's own transaction, as a runtime
+            # would have written it: a reader of the stream sees the message done at once.
+            run = pb.RunValue(
+                message_key=located.key,
+                message_offset=located.offset,
+                status=pb.RUN_STATUS_ABORTED,
+                attempt=current.cursor_attempt if progress is MessageProgress.STARTED else 0,
+                error=_CANCELLED_RUN[progress],
+            )
+            events.append(NewEvent("run", f"run_{located.key}", UPDATE, event_body(pb.Event(run=run))))
+            record = message_cursor.cancelled(record, located)
+        elif aborts:
+            # The run ends here; its runtime cancels it and records its partial output next.
+            record = message_cursor.aborted(record)
+        if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
+            record = record.replace(reload_pending=True)  # the next wake runs the newest code
+        if decision.transitions:
+            leased = holds_lease(current, ctx)
+            event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)
+            events.append(event)
+        return Mutation(events, record, Signalled(key, decision))
+
+    return decide
+
+
+def _aborts_run(
+    current: EntityRecord,
+    ctx: WriteContext,
+    signal: Signal,
+    located: message_cursor.Located | None,
+    progress: MessageProgress | None,
+) -> bool:
+    """Whether ``signal`` aborts the run in progress in its own commit (SERVER_ABORTED_SIGNALS):
+    the server knows of the run (message_cursor.run_in_progress) and, for a scoped signal, it is
+    the named message's."""
+    if signal not in SERVER_ABORTED_SIGNALS or not STATE_RULES[current.state].runs_possible:
+        return False
+    if progress is not None and (progress is not MessageProgress.STARTED or located is None):
+        return False
+    if located is not None and located.key != current.run_key:
+        return False
+    return message_cursor.run_in_progress(current, holds_lease(current, ctx))
+
+
+def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str) -> Decide:
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None:
+            raise not_found(*ref)
+        if not STATE_RULES[current.state].accepts_messages:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "ENTITY_TERMINAL",
+                f"Cannot send a message to a {current.state.value} entity",
+                {"entity": entity_url(*ref), "state": current.state.value},
+            )
+        value = pb.MessageValue(text=text, sender=sender)
+        if data is not None:
+            value.data.CopyFrom(data)
+        key = f"msg_{ctx.txid}"
+        record = message_cursor.sent(current)
+        return Mutation([NewEvent("message", key, INSERT, event_body(pb.Event(message=value)))], record, key)
+
+    return decide
+
+
+def expire_grace(ref: Ref, deadline_ms: int, settle_ms: int) -> Decide:
+    """The reaper's write: stopping → stopped once the stored deadline passed.
+
+    An exec entity whose live runtime still runs its process waits for the process's exit
+    receipt, ``settle_ms`` past the deadline at most, so no watcher sees `stopped` while the
+    process lives (whichever replica's reaper writes it). A leased entity's stream stays open
+    until the lease ends, so its runtime can still append what the cleanup's end produced (an
+    exec entity's force receipt)."""
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.stopping_deadline_ms != deadline_ms or ctx.now_ms < deadline_ms:
+            return Mutation()  # moved on (killed, cleaned up early) or not due: nothing to do
+        if current.process_running and holds_lease(current, ctx) and ctx.now_ms < deadline_ms + settle_ms:
+            return Mutation()  # its process is being forced now: `stopped` waits for its exit
+        new = lifecycle.runtime_target(current.state, "grace_expired")
+        if new is None:
+            return Mutation()  # no longer stopping
+        event, record = _transition(current, new, ctx, "grace_expired", leased=holds_lease(current, ctx))
+        return Mutation([event], record)
+
+    return decide

@@ -1,0 +1,194 @@
+"""Which of an entity's messages are done and which wait: the record's message bookkeeping.
+
+Messages run one at a time, in stream order. The entity's record (store/base.py) keeps
+
+- ``message_cursor``: the offset from which messages are not yet done, and
+  ``cursor_attempt``: how many runs were started for the message at the cursor;
+- ``cancelled_messages``: offsets past the cursor of messages cancelled before
+  their run started (a scoped SIGINT, ARCHITECTURE §5). They are never
+  delivered, and a run of one is refused: cancelled stays cancelled, across
+  pauses, lost workers and server restarts;
+- ``last_message_offset``: the newest message not cancelled. The entity has a
+  message waiting while it is at or past the cursor (an idle entity wakes for it);
+- ``run_key``: the message whose run the lease's runtime started and let the server
+  abort (``RuntimeWrite.server_may_abort``). While its run is in progress (the
+  cursor's attempt > 0) a SIGINT aborts it in the SIGINT's own commit (``aborted``):
+  the cursor moves on, and the key stays until the runtime records that run's end,
+  with its partial output (``awaiting_record``), or the lease ends.
+
+Every write that moves them goes through this module; nothing else does arithmetic on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from electric_sdk.lifecycle import MessageProgress
+
+from ..store.base import EntityRecord, Ref, Store
+
+__all__ = [
+    "Located",
+    "aborted",
+    "awaiting_record",
+    "beyond",
+    "cancelled",
+    "deliverable",
+    "ended",
+    "locate",
+    "progress",
+    "refuses_start",
+    "run_in_progress",
+    "sent",
+    "started",
+    "waiting",
+]
+
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A message looked up by key among the messages not done when the lookup read the stream.
+
+    Events never change once written, and the cursor only moves on: what the lookup found
+    still holds inside the write that uses it (``progress`` judges it against the record then).
+    """
+
+    key: str
+    # Its offset; None if it is not among them (its run ended long ago, or there is no such message).
+    offset: int | None
+    # Every message's offset from the cursor up to the named one (its predecessors still waiting).
+    earlier: tuple[int, ...] = ()
+
+
+async def locate(store: Store, ref: Ref, key: str) -> Located:
+    """Find message ``key`` from the entity's cursor on (a scoped signal's message)."""
+    record = await store.get_entity(ref)
+    if record is None:
+        return Located(key, None)
+    earlier: list[int] = []
+    offset = record.message_cursor
+    while offset < record.head_offset:
+        page = await store.read_events(ref, offset, _PAGE)
+        for event in page:
+            if event.kind != "message":
+                continue
+            if event.key == key:
+                return Located(key, event.offset, tuple(earlier))
+            earlier.append(event.offset)
+        if len(page) < _PAGE:
+            break
+        offset = page[-1].offset + 1
+    return Located(key, None)
+
+
+def progress(record: EntityRecord, located: Located) -> MessageProgress:
+    """How far the located message has got, by the record as it is now."""
+    offset = located.offset
+    if offset is None or offset < record.message_cursor or offset in record.cancelled_messages:
+        return MessageProgress.ENDED
+    if offset == record.message_cursor and record.cursor_attempt > 0:
+        return MessageProgress.STARTED
+    return MessageProgress.QUEUED
+
+
+def sent(record: EntityRecord) -> EntityRecord:
+    """A message is about to be appended (it gets the head offset)."""
+    return record.replace(last_message_offset=record.head_offset)
+
+
+def started(record: EntityRecord, offset: int, attempt: int, abortable_key: str = "") -> EntityRecord:
+    """A run of the message at ``offset`` started (``refuses_start`` said yes): the cursor moves to it.
+    Messages run in order, so any between the old cursor and it were cancelled. ``abortable_key``:
+    its message's key, if the server may abort the run (else "")."""
+    if offset < record.message_cursor:
+        return record
+    kept = tuple(o for o in record.cancelled_messages if o > offset)
+    return record.replace(
+        message_cursor=offset, cursor_attempt=attempt, cancelled_messages=kept, run_key=abortable_key
+    )
+
+
+def ended(record: EntityRecord, offset: int, key: str = "") -> EntityRecord:
+    """A run of the message at ``offset`` (key ``key``) ended. Only the message at the cursor moves
+    it; the end of a run the server aborted is the record it awaited."""
+    if key and key == record.run_key:
+        record = record.replace(run_key="")
+    if offset != record.message_cursor:
+        return record
+    return _tidy(record.replace(message_cursor=offset + 1, cursor_attempt=0))
+
+
+def run_in_progress(record: EntityRecord, live: bool) -> bool:
+    """Whether the server knows a run it may abort is in progress: one its live (``live``)
+    runtime started with ``server_may_abort`` and has not ended."""
+    return live and bool(record.run_key) and record.cursor_attempt > 0
+
+
+def aborted(record: EntityRecord) -> EntityRecord:
+    """A SIGINT aborted the run in progress (``run_in_progress``): its message, at the cursor, is
+    done; ``run_key`` stays until the runtime records the run's end (``awaiting_record``)."""
+    return _tidy(record.replace(message_cursor=record.message_cursor + 1, cursor_attempt=0))
+
+
+def awaiting_record(record: EntityRecord) -> bool:
+    """Whether a run the server aborted still awaits its end's record (``run_key`` names it)."""
+    return bool(record.run_key) and record.cursor_attempt == 0
+
+
+def cancelled(record: EntityRecord, located: Located) -> EntityRecord:
+    """The located message is cancelled (``progress`` was not ENDED): it is done, and never delivered."""
+    offset = located.offset
+    assert offset is not None
+    if offset == record.message_cursor:
+        record = record.replace(message_cursor=offset + 1, cursor_attempt=0)
+    else:
+        record = record.replace(cancelled_messages=tuple(sorted({*record.cancelled_messages, offset})))
+    if record.last_message_offset == offset:
+        # The newest message waiting is now the newest earlier one not done; none: nothing waits.
+        waiting_before = [
+            o for o in located.earlier if o >= record.message_cursor and o not in record.cancelled_messages
+        ]
+        record = record.replace(last_message_offset=max(waiting_before, default=record.message_cursor - 1))
+    return _tidy(record)
+
+
+def _tidy(record: EntityRecord) -> EntityRecord:
+    """Forget cancelled messages the cursor has passed; when nothing waits, every message past
+    the cursor was cancelled, and the cursor moves past them all."""
+    kept = tuple(o for o in record.cancelled_messages if o >= record.message_cursor)
+    if kept and not waiting(record):
+        return record.replace(message_cursor=kept[-1] + 1, cursor_attempt=0, cancelled_messages=())
+    if kept != record.cancelled_messages:
+        return record.replace(cancelled_messages=kept)
+    return record
+
+
+def refuses_start(record: EntityRecord, offset: int) -> str | None:
+    """Why a run of the message at ``offset`` may not start (it is done, or was cancelled); None: it may."""
+    if offset in record.cancelled_messages:
+        return f"the message at offset {offset} was cancelled before its run started"
+    if offset < record.message_cursor:
+        return f"the message at offset {offset} is done (its run ended, or it was cancelled)"
+    return None
+
+
+def beyond(record: EntityRecord, offset: int) -> str | None:
+    """Why no message can be at ``offset`` (once ``refuses_start`` said yes): every message not
+    done is at most the newest not cancelled. A run there would move the cursor past the real
+    ones, never run, as if cancelled. None: it may be one."""
+    newest = record.last_message_offset
+    if offset <= newest:
+        return None
+    return f"no message waits at offset {offset} (none is past offset {newest})"
+
+
+def deliverable(record: EntityRecord, offset: int) -> bool:
+    """Whether the message at ``offset`` is to be delivered (it is not done)."""
+    return offset >= record.message_cursor and offset not in record.cancelled_messages
+
+
+def waiting(record: EntityRecord) -> bool:
+    """Whether a message waits to be run (an idle entity wakes for it)."""
+    return record.message_waiting

@@ -1,0 +1,446 @@
+"""The OpenAPI 3.1 document of the HTTP door, generated from its one route table.
+
+``document()`` reads ``routes.ROUTES`` (every route, its aliases under
+``/_electric/entities``, its query, body, answers and error statuses) and the
+schemas below, which say what the one renderer (``_wire.rendering``) writes and
+what ``http/body.py`` accepts; enumerations are read from ``lifecycle`` and the
+wire's enums, never copied. The door serves it at ``GET /openapi.json``;
+``docs/openapi.json`` is the same document, and a test fails when they differ.
+Regenerate it with ``make openapi`` (``scripts/genopenapi.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from typing import Any
+
+from electric_sdk._wire.enums import OPERATION_NAMES
+from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, PAYLOAD_SIGNALS, Outcome, Signal, State
+
+from ..core.errors import HTTP_STATUS
+from ..core.validation import MAX_DURATION_MS, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES, MAX_TEXT_BYTES, NAME_RE
+from .routes import ROUTES, HttpRoute, served_paths
+
+Schema = dict[str, Any]
+
+# The error codes (gRPC ErrorInfo reasons) each HTTP status carries; errors.HTTP_STATUS maps
+# the gRPC status and reason to the HTTP status, docs/http.md tabulates both (a test holds the
+# three together).
+ERROR_CODES: dict[int, tuple[str, ...]] = {
+    400: (
+        "MALFORMED_REQUEST", "PAYLOAD_TOO_DEEP", "UNKNOWN_FIELD", "INVALID_FIELD", "INVALID_NAME",
+        "RESERVED_NAME", "UNKNOWN_SIGNAL", "UNKNOWN_STATE", "INVALID_PAYLOAD", "PAYLOAD_NOT_ALLOWED",
+        "EMPTY_MESSAGE", "INVALID_DURATION", "INVALID_IDEMPOTENCY_KEY", "IDEMPOTENCY_KEY_REUSED",
+        "INVALID_SELECTOR", "PAGE_TOO_LARGE", "INVALID_PAGE_TOKEN", "VALUE_OUT_OF_RANGE",
+        "REASON_TOO_LONG", "MESSAGE_KEY_NOT_ALLOWED", "CORS_REFUSED",
+    ),
+    401: ("UNAUTHENTICATED",),
+    403: ("MISSING_SCOPE", "TYPE_NOT_ALLOWED"),
+    404: ("ENTITY_NOT_FOUND", "ROUTE_NOT_FOUND"),
+    405: ("METHOD_NOT_ALLOWED",),
+    409: ("ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION"),
+    413: ("BODY_TOO_LARGE", "PAYLOAD_TOO_LARGE", "MESSAGE_TOO_LARGE"),
+    415: ("UNSUPPORTED_MEDIA_TYPE",),
+    429: ("TOO_MANY_STREAMS",),
+    500: ("DATA_DAMAGED", "INTERNAL"),
+    503: ("SERVER_DRAINING", "DISK_FULL", "STORAGE_FAILED", "STORAGE_BUSY", "DATABASE_UNAVAILABLE"),
+    504: (),
+}  # fmt: skip
+ERROR_MEANINGS = {
+    400: "the request is invalid; nothing was written",
+    401: "no bearer token, or an unknown one (with WWW-Authenticate: Bearer)",
+    403: "the token lacks the route's scope, or may not touch this type",
+    404: "no such entity, or no such route",
+    405: "the path has no such method",
+    409: "the entity's state refuses the call (or it exists already)",
+    413: "the body, a payload or a message is too large",
+    415: "the body is not application/json",
+    429: "a cap on what one principal may hold open is reached",
+    500: "the server's data is damaged, or a bug (logged with its traceback)",
+    503: "the server is draining or its store cannot write; retry elsewhere or later",
+    504: "the call's deadline passed",
+}
+
+
+def _ref(kind: str, name: str) -> Schema:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _obj(required: list[str], properties: Schema) -> Schema:
+    return {"type": "object", "required": required, "additionalProperties": False, "properties": properties}
+
+
+def _nullable_enum(values: list[str]) -> Schema:
+    return {"enum": [*values, None]}
+
+
+def _schemas() -> dict[str, Schema]:
+    states = [s.value for s in State]
+    signals = [s.value for s in Signal]
+    txid = {"type": "string", "pattern": "^[0-9]+$", "description": "a string: JSON numbers lose 64 bits"}
+    instant = {"type": "string", "format": "date-time"}
+    epoch_ms = {"type": "integer", "description": "epoch milliseconds, as the RFC writes created_at"}
+    count = {"type": "integer", "minimum": 0}
+    event_props = {
+        "type": {"type": "string"},
+        "key": {"type": "string"},
+        "value": {"type": "object"},
+        "headers": _obj(
+            ["operation", "timestamp", "txid"],
+            {
+                "operation": {"enum": [*sorted(set(OPERATION_NAMES.values())), "unspecified"]},
+                "timestamp": instant,
+                "txid": txid,
+            },
+        ),
+    }
+    return {
+        "Error": _obj(
+            ["error"],
+            {
+                "error": _obj(
+                    ["code", "message", "details"],
+                    {
+                        "code": {"type": "string", "description": "the gRPC ErrorInfo reason"},
+                        "message": {"type": "string"},
+                        "details": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                )
+            },
+        ),
+        "Status": _obj(["status"], {"status": {"enum": ["alive", "ready"]}}),
+        "Metrics": {"type": "string", "description": "Prometheus text format"},
+        "OpenApi": {"type": "object"},
+        "SseText": {"type": "string", "description": "server-sent events"},
+        "Entity": _obj(
+            [
+                "url",
+                "type",
+                "id",
+                "state",
+                "profile",
+                "created_at",
+                "updated_at",
+                "head_offset",
+                "closed",
+                "stopping_deadline",
+                "txid",
+                "holder",
+            ],
+            {
+                "url": {"type": "string"},
+                "type": {"type": "string"},
+                "id": {"type": "string"},
+                "state": _nullable_enum(states),
+                "profile": _obj(
+                    ["grace_period_ms", "idle_timeout_ms", "pending"],
+                    {
+                        "grace_period_ms": {"type": ["integer", "null"]},
+                        "idle_timeout_ms": {"type": ["integer", "null"]},
+                        "pending": {"type": "array", "items": {"enum": ["grace_period", "idle_timeout"]}},
+                    },
+                ),
+                "created_at": instant,
+                "updated_at": instant,
+                "head_offset": count,
+                "closed": {"type": "boolean"},
+                "stopping_deadline": {"type": ["string", "null"], "format": "date-time"},
+                "txid": txid,
+                "holder": {
+                    "description": "the worker holding the entity's lease while it is live (GetEntity, "
+                    "ListEntities); null when none does, and in a watch's changes",
+                    "anyOf": [
+                        _obj(
+                            ["worker_id", "session", "replica", "epoch"],
+                            {
+                                "worker_id": {"type": "string"},
+                                "session": {"type": "string", "description": "the worker session"},
+                                "replica": {"type": "string", "description": "the replica it is on"},
+                                "epoch": {"type": "integer", "minimum": 0, "description": "the lease's"},
+                            },
+                        ),
+                        {"type": "null"},
+                    ],
+                },
+            },
+        ),
+        "EntitiesPage": _obj(
+            ["entities", "next_page_token"],
+            {
+                "entities": {"type": "array", "items": _ref("schemas", "Entity")},
+                "next_page_token": {"type": "string", "description": "empty on the last page"},
+            },
+        ),
+        "Worker": _obj(
+            ["worker_id", "replica", "types", "code_version", "capacity", "leases_held", "last_heartbeat"],
+            {
+                "worker_id": {"type": "string"},
+                "replica": {"type": "string", "description": "the server replica its session is on"},
+                "types": {"type": "array", "items": {"type": "string"}},
+                "code_version": {"type": "string"},
+                "capacity": {"type": "integer", "minimum": 0},
+                "leases_held": {"type": "integer", "minimum": 0},
+                "last_heartbeat": instant,
+            },
+        ),
+        "WorkersList": _obj(["workers"], {"workers": {"type": "array", "items": _ref("schemas", "Worker")}}),
+        "SignalResult": _obj(
+            ["url", "signal", "previous_state", "new_state", "created_at", "txid", "key", "outcome"],
+            {
+                "url": {"type": "string"},
+                "signal": {"enum": signals},
+                "previous_state": _nullable_enum(states),
+                "new_state": _nullable_enum(states),
+                "created_at": epoch_ms,
+                "txid": txid,
+                "key": {"type": "string"},
+                "outcome": _nullable_enum([o.value for o in Outcome]),
+            },
+        ),
+        "SignalManyResult": _obj(
+            ["signalled", "ignored", "skipped", "not_found", "created_at"],
+            {
+                "signalled": count,
+                "ignored": count,
+                "skipped": count,
+                "not_found": count,
+                "created_at": epoch_ms,
+            },
+        ),
+        "MessageReceipt": _obj(
+            ["url", "key", "offset", "txid", "created_at", "state"],
+            {
+                "url": {"type": "string"},
+                "key": {"type": "string"},
+                "offset": count,
+                "txid": txid,
+                "created_at": epoch_ms,
+                "state": _nullable_enum(states),
+            },
+        ),
+        "Event": _obj([*event_props, "offset"], {**event_props, "offset": count}),
+        "EventsPage": _obj(
+            ["events", "next_offset", "head_offset", "end_of_stream"],
+            {
+                "events": {"type": "array", "items": _ref("schemas", "Event")},
+                "next_offset": count,
+                "head_offset": count,
+                "end_of_stream": {"type": "boolean"},
+            },
+        ),
+        "State": {
+            "type": "object",
+            "additionalProperties": {"type": ["array", "object"]},
+            "description": "ctx.state: each collection by name, a list or a keyed map of JSON values",
+        },
+        "StreamEvent": {**_obj(list(event_props), event_props), "description": "a State Protocol change"},
+        "StreamEvents": {"type": "array", "items": _ref("schemas", "StreamEvent")},
+        **_request_schemas(),
+    }
+
+
+NAME = NAME_RE.pattern
+# A name in the path: not "." or "..", which HTTP clients resolve away.
+PATH_NAME = r"(?!\.\.?$)" + NAME
+# The path's type: not "_electric", whose paths are the aliases' (GET /_electric/entities lists).
+PATH_TYPE = r"(?!_electric$)" + PATH_NAME
+# A new type over HTTP: not starting with "_" (RESERVED_NAME).
+NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
+REASON = {"type": "string", "maxLength": 256, "description": f"at most {MAX_REASON_BYTES} bytes of UTF-8"}
+# Any JSON value but null (a null message data or payload is none).
+JSON_VALUE = {
+    "type": ["object", "array", "string", "number", "boolean"],
+    "description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes encoded, nested at most 32 deep",
+}
+
+
+def _request_schemas() -> dict[str, Schema]:
+    """What the routes accept, as exactly as JSON Schema says it: a request these allow is one
+    the server takes (schemathesis's positive cases check it); http/body.py and core/validation.py
+    hold the rules themselves."""
+    duration = {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS, "description": "milliseconds"}
+    states = {"type": "array", "items": {"enum": [s.value for s in State]}}
+    # Only SIGUSR carries a payload; only SIGINT is scoped to a message (lifecycle.py).
+    payload_signals = sorted(s.value for s in PAYLOAD_SIGNALS)
+    scoped_signals = sorted(s.value for s in MESSAGE_SCOPED_SIGNALS)
+    plain_signals = sorted(s.value for s in Signal if s not in PAYLOAD_SIGNALS | MESSAGE_SCOPED_SIGNALS)
+    payload_signal = {"signal": {"enum": payload_signals}, "reason": REASON, "payload": JSON_VALUE}
+    plain_signal = {"signal": {"enum": plain_signals}, "reason": REASON}
+    scoped_signal = {
+        "signal": {"enum": scoped_signals},
+        "reason": REASON,
+        "message_key": {"type": "string", "pattern": f"^{NAME}$", "description": "a message's key"},
+    }
+    type_or_states = {
+        **_obj([], {"type": {"type": "string", "pattern": f"^{NAME}$"}, "states": states}),
+        "anyOf": [
+            {"required": ["type"]},
+            {"required": ["states"], "properties": {"states": {"minItems": 1}}},
+        ],
+    }
+    refs = _obj(
+        ["refs"],
+        {
+            "refs": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "pattern": f"^/{NAME}/{NAME}$"},
+            }
+        },
+    )
+    selector = {"oneOf": [type_or_states, refs], "description": "a type and/or states, or refs"}
+    return {
+        "SpawnRequest": _obj(
+            [], {"profile": _obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
+        ),
+        "SignalRequest": {
+            "oneOf": [_obj(["signal"], props) for props in (payload_signal, plain_signal, scoped_signal)],
+            "description": "a payload only with SIGUSR, a message_key only with SIGINT; signal names "
+            "are also accepted as sigterm, TERM or SIGNAL_SIGTERM",
+        },
+        "SignalManyRequest": {
+            "oneOf": [
+                _obj(["selector", "signal"], {**props, "selector": selector})
+                for props in (
+                    payload_signal,
+                    {**plain_signal, "signal": {"enum": scoped_signals + plain_signals}},
+                )
+            ]
+        },
+        "MessageRequest": {
+            **_obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_BYTES // 4}, "data": JSON_VALUE}),
+            "anyOf": [
+                {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+                {"required": ["data"]},
+            ],
+            "description": f"text (at most {MAX_TEXT_BYTES} bytes of UTF-8) and/or data",
+        },
+    }
+
+
+HEADERS: dict[str, Schema] = {
+    "Stream-Next-Offset": {"description": "the offset to read from next", "schema": {"type": "string"}},
+    "Stream-Up-To-Date": {
+        "description": "present when the read reached the head",
+        "schema": {"type": "string"},
+    },
+    "Stream-Cursor": {
+        "description": "live reads: send it back as cursor on the next one",
+        "schema": {"type": "string"},
+    },
+    "ETag": {"description": "names this catch-up response (If-None-Match)", "schema": {"type": "string"}},
+    "Deprecation": {"description": "true: DELETE is deprecated", "schema": {"type": "string"}},
+    "Link": {"description": "the migration doc, rel=deprecation", "schema": {"type": "string"}},
+}
+
+
+def _operation(route: HttpRoute, operation_id: str) -> Schema:
+    op: Schema = {"operationId": operation_id, "summary": route.summary}
+    if route.description:
+        op["description"] = route.description
+    if route.deprecated:
+        op["deprecated"] = True
+    params: list[Schema] = []
+    if "{type}" in route.path:
+        params += [_ref("parameters", "newType" if route.spawns else "type"), _ref("parameters", "id")]
+    if route.call is not None and route.method != "GET":
+        params.append(_ref("parameters", "idempotencyKey"))
+    for p in route.query:
+        schema = {"type": "array", "items": dict(p.schema)} if p.repeated else dict(p.schema)
+        params.append({"name": p.name, "in": "query", "description": p.description, "schema": schema})
+    if params:
+        op["parameters"] = params
+    if route.body:
+        op["requestBody"] = {
+            "required": route.body_required,
+            "content": {"application/json": {"schema": _ref("schemas", route.body)}},
+        }
+    responses: Schema = {}
+    for answer in route.answers:
+        out: Schema = {"description": answer.description}
+        content = ([(answer.media, answer.schema)] if answer.schema else []) + list(answer.also)
+        if content:
+            out["content"] = {media: {"schema": _ref("schemas", name)} for media, name in content}
+        headers = {**{n: _ref("headers", n) for n in answer.headers}}
+        if headers:
+            out["headers"] = headers
+        responses[str(answer.status)] = out
+    for status in sorted(route.errors):
+        responses[str(status)] = _ref("responses", f"Error{status}")
+    op["responses"] = responses
+    if route.scope is not None:  # with --tokens; without them every caller is let in
+        op["security"] = [{"bearer": [route.scope]}, {}]
+    return op
+
+
+def _error_response(status: int) -> Schema:
+    codes = ", ".join(ERROR_CODES[status])
+    return {
+        "description": f"{ERROR_MEANINGS[status]}: {codes}",
+        "content": {"application/json": {"schema": _ref("schemas", "Error")}},
+    }
+
+
+def document() -> Schema:
+    """The OpenAPI 3.1 document of every route in ``routes.ROUTES``."""
+
+    paths: dict[str, Schema] = {}
+    for route in ROUTES:
+        for path, operation_id in served_paths(route):
+            paths.setdefault(path, {})[route.method.lower()] = _operation(route, operation_id)
+
+    def path_name(name: str, pattern: str, description: str) -> Schema:
+        schema = {"type": "string", "pattern": f"^{pattern}$"}
+        return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+
+    statuses = sorted({status for (_code, _reason), status in HTTP_STATUS.items()} & set(ERROR_CODES))
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "electric",
+            "version": version("electric-sdk"),
+            "description": "The HTTP/JSON door of the electric server (docs/http.md). Every error is "
+            '{"error": {"code", "message", "details"}}: code is the gRPC ErrorInfo reason, details '
+            "its metadata. Every route under /{type}/{id}, /entities and /signal is also served "
+            "under /_electric/entities.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(),
+            "parameters": {
+                "type": path_name("type", PATH_TYPE, "the entity's type"),
+                "newType": path_name("type", NEW_TYPE, "the new entity's type (not starting with _)"),
+                "id": path_name("id", PATH_NAME, "the entity's id"),
+                "idempotencyKey": {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+                    "description": "a retry with the same key returns the first response and "
+                    "writes nothing (through either door)",
+                },
+            },
+            "headers": HEADERS,
+            "responses": {f"Error{status}": _error_response(status) for status in statuses},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "electric server --tokens"}
+            },
+        },
+    }
+
+
+def error_table() -> str:
+    """docs/http.md's error table: each HTTP status, the gRPC statuses mapped to it, its codes."""
+    lines = ["| HTTP | gRPC status | codes | meaning |", "|---|---|---|---|"]
+    for status, codes in ERROR_CODES.items():
+        grpc_codes = sorted({code.name for (code, _reason), http in HTTP_STATUS.items() if http == status})
+        lines.append(
+            f"| {status} | {', '.join(f'`{c}`' for c in grpc_codes)} | "
+            f"{', '.join(f'`{c}`' for c in codes) or '—'} | {ERROR_MEANINGS[status]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, ensure_ascii=False) + "\n"

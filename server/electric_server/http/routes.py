@@ -1,0 +1,455 @@
+"""The HTTP door's routes as data: one table, read by the door and by the OpenAPI generator.
+
+Each ``HttpRoute`` says what a route is (method, path, summary, the token scope
+it needs, its query parameters, the schema of its body and of each response,
+the error statuses it may answer) and who serves it:
+
+- ``call``: an ``EntityService`` method; ``http/door.py`` builds the gRPC request
+  with ``build`` and renders the response with ``render`` (the builders and
+  renderers are below, beside the table that names them);
+- ``handler``: any other handler, by name: ``"door.<name>"`` is a method of
+  ``HttpDoor`` (probes, metrics, this document), anything else is served by
+  another module (``http_streams.*``: the Durable Streams read and SSE), which
+  the door mounts when given it and otherwise leaves out.
+
+``http/openapi.py`` turns the table into the OpenAPI 3.1 document (the schemas it
+names live there); ``docs/openapi.json`` is that document, drift-tested. Every
+route with ``aliased`` is also served under ``/_electric/entities``, as
+ElectricSQL's server serves them; the fixed paths are matched first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import Message
+from starlette.requests import Request
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_url
+from electric_sdk._wire.enums import SIGNAL_TO_PB
+from electric_sdk._wire.rendering import (
+    entity_json,
+    event_json,
+    message_receipt_json,
+    signal_json,
+    signal_many_json,
+)
+from electric_sdk._wire.times import duration_from_ms
+from electric_sdk._wire.workers import worker_json
+from electric_sdk.lifecycle import Signal, State
+
+from ..core.auth import entity_scope
+from ..core.errors import invalid_argument
+from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
+from . import body
+from .query import Query
+from .query import parse_states as _parse_states
+from .query import query_one as _query_one
+from .query import ref as _ref
+
+PREFIX = "/_electric/entities"
+MIGRATION_DOC = "docs/migration-delete.md"
+MAX_UINT32 = 2**32 - 1
+MAX_UINT64 = 2**64 - 1
+
+# Path, query and JSON body → the gRPC request.
+Build = Callable[[Request, Query, body.JsonObject], Message]
+# The gRPC request and response → the JSON response body.
+Render = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter; ``schema`` is the JSON Schema of one value."""
+
+    name: str
+    description: str
+    schema: Mapping[str, Any]
+    repeated: bool = False
+    # Given, the request goes to this handler of another module (``live=sse`` to the SSE
+    # stream); while that handler is not mounted, the route refuses the parameter as unknown.
+    handler: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A response: its status, and its body's schema (a component name) and media type."""
+
+    status: int
+    description: str
+    schema: str | None = None
+    media: str = "application/json"
+    headers: tuple[str, ...] = ()  # names of components/headers
+    also: tuple[tuple[str, str], ...] = ()  # more (media type, schema) of the same status
+
+
+@dataclass(frozen=True)
+class Call:
+    """A route served by an ``EntityService`` method."""
+
+    method: str
+    build: Build
+    render: Render
+    has_body: bool = True
+    optional_body: bool = False  # an empty body is ``{}`` (a spawn needs no field)
+
+
+@dataclass(frozen=True)
+class HttpRoute:
+    method: str
+    path: str
+    operation: str  # the OpenAPI operationId
+    summary: str
+    answers: tuple[Answer, ...]
+    errors: tuple[int, ...]
+    scope: str | None = None  # the token scope; None: open even with tokens
+    call: Call | None = None
+    handler: str | None = None  # when not ``call``: "door.NAME" or another module's handler
+    body: str | None = None  # the request body's schema (a component name)
+    body_required: bool = True
+    query: tuple[Param, ...] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every answer
+    aliased: bool = True
+    alias: str | None = None  # one more path under /_electric, served alike (not aliased)
+    spawns: bool = False  # the path names a new entity (its type may not start with "_")
+    deprecated: bool = False
+    description: str = ""
+
+    @property
+    def served_by_door(self) -> bool:
+        return self.call is not None or (self.handler or "").startswith("door.")
+
+    @property
+    def status(self) -> int:
+        return self.answers[0].status
+
+
+# -- request builders: path, query and body → the gRPC request ---------------------------------------
+
+
+# A signal as its canonical name ("SIGUSR") is looked up at once; Signal.parse takes the rest.
+_SIGNAL_NAMES = {signal.value: wire for signal, wire in SIGNAL_TO_PB.items()}
+
+
+def _parse_signal(text: str) -> pb.Signal.ValueType:
+    found = _SIGNAL_NAMES.get(text)
+    if found is not None:
+        return found
+    try:
+        return SIGNAL_TO_PB[Signal.parse(text)]
+    except ValueError as exc:
+        raise invalid_argument("UNKNOWN_SIGNAL", str(exc), field="signal") from None
+
+
+def _query_int(query: Query, name: str, maximum: int) -> int:
+    values = query.get(name)
+    if not values:
+        return 0
+    if len(values) > 1 or not body.is_number(values[-1]) or int(values[-1]) > maximum:
+        raise invalid_argument(
+            "INVALID_FIELD", f"{name} must be one whole number from 0 to {maximum}", field=name
+        )
+    return int(values[-1])
+
+
+def _signal_fields(
+    obj: body.JsonObject, message: api.SignalEntityRequest | api.SignalEntitiesRequest
+) -> None:
+    message.signal = _parse_signal(body.string(obj, "signal"))
+    message.reason = body.string(obj, "reason")
+    if "payload" in obj:
+        message.payload.CopyFrom(body.json_value(obj, "payload"))
+
+
+def _spawn(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    body.fields(obj, {"profile"})
+    ref = _ref(request)
+    if ref.type.startswith("_"):
+        raise invalid_argument(
+            "RESERVED_NAME", "entity types starting with '_' are reserved over HTTP", field="ref.type"
+        )
+    message = api.SpawnEntityRequest(ref=ref)
+    profile = body.mapping(obj, "profile")
+    body.fields(profile, {"grace_period_ms", "idle_timeout_ms"}, "profile.")
+    for name, wire in (("grace_period_ms", "grace_period"), ("idle_timeout_ms", "idle_timeout")):
+        ms = body.integer(profile, name, body.MAX_DURATION_FIELD_MS)
+        if ms is not None:
+            getattr(message.profile, wire).CopyFrom(duration_from_ms(ms))
+    return message
+
+
+def _get(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    return api.GetEntityRequest(ref=_ref(request))
+
+
+def _delete(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    return api.DeleteEntityRequest(ref=_ref(request))
+
+
+def _list(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    return api.ListEntitiesRequest(
+        type=_query_one(query, "type"),
+        states=_parse_states(query.get("state", []), "state"),
+        page_size=_query_int(query, "page_size", MAX_UINT32),
+        page_token=_query_one(query, "page_token"),
+    )
+
+
+def _signal(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    body.fields(obj, {"signal", "reason", "payload", "message_key"})
+    message = api.SignalEntityRequest(ref=_ref(request), message_key=body.string(obj, "message_key"))
+    _signal_fields(obj, message)
+    return message
+
+
+def _signal_many(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    body.fields(obj, {"selector", "signal", "reason", "payload"})
+    selector = body.mapping(obj, "selector")
+    body.fields(selector, {"type", "states", "refs"}, "selector.")
+    refs = []
+    for text in body.strings(selector, "refs"):
+        type_, sep, id_ = text.removeprefix("/").partition("/")
+        if not sep:
+            raise invalid_argument(
+                "INVALID_NAME", f"selector.refs: expected /TYPE/ID, got {text[:140]!r}", field="selector.refs"
+            )
+        refs.append(pb.EntityRef(type=type_, id=id_))
+    message = api.SignalEntitiesRequest(
+        selector=api.EntitySelector(
+            type=body.string(selector, "type"),
+            states=_parse_states(body.strings(selector, "states"), "selector.states"),
+            refs=refs,
+        )
+    )
+    _signal_fields(obj, message)
+    return message
+
+
+def _send(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    body.fields(obj, {"text", "data"})
+    message = api.SendMessageRequest(ref=_ref(request), text=body.string(obj, "text"))
+    if "data" in obj:
+        message.data.CopyFrom(body.json_value(obj, "data"))
+    return message
+
+
+def _events(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    return api.ReadEventsRequest(
+        ref=_ref(request),
+        from_offset=_query_int(query, "offset", MAX_UINT64),
+        limit=_query_int(query, "limit", MAX_UINT32),
+    )
+
+
+# -- responses: the gRPC response → the RFC's JSON --------------------------------------------------
+
+
+def _events_page(_request: Any, m: Any) -> dict[str, Any]:
+    return {
+        "events": [event_json(e) for e in m.events],
+        "next_offset": m.next_offset,
+        "head_offset": m.head_offset,
+        "end_of_stream": m.end_of_stream,
+    }
+
+
+def _entities_page(_request: Any, m: Any) -> dict[str, Any]:
+    return {"entities": [entity_json(e) for e in m.entities], "next_page_token": m.next_page_token}
+
+
+def _entity(_request: Any, m: Any) -> dict[str, Any]:
+    return entity_json(m.entity)
+
+
+def _signalled(_request: Any, m: Any) -> dict[str, Any]:
+    return signal_json(m)
+
+
+def _deleted(_request: Any, m: Any) -> dict[str, Any]:
+    return signal_json(m.result)
+
+
+def _signal_many_json(_request: Any, m: Any) -> dict[str, Any]:
+    return signal_many_json(m)
+
+
+def _workers(_request: Request, _query: Query, _obj: body.JsonObject) -> Message:
+    return api.ListWorkersRequest()
+
+
+def _workers_json(_request: Any, m: Any) -> dict[str, Any]:
+    return {"workers": [worker_json(w) for w in m.workers]}
+
+
+def _receipt(request: Any, m: Any) -> dict[str, Any]:
+    return message_receipt_json(entity_url(request.ref.type, request.ref.id), m)
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+DEPRECATED = {
+    "Deprecation": "true",
+    "Link": f'<{MIGRATION_DOC}>; rel="deprecation"; type="text/markdown"',
+}
+ONE = "/{type}/{id}"
+# What every route that calls the service may answer besides its own: a refused token (401,
+# 403), a bad query or body (400), the server draining or its store failing (503).
+SERVICE_ERRORS = (400, 401, 403, 503)
+WRITE_ERRORS = (*SERVICE_ERRORS, 409, 413, 415, 429)
+
+_STATES = [s.value for s in State]
+_PAGE = {"type": "integer", "minimum": 0, "maximum": MAX_PAGE}
+_OFFSET = Param(
+    "offset",
+    "the first offset to read (0, the default: the start)",
+    {"type": "integer", "minimum": 0, "maximum": MAX_INT64},
+)
+_LIMIT = Param("limit", "at most this many events (0, the default: 100)", _PAGE)
+
+
+def _service(
+    method: str,
+    path: str,
+    operation: str,
+    summary: str,
+    call: Call,
+    answer: Answer,
+    errors: tuple[int, ...],
+    **kw: Any,
+) -> HttpRoute:
+    return HttpRoute(
+        method, path, operation, summary, (answer,), errors, entity_scope(call.method), call=call, **kw
+    )
+
+
+# fmt: off
+ROUTES: tuple[HttpRoute, ...] = (
+    HttpRoute(
+        "GET", "/healthz", "healthz", "The process serves", (Answer(200, "alive", "Status"),), (),
+        handler="door.healthz", aliased=False,
+    ),
+    HttpRoute(
+        "GET", "/readyz", "readyz", "The store is writable and the server is not draining",
+        (Answer(200, "ready", "Status"),), (503,), handler="door.readyz", aliased=False,
+    ),
+    HttpRoute(
+        "GET", "/metrics", "metrics", "The server's metrics in Prometheus text format",
+        (Answer(200, "docs/operations.md lists every metric", "Metrics", "text/plain"),), (401, 403),
+        scope="read", handler="door.metrics", aliased=False,
+    ),
+    HttpRoute(
+        "GET", "/openapi.json", "openapi", "This document",
+        (Answer(200, "the OpenAPI 3.1 document of these routes", "OpenApi"),), (401, 403),
+        scope="read", handler="door.openapi", aliased=False,
+    ),
+    _service(
+        "GET", "/entities", "listEntities", "List entities (ListEntities)",
+        Call("ListEntities", _list, _entities_page, has_body=False),
+        Answer(200, "a page of entities", "EntitiesPage", also=(("text/event-stream", "SseText"),)),
+        SERVICE_ERRORS,
+        query=(
+            Param("type", "only entities of this type", {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}),
+            Param("state", "only entities in these states (repeat it)", {"enum": _STATES}, repeated=True),
+            Param("page_size", "at most this many (0, the default: 100)", _PAGE),
+            Param(
+                "page_token", "the previous page's next_page_token (TYPE/ID)",
+                {"type": "string", "pattern": f"^{NAME_RE.pattern}/{NAME_RE.pattern}$"},
+            ),
+            Param(
+                "live", "sse: stream every entity's state changes as server-sent events",
+                {"enum": ["sse"]}, handler="http_streams.watch_entities",
+            ),
+        ),
+        description="With live=sse the response is a text/event-stream of state changes.",
+    ),
+    _service(
+        "GET", "/workers", "listWorkers", "List the connected workers, on every replica (ListWorkers)",
+        Call("ListWorkers", _workers, _workers_json, has_body=False),
+        Answer(200, "the connected workers, by worker id", "WorkersList"), SERVICE_ERRORS,
+        aliased=False, alias="/_electric/workers",
+    ),
+    _service(
+        "POST", "/signal", "signalEntities", "Signal every entity a selector matches (SignalEntities)",
+        Call("SignalEntities", _signal_many, _signal_many_json),
+        Answer(200, "how many were signalled, ignored, skipped, not found", "SignalManyResult"),
+        WRITE_ERRORS, body="SignalManyRequest",
+    ),
+    _service(
+        "PUT", ONE, "spawnEntity", "Spawn an entity (SpawnEntity)",
+        Call("SpawnEntity", _spawn, _entity, optional_body=True),
+        Answer(201, "the new entity", "Entity"), WRITE_ERRORS, body="SpawnRequest", body_required=False,
+        spawns=True,
+    ),
+    _service(
+        "GET", ONE, "getEntity", "Read an entity (GetEntity)",
+        Call("GetEntity", _get, _entity, has_body=False),
+        Answer(200, "the entity", "Entity"), (*SERVICE_ERRORS, 404),
+    ),
+    _service(
+        "DELETE", ONE, "deleteEntity", "SIGKILL with reason 'legacy delete' (DeleteEntity, deprecated)",
+        Call("DeleteEntity", _delete, _deleted, has_body=False),
+        Answer(200, "the SIGKILL's result", "SignalResult", headers=("Deprecation", "Link")),
+        (*WRITE_ERRORS, 404), headers=DEPRECATED, deprecated=True,
+    ),
+    _service(
+        "POST", f"{ONE}/signal", "signalEntity", "Signal an entity (SignalEntity)",
+        Call("SignalEntity", _signal, _signalled),
+        Answer(200, "the signal's result", "SignalResult"), (*WRITE_ERRORS, 404), body="SignalRequest",
+    ),
+    _service(
+        "POST", f"{ONE}/messages", "sendMessage", "Send an entity a message (SendMessage)",
+        Call("SendMessage", _send, _receipt),
+        Answer(200, "the message's receipt", "MessageReceipt"), (*WRITE_ERRORS, 404), body="MessageRequest",
+    ),
+    _service(
+        "GET", f"{ONE}/events", "readEvents", "Read a page of an entity's stream (ReadEvents)",
+        Call("ReadEvents", _events, _events_page, has_body=False),
+        Answer(200, "a page of events", "EventsPage"), (*SERVICE_ERRORS, 404), query=(_OFFSET, _LIMIT),
+    ),
+    HttpRoute(
+        "GET", f"{ONE}/state", "readState", "Read an entity's durable state (ctx.state), as client.state does",
+        (Answer(200, "its collections by name, rebuilt from the latest snapshot and the events after it",
+                "State"),),
+        (*SERVICE_ERRORS, 404), scope=entity_scope("ReadEvents"), handler="door.state",
+    ),
+    HttpRoute(
+        "GET", f"{ONE}/stream", "readStream",
+        "Read an entity's stream by the Durable Streams protocol (catch-up, long-poll, SSE)",
+        (
+            Answer(
+                200, "the events after the offset, each a State Protocol change message", "StreamEvents",
+                headers=("Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor", "ETag"),
+                also=(("text/event-stream", "SseText"),),
+            ),
+            Answer(
+                204, "long-poll: nothing new before the timeout",
+                headers=("Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor"),
+            ),
+            Answer(304, "catch-up: nothing new since the ETag given in If-None-Match", headers=("ETag",)),
+        ),
+        (*SERVICE_ERRORS, 404, 405), scope="read", handler="http_streams.read_stream",
+        query=(
+            Param("offset", "the offset to read after; -1 (the default): the start", {"type": "string"}),
+            Param("live", "wait for new events: long-poll or sse", {"enum": ["long-poll", "sse"]}),
+            Param("cursor", "the Stream-Cursor of the previous live response", {"type": "string"}),
+        ),
+        description="Writes (POST, PUT, DELETE) are refused with 405: an entity's stream changes "
+        "only through the API.",
+    ),
+)
+# fmt: on
+
+
+def served_paths(route: HttpRoute) -> list[tuple[str, str]]:
+    """(path, operationId) of the route, and of its alias under ``/_electric/entities``."""
+    paths = [(route.path, route.operation)]
+    if route.aliased:
+        alias = PREFIX if route.path == "/entities" else f"{PREFIX}{route.path}"
+        paths.append((alias, f"{route.operation}Electric"))
+    if route.alias:
+        paths.append((route.alias, f"{route.operation}Electric"))
+    return paths
