@@ -1,8 +1,9 @@
 """Generate the lifecycle parts of docs/signals.md and docs/runtime.md from electric_sdk/lifecycle.py.
 
 `python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
-the state table (`electric_sdk.lifecycle.markdown_table()`, verbatim) and a
-Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`; and the
+the state tables (`markdown_table()`: the RFC's from `TABLE`, then the other
+rules' tables) and a Mermaid state diagram built from `TABLE` and
+`RUNTIME_TRANSITIONS`; and the
 block of docs/runtime.md that says, for each signal, when it acts on a run
 (`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
@@ -27,15 +28,24 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: import the SDK
     sys.path.insert(0, str(ROOT))
 
 from electric_sdk.lifecycle import (  # noqa: E402
+    CLOSING_RECORDS,
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
     HANDLEABLE,
+    MESSAGE_SCOPED_SIGNALS,
+    PAYLOAD_SIGNALS,
+    RELOAD_SIGNALS,
+    RUNTIME_OUTCOMES,
     RUNTIME_TRANSITIONS,
     SIGNAL_TIMING,
+    STATE_RULES,
     TABLE,
     TERMINAL_STATES,
     Action,
+    Effect,
+    Record,
     Signal,
     State,
-    markdown_table,
 )
 
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
@@ -47,6 +57,100 @@ _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
 class MarkerError(ValueError):
     """The page's generated-block markers are missing, duplicated or unbalanced."""
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else ""
+
+
+def _state_rules_table() -> list[str]:
+    lines = [
+        "| State | accepts messages | delivers messages | starts runs | run may be in progress "
+        "| leased to a runtime | taken up with cause | SIGTERM cleanup | shutting down |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for state, r in STATE_RULES.items():
+        leased = "always" if r.needs_runtime else "when a message waits" if r.wakes_for_message else ""
+        cells = [
+            _yes(r.accepts_messages),
+            _yes(r.delivers_messages),
+            _yes(r.starts_runs),
+            _yes(r.runs_possible),
+            leased,
+            r.start_cause or "",
+            _yes(r.cleanup),
+            "terminal" if r.terminal else _yes(r.shutting_down),
+        ]
+        lines.append(f"| `{state.value}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _outcomes_table() -> list[str]:
+    effects = list(Effect)
+    lines = [
+        "| Action | " + " | ".join(e.value.replace("_", " ") for e in effects) + " |",
+        "|---|" + "---|" * len(effects),
+    ]
+    for action, row in RUNTIME_OUTCOMES.items():
+        lines.append(
+            f"| {action.value.replace('_', ' ')} | " + " | ".join(f"`{row[e].value}`" for e in effects) + " |"
+        )
+    return lines
+
+
+def markdown_table() -> str:
+    """The RFC table, rendered from TABLE, and the other rules' tables, for the docs."""
+    signals = list(Signal)
+    lines = [
+        "| Current state | " + " | ".join(s.value for s in signals) + " |",
+        "|---|" + "---|" * len(signals),
+    ]
+    for state in State:
+        if state in TERMINAL_STATES:
+            row = ["server rejects"] * len(signals)
+        else:
+            row = []
+            for signal in signals:
+                c = TABLE[state][signal]
+                text = f"→ `{c.new_state.value}`" if c.new_state else c.text
+                if c.action_running is not c.action_not_running and c.text.startswith("ignored"):
+                    text += f"; run in progress: {c.action_running.value.replace('_', ' ')}"
+                row.append(text)
+        lines.append(f"| `{state.value}` | " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("Transitions not driven by a signal:")
+    lines.append("")
+    lines.append("| From | To | Causes |")
+    lines.append("|---|---|---|")
+    for (a, b), causes in RUNTIME_TRANSITIONS.items():
+        lines.append(f"| `{a.value}` | `{b.value}` | {', '.join(sorted(causes))} |")
+    lines.append("")
+    lines.append("What each state allows:")
+    lines.append("")
+    lines.extend(_state_rules_table())
+    lines.append("")
+    lines.append("The outcome the runtime records, by the cell's action and by what it did:")
+    lines.append("")
+    lines.extend(_outcomes_table())
+    lines.append("")
+
+    def names(signals: frozenset[Signal]) -> str:
+        return ", ".join(s.value for s in Signal if s in signals)
+
+    lines.append(
+        f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
+        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
+        f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
+        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
+    )
+    terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
+    closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
+    lines.append("")
+    lines.append(
+        f"After the end ({terminal}) a runtime may append only its closing records, within the "
+        f"server's settle: {closing}. Anything else is refused with `ENTITY_TERMINAL`."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def mermaid_diagram() -> str:

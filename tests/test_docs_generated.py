@@ -17,7 +17,6 @@ from electric_sdk.lifecycle import (
     TABLE,
     TERMINAL_STATES,
     Signal,
-    markdown_table,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +70,7 @@ def test_check_command_passes() -> None:
 
 def test_table_is_inserted_verbatim() -> None:
     text = DOC.read_text(encoding="utf-8")
-    assert _block(text, gendocs.TABLE_BEGIN) == "\n" + markdown_table()
+    assert _block(text, gendocs.TABLE_BEGIN) == "\n" + gendocs.markdown_table()
 
 
 def test_diagram_has_every_transition_and_nothing_else() -> None:
