@@ -38,10 +38,11 @@ from .auth import Principal, current_principal
 from .caps import Caps
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ApiError, invalid_argument, translate_stream
-from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
+from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .runtime_answers import check_write, fill, replayed, request_key, result_bytes
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
+from .settings import POLL, SETTLE
 from .store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write, WriteOutcome
 from .store.sessions import SessionRow
 from .type_profiles import TypeProfiles
@@ -51,9 +52,6 @@ log = logging.getLogger(__name__)
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
-# After the end, how long a runtime may append its closing records before its lease ends and the
-# stream closes (ServerConfig.settle_ms, `electric server --settle`).
-DEFAULT_SETTLE_MS = 1000
 
 
 class Runtime:
@@ -64,8 +62,8 @@ class Runtime:
         store: Store,
         lease_ttl_ms: int,
         heartbeat_interval_ms: int,
-        settle_ms: int = DEFAULT_SETTLE_MS,
-        poll_ms: int = DEFAULT_POLL_MS,
+        settle_ms: int = SETTLE.value,
+        poll_ms: int = POLL.value,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
