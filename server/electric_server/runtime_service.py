@@ -42,7 +42,7 @@ from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .runtime_answers import check_write, fill, replayed, request_key, result_bytes
 from .runtime_writes import Refused, end_lease, grant, runtime_write, settle_ignored
-from .settings import POLL, SETTLE
+from .settings import HELLO_TIMEOUT, POLL, SETTLE
 from .store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write, WriteOutcome
 from .store.sessions import SessionRow
 from .type_profiles import TypeProfiles
@@ -576,7 +576,9 @@ def _marked(decide: Any) -> Any:
 
 
 class RuntimeService(rt_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = 10_000) -> None:
+    def __init__(
+        self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = HELLO_TIMEOUT.value
+    ) -> None:
         self.runtime = runtime
         self.caps = caps or Caps()
         self.hello_timeout_s = hello_timeout_ms / 1000
