@@ -133,6 +133,8 @@ class Setting(Generic[T]):
             return f"{code('$' + self.env)}, else none" if self.env else "none"
         if not self.default:
             return "none"
+        if self.kind.action == "store_true":
+            return self.default  # "off": nothing to type
         gloss = f", {self.kind.gloss(self.value)}" if self.kind.gloss else ""
         return code(self.default) + gloss
 
@@ -162,7 +164,7 @@ class Setting(Generic[T]):
 # fmt: off
 LISTEN = Setting("listen", ADDRESS, "127.0.0.1:7700", flag="--listen", dev=True,
     help="HOST:PORT to listen on (gRPC); port 0 picks a free port (printed)")
-HTTP = Setting("http", ADDRESS_OR_OFF, "off", flag="--http", dev=True, see="[http.md](http.md)",
+HTTP = Setting("http", ADDRESS_OR_OFF, "off", flag="--http", dev=True,
     help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; port 0 picks a free "
     "port (printed); off: no HTTP")
 SSE_HEARTBEAT = Setting("sse_heartbeat_ms", MILLISECONDS, "15000", low="1", flag="--sse-heartbeat",
