@@ -112,7 +112,8 @@ def _option_cell(s: Setting[Any]) -> str:
         f"{s.store} only" if s.store else "",
         f"see {s.see}" if s.see else "",
     ]
-    field = f" (`ServerConfig.{s.name}`)" if s.flag else ""
+    unit = f", in {s.kind.unit}" if s.kind.unit else ""
+    field = f" (`ServerConfig.{s.name}`{unit})" if s.flag else ""
     return "; ".join(filter(None, [s.help, *notes])) + field
 
 
@@ -123,11 +124,16 @@ def options_table() -> str:
     for s in SETTINGS:
         if s.flag is not None:
             flag = s.flag if s.choices or s.kind.action == "store_true" else f"{s.flag} {s.kind.metavar}"
-            lines.append(f"| `{flag}` | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |")
+            lines.append(
+                f"| `{flag}` | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
     lines += ["", "| `ServerConfig` only | default | range | |", "|---|---|---|---|"]
     for s in SETTINGS:
         if s.flag is None:
-            lines.append(f"| `{s.name}` | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |")
+            kind = ", ".join(filter(None, [s.kind.name, s.kind.unit]))
+            lines.append(
+                f"| `{s.name}` ({kind}) | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,7 @@ class Kind(Generic[T]):
     name: str  # the docs' word for it
     parse: Callable[[str], T]  # command-line text → the field's value; ValueError says why not
     metavar: str | None = None
+    unit: str = ""  # of the field's value: what a number given to ``ServerConfig`` counts
     action: str | None = None  # argparse's, for a flag without a value or a repeated one
     show: Callable[[T], str] = str  # a value, in a refusal ("not 0ms")
     gloss: Callable[[T], str] | None = None  # a default's meaning beside it ("32 MiB")
@@ -62,18 +63,23 @@ def _ms_or_duration(text: str) -> int:
 
 
 def _on_off(text: str) -> bool:
-    return {"on": True, "off": False}[text]
+    """A flag's default (the CLI's flag takes no text: given, it is on)."""
+    if text not in ("on", "off"):
+        raise ValueError(f"invalid flag {text!r}: use on or off")
+    return text == "on"
 
 
 def _mib(n: int) -> str:
     return f"{n / MIB:g} MiB"
 
 
-DURATION = Kind[int]("duration", parse_ms, "DURATION", show=lambda ms: f"{ms}ms")
-SECONDS = Kind[float]("duration", lambda text: parse_ms(text) / 1000, "DURATION", show=lambda s: f"{s:g}s")
-MILLISECONDS = Kind[int]("milliseconds", _ms_or_duration, "MS")
+DURATION = Kind[int]("duration", parse_ms, "DURATION", "ms", show=lambda ms: f"{ms}ms")
+SECONDS = Kind[float](
+    "duration", lambda text: parse_ms(text) / 1000, "DURATION", "s", show=lambda s: f"{s:g}s"
+)
+MILLISECONDS = Kind[int]("milliseconds", _ms_or_duration, "MS", "ms")
 COUNT = Kind[int]("count", _whole, "N")
-BYTES = Kind[int]("bytes", _whole, "BYTES", gloss=_mib)
+BYTES = Kind[int]("bytes", _whole, "BYTES", "bytes", gloss=_mib)
 ADDRESS = Kind[str]("address", str, "HOST:PORT")
 ADDRESS_OR_OFF = Kind[str | None](
     "address", lambda text: None if text.strip().lower() == "off" else text, "HOST:PORT"
@@ -83,7 +89,8 @@ FILE = Kind[Path | None]("path", Path, "FILE")
 URL = Kind[str | None]("URL", str, "URL")
 CHOICE = Kind[str]("choice", str)
 FLAG = Kind[bool]("flag", _on_off, action="store_true")
-ORIGINS = Kind[tuple[str, ...]]("list", lambda text: tuple(filter(None, text.split(","))), "ORIGIN", "append")
+# One origin a flag: the flag is repeated (argparse's "append"), and "" (the default) is none.
+ORIGINS = Kind[tuple[str, ...]]("list", lambda text: (text,) if text else (), "ORIGIN", action="append")
 
 
 @dataclass(frozen=True)
@@ -165,48 +172,46 @@ class Setting(Generic[T]):
 LISTEN = Setting("listen", ADDRESS, "127.0.0.1:7700", flag="--listen", dev=True,
     help="HOST:PORT to listen on (gRPC); port 0 picks a free port (printed)")
 HTTP = Setting("http", ADDRESS_OR_OFF, "off", flag="--http", dev=True,
-    help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; port 0 picks a free "
-    "port (printed); off: no HTTP")
-SSE_HEARTBEAT = Setting("sse_heartbeat_ms", MILLISECONDS, "15000", low="1", flag="--sse-heartbeat",
-    dev=True, see="[http.md](http.md#live-streams)",
-    help="an HTTP SSE response with nothing to send sends a comment this often, in ms (or a duration "
-    "such as 15s), so proxies keep it open and clients see it alive")
+    help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; port 0 picks a free port "
+    "(printed); off: no HTTP")
+SSE_HEARTBEAT = Setting("sse_heartbeat_ms", MILLISECONDS, "15000", flag="--sse-heartbeat", low="1", dev=True,
+    see="[http.md](http.md#live-streams)",
+    help="an HTTP SSE response with nothing to send sends a comment this often, in ms (or a duration such "
+    "as 15s), so proxies keep it open and clients see it alive")
 HTTP_LONG_POLL = Setting("http_long_poll_ms", DURATION, "20s", see="[http.md](http.md#live-streams)",
     help="how long an HTTP long-poll waits at the stream's tail for something new")
 CORS_ORIGINS = Setting("cors_origins", ORIGINS, "", flag="--cors-origin", dev=True,
     see="[http.md](http.md#cors)",
-    help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it); none: "
-    "CORS off")
+    help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it); none: CORS off")
 DATA_DIR = Setting("data_dir", DIRECTORY, ".electric", flag="--data", dev=True,
     see="[The data directory](#the-data-directory)",
     help="the data directory: holds electric.db and LOCK, for one server at a time; not used with "
     "--database, nor when $ELECTRIC_DATABASE_URL is set and --data is not given")
-DATABASE_URL = Setting("database_url", URL, None, flag="--database", dev=True,
-    env="ELECTRIC_DATABASE_URL", see='"PostgreSQL"',
-    help="a postgresql:// URL: keep the store in that PostgreSQL database instead of the data "
-    "directory's SQLite file (needs electric-sdk[postgres]); $ELECTRIC_DATABASE_URL counts only "
-    "without --data")
-DATABASE_POOL = Setting("database_pool", COUNT, "4", low="1", store="PostgreSQL",
-    flag="--database-pool", dev=True, see='"PostgreSQL"',
+DATABASE_URL = Setting("database_url", URL, None, flag="--database", dev=True, env="ELECTRIC_DATABASE_URL",
+    see='"PostgreSQL"',
+    help="a postgresql:// URL: keep the store in that PostgreSQL database instead of the data directory's "
+    "SQLite file (needs electric-sdk[postgres]); $ELECTRIC_DATABASE_URL counts only without --data")
+DATABASE_POOL = Setting("database_pool", COUNT, "4", flag="--database-pool", low="1", dev=True,
+    store="PostgreSQL", see='"PostgreSQL"',
     help="connections to the --database (mind PostgreSQL's max_connections)")
-DATABASE_TIMEOUT = Setting("database_timeout_ms", DURATION, "5s", low="10ms", high="10m",
-    flag="--database-timeout", dev=True, see='"PostgreSQL"',
+DATABASE_TIMEOUT = Setting("database_timeout_ms", DURATION, "5s", flag="--database-timeout", low="10ms",
+    high="10m", dev=True, see='"PostgreSQL"',
     help="the longest the server waits on the --database for one thing (a connection, a free pooled "
     "connection, a statement) before the call is answered UNAVAILABLE; under the clients' 10 s "
     "deadline")
-SYNCHRONOUS = Setting("synchronous", CHOICE, "FULL", choices=("FULL", "NORMAL"), store="SQLite",
-    flag="--synchronous",
-    help="SQLite durability: FULL syncs the WAL before acknowledging, and survives power loss; "
-    "NORMAL may lose the last commits on power loss")
-COMMIT_DELAY = Setting("commit_delay_ms", DURATION, "0", low="0", high="100ms", store="SQLite",
-    flag="--commit-delay", see='"Group commit" below',
-    help="under concurrent load, how long a commit waits for more writes to share its fsync, e.g. "
-    "1ms (like PostgreSQL's commit_delay); 0: never")
+SYNCHRONOUS = Setting("synchronous", CHOICE, "FULL", flag="--synchronous", choices=("FULL", "NORMAL"),
+    store="SQLite",
+    help="SQLite durability: FULL syncs the WAL before acknowledging, and survives power loss; NORMAL may "
+    "lose the last commits on power loss")
+COMMIT_DELAY = Setting("commit_delay_ms", DURATION, "0", flag="--commit-delay", low="0", high="100ms",
+    store="SQLite", see='"Group commit" below',
+    help="under concurrent load, how long a commit waits for more writes to share its fsync, e.g. 1ms "
+    "(like PostgreSQL's commit_delay); 0: never")
 ACCEPT_DATA_LOSS = Setting("accept_data_loss", FLAG, "off", flag="--accept-data-loss", dev=True,
     see='"Damage"',
     help="start on a damaged data directory anyway, dropping what the damage cut off (logged)")
-DISK_FULL_RETRY = Setting("disk_full_retry_ms", DURATION, "1s", low="1ms", store="SQLite",
-    see='"Disk full"', help="while the disk is full, how often the store tries writing again")
+DISK_FULL_RETRY = Setting("disk_full_retry_ms", DURATION, "1s", low="1ms", store="SQLite", see='"Disk full"',
+    help="while the disk is full, how often the store tries writing again")
 TOKENS_FILE = Setting("tokens_file", FILE, None, flag="--tokens",
     help="TOML file of bearer tokens (see the README); without it, no auth and loopback only")
 ALLOW_READABLE_TOKENS = Setting("allow_readable_tokens", FLAG, "off", flag="--allow-readable-tokens",
@@ -214,41 +219,42 @@ ALLOW_READABLE_TOKENS = Setting("allow_readable_tokens", FLAG, "off", flag="--al
     "refusing it")
 TLS_CERT = Setting("tls_cert", FILE, None, flag="--tls-cert",
     help="PEM certificate chain; with --tls-key, TLS on gRPC and on the HTTP door (HTTPS)")
-TLS_KEY = Setting("tls_key", FILE, None, flag="--tls-key", help="PEM private key, for --tls-cert")
+TLS_KEY = Setting("tls_key", FILE, None, flag="--tls-key",
+    help="PEM private key, for --tls-cert")
 INSECURE = Setting("insecure", FLAG, "off", flag="--insecure",
     help="allow a non-loopback --listen or --http without --tokens (not recommended)")
 DRAIN_GRACE = Setting("drain_grace_s", SECONDS, "10s", flag="--drain-grace",
     help="how long in-flight calls may finish on shutdown")
-ACCEPTORS = Setting("acceptors_per_method", COUNT, "8", low="0", high="64", flag="--acceptors",
+ACCEPTORS = Setting("acceptors_per_method", COUNT, "8", flag="--acceptors", low="0", high="64",
     see='"Accepting calls under load" below',
-    help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls; "
-    "0: grpc's own acceptor only")
-LEASE_TTL = Setting("lease_ttl_ms", DURATION, "10s", low="1ms", flag="--lease-ttl",
+    help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls; 0: "
+    "grpc's own acceptor only")
+LEASE_TTL = Setting("lease_ttl_ms", DURATION, "10s", flag="--lease-ttl", low="1ms",
     help="how long a worker's session, and its leases, outlive its last heartbeat (and a replica's "
     "sessions its last poll)")
 HEARTBEAT_INTERVAL = Setting("heartbeat_interval_ms", DURATION, "3s",
-    help="how often workers are asked to send a heartbeat (more often under a short lease TTL: at "
-    "least three per TTL)")
-HELLO_TIMEOUT = Setting("hello_timeout_ms", DURATION, "10s", low="1ms", flag="--hello-timeout",
+    help="how often workers are asked to send a heartbeat (more often under a short lease TTL: at least "
+    "three per TTL)")
+HELLO_TIMEOUT = Setting("hello_timeout_ms", DURATION, "10s", flag="--hello-timeout", low="1ms",
     help="how long a worker's stream may stay open without its hello")
-SETTLE = Setting("settle_ms", DURATION, "1s", low="1ms", high="60s", flag="--settle", see='"Closing"',
-    help="after an entity's end, how long its runtime may still append its closing records (a "
-    "signal's outcome, the end of the run in progress, exec receipts) before the lease ends and the "
-    "stream closes, and how long past its grace deadline an exec entity's stopped waits for its "
-    "process's exit")
-POLL = Setting("poll_ms", DURATION, "500ms", low="1ms", high="500ms", flag="--poll",
-    help="how often the store is polled for deadlines any replica may fire: grace expiries, leases "
-    "whose holder is gone, settled streams, entities a worker of this replica may take")
+SETTLE = Setting("settle_ms", DURATION, "1s", flag="--settle", low="1ms", high="60s", see='"Closing"',
+    help="after an entity's end, how long its runtime may still append its closing records (a signal's "
+    "outcome, the end of the run in progress, exec receipts) before the lease ends and the stream "
+    "closes, and how long past its grace deadline an exec entity's stopped waits for its process's "
+    "exit")
+POLL = Setting("poll_ms", DURATION, "500ms", flag="--poll", low="1ms", high="500ms",
+    help="how often the store is polled for deadlines any replica may fire: grace expiries, leases whose "
+    "holder is gone, settled streams, entities a worker of this replica may take")
 IDEMPOTENCY_RETENTION = Setting("idempotency_retention_ms", DURATION, "24h", see='"Idempotency"',
     help="how long idempotency keys are kept, at least")
-MAX_STREAMS = Setting("max_streams", COUNT, "5000", low="1", flag="--max-streams",
-    see='"Limits and caps"', help="open streams (watches and worker streams) per principal")
-MAX_SESSIONS = Setting("max_sessions", COUNT, "100", low="1", flag="--max-sessions",
-    see='"Limits and caps"', help="worker sessions per principal")
-WATCH_BANDWIDTH = Setting("watch_bandwidth", BYTES, "33554432", low="1", flag="--watch-bandwidth",
+MAX_STREAMS = Setting("max_streams", COUNT, "5000", flag="--max-streams", low="1", see='"Limits and caps"',
+    help="open streams (watches and worker streams) per principal")
+MAX_SESSIONS = Setting("max_sessions", COUNT, "100", flag="--max-sessions", low="1", see='"Limits and caps"',
+    help="worker sessions per principal")
+WATCH_BANDWIDTH = Setting("watch_bandwidth", BYTES, "33554432", flag="--watch-bandwidth", low="1",
     see='"Many watchers"',
-    help="bytes per second all event watches share once there are many: each watcher then sends "
-    "what arrived meanwhile in one message")
+    help="bytes per second all event watches share once there are many: each watcher then sends what "
+    "arrived meanwhile in one message")
 WATCH_QUEUE_LIMIT = Setting("watch_queue_limit", COUNT, "10000",
     help="changes a watcher may fall behind before it is ended with WATCH_LAGGING")
 WATCH_FEED_EVENTS = Setting("watch_feed_events", COUNT, "100000", see='"Many watchers"',
