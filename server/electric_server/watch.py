@@ -49,8 +49,8 @@ READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
 CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
 # The bandwidth (``Watches.bandwidth``, `--watch-bandwidth`): bytes per second that every event
-# watch together is paced to once there are many of them: a
-# watcher sends its next message no sooner than (watchers x its last one's size / bandwidth) after
+# watch together is paced to once there are many of them: a watcher sends its next message no
+# sooner than (watchers x its last one's size / bandwidth) after
 # its last, a message costing at least MESSAGE_COST, and what arrives meanwhile goes in that next
 # one (batched, for a client that takes batches); it waits only with something to send, so a watcher
 # whose commits come further apart than that never waits. Below a millisecond's pause no watcher
