@@ -1,11 +1,13 @@
-"""Generate the lifecycle parts of docs/signals.md and docs/runtime.md from electric_sdk/lifecycle.py.
+"""Generate the tables of docs/signals.md, docs/runtime.md and docs/server.md from their code.
 
 `python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
 the state tables (`markdown_table()`: the RFC's from `TABLE`, then the other
 rules' tables) and a Mermaid state diagram built from `TABLE` and
 `RUNTIME_TRANSITIONS`; and the
 block of docs/runtime.md that says, for each signal, when it acts on a run
-(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`). Each block
+(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and the options
+table of docs/server.md, from the server's settings table
+(server/electric_server/settings.py: each flag, its default, its range). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -20,12 +22,17 @@ import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
 RUNTIME_DOC = ROOT / "docs" / "runtime.md"
-if str(ROOT) not in sys.path:  # run as a script from a checkout: import the SDK from it
-    sys.path.insert(0, str(ROOT))
+SERVER_DOC = ROOT / "docs" / "server.md"
+for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import the code from it
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from electric_server.settings import SETTINGS, Setting  # noqa: E402
 
 from electric_sdk.lifecycle import (  # noqa: E402
     CLOSING_RECORDS,
@@ -51,6 +58,7 @@ from electric_sdk.lifecycle import (  # noqa: E402
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
 DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
 TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
+OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -197,11 +205,57 @@ def timing_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def code_span(text: str) -> str:
+    return f"`{text}`"
+
+
+def _option_cell(s: Setting[Any]) -> str:
+    """What a setting does, then who else takes it, where it applies, and where to read more."""
+    notes = [
+        "`electric dev` takes it too" if s.dev and s.flag else "",
+        f"{s.store} only" if s.store else "",
+        f"see {s.see}" if s.see else "",
+    ]
+    unit = f", in {s.kind.unit}" if s.kind.unit else ""
+    field = f" (`ServerConfig.{s.name}`{unit})" if s.flag else ""
+    return "; ".join(filter(None, [s.help, *notes])) + field
+
+
+def options_table() -> str:
+    """docs/server.md's options: each flag of `electric server` with its default, range and
+    help; then the settings only ``ServerConfig`` takes (``electric_sdk.testing``'s keywords)."""
+    lines = ["| flag | default | range | |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        if s.flag is not None:
+            flag = s.flag if s.choices or s.kind.action == "store_true" else f"{s.flag} {s.kind.metavar}"
+            lines.append(
+                f"| `{flag}` | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
+    lines += ["", "| `ServerConfig` only | default | range | |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        if s.flag is None:
+            kind = ", ".join(filter(None, [s.kind.name, s.kind.unit]))
+            lines.append(
+                f"| `{s.name}` ({kind}) | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+# Each page's blocks come from this code (the check says which).
+SOURCES = {
+    DOC.name: "electric_sdk/lifecycle.py",
+    RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
+    SERVER_DOC.name: "server/electric_server/settings.py",
+}
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
     if page == RUNTIME_DOC.name:
         return {TIMING_BEGIN: timing_table()}
+    if page == SERVER_DOC.name:
+        return {OPTIONS_BEGIN: options_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
@@ -255,7 +309,7 @@ def check(path: Path = DOC) -> str | None:
 def write(path: Path = DOC) -> bool:
     """Refresh the page (creating it from the starter page if missing); True if it changed."""
     have = path.read_text(encoding="utf-8") if path.exists() else None
-    if have is None and path.name == RUNTIME_DOC.name:
+    if have is None and path.name != DOC.name:
         raise MarkerError(f"{path} does not exist: only docs/signals.md has a starter page")
     want = render(STARTER if have is None else have, path.name)
     if want == have:
@@ -269,16 +323,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the page is stale; write nothing")
     parser.add_argument(
-        "--path", type=Path, action="append", help="a page (default: docs/signals.md and docs/runtime.md)"
+        "--path",
+        type=Path,
+        action="append",
+        help="a page (default: docs/signals.md, docs/runtime.md and docs/server.md)",
     )
     opts = parser.parse_args(argv)
-    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC]
+    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC]
     failed = 0
     for path in paths:
         if opts.check:
             problem = check(path)
             if problem is None:
-                print(f"{path.name} matches electric_sdk/lifecycle.py")
+                print(f"{path.name} matches {SOURCES.get(path.name, SOURCES[DOC.name])}")
                 continue
             print(problem)
             print(f"{path.name} is stale: run `python scripts/gendocs.py` and commit", file=sys.stderr)
