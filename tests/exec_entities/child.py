@@ -35,10 +35,18 @@ def say(text: str) -> None:
             f.write(f"{os.getpid()} {text}\n")
 
 
+CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+
 def replacement() -> None:
-    """The 'replacement generation': same process group, ignores SIGTERM, logs what it gets."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    """The 'replacement generation': same process group, ignores SIGTERM, logs what it gets.
+
+    It is forked with the caught signals blocked (``on_signal``) and unblocks them once its own
+    handlers are in: a SIGTERM sent to the group meanwhile waits for them, instead of running the
+    old generation's handler in the replacement (which would fork yet another one)."""
+    for sig in CAUGHT:
         signal.signal(sig, lambda s, _f: say(f"replacement signal {signal.Signals(s).name}"))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, CAUGHT)
     say(f"replacement pid={os.getpid()}")
     while True:
         time.sleep(3600)
@@ -60,13 +68,14 @@ def on_signal(signum: int, _frame: object) -> None:
         if args.on_term == "exit":
             sys.exit(0)
         if args.on_term == "replace":
+            signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)  # until the replacement's handlers are in
             if os.fork() == 0:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the pipe is the old generation's
                 replacement()
             os._exit(0)
 
 
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+for sig in CAUGHT:
     signal.signal(sig, on_signal)
 if args.exit_after is not None:
     signal.signal(signal.SIGALRM, lambda *_: sys.exit(0))
