@@ -23,6 +23,7 @@ PRIVATE_USES = {
     "acceptors": re.compile(r"grpc\._cython|cygrpc|_request_registered_call"),
     "ready_queue": re.compile(r"""\._ready\b|["']_ready["']"""),
     "wal_index": re.compile(r"""-shm\b|mxFrame"""),
+    "http_cork": re.compile(r"uvicorn\.protocols|H11Protocol"),
 }
 
 

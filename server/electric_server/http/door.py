@@ -17,9 +17,12 @@ or its handler (``http/handlers.py``); the live reads (the Durable Streams read,
 SSE: ``http/streams.py``) only when the door is given the streams. Admission
 and the error body are ``http/admission.py``'s.
 
-uvicorn serves it as a task of the server's own loop: h11 with each turn's writes sent as one
-(fastpaths/http_cork.py), lifespan off, no signal handlers of its own (the server's drain owns SIGINT and
-SIGTERM), its logging left to propagate to ours.
+Two fast paths (``fastpaths/``), each with its switch read once when the door is
+built: the route table in front of Starlette's router (forced off: Starlette's
+router routes every request), and uvicorn serving it as a task of the server's
+own loop with h11 and each turn's writes sent as one (forced off: uvicorn's own
+h11 protocol); lifespan off, no signal handlers of its own (the server's drain
+owns SIGINT and SIGTERM), its logging left to propagate to ours.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ from ..config_error import ConfigError
 from ..core.auth import TokenTable
 from ..core.errors import ApiError, DoorContext, invalid_argument
 from ..core.service import EntityService
-from ..fastpaths.http_cork import CorkedH11Protocol
-from ..fastpaths.route_table import RouteTable
+from ..fastpaths.http_cork import h11_protocol
+from ..fastpaths.route_table import routing
 from .admission import Endpoint, JSONResponse, admitted_endpoint, error_response
 from .handlers import DoorParts, Metrics, Readiness
 from .openapi import render as render_openapi
@@ -122,9 +125,12 @@ class HttpDoor:
         }
         self.routes = starlette_routes(self._endpoint)
         starlette = Starlette(routes=self.routes, exception_handlers={HTTPException: route_error})
-        table = RouteTable(self.routes, starlette)
+        # The fast paths' switches, read once here (fastpaths/): the route table in front of
+        # Starlette, and uvicorn's h11 protocol with each turn's writes sent as one.
+        router = routing(self.routes, starlette)
+        self.protocol = h11_protocol()
         # CORS outermost, so the table's answers and Starlette's get its headers alike.
-        self.app: ASGIApp = _Cors(table, **cors) if cors_origins else table
+        self.app: ASGIApp = _Cors(router, **cors) if cors_origins else router
 
     # -- routes ------------------------------------------------------------------------------------
 
@@ -197,7 +203,7 @@ class HttpDoor:
             self.app,
             lifespan="off",
             loop="none",
-            http=CorkedH11Protocol,  # h11, each turn's writes sent as one (fastpaths/http_cork.py)
+            http=self.protocol,  # h11, each turn's writes sent as one (fastpaths/http_cork.py)
             ws="none",
             log_config=None,  # uvicorn's loggers propagate to the server's handlers
             log_level="warning",
