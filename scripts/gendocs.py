@@ -1,10 +1,13 @@
-"""Generate the lifecycle parts of docs/signals.md and docs/runtime.md from electric_sdk/lifecycle.py.
+"""Generate the tables of docs/signals.md, docs/runtime.md and docs/server.md from their code.
 
 `python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
 the state table (`electric_sdk.lifecycle.markdown_table()`, verbatim) and a
 Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`; and the
 block of docs/runtime.md that says, for each signal, when it acts on a run
-(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`). Each block
+(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and the fast
+paths' table of docs/server.md, from the server's registry of them
+(server/electric_server/fastpaths/__init__.py: each with what it buys, what it
+risks, its fallback and its bench row). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -23,8 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
 RUNTIME_DOC = ROOT / "docs" / "runtime.md"
-if str(ROOT) not in sys.path:  # run as a script from a checkout: import the SDK from it
-    sys.path.insert(0, str(ROOT))
+SERVER_DOC = ROOT / "docs" / "server.md"
+for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import the code from it
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from electric_server.fastpaths import BENCH, FAST_PATHS  # noqa: E402
 
 from electric_sdk.lifecycle import (  # noqa: E402
     HANDLEABLE,
@@ -41,6 +48,7 @@ from electric_sdk.lifecycle import (  # noqa: E402
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
 DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
 TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
+FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -93,11 +101,36 @@ def timing_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def fastpath_table() -> str:
+    """docs/server.md's fast paths: each with what it buys, what it risks, its fallback, where
+    it lives and its bench row (the figures are docs/scaling.md's)."""
+    lines = [
+        "| fast path | what it buys | what it reaches into or risks | its fallback | where; its bench row |",
+        "|---|---|---|---|---|",
+    ]
+    for path in FAST_PATHS:
+        lines.append(
+            f"| `{path.name}` | {path.buys} | {path.risks} | {path.fallback} | "
+            f"`{path.home}`; `{BENCH}`: {path.row} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# Each page's blocks come from this code (the check says which).
+SOURCES = {
+    DOC.name: "electric_sdk/lifecycle.py",
+    RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
+    SERVER_DOC.name: "server/electric_server/fastpaths/__init__.py",
+}
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
     if page == RUNTIME_DOC.name:
         return {TIMING_BEGIN: timing_table()}
+    if page == SERVER_DOC.name:
+        return {FASTPATHS_BEGIN: fastpath_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
@@ -151,7 +184,7 @@ def check(path: Path = DOC) -> str | None:
 def write(path: Path = DOC) -> bool:
     """Refresh the page (creating it from the starter page if missing); True if it changed."""
     have = path.read_text(encoding="utf-8") if path.exists() else None
-    if have is None and path.name == RUNTIME_DOC.name:
+    if have is None and path.name != DOC.name:
         raise MarkerError(f"{path} does not exist: only docs/signals.md has a starter page")
     want = render(STARTER if have is None else have, path.name)
     if want == have:
@@ -165,16 +198,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the page is stale; write nothing")
     parser.add_argument(
-        "--path", type=Path, action="append", help="a page (default: docs/signals.md and docs/runtime.md)"
+        "--path",
+        type=Path,
+        action="append",
+        help="a page (default: docs/signals.md, docs/runtime.md and docs/server.md)",
     )
     opts = parser.parse_args(argv)
-    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC]
+    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC]
     failed = 0
     for path in paths:
         if opts.check:
             problem = check(path)
             if problem is None:
-                print(f"{path.name} matches electric_sdk/lifecycle.py")
+                print(f"{path.name} matches {SOURCES.get(path.name, SOURCES[DOC.name])}")
                 continue
             print(problem)
             print(f"{path.name} is stale: run `python scripts/gendocs.py` and commit", file=sys.stderr)

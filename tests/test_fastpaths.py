@@ -9,11 +9,13 @@ tests/test_internals.py scans for the private internals themselves.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 import tomllib
 from importlib.metadata import packages_distributions, version
 from pathlib import Path
+from typing import Any
 
 import pytest
 from electric_server.app import ElectricServer
@@ -27,6 +29,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server" / "electric_server"
 REGISTRY = SERVER / "fastpaths" / "__init__.py"
+SERVER_DOC = ROOT / "docs" / "server.md"
 
 # The store's three are being wired by the store's rewrite (their switch is read when the store
 # opens). Until it lands nothing reads them; once it does, the test below fails: empty this set.
@@ -131,3 +134,28 @@ async def test_the_doors_fast_paths_follow_their_switches(
         built = HttpDoor(service, None, readiness, "127.0.0.1:0")
         assert type(built.app) is router, forced
         assert built.protocol is protocol, forced
+
+
+def _gendocs() -> Any:
+    spec = importlib.util.spec_from_file_location("gendocs", ROOT / "scripts" / "gendocs.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_server_md_has_the_fast_paths_as_the_registry_says(tmp_path: Path) -> None:
+    """docs/server.md's fast-path table is generated from the registry, and drift fails the check."""
+    gendocs = _gendocs()
+    assert gendocs.check(SERVER_DOC) is None, "docs/server.md is stale: run `python scripts/gendocs.py`"
+    page = SERVER_DOC.read_text(encoding="utf-8")
+    block = page[
+        page.index(gendocs.FASTPATHS_BEGIN) : page.index(gendocs.END, page.index(gendocs.FASTPATHS_BEGIN))
+    ]
+    assert [line.split("`")[1] for line in block.splitlines() if line.startswith("| `")] == [
+        path.name for path in FAST_PATHS
+    ]
+    drifted = tmp_path / "server.md"
+    drifted.write_text(page.replace(FAST_PATHS[0].fallback, "something else"), encoding="utf-8")
+    assert gendocs.check(drifted) is not None

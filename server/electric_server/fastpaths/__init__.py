@@ -79,13 +79,13 @@ FAST_PATHS: tuple[FastPath, ...] = (
         "promised interface; a count read wrong costs an early or late checkpoint, never data",
         "each write counted as 3 frames: more checkpoints, never fewer",
         "server/electric_server/fastpaths/wal_index.py",
-        "wal_index: SignalEntity calls/s, 64 callers",
+        "wal_index: SignalEntity calls/s, 64 callers on one entity",
     ),
     FastPath(
         "http_cork",
         "an HTTP answer's head and body leave in one `send` and one TCP segment, not two",
-        "subclasses uvicorn's `H11Protocol` and wraps its transport; a turn of the loop's writes "
-        "wait for the turn's end",
+        "subclasses uvicorn's `H11Protocol` and wraps its transport; what a turn of the loop "
+        "writes waits for the turn's end",
         "uvicorn's own `H11Protocol`",
         "server/electric_server/fastpaths/http_cork.py",
         "http_cork: POST signal req/s, 64 connections",
