@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.fastpaths import ENV, FAST_PATHS, SEAMS
+from electric_server.fastpaths import BENCH, ENV, FAST_PATHS, SEAMS
 from electric_server.fastpaths.http_cork import CorkedH11Protocol
 from electric_server.fastpaths.route_table import RouteTable
 from electric_server.http.door import HttpDoor
@@ -46,6 +46,7 @@ def test_each_fast_path_is_named_once_with_its_fallback() -> None:
         assert all((path.buys, path.risks, path.fallback)), path.name
         assert path.row.startswith(f"{path.name}: "), path.row  # the bench's row names it
         assert (ROOT / path.home).is_file(), path.home
+    assert (ROOT / BENCH).is_file()
 
 
 def _switches_read() -> set[str]:
