@@ -21,7 +21,7 @@ order flipped each round, fresh subscribers each), their latencies pooled per si
 from elsewhere on the machine lands on both alike.
 
 One commit a second: this is the latency of one commit's fan-out, not throughput (bench_fanout
-measures a stream under load). Electric's watches share a bandwidth (watch.py, BANDWIDTH):
+measures a stream under load). Electric's watches share a bandwidth (--watch-bandwidth):
 each of 1,000 watchers sends its next message no sooner than ~0.25-0.75 s after its last, so
 commits closer together than that would measure the pacing, not the fan-out.
 

@@ -19,8 +19,8 @@ messages, starts runs, needs a runtime, how a runtime takes it up) is
 ``STATE_RULES``; the outcome a runtime records for what it did about a signal
 is ``RUNTIME_OUTCOMES``; what a runtime may still append after the end is
 ``CLOSING_RECORDS``; the profile's default durations and the signals a
-handler may see are here too. ``python -m electric_sdk.lifecycle`` prints the
-tables as Markdown; the docs are generated from them, never retyped.
+handler may see are here too. The docs are generated from these tables, never
+retyped (``scripts/gendocs.py`` renders them).
 """
 
 from __future__ import annotations
@@ -28,49 +28,21 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+# fmt: off
 __all__ = [
-    "CLOSING_RECORDS",
-    "DEFAULT_GRACE_MS",
-    "DEFAULT_IDLE_TIMEOUT_MS",
-    "HANDLEABLE",
-    "HOSTED_STATES",
-    "INITIAL_STATE",
-    "MESSAGE_SCOPED_SIGNALS",
-    "PAYLOAD_SIGNALS",
-    "POSIX_SIGNAL_NUMBERS",
-    "RELOAD_SIGNALS",
-    "RUNTIME_OUTCOMES",
-    "RUNTIME_TRANSITIONS",
-    "SERVER_ABORTED_SIGNALS",
-    "SIGNAL_TIMING",
-    "STATE_RULES",
-    "TABLE",
-    "TERMINAL_STATES",
-    "Action",
-    "Cell",
-    "Decision",
-    "Effect",
-    "InvalidTransition",
-    "LifecycleError",
-    "MessageProgress",
-    "Outcome",
-    "Record",
-    "Signal",
-    "SignalRejected",
-    "State",
-    "StateRules",
-    "Timing",
-    "accepts_record",
-    "cell",
-    "check_runtime_transition",
-    "decide",
-    "markdown_table",
-    "needs_runtime",
-    "possible_signals",
-    "runtime_outcome",
-    "runtime_target",
-    "valid_signals",
+    # the tables and the constants
+    "CLOSING_RECORDS", "DEFAULT_GRACE_MS", "DEFAULT_IDLE_TIMEOUT_MS", "HANDLEABLE", "HOSTED_STATES",
+    "INITIAL_STATE", "MESSAGE_SCOPED_SIGNALS", "PAYLOAD_SIGNALS", "POSIX_SIGNAL_NUMBERS",
+    "RELOAD_SIGNALS", "RUNTIME_OUTCOMES", "RUNTIME_TRANSITIONS", "SERVER_ABORTED_SIGNALS",
+    "SIGNAL_TIMING", "STATE_RULES", "TABLE", "TERMINAL_STATES",
+    # the vocabulary, the table's cells and answers, the errors
+    "Action", "Cell", "Decision", "Effect", "InvalidTransition", "LifecycleError", "MessageProgress",
+    "Outcome", "Record", "Signal", "SignalRejected", "State", "StateRules", "Timing",
+    # the questions
+    "accepts_record", "cell", "check_runtime_transition", "decide", "needs_runtime", "possible_signals",
+    "runtime_outcome", "runtime_target", "valid_signals",
 ]
+# fmt: on
 
 # An entity's profile when neither the spawn request nor its type names one; fixed at its first
 # lease (ARCHITECTURE §1, amended: not at spawn).
@@ -620,101 +592,3 @@ CLOSING_RECORDS = frozenset({Record.SIGNAL_OUTCOME, Record.RUN_END, Record.EXEC_
 def accepts_record(state: State, record: Record) -> bool:
     """Whether an entity in ``state`` takes ``record`` from its runtime (the lease's own checks aside)."""
     return not STATE_RULES[state].terminal or record in CLOSING_RECORDS
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else ""
-
-
-def _state_rules_table() -> list[str]:
-    lines = [
-        "| State | accepts messages | delivers messages | starts runs | run may be in progress "
-        "| leased to a runtime | taken up with cause | SIGTERM cleanup | shutting down |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for state, r in STATE_RULES.items():
-        leased = "always" if r.needs_runtime else "when a message waits" if r.wakes_for_message else ""
-        cells = [
-            _yes(r.accepts_messages),
-            _yes(r.delivers_messages),
-            _yes(r.starts_runs),
-            _yes(r.runs_possible),
-            leased,
-            r.start_cause or "",
-            _yes(r.cleanup),
-            "terminal" if r.terminal else _yes(r.shutting_down),
-        ]
-        lines.append(f"| `{state.value}` | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _outcomes_table() -> list[str]:
-    effects = list(Effect)
-    lines = [
-        "| Action | " + " | ".join(e.value.replace("_", " ") for e in effects) + " |",
-        "|---|" + "---|" * len(effects),
-    ]
-    for action, row in RUNTIME_OUTCOMES.items():
-        lines.append(
-            f"| {action.value.replace('_', ' ')} | " + " | ".join(f"`{row[e].value}`" for e in effects) + " |"
-        )
-    return lines
-
-
-def markdown_table() -> str:
-    """The RFC table, rendered from TABLE, and the other rules' tables, for the docs."""
-    signals = list(Signal)
-    lines = [
-        "| Current state | " + " | ".join(s.value for s in signals) + " |",
-        "|---|" + "---|" * len(signals),
-    ]
-    for state in State:
-        if state in TERMINAL_STATES:
-            row = ["server rejects"] * len(signals)
-        else:
-            row = []
-            for signal in signals:
-                c = TABLE[state][signal]
-                text = f"→ `{c.new_state.value}`" if c.new_state else c.text
-                if c.action_running is not c.action_not_running and c.text.startswith("ignored"):
-                    text += f"; run in progress: {c.action_running.value.replace('_', ' ')}"
-                row.append(text)
-        lines.append(f"| `{state.value}` | " + " | ".join(row) + " |")
-    lines.append("")
-    lines.append("Transitions not driven by a signal:")
-    lines.append("")
-    lines.append("| From | To | Causes |")
-    lines.append("|---|---|---|")
-    for (a, b), causes in RUNTIME_TRANSITIONS.items():
-        lines.append(f"| `{a.value}` | `{b.value}` | {', '.join(sorted(causes))} |")
-    lines.append("")
-    lines.append("What each state allows:")
-    lines.append("")
-    lines.extend(_state_rules_table())
-    lines.append("")
-    lines.append("The outcome the runtime records, by the cell's action and by what it did:")
-    lines.append("")
-    lines.extend(_outcomes_table())
-    lines.append("")
-
-    def names(signals: frozenset[Signal]) -> str:
-        return ", ".join(s.value for s in Signal if s in signals)
-
-    lines.append(
-        f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
-        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
-        f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
-        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
-    )
-    terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
-    closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
-    lines.append("")
-    lines.append(
-        f"After the end ({terminal}) a runtime may append only its closing records, within the "
-        f"server's settle: {closing}. Anything else is refused with `ENTITY_TERMINAL`."
-    )
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

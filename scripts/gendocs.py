@@ -1,13 +1,15 @@
 """Generate the tables of docs/signals.md, docs/runtime.md and docs/server.md from their code.
 
 `python scripts/gendocs.py` rewrites the generated blocks of docs/signals.md:
-the state table (`electric_sdk.lifecycle.markdown_table()`, verbatim) and a
-Mermaid state diagram built from `TABLE` and `RUNTIME_TRANSITIONS`; and the
+the state tables (`markdown_table()`: the RFC's from `TABLE`, then the other
+rules' tables) and a Mermaid state diagram built from `TABLE` and
+`RUNTIME_TRANSITIONS`; and the
 block of docs/runtime.md that says, for each signal, when it acts on a run
-(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and the fast
-paths' table of docs/server.md, from the server's registry of them
-(server/electric_server/fastpaths/__init__.py: each with what it buys, what it
-risks, its fallback and its bench row). Each block
+(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and two
+tables of docs/server.md: the options, from the server's settings table
+(server/electric_server/settings.py: each flag, its default, its range), and
+the fast paths, from their registry (server/electric_server/fastpaths/__init__.py:
+each with what it buys, what it risks, its fallback and its bench row). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -22,6 +24,7 @@ import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
@@ -32,22 +35,33 @@ for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import
         sys.path.insert(0, str(_path))
 
 from electric_server.fastpaths import BENCH, FAST_PATHS  # noqa: E402
+from electric_server.settings import SETTINGS, Setting  # noqa: E402
 
 from electric_sdk.lifecycle import (  # noqa: E402
+    CLOSING_RECORDS,
+    DEFAULT_GRACE_MS,
+    DEFAULT_IDLE_TIMEOUT_MS,
     HANDLEABLE,
+    MESSAGE_SCOPED_SIGNALS,
+    PAYLOAD_SIGNALS,
+    RELOAD_SIGNALS,
+    RUNTIME_OUTCOMES,
     RUNTIME_TRANSITIONS,
     SIGNAL_TIMING,
+    STATE_RULES,
     TABLE,
     TERMINAL_STATES,
     Action,
+    Effect,
+    Record,
     Signal,
     State,
-    markdown_table,
 )
 
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
 DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
 TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
+OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
@@ -55,6 +69,100 @@ _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
 class MarkerError(ValueError):
     """The page's generated-block markers are missing, duplicated or unbalanced."""
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else ""
+
+
+def _state_rules_table() -> list[str]:
+    lines = [
+        "| State | accepts messages | delivers messages | starts runs | run may be in progress "
+        "| leased to a runtime | taken up with cause | SIGTERM cleanup | shutting down |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for state, r in STATE_RULES.items():
+        leased = "always" if r.needs_runtime else "when a message waits" if r.wakes_for_message else ""
+        cells = [
+            _yes(r.accepts_messages),
+            _yes(r.delivers_messages),
+            _yes(r.starts_runs),
+            _yes(r.runs_possible),
+            leased,
+            r.start_cause or "",
+            _yes(r.cleanup),
+            "terminal" if r.terminal else _yes(r.shutting_down),
+        ]
+        lines.append(f"| `{state.value}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _outcomes_table() -> list[str]:
+    effects = list(Effect)
+    lines = [
+        "| Action | " + " | ".join(e.value.replace("_", " ") for e in effects) + " |",
+        "|---|" + "---|" * len(effects),
+    ]
+    for action, row in RUNTIME_OUTCOMES.items():
+        lines.append(
+            f"| {action.value.replace('_', ' ')} | " + " | ".join(f"`{row[e].value}`" for e in effects) + " |"
+        )
+    return lines
+
+
+def markdown_table() -> str:
+    """The RFC table, rendered from TABLE, and the other rules' tables, for the docs."""
+    signals = list(Signal)
+    lines = [
+        "| Current state | " + " | ".join(s.value for s in signals) + " |",
+        "|---|" + "---|" * len(signals),
+    ]
+    for state in State:
+        if state in TERMINAL_STATES:
+            row = ["server rejects"] * len(signals)
+        else:
+            row = []
+            for signal in signals:
+                c = TABLE[state][signal]
+                text = f"→ `{c.new_state.value}`" if c.new_state else c.text
+                if c.action_running is not c.action_not_running and c.text.startswith("ignored"):
+                    text += f"; run in progress: {c.action_running.value.replace('_', ' ')}"
+                row.append(text)
+        lines.append(f"| `{state.value}` | " + " | ".join(row) + " |")
+    lines.append("")
+    lines.append("Transitions not driven by a signal:")
+    lines.append("")
+    lines.append("| From | To | Causes |")
+    lines.append("|---|---|---|")
+    for (a, b), causes in RUNTIME_TRANSITIONS.items():
+        lines.append(f"| `{a.value}` | `{b.value}` | {', '.join(sorted(causes))} |")
+    lines.append("")
+    lines.append("What each state allows:")
+    lines.append("")
+    lines.extend(_state_rules_table())
+    lines.append("")
+    lines.append("The outcome the runtime records, by the cell's action and by what it did:")
+    lines.append("")
+    lines.extend(_outcomes_table())
+    lines.append("")
+
+    def names(signals: frozenset[Signal]) -> str:
+        return ", ".join(s.value for s in Signal if s in signals)
+
+    lines.append(
+        f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
+        f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
+        f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
+        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
+    )
+    terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
+    closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
+    lines.append("")
+    lines.append(
+        f"After the end ({terminal}) a runtime may append only its closing records, within the "
+        f"server's settle: {closing}. Anything else is refused with `ENTITY_TERMINAL`."
+    )
+    return "\n".join(lines) + "\n"
 
 
 def mermaid_diagram() -> str:
@@ -101,6 +209,42 @@ def timing_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def code_span(text: str) -> str:
+    return f"`{text}`"
+
+
+def _option_cell(s: Setting[Any]) -> str:
+    """What a setting does, then who else takes it, where it applies, and where to read more."""
+    notes = [
+        "`electric dev` takes it too" if s.dev and s.flag else "",
+        f"{s.store} only" if s.store else "",
+        f"see {s.see}" if s.see else "",
+    ]
+    unit = f", in {s.kind.unit}" if s.kind.unit else ""
+    field = f" (`ServerConfig.{s.name}`{unit})" if s.flag else ""
+    return "; ".join(filter(None, [s.help, *notes])) + field
+
+
+def options_table() -> str:
+    """docs/server.md's options: each flag of `electric server` with its default, range and
+    help; then the settings only ``ServerConfig`` takes (``electric_sdk.testing``'s keywords)."""
+    lines = ["| flag | default | range | |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        if s.flag is not None:
+            flag = s.flag if s.choices or s.kind.action == "store_true" else f"{s.flag} {s.kind.metavar}"
+            lines.append(
+                f"| `{flag}` | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
+    lines += ["", "| `ServerConfig` only | default | range | |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        if s.flag is None:
+            kind = ", ".join(filter(None, [s.kind.name, s.kind.unit]))
+            lines.append(
+                f"| `{s.name}` ({kind}) | {s.default_words(code_span)} | {s.range_words()} | {_option_cell(s)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def fastpath_table() -> str:
     """docs/server.md's fast paths: each with what it buys, what it risks, its fallback, where
     it lives and its bench row (the figures are docs/scaling.md's)."""
@@ -120,7 +264,7 @@ def fastpath_table() -> str:
 SOURCES = {
     DOC.name: "electric_sdk/lifecycle.py",
     RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
-    SERVER_DOC.name: "server/electric_server/fastpaths/__init__.py",
+    SERVER_DOC.name: "server/electric_server/settings.py and fastpaths/__init__.py",
 }
 
 
@@ -130,7 +274,7 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
     if page == RUNTIME_DOC.name:
         return {TIMING_BEGIN: timing_table()}
     if page == SERVER_DOC.name:
-        return {FASTPATHS_BEGIN: fastpath_table()}
+        return {OPTIONS_BEGIN: options_table(), FASTPATHS_BEGIN: fastpath_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",

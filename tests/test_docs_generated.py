@@ -1,4 +1,5 @@
-"""docs/signals.md is generated from electric_sdk/lifecycle.py and must not drift."""
+"""docs/signals.md and docs/runtime.md are generated from electric_sdk/lifecycle.py, and docs/server.md's
+options from server/electric_server/settings.py: none may drift."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
+from electric_server.settings import SETTINGS, Setting
 
 from electric_sdk.lifecycle import (
     RUNTIME_TRANSITIONS,
@@ -17,7 +20,6 @@ from electric_sdk.lifecycle import (
     TABLE,
     TERMINAL_STATES,
     Signal,
-    markdown_table,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +73,7 @@ def test_check_command_passes() -> None:
 
 def test_table_is_inserted_verbatim() -> None:
     text = DOC.read_text(encoding="utf-8")
-    assert _block(text, gendocs.TABLE_BEGIN) == "\n" + markdown_table()
+    assert _block(text, gendocs.TABLE_BEGIN) == "\n" + gendocs.markdown_table()
 
 
 def test_diagram_has_every_transition_and_nothing_else() -> None:
@@ -170,3 +172,49 @@ def test_runtime_timing_drift_fails_the_check(tmp_path: Path) -> None:
     assert _run_check(page).returncode == 1
     assert gendocs.write(page) is True
     assert page.read_text(encoding="utf-8") == text
+
+
+SERVER_DOC = ROOT / "docs" / "server.md"
+
+
+def _option_rows(setting: Setting[Any]) -> list[str]:
+    """The rows of docs/server.md's options whose first cell is this setting's flag or field."""
+    first = {setting.flag or setting.name, f"{setting.flag} {setting.kind.metavar}"}
+    return [
+        line
+        for line in _block(SERVER_DOC.read_text(encoding="utf-8"), gendocs.OPTIONS_BEGIN).splitlines()
+        if line.split("`")[1:2] and line.split("`")[1] in first
+    ]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_each_server_setting_has_its_row_in_the_docs(setting: Setting[Any]) -> None:
+    (row,) = _option_rows(setting)
+    cells = row.split(" | ")
+    assert cells[1:3] == [setting.default_words(gendocs.code_span), setting.range_words()]
+    assert setting.help in row
+
+
+def test_server_options_are_up_to_date() -> None:
+    problem = gendocs.check(SERVER_DOC)
+    assert problem is None, f"{problem}\n\ndocs/server.md is stale: run `python scripts/gendocs.py`"
+    assert _run_check(SERVER_DOC).returncode == 0
+
+
+def test_server_options_drift_fails_the_check_and_regeneration_keeps_prose(tmp_path: Path) -> None:
+    page = tmp_path / "server.md"
+    original = SERVER_DOC.read_text(encoding="utf-8")
+    settle = "| `--settle DURATION` | `1s` | 1ms to 60s |"
+    assert settle in original
+    note = "## Configuration\n\nA note someone added.\n"
+    with_note = original.replace("## Configuration\n", note, 1)
+    page.write_text(with_note.replace(settle, settle.replace("`1s`", "`2s`")), encoding="utf-8")
+
+    assert gendocs.check(page) is not None
+    result = _run_check(page)
+    assert result.returncode == 1
+    assert "stale" in result.stderr
+
+    assert gendocs.write(page) is True
+    assert page.read_text(encoding="utf-8") == with_note
+    assert gendocs.check(page) is None

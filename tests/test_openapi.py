@@ -172,7 +172,13 @@ async def test_the_live_reads_mount_when_the_door_is_given_the_streams(door: Ele
     assert handed_over == {("listEntities", "live")}
     service, readiness = door.http.service, door.http.readiness
     # Draining from the start: the SSE watch then answers at once that the server is going away.
-    streams = EntityStreams(service, lambda: True)
+    config = door.config
+    streams = EntityStreams(
+        service,
+        lambda: True,
+        heartbeat_s=config.sse_heartbeat_ms / 1000,
+        long_poll_s=config.http_long_poll_ms / 1000,
+    )
     served = HttpDoor(service, None, readiness, "127.0.0.1:0", streams=streams)
     transport = httpx.ASGITransport(app=served.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:

@@ -18,9 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from electric_server import setting
+
 from .._wire.entities import entity_url
 from . import console, exit_codes
 from .logs import add_log_format, setup_logging
+from .server_options import add_server_options, server_fields
 
 if TYPE_CHECKING:
     from electric_server import StoreCopy
@@ -28,138 +31,18 @@ if TYPE_CHECKING:
 
 def add_server_parser(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("server", help="run the control plane (SQLite, embedded)")
-    add_listen(p)
-    add_http(p)
-    add_served_data(p)
-    p.add_argument(
-        "--tokens", metavar="FILE", type=Path, help="TOML file of bearer tokens; without it, no auth"
-    )
-    p.add_argument(
-        "--tls-cert", metavar="FILE", type=Path, help="PEM certificate chain; enables TLS with --tls-key"
-    )
-    p.add_argument("--tls-key", metavar="FILE", type=Path, help="PEM private key")
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="allow a non-loopback --listen without --tokens (not recommended)",
-    )
-    p.add_argument(
-        "--drain-grace",
-        metavar="DURATION",
-        default="10s",
-        help="how long in-flight calls may finish on shutdown",
-    )
-    p.add_argument(
-        "--synchronous",
-        default="FULL",
-        choices=["FULL", "NORMAL"],
-        help="SQLite durability; FULL (default) survives power loss",
-    )
-    p.add_argument(
-        "--commit-delay",
-        metavar="DURATION",
-        default="0",
-        help="under concurrent load, how long a commit waits for more writes to share its fsync, "
-        "e.g. 1ms (default 0: never; at most 100ms)",
-    )
-    p.add_argument(
-        "--acceptors",
-        type=int,
-        default=8,
-        metavar="N",
-        help="calls each method accepts ahead beyond grpc's one, so a busy server keeps taking calls "
-        "(default %(default)s; 0: grpc's own acceptor only)",
-    )
-    p.add_argument(
-        "--allow-readable-tokens",
-        action="store_true",
-        help="use a --tokens file that its group or others may read (logged as a warning) instead of "
-        "refusing it",
-    )
-    p.add_argument(
-        "--hello-timeout",
-        metavar="DURATION",
-        default="10s",
-        help="how long a runtime stream may stay open without its hello (default %(default)s)",
-    )
-    p.add_argument(
-        "--watch-bandwidth",
-        type=int,
-        default=32 * 1024 * 1024,
-        metavar="BYTES",
-        help="bytes per second all event watches share once there are many: each watcher then "
-        "sends what arrived meanwhile in one message (default %(default)s, 32 MiB)",
-    )
-    p.add_argument(
-        "--settle",
-        metavar="DURATION",
-        default="1s",
-        help="after an entity's end, how long its runtime may append its closing records (a "
-        "signal's outcome, the end of the run in progress, exec receipts) before the stream closes "
-        "(default %(default)s; 1ms to 60s)",
-    )
-    p.add_argument(
-        "--poll",
-        metavar="DURATION",
-        default="500ms",
-        help="how often the store is polled for deadlines any replica may fire: grace expiries, "
-        "lost leases, settled streams (default %(default)s; 1ms to 500ms)",
-    )
-    p.add_argument(
-        "--lease-ttl",
-        metavar="DURATION",
-        default="10s",
-        help="how long a worker's session (and its leases) outlives its last heartbeat, and a "
-        "replica's sessions their replica's (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-streams",
-        type=int,
-        default=5000,
-        metavar="N",
-        help="open streams (watches and runtime sessions) per principal (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-sessions",
-        type=int,
-        default=100,
-        metavar="N",
-        help="worker sessions per principal (default %(default)s)",
-    )
-    add_database(p)
-    add_accept_data_loss(p)
+    add_server_options(p, "server")
     add_log_format(p)
     p.set_defaults(func=_cmd_server)
 
 
-def add_listen(p: argparse.ArgumentParser) -> None:
-    """``--listen``, the gRPC address of `server` and `dev`."""
-    p.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        default="127.0.0.1:7700",
-        help="HOST:PORT to listen on (default %(default)s)",
-    )
-
-
-DEFAULT_DATA = Path(".electric")
+DEFAULT_DATA: Path = setting("data_dir").value
+DATABASE_ENV: str = setting("database_url").env
 
 
 def add_data(p: argparse.ArgumentParser, help: str = "data directory (default %(default)s)") -> None:
     """``--data``, the data directory every local command takes (one default, one spelling)."""
     p.add_argument("--data", metavar="DIR", type=Path, default=DEFAULT_DATA, help=help)
-
-
-def add_served_data(p: argparse.ArgumentParser) -> None:
-    """``--data`` of ``server`` and ``dev``, whose store ``resolve_store`` picks as the tools'."""
-    p.add_argument(
-        "--data",
-        metavar="DIR",
-        type=Path,
-        default=None,
-        help=f"data directory (default {DEFAULT_DATA}, or $ELECTRIC_DATABASE_URL's database when that "
-        "is set and --data is not given)",
-    )
 
 
 def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None = None) -> None:
@@ -170,7 +53,7 @@ def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None =
         metavar="DIR",
         type=Path,
         default=None,
-        help=f"{verb} this data directory (default {DEFAULT_DATA}, or $ELECTRIC_DATABASE_URL's database "
+        help=f"{verb} this data directory (default {DEFAULT_DATA}, or ${DATABASE_ENV}'s database "
         "when that is set)",
     )
     p.add_argument(
@@ -178,7 +61,7 @@ def add_store(p: argparse.ArgumentParser, verb: str, database_help: str | None =
         metavar="URL",
         default=None,
         help=database_help
-        or f"{verb} this PostgreSQL database instead of --data (default $ELECTRIC_DATABASE_URL, "
+        or f"{verb} this PostgreSQL database instead of --data (default ${DATABASE_ENV}, "
         "unless --data is given)",
     )
 
@@ -189,102 +72,11 @@ def resolve_store(args: argparse.Namespace) -> bool:
     is never overridden by the environment. Returns whether the environment picked it."""
     from_env = False
     if args.database is None and args.data is None:
-        args.database = os.environ.get("ELECTRIC_DATABASE_URL") or None
+        args.database = os.environ.get(DATABASE_ENV) or None
         from_env = args.database is not None
     if args.data is None:
         args.data = DEFAULT_DATA
     return from_env
-
-
-def duration_ms(value: str) -> int:
-    """An argparse type: a duration (``5s``, ``500ms``; a bare number is seconds) in milliseconds."""
-    from ..durations import parse_ms
-
-    try:
-        return parse_ms(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_database(p: argparse.ArgumentParser) -> None:
-    """`--database`, `--database-pool` and `--database-timeout`, for `server` and `dev`
-    (``resolve_store`` picks)."""
-    p.add_argument(
-        "--database",
-        default=None,
-        metavar="URL",
-        help="a postgresql:// URL: keep the store in that PostgreSQL database instead of the data "
-        "directory's SQLite file (default $ELECTRIC_DATABASE_URL, unless --data is given; needs "
-        "electric-sdk[postgres])",
-    )
-    p.add_argument(
-        "--database-pool",
-        type=int,
-        default=4,
-        metavar="N",
-        help="connections to the --database (default %(default)s; mind PostgreSQL's max_connections)",
-    )
-    p.add_argument(
-        "--database-timeout",
-        type=duration_ms,
-        default="5s",
-        metavar="DURATION",
-        help="the longest the server waits on the --database for a connection or a statement before "
-        "the call is answered UNAVAILABLE (default %(default)s; 10ms to 10m)",
-    )
-
-
-def add_http(p: argparse.ArgumentParser) -> None:
-    # Off unless asked: tests and notebooks start several servers, which one default port would fail.
-    p.add_argument(
-        "--http",
-        default="off",
-        metavar="HOST:PORT",
-        help="also serve the HTTP/JSON API here (docs/http.md), e.g. 127.0.0.1:7780; "
-        "port 0 picks a free one (default %(default)s)",
-    )
-    p.add_argument(
-        "--sse-heartbeat",
-        default="15000",
-        metavar="MS",
-        type=sse_heartbeat_ms,
-        help="an HTTP SSE response with nothing to send sends a comment this often, in ms "
-        "(or a duration such as 15s; default %(default)s)",
-    )
-    p.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it; "
-        "default: CORS off)",
-    )
-
-
-def http_address(value: str) -> str | None:
-    return None if value.strip().lower() == "off" else value
-
-
-def sse_heartbeat_ms(value: str) -> int:
-    """Milliseconds: a bare number is ms here (the flag names its unit), else a duration."""
-    from ..durations import parse_ms
-
-    try:
-        ms = int(value) if value.strip().isdigit() else parse_ms(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
-    return ms
-
-
-def add_accept_data_loss(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--accept-data-loss",
-        action="store_true",
-        help="start on a damaged data directory anyway, dropping what the damage cut off "
-        '(logged; see docs/server.md, "Damage")',
-    )
 
 
 def storage_exit(command: str, exc: Exception) -> int:
@@ -306,39 +98,11 @@ def add_verify_parser(sub: argparse._SubParsersAction[Any]) -> None:
 def _cmd_server(args: argparse.Namespace) -> int:
     from electric_server import DatabaseUnavailable, ServerConfig, StorageFault, serve
 
-    from ..durations import parse_ms
-
     console.outlive_closed_output("server")
     setup_logging(args.log_format)
     resolve_store(args)
     try:
-        config = ServerConfig(
-            listen=args.listen,
-            http=http_address(args.http),
-            sse_heartbeat_ms=args.sse_heartbeat,
-            cors_origins=tuple(args.cors_origin),
-            data_dir=args.data,
-            tokens_file=args.tokens,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            insecure=args.insecure,
-            drain_grace_s=parse_ms(args.drain_grace) / 1000,
-            synchronous=args.synchronous,
-            commit_delay_ms=parse_ms(args.commit_delay),
-            acceptors_per_method=args.acceptors,
-            accept_data_loss=args.accept_data_loss,
-            allow_readable_tokens=args.allow_readable_tokens,
-            hello_timeout_ms=parse_ms(args.hello_timeout),
-            settle_ms=parse_ms(args.settle),
-            poll_ms=parse_ms(args.poll),
-            lease_ttl_ms=parse_ms(args.lease_ttl),
-            max_streams=args.max_streams,
-            max_sessions=args.max_sessions,
-            watch_bandwidth=args.watch_bandwidth,
-            database_url=args.database,
-            database_pool=args.database_pool,
-            database_timeout_ms=args.database_timeout,
-        )
+        config = ServerConfig(**server_fields(args, "server"))
         return asyncio.run(serve(config))
     except (ValueError, DatabaseUnavailable) as exc:  # ConfigError, TokenFileError; no database to start on
         print(f"electric server: {exc}", file=sys.stderr)

@@ -21,17 +21,9 @@ from .._signals import drain_on_signals
 from . import exit_codes
 from .commands import duration_s
 from .console import outlive_closed_output
-from .local import (
-    add_accept_data_loss,
-    add_database,
-    add_http,
-    add_listen,
-    add_served_data,
-    http_address,
-    resolve_store,
-    storage_exit,
-)
+from .local import resolve_store, storage_exit
 from .logs import add_log_format, setup_logging
+from .server_options import add_server_options, server_fields
 
 DEFAULT_APP = "examples.agents:app"
 
@@ -92,11 +84,7 @@ def add_runtime_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "app", nargs="?", metavar="MODULE:APP", help=f"default {DEFAULT_APP}, unless --exec files are given"
     )
-    add_listen(p)
-    add_http(p)
-    add_served_data(p)
-    add_database(p)
-    add_accept_data_loss(p)
+    add_server_options(p, "dev")
     _common(p)
     p.set_defaults(func=_cmd_dev)
 
@@ -337,18 +325,8 @@ def _cmd_dev(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, verbose=args.verbose)
     resolve_store(args)
     try:
-        config = ServerConfig(
-            listen=args.listen,
-            http=http_address(args.http),
-            sse_heartbeat_ms=args.sse_heartbeat,
-            cors_origins=tuple(args.cors_origin),
-            data_dir=args.data,
-            drain_grace_s=1.0,
-            accept_data_loss=args.accept_data_loss,
-            database_url=args.database,
-            database_pool=args.database_pool,
-            database_timeout_ms=args.database_timeout,
-        )
+        # dev takes no --drain-grace: its server drains in a second, not in the server's default.
+        config = ServerConfig(**server_fields(args, "dev"), drain_grace_s=1.0)
         if args.app is None and not args.exec_files:
             args.app = DEFAULT_APP
         return _run(args, server_config=config)

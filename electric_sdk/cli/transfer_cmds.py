@@ -18,9 +18,6 @@ from typing import Any
 from . import console, exit_codes
 from .local import add_store, resolve_store
 
-# Idempotency keys older than the server's retention (its default: a day) have expired.
-DAY_MS = 24 * 3600 * 1000
-
 
 def add_transfer_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("export", help="write every stream of a stopped store to a file (docs/scaling.md)")
@@ -40,7 +37,7 @@ def _store_options(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from electric_server import Progress, export_store
+    from electric_server import Progress, export_store, setting
 
     return _transfer(
         "export",
@@ -49,7 +46,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             args.out,
             data_dir=args.data,
             database_url=args.database,
-            retention_ms=DAY_MS,
+            # Idempotency keys older than the server's default retention have expired.
+            retention_ms=setting("idempotency_retention_ms").value,
             progress=Progress("export"),
         ),
     )

@@ -32,29 +32,28 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._signals import drain_on_signals
-from electric_sdk.durations import format_ms
 from electric_sdk.listen import is_loopback, listen_host
 
+from . import settings
 from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
 from .core.auth import TokenTable
-from .core.caps import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_STREAMS, Caps
+from .core.caps import Caps
 from .core.errors import ApiError, storage_error
 from .core.reaper import Reaper
 from .core.service import EntityService
-from .core.watch import BANDWIDTH, FEED_EVENTS, Watches
+from .core.watch import Watches
 from .fastpaths import forced_fallbacks
 from .fastpaths.acceptors import Acceptors, quiet_abandoned_writes
 from .grpc.auth import AuthInterceptor
 from .grpc.handlers import guard_server
 from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
 from .http.door import HttpDoor, check_cors_origins
-from .http.streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
+from .http.streams import EntityStreams
 from .metrics import ServerMetrics
-from .runtime.lease_sweep import DEFAULT_POLL_MS
-from .runtime.service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
+from .runtime.service import Runtime, RuntimeService
 from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store, WritesRefused
-from .store.database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, is_database_url, redacted
+from .store.database_url import is_database_url, redacted
 from .store.sqlite import SQLiteStore
 from .tools.datadir import DataDirLock, database_path
 from .tools.verify import Report, verify
@@ -66,74 +65,47 @@ RUNTIME_SERVICE_NAME = rt.DESCRIPTOR.services_by_name["RuntimeService"].full_nam
 # The readiness of writes, for grpc.health.v1: NOT_SERVING while the disk is full or the database
 # is read-only (reads go on).
 WRITES_HEALTH_NAME = "electric.v1.writes"
-DEFAULT_LISTEN = "127.0.0.1:7700"
-DAY_MS = 24 * 3600 * 1000
-MAX_ACCEPTORS = 64
-MAX_SETTLE_MS = 60_000
-# --database-timeout's range: under 10 ms even a healthy database's commits would time out.
-MIN_DATABASE_TIMEOUT_MS = 10
-MAX_DATABASE_TIMEOUT_MS = 600_000
 
 
 @dataclass
 class ServerConfig:
-    listen: str = DEFAULT_LISTEN
-    data_dir: Path = Path(".electric")
-    tokens_file: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    # Allow a non-loopback address without tokens.
-    insecure: bool = False
-    # How long in-flight calls may run once draining starts.
-    drain_grace_s: float = 10.0
-    synchronous: str = "FULL"
-    # Under concurrent load, a commit waits this long for more writes to share it (0: never).
-    commit_delay_ms: float = 0.0
-    # Calls accepted ahead per method, beyond grpc.aio's one (fastpaths/acceptors.py); 0: grpc's own only.
-    acceptors_per_method: int = 8
-    idempotency_retention_ms: int = DAY_MS
-    # Changes a watcher may fall behind before it is ended with WATCH_LAGGING.
-    watch_queue_limit: int = 10_000
-    # Bytes per second all event watches share once there are many (watch.py, BANDWIDTH).
-    watch_bandwidth: int = BANDWIDTH
-    # Events an entity's feed keeps for its watchers that are behind (watch.py, FEED_EVENTS).
-    watch_feed_events: int = FEED_EVENTS
-    # A worker that sends no heartbeat for this long loses its leases.
-    lease_ttl_ms: int = 10_000
-    # How often workers are asked to send a heartbeat.
-    heartbeat_interval_ms: int = 3_000
-    # Start on a damaged store, dropping what the damage cut off (docs/server.md, "Damage").
-    accept_data_loss: bool = False
-    # While the disk is full, how often the store tries writing again.
-    disk_full_retry_ms: int = 1_000
-    # A runtime stream that sends no hello this long after it opened is ended (HELLO_TIMEOUT).
-    hello_timeout_ms: int = 10_000
-    # The bounded settle after an end: how long the runtime may still append its closing records
-    # (lifecycle.CLOSING_RECORDS) before its lease ends and the stream closes.
-    settle_ms: int = DEFAULT_SETTLE_MS
-    # How often the store is polled for deadlines any replica may fire (lease_sweep.py, reaper.py).
-    poll_ms: int = DEFAULT_POLL_MS
-    # Per principal (caps.py): open streams (watches and runtime streams), and worker sessions.
-    max_streams: int = DEFAULT_MAX_STREAMS
-    max_sessions: int = DEFAULT_MAX_SESSIONS
-    # Use a tokens file its group or others may read (logged as a warning) instead of refusing it.
-    allow_readable_tokens: bool = False
-    # A postgresql:// URL: the store is that PostgreSQL database (store/postgres.py), not the
-    # data directory's SQLite file; and its pool of connections.
-    database_url: str | None = None
-    database_pool: int = DEFAULT_DATABASE_POOL
-    # The longest the server waits on the database for one thing (store/postgres.py).
-    database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS
-    # HOST:PORT of the HTTP/JSON door (http/door.py); None: no HTTP.
-    http: str | None = None
-    # An SSE response with nothing to send sends a comment this often (http/streams.py), so
-    # proxies keep it open and clients see it alive; and how long a long-poll waits at the tail.
-    sse_heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
-    http_long_poll_ms: int = DEFAULT_LONG_POLL_MS
-    # The origins whose pages may call the HTTP door (CORS); none: CORS off.
-    cors_origins: tuple[str, ...] = ()
-    # What time it is for grace deadlines, writes and worker sessions (clock.py): a test's manual
-    # clock makes a 30 s grace pass at once. SQLite only: on PostgreSQL the database's clock judges.
+    """What a server runs with: one field per setting of settings.py, which holds each one's
+    default, range (checked by ``settings.check`` when the server is built), flag and help."""
+
+    listen: str = settings.LISTEN.value
+    data_dir: Path = settings.DATA_DIR.value
+    tokens_file: Path | None = settings.TOKENS_FILE.value
+    tls_cert: Path | None = settings.TLS_CERT.value
+    tls_key: Path | None = settings.TLS_KEY.value
+    insecure: bool = settings.INSECURE.value
+    drain_grace_s: float = settings.DRAIN_GRACE.value
+    synchronous: str = settings.SYNCHRONOUS.value
+    commit_delay_ms: float = settings.COMMIT_DELAY.value
+    acceptors_per_method: int = settings.ACCEPTORS.value
+    idempotency_retention_ms: int = settings.IDEMPOTENCY_RETENTION.value
+    watch_queue_limit: int = settings.WATCH_QUEUE_LIMIT.value
+    watch_bandwidth: int = settings.WATCH_BANDWIDTH.value
+    watch_feed_events: int = settings.WATCH_FEED_EVENTS.value
+    lease_ttl_ms: int = settings.LEASE_TTL.value
+    heartbeat_interval_ms: int = settings.HEARTBEAT_INTERVAL.value
+    accept_data_loss: bool = settings.ACCEPT_DATA_LOSS.value
+    disk_full_retry_ms: int = settings.DISK_FULL_RETRY.value
+    hello_timeout_ms: int = settings.HELLO_TIMEOUT.value
+    settle_ms: int = settings.SETTLE.value
+    poll_ms: int = settings.POLL.value
+    max_streams: int = settings.MAX_STREAMS.value
+    max_sessions: int = settings.MAX_SESSIONS.value
+    allow_readable_tokens: bool = settings.ALLOW_READABLE_TOKENS.value
+    database_url: str | None = settings.DATABASE_URL.value
+    database_pool: int = settings.DATABASE_POOL.value
+    database_timeout_ms: int = settings.DATABASE_TIMEOUT.value
+    http: str | None = settings.HTTP.value
+    sse_heartbeat_ms: int = settings.SSE_HEARTBEAT.value
+    http_long_poll_ms: int = settings.HTTP_LONG_POLL.value
+    cors_origins: tuple[str, ...] = settings.CORS_ORIGINS.value
+    # Not a setting but a test hook: what time it is for grace deadlines, writes and worker
+    # sessions (clock.py); a test's manual clock makes a 30 s grace pass at once. SQLite only: on
+    # PostgreSQL the database's clock judges.
     clock: Clock = SYSTEM_CLOCK
 
     @property
@@ -189,32 +161,12 @@ class ElectricServer:
         host = _host(config.listen)
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ConfigError("--tls-cert and --tls-key go together")
-        if not 0 <= config.acceptors_per_method <= MAX_ACCEPTORS:
-            raise ConfigError(f"--acceptors must be 0-{MAX_ACCEPTORS}, not {config.acceptors_per_method}")
-        if not 1 <= config.poll_ms <= DEFAULT_POLL_MS:
-            raise ConfigError(f"--poll must be 1ms to {DEFAULT_POLL_MS}ms, not {config.poll_ms}ms")
+        settings.check(config)  # every range (settings.py)
         if config.database_url and config.clock is not SYSTEM_CLOCK:
             raise ConfigError(
                 "a manual clock is for the SQLite store: on PostgreSQL the database's clock judges "
                 "every write and lease"
             )
-        if not MIN_DATABASE_TIMEOUT_MS <= config.database_timeout_ms <= MAX_DATABASE_TIMEOUT_MS:
-            raise ConfigError(
-                f"--database-timeout must be {MIN_DATABASE_TIMEOUT_MS}ms to "
-                f"{format_ms(MAX_DATABASE_TIMEOUT_MS)}, not {config.database_timeout_ms}ms"
-            )
-        if config.lease_ttl_ms < 1:
-            raise ConfigError(f"--lease-ttl must be positive, not {config.lease_ttl_ms}ms")
-        if not 1 <= config.settle_ms <= MAX_SETTLE_MS:
-            raise ConfigError(f"--settle must be 1ms to {MAX_SETTLE_MS // 1000}s, not {config.settle_ms}ms")
-        for flag, value in (
-            ("--hello-timeout", config.hello_timeout_ms),
-            ("--max-streams", config.max_streams),
-            ("--max-sessions", config.max_sessions),
-            ("--watch-bandwidth", config.watch_bandwidth),
-        ):
-            if value < 1:
-                raise ConfigError(f"{flag} must be at least 1, not {value}")
         try:
             self.forced_fallbacks = forced_fallbacks()
         except ValueError as exc:  # a typo must not quietly run without the fallback it meant
@@ -492,7 +444,7 @@ class ElectricServer:
 def _usage_hint(server: ElectricServer) -> str:
     a = server.address
     auth = "bearer tokens required" if server.tokens else "no auth (loopback)"
-    env = "" if a == DEFAULT_LISTEN else f"ELECTRIC_ADDRESS={a} "
+    env = "" if a == settings.LISTEN.value else f"ELECTRIC_ADDRESS={a} "
     return "\n".join(
         [
             (

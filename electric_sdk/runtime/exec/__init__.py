@@ -7,8 +7,11 @@ the receipts. Modules: ``spec`` (the definition and its checks), ``config``
 posix and portable backends, and a generation taken over), ``launcher`` (run
 between the fork and the command: the parent-death signal), ``group`` (a
 generation's process group and its orphans), ``output`` (stdout/stderr into the stream),
-``receipts`` (the ``exec`` events, and the stored generation read back from
-them), ``hooks`` (the test hook between planning and issuing an action),
+``receipts`` (the ``exec`` events written in the order of the acts, and the
+stored generation read back from them), ``hooks`` (the test hook between
+planning and issuing an action), ``generations`` (what one host knows of its
+entity's generations, and the stored one judged at the lease), ``shutdown``
+(each act on a generation, the shutdown policy, the end recorded once),
 ``host`` (one leased exec entity).
 """
 

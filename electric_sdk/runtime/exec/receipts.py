@@ -1,19 +1,27 @@
-"""Exec receipts: building the ``exec`` events a host writes, and reading back from an entity's
-stream which generation it last started and whether that generation's end was recorded."""
+"""Exec receipts: building the ``exec`` events a host writes, writing them in the order of its
+acts (``ReceiptLog``), and reading back from an entity's stream which generation it last started
+and whether that generation's end was recorded."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
 
 from ..._proto.electric.v1 import types_pb2 as pb
 from ..._wire.enums import EXEC_ACTION_BY_NAME, EXEC_DISPOSITION_BY_NAME
 from ..._wire.exec_receipts import generation_running
 from ..._wire.times import timestamp_from_datetime
 from ...models import Event
+from ..fenced import FINAL_WRITE_TIMEOUT_S, Fenced
 from .evidence import Evidence
 
-__all__ = ["Stored", "build", "stored_generation"]
+__all__ = ["ReceiptLog", "Stored", "build", "stored_generation"]
+
+log = logging.getLogger("electric.runtime.exec")
 
 
 def build(
@@ -57,6 +65,30 @@ def build(
     if exit_status is not None:
         receipt.exit_status = exit_status
     return receipt
+
+
+class ReceiptLog:
+    """One exec host's receipts, written in the order of its acts, even while cancelled."""
+
+    __slots__ = ("_backend", "_fenced", "_order", "_task_id")
+
+    def __init__(self, task_id: str, backend: str, fenced: Fenced) -> None:
+        self._task_id, self._backend, self._fenced = task_id, backend, fenced
+        self._order = anyio.Lock()
+
+    async def write(self, action: str, disposition: str, **fields: Any) -> None:
+        """Write an ``exec`` receipt (``build`` names the fields), even while cancelled."""
+        receipt = build(self._task_id, self._backend, action, disposition, **fields)
+        name, reason = fields.get("name", ""), fields.get("reason", "")
+        log.info("%s: exec %s %s %s %s", self._task_id, action, name, disposition, reason)
+        # One at a time, so they land in the order of the acts: a receipt refused because the state
+        # moved (a SIGKILL during a SIGTERM's) is retried, and must not land after the receipt of an
+        # act that came after its own. Each write keeps its own bound; the wait for the lock is
+        # bounded by the writes before it.
+        with anyio.CancelScope(shield=True):
+            async with self._order:
+                with anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                    await self._fenced.write(retry=True, exec=receipt)
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..settings import MAX_SESSIONS, MAX_STREAMS
 from .errors import resource_exhausted
-
-DEFAULT_MAX_STREAMS = 5_000
-DEFAULT_MAX_SESSIONS = 100
 
 
 class Caps:
-    def __init__(
-        self, max_streams: int = DEFAULT_MAX_STREAMS, max_sessions: int = DEFAULT_MAX_SESSIONS
-    ) -> None:
+    def __init__(self, max_streams: int = MAX_STREAMS.value, max_sessions: int = MAX_SESSIONS.value) -> None:
         self.max_streams = max_streams
         self.max_sessions = max_sessions
         self.streams: dict[str, int] = {}  # per principal, the slots held

@@ -20,6 +20,7 @@ from typing import Protocol
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.workers import worker_to_pb
 
+from ..settings import LEASE_TTL
 from ..store.base import EntityRecord, StorageFault, Store
 from ..store.sessions import LiveSession, SessionRow
 
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 # How long the hosted types read from the book answer arrivals: a burst of spawns of one type
 # costs the store one read, and a worker that just connected is seen within this.
 HOSTED_CACHE_S = 1.0
-DEFAULT_TTL_MS = 10_000
 
 
 class LocalSession(Protocol):
@@ -63,7 +63,7 @@ class Presence:
         self._hosted_at = -HOSTED_CACHE_S
 
     async def workers(self) -> list[api.Worker]:
-        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else DEFAULT_TTL_MS
+        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else LEASE_TTL.value
         return [self._to_pb(s) for s in await self.store.sessions.live(ttl_ms)]
 
     def _to_pb(self, live: LiveSession) -> api.Worker:
@@ -83,7 +83,7 @@ class Presence:
 
     async def hosted_types(self) -> frozenset[str]:
         """The types some connected worker hosts, on any replica."""
-        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else DEFAULT_TTL_MS
+        ttl_ms = self.runtime.lease_ttl_ms if self.runtime else LEASE_TTL.value
         return frozenset(t for s in await self.store.sessions.live(ttl_ms) for t in s.row.types)
 
     async def arrived(self, type_: str, what: str) -> None:

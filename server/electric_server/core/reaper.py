@@ -39,6 +39,7 @@ from collections.abc import Callable
 from electric_sdk.lifecycle import STATE_RULES
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..settings import POLL, SETTLE
 from ..store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 from . import entity_writes
 from .validation import REQUEST_KEY_PREFIX, REQUEST_KEY_RETENTION_MS
@@ -47,13 +48,11 @@ log = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S = 3600.0
 RETRY_MS = 1000
-# How often the store is asked for due deadlines (`electric server --poll`), and how many at once.
-DEFAULT_POLL_MS = 500
-POLL_PAGE = 256
+POLL_PAGE = 256  # due deadlines asked of the store at once (every `electric server --poll`)
 # How long past its grace deadline a stopping entity's `stopped` waits for its process's exit
 # receipt, by default: the server's one settle (ServerConfig.settle_ms, `electric server --settle`),
 # which also bounds the closing records a runtime may write after the end.
-EXIT_SETTLE_MS = 1000
+EXIT_SETTLE_MS = SETTLE.value
 
 
 class Reaper:
@@ -62,7 +61,7 @@ class Reaper:
         store: Store,
         idempotency_retention_ms: int,
         settle_ms: int = EXIT_SETTLE_MS,
-        poll_ms: int = DEFAULT_POLL_MS,
+        poll_ms: int = POLL.value,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store

@@ -8,7 +8,7 @@ A slow watcher does not block writers: an event watch that falls behind its
 entity's feed (``event_feed``) reads the store in pages until it catches up;
 an entity watch whose queue overflows ends with ABORTED / WATCH_LAGGING and
 the client reconnects for a fresh snapshot. Event watches share a message
-bandwidth (``BANDWIDTH``), so thousands of them on a busy entity leave the
+bandwidth (``Watches.bandwidth``), so thousands of them on a busy entity leave the
 loop to writers and to every other call; a watcher that waited its turn
 sends what arrived meanwhile in one message.
 Draining ends every watch with UNAVAILABLE / SERVER_DRAINING so clients
@@ -40,16 +40,17 @@ from electric_sdk._wire.watch_frames import (
 )
 from electric_sdk.lifecycle import State
 
+from ..settings import WATCH_BANDWIDTH, WATCH_FEED_EVENTS, WATCH_QUEUE_LIMIT
 from ..store.base import Commit, Ref, Store, StoredEvent
 from .errors import ApiError, not_found
 from .event_feed import Feed
 
 READ_PAGE = 500
 SNAPSHOT_CHUNK = 500
-QUEUE_LIMIT = 10_000
 CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hundred bytes)
-# Bytes per second that every event watch together is paced to once there are many of them: a
-# watcher sends its next message no sooner than (watchers x its last one's size / bandwidth) after
+# The bandwidth (``Watches.bandwidth``, `--watch-bandwidth`): bytes per second that every event
+# watch together is paced to once there are many of them: a watcher sends its next message no
+# sooner than (watchers x its last one's size / bandwidth) after
 # its last, a message costing at least MESSAGE_COST, and what arrives meanwhile goes in that next
 # one (batched, for a client that takes batches); it waits only with something to send, so a watcher
 # whose commits come further apart than that never waits. Below a millisecond's pause no watcher
@@ -59,7 +60,6 @@ CHANGES_BATCH = 500  # changes per message at most (an EntityChange is a few hun
 # a third of their rate, at 16 MiB/s half). A watcher that falls behind catches up from the feed, or
 # from the store, once the burst is over: the bandwidth trades the writes' rate for the watchers'
 # lag.
-BANDWIDTH = 32 * 1024 * 1024
 MESSAGE_COST = 16 * 1024  # grpc's cost per message, in bytes of bandwidth
 # With no commit for QUIET_S, nothing waits on the loop but the watchers: they share
 # QUIET_FACTOR times the bandwidth and catch up. A watcher never waits longer than
@@ -68,7 +68,6 @@ MESSAGE_COST = 16 * 1024  # grpc's cost per message, in bytes of bandwidth
 QUIET_S = 0.25
 QUIET_FACTOR = 16
 MAX_PAUSE_S = 1.0
-FEED_EVENTS = 100_000  # events a feed keeps for watchers behind (and at most FEED_BYTES)
 _MIN_PAUSE_S = 0.001
 
 # A queued state change: its txid and entity, the encoded EntityChange, and it as a message.
@@ -103,9 +102,10 @@ class Watches:
     def __init__(
         self,
         store: Store,
-        queue_limit: int = QUEUE_LIMIT,
-        bandwidth: float = BANDWIDTH,
-        feed_events: int = FEED_EVENTS,
+        queue_limit: int = WATCH_QUEUE_LIMIT.value,
+        bandwidth: float = WATCH_BANDWIDTH.value,
+        # Events a feed keeps for watchers behind (and at most FEED_BYTES).
+        feed_events: int = WATCH_FEED_EVENTS.value,
     ) -> None:
         self.store = store
         self.queue_limit = queue_limit
@@ -248,7 +248,7 @@ class Watches:
 
     def _next_send(self, sent: bytes | api.WatchEventsResponse) -> float:
         """When (``time.monotonic``) a watcher that just sent ``sent`` may send again: its share
-        of the bandwidth among every event watch (see ``BANDWIDTH``)."""
+        of the bandwidth among every event watch (see ``Watches.bandwidth``)."""
         size = len(sent) if isinstance(sent, bytes) else sent.ByteSize()
         pause = min(MAX_PAUSE_S, self._event_watchers * max(size, MESSAGE_COST) / self._bandwidth())
         if pause < _MIN_PAUSE_S:

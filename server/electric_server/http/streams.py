@@ -55,8 +55,6 @@ OFFSET_DIGITS = 20
 START = "-1"  # the protocol's sentinel for the stream's beginning
 NOW = "now"  # and for its tail
 LIVE_MODES = ("long-poll", "sse")
-DEFAULT_HEARTBEAT_MS = 15_000
-DEFAULT_LONG_POLL_MS = 20_000
 # The protocol's cursor (section 10.1): 20-second intervals counted from 2024-10-09T00:00:00Z.
 CURSOR_EPOCH_S = 1_728_432_000
 CURSOR_INTERVAL_S = 20
@@ -137,8 +135,8 @@ class EntityStreams:
         service: EntityService,
         draining: Callable[[], bool],
         *,
-        heartbeat_s: float = DEFAULT_HEARTBEAT_MS / 1000,
-        long_poll_s: float = DEFAULT_LONG_POLL_MS / 1000,
+        heartbeat_s: float,  # ServerConfig.sse_heartbeat_ms and http_long_poll_ms, in seconds
+        long_poll_s: float,
     ) -> None:
         self.service = service
         self.draining = draining

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POLL_MS = 500
 # A sweep failing for the store's fault (a database away or read-only) says so at most this often;
 # the store's own log says why.
 FAULT_LOG_INTERVAL_S = 10.0

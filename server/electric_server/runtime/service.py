@@ -38,10 +38,11 @@ from ..core import validation as v
 from ..core.auth import Principal, current_principal
 from ..core.caps import Caps
 from ..core.errors import ApiError, invalid_argument, translate_stream
+from ..settings import HELLO_TIMEOUT, POLL, SETTLE
 from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write, WriteOutcome
 from ..store.sessions import SessionRow
 from .answers import check_write, fill, replayed, request_key, result_bytes
-from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
+from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .profiles import TypeProfiles
 from .writes import Refused, end_lease, grant, runtime_write, settle_ignored
@@ -51,9 +52,6 @@ log = logging.getLogger(__name__)
 RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
-# After the end, how long a runtime may append its closing records before its lease ends and the
-# stream closes (ServerConfig.settle_ms, `electric server --settle`).
-DEFAULT_SETTLE_MS = 1000
 
 
 class Runtime:
@@ -64,8 +62,8 @@ class Runtime:
         store: Store,
         lease_ttl_ms: int,
         heartbeat_interval_ms: int,
-        settle_ms: int = DEFAULT_SETTLE_MS,
-        poll_ms: int = DEFAULT_POLL_MS,
+        settle_ms: int = SETTLE.value,
+        poll_ms: int = POLL.value,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
@@ -578,7 +576,9 @@ def _marked(decide: Any) -> Any:
 
 
 class RuntimeService(rt_grpc.RuntimeServiceServicer):
-    def __init__(self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = 10_000) -> None:
+    def __init__(
+        self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = HELLO_TIMEOUT.value
+    ) -> None:
         self.runtime = runtime
         self.caps = caps or Caps()
         self.hello_timeout_s = hello_timeout_ms / 1000

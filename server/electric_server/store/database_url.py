@@ -9,14 +9,16 @@ from __future__ import annotations
 import re
 import urllib.parse
 
+from ..settings import DATABASE_POOL, DATABASE_TIMEOUT
+
 __all__ = ["DEFAULT_DATABASE_POOL", "DEFAULT_DATABASE_TIMEOUT_MS", "is_database_url", "redacted"]
 
 # Connections per server to PostgreSQL (`--database-pool`).
-DEFAULT_DATABASE_POOL = 4
+DEFAULT_DATABASE_POOL = DATABASE_POOL.value
 # The longest a server waits on its database for one thing (`--database-timeout`): a connection,
 # a pooled connection, a statement. Under the clients' default deadline (10 s), so a database
 # that stops answering is answered UNAVAILABLE with the reason, not DEADLINE_EXCEEDED.
-DEFAULT_DATABASE_TIMEOUT_MS = 5_000
+DEFAULT_DATABASE_TIMEOUT_MS = DATABASE_TIMEOUT.value
 
 
 def is_database_url(url: str) -> bool:

@@ -43,6 +43,7 @@ from electric_sdk.lifecycle import State
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..fastpaths.ready_queue import BUSY, ready_queue
+from ..settings import COMMIT_DELAY
 from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
 from .rows import entity_from_row, event_from_row
 from .sessions import MemorySessions
@@ -73,7 +74,7 @@ from .state_file import StateFile, StoreState
 # SCHEMA and now_ms are here too for the benchmarks, which build files the store's way.
 __all__ = ["MAX_COMMIT_DELAY_MS", "SCHEMA", "SQLiteStore", "now_ms"]
 
-MAX_COMMIT_DELAY_MS = 100
+MAX_COMMIT_DELAY_MS = COMMIT_DELAY.highest()
 # The problems SQLite's integrity check lists at most (it stops there).
 INTEGRITY_ROWS = 20
 

@@ -43,13 +43,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..settings import DISK_FULL_RETRY
 from .base import DamagedStore, DiskFull, FaultListener, StorageFailed, StorageFault, StoreBusy
 
 __all__ = ["DAMAGED_REMEDY", "DISK_FULL_RETRY_S", "SQLiteFaults", "classify", "roll_back"]
 
 log = logging.getLogger(__name__)
 
-DISK_FULL_RETRY_S = 1.0
+DISK_FULL_RETRY_S = DISK_FULL_RETRY.value / 1000
 DAMAGED_REMEDY = (
     'what to do: restore a backup (docs/server.md, "Backups and restore"), or start the server with '
     "--accept-data-loss to drop what the damage cut off and go on"

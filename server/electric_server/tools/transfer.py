@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from ..settings import DATA_DIR
 from ..store import sqlite_schema
 from ..store.base import EntityRecord, StoredEvent, TypeProfile
 from ..store.database_url import redacted
@@ -247,7 +248,7 @@ async def export_store(
     source: _Source = (
         await _PostgresSource.open(database_url)
         if database_url
-        else _SQLiteSource(data_dir or Path(".electric"))
+        else _SQLiteSource(data_dir or DATA_DIR.value)
     )
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -449,7 +450,7 @@ async def import_store(
         target: _Target = (
             await _PostgresTarget.open(database_url)
             if database_url
-            else _SQLiteTarget(data_dir or Path(".electric"))
+            else _SQLiteTarget(data_dir or DATA_DIR.value)
         )
         try:
             head = await _write_all(reader, target, progress)
