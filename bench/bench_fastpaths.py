@@ -5,10 +5,12 @@ two ``electric server`` processes run side by side, the same in all but one
 thing: the second has ``ELECTRIC_FORCE_FALLBACKS=<name>`` in its environment,
 so it runs that fast path's fallback and every other fast path as usual. The
 load the fast path is for runs against each in turn, ``--rounds`` times,
-alternating which goes first, so background load lands on both alike. Each
-row is the fast path's figure (the median of the rounds) beside its
-fallback's, as the ceiling column, and their ratio; no targets: a fast path
-that stops paying shows as a ratio near or past 1.
+alternating which goes first, so background load lands on both alike. A
+round's two figures were measured together, so they stay together: each row
+is the round of the median ratio, the fast path's figure beside its
+fallback's (as the ceiling column) and their ratio, and every round's ratio
+is printed. No targets: a fast path that stops paying shows as a ratio near
+or past 1.
 
 The loads (entities spawned first stay ``spawning``, where SIGUSR is recorded
 as ``ignored``: every call appends one signal record durably and updates the
@@ -21,7 +23,7 @@ entity row; SQLite WAL, ``synchronous=FULL``, or a fresh PostgreSQL database):
 - *p50, 1 caller* (``ready_queue``, ``sqlite_inline_sync``, ``pg_one_trip``,
   ``pg_guess``): one caller rotating between the two servers in blocks of 100
   calls, ABBA (bench_signal.py's paired client), so both p50s come from the
-  same seconds; the round with the median ratio is kept.
+  same seconds.
 - *req/s, 64 connections* (``http_cork``, ``route_table``): ``POST
   /{type}/{id}/signal`` over HTTP from wrk (bench_http.py's script and runner).
 
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -145,9 +146,7 @@ def _p50_1(servers: dict[str, common.ServerProc], rounds: int, quick: bool) -> d
         bench_signal.run_paired({side: servers[side].address for side in SIDES}, params)
         for _ in range(rounds)
     ]
-    # A round's two p50s were measured together: keep them together (the median ratio's round).
-    middle = sorted(paired, key=lambda got: got["fast"]["p50"] / got["fallback"]["p50"])[len(paired) // 2]
-    return {side: [middle[side]["p50"]] for side in SIDES}
+    return {side: [got[side]["p50"] for got in paired] for side in SIDES}
 
 
 def _http64(servers: dict[str, common.ServerProc], rounds: int, quick: bool) -> dict[str, list[float]]:
@@ -222,13 +221,20 @@ def main() -> None:
             load, unit = RUN[LOADS[path.name]]
             with _servers(path, Path(tmp)) as servers, _others(servers, others):
                 figures = load(servers, rounds, args.quick)
-            fast, fallback = (statistics.median(figures[side]) for side in SIDES)
+            # A round's two figures were measured together: the row keeps them together, from
+            # the round of the median ratio; the spread of the rounds' ratios is printed.
+            ratios = [
+                fast / fallback for fast, fallback in zip(figures["fast"], figures["fallback"], strict=True)
+            ]
+            middle = ratios.index(sorted(ratios)[len(ratios) // 2])
+            fast, fallback = figures["fast"][middle], figures["fallback"][middle]
             print(
-                f"{path.name}: {fast:,.3f} {unit}, its fallback {fallback:,.3f} {unit} {figures}; "
-                f"the rest of the machine used {others[-1]:.2f} cores meanwhile",
+                f"{path.name}: {fast:,.3f} {unit}, its fallback {fallback:,.3f} {unit}; the rounds' ratios "
+                f"{', '.join(f'{r:.2f}' for r in ratios)}; the rest of the machine used "
+                f"{others[-1]:.2f} cores meanwhile",
                 flush=True,
             )
-            info["figures"][path.name] = figures | {"other_cores": others[-1]}
+            info["figures"][path.name] = figures | {"ratios": ratios, "other_cores": others[-1]}
             rows.append(common.value_row(path.row, fast, fallback, unit))
     if others:
         most = "other CPU on the machine, cores (the most of any fast path's)"
