@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from electric_server.app import ElectricServer
-from electric_server.fastpaths import BENCH, ENV, FAST_PATHS, SEAMS
+from electric_server.fastpaths import BENCH, ENV, FAST_PATHS, FIGURES, SEAMS
 from electric_server.fastpaths.http_cork import CorkedH11Protocol
 from electric_server.fastpaths.route_table import RouteTable
 from electric_server.http.door import HttpDoor
@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "server" / "electric_server"
 REGISTRY = SERVER / "fastpaths" / "__init__.py"
 SERVER_DOC = ROOT / "docs" / "server.md"
+# docs/scaling.md's section of the bench's figures: a row per fast path, the fallback beside it.
+FIGURES_SECTION = "## Fast paths beside their fallbacks"
 
 # The store's three are being wired by the store's rewrite (their switch is read when the store
 # opens). Until it lands nothing reads them; once it does, the test below fails: empty this set.
@@ -160,3 +162,12 @@ def test_docs_server_md_has_the_fast_paths_as_the_registry_says(tmp_path: Path) 
     drifted = tmp_path / "server.md"
     drifted.write_text(page.replace(FAST_PATHS[0].fallback, "something else"), encoding="utf-8")
     assert gendocs.check(drifted) is not None
+
+
+def test_docs_scaling_md_records_each_fast_path_beside_its_fallback() -> None:
+    """Each fast path's figure is a row of docs/scaling.md's section of the bench, not a docstring."""
+    page = (ROOT / FIGURES).read_text(encoding="utf-8")
+    assert FIGURES_SECTION in page
+    section = page[page.index(FIGURES_SECTION) :].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")}
+    assert {path.row for path in FAST_PATHS} <= rows
