@@ -84,10 +84,13 @@ lint: $(STAMP) buf-lint
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy electric_sdk server/electric_server
 
-# Then the store and accept tests once more with every private-internal seam's
-# fallback forced (server/electric_server/fastpaths/), so the code that runs on a
-# dependency without those internals is tested too.
-FALLBACK_TESTS := tests/test_store.py tests/test_store_rows.py tests/test_accept.py tests/test_internals.py
+# Then the HTTP, PostgreSQL, store and accept tests once more with every fast path forced off
+# (ELECTRIC_FORCE_FALLBACKS=all; server/electric_server/fastpaths/), so the code that runs without
+# each speed trick, or on a dependency without the internals one reaches into, is tested too.
+# About 2.5 minutes more on 2 cores, most of it waiting on servers and databases.
+FALLBACK_TESTS := tests/test_store*.py tests/test_pg_*.py tests/test_postgres_faults.py \
+	tests/test_http*.py tests/test_openapi.py tests/test_schemathesis.py \
+	tests/test_accept.py tests/test_internals.py tests/test_fastpaths.py
 
 # The suite runs on PYTEST_WORKERS processes (pytest-xdist), a file per process at a time so a
 # module's shared server stays in one: on 2 cores two processes take about 0.55x one's time,
@@ -96,7 +99,7 @@ PYTEST_WORKERS ?= 2
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest --numprocesses=$(PYTEST_WORKERS) --dist=loadfile
-	ELECTRIC_FORCE_FALLBACKS=acceptors,ready_queue,wal_index $(VENV)/bin/pytest -q -p no:cacheprovider $(FALLBACK_TESTS)
+	ELECTRIC_FORCE_FALLBACKS=all $(VENV)/bin/pytest -q -p no:cacheprovider --numprocesses=$(PYTEST_WORKERS) --dist=loadfile $(FALLBACK_TESTS)
 
 # The TypeScript client (clients/typescript): regenerate src/gen with buf and
 # protoc-gen-es (pinned in its package.json), or check it for drift and run

@@ -39,6 +39,7 @@ BENCHES = [
     "bench_exec",
     "bench_worker_metrics",
     "bench_http",
+    "bench_fastpaths",
     "bench_pg_store",
     "bench_pg_write",
     "bench_pg_signal",

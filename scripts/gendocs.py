@@ -5,9 +5,11 @@ the state tables (`markdown_table()`: the RFC's from `TABLE`, then the other
 rules' tables) and a Mermaid state diagram built from `TABLE` and
 `RUNTIME_TRANSITIONS`; and the
 block of docs/runtime.md that says, for each signal, when it acts on a run
-(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and the options
-table of docs/server.md, from the server's settings table
-(server/electric_server/settings.py: each flag, its default, its range). Each block
+(`SIGNAL_TIMING`) and what it does to an idle entity (`TABLE`); and two
+tables of docs/server.md: the options, from the server's settings table
+(server/electric_server/settings.py: each flag, its default, its range), and
+the fast paths, from their registry (server/electric_server/fastpaths/__init__.py:
+each with what it buys, what it risks, its fallback and its bench row). Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -32,6 +34,7 @@ for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from electric_server.fastpaths import BENCH, FAST_PATHS  # noqa: E402
 from electric_server.settings import SETTINGS, Setting  # noqa: E402
 
 from electric_sdk.lifecycle import (  # noqa: E402
@@ -59,6 +62,7 @@ TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
 DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
 TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
 OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
+FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -241,11 +245,26 @@ def options_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def fastpath_table() -> str:
+    """docs/server.md's fast paths: each with what it buys, what it risks, its fallback, where
+    it lives and its bench row (the figures are docs/scaling.md's)."""
+    lines = [
+        "| fast path | what it buys | what it reaches into or risks | its fallback | where; its bench row |",
+        "|---|---|---|---|---|",
+    ]
+    for path in FAST_PATHS:
+        lines.append(
+            f"| `{path.name}` | {path.buys} | {path.risks} | {path.fallback} | "
+            f"`{path.home}`; `{BENCH}`: {path.row} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # Each page's blocks come from this code (the check says which).
 SOURCES = {
     DOC.name: "electric_sdk/lifecycle.py",
     RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
-    SERVER_DOC.name: "server/electric_server/settings.py",
+    SERVER_DOC.name: "server/electric_server/settings.py and fastpaths/__init__.py",
 }
 
 
@@ -255,7 +274,7 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
     if page == RUNTIME_DOC.name:
         return {TIMING_BEGIN: timing_table()}
     if page == SERVER_DOC.name:
-        return {OPTIONS_BEGIN: options_table()}
+        return {OPTIONS_BEGIN: options_table(), FASTPATHS_BEGIN: fastpath_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",

@@ -19,12 +19,11 @@ import httpx
 import pytest
 from electric_server.app import ElectricServer
 from electric_server.core.errors import HTTP_STATUS
-from electric_server.http.door import Endpoint, HttpDoor
+from electric_server.http.door import HttpDoor
 from electric_server.http.openapi import ERROR_CODES, document, error_table, render
 from electric_server.http.routes import ROUTES, served_paths
+from electric_server.http.streams import EntityStreams
 from openapi_spec_validator import validate
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from test_auth import TOKENS, TOKENS_TOML
 
@@ -75,7 +74,7 @@ def test_every_http_status_has_its_codes_and_the_codes_exist() -> None:
 
 async def test_every_route_of_the_door_is_in_the_document(door: ElectricServer) -> None:
     """What the running door routes is what the document says, and the reverse (the routes the
-    table gives other modules included: the server mounts http_streams' handlers)."""
+    table gives http/streams.py included: the server gives its door the live reads)."""
     assert door.http is not None
     routed = {
         (route.path, method)
@@ -164,43 +163,42 @@ async def test_a_whole_number_written_with_a_fraction_is_an_integer(http: httpx.
     assert fraction.json()["error"]["code"] == "INVALID_FIELD"
 
 
-async def test_routes_of_other_modules_mount_when_given_their_handlers(door: ElectricServer) -> None:
-    """The table's streaming routes are served once the door is given their handlers (the
-    lead wires http_streams' by these names); without them, ``live`` is an unknown parameter."""
+async def test_the_live_reads_mount_when_the_door_is_given_the_streams(door: ElectricServer) -> None:
+    """The table's live reads (http/streams.py's handlers) are served once the door is given the
+    streams; without them the stream route is not there and ``live`` is an unknown parameter."""
     assert door.http is not None
-    names = {route.handler for route in ROUTES if route.handler and not route.served_by_door}
-    names |= {p.handler for route in ROUTES for p in route.query if p.handler}
-    assert names == {"http_streams.read_stream", "http_streams.watch_entities"}
-
-    def answer(name: str) -> Endpoint:
-        async def handler(request: Request) -> Response:
-            return PlainTextResponse(f"{name} {request.url.path}")
-
-        return handler
-
-    served = HttpDoor(
-        door.http.service,
-        None,
-        door.http.readiness,
-        "127.0.0.1:0",
-        handlers={name: answer(name) for name in names},
+    assert {route.operation for route in ROUTES if not route.served_by_door} == {"readStream"}
+    handed_over = {(route.operation, p.name) for route in ROUTES for p in route.query if p.handler}
+    assert handed_over == {("listEntities", "live")}
+    service, readiness = door.http.service, door.http.readiness
+    # Draining from the start: the SSE watch then answers at once that the server is going away.
+    config = door.config
+    streams = EntityStreams(
+        service,
+        lambda: True,
+        heartbeat_s=config.sse_heartbeat_ms / 1000,
+        long_poll_s=config.http_long_poll_ms / 1000,
     )
+    served = HttpDoor(service, None, readiness, "127.0.0.1:0", streams=streams)
     transport = httpx.ASGITransport(app=served.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://door") as http:
-        stream = await http.get("/agent/a1/stream", params={"offset": "-1"})
-        assert stream.text == "http_streams.read_stream /agent/a1/stream"
-        aliased = await http.get("/_electric/entities/agent/a1/stream")
-        assert aliased.text == "http_streams.read_stream /_electric/entities/agent/a1/stream"
+        for path in ("/agent/nobody/stream", "/_electric/entities/agent/nobody/stream"):
+            stream = await http.get(path, params={"offset": "-1"})
+            assert stream.status_code == 404, stream.text
+            assert stream.json()["error"]["code"] == "ENTITY_NOT_FOUND"  # the read's own answer
         assert (await http.post("/agent/a1/stream")).status_code == 405  # writes are refused
         live = await http.get("/entities", params={"live": "sse"})
-        assert live.text == "http_streams.watch_entities /entities"
+        assert live.status_code == 503, live.text
+        assert live.json()["error"]["code"] == "SERVER_DRAINING"
         listed = await http.get("/entities")
         assert listed.json()["entities"] == []
-    bare = HttpDoor(door.http.service, None, door.http.readiness, "127.0.0.1:0")
+    bare = HttpDoor(service, None, readiness, "127.0.0.1:0")
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=bare.app), base_url="http://door"
     ) as plain:
         refused = await plain.get("/entities", params={"live": "sse"})
         assert refused.status_code == 400
         assert refused.json()["error"]["code"] == "UNKNOWN_FIELD"
-        assert (await plain.get("/agent/a1/stream")).status_code == 404
+        missing = await plain.get("/agent/a1/stream")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "ROUTE_NOT_FOUND"

@@ -320,12 +320,12 @@ class ElectricServer:
                 tls=tls,
                 metrics=metrics.render,
                 cors_origins=self.config.cors_origins,
-                handlers=EntityStreams(
+                streams=EntityStreams(
                     entities,
                     self._draining_now,
                     heartbeat_s=self.config.sse_heartbeat_ms / 1000,
                     long_poll_s=self.config.http_long_poll_ms / 1000,
-                ).handlers(self.tokens),
+                ),
             )
             try:
                 await http.start()

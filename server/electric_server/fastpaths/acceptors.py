@@ -6,18 +6,17 @@ a task of its own, its completion wakes ``asyncio.wait`` over every method's
 request, and only then is the next one issued — three to four turns of the
 event loop per accepted call. Under load each of those turns also runs
 handlers and commits, so calls queue in gRPC's core waiting to be accepted
-while the loop still has time to spare. Measured on two cores with 64
-concurrent ``SignalEntity`` callers: 2,600 calls/s with grpc's acceptor,
-5,300-5,700 with eight more requests outstanding per method (bench_signal.py).
-An echo server gains as much (8,200 to 11,900 calls/s), and spends less CPU per
-call: the re-arming's ``asyncio.wait`` over every method's request is skipped.
+while the loop still has time to spare. More requests outstanding per method
+keep calls coming, and cost less CPU per call: the re-arming's ``asyncio.wait``
+over every method's request is skipped. What it buys is measured beside the
+fallback by bench/bench_fastpaths.py and recorded in docs/scaling.md.
 
 ``Acceptors`` keeps ``per_method`` more requests outstanding for each
 registered method, each in a task that hands its call to grpc's own call
 handling (interceptors, deserialization, status) and re-arms at once. It uses
 grpc.aio internals: the server's registered-call request, its method resolver and
-the coroutines its main loop schedules. This module is the ``acceptors`` seam
-(see ``fastpaths/__init__.py``): they are checked once (``unavailable_reason``);
+the coroutines its main loop schedules. This module is the ``acceptors`` fast path
+(``fastpaths/__init__.py``): they are checked once (``unavailable_reason``);
 with a grpcio where they differ, or with the fallback forced
 (``ELECTRIC_FORCE_FALLBACKS=acceptors``), the server keeps grpc's own acceptor
 and logs why. grpcio is pinned exactly in pyproject.toml, and

@@ -5,8 +5,9 @@ each at once: two ``send`` system calls and two TCP segments per answer, and on 
 pays for the receiver's side of each. Starlette sends the two from one task without waiting in
 between, so they fall in one turn of the event loop. ``CorkedTransport`` holds what is written in a
 turn and hands it to the socket's transport as one write at the turn's end (``call_soon``), as
-``TCP_CORK`` would: one system call, one segment. Measured with ``bench/bench_http.py`` (64
-connections): 7–8 % more signals per second on the same core.
+``TCP_CORK`` would: one system call, one segment. This is the ``http_cork`` fast path
+(``fastpaths/__init__.py``): forced off, the door serves with uvicorn's own ``H11Protocol``;
+bench/bench_fastpaths.py measures the two side by side (docs/scaling.md keeps the figures).
 
 Nothing waits longer than the turn it was written in: an SSE event or a streamed chunk written in
 a turn is on the socket by the next. A turn that writes ``FLUSH_BYTES`` or more hands it over at
@@ -20,6 +21,8 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from . import forced
 
 # A turn that writes this much hands it over at once (a large body, a burst of stream events).
 FLUSH_BYTES = 64 * 1024
@@ -111,3 +114,8 @@ class CorkedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CorkedTransport(transport, self.loop))
+
+
+def h11_protocol() -> type[H11Protocol]:
+    """The door's HTTP/1.1 protocol: corked, or uvicorn's own with the ``http_cork`` fallback forced."""
+    return H11Protocol if forced("http_cork") else CorkedH11Protocol

@@ -1,10 +1,11 @@
 """The door's routing: a table by path shape in front of Starlette's router.
 
 Starlette's ``Router`` tries each route's regex in turn, behind two middlewares and an exception
-wrapper: with the door's ~30 paths, a signal took about 20 regex matches and a fifth of the door's
-own time before it reached its endpoint. ``RouteTable`` finds a request's route by its path's
-segments instead (the literal ones compared, the ``{name}`` ones taken as parameters), in
-Starlette's order, and calls the endpoint itself.
+wrapper, before a request reaches its endpoint: with the door's paths, most of them for a signal.
+``RouteTable`` finds a request's route by its path's segments instead (the literal ones compared,
+the ``{name}`` ones taken as parameters), in Starlette's order, and calls the endpoint itself.
+This is the ``route_table`` fast path (``fastpaths/__init__.py``): forced off, Starlette's app
+routes every request (``routing``); bench/bench_fastpaths.py measures the two side by side.
 
 Only what Starlette would answer the same way is served here: the first route, in order, whose
 path and method both match. Everything else — a method the path does not take (405), no route
@@ -23,6 +24,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import forced
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -63,14 +66,14 @@ class RouteTable:
     ``fallback`` (the Starlette app of the same routes) otherwise."""
 
     def __init__(self, routes: list[BaseRoute], fallback: ASGIApp) -> None:
-        self.routes = routes  # as Starlette has them (tests read them)
+        self.routes = routes  # as Starlette has them
         self.fallback = fallback
         shapes = [_shape(route) for route in routes]
         counts = {s.count for s in shapes if s.count is not None}
         # Each segment count's candidates, in Starlette's order, the opaque routes among them.
         self._by_count = {n: [s for s in shapes if s.count in (n, None)] for n in counts}
 
-    def _find(self, scope: Scope) -> tuple[Endpoint, dict[str, str]] | None:
+    def find(self, scope: Scope) -> tuple[Endpoint, dict[str, str]] | None:
         """The endpoint and path parameters Starlette would dispatch to; None when it is
         Starlette's to answer (see the module's docstring)."""
         segments = scope["path"].split("/")
@@ -91,7 +94,7 @@ class RouteTable:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = self._find(scope) if scope["type"] == "http" and not scope.get("root_path") else None
+        found = self.find(scope) if scope["type"] == "http" and not scope.get("root_path") else None
         if found is None:
             await self.fallback(scope, receive, send)
             return
@@ -99,3 +102,9 @@ class RouteTable:
         scope["path_params"] = params
         response = await endpoint(Request(scope, receive, send))
         await response(scope, receive, send)
+
+
+def routing(routes: list[BaseRoute], starlette: ASGIApp) -> ASGIApp:
+    """The door's router for ``routes``: the table in front of ``starlette`` (the Starlette app of
+    the same routes), or ``starlette`` alone with the ``route_table`` fallback forced."""
+    return starlette if forced("route_table") else RouteTable(routes, starlette)

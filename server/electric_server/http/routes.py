@@ -4,13 +4,15 @@ Each ``HttpRoute`` says what a route is (method, path, summary, the token scope
 it needs, its query parameters, the schema of its body and of each response,
 the error statuses it may answer) and who serves it:
 
-- ``call``: an ``EntityService`` method; ``http/door.py`` builds the gRPC request
-  with ``build`` and renders the response with ``render`` (the builders and
-  renderers are below, beside the table that names them);
-- ``handler``: any other handler, by name: ``"door.<name>"`` is a method of
-  ``HttpDoor`` (probes, metrics, this document), anything else is served by
-  another module (``http_streams.*``: the Durable Streams read and SSE), which
-  the door mounts when given it and otherwise leaves out.
+- ``call``: an ``EntityService`` method (the function itself); ``http/door.py``
+  builds the gRPC request with ``build`` and renders the response with
+  ``render`` (the builders and renderers are below, beside the table that
+  names them);
+- ``handler``: any other handler, as a function that makes the route's
+  endpoint from the door's parts (``http/handlers.py``): the door's own
+  (probes, metrics, this document, an entity's state) or the live reads
+  (``http/streams.py``: the Durable Streams read and SSE), which make none for
+  a door without the live reads, and the door then leaves the route out.
 
 ``http/openapi.py`` turns the table into the OpenAPI 3.1 document (the schemas it
 names live there); ``docs/openapi.json`` is that document, drift-tested. Every
@@ -20,7 +22,7 @@ ElectricSQL's server serves them; the fixed paths are matched first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +46,11 @@ from electric_sdk.lifecycle import Signal, State
 
 from ..core.auth import entity_scope
 from ..core.errors import invalid_argument
+from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
-from . import body
+from . import body, handlers, streams
+from .admission import Build
+from .handlers import Handler
 from .query import Query
 from .query import parse_states as _parse_states
 from .query import query_one as _query_one
@@ -56,8 +61,8 @@ MIGRATION_DOC = "docs/migration-delete.md"
 MAX_UINT32 = 2**32 - 1
 MAX_UINT64 = 2**64 - 1
 
-# Path, query and JSON body → the gRPC request.
-Build = Callable[[Request, Query, body.JsonObject], Message]
+# An EntityService method, unbound: EntityService.SignalEntity.
+Rpc = Callable[[EntityService, Any, Any], Awaitable[Any]]
 # The gRPC request and response → the JSON response body.
 Render = Callable[[Any, Any], Any]
 
@@ -70,9 +75,9 @@ class Param:
     description: str
     schema: Mapping[str, Any]
     repeated: bool = False
-    # Given, the request goes to this handler of another module (``live=sse`` to the SSE
-    # stream); while that handler is not mounted, the route refuses the parameter as unknown.
-    handler: str | None = None
+    # Given, the request goes to this handler's endpoint (``live=sse`` to the SSE stream); while
+    # the handler makes none (a door without the live reads), the route refuses the parameter.
+    handler: Handler | None = None
 
 
 @dataclass(frozen=True)
@@ -91,11 +96,16 @@ class Answer:
 class Call:
     """A route served by an ``EntityService`` method."""
 
-    method: str
+    rpc: Rpc
     build: Build
     render: Render
     has_body: bool = True
     optional_body: bool = False  # an empty body is ``{}`` (a spawn needs no field)
+
+    @property
+    def method(self) -> str:
+        """The gRPC method's name: its token scope's, its refusals' in the log."""
+        return self.rpc.__name__
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ class HttpRoute:
     errors: tuple[int, ...]
     scope: str | None = None  # the token scope; None: open even with tokens
     call: Call | None = None
-    handler: str | None = None  # when not ``call``: "door.NAME" or another module's handler
+    handler: Handler | None = None  # when not ``call``: makes the route's endpoint
     body: str | None = None  # the request body's schema (a component name)
     body_required: bool = True
     query: tuple[Param, ...] = ()
@@ -121,7 +131,9 @@ class HttpRoute:
 
     @property
     def served_by_door(self) -> bool:
-        return self.call is not None or (self.handler or "").startswith("door.")
+        """Served by every door: by the service or the door's own handlers, without the live
+        reads (http/streams.py), which a door serves only when given them."""
+        return self.call is not None or self.handler in _DOOR_HANDLERS
 
     @property
     def status(self) -> int:
@@ -330,25 +342,25 @@ def _service(
 ROUTES: tuple[HttpRoute, ...] = (
     HttpRoute(
         "GET", "/healthz", "healthz", "The process serves", (Answer(200, "alive", "Status"),), (),
-        handler="door.healthz", aliased=False,
+        handler=handlers.healthz, aliased=False,
     ),
     HttpRoute(
         "GET", "/readyz", "readyz", "The store is writable and the server is not draining",
-        (Answer(200, "ready", "Status"),), (503,), handler="door.readyz", aliased=False,
+        (Answer(200, "ready", "Status"),), (503,), handler=handlers.readyz, aliased=False,
     ),
     HttpRoute(
         "GET", "/metrics", "metrics", "The server's metrics in Prometheus text format",
         (Answer(200, "docs/operations.md lists every metric", "Metrics", "text/plain"),), (401, 403),
-        scope="read", handler="door.metrics", aliased=False,
+        scope="read", handler=handlers.metrics, aliased=False,
     ),
     HttpRoute(
         "GET", "/openapi.json", "openapi", "This document",
         (Answer(200, "the OpenAPI 3.1 document of these routes", "OpenApi"),), (401, 403),
-        scope="read", handler="door.openapi", aliased=False,
+        scope="read", handler=handlers.openapi, aliased=False,
     ),
     _service(
         "GET", "/entities", "listEntities", "List entities (ListEntities)",
-        Call("ListEntities", _list, _entities_page, has_body=False),
+        Call(EntityService.ListEntities, _list, _entities_page, has_body=False),
         Answer(200, "a page of entities", "EntitiesPage", also=(("text/event-stream", "SseText"),)),
         SERVICE_ERRORS,
         query=(
@@ -361,60 +373,60 @@ ROUTES: tuple[HttpRoute, ...] = (
             ),
             Param(
                 "live", "sse: stream every entity's state changes as server-sent events",
-                {"enum": ["sse"]}, handler="http_streams.watch_entities",
+                {"enum": ["sse"]}, handler=streams.watch_entities,
             ),
         ),
         description="With live=sse the response is a text/event-stream of state changes.",
     ),
     _service(
         "GET", "/workers", "listWorkers", "List the connected workers, on every replica (ListWorkers)",
-        Call("ListWorkers", _workers, _workers_json, has_body=False),
+        Call(EntityService.ListWorkers, _workers, _workers_json, has_body=False),
         Answer(200, "the connected workers, by worker id", "WorkersList"), SERVICE_ERRORS,
         aliased=False, alias="/_electric/workers",
     ),
     _service(
         "POST", "/signal", "signalEntities", "Signal every entity a selector matches (SignalEntities)",
-        Call("SignalEntities", _signal_many, _signal_many_json),
+        Call(EntityService.SignalEntities, _signal_many, _signal_many_json),
         Answer(200, "how many were signalled, ignored, skipped, not found", "SignalManyResult"),
         WRITE_ERRORS, body="SignalManyRequest",
     ),
     _service(
         "PUT", ONE, "spawnEntity", "Spawn an entity (SpawnEntity)",
-        Call("SpawnEntity", _spawn, _entity, optional_body=True),
+        Call(EntityService.SpawnEntity, _spawn, _entity, optional_body=True),
         Answer(201, "the new entity", "Entity"), WRITE_ERRORS, body="SpawnRequest", body_required=False,
         spawns=True,
     ),
     _service(
         "GET", ONE, "getEntity", "Read an entity (GetEntity)",
-        Call("GetEntity", _get, _entity, has_body=False),
+        Call(EntityService.GetEntity, _get, _entity, has_body=False),
         Answer(200, "the entity", "Entity"), (*SERVICE_ERRORS, 404),
     ),
     _service(
         "DELETE", ONE, "deleteEntity", "SIGKILL with reason 'legacy delete' (DeleteEntity, deprecated)",
-        Call("DeleteEntity", _delete, _deleted, has_body=False),
+        Call(EntityService.DeleteEntity, _delete, _deleted, has_body=False),
         Answer(200, "the SIGKILL's result", "SignalResult", headers=("Deprecation", "Link")),
         (*WRITE_ERRORS, 404), headers=DEPRECATED, deprecated=True,
     ),
     _service(
         "POST", f"{ONE}/signal", "signalEntity", "Signal an entity (SignalEntity)",
-        Call("SignalEntity", _signal, _signalled),
+        Call(EntityService.SignalEntity, _signal, _signalled),
         Answer(200, "the signal's result", "SignalResult"), (*WRITE_ERRORS, 404), body="SignalRequest",
     ),
     _service(
         "POST", f"{ONE}/messages", "sendMessage", "Send an entity a message (SendMessage)",
-        Call("SendMessage", _send, _receipt),
+        Call(EntityService.SendMessage, _send, _receipt),
         Answer(200, "the message's receipt", "MessageReceipt"), (*WRITE_ERRORS, 404), body="MessageRequest",
     ),
     _service(
         "GET", f"{ONE}/events", "readEvents", "Read a page of an entity's stream (ReadEvents)",
-        Call("ReadEvents", _events, _events_page, has_body=False),
+        Call(EntityService.ReadEvents, _events, _events_page, has_body=False),
         Answer(200, "a page of events", "EventsPage"), (*SERVICE_ERRORS, 404), query=(_OFFSET, _LIMIT),
     ),
     HttpRoute(
         "GET", f"{ONE}/state", "readState", "Read an entity's durable state (ctx.state), as client.state does",
         (Answer(200, "its collections by name, rebuilt from the latest snapshot and the events after it",
                 "State"),),
-        (*SERVICE_ERRORS, 404), scope=entity_scope("ReadEvents"), handler="door.state",
+        (*SERVICE_ERRORS, 404), scope=entity_scope("ReadEvents"), handler=handlers.state,
     ),
     HttpRoute(
         "GET", f"{ONE}/stream", "readStream",
@@ -431,7 +443,7 @@ ROUTES: tuple[HttpRoute, ...] = (
             ),
             Answer(304, "catch-up: nothing new since the ETag given in If-None-Match", headers=("ETag",)),
         ),
-        (*SERVICE_ERRORS, 404, 405), scope="read", handler="http_streams.read_stream",
+        (*SERVICE_ERRORS, 404, 405), scope="read", handler=streams.read_stream,
         query=(
             Param("offset", "the offset to read after; -1 (the default): the start", {"type": "string"}),
             Param("live", "wait for new events: long-poll or sse", {"enum": ["long-poll", "sse"]}),
@@ -442,6 +454,10 @@ ROUTES: tuple[HttpRoute, ...] = (
     ),
 )
 # fmt: on
+# The handlers every door has (the live reads' are http/streams.py's, and a door may lack them).
+_DOOR_HANDLERS: frozenset[Handler] = frozenset(
+    {handlers.healthz, handlers.readyz, handlers.metrics, handlers.openapi, handlers.state}
+)
 
 
 def served_paths(route: HttpRoute) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ the position in ``Stream-Next-Offset`` (or the SSE ``control`` event). ``GET /en
 streams WatchEntities: a snapshot, then each state change.
 
 Nothing here decides what a stream holds or who may read it. The routes are admitted as the door's
-other GET routes are (``HttpDoor._endpoint``: token, ``read`` scope, type limits, the error body);
+other GET routes are (``admitted_endpoint``: token, ``read`` scope, type limits, the error body);
 a catch-up read is the service's ReadEvents and a live tail its WatchEvents / WatchEntities
 (watch.py: in order, exactly once, ended on drain). So draining ends these responses cleanly (a
 long-poll answers 204, an SSE body ends) and the client resumes from its last offset here after a
@@ -26,7 +26,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -39,13 +39,14 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.rendering import change_message_json, entity_change_json, entity_json
 
-from ..core.auth import TokenTable, current_principal
+from ..core.auth import current_principal
 from ..core.errors import ApiError, DoorContext, invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE
 from ..core.watch import draining_error
 from . import body
-from .door import admitted_endpoint
+from .admission import Endpoint, admitted_endpoint
+from .handlers import DoorParts
 from .query import Query, parse_states, query_one, ref
 
 log = logging.getLogger("electric.http")
@@ -64,8 +65,6 @@ SECURITY = {"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy":
 RENDER_CACHE = 256  # watch messages rendered once for every SSE reader of the same commit
 RENDER_CACHE_MAX_BYTES = 64 * 1024
 HEARTBEAT = b": heartbeat\n\n"  # an SSE comment: every client skips it
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def format_offset(offset: int) -> str:
@@ -147,40 +146,6 @@ class EntityStreams:
         # the tail with the current interval's cursor (b"" until one asks): see _frame.
         self._rendered: OrderedDict[bytes, tuple[bytes, int, str, bytes]] = OrderedDict()
         self._heartbeats = _Heartbeats(heartbeat_s)
-
-    def handlers(self, tokens: TokenTable | None) -> dict[str, Endpoint]:
-        """The route table's handlers of this module (``http/routes.py``), by its names for them;
-        each admits its request as the door's other GET routes do (``admitted_endpoint``)."""
-
-        def read_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
-            text = query_one(query, "offset") or START
-            live = query_one(query, "live") or None
-            if live is not None and live not in LIVE_MODES:
-                raise invalid_argument("INVALID_FIELD", "live must be long-poll or sse", field="live")
-            resumed = request.headers.get("last-event-id")
-            if live == "sse" and resumed:  # an EventSource's reconnection: it names the last control
-                text = resumed
-            offset = parse_offset(text)
-            request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"))
-            return api.ReadEventsRequest(ref=ref(request), from_offset=offset or 0, limit=MAX_PAGE)
-
-        def watch_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
-            if query_one(query, "live") != "sse":
-                raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
-            return api.WatchEntitiesRequest(
-                type=query_one(query, "type"),
-                states=parse_states(query.get("state", []), "state"),
-                accepts_batches=True,
-            )
-
-        return {
-            "http_streams.read_stream": admitted_endpoint(
-                tokens, "ReadEvents", "read", {"offset", "live", "cursor"}, read_request, self.read
-            ),
-            "http_streams.watch_entities": admitted_endpoint(
-                tokens, "WatchEntities", "read", {"type", "state", "live"}, watch_request, self.watch_entities
-            ),
-        }
 
     # -- one entity's stream -----------------------------------------------------------------------
 
@@ -371,6 +336,50 @@ class EntityStreams:
                 await watch.aclose()
 
         return _SseResponse(frames(), self._heartbeats)
+
+
+# -- the route table's handlers (http/routes.py): each admits its request as the door's other GET
+# routes do (``admitted_endpoint``); None for a door without the live reads.
+
+
+def read_stream(parts: DoorParts) -> Endpoint | None:
+    """``GET /{type}/{id}/stream``: the Durable Streams read."""
+    if parts.streams is None:
+        return None
+    names = {"offset", "live", "cursor"}
+    return admitted_endpoint(parts.tokens, "ReadEvents", "read", names, _read_request, parts.streams.read)
+
+
+def watch_entities(parts: DoorParts) -> Endpoint | None:
+    """``GET /entities?live=sse``: every entity's state changes as server-sent events."""
+    if parts.streams is None:
+        return None
+    names = {"type", "state", "live"}
+    respond = parts.streams.watch_entities
+    return admitted_endpoint(parts.tokens, "WatchEntities", "read", names, _watch_request, respond)
+
+
+def _read_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    text = query_one(query, "offset") or START
+    live = query_one(query, "live") or None
+    if live is not None and live not in LIVE_MODES:
+        raise invalid_argument("INVALID_FIELD", "live must be long-poll or sse", field="live")
+    resumed = request.headers.get("last-event-id")
+    if live == "sse" and resumed:  # an EventSource's reconnection: it names the last control
+        text = resumed
+    offset = parse_offset(text)
+    request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"))
+    return api.ReadEventsRequest(ref=ref(request), from_offset=offset or 0, limit=MAX_PAGE)
+
+
+def _watch_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    if query_one(query, "live") != "sse":
+        raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
+    return api.WatchEntitiesRequest(
+        type=query_one(query, "type"),
+        states=parse_states(query.get("state", []), "state"),
+        accepts_batches=True,
+    )
 
 
 def _control(offset: int, up_to_date: bool, closed: bool, cursor: str) -> bytes:

@@ -1,0 +1,143 @@
+"""How every route of the HTTP door admits a request, and how it answers a refusal.
+
+``admitted_endpoint`` admits a request as every route does (the token and its
+scope, the query's names, the body, the type limits; a refusal logged as gRPC's
+are) and answers an error with the door's error body,
+``{"error": {"code", "message", "details"}}``, with the HTTP status of
+``errors.HTTP_STATUS``. The service's routes (``http/door.py``), an entity's
+state (``http/handlers.py``) and the live reads (``http/streams.py``) are all
+made with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from google.protobuf.message import Message
+from starlette.requests import Request
+from starlette.responses import JSONResponse as _StarletteJSON
+from starlette.responses import Response
+from starlette.types import Scope
+
+from ..core.auth import (
+    ANONYMOUS,
+    Principal,
+    TokenTable,
+    bearer_principal,
+    current_principal,
+    denial,
+    type_denial,
+)
+from ..core.errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
+from . import body
+from .query import Query
+
+__all__ = ["Build", "Endpoint", "JSONResponse", "Respond", "admitted_endpoint", "error_response"]
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+# Path, query and JSON body → the gRPC request.
+Build = Callable[[Request, Query, body.JsonObject], Message]
+# Answers an admitted request: its gRPC message, with the caller's principal set (current_principal).
+Respond = Callable[[Request, Message, DoorContext], Awaitable[Response]]
+
+# Starlette's JSONResponse calls json.dumps with options, which builds an encoder per response.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+class JSONResponse(_StarletteJSON):
+    """Starlette's JSON response, byte for byte, through one encoder made once."""
+
+    def render(self, content: Any) -> bytes:
+        return _ENCODE(content).encode("utf-8")
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The door's error body for ``error``, with its HTTP status (a 401 asks for a bearer token)."""
+    status, content = http_error(error)
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    return JSONResponse(content, status, headers)
+
+
+def admitted_endpoint(
+    tokens: TokenTable | None,
+    method: str,
+    scope: str,
+    query_names: set[str],
+    build: Build,
+    respond: Respond,
+    *,
+    has_body: bool = False,
+    optional: bool = False,
+    headers: dict[str, str] | None = None,
+) -> Endpoint:
+    """An endpoint that admits a request as every route of the door does (the token and its
+    scope, the query's names, the body, the type limits; a refusal logged as gRPC's are and
+    answered with the error body) and then ``respond``s as ``method``'s caller. The door's
+    service routes are these; so are http/streams.py's live reads, which answer otherwise."""
+
+    async def admit(request: Request) -> tuple[Message, Principal]:
+        """The request as the gRPC call's message, and who makes it; ApiError if refused."""
+        headers = _admission_headers(request.scope)
+        principal = ANONYMOUS
+        if tokens is not None:  # the token first: a refused caller's body is never read
+            found = bearer_principal(tokens, headers.get("authorization"))
+            refused = denial(found, scope)
+            if refused is not None:
+                raise refused
+            assert found is not None
+            principal = found
+        query: Query = {}
+        if request.scope["query_string"]:
+            for name, value in request.query_params.multi_items():
+                query.setdefault(name, []).append(value)
+            body.fields(query, query_names, "query ")
+        obj: body.JsonObject = {}
+        if has_body:
+            raw = await body.read_limited(request.receive, headers.get("content-length"))
+            obj = body.parse(raw, headers.get("content-type"), required=not optional)
+        message = build(request, query, obj)
+        key = headers.get("idempotency-key")
+        if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+            message.idempotency_key = key  # type: ignore[attr-defined]
+        if principal.types is not None:
+            refused = type_denial(principal, message)
+            if refused is not None:
+                raise refused
+        return message, principal
+
+    async def endpoint(request: Request) -> Response:
+        client = request.scope.get("client")
+        context = DoorContext(f"http:{client[0]}:{client[1]}" if client else "http")
+        try:
+            try:
+                message, principal = await admit(request)
+            except ApiError as error:
+                await abort_with(context, error, method)  # logged as gRPC's refusals are
+                raise  # (abort_with raised it already: a DoorContext's abort is the error itself)
+            reset = current_principal.set(principal)
+            try:
+                return await respond(request, message, context)
+            finally:
+                current_principal.reset(reset)
+        except ApiError as error:
+            return error_response(error, headers)
+        except Exception as exc:  # a bug: logged, answered INTERNAL
+            return error_response(to_api_error(exc) or unexpected(exc, method), headers)
+
+    return endpoint
+
+
+_ADMISSION_HEADERS = frozenset({b"authorization", b"content-length", b"content-type", b"idempotency-key"})
+
+
+def _admission_headers(scope: Scope) -> dict[str, str]:
+    """The headers admission reads, in one pass over the request's (the first of a name given
+    twice, as Starlette's ``Headers.get`` answers)."""
+    found: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in _ADMISSION_HEADERS:
+            found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+    return found
