@@ -51,8 +51,9 @@ from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
 from .http.door import HttpDoor, check_cors_origins
 from .http.streams import DEFAULT_HEARTBEAT_MS, DEFAULT_LONG_POLL_MS, EntityStreams
 from .metrics import ServerMetrics
+from .runtime.connect import RuntimeService
+from .runtime.hosting import DEFAULT_SETTLE_MS, Runtime
 from .runtime.lease_sweep import DEFAULT_POLL_MS
-from .runtime.service import DEFAULT_SETTLE_MS, Runtime, RuntimeService
 from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store, WritesRefused
 from .store.database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, is_database_url, redacted
 from .store.sqlite import SQLiteStore

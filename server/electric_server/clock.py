@@ -2,7 +2,7 @@
 
 Grace deadlines (reaper.py), the writes' timestamps (``WriteContext.now_ms``),
 worker sessions' liveness and heartbeats (store/sessions.py, lease_sweep.py,
-runtime/service.py) all ask the ``Clock`` in ``ServerConfig.clock``: the real
+runtime/hosting.py) all ask the ``Clock`` in ``ServerConfig.clock``: the real
 one by default, or a test's ``electric_sdk.testing.ManualClock``, so a test of
 a 30 s grace advances the clock instead of waiting (docs/runtime.md, "Testing
 your agent"). On PostgreSQL the database's clock judges writes and leases

@@ -35,7 +35,7 @@ from ..store.base import EntityRecord, Ref, StorageFault, Write
 from .writes import close_ended, end_lease
 
 if TYPE_CHECKING:
-    from .service import Runtime
+    from .hosting import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -43,6 +43,8 @@ _UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
 
 # Signal key → the value of its stored insert (outcome `pending`).
 Inserts = Mapping[str, pb.SignalValue]
+# Marks the commits the runtime made itself (``marked``): not echoed back to it.
+RUNTIME_WRITE = "runtime-write"
 
 
 class Refused(Exception):
@@ -358,3 +360,14 @@ def runtime_write(
         return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
 
     return decide
+
+
+def marked(decide: Decide) -> Decide:
+    """``decide``, its commit marked as the runtime's own (``RUNTIME_WRITE``)."""
+
+    def marked_decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        mutation = decide(current, ctx)
+        mutation.result = RUNTIME_WRITE
+        return mutation
+
+    return marked_decide
