@@ -24,7 +24,9 @@ and runtime writes' request keys after an hour (runtime/answers.py).
 
 A write the store refuses (a full disk: the store has said so) or that fails
 is tried again a second later, for the same deadline; nothing ends the
-reaper but ``stop``.
+reaper but ``stop``. The reaper is a component of the server (app.py): entered,
+it arms the stored deadlines and runs its loop in a task group of its own; left,
+its loop ends between two writes and the group is closed.
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from types import TracebackType
 
 from electric_sdk.lifecycle import STATE_RULES
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..lifetime import TaskGroup
 from ..store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 from . import entity_writes
 from .validation import REQUEST_KEY_PREFIX, REQUEST_KEY_RETENTION_MS
@@ -76,8 +80,8 @@ class Reaper:
         self._armed: set[tuple[Ref, int]] = set()  # the (entity, deadline) pairs in the heap
         self._wakeup = asyncio.Event()
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self._tasks = TaskGroup("the reaper")
+        self._unsubscribe: Callable[[], None] = lambda: None
         self.expired = 0  # grace expiries written, for tests and status
         # Told, for each expiry written, how many seconds past its deadline it was (the metrics).
         self.expired_late: Callable[[float], None] = lambda _seconds: None
@@ -110,7 +114,22 @@ class Reaper:
         if self._heap[0][0] == due:
             self._wakeup.set()
 
+    async def __aenter__(self) -> Reaper:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
     async def start(self) -> None:
+        # Commits are heard from before the deadlines are read: none lands between unheard.
+        self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         for ref, deadline in await self.store.stopping_deadlines():
             self._push(deadline, ref)
         log.info("reaper armed with %d grace deadline(s)", len(self._heap))
@@ -120,18 +139,17 @@ class Reaper:
             loop.call_soon_threadsafe(self._wakeup.set)
 
         self._unadvance = self.clock.on_advance(wake)
-        self._task = asyncio.create_task(self._run(), name="electric-reaper")
+        self._tasks.start_soon(self._run(), name="electric-reaper")
 
     async def stop(self) -> None:
         self._unsubscribe()
         self._unadvance()
-        if self._task is not None:
-            # Between its writes and polls (cancelled in a query, it would hand the PostgreSQL
-            # pool a connection still busy with it).
-            self._stopping = True
-            self._wakeup.set()
-            await self._task
-            self._task = None
+        # Between its writes and polls (cancelled in a query, it would hand the PostgreSQL
+        # pool a connection still busy with it).
+        self._stopping = True
+        self._wakeup.set()
+        await self._tasks.wait()
+        await self._tasks.aclose()
 
     async def _run(self) -> None:
         # The polls and purges keep real time: they are work to do, not deadlines to judge.
