@@ -60,6 +60,26 @@ async def test_a_crash_is_logged_at_once_and_raised_when_the_group_is_left(
     assert "the test's component: 1 task(s) crashed" in str(raised.value)
 
 
+async def test_an_expected_exception_ends_its_task_as_meant_and_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    group = TaskGroup("test", expected=(LookupError,))
+
+    async def refused() -> None:
+        raise KeyError("refused, and said so elsewhere")
+
+    async def crash() -> None:
+        raise ValueError("a bug")
+
+    await asyncio.wait([group.start_soon(refused()), group.start_soon(crash(), name="crasher")])
+    assert [r.getMessage() for r in caplog.records if r.name == "electric_server.lifetime"] == [
+        "test: task crasher crashed"
+    ]
+    with pytest.raises(BaseExceptionGroup) as raised:
+        await group.aclose()
+    assert [str(e) for e in raised.value.exceptions] == ["a bug"]
+
+
 async def test_a_crash_does_not_cancel_its_siblings() -> None:
     group = TaskGroup("test")
     release = asyncio.Event()

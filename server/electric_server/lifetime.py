@@ -10,8 +10,10 @@ tests/test_lifetime_guard.py fails on a task started anywhere else in the server
 
 A task that crashes (ends with an exception, not cancelled) is logged at once with its traceback,
 since a component may run for months before it is left, and raised again when the group is left
-(a ``BaseExceptionGroup`` of every crash), so neither a stop nor a failed start hides it. A task
-whose coroutine expects an exception (a refused write: the store has said why) catches it itself.
+(a ``BaseExceptionGroup`` of every crash), so neither a stop nor a failed start hides it. An
+exception a component expects to end some of its tasks (the store's refusal of a write, which the
+store reports itself) is no crash: the group is told so (``expected``), and such a task ends like
+any other; one of a single task is better caught in its coroutine.
 
 Why not ``asyncio.TaskGroup``, or anyio's, which the SDK uses: both belong to the task that
 entered them (a child's crash cancels that task; anyio refuses to be left from another task),
@@ -38,12 +40,14 @@ T = TypeVar("T")
 
 
 class TaskGroup:
-    """The tasks of one component (``owner`` names it in logs and errors)."""
+    """The tasks of one component (``owner`` names it in logs and errors); a task that ends with
+    one of ``expected`` ends as it was meant to (see the module's docstring)."""
 
-    __slots__ = ("_closed", "_crashes", "_tasks", "owner")
+    __slots__ = ("_closed", "_crashes", "_tasks", "expected", "owner")
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, expected: tuple[type[Exception], ...] = ()) -> None:
         self.owner = owner
+        self.expected = expected
         self._tasks: set[asyncio.Task[Any]] = set()
         self._crashes: list[BaseException] = []
         self._closed = False
@@ -67,7 +71,7 @@ class TaskGroup:
         if task.cancelled():
             return
         crash = task.exception()
-        if crash is not None:
+        if crash is not None and not isinstance(crash, self.expected):
             log.error("%s: task %s crashed", self.owner, task.get_name(), exc_info=crash)
             self._crashes.append(crash)
 

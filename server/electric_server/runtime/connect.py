@@ -24,7 +24,10 @@ from ..core import validation as v
 from ..core.auth import Principal, current_principal
 from ..core.caps import Caps
 from ..core.errors import ApiError, invalid_argument, translate_stream
+from ..lifetime import TaskGroup
 from .hosting import Runtime
+from .local_leases import WorkerSession
+from .requests import WorkerRequests
 
 
 def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:
@@ -70,21 +73,37 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
                         heartbeat_interval=duration_from_ms(self.runtime.heartbeat_interval_ms),
                     )
                 )
-                reader = asyncio.create_task(self.runtime.requests.read(session, request_iterator))
-                try:
-                    while (item := await session.outbox.get()) is not None:
-                        if not hello.accepts_batches:
-                            yield item
-                            continue
-                        message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
-                        yield message
-                        if ended:
-                            break
-                    if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
-                        raise error  # a bad request (e.g. a malformed ref) ends the session with its status
-                finally:
-                    reader.cancel()
-                    await self.runtime.close(session, "runtime_lost")
+                refused: list[Exception] = []
+                async with TaskGroup("a worker's session") as reading:
+                    reading.start_soon(_read(self.runtime.requests, session, request_iterator, refused))
+                    try:
+                        while (item := await session.outbox.get()) is not None:
+                            if not hello.accepts_batches:
+                                yield item
+                                continue
+                            message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
+                            yield message
+                            if ended:
+                                break
+                        if refused:  # a bad request (e.g. a malformed ref): the session ends with its status
+                            raise refused[0]
+                    finally:
+                        reading.cancel()
+                        await self.runtime.close(session, "runtime_lost")
+
+
+async def _read(
+    requests: WorkerRequests,
+    session: WorkerSession,
+    request_iterator: AsyncIterator[rt.ConnectRequest],
+    refused: list[Exception],
+) -> None:
+    """The worker's requests, until it hangs up; what refused one goes to ``refused`` (Connect
+    raises it, as the session's status), not to the group as a crash."""
+    try:
+        await requests.read(session, request_iterator)
+    except Exception as exc:
+        refused.append(exc)
 
 
 def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:

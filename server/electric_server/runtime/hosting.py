@@ -14,12 +14,13 @@ The workers' requests are requests.py's; the stream a session runs on, connect.p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, TypeVar
 
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
@@ -29,6 +30,7 @@ from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..core import message_cursor
+from ..lifetime import TaskGroup
 from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write
 from ..store.sessions import SessionRow
 from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
@@ -38,6 +40,7 @@ from .requests import WorkerRequests
 from .writes import RUNTIME_WRITE, Refused, end_lease, grant, settle_ignored
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
@@ -73,22 +76,39 @@ class Runtime:
         self._offering: set[Ref] = set()
         self._announcements = itertools.count(1)
         self._session_ids = itertools.count(1)
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self._expiry: asyncio.Task[None] | None = None
+        # Every task of the runtime: a worker's requests, offers, deliveries, settles, the handover.
+        # One the store refuses is no crash: the store has said why, and what it left undone the
+        # sweep finds (a lease whose end was not written, an entity not offered).
+        self._tasks = TaskGroup("the runtime", expected=(StorageFault,))
         self._handover: asyncio.Task[None] | None = None
         self.sweep = LeaseSweep(self)
+        self._parts = AsyncExitStack()  # the sweep, once started
         self._stopping = False
-        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self._unsubscribe: Callable[[], None] = lambda: None
         self.type_profiles = TypeProfiles(store)
         self.requests = WorkerRequests(self)
 
     # -- lifecycle of the service -------------------------------------------------------
 
+    async def __aenter__(self) -> Runtime:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
     async def start(self) -> None:
+        self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         await self.type_profiles.load()
-        # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first.
-        await self.sweep.once()
-        self._expiry = asyncio.create_task(self.sweep.run(), name="electric-lease-sweep")
+        # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first:
+        # entering the sweep sweeps once, then polls.
+        await self._parts.enter_async_context(self.sweep)
         loop = asyncio.get_running_loop()
 
         def wake() -> None:  # from the thread that advanced the clock: sessions may have expired
@@ -112,11 +132,10 @@ class Runtime:
         for session in list(self.sessions.values()):
             session.closed = True
             session.outbox.put_nowait(None)
-        for task in list(self.tasks):
-            task.cancel()
+        self._tasks.cancel()
         self.sweep.stop()
         if self.store.sessions.shared:
-            self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
+            self._handover = self._tasks.start_soon(self._hand_over(held), name="electric-lease-handover")
 
     async def _hand_over(self, held: list[Lease]) -> None:
         # As for a lost runtime: an ended entity's pending signals are settled with its stream's close.
@@ -140,20 +159,17 @@ class Runtime:
     async def stop(self) -> None:
         self._unadvance()
         self.drain()
-        if self._expiry is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
-            self._expiry = None
+        await self._parts.aclose()  # the sweep ends between two polls
         if self._handover is not None:
             await self._handover
             self._handover = None
         else:
             await self._end_replica()
+        await self._tasks.aclose()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    def spawn(self, step: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """Run ``step`` as a task of the runtime: cancelled by a drain, awaited by ``stop``."""
+        return self._tasks.start_soon(step, name)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -189,9 +205,9 @@ class Runtime:
         await self.store.sessions.open(row, self.lease_ttl_ms)
         old = self.sessions.get(hello.worker_id)
         if old is not None:
-            self._spawn(self.close(old, "runtime_lost"))
+            self.spawn(self.close(old, "runtime_lost"))
         self.sessions[hello.worker_id] = session
-        self._spawn(self.offer_all(session))
+        self.spawn(self.offer_all(session))
         return session
 
     async def close(self, session: WorkerSession, cause: str) -> None:
@@ -345,18 +361,18 @@ class Runtime:
             settled = {e.key for e in commit.events if e.kind == "signal"}
             owed = {k: insert for k, insert in lease.unsettled.items() if k not in settled}
             if owed:  # signals that landed while the write was on its way: queued before any offer
-                self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
+                self.spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
             lease = None
         if lease is None:
             # No task for an entity no connected worker could take (e.g. spawns with no worker up).
             if self._needs_runtime(after) and self._pick(after) is not None:
-                self._spawn(self.offer(after))
+                self.spawn(self.offer(after))
             return
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
             # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
             # outcome, the end of the run in progress, exec receipts), then the lease ends and
             # the stream closes: when it lets go, or after the settle at the latest.
-            self._spawn(self._settle(lease))
+            self.spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
             for event in commit.events:
                 if event.kind == "signal":
@@ -372,13 +388,13 @@ class Runtime:
                     owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
             elif event.kind == "message":
-                self._spawn(self._pump(lease))
+                self.spawn(self._pump(lease))
         if (
             commit.before is not None
             and commit.before.state is not after.state
             and STATE_RULES[after.state].delivers_messages
         ):
-            self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
+            self.spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
 
     async def _settle(self, lease: Lease) -> None:
         await asyncio.sleep(self.settle_s)

@@ -96,11 +96,9 @@ class WorkerRequests:
         self, session: WorkerSession, coro: Coroutine[Any, Any, None], refs: list[Ref]
     ) -> asyncio.Task[None]:
         """A task applying requests on ``refs`` (filled in until it first runs), the tail of each."""
-        task = asyncio.create_task(coro)
-        self.runtime.tasks.add(task)
+        task = self.runtime.spawn(coro)
 
         def untrack(done: asyncio.Task[None]) -> None:
-            self.runtime.tasks.discard(done)
             for ref in refs:
                 if session.tails.get(ref) is done:
                     del session.tails[ref]
