@@ -15,14 +15,13 @@ fixed paths (``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``,
 ``/_electric/…``) are matched first. A route the table gives another module's
 handler (the Durable Streams read, SSE) is mounted when that handler is given.
 
-uvicorn serves it as a task of the server's own loop: h11 with each turn's writes sent as one
-(fastpaths/http_cork.py), lifespan off, no signal handlers of its own (the server's drain owns SIGINT and
-SIGTERM), its logging left to propagate to ours.
+uvicorn serves it as a task of the door's own group (lifetime.py), on the server's loop: h11 with
+each turn's writes sent as one (fastpaths/http_cork.py), lifespan off, no signal handlers of its
+own (the server's drain owns SIGINT and SIGTERM), its logging left to propagate to ours.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -30,6 +29,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any, cast
 
 import grpc
@@ -70,6 +70,7 @@ from ..core.errors import (
 from ..core.service import EntityService
 from ..fastpaths.http_cork import CorkedH11Protocol
 from ..fastpaths.route_table import RouteTable
+from ..lifetime import TaskGroup
 from . import body
 from .openapi import render as render_openapi
 from .query import Query
@@ -248,7 +249,7 @@ class HttpDoor:
             tokens, "ReadEvents", entity_scope("ReadEvents"), set(), state_request, self._respond_state
         )
         self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskGroup("the HTTP door")  # uvicorn's server
         # With --cors-origin: answers preflights itself; adds the allow/expose headers to answers.
         cors: dict[str, Any] = {
             "allow_origins": list(cors_origins),
@@ -418,16 +419,29 @@ class HttpDoor:
             sock.close()
             raise ConfigError(f"cannot serve HTTP on {self.listen}: {exc}") from exc
         self._server = _Uvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="electric-http")
+        self._tasks.start_soon(self._server.serve(sockets=[sock]), name="electric-http")
         log.info("electric http listening on %s", self.address)
+
+    def drain(self) -> None:
+        """Stop accepting; in-flight requests go on, within the grace (``stop`` awaits them)."""
+        if self._server is not None:
+            self._server.should_exit = True
 
     async def stop(self) -> None:
         """Stop accepting; in-flight requests finish within the grace. Safe to repeat."""
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        task, self._task = self._task, None
-        await task
+        self.drain()
+        await self._tasks.wait()  # uvicorn's own shutdown: its grace, then it ends what is left
+        await self._tasks.aclose()
+
+    async def __aenter__(self) -> HttpDoor:
+        """The door as a component of the server (app.py): bound and serving once entered."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
