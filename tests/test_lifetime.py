@@ -8,7 +8,7 @@ import inspect
 import logging
 
 import pytest
-from electric_server.lifetime import TaskGroup
+from electric_server.lifetime import Component, TaskGroup
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +142,27 @@ async def test_wait_lets_tasks_end_by_themselves() -> None:
     assert task.done()
     assert not task.cancelled()
     await group.aclose()
+
+
+class _Steps(Component):
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.steps: list[str] = []
+
+    async def start(self) -> None:
+        self.steps.append("start")
+        if self.fail:
+            raise OSError("refused")
+
+    async def stop(self) -> None:
+        self.steps.append("stop")
+
+
+async def test_a_component_is_stopped_when_left_and_when_its_start_fails() -> None:
+    async with _Steps(fail=False) as good:
+        assert good.steps == ["start"]
+    assert good.steps == ["start", "stop"]
+    refusing = _Steps(fail=True)
+    with pytest.raises(OSError, match="refused"):
+        await refusing.__aenter__()
+    assert refusing.steps == ["start", "stop"]  # what the start did is undone; its error goes on

@@ -28,11 +28,12 @@ give; a plain task and a set cost a call nothing more than the loose tasks they 
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +116,27 @@ class TaskGroup:
         await self._end()
         if exc is None:  # else that exception goes on; the crashes were logged as they happened
             self._raise_crashes()
+
+
+class Component(abc.ABC):
+    """A component whose entering is its ``start`` and whose leaving is its ``stop``. A start
+    that fails is stopped before its error goes on, so ``stop`` undoes any part of a start."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

@@ -37,12 +37,11 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from electric_sdk.lifecycle import STATE_RULES
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..lifetime import TaskGroup
+from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
+from ..lifetime import Component, TaskGroup
 from ..store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 from . import entity_writes
 from .validation import REQUEST_KEY_PREFIX, REQUEST_KEY_RETENTION_MS
@@ -60,7 +59,7 @@ POLL_PAGE = 256
 EXIT_SETTLE_MS = 1000
 
 
-class Reaper:
+class Reaper(Component):
     def __init__(
         self,
         store: Store,
@@ -114,31 +113,13 @@ class Reaper:
         if self._heap[0][0] == due:
             self._wakeup.set()
 
-    async def __aenter__(self) -> Reaper:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         # Commits are heard from before the deadlines are read: none lands between unheard.
         self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         for ref, deadline in await self.store.stopping_deadlines():
             self._push(deadline, ref)
         log.info("reaper armed with %d grace deadline(s)", len(self._heap))
-        loop = asyncio.get_running_loop()
-
-        def wake() -> None:  # from the thread that advanced the clock
-            loop.call_soon_threadsafe(self._wakeup.set)
-
-        self._unadvance = self.clock.on_advance(wake)
+        self._unadvance = wake_on_advance(self.clock, self._wakeup.set)
         self._tasks.start_soon(self._run(), name="electric-reaper")
 
     async def stop(self) -> None:

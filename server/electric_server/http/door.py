@@ -29,7 +29,6 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 import grpc
@@ -70,7 +69,7 @@ from ..core.errors import (
 from ..core.service import EntityService
 from ..fastpaths.http_cork import CorkedH11Protocol
 from ..fastpaths.route_table import RouteTable
-from ..lifetime import TaskGroup
+from ..lifetime import Component, TaskGroup
 from . import body
 from .openapi import render as render_openapi
 from .query import Query
@@ -217,8 +216,9 @@ def _error_response(error: ApiError, headers: dict[str, str] | None = None) -> J
     return JSONResponse(content, status, headers)
 
 
-class HttpDoor:
-    """The routes, and the uvicorn server that serves them on ``listen``."""
+class HttpDoor(Component):
+    """The routes, and the uvicorn server that serves them on ``listen``: a component of the
+    server (app.py), bound and serving once entered."""
 
     def __init__(
         self,
@@ -432,16 +432,6 @@ class HttpDoor:
         self.drain()
         await self._tasks.wait()  # uvicorn's own shutdown: its grace, then it ends what is left
         await self._tasks.aclose()
-
-    async def __aenter__(self) -> HttpDoor:
-        """The door as a component of the server (app.py): bound and serving once entered."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

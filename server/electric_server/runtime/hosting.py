@@ -19,7 +19,6 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
-from types import TracebackType
 from typing import Any, TypeVar
 
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
@@ -28,9 +27,9 @@ from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
 from ..core import message_cursor
-from ..lifetime import TaskGroup
+from ..lifetime import Component, TaskGroup
 from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write
 from ..store.sessions import SessionRow
 from .lease_sweep import DEFAULT_POLL_MS, LeaseSweep
@@ -49,7 +48,7 @@ PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a leas
 DEFAULT_SETTLE_MS = 1000
 
 
-class Runtime:
+class Runtime(Component):
     """The sessions of this replica's workers and the leases they hold."""
 
     def __init__(
@@ -90,31 +89,13 @@ class Runtime:
 
     # -- lifecycle of the service -------------------------------------------------------
 
-    async def __aenter__(self) -> Runtime:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         await self.type_profiles.load()
         # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first:
         # entering the sweep sweeps once, then polls.
         await self._parts.enter_async_context(self.sweep)
-        loop = asyncio.get_running_loop()
-
-        def wake() -> None:  # from the thread that advanced the clock: sessions may have expired
-            loop.call_soon_threadsafe(self.sweep.wake)
-
-        self._unadvance = self.clock.on_advance(wake)
+        self._unadvance = wake_on_advance(self.clock, self.sweep.wake)  # sessions may have expired
 
     def drain(self) -> None:
         """End every worker session now (no awaiting: the server is draining).
