@@ -4,9 +4,10 @@ Every component of the server (watches, reaper, lease sweep, runtime, the HTTP d
 heartbeats, the gRPC door and its acceptors) is an async context manager that starts its tasks in
 a group of its own and leaves the group when it is left: leaving cancels what still runs and
 awaits every task, those they start meanwhile too, so nothing of a component outlives it.
-``ElectricServer`` enters the components in one exit stack (app.py); a request that runs tasks
-of its own (an SSE response, a worker's session) enters a group for as long as it runs.
-tests/test_lifetime_guard.py fails on a task started anywhere else in the server.
+``ElectricServer`` enters the components in one exit stack (app.py); ``Component`` makes a
+start and a stop the entering and the leaving. A request that runs tasks of its own (an SSE
+response, a worker's session) enters a group for as long as it runs. tests/test_lifetime_guard.py
+fails on a task started anywhere else in the server (the store's own move here with its rewrite).
 
 A task that crashes (ends with an exception, not cancelled) is logged at once with its traceback,
 since a component may run for months before it is left, and raised again when the group is left
