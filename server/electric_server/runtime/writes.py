@@ -123,7 +123,7 @@ def settle_ignored(unsettled: Inserts, state: State) -> Decide:
     write (they landed while that write was on its way): ignored, saying so."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if current is None:
+        if current is None or current.closed:  # closed meanwhile: the close settled what was pending
             return Mutation()
         return Mutation(
             [_ignored(key, insert, _not_handled("released", state)) for key, insert in unsettled.items()],
