@@ -18,8 +18,9 @@ the SDK reaches the server only through ``electric_server``'s top level (the
 CLI and ``testing``). The server keeps layers of its own (``SERVER_LAYERS``),
 its rooms by role from the bottom up:
 
-1. what every room may use: the settings table, the clock, the refusal of a
-   configuration, the log throttle, and the fast paths' registry and seams;
+1. what every room may use: the settings table, the clock, the task groups of
+   components (``lifetime``), the refusal of a configuration, the log throttle,
+   and the fast paths' registry and seams;
 2. the store; 3. the service core;
 4. the doors (gRPC, HTTP) and the worker protocol (runtime), which do not
    import one another;
@@ -81,6 +82,7 @@ SERVER_LAYERS: list[tuple[str, ...]] = [
     (
         "electric_server.settings",
         "electric_server.clock",
+        "electric_server.lifetime",
         "electric_server.config_error",
         "electric_server.log_throttle",
         "electric_server.fastpaths",

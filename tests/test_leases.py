@@ -15,8 +15,8 @@ import asyncpg
 import pytest
 from electric_server.core import entity_writes
 from electric_server.core.validation import REQUEST_KEY_PREFIX
-from electric_server.runtime.writes import Refused, end_lease, grant
-from electric_server.store.base import Idempotency, Ref, Store, Write
+from electric_server.runtime.writes import Refused, end_lease, grant, settle_ignored
+from electric_server.store.base import EntityRecord, Idempotency, Ref, Store, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
 from electric_server.store.postgres_schema import SWEEP_FINDS as PG_SWEEP_FINDS
@@ -27,6 +27,7 @@ from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
 from electric_server.store.sqlite_schema import SELECT_HOLDERS as SQLITE_HOLDERS
 from test_store import committed, spawn
 
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import HOSTED_STATES, Signal, State
 
 pytestmark = pytest.mark.anyio
@@ -295,3 +296,17 @@ async def test_a_hello_forgets_sessions_and_replicas_expired_long_ago(postgres_u
     finally:
         await admin.close()
         await store.close()
+
+
+def test_signals_owed_after_a_release_are_not_appended_to_a_stream_closed_meanwhile() -> None:
+    """The runtime settles the signals a released lease still owed in a write of its own, after
+    the release's commit; if the stream closed in between, its close settled them: nothing is
+    appended (a closed stream refuses any append, and the runtime's task would crash on it)."""
+    closed = EntityRecord("agent", "a", State.STOPPED, 0, 0, 0, 0, 3, True, None, 5)
+    owed = {"sig_1": pb.SignalValue(signal=pb.SIGNAL_SIGUSR)}
+    mutation = settle_ignored(owed, State.RUNNING)(closed, WriteContext(6, 0))
+    assert (mutation.events, mutation.entity) == ([], None)
+    still_open = closed.replace(closed=False)
+    assert [e.kind for e in settle_ignored(owed, State.RUNNING)(still_open, WriteContext(6, 0)).events] == [
+        "signal"
+    ]

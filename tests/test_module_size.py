@@ -21,7 +21,6 @@ SKIPPED_DIRS = frozenset({"_proto", "__pycache__", ".venv"})
 # Over the limit before the limit was kept, at 4133c82: path → lines then. Remove an entry when
 # its module is split; never add one.
 OVERSIZED: dict[str, int] = {
-    "server/electric_server/runtime/service.py": 651,
     "server/electric_server/store/postgres_schema.py": 694,
     "server/electric_server/store/postgres_writer.py": 685,
 }

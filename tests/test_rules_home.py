@@ -132,7 +132,7 @@ def test_no_module_outside_lifecycle_tests_for_a_group_of_states() -> None:
 
 def test_the_scan_covers_the_sdk_and_the_server() -> None:
     names = {str(p.relative_to(ROOT)) for p in _modules()}
-    assert "server/electric_server/runtime/service.py" in names
+    assert "server/electric_server/runtime/hosting.py" in names
     assert "electric_sdk/runtime/host.py" in names
     assert "electric_sdk/cli/run_cmd.py" in names
     assert "electric_sdk/lifecycle.py" not in names

@@ -1,5 +1,5 @@
 """A worker's requests on one entity apply in order, each waiting for the one ahead of it
-(``Runtime._after_tail``). A step whose task is cancelled before it gets its turn (the server is
+(``WorkerRequests.after_tail``). A step whose task is cancelled before it gets its turn (the server is
 draining) must be closed, not left for the garbage collector to report as never awaited."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from electric_server.runtime.hosting import Runtime
 from electric_server.runtime.local_leases import WorkerSession
-from electric_server.runtime.service import Runtime
 from electric_server.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -35,8 +35,8 @@ def _session() -> WorkerSession:
 
 async def test_a_step_cancelled_before_its_task_first_ran_is_closed(runtime: Runtime) -> None:
     session = _session()
-    step = runtime._release(session, ("t", "a"), 1)
-    runtime._after_tail(session, ("t", "a"), step)
+    step = runtime.requests.release(session, ("t", "a"), 1)
+    runtime.requests.after_tail(session, ("t", "a"), step)
     task = session.tails[("t", "a")]
     runtime.drain()  # before the task has run at all
     await asyncio.wait([task])
@@ -51,9 +51,9 @@ async def test_a_step_cancelled_while_waiting_its_turn_is_closed(runtime: Runtim
     async def slow() -> None:
         await ahead.wait()
 
-    runtime._after_tail(session, ("t", "a"), slow())
-    step = runtime._release(session, ("t", "a"), 1)
-    runtime._after_tail(session, ("t", "a"), step)
+    runtime.requests.after_tail(session, ("t", "a"), slow())
+    step = runtime.requests.release(session, ("t", "a"), 1)
+    runtime.requests.after_tail(session, ("t", "a"), step)
     task = session.tails[("t", "a")]
     await asyncio.sleep(0)  # both tasks start; the second now waits for the first
     assert not task.done()
@@ -73,9 +73,9 @@ async def test_steps_on_one_entity_run_in_order(runtime: Runtime) -> None:
         ran.append(n)
 
     gate = asyncio.Event()
-    runtime._after_tail(session, ("t", "a"), step(1, gate))
-    runtime._after_tail(session, ("t", "a"), step(2, None))
-    runtime._after_tail(session, ("t", "a"), step(3, None))
+    runtime.requests.after_tail(session, ("t", "a"), step(1, gate))
+    runtime.requests.after_tail(session, ("t", "a"), step(2, None))
+    runtime.requests.after_tail(session, ("t", "a"), step(3, None))
     await asyncio.sleep(0)
     assert ran == []
     gate.set()

@@ -1,10 +1,14 @@
-"""Assemble and run the control plane: store, services, reaper, drain.
+"""Assemble and run the control plane: its components in one lifetime, and the drain.
 
 ``ElectricServer`` is what ``electric server`` and ``electric_sdk.testing``
-run. ``serve`` adds process signal handling: the first SIGTERM or SIGINT
-drains (health NOT_SERVING, watches ended so clients reconnect elsewhere,
-in-flight calls finish within the drain grace, the store is flushed) and the
-process exits 0; a second signal exits at once.
+run. Its components (the store, the watches, the reaper, the runtime, the
+doors; each an async context manager that owns its tasks, lifetime.py) are
+entered by ``start`` in one exit stack: one that refuses to start unwinds
+exactly what started before it, in reverse. ``stop`` drains, then is the same
+unwind: the one shutdown order. ``serve`` adds process signal handling: the
+first SIGTERM or SIGINT drains (health NOT_SERVING, watches ended so clients
+reconnect elsewhere, in-flight calls finish within the drain grace, the store
+is flushed) and the process exits 0; a second signal exits at once.
 
 Health follows the store: while the disk is full, or a PostgreSQL database
 takes no writes (read-only), the readiness of writes (``WRITES_HEALTH_NAME``)
@@ -21,6 +25,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +49,15 @@ from .core.reaper import Reaper
 from .core.service import EntityService
 from .core.watch import Watches
 from .fastpaths import forced_fallbacks
-from .fastpaths.acceptors import Acceptors, quiet_abandoned_writes
-from .grpc.auth import AuthInterceptor
-from .grpc.handlers import guard_server
+from .fastpaths.acceptors import Acceptors
+from .grpc.door import GrpcDoor
 from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
 from .http.door import HttpDoor, check_cors_origins
 from .http.streams import EntityStreams
+from .lifetime import TaskGroup
 from .metrics import ServerMetrics
-from .runtime.service import Runtime, RuntimeService
+from .runtime.connect import RuntimeService
+from .runtime.hosting import Runtime
 from .store.base import DatabaseUnavailable, DiskFull, StorageFault, Store, WritesRefused
 from .store.database_url import is_database_url, redacted
 from .store.sqlite import SQLiteStore
@@ -200,20 +206,23 @@ class ElectricServer:
         # Open streams and worker sessions per principal (caps.py), shared by both services.
         self.caps = Caps(config.max_streams, config.max_sessions)
         self.port = 0
-        self._server: grpc.aio.Server | None = None
+        # The components, entered by start() in one exit stack: left in reverse by stop().
+        self._lifetime: AsyncExitStack | None = None
+        self._grpc: GrpcDoor | None = None
         self.http: HttpDoor | None = None
         self._draining = False
         self.acceptors: Acceptors | None = None
         self._watches: Watches | None = None
         self._reaper: Reaper | None = None
         self.metrics: ServerMetrics | None = None
-        self._stopped = asyncio.Event()
         self._datadir_lock: DataDirLock | None = None
         # A failure of the store for good: the server must stop (see drain_on_failure).
         self.failure: StorageFault | None = None
         self._writes_fault: StorageFault | None = None  # while set, writes are refused (readiness)
         self._on_failure: list[asyncio.Event] = []
-        self._health_update: asyncio.Future[None] | None = None
+        # The health's updates as the store's faults come and go, applied in that order.
+        self._health_updates = TaskGroup("the server's health")
+        self._health_update: asyncio.Task[None] | None = None
         self._unsubscribe_faults: Callable[[], None] = lambda: None
 
     @property
@@ -222,170 +231,136 @@ class ElectricServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        """Lock the data directory (datadir.py), then open the store and listen; unlock on failure.
-
-        On PostgreSQL there is no data directory: the lock keeps a SQLite file to one writer,
-        and replicas share their database by design, so any number may run from one directory
-        (the lock of its default ``.electric`` used to stop a second replica started there)."""
-        if self.config.database_url:
-            await self._open_and_listen()
-            return
-        lock = DataDirLock.acquire(self.config.data_dir, "electric server")
-        try:
-            await self._open_and_listen()
-        except BaseException:
-            lock.release()
-            raise
-        lock.listening_on(self.address)
-        self._datadir_lock = lock
-
-    async def _open_and_listen(self) -> None:
-        await self.store.open()  # raises DamagedStore, or another StorageFault, to refuse to start
-        self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
-        self._watches = Watches(
-            self.store,
-            self.config.watch_queue_limit,
-            self.config.watch_bandwidth,
-            self.config.watch_feed_events,
-        )
-        self._reaper = Reaper(
-            self.store,
-            self.config.idempotency_retention_ms,
-            self.config.settle_ms,
-            self.config.poll_ms,
-            self.config.clock,
-        )
-        await self._reaper.start()
-        self.runtime = Runtime(
-            self.store,
-            self.config.lease_ttl_ms,
-            # A short --lease-ttl asks for heartbeats often enough to keep it.
-            min(self.config.heartbeat_interval_ms, max(1, self.config.lease_ttl_ms // 3)),
-            self.config.settle_ms,
-            self.config.poll_ms,
-            self.config.clock,
-        )
-        await self.runtime.start()
-        interceptors = [AuthInterceptor(self.tokens)] if self.tokens else []
-        server = grpc.aio.server(
-            interceptors=interceptors,  # no maximum_concurrent_rpcs: Acceptors bypass grpc's limiter
-            options=[
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", 4 * 1024 * 1024),
-                # Clients ping every 30 s to keep quiet watches alive; accept that
-                # rather than cutting them with "too many pings".
-                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.max_ping_strikes", 0),
-            ],
-        )
-        acceptors = Acceptors(server, interceptors, self.config.acceptors_per_method)
-        quiet_abandoned_writes()  # a client that walks away is no error of the server's
-        guard_server(server)  # after Acceptors: they record the guarded handlers
-        entities = EntityService(self.store, self._watches, self.runtime, self.caps)
-        self.metrics = metrics = ServerMetrics(self.store)
-        metrics.follow(self._watches, self.runtime, self._reaper)
-        entities.signal_rejected = metrics.signal_rejected
-        api_grpc.add_EntityServiceServicer_to_server(entities, server)
-        rt_grpc.add_RuntimeServiceServicer_to_server(
-            RuntimeService(self.runtime, self.caps, self.config.hello_timeout_ms), server
-        )
-        add_health_and_reflection(server, self.health, (SERVICE_NAME,))
-        try:
-            if self._tls is not None:
-                creds = grpc.ssl_server_credentials([self._tls])
-                self.port = server.add_secure_port(self.config.listen, creds)
-            else:
-                self.port = server.add_insecure_port(self.config.listen)
-        except RuntimeError:  # grpc raises instead of returning 0 when the bind fails
-            self.port = 0
-        refused = None
-        if not self.port:
-            why = "invalid TLS certificate or key, " if self._tls else ""
-            refused = ConfigError(
-                f"cannot listen on {self.config.listen} ({why}address in use or not local?)"
-            )
-        elif self.config.http:
-            tls = (
-                (self.config.tls_cert, self.config.tls_key)
-                if self.config.tls_cert and self.config.tls_key
-                else None
-            )
-            http = HttpDoor(
-                entities,
-                self.tokens,
-                self.readiness,
-                self.config.http,
-                grace_s=self.config.drain_grace_s,
-                tls=tls,
-                metrics=metrics.render,
-                cors_origins=self.config.cors_origins,
-                streams=EntityStreams(
-                    entities,
-                    self._draining_now,
-                    heartbeat_s=self.config.sse_heartbeat_ms / 1000,
-                    long_poll_s=self.config.http_long_poll_ms / 1000,
-                ),
-            )
-            try:
-                await http.start()
-                self.http = http
-            except ConfigError as exc:
-                refused = exc
-        if refused is not None:
-            metrics.close()
-            self._watches.close()
-            await self.runtime.stop()
-            await self._reaper.stop()
-            await self.store.close()
-            raise refused
-        await server.start()
-        acceptors.start()
-        self._server = server
-        self.acceptors = acceptors
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        """Enter every component in one exit stack, in this order: the data directory's lock
+        (datadir.py), the store, its faults followed by health, the watches, the reaper, the
+        runtime, the metrics, the gRPC door (bound), the HTTP door (serving), then gRPC serves.
+        A component that refuses to start unwinds exactly what started before it, in reverse, and
+        its error is raised; ``stop`` is the same unwind, after the drain."""
+        async with AsyncExitStack() as stack:
+            await self._enter_store(stack)
+            entities = await self._enter_core(stack)
+            await self._enter_doors(stack, entities)
+            self._lifetime = stack.pop_all()
+        if self._datadir_lock is not None:
+            self._datadir_lock.listening_on(self.address)
         log.info("electric server listening on %s (%s)", self.address, self.config.where)
         if self.forced_fallbacks:
             log.warning(
                 "fallbacks forced for: %s (slower; meant for tests)", ", ".join(sorted(self.forced_fallbacks))
             )
 
+    async def _enter_store(self, stack: AsyncExitStack) -> None:
+        """The store, behind the data directory's lock, and its faults followed by health.
+
+        On PostgreSQL there is no data directory: the lock keeps a SQLite file to one writer,
+        and replicas share their database by design, so any number may run from one directory
+        (the lock of its default ``.electric`` used to stop a second replica started there)."""
+        if not self.config.database_url:
+            lock = DataDirLock.acquire(self.config.data_dir, "electric server")
+            stack.callback(lock.release)
+            self._datadir_lock = lock
+        await stack.enter_async_context(self.store)  # DamagedStore, or another StorageFault, refuses
+        self._health_updates = await stack.enter_async_context(TaskGroup("the server's health"))
+        self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
+        stack.callback(self._stop_following_store)
+
+    async def _enter_core(self, stack: AsyncExitStack) -> EntityService:
+        """The watches, the reaper, the runtime and the metrics; the entity service they make."""
+        config = self.config
+        self._watches = watches = await stack.enter_async_context(
+            Watches(self.store, config.watch_queue_limit, config.watch_bandwidth, config.watch_feed_events)
+        )
+        self._reaper = reaper = await stack.enter_async_context(
+            Reaper(
+                self.store, config.idempotency_retention_ms, config.settle_ms, config.poll_ms, config.clock
+            )
+        )
+        self.runtime = await stack.enter_async_context(
+            Runtime(
+                self.store,
+                config.lease_ttl_ms,
+                # A short --lease-ttl asks for heartbeats often enough to keep it.
+                min(config.heartbeat_interval_ms, max(1, config.lease_ttl_ms // 3)),
+                config.settle_ms,
+                config.poll_ms,
+                config.clock,
+            )
+        )
+        entities = EntityService(self.store, watches, self.runtime, self.caps)
+        self.metrics = metrics = ServerMetrics(self.store)
+        stack.callback(metrics.close)
+        metrics.follow(watches, self.runtime, reaper)
+        entities.signal_rejected = metrics.signal_rejected
+        return entities
+
+    async def _enter_doors(self, stack: AsyncExitStack, entities: EntityService) -> None:
+        """The gRPC door's port, then the HTTP door; then gRPC serves, and health says SERVING."""
+        config = self.config
+        door = GrpcDoor(
+            config.listen, tls=self._tls, tokens=self.tokens, acceptors_per_method=config.acceptors_per_method
+        )
+        self._grpc = await stack.enter_async_context(door)
+        self.port, self.acceptors = door.port, door.acceptors
+        if config.http:
+            streams = await stack.enter_async_context(
+                EntityStreams(
+                    entities,
+                    self._draining_now,
+                    heartbeat_s=config.sse_heartbeat_ms / 1000,
+                    long_poll_s=config.http_long_poll_ms / 1000,
+                )
+            )
+            self.http = await stack.enter_async_context(
+                HttpDoor(
+                    entities,
+                    self.tokens,
+                    self.readiness,
+                    config.http,
+                    grace_s=config.drain_grace_s,
+                    tls=(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None,
+                    metrics=self.metrics.render if self.metrics is not None else None,
+                    cors_origins=config.cors_origins,
+                    streams=streams,
+                )
+            )
+        runtime = RuntimeService(self.runtime, self.caps, config.hello_timeout_ms)
+
+        def services(server: grpc.aio.Server) -> None:
+            api_grpc.add_EntityServiceServicer_to_server(entities, server)
+            rt_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
+            add_health_and_reflection(server, self.health, (SERVICE_NAME,))
+
+        await door.serve(services)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
     async def stop(self, grace: float | None = None) -> None:
-        """Drain and stop; safe to call more than once."""
-        if self._server is None:
+        """Drain, then leave every component in reverse (``start``); safe to call more than once."""
+        if self._lifetime is None:
             return
-        server, self._server = self._server, None
-        self._draining = True
-        self._unsubscribe_faults()
-        if self._health_update is not None:
-            await self._health_update
-        await self.health.enter_graceful_shutdown()  # every service NOT_SERVING
-        assert self._watches is not None
-        assert self._reaper is not None
-        self._watches.drain()
-        self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
-        # The HTTP door drains beside gRPC, within the same grace.
-        http_stopped = asyncio.ensure_future(self.http.stop()) if self.http is not None else None
-        await server.stop(self.config.drain_grace_s if grace is None else grace)
-        if http_stopped is not None:
-            await http_stopped
-        if self.acceptors is not None:
-            await self.acceptors.wait_closed()
-        await self.runtime.stop()
-        await self._reaper.stop()
-        self._watches.close()
-        if self.metrics is not None:
-            self.metrics.close()
-        try:
-            await self.store.close()
-        finally:
-            if self._datadir_lock is not None:
-                self._datadir_lock.release()
-        self._stopped.set()
+        lifetime, self._lifetime = self._lifetime, None
+        await self._drain(self.config.drain_grace_s if grace is None else grace)
+        await lifetime.aclose()
         log.info("electric server stopped")
 
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
+    async def _drain(self, grace_s: float) -> None:
+        """Every service NOT_SERVING, watches and worker sessions ended (their clients and workers
+        reconnect elsewhere), and both doors closed to new calls: those in flight finish within
+        ``grace_s``."""
+        self._draining = True
+        self._stop_following_store()
+        await self._health_updates.wait()  # the store's last change lands first, then the drain's
+        await self.health.enter_graceful_shutdown()
+        assert self._watches is not None
+        assert self._grpc is not None
+        self._watches.drain()
+        self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
+        if self.http is not None:
+            self.http.drain()  # uvicorn drains in its task beside gRPC, within the same grace
+        await self._grpc.stop(grace_s)
+
+    def _stop_following_store(self) -> None:
+        unsubscribe, self._unsubscribe_faults = self._unsubscribe_faults, lambda: None
+        unsubscribe()
 
     def readiness(self) -> ApiError | None:
         """Why the server should not be sent writes now (``/readyz``); None when it may."""
@@ -425,9 +400,10 @@ class ElectricServer:
             self.failure = fault
             for drain in self._on_failure:
                 drain.set()
-        self._health_update = asyncio.ensure_future(self._follow_store(fault, self._health_update))
+        previous = self._health_update
+        self._health_update = self._health_updates.start_soon(self._follow_store(fault, previous))
 
-    async def _follow_store(self, fault: StorageFault | None, previous: asyncio.Future[None] | None) -> None:
+    async def _follow_store(self, fault: StorageFault | None, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await previous  # in the order the store changed
         serving = health_pb2.HealthCheckResponse.SERVING

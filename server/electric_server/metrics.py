@@ -32,14 +32,14 @@ from electric_sdk._wire.enums import EXEC_ACTION_NAMES, EXEC_DISPOSITION_NAMES
 from electric_sdk.lifecycle import Signal
 
 from .core.entity_writes import Signalled
-from .runtime.service import RUNTIME_WRITE
+from .runtime.writes import RUNTIME_WRITE
 from .store.base import Commit, Store
 from .store.postgres_known import Known
 
 if TYPE_CHECKING:
     from .core.reaper import Reaper
     from .core.watch import Watches
-    from .runtime.service import Runtime
+    from .runtime.hosting import Runtime
 
 TOP_TYPES = 20
 TOP_CODE_VERSIONS = 5

@@ -45,7 +45,7 @@ class LocalSession(Protocol):
 
 
 class LocalRuntime(Protocol):
-    """What presence asks of this replica's runtime (``runtime.service.Runtime``): the core is
+    """What presence asks of this replica's runtime (``runtime.hosting.Runtime``): the core is
     below the runtime, so it names only what it reads."""
 
     @property

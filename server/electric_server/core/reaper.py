@@ -24,7 +24,9 @@ and runtime writes' request keys after an hour (runtime/answers.py).
 
 A write the store refuses (a full disk: the store has said so) or that fails
 is tried again a second later, for the same deadline; nothing ends the
-reaper but ``stop``.
+reaper but ``stop``. The reaper is a component of the server (app.py): entered,
+it arms the stored deadlines and runs its loop in a task group of its own; left,
+its loop ends between two writes and the group is closed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from collections.abc import Callable
 
 from electric_sdk.lifecycle import STATE_RULES
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
+from ..lifetime import Component, TaskGroup
 from ..settings import POLL, SETTLE
 from ..store.base import Commit, Ref, StorageFault, Store, Write, WriteOutcome
 from . import entity_writes
@@ -55,7 +58,7 @@ POLL_PAGE = 256  # due deadlines asked of the store at once (every `electric ser
 EXIT_SETTLE_MS = SETTLE.value
 
 
-class Reaper:
+class Reaper(Component):
     def __init__(
         self,
         store: Store,
@@ -75,8 +78,8 @@ class Reaper:
         self._armed: set[tuple[Ref, int]] = set()  # the (entity, deadline) pairs in the heap
         self._wakeup = asyncio.Event()
         self._stopping = False
-        self._task: asyncio.Task[None] | None = None
-        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self._tasks = TaskGroup("the reaper")
+        self._unsubscribe: Callable[[], None] = lambda: None
         self.expired = 0  # grace expiries written, for tests and status
         # Told, for each expiry written, how many seconds past its deadline it was (the metrics).
         self.expired_late: Callable[[float], None] = lambda _seconds: None
@@ -110,27 +113,23 @@ class Reaper:
             self._wakeup.set()
 
     async def start(self) -> None:
+        # Commits are heard from before the deadlines are read: none lands between unheard.
+        self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         for ref, deadline in await self.store.stopping_deadlines():
             self._push(deadline, ref)
         log.info("reaper armed with %d grace deadline(s)", len(self._heap))
-        loop = asyncio.get_running_loop()
-
-        def wake() -> None:  # from the thread that advanced the clock
-            loop.call_soon_threadsafe(self._wakeup.set)
-
-        self._unadvance = self.clock.on_advance(wake)
-        self._task = asyncio.create_task(self._run(), name="electric-reaper")
+        self._unadvance = wake_on_advance(self.clock, self._wakeup.set)
+        self._tasks.start_soon(self._run(), name="electric-reaper")
 
     async def stop(self) -> None:
         self._unsubscribe()
         self._unadvance()
-        if self._task is not None:
-            # Between its writes and polls (cancelled in a query, it would hand the PostgreSQL
-            # pool a connection still busy with it).
-            self._stopping = True
-            self._wakeup.set()
-            await self._task
-            self._task = None
+        # Between its writes and polls (cancelled in a query, it would hand the PostgreSQL
+        # pool a connection still busy with it).
+        self._stopping = True
+        self._wakeup.set()
+        await self._tasks.wait()
+        await self._tasks.aclose()
 
     async def _run(self) -> None:
         # The polls and purges keep real time: they are work to do, not deadlines to judge.

@@ -21,6 +21,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from types import TracebackType
 from typing import cast
 
 import grpc
@@ -130,6 +131,14 @@ class Watches:
 
     def close(self) -> None:
         self._unsubscribe()
+
+    async def __aenter__(self) -> Watches:
+        return self  # a component of the server (app.py): it runs no task, it follows the hub
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     @property
     def active(self) -> int:

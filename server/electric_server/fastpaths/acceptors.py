@@ -34,6 +34,7 @@ count, and leaves every other record of that logger alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import time
@@ -42,6 +43,7 @@ from typing import Any
 
 import grpc
 
+from ..lifetime import TaskGroup
 from . import forced
 
 # grpc's Cython core: no type stubs, and only its internals are used here.
@@ -104,8 +106,8 @@ class Acceptors:
         self._server: Any = server
         self._interceptors = tuple(interceptors)
         self._registered: dict[str, Any] = {}  # "/service/Method" -> grpc.RpcMethodHandler
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._calls: set[asyncio.Task[None]] = set()
+        self._acceptors = TaskGroup("the gRPC acceptors")
+        self._calls = TaskGroup("the gRPC calls they accepted")
         self.accepted = 0  # calls handed over by these acceptors (for tests and benches)
         self.reason = unavailable_reason() if per_method else "disabled (0 per method)"
         if self.reason is None:
@@ -135,9 +137,9 @@ class Acceptors:
         loop = asyncio.get_running_loop()
         for method in self._registered:
             for _ in range(self.per_method):
-                task = loop.create_task(self._accept(core, resolver, method, loop), name=f"accept {method}")
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._acceptors.start_soon(
+                    self._accept(core, resolver, method, loop), name=f"accept {method}"
+                )
 
     async def _accept(self, core: Any, resolver: Any, method: str, loop: asyncio.AbstractEventLoop) -> None:
         method_bytes = method.encode()
@@ -151,22 +153,21 @@ class Acceptors:
                 return
             self.accepted += 1
             rpc = cygrpc._handle_rpc(method, resolver, self._interceptors, rpc_state, loop, False)
-            call = loop.create_task(cygrpc._schedule_rpc_coro(rpc, rpc_state, loop, method), name="rpc_task")
-            # The loop holds tasks weakly; keep each call's task until it ends, as grpc's main loop does.
-            self._calls.add(call)
-            call.add_done_callback(self._calls.discard)
+            # Each call's task kept until it ends, as grpc's main loop does (the loop holds tasks weakly).
+            self._calls.start_soon(cygrpc._schedule_rpc_coro(rpc, rpc_state, loop, method), name="rpc_task")
 
     @property
     def outstanding(self) -> int:
-        return len(self._tasks)
+        return len(self._acceptors)
 
     async def wait_closed(self) -> None:
-        """After ``server.stop()``: the acceptors end as their requests fail; cancel any left."""
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=CLOSE_TIMEOUT_S)
-        for task in pending:
-            task.cancel()
+        """After ``server.stop()``: the acceptors end as their requests fail; cancel any left,
+        and what is left of the calls they accepted."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self._acceptors.wait()
+        await self._acceptors.aclose()
+        await self._calls.aclose()
 
 
 ABANDONED_WRITES_INTERVAL_S = 10.0

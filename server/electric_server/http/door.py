@@ -19,15 +19,15 @@ and the error body are ``http/admission.py``'s.
 
 Two fast paths (``fastpaths/``), each with its switch read once when the door is
 built: the route table in front of Starlette's router (forced off: Starlette's
-router routes every request), and uvicorn serving it as a task of the server's
-own loop with h11 and each turn's writes sent as one (forced off: uvicorn's own
-h11 protocol); lifespan off, no signal handlers of its own (the server's drain
-owns SIGINT and SIGTERM), its logging left to propagate to ours.
+router routes every request), and uvicorn serving it with h11 and each turn's
+writes sent as one (forced off: uvicorn's own h11 protocol). uvicorn runs as a
+task of the door's own group (lifetime.py), on the server's loop; lifespan off,
+no signal handlers of its own (the server's drain owns SIGINT and SIGTERM), its
+logging left to propagate to ours.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import re
@@ -54,6 +54,7 @@ from ..core.errors import ApiError, DoorContext, invalid_argument
 from ..core.service import EntityService
 from ..fastpaths.http_cork import h11_protocol
 from ..fastpaths.route_table import routing
+from ..lifetime import Component, TaskGroup
 from .admission import Endpoint, JSONResponse, admitted_endpoint, error_response
 from .handlers import DoorParts, Metrics, Readiness
 from .openapi import render as render_openapi
@@ -88,8 +89,9 @@ def check_cors_origins(origins: tuple[str, ...], http: str | None) -> None:
             )
 
 
-class HttpDoor:
-    """The routes, and the uvicorn server that serves them on ``listen``."""
+class HttpDoor(Component):
+    """The routes, and the uvicorn server that serves them on ``listen``: a component of the
+    server (app.py), bound and serving once entered."""
 
     def __init__(
         self,
@@ -114,7 +116,7 @@ class HttpDoor:
         self.tls = tls
         self.port = 0
         self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskGroup("the HTTP door")  # uvicorn's server
         # With --cors-origin: answers preflights itself; adds the allow/expose headers to answers.
         cors: dict[str, Any] = {
             "allow_origins": list(cors_origins),
@@ -218,16 +220,19 @@ class HttpDoor:
             sock.close()
             raise ConfigError(f"cannot serve HTTP on {self.listen}: {exc}") from exc
         self._server = _Uvicorn(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="electric-http")
+        self._tasks.start_soon(self._server.serve(sockets=[sock]), name="electric-http")
         log.info("electric http listening on %s", self.address)
+
+    def drain(self) -> None:
+        """Stop accepting; in-flight requests go on, within the grace (``stop`` awaits them)."""
+        if self._server is not None:
+            self._server.should_exit = True
 
     async def stop(self) -> None:
         """Stop accepting; in-flight requests finish within the grace. Safe to repeat."""
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        task, self._task = self._task, None
-        await task
+        self.drain()
+        await self._tasks.wait()  # uvicorn's own shutdown: its grace, then it ends what is left
+        await self._tasks.aclose()
 
 
 def starlette_routes(endpoint: Callable[[HttpRoute], Endpoint | None]) -> list[BaseRoute]:

@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, cast
 
 from google.protobuf.message import Message
@@ -44,6 +45,7 @@ from ..core.errors import ApiError, DoorContext, invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE
 from ..core.watch import draining_error
+from ..lifetime import TaskGroup
 from . import body
 from .admission import Endpoint, admitted_endpoint
 from .handlers import DoorParts
@@ -146,6 +148,14 @@ class EntityStreams:
         # the tail with the current interval's cursor (b"" until one asks): see _frame.
         self._rendered: OrderedDict[bytes, tuple[bytes, int, str, bytes]] = OrderedDict()
         self._heartbeats = _Heartbeats(heartbeat_s)
+
+    async def __aenter__(self) -> EntityStreams:
+        return self  # a component of the server (app.py): its SSE heartbeats' tasks are its own
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._heartbeats.aclose()
 
     # -- one entity's stream -----------------------------------------------------------------------
 
@@ -437,18 +447,16 @@ class _SseResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._send = send
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        sender = asyncio.ensure_future(self._send_frames())
-        gone = asyncio.ensure_future(_disconnected(receive))
-        self.heartbeats.add(self)
-        try:
-            await asyncio.wait({sender, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self.heartbeats.responses.discard(self)
-            for task in (sender, gone):
-                task.cancel()
-            await asyncio.wait({sender, gone})
-        if sender.done() and not sender.cancelled() and sender.exception() is not None:
-            raise cast(BaseException, sender.exception())
+        # Until the frames end or the client goes; leaving cancels the other and awaits both, and
+        # raises what either crashed with (the response then ends without its last chunk).
+        async with TaskGroup("an SSE response") as tasks:
+            sender = tasks.start_soon(self._send_frames(), name="electric-sse-frames")
+            gone = tasks.start_soon(_disconnected(receive), name="electric-sse-disconnect")
+            self.heartbeats.add(self)
+            try:
+                await asyncio.wait({sender, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self.heartbeats.responses.discard(self)
         async with self._sending:
             self._done = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -481,13 +489,16 @@ class _Heartbeats:
     def __init__(self, heartbeat_s: float) -> None:
         self.heartbeat_s = heartbeat_s
         self.responses: set[_SseResponse] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._beats: set[asyncio.Task[None]] = set()
+        self._tasks = TaskGroup("the SSE heartbeats")  # the timer, and each heartbeat it sends
+        self._timer: asyncio.Task[None] | None = None
 
     def add(self, response: _SseResponse) -> None:
         self.responses.add(response)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._tick(), name="electric-sse-heartbeats")
+        if self._timer is None or self._timer.done():
+            self._timer = self._tasks.start_soon(self._tick(), name="electric-sse-heartbeats")
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose()
 
     async def _tick(self) -> None:
         while self.responses:
@@ -495,9 +506,7 @@ class _Heartbeats:
             for response in self.responses:
                 if response.idle:
                     # A task each: a reader that does not read holds up its own heartbeat only.
-                    beat = asyncio.create_task(response.heartbeat())
-                    self._beats.add(beat)
-                    beat.add_done_callback(self._beats.discard)
+                    self._tasks.start_soon(response.heartbeat(), name="electric-sse-heartbeat")
                 response.idle = True
 
 

@@ -14,6 +14,8 @@ Every ``poll`` (500 ms by default; ``electric server --poll``), each replica:
    (changes made through other replicas, found without waiting for a commit).
 
 What 3 to 5 act on is found by one read (``Store.sweep_finds``), before any of them writes.
+The runtime enters the sweep (hosting.py): entering sweeps once, then polls in a task group of
+the sweep's own; leaving ends the polls between two sweeps.
 
 Each is found by the store's clock and claimed with ``FOR UPDATE SKIP LOCKED``
 on PostgreSQL, and each write is a compare-and-set decided again inside its
@@ -26,16 +28,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from electric_sdk.lifecycle import HOSTED_STATES
 
+from ..lifetime import TaskGroup
 from ..log_throttle import LogThrottle
 from ..store.base import EntityRecord, Ref, StorageFault, Write
 from .writes import close_ended, end_lease
 
 if TYPE_CHECKING:
-    from .service import Runtime
+    from .hosting import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,19 @@ class LeaseSweep:
         self._faults = LogThrottle(FAULT_LOG_INTERVAL_S)
         self.polls = 0  # sweeps run, done or failed
         self.swept = asyncio.Event()  # set at the end of the next sweep (then a new one: tests wait)
+        self._tasks = TaskGroup("the lease sweep")
+
+    async def __aenter__(self) -> LeaseSweep:
+        await self.once()
+        self._tasks.start_soon(self.run(), name="electric-lease-sweep")
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        await self._tasks.wait()  # between two sweeps (see ``stopping``)
+        await self._tasks.aclose()
 
     def stop(self) -> None:
         self.stopping.set()

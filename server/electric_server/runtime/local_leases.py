@@ -34,7 +34,7 @@ class WorkerSession:
     last_seen: float = field(default_factory=time.monotonic)
     closed: bool = False
     draining: bool = False  # takes no new lease
-    # Per entity, the newest of this worker's requests still being applied (see Runtime._handle).
+    # Per entity, the newest of this worker's requests still being applied (see WorkerRequests.handle).
     tails: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
 
     def send(self, message: rt.ConnectResponse) -> None:

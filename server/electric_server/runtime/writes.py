@@ -43,6 +43,8 @@ _UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
 
 # Signal key → the value of its stored insert (outcome `pending`).
 Inserts = Mapping[str, pb.SignalValue]
+# Marks the commits the runtime made itself (``marked``): not echoed back to it.
+RUNTIME_WRITE = "runtime-write"
 
 
 class Refused(Exception):
@@ -121,7 +123,7 @@ def settle_ignored(unsettled: Inserts, state: State) -> Decide:
     write (they landed while that write was on its way): ignored, saying so."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if current is None:
+        if current is None or current.closed:  # closed meanwhile: the close settled what was pending
             return Mutation()
         return Mutation(
             [_ignored(key, insert, _not_handled("released", state)) for key, insert in unsettled.items()],
@@ -358,3 +360,14 @@ def runtime_write(
         return Mutation([NewEvent("output", key, INSERT, event_body(chunk))], current)
 
     return decide
+
+
+def marked(decide: Decide) -> Decide:
+    """``decide``, its commit marked as the runtime's own (``RUNTIME_WRITE``)."""
+
+    def marked_decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        mutation = decide(current, ctx)
+        mutation.result = RUNTIME_WRITE
+        return mutation
+
+    return marked_decide

@@ -43,7 +43,8 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 from electric_sdk.lifecycle import State
 
@@ -306,6 +307,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Flush pending writes and release resources."""
+
+    async def __aenter__(self) -> Self:
+        """The store as a component of the server (app.py): opened on entering (refusing to
+        start with the open's error, having let go of what it opened), closed on leaving."""
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
 
     @abc.abstractmethod
     async def write(self, write: Write) -> WriteOutcome:

@@ -411,7 +411,7 @@ class SQLiteStore(SQLReads, SQLiteWriter, Store):
 
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         # One server: every change is its own commit, and each commit offers what it leaves
-        # without a runtime (runtime/service.py), so there is nothing for a poll to find.
+        # without a runtime (runtime/hosting.py), so there is nothing for a poll to find.
         return []
 
     async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:

@@ -1,4 +1,4 @@
-"""RuntimeService: workers' sessions, leases, delivery and fenced writes.
+"""The runtime: this replica's workers' sessions, the leases they hold, and what they are sent.
 
 See proto/electric/v1/runtime_service.proto for the contract. A lease is its
 entity row's epoch and holder (a worker session, store/sessions.py), granted
@@ -8,53 +8,45 @@ worker's write is refused. This process keeps what it needs to serve its own
 sessions (``Runtime.leases``); the sweep (lease_sweep.py) renews them and
 fires what any replica may find due. Message delivery reads the stream from
 the entity's message cursor; signals are forwarded from commits as they land.
+The workers' requests are requests.py's; the stream a session runs on, connect.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
-from typing import Any
-
-import grpc
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack
+from typing import Any, TypeVar
 
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
-from electric_sdk._proto.electric.v1 import runtime_service_pb2_grpc as rt_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb
 from electric_sdk._wire.events import event_to_pb
-from electric_sdk._wire.times import duration_from_ms
 from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
-from electric_sdk.runtime_session import SESSION_ACCEPTED
-from electric_sdk.stream_batches import EMPTY, Empty, coalesce
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
 from ..core import message_cursor
-from ..core import validation as v
-from ..core.auth import Principal, current_principal
-from ..core.caps import Caps
-from ..core.errors import ApiError, invalid_argument, translate_stream
-from ..settings import HELLO_TIMEOUT, POLL, SETTLE
-from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write, WriteOutcome
+from ..lifetime import Component, TaskGroup
+from ..settings import POLL, SETTLE
+from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write
 from ..store.sessions import SessionRow
-from .answers import check_write, fill, replayed, request_key, result_bytes
 from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .profiles import TypeProfiles
-from .writes import Refused, end_lease, grant, runtime_write, settle_ignored
+from .requests import WorkerRequests
+from .writes import RUNTIME_WRITE, Refused, end_lease, grant, settle_ignored
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-RUNTIME_WRITE = "runtime-write"  # marks commits the runtime made itself: not echoed back to it
 _PAGE = 500
 PENDING_LOOKBACK = 1000  # events searched for still-pending signals when a lease is granted
 
 
-class Runtime:
+class Runtime(Component):
     """The sessions of this replica's workers and the leases they hold."""
 
     def __init__(
@@ -81,27 +73,27 @@ class Runtime:
         self._offering: set[Ref] = set()
         self._announcements = itertools.count(1)
         self._session_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._expiry: asyncio.Task[None] | None = None
+        # Every task of the runtime: a worker's requests, offers, deliveries, settles, the handover.
+        # One the store refuses is no crash: the store has said why, and what it left undone the
+        # sweep finds (a lease whose end was not written, an entity not offered).
+        self._tasks = TaskGroup("the runtime", expected=(StorageFault,))
         self._handover: asyncio.Task[None] | None = None
         self.sweep = LeaseSweep(self)
+        self._parts = AsyncExitStack()  # the sweep, once started
         self._stopping = False
-        self._unsubscribe = store.hub.subscribe_all(self._on_commit)
+        self._unsubscribe: Callable[[], None] = lambda: None
         self.type_profiles = TypeProfiles(store)
+        self.requests = WorkerRequests(self)
 
     # -- lifecycle of the service -------------------------------------------------------
 
     async def start(self) -> None:
+        self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         await self.type_profiles.load()
-        # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first.
-        await self.sweep.once()
-        self._expiry = asyncio.create_task(self.sweep.run(), name="electric-lease-sweep")
-        loop = asyncio.get_running_loop()
-
-        def wake() -> None:  # from the thread that advanced the clock: sessions may have expired
-            loop.call_soon_threadsafe(self.sweep.wake)
-
-        self._unadvance = self.clock.on_advance(wake)
+        # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first:
+        # entering the sweep sweeps once, then polls.
+        await self._parts.enter_async_context(self.sweep)
+        self._unadvance = wake_on_advance(self.clock, self.sweep.wake)  # sessions may have expired
 
     def drain(self) -> None:
         """End every worker session now (no awaiting: the server is draining).
@@ -119,11 +111,10 @@ class Runtime:
         for session in list(self.sessions.values()):
             session.closed = True
             session.outbox.put_nowait(None)
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         self.sweep.stop()
         if self.store.sessions.shared:
-            self._handover = asyncio.create_task(self._hand_over(held), name="electric-lease-handover")
+            self._handover = self._tasks.start_soon(self._hand_over(held), name="electric-lease-handover")
 
     async def _hand_over(self, held: list[Lease]) -> None:
         # As for a lost runtime: an ended entity's pending signals are settled with its stream's close.
@@ -147,20 +138,17 @@ class Runtime:
     async def stop(self) -> None:
         self._unadvance()
         self.drain()
-        if self._expiry is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
-            self._expiry = None
+        await self._parts.aclose()  # the sweep ends between two polls
         if self._handover is not None:
             await self._handover
             self._handover = None
         else:
             await self._end_replica()
+        await self._tasks.aclose()
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def spawn(self, step: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """Run ``step`` as a task of the runtime: cancelled by a drain, awaited by ``stop``."""
+        return self._tasks.start_soon(step, name)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -196,9 +184,9 @@ class Runtime:
         await self.store.sessions.open(row, self.lease_ttl_ms)
         old = self.sessions.get(hello.worker_id)
         if old is not None:
-            self._spawn(self.close(old, "runtime_lost"))
+            self.spawn(self.close(old, "runtime_lost"))
         self.sessions[hello.worker_id] = session
-        self._spawn(self.offer_all(session))
+        self.spawn(self.offer_all(session))
         return session
 
     async def close(self, session: WorkerSession, cause: str) -> None:
@@ -217,14 +205,14 @@ class Runtime:
         except StorageFault as exc:  # its row expires by itself
             log.warning("the end of worker %s's session was not recorded: %s", session.worker_id, exc)
         for lease in list(session.leases.values()):
-            await self._end(lease, cause)
+            await self.end(lease, cause)
 
     def _forget(self, lease: Lease) -> None:
         lease.session.leases.pop(lease.ref, None)
         if self.leases.get(lease.ref) is lease:
             del self.leases[lease.ref]
 
-    async def _end(self, lease: Lease, cause: str) -> None:
+    async def end(self, lease: Lease, cause: str) -> None:
         self._forget(lease)
         # A runtime that let go had its chance to report; one that was lost did not, and its
         # pending signals go to the next lease holder instead (pending-signal delivery), unless
@@ -352,18 +340,18 @@ class Runtime:
             settled = {e.key for e in commit.events if e.kind == "signal"}
             owed = {k: insert for k, insert in lease.unsettled.items() if k not in settled}
             if owed:  # signals that landed while the write was on its way: queued before any offer
-                self._spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
+                self.spawn(self.store.write(Write(commit.ref, settle_ignored(owed, after.state))))
             lease = None
         if lease is None:
             # No task for an entity no connected worker could take (e.g. spawns with no worker up).
             if self._needs_runtime(after) and self._pick(after) is not None:
-                self._spawn(self.offer(after))
+                self.spawn(self.offer(after))
             return
         if after.state.terminal and (commit.before is None or not commit.before.state.terminal):
             # Its runtime may append its closing records (lifecycle.CLOSING_RECORDS: the signal's
             # outcome, the end of the run in progress, exec receipts), then the lease ends and
             # the stream closes: when it lets go, or after the settle at the latest.
-            self._spawn(self._settle(lease))
+            self.spawn(self._settle(lease))
         if commit.result == RUNTIME_WRITE:
             for event in commit.events:
                 if event.kind == "signal":
@@ -379,18 +367,18 @@ class Runtime:
                     owe(lease, message)
                 lease.session.send(rt.ConnectResponse(delivery=rt.Delivery(lease=lease.pb(), event=message)))
             elif event.kind == "message":
-                self._spawn(self._pump(lease))
+                self.spawn(self._pump(lease))
         if (
             commit.before is not None
             and commit.before.state is not after.state
             and STATE_RULES[after.state].delivers_messages
         ):
-            self._spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
+            self.spawn(self._pump(lease))  # e.g. SIGCONT: queued messages flow again
 
     async def _settle(self, lease: Lease) -> None:
         await asyncio.sleep(self.settle_s)
         if self.leases.get(lease.ref) is lease:
-            await self._end(lease, "released")
+            await self.end(lease, "released")
 
     async def _pump(self, lease: Lease) -> None:
         """Deliver the lease's messages in stream order, while the state allows it."""
@@ -429,122 +417,6 @@ class Runtime:
         finally:
             lease.pumping = False
 
-    # -- the worker's requests ---------------------------------------------------------------------
-
-    async def read(self, session: WorkerSession, requests: AsyncIterator[rt.ConnectRequest]) -> None:
-        try:
-            async for request in requests:
-                session.last_seen = self.clock.monotonic()
-                if request.WhichOneof("msg") == "batch":
-                    self._handle(session, request.batch.requests)
-                else:
-                    self._handle(session, (request,))
-        finally:
-            session.outbox.put_nowait(None)  # the worker hung up: end the response stream too
-
-    def _handle(self, session: WorkerSession, requests: Iterable[rt.ConnectRequest]) -> None:
-        """Start applying a worker's requests, without waiting for them.
-
-        Requests are not awaited one by one: a fan-out (a SIGHUP to thousands
-        of entities) has thousands of writes in flight at once, and the store
-        commits them together instead of one fsync each. Per entity, a
-        worker's requests still apply in the order it sent them: one waits for
-        the session's previous request on that entity (``WorkerSession.tails``).
-        """
-        together: list[rt.RuntimeWrite] = []  # writes with nothing ahead of them: one store call
-        together_refs: list[Ref] = []
-        task: asyncio.Task[None] | None = None
-        for request in requests:
-            kind = request.WhichOneof("msg")
-            if kind == "drain":
-                session.draining = True
-            elif kind == "release":
-                ref = v.ref(request.release.ref)
-                epoch = v.int64(request.release.epoch, "release.epoch")
-                self._after_tail(session, ref, self._release(session, ref, epoch))
-            elif kind in ("hello", "batch"):
-                # The reader task's error ends the session with this status (see Connect).
-                raise invalid_argument(
-                    "UNEXPECTED_REQUEST",
-                    "hello comes once, first; a batch holds no hello and no batch",
-                    request=kind,
-                )
-            elif kind == "write":
-                write = request.write
-                check_write(write)
-                ref = (write.ref.type, write.ref.id)
-                if ref in session.tails:
-                    self._after_tail(session, ref, self._answer(session, [write]))
-                    continue
-                if task is None:
-                    task = self._track(session, self._answer(session, together), together_refs)
-                together.append(write)
-                together_refs.append(ref)
-                session.tails[ref] = task
-
-    def _after_tail(self, session: WorkerSession, ref: Ref, step: Coroutine[Any, Any, None]) -> None:
-        before = session.tails.get(ref)
-
-        async def chained() -> None:
-            if before is not None and not before.done():
-                await asyncio.wait([before])
-            await step
-
-        task = self._track(session, chained(), [ref])
-        # A task cancelled before its step's turn (the server drains, even before the task first
-        # ran) never awaits the step: close it, or it is reported as never awaited. Once the task
-        # is done, the step has finished or never started, so closing it is always safe.
-        task.add_done_callback(lambda _: step.close())
-        session.tails[ref] = task
-
-    def _track(
-        self, session: WorkerSession, coro: Coroutine[Any, Any, None], refs: list[Ref]
-    ) -> asyncio.Task[None]:
-        """A task applying requests on ``refs`` (filled in until it first runs), the tail of each."""
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-
-        def untrack(done: asyncio.Task[None]) -> None:
-            self._tasks.discard(done)
-            for ref in refs:
-                if session.tails.get(ref) is done:
-                    del session.tails[ref]
-
-        task.add_done_callback(untrack)
-        return task
-
-    async def _release(self, session: WorkerSession, ref: Ref, epoch: int) -> None:
-        lease = session.leases.get(ref)
-        if lease is not None and lease.epoch == epoch:
-            await self._end(lease, "released")
-
-    async def _answer(self, session: WorkerSession, writes: list[rt.RuntimeWrite]) -> None:
-        """Apply fenced writes (each its own commit, all in one store call) and answer each."""
-        results = [rt.WriteResult(request_id=write.request_id) for write in writes]
-        staged: list[tuple[rt.WriteResult, Write]] = []
-        for write, result in zip(writes, results, strict=True):
-            ref = (write.ref.type, write.ref.id)
-            idem = request_key(write)
-            lease = session.leases.get(ref)
-            if lease is None or lease.epoch != write.epoch:
-                # A retry of a write whose answer was lost (its session with it) gets that answer.
-                if idem is None or not await replayed(self.store, ref, idem, result):
-                    result.reason, result.message = "STALE_EPOCH", "this worker does not hold that lease"
-                continue
-            unsettled = dict(lease.unsettled) if write.release else None
-            decide = runtime_write(ref, write, lease.inserts((write,)), unsettled)
-            staged.append((result, Write(ref, _marked(decide), idem, result_bytes if idem else None)))
-        if staged:
-            outcomes: list[WriteOutcome | BaseException]
-            try:
-                outcomes = await self.store.write_many([w for _, w in staged])
-            except Exception as exc:  # e.g. the store is closing: every write says so
-                outcomes = [exc] * len(staged)
-            for (result, _), outcome in zip(staged, outcomes, strict=True):
-                fill(result, outcome)
-        for result in results:
-            session.send(rt.ConnectResponse(write_result=result))
-
 
 def _settled_in(events: Sequence[StoredEvent], insert: StoredEvent) -> StoredEvent:
     """The signal ``insert``'s update in the same commit, if there is one; else the insert."""
@@ -553,99 +425,3 @@ def _settled_in(events: Sequence[StoredEvent], insert: StoredEvent) -> StoredEve
             if event.key == insert.key and event.operation == pb.OPERATION_UPDATE:
                 return event
     return insert
-
-
-def _poll(outbox: asyncio.Queue[rt.ConnectResponse | None]) -> rt.ConnectResponse | Empty | None:
-    try:
-        return outbox.get_nowait()
-    except asyncio.QueueEmpty:
-        return EMPTY
-
-
-def _response_batch(responses: list[rt.ConnectResponse]) -> rt.ConnectResponse:
-    return rt.ConnectResponse(batch=rt.ResponseBatch(responses=responses))
-
-
-def _marked(decide: Any) -> Any:
-    def marked(current: EntityRecord | None, ctx: Any) -> Any:
-        mutation = decide(current, ctx)
-        mutation.result = RUNTIME_WRITE
-        return mutation
-
-    return marked
-
-
-class RuntimeService(rt_grpc.RuntimeServiceServicer):
-    def __init__(
-        self, runtime: Runtime, caps: Caps | None = None, hello_timeout_ms: int = HELLO_TIMEOUT.value
-    ) -> None:
-        self.runtime = runtime
-        self.caps = caps or Caps()
-        self.hello_timeout_s = hello_timeout_ms / 1000
-
-    @translate_stream
-    async def Connect(
-        self, request_iterator: AsyncIterator[rt.ConnectRequest], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[rt.ConnectResponse]:
-        principal = current_principal.get()
-        with self.caps.stream(principal.name):  # refused at the door: no marker
-            await context.send_initial_metadata((SESSION_ACCEPTED,))  # the worker may now say hello
-            try:
-                first = await asyncio.wait_for(anext(aiter(request_iterator), None), self.hello_timeout_s)
-            except TimeoutError:
-                raise ApiError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    "HELLO_TIMEOUT",
-                    f"no hello within {self.hello_timeout_s * 1000:g} ms of the stream's start",
-                ) from None
-            if first is None:
-                return
-            hello = _check_hello(first, principal)
-            with self.caps.session(principal.name):
-                session = await self.runtime.open(hello)
-                yield rt.ConnectResponse(
-                    welcome=rt.Welcome(
-                        lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
-                        heartbeat_interval=duration_from_ms(self.runtime.heartbeat_interval_ms),
-                    )
-                )
-                reader = asyncio.create_task(self.runtime.read(session, request_iterator))
-                try:
-                    while (item := await session.outbox.get()) is not None:
-                        if not hello.accepts_batches:
-                            yield item
-                            continue
-                        message, ended = coalesce(item, lambda: _poll(session.outbox), _response_batch)
-                        yield message
-                        if ended:
-                            break
-                    if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
-                        raise error  # a bad request (e.g. a malformed ref) ends the session with its status
-                finally:
-                    reader.cancel()
-                    await self.runtime.close(session, "runtime_lost")
-
-
-def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
-    """The session's hello, checked: its names, its types' profiles, the principal's types."""
-    if first.WhichOneof("msg") != "hello":
-        raise invalid_argument("HELLO_FIRST", "a worker's session starts with hello")
-    hello = first.hello
-    v.name(hello.worker_id, "hello.worker_id")
-    v.code_version(hello.code_version, "hello.code_version")
-    types = [t.type for t in hello.types]
-    v.hosted_types(types, "hello.types")
-    for hosted_type in types:
-        v.name(hosted_type, "hello.types.type")
-    for hosted in hello.types:
-        if hosted.HasField("profile"):  # checked here, so a lease never trips over it later
-            v.profile_ms(hosted.profile, "hello.types.profile")
-    if not types:
-        raise invalid_argument("NO_TYPES", "hello must name at least one entity type", field="hello.types")
-    if principal.types is not None and not set(types) <= principal.types:
-        raise ApiError(
-            grpc.StatusCode.PERMISSION_DENIED,
-            "TYPE_NOT_ALLOWED",
-            f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
-        )
-    return hello
