@@ -25,6 +25,7 @@ RUN_FAILED = 8
 RUN_ABORTED = 9
 # From BSD's sysexits.h, as PostgreSQL and etcd tooling use them for these faults.
 DATA_DAMAGED = 65  # EX_DATAERR
+SOFTWARE = 70  # EX_SOFTWARE
 STORAGE_FAILED = 74  # EX_IOERR
 TIMEOUT = 124
 INTERRUPTED = 130
@@ -83,6 +84,11 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "data directory damaged",
         "`server`, `dev`: the data directory is damaged and the server refused to start (see "
         'docs/server.md, "Damage"; `--accept-data-loss` starts anyway); `verify`: the store is damaged',
+    ),
+    SOFTWARE: (
+        "server tasks crashed",
+        "`server`, `dev`: drained and stopped, but tasks of the server had crashed while it ran (a "
+        "bug: each was logged with its traceback when it crashed)",
     ),
     STORAGE_FAILED: (
         "storage failed",

@@ -220,6 +220,7 @@ async def _serve_until_drained(
 
     server = None
     metrics_server = None
+    crashed = False
     try:
         overrides: dict[str, Any] = {}
         if server_config is not None:
@@ -273,10 +274,22 @@ async def _serve_until_drained(
         if metrics_server is not None:
             metrics_server.close()
         if server is not None:
-            await server.stop()
+            crashed = await _stop_server(server)
     if server is not None and server.failure is not None:
         raise server.failure
-    return exit_codes.OK
+    return exit_codes.SOFTWARE if crashed else exit_codes.OK
+
+
+async def _stop_server(server: Any) -> bool:
+    """Stop `dev`'s server; whether tasks of it had crashed (each logged when it crashed)."""
+    from electric_server import TasksCrashed
+
+    try:
+        await server.stop()
+    except TasksCrashed as exc:
+        print(f"electric dev: {exc.message}", file=sys.stderr)
+        return True
+    return False
 
 
 def _serve_metrics(metrics: Any, address: str, insecure: bool | None) -> Any:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what the checker sees; at run time ``__getattr__`` loads ea
     from .app import ElectricServer, ServerConfig, serve, verify_data_dir, verify_database
     from .config_error import ConfigError
     from .core.auth import TokenFileError
+    from .lifetime import TasksCrashed
     from .settings import SETTINGS, Setting, parse_given, setting
     from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
     from .tools.backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
@@ -39,6 +40,7 @@ _HOME = {
     "TokenFileError": ".core.auth",
     **dict.fromkeys(["BackupError", "StoreCopy", "backup_data_dir", "restore_data_dir"], ".tools.backup"),
     "ConfigError": ".config_error",
+    "TasksCrashed": ".lifetime",
     **dict.fromkeys(["DataDirError", "DataDirLocked"], ".tools.datadir"),
     **dict.fromkeys(["SETTINGS", "Setting", "parse_given", "setting"], ".settings"),
     **dict.fromkeys(["DamagedStore", "DatabaseUnavailable", "StorageFailed", "StorageFault"], ".store.base"),
@@ -79,6 +81,7 @@ __all__ = [
     "StorageFailed",
     "StorageFault",
     "StoreCopy",
+    "TasksCrashed",
     "TokenFileError",
     "TransferError",
     "Transferred",

@@ -54,7 +54,7 @@ from .grpc.door import GrpcDoor
 from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
 from .http.door import HttpDoor, check_cors_origins
 from .http.streams import EntityStreams
-from .lifetime import TaskGroup
+from .lifetime import TaskGroup, TasksCrashed
 from .metrics import ServerMetrics
 from .runtime.connect import RuntimeService
 from .runtime.hosting import Runtime
@@ -339,7 +339,21 @@ class ElectricServer:
             return
         lifetime, self._lifetime = self._lifetime, None
         await self._drain(self.config.drain_grace_s if grace is None else grace)
-        await lifetime.aclose()
+        try:
+            await lifetime.aclose()
+        except TasksCrashed as last:
+            # Each component left raises its own; the exit stack chains them (__context__).
+            crashes: list[Exception] = []
+            found: BaseException | None = last
+            while found is not None:
+                if isinstance(found, TasksCrashed):
+                    crashes[:0] = found.exceptions
+                found = found.__context__
+            raise TasksCrashed(
+                f"the server stopped, but {len(crashes)} of its tasks had crashed while it ran "
+                "(a bug: each was logged with its traceback when it crashed)",
+                crashes,
+            ) from None
         log.info("electric server stopped")
 
     async def _drain(self, grace_s: float) -> None:
@@ -495,9 +509,15 @@ async def verify_database(url: str) -> Report:
         await store.close()
 
 
+# The exit code of a server that drained and stopped, though some of its tasks had crashed while it
+# ran (BSD's sysexits.h EX_SOFTWARE: an internal software error; electric_sdk/cli/exit_codes.py).
+EXIT_CRASHED = 70
+
+
 async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code. Raises the store's failure, if it
-    failed for good (after draining), or its damage (refusing to start)."""
+    """Run until SIGTERM/SIGINT; returns the exit code: 0, or ``EXIT_CRASHED`` when tasks had
+    crashed. Raises the store's failure, if it failed for good (after draining), or its damage
+    (refusing to start)."""
     server = ElectricServer(config)
     await server.start()
     tune_gc()
@@ -512,7 +532,13 @@ async def serve(config: ServerConfig, *, ready: asyncio.Event | None = None) -> 
         if ready is not None:
             ready.set()
         await drain.wait()
-        await server.stop()
+        try:
+            await server.stop()
+        except TasksCrashed as crashed:
+            if server.failure is not None:
+                raise server.failure from crashed
+            log.critical("%s: exiting %d", crashed.message, EXIT_CRASHED)
+            return EXIT_CRASHED
     if server.failure is not None:
         raise server.failure
     return 0

@@ -11,7 +11,8 @@ fails on a task started anywhere else in the server (the store's own move here w
 
 A task that crashes (ends with an exception, not cancelled) is logged at once with its traceback,
 since a component may run for months before it is left, and raised again when the group is left
-(a ``BaseExceptionGroup`` of every crash), so neither a stop nor a failed start hides it. An
+(``TasksCrashed``, an exception group of every crash), so neither a stop nor a failed start
+hides it: `electric server` and `electric dev` then exit 70 (EX_SOFTWARE) after the drain. An
 exception a component expects to end some of its tasks (the store's refusal of a write, which the
 store reports itself) is no crash: the group is told so (``expected``), and such a task ends like
 any other; one of a single task is better caught in its coroutine.
@@ -36,9 +37,16 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+__all__ = ["Component", "TaskGroup", "TasksCrashed"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class TasksCrashed(ExceptionGroup[Exception]):
+    """Tasks of a component crashed while it ran (a bug of the server's: each was logged with its
+    traceback when it crashed); raised when the component is left, with every crash."""
 
 
 class TaskGroup:
@@ -51,7 +59,7 @@ class TaskGroup:
         self.owner = owner
         self.expected = expected
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._crashes: list[BaseException] = []
+        self._crashes: list[Exception] = []
         self._closed = False
 
     def __len__(self) -> int:
@@ -73,7 +81,8 @@ class TaskGroup:
         if task.cancelled():
             return
         crash = task.exception()
-        if crash is not None and not isinstance(crash, self.expected):
+        # (KeyboardInterrupt and SystemExit leave the loop by themselves: asyncio re-raises them.)
+        if isinstance(crash, Exception) and not isinstance(crash, self.expected):
             log.error("%s: task %s crashed", self.owner, task.get_name(), exc_info=crash)
             self._crashes.append(crash)
 
@@ -106,7 +115,7 @@ class TaskGroup:
     def _raise_crashes(self) -> None:
         crashes, self._crashes = self._crashes, []
         if crashes:
-            raise BaseExceptionGroup(f"{self.owner}: {len(crashes)} task(s) crashed", crashes)
+            raise TasksCrashed(f"{self.owner}: {len(crashes)} task(s) crashed", crashes)
 
     async def __aenter__(self) -> TaskGroup:
         return self
