@@ -88,6 +88,12 @@ class TestServer:
         self.http_address = self._server.http.address if self._server.http is not None else ""
         return self
 
+    @property
+    def server(self) -> Any:
+        """The running ``electric_server.ElectricServer`` (None before ``start`` and after ``stop``),
+        for a test that looks inside it: ``server.watches.watching()``, ``server.store``."""
+        return self._server
+
     def client(self, **options: Any) -> Client:
         """A sync Client for this server; closed when the server stops."""
         client = Client(self.address, **options)

@@ -108,7 +108,9 @@ async def test_a_watcher_behind_the_feed_catches_up_from_the_store_in_batches(
         offsets, messages = await collect(batched, 301)
         assert offsets == list(range(301))
         assert messages < 100  # batched: at 50 messages a second, one per event would take 6 s
-        feed = server._watches._feeds[("agent", "busy")]  # type: ignore[union-attr]
+        assert server.watches is not None
+        feed = server.watches.feed(("agent", "busy"))
+        assert feed is not None
         assert feed.start is not None
         assert feed.start > 0
         batched.cancel()
@@ -148,7 +150,8 @@ async def test_a_closed_stream_ends_every_watcher_after_its_last_event(start_ser
                     break
                 offsets.extend(e.offset for e in (item.events.events if kind == "events" else [item.event]))
             assert offsets == list(range(head))
-        assert ("agent", "busy") not in server._watches._feeds  # type: ignore[union-attr]
+        assert server.watches is not None
+        assert server.watches.feed(("agent", "busy")) is None
 
 
 async def test_watchers_and_other_calls_are_served_while_writers_run(server: ElectricServer) -> None:

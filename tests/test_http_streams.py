@@ -111,7 +111,7 @@ async def watchers(server: ElectricServer, count: int) -> None:
     """Until ``count`` event watches are open (a long-poll or SSE reader is waiting)."""
 
     async def opened() -> bool:
-        return server._watches is not None and server._watches.watching()["events"] >= count
+        return server.watches is not None and server.watches.watching()["events"] >= count
 
     await until(opened)
 
@@ -282,7 +282,7 @@ async def test_a_reader_that_leaves_frees_its_watch(door: ElectricServer, http: 
     # The client closed the connection: the server ends the response and the watch with it.
 
     async def closed() -> bool:
-        return door._watches is not None and door._watches.watching()["events"] == 0
+        return door.watches is not None and door.watches.watching()["events"] == 0
 
     await until(closed)
 

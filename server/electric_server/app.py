@@ -212,7 +212,8 @@ class ElectricServer:
         self.http: HttpDoor | None = None
         self._draining = False
         self.acceptors: Acceptors | None = None
-        self._watches: Watches | None = None
+        # The live watches (core/watch.py), once started: what tests and operators count open watches by.
+        self.watches: Watches | None = None
         self._reaper: Reaper | None = None
         self.metrics: ServerMetrics | None = None
         self._datadir_lock: DataDirLock | None = None
@@ -267,7 +268,7 @@ class ElectricServer:
     async def _enter_core(self, stack: AsyncExitStack) -> EntityService:
         """The watches, the reaper, the runtime and the metrics; the entity service they make."""
         config = self.config
-        self._watches = watches = await stack.enter_async_context(
+        self.watches = watches = await stack.enter_async_context(
             Watches(self.store, config.watch_queue_limit, config.watch_bandwidth, config.watch_feed_events)
         )
         self._reaper = reaper = await stack.enter_async_context(
@@ -364,9 +365,9 @@ class ElectricServer:
         self._stop_following_store()
         await self._health_updates.wait()  # the store's last change lands first, then the drain's
         await self.health.enter_graceful_shutdown()
-        assert self._watches is not None
+        assert self.watches is not None
         assert self._grpc is not None
-        self._watches.drain()
+        self.watches.drain()
         self.runtime.drain()  # workers' sessions end now, like watches: they reconnect elsewhere
         if self.http is not None:
             self.http.drain()  # uvicorn drains in its task beside gRPC, within the same grace

@@ -226,7 +226,7 @@ def test_close_stops_the_watch_streams(electric: TestServer, client: Client, wor
     client.spawn("probe/p1")
     control = EntityControl(client, "probe/p1")
     wait_for(control, "view", in_state(State.RUNNING))
-    watches = electric._server._watches
+    watches = electric.server.watches
     # The badge can show `running` from the first get; two streams: the log's and the state's.
     wait_until(lambda: watches.active == 2)
     control.close()

@@ -38,7 +38,7 @@ def test_it_opens_on_the_table_and_a_pressed_id_opens_its_panel(
     wait_for(table, "entities", lambda entities: State.PAUSED in {e.state for e in entities})
 
     # Another id: its panel replaces the first, whose streams end.
-    watches = electric._server._watches
+    watches = electric.server.watches
     next(s for s in table.slots if str(s.ref) == "probe/p2").name.click()
     second = panel(dashboard)
     assert str(second.ref) == "probe/p2"

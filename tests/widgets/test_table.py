@@ -242,7 +242,7 @@ def test_close_stops_the_watch_stream(electric: TestServer, client: Client) -> N
     client.spawn("nobody/n1")
     table = EntityTable(client)
     wait_for(table, "entities", lambda entities: len(entities) == 1)
-    watches = electric._server._watches
+    watches = electric.server.watches
     assert watches.active == 1  # the snapshot came through the stream itself
     table.close()
     assert table._feed is not None

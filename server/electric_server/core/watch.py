@@ -144,6 +144,10 @@ class Watches:
     def active(self) -> int:
         return len(self._queues) + self._event_watchers
 
+    def feed(self, ref: Ref) -> Feed | None:
+        """The feed its open event watches share, while any watches ``ref`` (tests look at it)."""
+        return self._feeds.get(ref)
+
     def watching(self) -> dict[str, int]:
         """Open watches by kind: one entity's events, or entities' state changes."""
         return {"events": self._event_watchers, "entities": len(self._entity_watchers)}
