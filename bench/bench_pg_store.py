@@ -35,7 +35,7 @@ import common
 import pg_common
 from bench_store import APPENDERS, SIGNAL_BODY, _refs, append_load, collector
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import INSERT_EVENTS, NEXT_TXIDS
+from electric_server.store.postgres.schema import INSERT_EVENTS, NEXT_TXIDS
 
 POOL = 4  # the store's default --database-pool, and the ceiling's connections
 RUN_TIMEOUT_S = 180.0  # the raw ceiling's; the store's load has bench_store's

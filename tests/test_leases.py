@@ -18,13 +18,13 @@ from electric_server.runtime_answers import REQUEST_KEY_PREFIX
 from electric_server.runtime_writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
-from electric_server.store.postgres_schema import SWEEP_FINDS as PG_SWEEP_FINDS
-from electric_server.store.postgres_sessions import PostgresSessions
+from electric_server.store.postgres.schema import SELECT_LOST_LEASES as PG_LOST_LEASES
+from electric_server.store.postgres.schema import SWEEP_FINDS as PG_SWEEP_FINDS
+from electric_server.store.postgres.sessions import PostgresSessions
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
-from electric_server.store.sqlite_schema import SELECT_HOLDERS as SQLITE_HOLDERS
+from electric_server.store.sqlite.schema import SELECT_HELD_BY as SQLITE_HELD_BY
+from electric_server.store.sqlite.schema import SELECT_HOLDERS as SQLITE_HOLDERS
 from test_store import committed, spawn
 
 from electric_sdk.lifecycle import HOSTED_STATES, Signal, State

@@ -21,11 +21,11 @@ import anyio
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
-from electric_server.store import postgres_feed
 from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, EntityRecord, Ref
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_feed import Doorbell, payload
-from electric_server.store.postgres_schema import (
+from electric_server.store.postgres import feed as postgres_feed
+from electric_server.store.postgres.feed import Doorbell, payload
+from electric_server.store.postgres.schema import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
     READ_FEED,

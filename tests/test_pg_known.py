@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from electric_server.store.base import EntityRecord, Idempotency, Mutation, NewEvent, Ref, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_known import CLOCK_LAG_MS, SPARE_TTL_MS, Known
-from electric_server.store.postgres_schema import (
+from electric_server.store.postgres.known import CLOCK_LAG_MS, SPARE_TTL_MS, Known
+from electric_server.store.postgres.schema import (
     ONE_INSERT,
     ONE_KEY,
     ONE_UPDATE,

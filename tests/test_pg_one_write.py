@@ -19,7 +19,7 @@ import pytest
 from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SELECT_FED_XACT
+from electric_server.store.postgres.schema import SELECT_FED_XACT
 from helpers import lock_waiter
 from test_store import check_stream, committed, note, spawn
 from test_store_postgres import behind_a_cutter
@@ -79,7 +79,7 @@ async def test_a_connection_lost_with_the_statement_out_is_found_out_and_publish
     UNAVAILABLE to the caller; the store ends that backend, waits for it to go, and publishes the
     commit to its watchers if it is in the feed, once, or forgets it. The retry with the same key
     replays what committed, or applies once what did not."""
-    caplog.set_level(logging.WARNING, logger="electric_server.store.postgres_writer")
+    caplog.set_level(logging.WARNING, logger="electric_server.store.postgres.writer")
     async with behind_a_cutter(postgres_url, reached) as (store, cutter):
         ref: Ref = ("t", "cut")
         committed(await store.write(spawn(("t", "other"))))

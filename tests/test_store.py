@@ -37,7 +37,7 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES, INLINE_SYNC_S
+from electric_server.store.sqlite.wal import CHECKPOINT_FRAMES, INLINE_SYNC_S
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State

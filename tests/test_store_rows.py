@@ -17,7 +17,7 @@ from electric_server.store.rows import (
     event_from_row,
 )
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_schema import migrate
+from electric_server.store.sqlite.schema import migrate
 
 from electric_sdk.lifecycle import State
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .datadir import LOCK_NAME, DataDirLock, database_path, lock_path
-from .store.sqlite_schema import SELECT_NEXT_TXID
+from .store.sqlite.schema import SELECT_NEXT_TXID
 
 # The tables every electric store has (store/sqlite_schema.py).
 STORE_TABLES = frozenset({"entities", "events", "idempotency", "meta"})

@@ -293,6 +293,15 @@ class DamagedStore(StorageFault):
 FaultListener = Callable[[StorageFault | None], None]
 
 
+class StoreCounter(NamedTuple):
+    """A counter of one backend's own (``Store.counters``), read when the metrics are scraped."""
+
+    name: str  # without the ``_total`` suffix Prometheus adds
+    help: str
+    labels: tuple[str, ...] = ()  # the label names; each sample's values follow them
+    samples: tuple[tuple[tuple[str, ...], float], ...] = ()
+
+
 class Store(abc.ABC):
     """The durable store. See the module docstring for the guarantees."""
 
@@ -384,6 +393,10 @@ class Store(abc.ABC):
         """Forget idempotency keys stored more than ``retention_ms`` ago by the store's clock
         (the server's on SQLite, the database's on PostgreSQL), those starting with ``prefix``
         (which holds no LIKE wildcard); returns how many."""
+
+    def counters(self) -> Sequence[StoreCounter]:
+        """Counters only this backend keeps (its fast paths'), for the server's metrics; none here."""
+        return ()
 
     async def damage(self) -> list[str]:
         """What is damaged in the store's storage, found read-only (for `electric verify`,

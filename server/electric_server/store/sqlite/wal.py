@@ -37,9 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..internals.wal_index import Estimate, FrameCounter, frame_counter
-from .sqlite_faults import SQLiteFaults, roll_back
-from .sqlite_schema import SET_NEXT_TXID
+from ...internals.wal_index import Estimate, FrameCounter, frame_counter
+from .faults import SQLiteFaults, roll_back
+from .schema import SET_NEXT_TXID
 
 __all__ = ["CHECKPOINT_FRAMES", "RESUME_ROOM", "SQLiteWal"]
 

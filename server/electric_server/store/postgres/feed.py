@@ -66,10 +66,11 @@ from typing import Any
 
 import asyncpg
 
-from .base import REMOTE_COMMIT, Commit
-from .feed_order import FeedOrder, Snapshot
-from .postgres_faults import LOST, lost_reason
-from .postgres_schema import (
+from ..base import REMOTE_COMMIT, Commit
+from ..feed_order import FeedOrder, Snapshot
+from ..rows import ENTITY_COLUMNS, entity_from_row, event_from_row
+from .faults import LOST, lost_reason
+from .schema import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
     FEED_PEERS,
@@ -79,7 +80,6 @@ from .postgres_schema import (
     READER_SETTINGS,
     SESSION_SETTINGS,
 )
-from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
 
 __all__ = ["DEFAULT_POLL_S", "JOINED", "READER_NAME", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
 

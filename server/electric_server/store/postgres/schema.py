@@ -14,8 +14,8 @@ from typing import Any
 
 from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, State
 
-from .postgres_known import CLOCK_LAG_MS
-from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from ..rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from .known import CLOCK_LAG_MS
 
 __all__ = [
     "CURRENT_SNAPSHOT",

@@ -63,11 +63,12 @@ from typing import Any, NamedTuple, Protocol
 
 import asyncpg
 
-from .base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
-from .outcome import Applied, Refused, apply_write, replay
-from .postgres_faults import LOST, lost_reason
-from .postgres_known import MISS_REASONS, Known
-from .postgres_schema import (
+from ..base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
+from ..outcome import Applied, Refused, apply_write, replay
+from ..rows import ENTITY_COLUMNS, entity_from_row, entity_row
+from .faults import LOST, lost_reason
+from .known import MISS_REASONS, Known
+from .schema import (
     ONE_INSERT,
     ONE_KEY,
     ONE_UPDATE,
@@ -77,7 +78,6 @@ from .postgres_schema import (
     SELECT_FED_XACT,
     TERMINATE_BACKEND,
 )
-from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
 __all__ = ["RACED", "Decided", "Sending", "UnknownOutcome", "find_out", "write_alone"]
 

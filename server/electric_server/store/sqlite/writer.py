@@ -29,9 +29,9 @@ from collections import OrderedDict
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
-from ..clock import Clock
-from ..internals.ready_queue import BUSY
-from .base import (
+from ...clock import Clock
+from ...internals.ready_queue import BUSY
+from ..base import (
     EntityRecord,
     Hub,
     Ref,
@@ -40,11 +40,11 @@ from .base import (
     WriteContext,
     WriteOutcome,
 )
-from .outcome import Refused, apply_write, now_ms, replay
-from .rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
-from .sessions import MemorySessions
-from .sqlite_faults import roll_back
-from .sqlite_schema import (
+from ..outcome import Refused, apply_write, now_ms, replay
+from ..rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
+from ..sessions import MemorySessions
+from .faults import roll_back
+from .schema import (
     INSERT_EVENT,
     INSERT_IDEMPOTENCY,
     SELECT_ENTITY,
@@ -53,8 +53,8 @@ from .sqlite_schema import (
     UPSERT_ENTITY,
     update_entity_sql,
 )
-from .sqlite_wal import CHECKPOINT_FRAMES, SQLiteWal
 from .state_file import TXID_BLOCK, StateFile, StoreState
+from .wal import CHECKPOINT_FRAMES, SQLiteWal
 
 __all__ = ["ENTITY_CACHE_SIZE", "SQLiteWriter", "now_ms"]
 

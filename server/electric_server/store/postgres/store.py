@@ -46,7 +46,7 @@ import asyncpg
 
 from electric_sdk.lifecycle import State
 
-from .base import (
+from ..base import (
     REMOTE_COMMIT,
     Commit,
     DatabaseUnavailable,
@@ -54,15 +54,18 @@ from .base import (
     FaultListener,
     Hub,
     Ref,
+    StoreCounter,
     StoredEvent,
     SweepFinds,
     TypeProfile,
 )
-from .database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
-from .feed_order import FeedOrder
-from .postgres_faults import LOST, Reachability, lost_reason, refusal, setup_refusal
-from .postgres_feed import DEFAULT_POLL_S, Doorbell, FeedReader
-from .postgres_schema import (
+from ..database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
+from ..feed_order import FeedOrder
+from ..rows import entity_from_row, event_from_row
+from ..sql_reads import SQLReads
+from .faults import LOST, Reachability, lost_reason, refusal, setup_refusal
+from .feed import DEFAULT_POLL_S, Doorbell, FeedReader
+from .schema import (
     PURGE_IDEMPOTENCY,
     SELECT_BACKEND_START,
     SELECT_DUE_DEADLINES,
@@ -82,10 +85,8 @@ from .postgres_schema import (
     SchemaTooNew,
     migrate,
 )
-from .postgres_sessions import PostgresSessions
-from .postgres_writer import PostgresWriter
-from .rows import entity_from_row, event_from_row
-from .sql_reads import SQLReads
+from .sessions import PostgresSessions
+from .writer import PostgresWriter
 
 __all__ = ["PostgresStore"]
 
@@ -242,6 +243,9 @@ class PostgresStore(SQLReads, PostgresWriter):
 
     async def _connected(self, conn: Any) -> None:
         self.backend_starts[conn.get_server_pid()] = await conn.fetchval(SELECT_BACKEND_START)
+
+    def counters(self) -> Sequence[StoreCounter]:
+        return self.known.counters()
 
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
         # Nothing stops writes for good here: an unreachable database fails each call (retryable),

@@ -17,7 +17,8 @@ from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from .postgres_schema import (
+from ..sessions import LiveSession, SessionBook, SessionRow
+from .schema import (
     END_REPLICA,
     END_REPLICA_SESSIONS,
     END_SESSIONS,
@@ -28,7 +29,6 @@ from .postgres_schema import (
     RENEW_REPLICA,
     RENEW_REPLICA_AND_SESSIONS,
 )
-from .sessions import LiveSession, SessionBook, SessionRow
 
 __all__ = ["PostgresSessions"]
 

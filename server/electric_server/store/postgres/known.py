@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from .base import EntityRecord, Ref
+from ..base import EntityRecord, Ref, StoreCounter
 
 __all__ = ["CLOCK_LAG_MS", "MISS_REASONS", "Known"]
 
@@ -127,3 +127,20 @@ class Known:
                 self._clock_offset_ms = None
             else:
                 self._entities.pop(ref, None)
+
+    def counters(self) -> tuple[StoreCounter, ...]:
+        """What the guesses did, for the server's metrics (docs/operations.md)."""
+        return (
+            StoreCounter(
+                "electric_postgres_guessed_writes",
+                "Lone writes committed in one round trip, on what the replica knew of the entity.",
+                samples=(((), self.guesses),),
+            ),
+            StoreCounter(
+                "electric_postgres_guesses_missed",
+                "Guesses of lone writes the database found wrong, by which (row, clock, holder): "
+                "each such write then read the entity, a round trip more.",
+                ("reason",),
+                tuple(((reason,), count) for reason, count in self.misses.items()),
+            ),
+        )

@@ -41,15 +41,15 @@ from typing import Any
 
 from electric_sdk.lifecycle import State
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..internals.ready_queue import BUSY, ready_queue
-from .base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
-from .rows import entity_from_row, event_from_row
-from .sessions import MemorySessions
-from .sql_reads import SQLReads
-from .sqlite_damage import Inspection, inspect_files, inspect_settled
-from .sqlite_faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
-from .sqlite_schema import (
+from ...clock import SYSTEM_CLOCK, Clock
+from ...internals.ready_queue import BUSY, ready_queue
+from ..base import DamagedStore, EntityRecord, Hub, Ref, Store, StoredEvent, TypeProfile
+from ..rows import entity_from_row, event_from_row
+from ..sessions import MemorySessions
+from ..sql_reads import SQLReads
+from .damage import Inspection, inspect_files, inspect_settled
+from .faults import DAMAGED_REMEDY, DISK_FULL_RETRY_S, classify
+from .schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
     SELECT_DUE_DEADLINES,
@@ -66,9 +66,9 @@ from .sqlite_schema import (
     UPSERT_TYPE_PROFILE,
     migrate,
 )
-from .sqlite_walcheck import wal_path
-from .sqlite_writer import SQLiteWriter, now_ms
 from .state_file import StateFile, StoreState
+from .walcheck import wal_path
+from .writer import SQLiteWriter, now_ms
 
 # SCHEMA and now_ms are here too for the benchmarks, which build files the store's way.
 __all__ = ["MAX_COMMIT_DELAY_MS", "SCHEMA", "SQLiteStore", "now_ms"]

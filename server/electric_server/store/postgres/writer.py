@@ -59,8 +59,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from . import postgres_one_write
-from .base import (
+from ..base import (
     Commit,
     DatabaseUnavailable,
     EntityRecord,
@@ -74,12 +73,14 @@ from .base import (
     WriteOutcome,
     WritesRefused,
 )
-from .feed_order import FeedOrder
-from .outcome import Applied, Refused, apply_write, now_ms, replay
-from .postgres_faults import LOST, REFUSED, RefusedLog, lost_reason, unreachable_reason
-from .postgres_known import Known
-from .postgres_one_write import RACED, Decided, UnknownOutcome
-from .postgres_schema import (
+from ..feed_order import FeedOrder
+from ..outcome import Applied, Refused, apply_write, now_ms, replay
+from ..rows import ENTITY_COLUMNS, entity_from_row, entity_row
+from . import one_trip
+from .faults import LOST, REFUSED, RefusedLog, lost_reason, unreachable_reason
+from .known import Known
+from .one_trip import RACED, Decided, UnknownOutcome
+from .schema import (
     FLUSH_ROWS,
     FLUSH_WIDTHS,
     INSERT_ROWS,
@@ -93,7 +94,6 @@ from .postgres_schema import (
     SELECT_IDEMPOTENCY,
     SELECT_IDEMPOTENCY_MANY,
 )
-from .rows import ENTITY_COLUMNS, entity_from_row, entity_row
 
 __all__ = ["MAX_ATTEMPTS", "MAX_BATCH", "PostgresWriter"]
 
@@ -403,7 +403,7 @@ class PostgresWriter(Store):
                 started = self.backend_starts.get(pid)
                 if started is None:  # a connection not made by this store's pool
                     return RACED
-                decided = await postgres_one_write.write_alone(
+                decided = await one_trip.write_alone(
                     conn, write, self.origin, (pid, started), sent, find_out_later, self.timeout_s, self.known
                 )
         except UnknownOutcome as lost:
@@ -447,7 +447,7 @@ class PostgresWriter(Store):
                 return  # closed: this replica's Hub has no subscriber left to tell
             try:
                 async with pool.acquire(timeout=self.timeout_s) as conn:
-                    xact = await postgres_one_write.find_out(conn, lost, self.origin, floor)
+                    xact = await one_trip.find_out(conn, lost, self.origin, floor)
                 break
             except (*LOST, asyncpg.PostgresError) as exc:
                 log.debug("finding out a lost write's outcome failed (%s): trying again", exc)

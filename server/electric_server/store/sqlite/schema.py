@@ -13,7 +13,7 @@ import sqlite3
 
 from electric_sdk.lifecycle import TERMINAL_STATES, State
 
-from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from ..rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
     "INSERT_EVENT",

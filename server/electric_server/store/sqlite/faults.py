@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .base import DamagedStore, DiskFull, FaultListener, StorageFailed, StorageFault, StoreBusy
+from ..base import DamagedStore, DiskFull, FaultListener, StorageFailed, StorageFault, StoreBusy
 
 __all__ = ["DAMAGED_REMEDY", "DISK_FULL_RETRY_S", "SQLiteFaults", "classify", "roll_back"]
 

@@ -27,8 +27,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sqlite_walcheck import WalReport, read_wal, wal_path
 from .state_file import StateFile, StoreState
+from .walcheck import WalReport, read_wal, wal_path
 
 __all__ = ["Inspection", "inspect_files", "inspect_settled"]
 

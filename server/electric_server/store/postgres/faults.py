@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from ..log_throttle import LogThrottle
-from .base import DatabaseUnavailable, FaultListener, StorageFault, WritesRefused
+from ...log_throttle import LogThrottle
+from ..base import DatabaseUnavailable, FaultListener, StorageFault, WritesRefused
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
 LOST: tuple[type[BaseException], ...] = (
