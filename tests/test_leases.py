@@ -236,7 +236,7 @@ async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: 
         await hold(store, holder, [("agent", f"{holder}-{i}") for i in range(100)])
     assert await store.lost_leases(100) == []
     if isinstance(store, SQLiteStore):
-        reader = store._reader()
+        reader = store.reader()
         for sql in (SQLITE_HOLDERS, SQLITE_HELD_BY):
             plan = [
                 row[-1] for row in reader.execute(f"EXPLAIN QUERY PLAN {sql}", ("s1", 10)[: sql.count("?")])

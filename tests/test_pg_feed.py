@@ -445,7 +445,7 @@ async def test_no_connection_of_a_store_compiles_with_jit(stores: OpenStore) -> 
     """Every statement here is short; JIT compiles any whose estimated cost is high, as the
     estimates on a table without statistics are (hundreds of ms for a read of 0.1 ms)."""
     store = await stores()
-    assert [r[0] for r in await store._rows("SHOW jit")] == ["off"]
+    assert [r[0] for r in await store.fetch("SHOW jit")] == ["off"]
     for settings in (SESSION_SETTINGS, READER_SETTINGS):
         conn = await postgres_feed._connect(store.url, "test", settings, 5.0, 5.0)
         try:

@@ -12,6 +12,9 @@ Each seam checks what it needs once and falls back, logging why, when the
 installed version differs. Nothing outside this package touches those
 internals (tests/test_internals.py scans for them).
 
+The store's fast paths (``sqlite_inline_sync``:
+store/fastpath.py) reach into nothing private but take their switches here too.
+
 ``ELECTRIC_FORCE_FALLBACKS`` forces fallbacks, so the code that runs on a
 dependency without the internal is tested here too: a comma-separated list of
 seam names, or ``all``. ``make test`` runs the store and accept tests once
@@ -25,7 +28,15 @@ import os
 __all__ = ["ENV", "SEAMS", "forced", "forced_fallbacks"]
 
 ENV = "ELECTRIC_FORCE_FALLBACKS"
-SEAMS = frozenset({"acceptors", "ready_queue", "wal_index"})
+SEAMS = frozenset(
+    {
+        "acceptors",
+        "ready_queue",
+        "wal_index",
+        # The store's fast paths: tricks of our own, each with its switch here (store/fastpath.py).
+        "sqlite_inline_sync",
+    }
+)
 
 
 def forced_fallbacks(value: str | None = None) -> frozenset[str]:

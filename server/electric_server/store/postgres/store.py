@@ -272,13 +272,13 @@ class PostgresStore(SQLReads, PostgresWriter):
 
     # -- reads -----------------------------------------------------------------
 
-    async def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+    async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
         async with self._connection("a read") as conn:
             rows: list[Any] = await conn.fetch(sql, *args)
             return rows
 
     async def get_entity(self, ref: Ref) -> EntityRecord | None:
-        rows = await self._rows(SELECT_ENTITY, ref)
+        rows = await self.fetch(SELECT_ENTITY, ref)
         return entity_from_row(rows[0]) if rows else None
 
     async def list_entities(
@@ -300,13 +300,13 @@ class PostgresStore(SQLReads, PostgresWriter):
             sql += " WHERE " + " AND ".join(where)
         args.append(limit)
         sql += f" ORDER BY type, id LIMIT ${len(args)}"
-        return [entity_from_row(r) for r in await self._rows(sql, args)]
+        return [entity_from_row(r) for r in await self.fetch(sql, args)]
 
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]:
-        return [event_from_row(r) for r in await self._rows(SELECT_EVENTS, (*ref, from_offset, limit))]
+        return [event_from_row(r) for r in await self.fetch(SELECT_EVENTS, (*ref, from_offset, limit))]
 
     async def idempotent_response(self, ref: Ref, key: str) -> tuple[bytes, bytes] | None:
-        rows = await self._rows(SELECT_IDEMPOTENCY, (*ref, key))
+        rows = await self.fetch(SELECT_IDEMPOTENCY, (*ref, key))
         return (bytes(rows[0][0]), bytes(rows[0][1])) if rows else None
 
     async def store_type_profile(self, profile: TypeProfile) -> None:
@@ -314,31 +314,31 @@ class PostgresStore(SQLReads, PostgresWriter):
             await conn.execute(UPSERT_TYPE_PROFILE, *profile)
 
     async def head_txid(self) -> int:
-        (row,) = await self._rows(SELECT_HEAD_TXID)
+        (row,) = await self.fetch(SELECT_HEAD_TXID)
         return int(row[0])
 
     # -- the deadline sweeps' reads (store/base.py) --------------------------------------------
 
     async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
-        rows = await self._rows(SELECT_DUE_DEADLINES, (limit,))
+        rows = await self.fetch(SELECT_DUE_DEADLINES, (limit,))
         return [((str(t), str(i)), int(d)) for t, i, d in rows]
 
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:
-        return [((str(t), str(i)), int(e)) for t, i, e in await self._rows(SELECT_LOST_LEASES, (limit,))]
+        return [((str(t), str(i)), int(e)) for t, i, e in await self.fetch(SELECT_LOST_LEASES, (limit,))]
 
     async def settled_streams(self, settle_ms: int, limit: int) -> list[Ref]:
-        return [(str(t), str(i)) for t, i in await self._rows(SELECT_SETTLED, (settle_ms, limit))]
+        return [(str(t), str(i)) for t, i in await self.fetch(SELECT_SETTLED, (settle_ms, limit))]
 
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         args = (list(types), [s.value for s in states], limit)
-        return [entity_from_row(r) for r in await self._rows(SELECT_UNLEASED, args)]
+        return [entity_from_row(r) for r in await self.fetch(SELECT_UNLEASED, args)]
 
     async def sweep_finds(
         self, settle_ms: int, types: Sequence[str], states: Sequence[State], limit: int
     ) -> SweepFinds:
         args = (limit, settle_ms, list(types), [s.value for s in states])
         found = SweepFinds([], [], [])
-        for row in await self._rows(SWEEP_FINDS, args):
+        for row in await self.fetch(SWEEP_FINDS, args):
             record = entity_from_row(tuple(row)[1:])
             if row[0] == 1:
                 found.lost.append((record.ref, record.lease_epoch))
