@@ -44,7 +44,7 @@ def test_private_internals_are_reached_only_through_their_seams() -> None:
 
 # The store's fast paths take their switches here too; they reach into nothing private, and
 # their modules are the store's (store/fastpath.py).
-STORE_FAST_PATHS = frozenset({"sqlite_inline_sync"})
+STORE_FAST_PATHS = frozenset({"pg_guess", "pg_one_trip", "sqlite_inline_sync"})
 
 
 def test_every_seam_has_its_module() -> None:

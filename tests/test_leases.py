@@ -18,9 +18,9 @@ from electric_server.runtime_answers import REQUEST_KEY_PREFIX
 from electric_server.runtime_writes import Refused, end_lease, grant
 from electric_server.store.base import Idempotency, Ref, Store, Write
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres.schema import SELECT_LOST_LEASES as PG_LOST_LEASES
-from electric_server.store.postgres.schema import SWEEP_FINDS as PG_SWEEP_FINDS
 from electric_server.store.postgres.sessions import PostgresSessions
+from electric_server.store.postgres.statements import SELECT_LOST_LEASES as PG_LOST_LEASES
+from electric_server.store.postgres.statements import SWEEP_FINDS as PG_SWEEP_FINDS
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
 from electric_server.store.sqlite.schema import SELECT_HELD_BY as SQLITE_HELD_BY

@@ -1,4 +1,4 @@
-"""The commit feed between replicas on one PostgreSQL database (store/postgres_feed.py, feed_order.py).
+"""The commit feed between replicas on one PostgreSQL database (store/postgres/feed.py, feed_order.py).
 
 Two stores on one database stand for two replicas (each its own pool, feed
 reader and hub); then two real servers in this process, sharing the
@@ -25,7 +25,7 @@ from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailabl
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres import feed as postgres_feed
 from electric_server.store.postgres.feed import Doorbell, payload
-from electric_server.store.postgres.schema import (
+from electric_server.store.postgres.statements import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
     READ_FEED,

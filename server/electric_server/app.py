@@ -117,11 +117,11 @@ class ServerConfig:
     max_sessions: int = DEFAULT_MAX_SESSIONS
     # Use a tokens file its group or others may read (logged as a warning) instead of refusing it.
     allow_readable_tokens: bool = False
-    # A postgresql:// URL: the store is that PostgreSQL database (store/postgres.py), not the
+    # A postgresql:// URL: the store is that PostgreSQL database (store/postgres/), not the
     # data directory's SQLite file; and its pool of connections.
     database_url: str | None = None
     database_pool: int = DEFAULT_DATABASE_POOL
-    # The longest the server waits on the database for one thing (store/postgres.py).
+    # The longest the server waits on the database for one thing (store/postgres/).
     database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS
     # HOST:PORT of the HTTP/JSON door (http_door.py); None: no HTTP.
     http: str | None = None

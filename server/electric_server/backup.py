@@ -30,7 +30,7 @@ from pathlib import Path
 from .datadir import LOCK_NAME, DataDirLock, database_path, lock_path
 from .store.sqlite.schema import SELECT_NEXT_TXID
 
-# The tables every electric store has (store/sqlite_schema.py).
+# The tables every electric store has (store/sqlite/schema.py).
 STORE_TABLES = frozenset({"entities", "events", "idempotency", "meta"})
 # How long the backup's read-only connection waits on a lock the server holds briefly.
 BUSY_TIMEOUT_MS = 10_000

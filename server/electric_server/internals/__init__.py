@@ -12,7 +12,7 @@ Each seam checks what it needs once and falls back, logging why, when the
 installed version differs. Nothing outside this package touches those
 internals (tests/test_internals.py scans for them).
 
-The store's fast paths (``sqlite_inline_sync``:
+The store's fast paths (``pg_one_trip``, ``pg_guess``, ``sqlite_inline_sync``:
 store/fastpath.py) reach into nothing private but take their switches here too.
 
 ``ELECTRIC_FORCE_FALLBACKS`` forces fallbacks, so the code that runs on a
@@ -34,6 +34,8 @@ SEAMS = frozenset(
         "ready_queue",
         "wal_index",
         # The store's fast paths: tricks of our own, each with its switch here (store/fastpath.py).
+        "pg_guess",
+        "pg_one_trip",
         "sqlite_inline_sync",
     }
 )

@@ -1,7 +1,7 @@
 """The store contract: durable, per-entity, append-only streams.
 
-What every implementation guarantees (SQLite, embedded; PostgreSQL, for one
-replica now and several later):
+What every implementation guarantees (SQLite, embedded, for one server;
+PostgreSQL, for one server replica or several on one database):
 
 - Writes to one entity are serialized. A write is a ``decide`` function that
   sees the entity's current record and returns a ``Mutation``; the store runs
@@ -19,7 +19,7 @@ replica now and several later):
 - After each commit, ``Commit`` records are published to the ``Hub`` for
   live watchers (a doorbell: watchers can always fall back to reading),
   each entity's in commit order, once. PostgreSQL's replicas also publish
-  the commits the others made (``store/postgres_feed.py``), their
+  the commits the others made (store/postgres/feed.py), their
   ``result`` being ``REMOTE_COMMIT``.
   Each acknowledged batch is also told to the Hub's batch listeners (the
   metrics): its writes and how long its commit took, once per batch.

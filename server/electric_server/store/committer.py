@@ -123,7 +123,7 @@ async def _decide_all(tx: Transaction, writes: Sequence[Write]) -> list[Outcome]
             decided = _decide(tx, write)
             if not isinstance(decided, Applied):
                 break
-            if tx.stage(decided) or await tx.insert(write, decided):
+            if tx.stage(write, decided) or await tx.insert(write, decided):
                 decided = decided.outcome
                 break
             # raced: decided again on the row the other transaction committed
@@ -435,8 +435,8 @@ class GroupCommitter:
         async with self._backend.session() as session:
             attempt = 1
             while True:
-                tx = await session.begin(writes)
                 try:
+                    tx = await session.begin(writes)
                     try:
                         outcomes = await _decide_all(tx, writes)
                     except BaseException:

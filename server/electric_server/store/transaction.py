@@ -49,8 +49,8 @@ class Transaction(Protocol):
         """The entity as the batch sees it. May raise, as ``remembered``."""
         ...
 
-    def stage(self, applied: Applied) -> bool:
-        """Take ``applied`` into the batch: its rows are written by ``commit``, and the next writes
+    def stage(self, write: Write, applied: Applied) -> bool:
+        """Take ``applied`` (``write``'s) into the batch: its rows are written by ``commit``, and the next writes
         see them. False when this backend must insert them now instead (``insert``): nothing was
         taken."""
         ...

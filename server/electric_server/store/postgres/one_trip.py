@@ -1,11 +1,11 @@
-"""A lone write in one or two round trips: a read unless the row is known, ``decide``, then one
-statement that commits by itself.
+"""The ``pg_one_trip`` fast path: a lone write in one or two round trips, with no transaction
+block: a read unless the row is known, ``decide``, then one statement that commits by itself.
 
-A write alone (``PostgresWriter.write`` with no batch to share, so a batch of
-one) is the latency path: a signal, a worker's step record. The batch path
-(``postgres_writer``) spends four round trips on it — BEGIN, the locking
-statement, the rows, COMMIT — and two of them only open and close the
-transaction. This path has no transaction block:
+A write alone (no batch to share: in its caller's task when the committer is
+idle, or a batch of one) is the latency path: a signal, a worker's step
+record. The batch path (postgres/transaction.py) spends four round trips on
+it — BEGIN, the locking statement, the rows, COMMIT — and two of them only
+open and close the transaction. This path has none:
 
 1. ``READ_AND_DRAW`` reads the entity's row as committed (no lock), draws a
    txid after the statement's snapshot was taken, and reads the database's
@@ -17,12 +17,9 @@ transaction. This path has no transaction block:
    entity's row compare-and-set on the txid it was read with, then its
    events, its key's answer and its feed row, only if the row was written.
 
-When the replica knows the row already (``postgres_known``), step 1 is skipped:
-``decide`` runs on the known row with a spare txid and a guessed clock, and
-``ONE_UPDATE_GUESSED`` checks all three (the row's txid unchanged, the clock
-within bounds, the holder as live as guessed) where ``ONE_UPDATE`` checks the
-txid. A wrong guess writes nothing, and the write takes the two steps. Only a
-commit is sent on a guess: a refusal or a no-op on a known row is read first.
+When the replica knows the row already, step 1 is skipped: that is the
+``pg_guess`` fast path (postgres/guess.py); a wrong guess writes nothing,
+and the write takes the two steps.
 
 Why the batch path's guarantees hold:
 
@@ -52,93 +49,195 @@ one, by its pid and its start time, since pids are reused — waits until
 PostgreSQL has no such backend (its transaction has then committed or rolled
 back) and looks for the commit's feed row. Until then the ``FeedOrder`` holds
 the entity's later commits, as it does for a COMMIT under way.
+
+- **Buys**: two of a lone write's four round trips (bench/bench_pg_write.py:
+  a lone write against a raw commit; bench/bench_dbos.py).
+- **Risks**: the guarantees above, which rest on the compare-and-set and on
+  finding out an unknown outcome; a write whose statement is out when its
+  caller is cancelled may still commit (it is found out and published).
+- **Checked by**: tests/test_pg_one_write.py (races from two stores, a racing
+  retry's key, a connection lost with the statement out, a cancelled
+  caller), the store suite, and the suite run with the switch forced.
+- **Switch**: ``pg_one_trip``; forced, every write takes a batch's
+  transaction (and the ``pg_guess`` fast path, which lives inside this one,
+  is off too). It needs the commit feed (the feed row finds out an unknown
+  outcome): a store without it (a tool's) always takes the batch path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
-from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+import logging
+from typing import Any
 
 import asyncpg
 
-from ..base import Commit, DatabaseUnavailable, Write, WriteContext, WriteOutcome
-from ..outcome import Applied, Refused, apply_write, replay
-from ..rows import ENTITY_COLUMNS, entity_from_row, entity_row
-from .faults import LOST, lost_reason
-from .known import MISS_REASONS, Known
-from .schema import (
-    ONE_INSERT,
-    ONE_KEY,
-    ONE_UPDATE,
-    ONE_UPDATE_GUESSED,
-    ONE_WRITE_COLUMNS,
-    READ_AND_DRAW,
-    SELECT_FED_XACT,
-    TERMINATE_BACKEND,
-)
+from ..base import DatabaseUnavailable, Write, WriteContext, WriteOutcome
+from ..fastpath import switched_on
+from ..feed_order import FeedOrder
+from ..outcome import Refused, apply_write, replay
+from ..rows import ENTITY_COLUMNS, entity_from_row
+from .connections import Connections
+from .faults import LOST
+from .guess import Guess
+from .known import Known
+from .lone_statement import RACED, Decided, Sending, Statement, UnknownOutcome, arguments, insert_key
+from .publisher import Publisher
+from .statements import ONE_INSERT, ONE_UPDATE, READ_AND_DRAW, SELECT_FED_XACT, TERMINATE_BACKEND
 
-__all__ = ["RACED", "Decided", "Sending", "UnknownOutcome", "find_out", "write_alone"]
+__all__ = ["OneTrip", "find_out", "write_alone"]
+
+log = logging.getLogger(__name__)
 
 # READ_AND_DRAW's columns: the txid, the clock, the key's answer, then LOCK_ENTITY's.
 _ROW = 4
 _RECORD = len(ENTITY_COLUMNS)
-_EVENT_WIDTH, _KEY_WIDTH, _ = ONE_WRITE_COLUMNS
-_NO_KEY = (None,) * _KEY_WIDTH
-_NO_BEFORE = (None,) * (_RECORD - 2)
-_TXID = ENTITY_COLUMNS.index("txid")
 _SPARE = _ROW + _RECORD + 2  # READ_AND_DRAW's spare txid, then its exact clock
-_CHECKED = 3  # where ONE_UPDATE_GUESSED's checks start in its row
 # How often ``find_out`` asks whether the lost statement's backend has ended.
 _ENDED_POLL_S = 0.01
 
 
-class Decided(NamedTuple):
-    """A lone write's end: its outcome and, when it committed, its transaction's id and the id of
-    the transaction that wrote the entity before it (the FeedOrder's ``before_xact``)."""
+class OneTrip:
+    """See the module docstring: the committer's lone write (store/transaction.py's ``LoneWrite``),
+    in its caller's task or as a batch of one."""
 
-    outcome: WriteOutcome | BaseException
-    xact: int | None = None
-    before_xact: int | None = None
+    __slots__ = ("_connections", "_publisher", "enabled", "finding_out", "guess", "lone_writes", "origin")
+
+    def __init__(self, connections: Connections, publisher: Publisher, guess: Guess) -> None:
+        self._connections = connections
+        self._publisher = publisher
+        self.guess = guess
+        self.enabled = False  # until the store opens
+        self.origin = 0  # this replica's in the feed's rows (set with the feed)
+        # Lone writes with their outcome unknown, being found out (_find_out).
+        self.finding_out: set[asyncio.Task[None]] = set()
+        self.lone_writes = 0  # committed alone, in one or two round trips (tests and benchmarks)
+
+    def open(self, origin: int) -> None:
+        self.origin = origin
+        self.enabled = switched_on("pg_one_trip")
+        if self.enabled:
+            self.guess.open()
+
+    def close(self) -> None:
+        self.enabled = False
+        for task in tuple(self.finding_out):
+            task.cancel()
+
+    def ready(self) -> bool:
+        """On, with the commit feed open (the feed row finds out an unknown outcome)."""
+        return self.enabled and self._publisher.order is not None
+
+    async def write(self, write: Write, started: float) -> WriteOutcome | BaseException | None:
+        order = self._publisher.order
+        assert order is not None
+        decided = await self._write_alone(write, order)
+        if decided is RACED:
+            return None
+        self._published(decided, started)
+        return decided.outcome
+
+    async def _write_alone(self, write: Write, order: FeedOrder) -> Decided:
+        sent = _Sent(order)
+        unknown: list[UnknownOutcome] = []
+        floor = order.snapshot.xmax  # the reader's last snapshot: taken before the statement goes
+
+        def find_out_later(lost: UnknownOutcome) -> None:
+            unknown.append(lost)
+            finding = self._find_out(lost, floor)
+            task = asyncio.get_running_loop().create_task(finding, name="electric-find-out")
+            self.finding_out.add(task)
+            task.add_done_callback(self.finding_out.discard)
+
+        connections = self._connections
+        try:
+            async with connections.connection("a write") as conn:
+                pid = conn.get_server_pid()
+                started = connections.backend_starts.get(pid)
+                if started is None:  # a connection not made by this store's pool
+                    return RACED
+                statement = Statement(
+                    conn, (pid, started), find_out_later, connections.timeout_s, self.guess.known
+                )
+                decided = await write_alone(statement, conn, write, self.origin, sent, self.guess)
+        except UnknownOutcome as lost:
+            raise DatabaseUnavailable(str(lost)) from lost  # the caller's: no commit to carry
+        except BaseException:
+            if not unknown:  # else it stays held until found out
+                order.forgotten(sent.txids)
+            raise
+        if decided.xact is None:
+            order.forgotten(sent.txids)
+        return decided
+
+    def _published(self, decided: Decided, started: float) -> None:
+        if decided.xact is not None:
+            self._publisher.took_writes()
+        outcome = decided.outcome
+        commit = outcome.commit if isinstance(outcome, WriteOutcome) else None
+        self._publisher.alone(commit, started, decided.xact, decided.before_xact)
+        if commit is not None and decided.xact is not None:
+            self.lone_writes += 1
+
+    async def _find_out(self, lost: UnknownOutcome, floor: int) -> None:
+        """Whether a lone write whose connection was lost committed; published if it did. Tried
+        until the database answers (the store is unavailable until then anyway)."""
+        pause = 0.05
+        while True:
+            pool = self._connections.pool
+            if pool is None:
+                return  # closed: this replica's Hub has no subscriber left to tell
+            try:
+                async with pool.acquire(timeout=self._connections.timeout_s) as conn:
+                    xact = await find_out(conn, lost, self.origin, floor)
+                break
+            except (*LOST, asyncpg.PostgresError) as exc:
+                log.debug("finding out a lost write's outcome failed (%s): trying again", exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        commit = lost.commit
+        ref = f"{commit.ref[0]}/{commit.ref[1]}"
+        if xact is None:
+            self._publisher.forgotten(commit.txid)
+            log.warning(
+                "a write to %s whose connection was lost had not committed (txid %d)", ref, commit.txid
+            )
+        else:
+            self._publisher.late(commit, xact, lost.before_xact)
+            log.warning("a write to %s whose connection was lost had committed (txid %d)", ref, commit.txid)
 
 
-# The write raced another: nothing was written; the batch path decides it again.
-RACED = Decided(RuntimeError("raced"))
+class _Sent:
+    """The txids a lone write sent (``Sending``), held in the FeedOrder from then: the entity's
+    later commits wait for them."""
 
+    __slots__ = ("_order", "txids")
 
-class UnknownOutcome(DatabaseUnavailable):
-    """The connection was lost while the write's statement was out: it may have committed."""
+    def __init__(self, order: FeedOrder) -> None:
+        self._order = order
+        self.txids: list[int] = []
 
-    def __init__(self, message: str, commit: Commit, before_xact: int | None, pid: int, started: Any) -> None:
-        super().__init__(message)
-        self.commit = commit
-        self.before_xact = before_xact
-        self.pid = pid
-        self.started = started
+    def sending(self, txid: int) -> None:
+        self.txids.append(txid)
+        self._order.sending((txid,))
+
+    def unsent(self, txid: int) -> None:
+        self.txids.remove(txid)
+        self._order.forgotten((txid,))
 
 
 async def write_alone(
-    conn: Any,
-    write: Write,
-    origin: int,
-    backend: tuple[int, datetime.datetime],
-    order: Sending,
-    unknown: Callable[[UnknownOutcome], None],
-    timeout_s: float,
-    known: Known,
+    statement: Statement, conn: Any, write: Write, origin: int, order: Sending, guess: Guess
 ) -> Decided:
-    """The write on ``conn`` (its backend: pid and start). ``order.sending(txid)`` is called just
-    before a commit's statement goes out (the FeedOrder then holds the entity's later commits),
-    ``order.unsent(txid)`` when that statement wrote nothing, and ``unknown`` with what to find
-    out when its outcome cannot be known (a lost connection: then ``UnknownOutcome`` is raised
-    too; a cancelled caller: then the cancellation goes on). ``timeout_s``: the statements'
-    bound, for the message of one that ran out. ``known``: what the replica knew of the entity,
-    which spares the read when the database finds it right (``_on_a_guess``)."""
-    statement = _Statement(conn, backend, unknown, timeout_s, known)
-    guessed = await _on_a_guess(statement, write, origin, order, known)
-    if guessed is not None:
-        return guessed
+    """The write on ``conn``, whose committing statement is ``statement``. ``order.sending(txid)``
+    is called just before a commit's statement goes out (the FeedOrder then holds the entity's
+    later commits), ``order.unsent(txid)`` when that statement wrote nothing. ``guess``: what the
+    replica knew of the entity, which spares the read when the database finds it right."""
+    if guess.ready():
+        guessed = await guess.write(statement, write, origin, order)
+        if guessed is not None:
+            return guessed
+    known: Known = guess.known
     ref, idem = write.ref, write.idempotency
     row = await conn.fetchrow(READ_AND_DRAW, ref[0], ref[1], idem.key if idem is not None else None)
     known.clock(float(row[_SPARE + 1]))
@@ -162,11 +261,11 @@ async def write_alone(
     commit = applied.outcome.commit
     if commit is None:
         key_row = applied.idempotency_row
-        if key_row is not None and not await _insert_key(conn, key_row):
+        if key_row is not None and not await insert_key(conn, key_row):
             return RACED
         return Decided(applied.outcome)
     order.sending(commit.txid)
-    args = _arguments(applied, commit, origin, values if before is not None else None)
+    args = arguments(applied, commit, origin, values if before is not None else None)
     try:
         row = await statement.commit(
             ONE_UPDATE if before is not None else ONE_INSERT, args, commit, before_xact
@@ -176,147 +275,6 @@ async def write_alone(
     if row is None:
         return RACED  # another commit on the entity since the read
     return Decided(applied.outcome, int(row[0]), before_xact)
-
-
-class Sending(Protocol):
-    """Where a lone write says which txid its committing statement carries (the FeedOrder's)."""
-
-    def sending(self, txid: int) -> None: ...
-    def unsent(self, txid: int) -> None: ...
-
-
-async def _on_a_guess(
-    statement: _Statement, write: Write, origin: int, order: Sending, known: Known
-) -> Decided | None:
-    """The write in one round trip, decided on what the replica knew (postgres_known), if it
-    knew enough and the write commits; None: it is to be read and decided again (nothing was
-    written). A refusal or a no-op is never answered from a guess: only a commit's statement
-    checks the guess."""
-    ref = write.ref
-    entry = known.entity(ref)
-    if entry is None:
-        return None
-    before, before_xact = entry
-    now_ms = known.now_ms(before.updated_at_ms)
-    if now_ms is None:
-        return None
-    txid = known.take_spare(above=before.txid)
-    if txid is None:
-        return None
-    live = bool(before.lease_session)
-    try:
-        applied = apply_write(
-            write, before, WriteContext(txid, now_ms, (before.lease_session,) if live else ())
-        )
-    except Refused:
-        return None
-    commit = applied.outcome.commit
-    if commit is None:
-        return None
-    order.sending(txid)
-    args = _arguments(applied, commit, origin, entity_row(before), guess=(now_ms, live))
-    try:
-        row = await statement.commit(ONE_UPDATE_GUESSED, args, commit, before_xact)
-    except asyncpg.exceptions.UniqueViolationError:
-        row = None  # a retry's key stored: the read finds it
-    if row is None or row[0] is None:
-        order.unsent(txid)
-        known.missed(ref, _wrong_guesses(row))
-        return None
-    known.guesses += 1
-    return Decided(applied.outcome, int(row[0]), before_xact)
-
-
-def _wrong_guesses(row: Any) -> list[str]:
-    """Which guesses ONE_UPDATE_GUESSED found wrong (its row, or None: nothing came back)."""
-    if row is None:
-        return ["row"]
-    wrong = [reason for reason, right in zip(MISS_REASONS, row[_CHECKED:], strict=True) if not right]
-    # None wrong at the statement's snapshot: a commit since, which the update saw.
-    return wrong or ["row"]
-
-
-class _Statement:
-    """A statement that commits by itself, on ``conn``: what it tells ``known``, and what is done
-    when its outcome cannot be known (``write_alone``)."""
-
-    def __init__(
-        self,
-        conn: Any,
-        backend: tuple[int, datetime.datetime],
-        unknown: Callable[[UnknownOutcome], None],
-        timeout_s: float,
-        known: Known,
-    ) -> None:
-        self._conn = conn
-        self._backend = backend
-        self._unknown = unknown
-        self._timeout_s = timeout_s
-        self._known = known
-
-    async def commit(self, sql: str, args: list[object], commit: Commit, before_xact: int | None) -> Any:
-        """Its row (the transaction's id first: None if it wrote nothing), or None: no row came
-        back (nothing was written)."""
-        known = self._known
-        try:
-            row = await self._conn.fetchrow(sql, *args)
-        except LOST as exc:  # (a backend ended after its commit may say so instead of answering)
-            # (What was known is forgotten by the writer, as after any lost connection.)
-            lost = UnknownOutcome(
-                f"a write failed: {lost_reason(exc, self._timeout_s)} while the write's statement was "
-                "out, so it may or may not have committed (a retry with the same idempotency key "
-                "finds out)",
-                commit,
-                before_xact,
-                *self._backend,
-            )
-            self._unknown(lost)
-            raise lost from exc
-        except asyncio.CancelledError:
-            # The caller gave up while the statement was out, and it may commit all the same. The
-            # connection is closed here, so its backend runs nothing else, and found out as if lost.
-            known.forget(commit.ref)
-            self._conn.terminate()
-            self._unknown(
-                UnknownOutcome("cancelled with its statement out", commit, before_xact, *self._backend)
-            )
-            raise
-        if row is None:
-            return None
-        known.spare(int(row[1]))
-        known.clock(float(row[2]))
-        if row[0] is not None:
-            assert commit.after is not None
-            known.learn(commit.after, int(row[0]))
-        return row
-
-
-async def _insert_key(conn: Any, key_row: tuple[object, ...]) -> bool:
-    try:
-        await conn.execute(ONE_KEY, *key_row)
-    except asyncpg.exceptions.UniqueViolationError:
-        return False
-    return True
-
-
-def _arguments(
-    applied: Applied, commit: Commit, origin: int, before_values: Any, guess: tuple[int, bool] | None = None
-) -> list[object]:
-    """ONE_UPDATE's (with the txid read: ``before_values``), ONE_UPDATE_GUESSED's (with the guessed
-    clock and holder's liveness: ``guess``) or ONE_INSERT's values."""
-    assert commit.after is not None  # every commit writes its entity's row
-    after = entity_row(commit.after)
-    args: list[object] = list(after)
-    if before_values is not None:
-        args.append(before_values[_TXID])
-    if guess is not None:
-        args.extend(guess)
-    rows = applied.event_rows
-    args.extend([list(column) for column in zip(*rows, strict=True)] if rows else [[]] * _EVENT_WIDTH)
-    args.extend(applied.idempotency_row or _NO_KEY)
-    before = tuple(before_values[2:]) if before_values is not None else _NO_BEFORE
-    args.extend((origin, commit.timestamp_ms, *after, *before))
-    return args
 
 
 async def find_out(conn: Any, lost: UnknownOutcome, origin: int, floor: int) -> int | None:

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..sessions import LiveSession, SessionBook, SessionRow
-from .schema import (
+from .statements import (
     END_REPLICA,
     END_REPLICA_SESSIONS,
     END_SESSIONS,
@@ -32,7 +32,7 @@ from .schema import (
 
 __all__ = ["PostgresSessions"]
 
-# Live as a holder is (postgres_schema's _HOLDER_LIVE): the session and its replica unexpired.
+# Live as a holder is (postgres/statements.py's _HOLDER_LIVE): the session and its replica unexpired.
 # Its last heartbeat is its expiry less the renewal's span ($1 ms); its leases are counted
 # from the holder index, so the listing costs one index probe per session.
 LIVE_SESSIONS = (

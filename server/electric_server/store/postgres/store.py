@@ -1,42 +1,39 @@
-"""The PostgreSQL store, on asyncpg: the same contract as SQLite, for one server replica now.
+"""The PostgreSQL store, on asyncpg: the same contract as SQLite, for one server replica or many
+on one database.
 
-``PostgresStore`` is the entry point; its parts, each in its own module:
+``PostgresStore`` holds its parts, each an object in a module of its own:
 
-- ``rows`` and ``outcome``: the row ↔ record mappings and what a decided write
-  becomes (shared with SQLite);
-- ``postgres_schema``: the schema, its versions and every statement;
-- ``postgres_writer``: how a batch of writes is applied in one transaction;
-- ``postgres_one_write``: a lone write in two round trips and no transaction
-  block (a read, then one statement that commits by itself), which goes to
-  the batch path when it raced;
-- ``postgres_faults``: what an unreachable database is told as, at start and
-  while running (the server's readiness follows it);
-- ``postgres_feed`` and ``feed_order``: how commits reach the other replicas
-  on the database (a feed table, a doorbell, polling behind it) and are
-  published to each one's ``Hub`` in commit order, once;
-- here: the connection pool, opening and closing, what a lost connection
-  means, and the reads.
-
-A pool of ``pool_size`` connections (4 by default) serves reads and writes;
-each connection runs with ``synchronous_commit=on``, so an acknowledged write
-is on PostgreSQL's disk. A connection that is refused, lost or cut off fails
-the call with ``DatabaseUnavailable`` (UNAVAILABLE for the client, who
-retries), never a hang: every statement and every wait for a connection is
-bounded. The URL's password is never logged (``redacted``).
+- the group committer (store/committer.py), shared with SQLite, whose
+  backend here is the ``PostgresWriter`` (postgres/writer.py): up to the
+  pool's size of batches at once, each a ``PostgresTransaction`` on its
+  locked rows (postgres/transaction.py);
+- the fast paths (store/fastpath.py): ``OneTrip``, a lone write in one
+  statement that commits by itself after a read (postgres/one_trip.py), and
+  inside it ``Guess``, the same without the read, on what the replica knew
+  (postgres/guess.py, postgres/known.py);
+- ``Connections`` (postgres/connections.py): the pool, and what a lost or
+  refusing connection fails a call with; ``Reachability``
+  (postgres/reachability.py): whether the database is there, told to the
+  fault listeners through the shared fault policy (store/faults.py);
+- the commit feed: ``Publisher`` (postgres/publisher.py) publishes to the
+  ``Hub`` through the ``FeedOrder`` (store/feed_order.py); the ``FeedReader``
+  and ``Doorbell`` (postgres/feed.py) bring the other replicas' commits;
+- the schema (postgres/schema.py), every statement (postgres/statements.py)
+  and the session book (postgres/sessions.py);
+- here: opening and closing, and the reads.
 
 Several replicas may share one database: leases and worker sessions are rows
-(``postgres_sessions``; a lease's holder is judged live by each write, as it
-reads the entity's row), and the deadline sweeps' reads below claim rows with
-``FOR UPDATE SKIP LOCKED`` by PostgreSQL's clock, so whichever replica finds a
-deadline due fires it, and the write's compare-and-set makes it fire once.
-Commits reach the ``Hub`` of every store on the database through the commit
-feed (``postgres_feed``): watchers, worker sessions and offers on any replica
-see each commit, whichever replica made it.
+(a lease's holder is judged live by each write, as it reads the entity's
+row), and the deadline sweeps' reads below claim rows with ``FOR UPDATE SKIP
+LOCKED`` by PostgreSQL's clock, so whichever replica finds a deadline due
+fires it, and the write's compare-and-set makes it fire once. Commits reach
+the ``Hub`` of every store on the database through the commit feed:
+watchers, worker sessions and offers on any replica see each commit,
+whichever replica made it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Sequence
@@ -47,8 +44,6 @@ import asyncpg
 from electric_sdk.lifecycle import State
 
 from ..base import (
-    REMOTE_COMMIT,
-    Commit,
     DatabaseUnavailable,
     EntityRecord,
     FaultListener,
@@ -58,16 +53,27 @@ from ..base import (
     StoredEvent,
     SweepFinds,
     TypeProfile,
+    Write,
+    WriteOutcome,
 )
+from ..committer import GroupCommitter, Outcome
 from ..database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
+from ..faults import Faults
 from ..feed_order import FeedOrder
 from ..rows import entity_from_row, event_from_row
 from ..sql_reads import SQLReads
-from .faults import LOST, Reachability, lost_reason, refusal, setup_refusal
+from .connections import Connections
+from .faults import LOST, setup_refusal
 from .feed import DEFAULT_POLL_S, Doorbell, FeedReader
-from .schema import (
+from .guess import Guess
+from .known import Known
+from .one_trip import OneTrip
+from .publisher import Publisher
+from .reachability import Reachability
+from .schema import SchemaTooNew, migrate
+from .sessions import PostgresSessions
+from .statements import (
     PURGE_IDEMPOTENCY,
-    SELECT_BACKEND_START,
     SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -79,13 +85,9 @@ from .schema import (
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
     SELECT_UNLEASED,
-    SESSION_SETTINGS,
     SWEEP_FINDS,
     UPSERT_TYPE_PROFILE,
-    SchemaTooNew,
-    migrate,
 )
-from .sessions import PostgresSessions
 from .writer import PostgresWriter
 
 __all__ = ["PostgresStore"]
@@ -95,9 +97,11 @@ log = logging.getLogger(__name__)
 # A schema version applied at start may rewrite a large table, or wait for another replica's.
 MIGRATION_TIMEOUT_S = 600.0
 PURGE_SLICE = 1000  # idempotency keys forgotten per transaction
+# The most lone writes one batch gathers.
+MAX_BATCH = 256
 
 
-class PostgresStore(SQLReads, PostgresWriter):
+class PostgresStore(SQLReads):
     """See the module docstring. ``url`` is a ``postgresql://`` URL."""
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
@@ -119,46 +123,88 @@ class PostgresStore(SQLReads, PostgresWriter):
             raise ValueError(f"the feed's poll interval must be positive, not {feed_poll_s}")
         if timeout_s <= 0:
             raise ValueError(f"the database timeout must be positive, not {timeout_s}")
+        self.url = url
+        self.where = redacted(url)  # what a refused connection names: the URL, password hidden
+        self.pool_size = pool_size
         # Every wait on the database is bounded by ``timeout_s`` (connecting, a pooled connection, a
         # statement), so one that stops answering fails calls UNAVAILABLE instead of hanging them.
-        super().__init__(concurrent_batches=pool_size, timeout_s=timeout_s, where=redacted(url))
-        self.url = url
-        self.pool_size = pool_size
+        self.timeout_s = timeout_s
         self.hub = Hub()
-        self._reachability = Reachability(redacted(url), self._probe, timeout_s)
+        # Nothing stops writes for good here: an unreachable database fails each call (retryable),
+        # and the fault listeners hear when it is gone and when it is back; a read-only one, when
+        # it refuses a write and when one commits again.
+        self.faults = Faults(self.where)
+        self.connections = Connections(url, self.where, pool_size, timeout_s)
+        self.reachability = Reachability(self.where, self.connections.probe, timeout_s, self.faults.tell)
+        # What this replica knew of the entities last, which may spare a lone write its read.
+        self.known = Known()
+        self.connections.lost = self._connection_lost
+        self.connections.refuses_writes = self.reachability.refuses_writes
+        self.publisher = Publisher(self.hub, self.known, self.reachability.took_writes)
+        self.writer = PostgresWriter(self.connections, self.publisher)
+        self.one_trip = OneTrip(self.connections, self.publisher, Guess(self.known))
+        self.committer = GroupCommitter(
+            self.writer,
+            self.faults,
+            name="electric-postgres-writer",
+            max_batches=pool_size,
+            max_batch_writes=MAX_BATCH,
+            here=self.one_trip,
+            lone=self.one_trip,
+            drain=False,
+        )
         # Its heartbeat, a write at every poll, is what tells the writes are ready again.
-        self.sessions = PostgresSessions(self._connection, self._took_writes)
-        # The commit feed (postgres_feed.py): off (a tool's store), commits reach this store's hub only.
+        self.sessions = PostgresSessions(self.connections.connection, self.reachability.took_writes)
+        # The commit feed (postgres/feed.py): off (a tool's store), commits reach this store's hub only.
         self.feed = feed
         self.feed_poll_s = feed_poll_s
         self.notify = notify  # off (tests): the other replicas learn of commits by polling alone
         self.feed_reader: FeedReader | None = None
+        self.doorbell: Doorbell | None = None
+        self.origin = 0  # this replica's in the feed's rows (a random 63-bit number, with the feed)
 
     def __repr__(self) -> str:
-        return f"PostgresStore({redacted(self.url)!r}, pool_size={self.pool_size})"
+        return f"PostgresStore({self.where!r}, pool_size={self.pool_size})"
+
+    # -- what tests, benchmarks and operators read ---------------------------------------------
+
+    @property
+    def feed_order(self) -> FeedOrder | None:
+        """How commits are published with the other replicas' (None: without the feed)."""
+        return self.publisher.order
+
+    @property
+    def batches_committed(self) -> int:
+        """Batches committed (lone writes included)."""
+        return self.committer.batches_committed
+
+    @property
+    def batches_retried(self) -> int:
+        """Batches run again after a deadlock or a serialization failure."""
+        return self.committer.batches_retried
+
+    @property
+    def lone_writes(self) -> int:
+        """Lone writes committed in one or two round trips (postgres/one_trip.py)."""
+        return self.one_trip.lone_writes
+
+    @property
+    def finding_out(self) -> set[Any]:
+        """Lone writes whose outcome is unknown, being found out (their tasks)."""
+        return self.one_trip.finding_out
+
+    @property
+    def backend_starts(self) -> dict[int, Any]:
+        return self.connections.backend_starts
+
+    def counters(self) -> Sequence[StoreCounter]:
+        return self.known.counters()
+
+    # -- lifecycle -----------------------------------------------------------
 
     async def open(self) -> None:
-        where = redacted(self.url)
-        try:
-            pool = await asyncpg.create_pool(
-                self.url,
-                min_size=self.pool_size,
-                max_size=self.pool_size,
-                timeout=self.timeout_s,
-                command_timeout=self.timeout_s,
-                server_settings={
-                    **SESSION_SETTINGS,
-                    "synchronous_commit": "on",
-                    "application_name": "electric",
-                },
-                reset=_no_reset,
-                init=self._connected,
-            )
-        except asyncpg.exceptions.ClientConfigurationError as exc:
-            raise ValueError(f"the database URL {where} is not one PostgreSQL takes: {exc}") from exc
-        except (*LOST, asyncpg.PostgresError) as exc:  # refused: a wrong password, no such database
-            why = refusal(exc, where, self.timeout_s)
-            raise DatabaseUnavailable(f"cannot open the database {where}: {why}") from exc
+        where = self.where
+        pool = await self.connections.open()
         try:
             async with pool.acquire(timeout=self.timeout_s) as conn:
                 version = await migrate(conn, MIGRATION_TIMEOUT_S)
@@ -168,112 +214,78 @@ class PostgresStore(SQLReads, PostgresWriter):
         except (*LOST, asyncpg.PostgresError) as exc:
             pool.terminate()
             raise DatabaseUnavailable(f"cannot set up the database {where}: {setup_refusal(exc)}") from exc
-        self._pool = pool
+        self.connections.serve(pool)
         if self.feed:
             try:
-                await self._open_feed(where)
+                await self._open_feed()
             except BaseException:
-                self._pool = None
+                self.connections.serve(None)
                 pool.terminate()
                 await self._close_feed()
                 raise
+        self.one_trip.open(self.origin)
+        self.committer.start()
         log.info("on PostgreSQL %s (schema version %d, %d connections)", where, version, self.pool_size)
 
-    async def _open_feed(self, where: str) -> None:
+    async def _open_feed(self) -> None:
         # An origin of this store's own (a random 63-bit number): its rows in the feed are its own.
-        self.origin = secrets.randbits(63)
-        order = FeedOrder(self._publish, self._read_feed_soon)
+        self.origin = self.writer.origin = secrets.randbits(63)
+        publisher = self.publisher
+        order = FeedOrder(publisher.remote, publisher.read_soon)
         reader = FeedReader(self.url, order, self.origin, self.feed_poll_s, self.timeout_s)
         doorbell = Doorbell(self.url, self.timeout_s, enabled=self.notify, heard=reader.heard)
         self.feed_reader, self.doorbell = reader, doorbell  # closed by _close_feed if one fails
+        publisher.reader = reader
         try:
             await reader.open()
             await doorbell.open()
         except (*LOST, asyncpg.PostgresError) as exc:
-            raise DatabaseUnavailable(f"cannot open the commit feed on {where}: {_reason(exc)}") from exc
-        self.feed_order = reader.order
-
-    def _publish(self, commits: Sequence[Commit]) -> None:
-        """Commits to this replica's Hub, in order; the other replicas' are known from then."""
-        for commit in commits:
-            if commit.result is REMOTE_COMMIT and commit.after is not None:
-                self.known.learn(commit.after, None)  # read by the feed: nothing to wait for
-        self.hub.publish_many(commits)
-
-    def _read_feed_soon(self) -> None:
-        if self.feed_reader is not None:
-            self.feed_reader.read_soon()
+            raise DatabaseUnavailable(f"cannot open the commit feed on {self.where}: {_reason(exc)}") from exc
+        publisher.order, publisher.doorbell = reader.order, doorbell
 
     async def _close_feed(self) -> None:
+        publisher = self.publisher
+        publisher.order = publisher.doorbell = publisher.reader = None
         doorbell, self.doorbell = self.doorbell, None
         reader, self.feed_reader = self.feed_reader, None
-        self.feed_order = None
-        if isinstance(doorbell, Doorbell):
+        if doorbell is not None:
             await doorbell.close()
         if reader is not None:
             await reader.close()
 
     async def close(self) -> None:
-        await self._reachability.close()
-        pool, self._pool = self._pool, None
-        if pool is None:
+        await self.reachability.close()
+        if self.connections.pool is None:
             return
-        for task in tuple(self.finding_out):
-            task.cancel()
+        await self.committer.close()  # what is queued is refused; batches under way end by themselves
+        self.one_trip.close()
         await self._close_feed()
-        # pool.close() waits for the connections in use to be released and says goodbye on each:
-        # bounded, since a database that stopped answering would keep a draining server up for
-        # ever. Past the bound the connections are dropped under it (not it cancelled: asyncpg
-        # then leaves the goodbyes' futures failed with no one to read them) and it ends.
-        closing = asyncio.ensure_future(pool.close())
-        await asyncio.wait((closing,), timeout=self.timeout_s)
-        failed: BaseException | None = TimeoutError() if not closing.done() else None
-        if failed is not None:
-            pool.terminate()  # under it: it ends, and its own errors are read below
-        try:
-            await closing
-        except (*LOST, asyncpg.PostgresError) as exc:
-            failed = failed or exc
-            pool.terminate()
-        if failed is not None:
-            log.warning(
-                "closing the database connections failed (%s): they are dropped",
-                lost_reason(failed, self.timeout_s),
-            )
-
-    async def _connected(self, conn: Any) -> None:
-        self.backend_starts[conn.get_server_pid()] = await conn.fetchval(SELECT_BACKEND_START)
-
-    def counters(self) -> Sequence[StoreCounter]:
-        return self.known.counters()
-
-    def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
-        # Nothing stops writes for good here: an unreachable database fails each call (retryable),
-        # and listeners hear when it is gone and when it is back; a read-only one, when it
-        # refuses a write and when one commits again.
-        return self._reachability.subscribe(callback)
+        await self.connections.close()
 
     def _connection_lost(self) -> None:
-        self._reachability.lost()
+        # Nothing known from before is guessed on: the database may be another now (a failover
+        # to a standby behind the old primary, whose sequence could draw the spare txid again).
+        self.known.reset()
+        self.reachability.lost()
 
-    def _writes_refused(self, why: str) -> None:
-        self._reachability.refuses_writes(why)
+    # -- writes ----------------------------------------------------------------
 
-    def _took_writes(self) -> None:
-        self._reachability.took_writes()
+    async def write(self, write: Write) -> WriteOutcome:
+        """One write; while every connection runs a batch, it waits to share the next (group
+        commit: one transaction, one round of statements' waits, for many writes). Alone, it is
+        tried at once in the caller's task (postgres/one_trip.py)."""
+        return await self.committer.write(write)
 
-    async def _probe(self) -> None:
-        """One new connection and a query: the pool's may all be busy, or dead."""
-        conn = await asyncpg.connect(self.url, timeout=self.timeout_s)
-        try:
-            await conn.fetchval("SELECT 1", timeout=self.timeout_s)
-        finally:
-            conn.terminate()
+    async def write_many(self, writes: Sequence[Write]) -> list[Outcome]:
+        return await self.committer.write_many(writes)
+
+    def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
+        return self.faults.subscribe(callback)
 
     # -- reads -----------------------------------------------------------------
 
     async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        async with self._connection("a read") as conn:
+        async with self.connections.connection("a read") as conn:
             rows: list[Any] = await conn.fetch(sql, *args)
             return rows
 
@@ -310,7 +322,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         return (bytes(rows[0][0]), bytes(rows[0][1])) if rows else None
 
     async def store_type_profile(self, profile: TypeProfile) -> None:
-        async with self._connection("a type profile's announcement") as conn:
+        async with self.connections.connection("a type profile's announcement") as conn:
             await conn.execute(UPSERT_TYPE_PROFILE, *profile)
 
     async def head_txid(self) -> int:
@@ -352,7 +364,7 @@ class PostgresStore(SQLReads, PostgresWriter):
         # In slices, each its own short transaction: a day of keys is not one long lock.
         purged = 0
         while True:
-            async with self._connection("a purge of old idempotency keys") as conn:
+            async with self.connections.connection("a purge of old idempotency keys") as conn:
                 status: str = await conn.execute(PURGE_IDEMPOTENCY, retention_ms, prefix + "%", PURGE_SLICE)
             deleted = int(status.rsplit(" ", 1)[-1])  # "DELETE n"
             purged += deleted
@@ -362,9 +374,3 @@ class PostgresStore(SQLReads, PostgresWriter):
 
 def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-async def _no_reset(conn: Any) -> None:
-    """A pooled connection's reset: none past asyncpg's own rollback of an open transaction. The
-    store's statements leave no session state (no LISTEN, SET or session advisory lock: the feed
-    listens on its own connection), and the default reset is a round trip on every write's path."""

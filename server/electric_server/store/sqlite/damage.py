@@ -5,7 +5,7 @@ first frame that fails and drops the rest, and it starts on a database
 missing its WAL or half its pages, failing only later, on a read. So the
 store looks first, at open and in `electric verify`:
 
-- the WAL (store/sqlite_walcheck.py): a header that fails its checksum, or a
+- the WAL (sqlite/walcheck.py): a header that fails its checksum, or a
   failing frame followed by a commit that verifies, is damage; failures only
   after the last commit are a torn tail, and accepted;
 - a WAL missing after an unclean shutdown (the state file says the store was
@@ -15,7 +15,7 @@ store looks first, at open and in `electric verify`:
   commit, else the header's page count, which is valid when the "version
   valid for" number at offset 92 matches the change counter at 24) must be
   in the file or in the WAL's replayed frames;
-- the state file (store/state_file.py): there, but unreadable; or the database
+- the state file (sqlite/state_file.py): there, but unreadable; or the database
   gone while the state file says it held data.
 
 What cannot be told apart is documented in docs/server.md, "Damage".

@@ -179,7 +179,7 @@ SELECT_DUE_DEADLINES = (
     f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline <= ? "
     "ORDER BY stopping_deadline LIMIT ?"
 )
-# Lost leases are found through their holders (as on PostgreSQL, postgres_schema.py): the
+# Lost leases are found through their holders (as on PostgreSQL, postgres/statements.py): the
 # distinct holders walked in entities_by_holder, one probe each, however many leases each holds;
 # then only a gone holder's rows. Reading every held row instead cost each poll O(leases).
 SELECT_HOLDERS = (

@@ -128,11 +128,10 @@ class SQLiteTransaction:
                 self._cache.read(ref, record)
         return record
 
-    def stage(self, applied: Applied) -> bool:
-        commit = applied.outcome.commit
-        if commit is not None:  # (then the entity's row is written: ``after``)
+    def stage(self, write: Write, applied: Applied) -> bool:
+        if applied.outcome.commit is not None:  # (then the entity's row is written: ``after``)
             assert applied.after is not None
-            self.entities[commit.ref] = applied.after
+            self.entities[write.ref] = applied.after
             self.events.extend(applied.event_rows)
             self._txid += 1
         row = applied.idempotency_row
