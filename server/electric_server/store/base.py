@@ -438,6 +438,10 @@ class Hub:
 
         return unsubscribe
 
+    def subscribers(self, ref: Ref) -> int:
+        """How many callbacks follow ``ref``'s commits (for tests: watchers share one feed)."""
+        return len(self._entity.get(ref, ()))
+
     def subscribe_all(self, callback: Callable[[Commit], None]) -> Callable[[], None]:
         self._all.add(callback)
         return lambda: self._all.discard(callback)
