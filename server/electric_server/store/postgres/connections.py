@@ -100,10 +100,14 @@ class Connections:
     async def _connected(self, conn: Any) -> None:
         self.backend_starts[conn.get_server_pid()] = await conn.fetchval(SELECT_BACKEND_START)
 
-    async def close(self) -> None:
+    def detach(self) -> Any:
+        """Take the pool away (returned: None if closed already): no call takes a connection from
+        it any more ("store is closed"), and ``close`` it once what uses it has ended."""
         pool, self._pool = self._pool, None
-        if pool is None:
-            return
+        return pool
+
+    async def close(self, pool: Any) -> None:
+        """Close the ``detach``ed ``pool``, bounded."""
         # pool.close() waits for the connections in use to be released and says goodbye on each:
         # bounded, since a database that stopped answering would keep a draining server up for
         # ever. Past the bound the connections are dropped under it (not it cancelled: asyncpg

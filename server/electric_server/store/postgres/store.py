@@ -219,7 +219,7 @@ class PostgresStore(SQLReads):
             try:
                 await self._open_feed()
             except BaseException:
-                self.connections.serve(None)
+                self.connections.detach()
                 pool.terminate()
                 await self._close_feed()
                 raise
@@ -255,12 +255,13 @@ class PostgresStore(SQLReads):
 
     async def close(self) -> None:
         await self.reachability.close()
-        if self.connections.pool is None:
+        pool = self.connections.detach()
+        if pool is None:
             return
         await self.committer.close()  # what is queued is refused; batches under way end by themselves
         self.one_trip.close()
         await self._close_feed()
-        await self.connections.close()
+        await self.connections.close(pool)
 
     def _connection_lost(self) -> None:
         # Nothing known from before is guessed on: the database may be another now (a failover
