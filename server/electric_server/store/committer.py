@@ -79,13 +79,14 @@ class _Pending:
 
 
 class _Writer:
-    """One writer task and what wakes it."""
+    """One writer task, what wakes it, and the batch it was handed (``start_at_once``)."""
 
-    __slots__ = ("task", "wake")
+    __slots__ = ("batch", "task", "wake")
 
     def __init__(self) -> None:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.batch: list[_Pending] | None = None
 
 
 def _refuse(batch: Sequence[_Pending], error: BaseException) -> None:
@@ -143,7 +144,10 @@ class GroupCommitter:
     of one; ``here``: the fast path that lets a lone write run in its caller's task, and
     ``lone``: a batch of one's fast path, tried before its transaction (both may be set once
     the store's parts are built, since they ask the committer too); ``batches_in_caller``:
-    whether a batch may run in its caller's task (it never waits inside); ``drain``: whether
+    whether a batch may run in its caller's task (it never waits inside); ``start_at_once``:
+    whether a batch starts with what is queued the moment a writer is free (batches that run side
+    by side: a write waits for no company), rather than when the writer wakes, a turn later, with
+    all that came meanwhile (one writer, each of whose batches costs a sync); ``drain``: whether
     ``close`` commits what is queued (else it is refused).
     """
 
@@ -160,6 +164,7 @@ class GroupCommitter:
         "_name",
         "_queue",
         "_running",
+        "_start_at_once",
         "_woken",
         "_writers",
         "batches_committed",
@@ -181,6 +186,7 @@ class GroupCommitter:
         here: FastPath | None = None,
         lone: LoneWrite | None = None,
         batches_in_caller: bool = False,
+        start_at_once: bool = False,
         drain: bool = True,
     ) -> None:
         self._backend = backend
@@ -193,6 +199,7 @@ class GroupCommitter:
         self.here = here
         self.lone = lone
         self._batches_in_caller = batches_in_caller
+        self._start_at_once = start_at_once
         self._drain = drain
         self._queue: list[_Pending] = []
         self._running = 0  # batches being run, a lone write in its caller's task included
@@ -293,10 +300,18 @@ class GroupCommitter:
     # -- the writers ---------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        """Wake an idle writer for what is queued, unless one is woken already or the batches
-        running are as many as may run."""
-        if self._queue and self._woken is None and self._idle and self._running < self._max_batches:
-            writer = self._woken = self._idle.pop()
+        """Wake an idle writer for what is queued, unless the batches running are as many as may
+        run: handing it its batch now (``start_at_once``), or to take what is queued when it wakes
+        (then no other writer is woken meanwhile)."""
+        while self._queue and self._idle and self._running < self._max_batches:
+            if not self._start_at_once:
+                if self._woken is None:
+                    writer = self._woken = self._idle.pop()
+                    writer.wake.set()
+                return
+            writer = self._idle.pop()
+            writer.batch = self._take()
+            self._running += 1
             writer.wake.set()
 
     def _wake_all(self) -> None:
@@ -318,22 +333,27 @@ class GroupCommitter:
 
     async def _serve(self, writer: _Writer) -> None:
         while True:
-            if not self._queue:
-                if self._closing or self._faults.failed is not None:
-                    return
-                await self._wait(writer)
-                continue
-            if self.commit_delay_s and self._last_batch_writes > 1:
-                # Only when the last batch had company: a lone writer is never delayed.
-                await asyncio.sleep(self.commit_delay_s)
-            batch = self._take()
-            if not batch:
-                continue
-            self._running += 1
+            batch, writer.batch = writer.batch, None  # handed by _dispatch, and counted running
+            if batch is None:
+                if not self._queue:
+                    if self._closing or self._faults.failed is not None:
+                        return
+                    await self._wait(writer)
+                    continue
+                if self.commit_delay_s and self._last_batch_writes > 1:
+                    # Only when the last batch had company: a lone writer is never delayed.
+                    await asyncio.sleep(self.commit_delay_s)
+                batch = self._take()
+                if not batch:
+                    continue
+                self._running += 1
             self._dispatch()  # what this batch left queued goes to another writer, if one is free
             try:
-                await self._commit(batch)
-                await self._backend.maintain()
+                if self._closing and not self._drain:  # handed over as the store closed
+                    _refuse(batch, RuntimeError("store is closed"))
+                else:
+                    await self._commit(batch)
+                    await self._backend.maintain()
             finally:
                 self._running -= 1
             if self._faults.failed is not None:

@@ -151,6 +151,7 @@ class PostgresStore(SQLReads):
             max_batch_writes=MAX_BATCH,
             here=self.one_trip,
             lone=self.one_trip,
+            start_at_once=True,
             drain=False,
         )
         # Its heartbeat, a write at every poll, is what tells the writes are ready again.
