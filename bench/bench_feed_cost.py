@@ -32,7 +32,7 @@ import common
 import pg_common
 from electric_server.store.base import EntityRecord, Mutation, NewEvent, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_feed import Doorbell
+from electric_server.store.postgres.feed import Doorbell
 
 from electric_sdk.lifecycle import State
 

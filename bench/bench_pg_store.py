@@ -4,10 +4,9 @@ In-process, no gRPC, on a fresh database. A PostgresStore with its default
 pool of 4 connections; 256 asyncio tasks, each on its own entity, append
 1-event mutations with ``store.write`` (the decide function returns a
 pre-serialized SIGUSR `signal` event body, so this measures the store, not
-protobuf). The size of every batch the store commits is recorded by wrapping
-the store instance's ``_apply_batch``, and a lone write committed without a
-batch (``_write_alone``, one or two round trips) as a batch of one (instrumentation
-only).
+protobuf). The size of every batch the store commits is recorded by a batch
+listener on its ``Hub``, a lone write committed without a batch's transaction
+(one or two round trips) as a batch of one.
 
 Ceiling: plain asyncpg on the same database, with the same number of
 connections (4) each running batches of exactly the sizes the store
@@ -35,7 +34,7 @@ import common
 import pg_common
 from bench_store import APPENDERS, SIGNAL_BODY, _refs, append_load, collector
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import INSERT_EVENTS, NEXT_TXIDS
+from electric_server.store.postgres.statements import INSERT_EVENTS, NEXT_TXIDS
 
 POOL = 4  # the store's default --database-pool, and the ceiling's connections
 RUN_TIMEOUT_S = 180.0  # the raw ceiling's; the store's load has bench_store's
@@ -45,24 +44,9 @@ async def store_run(url: str, total: int) -> dict[str, Any]:
     store = PostgresStore(url, pool_size=POOL)
     await store.open()
     sizes: list[int] = []
-    original = store._apply_batch
-
-    async def apply_batch(conn: Any, writes: Any, refs: Any) -> Any:
-        sizes.append(len(writes))
-        return await original(conn, writes, refs)
-
-    # A lone write commits without a batch (postgres_one_write): a transaction of one write all
-    # the same, which the ceiling replays as a batch of one.
-    alone = store._write_alone
-
-    async def write_alone(write: Any, order: Any) -> Any:
-        decided = await alone(write, order)
-        if decided.xact is not None:
-            sizes.append(1)
-        return decided
-
-    store._apply_batch = apply_batch  # type: ignore[method-assign]
-    store._write_alone = write_alone  # type: ignore[method-assign]
+    # Every batch the store acknowledges, a lone write committed without a batch's transaction
+    # (one or two round trips) as a batch of one, which the ceiling replays as such.
+    store.hub.subscribe_batches(lambda commits, writes, seconds: sizes.append(writes))
     return await append_load(store, sizes, total, shared=False, warmup=10)
 
 

@@ -28,7 +28,7 @@ import pg_common
 from bench_store import SIGNAL_BODY, _append, _spawn
 from electric_server.store.base import Idempotency, Write
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import INSERT_EVENTS
+from electric_server.store.postgres.statements import INSERT_EVENTS
 
 WARMUP = 50
 RAW_UPDATE = "UPDATE entities SET head_offset = $3, updated_at = $4, txid = $5 WHERE type = $1 AND id = $2"

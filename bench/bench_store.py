@@ -5,8 +5,8 @@ dir; 256 asyncio tasks each append 1-event mutations with ``store.write``
 (the decide function returns a pre-serialized SIGUSR `signal` event body, so
 this measures the store, not protobuf). Two layouts: every appender on its
 own entity (distinct), and all 256 on one entity (shared). The batch size of
-every group commit is recorded by wrapping the store instance's
-``_apply_batch`` (instrumentation only; the store code is unchanged).
+every group commit is recorded by a batch listener on the store's ``Hub``
+(told the writes of each batch the store acknowledges, lone writes included).
 
 Ceiling: plain sqlite3 on a fresh file with the store's SCHEMA and the same
 PRAGMAs (journal_mode=WAL, synchronous=FULL) writing the same rows — per
@@ -84,13 +84,7 @@ async def store_run(path: Path, total: int, shared: bool) -> dict[str, Any]:
     store = SQLiteStore(path, synchronous="FULL")
     await store.open()
     sizes: list[int] = []
-    original = store._apply_batch
-
-    def apply_batch(batch: Any) -> None:
-        sizes.append(sum(len(p.writes) for p in batch))
-        original(batch)
-
-    store._apply_batch = apply_batch  # type: ignore[method-assign]
+    store.hub.subscribe_batches(lambda commits, writes, seconds: sizes.append(writes))
     return await append_load(store, sizes, total, shared)
 
 

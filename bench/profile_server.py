@@ -146,28 +146,31 @@ class _Timed:
 
 
 def install_timing(out: Path) -> Any:
-    """Instrument SQLiteStore (class-level wrappers; the source is unchanged)."""
+    """Instrument the SQLite store (class-level wrappers; the source is unchanged)."""
+    from electric_server.store import committer as cm
     from electric_server.store import sqlite as sq
+    from electric_server.store.sqlite import writer as wr
 
     sql: dict[str, list[int]] = {}
-    batches: list[tuple[int, int, int]] = []  # (writes, wall ns, writer-thread CPU ns)
+    batches: list[tuple[int, int, int]] = []  # (writes, wall ns, CPU ns of the thread that ran it)
     write_lat: list[int] = []
-    open_writer, apply_batch, write_many = (
-        sq.SQLiteStore._open_writer,
-        sq.SQLiteStore._apply_batch,
+    open_file, transact, write_many = (
+        wr.SQLiteWriter._open,
+        cm.GroupCommitter._transact,
         sq.SQLiteStore.write_many,
     )
 
-    def _open_writer(self: Any) -> None:
-        open_writer(self)
-        self._wconn = _Timed(self._wconn, sql)
+    def _open(self: Any, accept_data_loss: bool) -> None:
+        open_file(self, accept_data_loss)
+        self.conn = _Timed(self.conn, sql)
 
-    def _apply_batch(self: Any, batch: Any) -> None:
+    async def _transact(self: Any, writes: Any) -> Any:
+        """A batch's transaction: its writes decided and committed (its WAL sync after)."""
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        apply_batch(self, batch)
-        batches.append(
-            (sum(len(p.writes) for p in batch), time.perf_counter_ns() - w0, time.thread_time_ns() - c0)
-        )
+        try:
+            return await transact(self, writes)
+        finally:
+            batches.append((len(writes), time.perf_counter_ns() - w0, time.thread_time_ns() - c0))
 
     async def _write_many(self: Any, writes: Any) -> Any:
         t0 = time.perf_counter_ns()
@@ -176,8 +179,8 @@ def install_timing(out: Path) -> Any:
         finally:
             write_lat.append(time.perf_counter_ns() - t0)
 
-    sq.SQLiteStore._open_writer = _open_writer  # type: ignore[method-assign]
-    sq.SQLiteStore._apply_batch = _apply_batch  # type: ignore[method-assign]
+    wr.SQLiteWriter._open = _open  # type: ignore[method-assign]
+    cm.GroupCommitter._transact = _transact  # type: ignore[method-assign]
     sq.SQLiteStore.write_many = _write_many  # type: ignore[method-assign]
 
     def write() -> None:
@@ -189,9 +192,9 @@ def install_timing(out: Path) -> Any:
             cpu = sum(b[2] for b in batches)
             walls = sorted(b[1] for b in batches)
             lines.append(
-                f"batches {n}, writes {writes} (mean {writes / n:.1f}/batch); _apply_batch wall "
+                f"batches {n}, writes {writes} (mean {writes / n:.1f}/batch); transaction wall "
                 f"{wall / 1e9:.2f} s (p50 {walls[n // 2] / 1e3:.0f} us, p99 {walls[int(n * 0.99)] / 1e3:.0f} us), "
-                f"writer-thread CPU {cpu / 1e9:.2f} s; per write: wall {wall / writes / 1e3:.1f} us, "
+                f"its thread's CPU {cpu / 1e9:.2f} s; per write: wall {wall / writes / 1e3:.1f} us, "
                 f"CPU {cpu / writes / 1e3:.1f} us"
             )
         if write_lat:

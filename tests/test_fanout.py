@@ -59,7 +59,7 @@ async def test_the_writer_hands_a_commit_to_one_feed_whatever_the_watchers(start
         await send(stub, 1)
         got = await asyncio.gather(*(collect(c, 2) for c in calls))  # spawn's state event + the message
         assert all(offsets == [0, 1] for offsets, _ in got)
-        assert len(server.store.hub._entity[("agent", "busy")]) == 1
+        assert server.store.hub.subscribers(("agent", "busy")) == 1
         for c in calls:
             c.cancel()
 

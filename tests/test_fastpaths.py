@@ -33,10 +33,6 @@ SERVER_DOC = ROOT / "docs" / "server.md"
 # docs/scaling.md's section of the bench's figures: a row per fast path, the fallback beside it.
 FIGURES_SECTION = "## Fast paths beside their fallbacks"
 
-# The store's three are being wired by the store's rewrite (their switch is read when the store
-# opens). Until it lands nothing reads them; once it does, the test below fails: empty this set.
-AWAITING_STORE = frozenset({"pg_one_trip", "pg_guess", "sqlite_inline_sync"})
-
 
 def test_each_fast_path_is_named_once_with_its_fallback() -> None:
     names = [path.name for path in FAST_PATHS]
@@ -66,10 +62,7 @@ def _switches_read() -> set[str]:
 def test_every_fast_path_reads_its_switch() -> None:
     """A name in the registry that nothing reads would be a switch that switches nothing."""
     read = _switches_read()
-    assert read >= SEAMS - AWAITING_STORE, f"nothing reads the switch of {sorted(SEAMS - read)}"
-    assert not read & AWAITING_STORE, (
-        f"{sorted(read & AWAITING_STORE)} are wired now: remove them from AWAITING_STORE"
-    )
+    assert read >= SEAMS, f"nothing reads the switch of {sorted(SEAMS - read)}"
 
 
 def _pins() -> dict[str, str]:

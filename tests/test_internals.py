@@ -54,6 +54,18 @@ def test_every_seam_module_is_a_fast_path_of_the_registry() -> None:
     assert not missing, f"fast paths whose home is gone: {missing}"
 
 
+# The store's fast paths take their switches from the registry too; they reach into nothing
+# private, and their modules are the store's (store/fastpath.py).
+STORE_FAST_PATHS = frozenset({"pg_guess", "pg_one_trip", "sqlite_inline_sync"})
+
+
+def test_every_store_fast_path_reads_its_switch_once() -> None:
+    store = ROOT / "server" / "electric_server" / "store"
+    sources = "".join(path.read_text() for path in store.rglob("*.py"))
+    for name in sorted(STORE_FAST_PATHS):
+        assert sources.count(f'switched_on("{name}")') == 1, name
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

@@ -18,13 +18,13 @@ from electric_server.core.validation import REQUEST_KEY_PREFIX
 from electric_server.runtime.writes import Refused, end_lease, grant, settle_ignored
 from electric_server.store.base import EntityRecord, Idempotency, Ref, Store, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SELECT_LOST_LEASES as PG_LOST_LEASES
-from electric_server.store.postgres_schema import SWEEP_FINDS as PG_SWEEP_FINDS
-from electric_server.store.postgres_sessions import PostgresSessions
+from electric_server.store.postgres.sessions import PostgresSessions
+from electric_server.store.postgres.statements import SELECT_LOST_LEASES as PG_LOST_LEASES
+from electric_server.store.postgres.statements import SWEEP_FINDS as PG_SWEEP_FINDS
 from electric_server.store.sessions import SessionRow
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_schema import SELECT_HELD_BY as SQLITE_HELD_BY
-from electric_server.store.sqlite_schema import SELECT_HOLDERS as SQLITE_HOLDERS
+from electric_server.store.sqlite.schema import SELECT_HELD_BY as SQLITE_HELD_BY
+from electric_server.store.sqlite.schema import SELECT_HOLDERS as SQLITE_HOLDERS
 from test_store import committed, spawn
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
@@ -237,7 +237,7 @@ async def test_finding_lost_leases_probes_each_holder_not_each_lease(any_store: 
         await hold(store, holder, [("agent", f"{holder}-{i}") for i in range(100)])
     assert await store.lost_leases(100) == []
     if isinstance(store, SQLiteStore):
-        reader = store._reader()
+        reader = store.reader()
         for sql in (SQLITE_HOLDERS, SQLITE_HELD_BY):
             plan = [
                 row[-1] for row in reader.execute(f"EXPLAIN QUERY PLAN {sql}", ("s1", 10)[: sql.count("?")])

@@ -90,7 +90,7 @@ def test_the_formatter_keeps_exceptions_and_extra_fields() -> None:
 
 def test_asyncpgs_reconnect_warnings_are_one_line_naming_the_error() -> None:
     """While the database is away, asyncpg's pool warns with a traceback at every reconnect: the
-    server's logging folds each into one line (the server says once why, postgres_faults.py)."""
+    server's logging folds each into one line (the server says once why, store/postgres/faults.py)."""
     logger = logging.getLogger("asyncpg.pool")
     try:
         raise TimeoutError

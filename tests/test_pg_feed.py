@@ -1,4 +1,4 @@
-"""The commit feed between replicas on one PostgreSQL database (store/postgres_feed.py, feed_order.py).
+"""The commit feed between replicas on one PostgreSQL database (store/postgres/feed.py, feed_order.py).
 
 Two stores on one database stand for two replicas (each its own pool, feed
 reader and hub); then two real servers in this process, sharing the
@@ -21,11 +21,11 @@ import anyio
 import grpc
 import pytest
 from electric_server.app import ElectricServer, ServerConfig
-from electric_server.store import postgres_feed
 from electric_server.store.base import REMOTE_COMMIT, Commit, DatabaseUnavailable, EntityRecord, Ref
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_feed import Doorbell, payload
-from electric_server.store.postgres_schema import (
+from electric_server.store.postgres import feed as postgres_feed
+from electric_server.store.postgres.feed import Doorbell, payload
+from electric_server.store.postgres.statements import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
     READ_FEED,
@@ -445,7 +445,7 @@ async def test_no_connection_of_a_store_compiles_with_jit(stores: OpenStore) -> 
     """Every statement here is short; JIT compiles any whose estimated cost is high, as the
     estimates on a table without statistics are (hundreds of ms for a read of 0.1 ms)."""
     store = await stores()
-    assert [r[0] for r in await store._rows("SHOW jit")] == ["off"]
+    assert [r[0] for r in await store.fetch("SHOW jit")] == ["off"]
     for settings in (SESSION_SETTINGS, READER_SETTINGS):
         conn = await postgres_feed._connect(store.url, "test", settings, 5.0, 5.0)
         try:

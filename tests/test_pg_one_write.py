@@ -16,17 +16,23 @@ from typing import Any, NamedTuple
 
 import anyio
 import pytest
+from electric_server.internals import forced
 from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SELECT_FED_XACT
+from electric_server.store.postgres.statements import SELECT_FED_XACT
 from helpers import lock_waiter
 from test_store import check_stream, committed, note, spawn
 from test_store_postgres import behind_a_cutter
 
 pytestmark = pytest.mark.anyio
+# Tests of the one-statement path itself (the others hold on the batch path too).
+one_trip = pytest.mark.skipif(
+    forced("pg_one_trip"), reason="about the one-statement write, whose switch is off: writes take a batch"
+)
 
 
+@one_trip
 async def test_a_lone_write_commits_in_two_round_trips_without_a_batch(
     stores: tuple[PostgresStore, PostgresStore],
 ) -> None:
@@ -71,6 +77,7 @@ async def test_a_key_stored_by_a_racing_retry_is_replayed(
     assert len(await check_stream(stores[1], ref)) == 2
 
 
+@one_trip
 @pytest.mark.parametrize("reached", [True, False], ids=["statement reached", "statement lost"])
 async def test_a_connection_lost_with_the_statement_out_is_found_out_and_published_once(
     postgres_url: str, reached: bool, caplog: pytest.LogCaptureFixture
@@ -79,7 +86,7 @@ async def test_a_connection_lost_with_the_statement_out_is_found_out_and_publish
     UNAVAILABLE to the caller; the store ends that backend, waits for it to go, and publishes the
     commit to its watchers if it is in the feed, once, or forgets it. The retry with the same key
     replays what committed, or applies once what did not."""
-    caplog.set_level(logging.WARNING, logger="electric_server.store.postgres_writer")
+    caplog.set_level(logging.WARNING, logger="electric_server.store.postgres.one_trip")
     async with behind_a_cutter(postgres_url, reached) as (store, cutter):
         ref: Ref = ("t", "cut")
         committed(await store.write(spawn(("t", "other"))))
@@ -137,6 +144,7 @@ def test_a_remote_commit_after_a_lone_write_still_out_waits_for_it() -> None:
     assert published == [5, 6, 8], "a forgotten txid holds nothing"
 
 
+@one_trip
 async def test_a_caller_cancelled_with_the_statement_out_is_found_out(
     stores: tuple[PostgresStore, PostgresStore], admin: Any
 ) -> None:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from conftest import StartServer
 
 SECRET = "s3cret-pw"
-FAULTS_LOG = "electric_server.store.postgres_faults"  # where a refusal is said, at most every 10 s
+FAULTS_LOG = "electric_server.store.postgres.faults"  # where a refusal is said, at most every 10 s
 
 
 def electric_server(tmp_path: Path, url: str) -> subprocess.CompletedProcess[str]:

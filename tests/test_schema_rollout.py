@@ -12,10 +12,10 @@ import asyncpg
 import grpc
 import postgres_dbs
 import pytest
-from electric_server.store import postgres_schema
 from electric_server.store.base import Ref
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SCHEMA_VERSION
+from electric_server.store.postgres import schema as postgres_schema
+from electric_server.store.postgres.schema import SCHEMA_VERSION
 from test_store import check_stream, committed, note, spawn
 from test_store_postgres import electric
 

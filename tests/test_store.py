@@ -37,7 +37,7 @@ from electric_server.store.base import (
 )
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_wal import CHECKPOINT_FRAMES, INLINE_SYNC_S
+from electric_server.store.sqlite.wal import CHECKPOINT_FRAMES, INLINE_SYNC_S
 
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.lifecycle import State
@@ -270,27 +270,22 @@ async def test_synchronous_full_by_default(
     await store.open()
     try:
         assert store.synchronous == (mode or "FULL")
-        conn, executor = store._wconn, store._executor
-        assert conn is not None
-        assert executor is not None
-        loop = asyncio.get_running_loop()
         # Ask the writer's own connection, on the writer's thread.
-        sync, journal = await loop.run_in_executor(
-            executor,
-            lambda: (
+        sync, journal = await store.on_writer(
+            lambda conn: (
                 conn.execute("PRAGMA synchronous").fetchone()[0],
                 conn.execute("PRAGMA journal_mode").fetchone()[0],
             ),
         )
         assert (sync, journal) == (level, "wal")
-        assert (store._wal_fd is not None) == syncs_itself
+        assert (store.wal.syncs_itself) == syncs_itself
         ref = ("t", "a")
         committed(await store.write(spawn(ref)))  # a lone write: synced on the loop
-        committed_batches = store._committed
+        committed_batches = store.wal.committed
         await asyncio.gather(*(store.write(note(ref)) for _ in range(5)))  # a burst: a batch of several
-        assert store._committed > committed_batches
+        assert store.wal.committed > committed_batches
         if syncs_itself:
-            assert store._synced == store._committed, "every acknowledged batch was synced"
+            assert store.wal.synced == store.wal.committed, "every acknowledged batch was synced"
         assert (await store.get_entity(ref)) is not None
     finally:
         await store.close()
@@ -318,12 +313,15 @@ class _GatedExecutor(ThreadPoolExecutor):
 
 
 def _gate_syncs(store: SQLiteStore) -> _GatedExecutor:
-    assert store._sync_executor is not None
-    store._sync_executor.shutdown()
-    gate = store._sync_executor = _GatedExecutor(asyncio.get_running_loop())
+    gate = _GatedExecutor(asyncio.get_running_loop())
+    store.wal.use_sync_thread(gate)
     return gate
 
 
+@pytest.mark.skipif(
+    forced("sqlite_inline_sync"),
+    reason="about the sync on the loop; with its switch off every sync runs in the thread, as the next test's",
+)
 async def test_a_fast_disks_syncs_run_on_the_loop_and_a_slow_ones_in_the_sync_thread(
     store: SQLiteStore,
 ) -> None:
@@ -332,21 +330,21 @@ async def test_a_fast_disks_syncs_run_on_the_loop_and_a_slow_ones_in_the_sync_th
     committed(await store.write(spawn(a)))
     committed(await store.write(spawn(b)))
     gate = _gate_syncs(store)
-    store._sync_seconds = 0.0  # a fast disk's
+    store.wal.inline.average_s = 0.0  # a fast disk's
     outcomes = await asyncio.wait_for(store.write_many([note(a), note(b)]), 10)
     assert all(isinstance(o, WriteOutcome) for o in outcomes)
     assert not gate.requested.is_set(), "synced on the loop: the thread was never asked"
-    assert store._synced == store._committed
-    assert store._sync_seconds > 0.0  # the sync's own duration, averaged in
+    assert store.wal.synced == store.wal.committed
+    assert store.wal.inline.average_s > 0.0  # the sync's own duration, averaged in
 
     # A disk whose syncs took a minute: any real sync is shorter, so it pulls the average down.
-    slow = store._sync_seconds = 60.0
+    slow = store.wal.inline.average_s = 60.0
     burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))
     await asyncio.wait_for(gate.requested.wait(), 10)  # the sync went to the thread
     gate.opened.set()
     await asyncio.wait_for(burst, 10)
-    assert store._synced == store._committed
-    assert store._sync_seconds < slow  # this sync, measured in the thread, was averaged in
+    assert store.wal.synced == store.wal.committed
+    assert store.wal.inline.average_s < slow  # this sync, measured in the thread, was averaged in
 
 
 async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(store: SQLiteStore) -> None:
@@ -356,7 +354,7 @@ async def test_a_commit_is_acknowledged_published_and_readable_only_once_synced(
     committed(await store.write(spawn(a)))
     committed(await store.write(spawn(b)))
     gate = _gate_syncs(store)
-    store._sync_seconds = INLINE_SYNC_S * 10  # a slow disk's: bursts sync in the thread
+    store.wal.inline.average_s = INLINE_SYNC_S * 10  # a slow disk's: bursts sync in the thread
     seen: list[Ref] = []
     store.hub.subscribe_all(lambda commit: seen.append(commit.ref))
     burst = asyncio.ensure_future(store.write_many([note(a), note(b)]))  # two writes: not a lone one
@@ -387,8 +385,8 @@ async def test_a_failed_wal_sync_acknowledges_nothing_and_stops_the_store(tmp_pa
     try:
         ref = ("t", "a")
         committed(await store.write(spawn(ref)))
-        assert store._wal_fd is not None
-        os.close(store._wal_fd)  # the next fdatasync fails with a real OSError (EBADF)
+        assert store.wal.fd is not None
+        os.close(store.wal.fd)  # the next fdatasync fails with a real OSError (EBADF)
         with pytest.raises(StorageFailed, match="Bad file descriptor"):
             await store.write(note(ref))
         with pytest.raises(StorageFailed, match="Bad file descriptor"):  # at once, for good
@@ -471,7 +469,7 @@ async def test_checkpoints_follow_the_frames_sqlite_wrote(store: SQLiteStore) ->
     frames = (wal_bytes - 32) // (4096 + 24)  # WAL header, then frames of header + page
     assert store.checkpoints == 0, f"{store.checkpoints} checkpoints for {frames} frames"
     assert 0 < frames < 200
-    assert store._frames_since_checkpoint == frames
+    assert store.wal.frames_since_checkpoint == frames
     assert len(await store.read_events(ref, 0, 2000)) == 1 + 4 * 256
 
 
@@ -529,11 +527,11 @@ async def test_the_wal_index_fallback_still_checkpoints(
             for outcome in await store.write_many([note(ref) for _ in range(256)]):
                 committed(outcome)
         assert store.checkpoints == 2  # after the 2nd batch (1,539 frames) and the 4th (1,536)
-        assert store._frames_since_checkpoint == 0
+        assert store.wal.frames_since_checkpoint == 0
         for _ in range(1000):  # lone writes, one commit each: 3,000 frames
             committed(await store.write(note(ref)))
         assert store.checkpoints >= 4
-        assert store._frames_since_checkpoint < CHECKPOINT_FRAMES
+        assert store.wal.frames_since_checkpoint < CHECKPOINT_FRAMES
         wal = os.path.getsize(f"{store.path}-wal")  # noqa: ASYNC240 (one stat call)
         assert wal < 16 * 1024 * 1024, f"the WAL grew to {wal} bytes: checkpoints are not running"
         assert len(await store.read_events(ref, 0, 3000)) == 1 + 4 * 256 + 1000
@@ -579,7 +577,7 @@ async def test_a_lone_write_commits_in_its_callers_task_unless_the_ready_queue_f
         committed(await store.write(spawn(ref)))  # the writer task's first turn may still be ready
         for _ in range(3):
             committed(await store.write(note(ref)))
-        expected = store._writer_task if fallback else asyncio.current_task()
+        expected = store.committer.writer_tasks[0] if fallback else asyncio.current_task()
         assert publishers[1:] == [expected] * 3
         assert len(await store.read_events(ref, 0, 10)) == 4
     finally:

@@ -39,9 +39,9 @@ from electric_server.store.base import (
     WriteContext,
     WriteOutcome,
 )
+from electric_server.store.committer import MAX_ATTEMPTS
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres_schema import SCHEMA_VERSION
-from electric_server.store.postgres_writer import MAX_ATTEMPTS
+from electric_server.store.postgres.schema import SCHEMA_VERSION
 from helpers import error_info, lock_waiter
 from test_store import Refused, check_stream, committed, note, refuse, spawn
 
@@ -181,7 +181,7 @@ async def test_a_connection_ended_mid_write_fails_it_unavailable_and_the_next_wr
     with anyio.fail_after(10), pytest.raises(DatabaseUnavailable, match="database connection failed"):
         await write
     await holder.rollback()
-    probe = store._reachability._task
+    probe = store.reachability.probe
     assert probe is not None, "the lost connection started a probe"
     with anyio.fail_after(20):
         await probe
@@ -551,7 +551,7 @@ async def test_replicas_purging_keys_at_once_skip_each_others_rows_and_never_wai
     """The idempotency purge claims its rows with SKIP LOCKED, in slices, judged by the database's
     clock: a key another transaction holds is left for a later purge instead of waited on, and
     two replicas purging at once forget each key once between them."""
-    import electric_server.store.postgres as postgres_module
+    import electric_server.store.postgres.store as postgres_module
 
     monkeypatch.setattr(postgres_module, "PURGE_SLICE", 3)
     ref: Ref = ("agent", "keys")

@@ -17,7 +17,7 @@ from electric_server.store.rows import (
     event_from_row,
 )
 from electric_server.store.sqlite import SQLiteStore
-from electric_server.store.sqlite_schema import migrate
+from electric_server.store.sqlite.schema import migrate
 
 from electric_sdk.lifecycle import State
 
@@ -76,8 +76,7 @@ async def test_an_older_file_gains_the_columns_added_since(tmp_path: Path) -> No
     try:
         old = await store.get_entity(("agent", "old"))
         assert old == EntityRecord("agent", "old", State.IDLE, 30000, 60000, 1, 2, 3, False, None, 4)
-        assert store._wconn is not None
-        assert columns(store._wconn, "entities") == ENTITY_COLUMNS
+        assert await store.on_writer(lambda conn: columns(conn, "entities")) == ENTITY_COLUMNS
     finally:
         await store.close()
 

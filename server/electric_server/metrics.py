@@ -34,7 +34,6 @@ from electric_sdk.lifecycle import Signal
 from .core.entity_writes import Signalled
 from .runtime.writes import RUNTIME_WRITE
 from .store.base import Commit, Store
-from .store.postgres_known import Known
 
 if TYPE_CHECKING:
     from .core.reaper import Reaper
@@ -92,9 +91,7 @@ class ServerMetrics:
         # The signal children, made once: a committed signal costs a dict lookup and an increment.
         self._signal_counts: dict[tuple[Signal, str], Callable[[], None]] = {}
         self._unsubscribe = store.hub.subscribe_batches(self._on_batch)
-        known = getattr(store, "known", None)  # PostgreSQL's (postgres_known)
-        if isinstance(known, Known):
-            self.registry.register(_Guesses(known))
+        self.registry.register(_StoreCounters(store))
 
     def follow(self, watches: Watches, runtime: Runtime, reaper: Reaper) -> None:
         """Report these live objects' gauges when scraped, and the reaper's expiries."""
@@ -135,27 +132,19 @@ class ServerMetrics:
                         ).inc()
 
 
-class _Guesses(Collector):
-    """How often a PostgreSQL replica's lone writes skipped their read, read at each scrape."""
+class _StoreCounters(Collector):
+    """The store's backend-only counters (``Store.counters``: e.g. PostgreSQL's lone writes on a
+    guess), read at each scrape."""
 
-    def __init__(self, known: Known) -> None:
-        self.known = known
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     def collect(self) -> Iterable[Metric]:
-        yield CounterMetricFamily(
-            "electric_postgres_guessed_writes",
-            "Lone writes committed in one round trip, on what the replica knew of the entity.",
-            value=self.known.guesses,
-        )
-        missed = CounterMetricFamily(
-            "electric_postgres_guesses_missed",
-            "Guesses of lone writes the database found wrong, by which (row, clock, holder): "
-            "each such write then read the entity, a round trip more.",
-            labels=["reason"],
-        )
-        for reason, count in self.known.misses.items():
-            missed.add_metric([reason], count)
-        yield missed
+        for counter in self.store.counters():
+            family = CounterMetricFamily(counter.name, counter.help, labels=counter.labels)
+            for values, value in counter.samples:
+                family.add_metric(values, value)
+            yield family
 
 
 def _top(tally: Tally[str], n: int) -> dict[str, int]:

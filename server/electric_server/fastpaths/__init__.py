@@ -109,7 +109,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         "the connection lost while the statement is out leaves its outcome unknown; the writer "
         "ends that backend and looks for the commit's feed row",
         "a batch's transaction: BEGIN, the lock, the rows, COMMIT",
-        "server/electric_server/store/postgres_one_write.py",
+        "server/electric_server/store/postgres/one_trip.py",
         "pg_one_trip: SignalEntity p50, 1 caller, PostgreSQL",
     ),
     FastPath(
@@ -118,7 +118,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         "decides on a guessed row, txid, clock and holder; the statement checks each and writes "
         "nothing on a wrong guess (a wasted trip, never a wrong write)",
         "the row read first (the one-statement write's two round trips)",
-        "server/electric_server/store/postgres_known.py",
+        "server/electric_server/store/postgres/guess.py",
         "pg_guess: SignalEntity p50, 1 caller, PostgreSQL",
     ),
     FastPath(
@@ -128,7 +128,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
         "a disk that turns slow stalls the loop for the syncs until the average moves them to "
         "the thread",
         "every sync in the sync thread",
-        "server/electric_server/store/sqlite_wal.py",
+        "server/electric_server/store/sqlite/inline_sync.py",
         "sqlite_inline_sync: SignalEntity p50, 1 caller",
     ),
 )

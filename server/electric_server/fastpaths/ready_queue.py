@@ -2,7 +2,7 @@
 
 The SQLite store commits a write right in its caller, skipping the writer
 task, when the write is alone: nobody to share a commit with
-(``SQLiteWriter._alone``). Nothing else ready on the loop is what tells light
+(store/sqlite/lone_write.py). Nothing else ready on the loop is what tells light
 load from heavy: under load some other call is always about to run, and its
 write must wait for the writer to batch it, or every write would take its own
 fsync. asyncio's loop keeps the callbacks ready to run in a private deque,

@@ -1,7 +1,7 @@
 """The ``wal_index`` seam: how many frames SQLite has appended to the WAL since a checkpoint.
 
 The SQLite store checkpoints the WAL itself, every ``CHECKPOINT_FRAMES``
-frames (store/sqlite_wal.py), so it must know how many a commit appended.
+frames (store/sqlite/wal.py), so it must know how many a commit appended.
 SQLite says so in the header of its WAL index, the ``-shm`` file beside the
 database: a documented part of its file format (walformat.html, "The
 WAL-Index Header"; unchanged since 3.7.0), but not an interface SQLite

@@ -1,7 +1,7 @@
 """The store contract: durable, per-entity, append-only streams.
 
-What every implementation guarantees (SQLite, embedded; PostgreSQL, for one
-replica now and several later):
+What every implementation guarantees (SQLite, embedded, for one server;
+PostgreSQL, for one server replica or several on one database):
 
 - Writes to one entity are serialized. A write is a ``decide`` function that
   sees the entity's current record and returns a ``Mutation``; the store runs
@@ -19,7 +19,7 @@ replica now and several later):
 - After each commit, ``Commit`` records are published to the ``Hub`` for
   live watchers (a doorbell: watchers can always fall back to reading),
   each entity's in commit order, once. PostgreSQL's replicas also publish
-  the commits the others made (``store/postgres_feed.py``), their
+  the commits the others made (store/postgres/feed.py), their
   ``result`` being ``REMOTE_COMMIT``.
   Each acknowledged batch is also told to the Hub's batch listeners (the
   metrics): its writes and how long its commit took, once per batch.
@@ -294,6 +294,15 @@ class DamagedStore(StorageFault):
 FaultListener = Callable[[StorageFault | None], None]
 
 
+class StoreCounter(NamedTuple):
+    """A counter of one backend's own (``Store.counters``), read when the metrics are scraped."""
+
+    name: str  # without the ``_total`` suffix Prometheus adds
+    help: str
+    labels: tuple[str, ...] = ()  # the label names; each sample's values follow them
+    samples: tuple[tuple[tuple[str, ...], float], ...] = ()
+
+
 class Store(abc.ABC):
     """The durable store. See the module docstring for the guarantees."""
 
@@ -397,6 +406,10 @@ class Store(abc.ABC):
         (the server's on SQLite, the database's on PostgreSQL), those starting with ``prefix``
         (which holds no LIKE wildcard); returns how many."""
 
+    def counters(self) -> Sequence[StoreCounter]:
+        """Counters only this backend keeps (its fast paths'), for the server's metrics; none here."""
+        return ()
+
     async def damage(self) -> list[str]:
         """What is damaged in the store's storage, found read-only (for `electric verify`,
         which may run beside a live server); [] when nothing is."""
@@ -436,6 +449,10 @@ class Hub:
                     del self._entity[ref]
 
         return unsubscribe
+
+    def subscribers(self, ref: Ref) -> int:
+        """How many callbacks follow ``ref``'s commits (for tests: watchers share one feed)."""
+        return len(self._entity.get(ref, ()))
 
     def subscribe_all(self, callback: Callable[[Commit], None]) -> Callable[[], None]:
         self._all.add(callback)

@@ -2,7 +2,7 @@
 
 Two sources publish on a replica: its writer (its own commits, the moment
 they are acknowledged, as with one replica) and its feed reader (the other
-replicas' commits, read from the ``commit_feed`` table; ``postgres_feed``).
+replicas' commits, read from the ``commit_feed`` table; postgres/feed.py).
 Nothing here does I/O. One rule orders them: a commit is published once the
 commit before it on the same entity (``before.txid``) is, and until then it
 is held. Txids increase per entity in commit order, so that chain is the
@@ -93,7 +93,7 @@ class FeedOrder:
         self._committing.update(txids)
 
     def sending(self, txids: Iterable[int]) -> None:
-        """Before a lone write's statement, which is its own COMMIT (postgres_one_write), goes out:
+        """Before a lone write's statement, which is its own COMMIT (postgres/one_trip.py), goes out:
         its txid (its transaction's id is known once it has committed: ``committing``)."""
         self._committing.update(txids)
 

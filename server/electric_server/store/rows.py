@@ -3,8 +3,8 @@
 Everything here follows the records' fields (``EntityRecord._fields``,
 ``StoredEvent._fields``): a column per field, in the fields' order, so adding
 a field adds its column to every statement and mapping at once. Nothing here
-is particular to one database, so every SQL store (SQLite now, PostgreSQL
-later) shares it; placeholders, types and statements are each store's own.
+is particular to one database, so every SQL store (SQLite and PostgreSQL)
+shares it; placeholders, types and statements are each store's own.
 
 A column differs from its field in two ways only, each listed here:
 

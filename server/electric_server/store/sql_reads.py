@@ -1,7 +1,7 @@
 """The reads every SQL store answers the same way from its rows; each store names the statements.
 
-A store mixes ``SQLReads`` in, sets the two statements and implements
-``_rows`` (every row a statement returns, with the store's own placeholders,
+A store derives from ``SQLReads``, sets the two statements and implements
+``fetch`` (every row a statement returns, with the store's own placeholders,
 faults and durability rule).
 """
 
@@ -11,22 +11,24 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Ref, TypeProfile
+from .base import Ref, Store, TypeProfile
 
 __all__ = ["SQLReads"]
 
 
-class SQLReads(abc.ABC):
+class SQLReads(Store):
     # (type, id, stopping_deadline) of every entity with a deadline.
     select_stopping_deadlines: str
     # (type, code_version, seq, grace_ms, idle_timeout_ms) of every announcement.
     select_type_profiles: str
 
     @abc.abstractmethod
-    async def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]: ...
+    async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """Every row a read returns, in this store's SQL and placeholders (also for tests and
+        operators' tools: a statement's plan, a setting)."""
 
     async def stopping_deadlines(self) -> list[tuple[Ref, int]]:
-        return [((str(t), str(i)), int(d)) for t, i, d in await self._rows(self.select_stopping_deadlines)]
+        return [((str(t), str(i)), int(d)) for t, i, d in await self.fetch(self.select_stopping_deadlines)]
 
     async def type_profiles(self) -> list[TypeProfile]:
-        return [TypeProfile._make(row) for row in await self._rows(self.select_type_profiles)]
+        return [TypeProfile._make(row) for row in await self.fetch(self.select_type_profiles)]

@@ -27,10 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store.sqlite_schema import SELECT_NEXT_TXID
+from ..store.sqlite.schema import SELECT_NEXT_TXID
 from .datadir import LOCK_NAME, DataDirLock, database_path, lock_path
 
-# The tables every electric store has (store/sqlite_schema.py).
+# The tables every electric store has (store/sqlite/schema.py).
 STORE_TABLES = frozenset({"entities", "events", "idempotency", "meta"})
 # How long the backup's read-only connection waits on a lock the server holds briefly.
 BUSY_TIMEOUT_MS = 10_000

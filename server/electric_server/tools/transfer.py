@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from ..settings import DATA_DIR
-from ..store import sqlite_schema
 from ..store.base import EntityRecord, StoredEvent, TypeProfile
 from ..store.database_url import redacted
 from ..store.rows import ENTITY_COLUMNS, EVENT_COLUMNS, entity_from_row, entity_row
-from ..store.sqlite_damage import inspect_files
-from ..store.sqlite_walcheck import wal_path
+from ..store.sqlite import schema as sqlite_schema
+from ..store.sqlite.damage import inspect_files
+from ..store.sqlite.walcheck import wal_path
 from .backup import fsync_path
 from .datadir import LOCK_NAME, DataDirLock, database_path
 from .export_file import KINDS, EventRow, ExportFormatError, Header, IdempotencyRow, Reader, Record, Writer
@@ -149,7 +149,7 @@ class _PostgresSource:
 
     @classmethod
     async def open(cls, url: str) -> _PostgresSource:
-        from ..store.postgres_schema import SCHEMA_VERSION
+        from ..store.postgres.schema import SCHEMA_VERSION
 
         conn = await _connect(url, "electric export")
         try:
@@ -202,7 +202,7 @@ async def _connect(url: str, application_name: str) -> Any:
     try:
         import asyncpg
 
-        from ..store.postgres_faults import refusal
+        from ..store.postgres.faults import refusal
     except ImportError as exc:
         raise TransferError(
             "a PostgreSQL database needs the asyncpg driver: pip install 'electric-sdk[postgres]'"
@@ -371,7 +371,7 @@ class _PostgresTarget:
 
     @classmethod
     async def open(cls, url: str) -> _PostgresTarget:
-        from ..store.postgres_schema import SchemaTooNew, migrate
+        from ..store.postgres.schema import SchemaTooNew, migrate
 
         conn = await _connect(url, "electric import")
         try:

@@ -1,7 +1,7 @@
 """The commit feed between replicas on one PostgreSQL database: how one replica's commits reach the others.
 
 Every commit a replica makes writes a row to ``commit_feed`` in its own
-transaction (``postgres_writer``): the entity's record after it and before
+transaction (postgres/transaction.py): the entity's record after it and before
 it, its time, the replica's ``origin``, and the transaction's id (``xact``).
 Its events are read from ``events``, where the same transaction put them, in
 the same statement.
@@ -66,10 +66,11 @@ from typing import Any
 
 import asyncpg
 
-from .base import REMOTE_COMMIT, Commit
-from .feed_order import FeedOrder, Snapshot
-from .postgres_faults import LOST, lost_reason
-from .postgres_schema import (
+from ..base import REMOTE_COMMIT, Commit
+from ..feed_order import FeedOrder, Snapshot
+from ..rows import ENTITY_COLUMNS, entity_from_row, event_from_row
+from .faults import LOST, lost_reason
+from .statements import (
     CURRENT_SNAPSHOT,
     FEED_CHANNEL,
     FEED_PEERS,
@@ -79,7 +80,6 @@ from .postgres_schema import (
     READER_SETTINGS,
     SESSION_SETTINGS,
 )
-from .rows import ENTITY_COLUMNS, entity_from_row, event_from_row
 
 __all__ = ["DEFAULT_POLL_S", "JOINED", "READER_NAME", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
 

@@ -13,7 +13,7 @@ import sqlite3
 
 from electric_sdk.lifecycle import TERMINAL_STATES, State
 
-from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from ..rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
 
 __all__ = [
     "INSERT_EVENT",
@@ -179,7 +179,7 @@ SELECT_DUE_DEADLINES = (
     f"SELECT {_KEY}, stopping_deadline FROM entities WHERE stopping_deadline <= ? "
     "ORDER BY stopping_deadline LIMIT ?"
 )
-# Lost leases are found through their holders (as on PostgreSQL, postgres_schema.py): the
+# Lost leases are found through their holders (as on PostgreSQL, postgres/statements.py): the
 # distinct holders walked in entities_by_holder, one probe each, however many leases each holds;
 # then only a gone holder's rows. Reading every held row instead cost each poll O(leases).
 SELECT_HOLDERS = (

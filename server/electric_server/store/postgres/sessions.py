@@ -17,7 +17,8 @@ from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from .postgres_schema import (
+from ..sessions import LiveSession, SessionBook, SessionRow
+from .statements import (
     END_REPLICA,
     END_REPLICA_SESSIONS,
     END_SESSIONS,
@@ -28,11 +29,10 @@ from .postgres_schema import (
     RENEW_REPLICA,
     RENEW_REPLICA_AND_SESSIONS,
 )
-from .sessions import LiveSession, SessionBook, SessionRow
 
 __all__ = ["PostgresSessions"]
 
-# Live as a holder is (postgres_schema's _HOLDER_LIVE): the session and its replica unexpired.
+# Live as a holder is (postgres/statements.py's _HOLDER_LIVE): the session and its replica unexpired.
 # Its last heartbeat is its expiry less the renewal's span ($1 ms); its leases are counted
 # from the holder index, so the listing costs one index probe per session.
 LIVE_SESSIONS = (

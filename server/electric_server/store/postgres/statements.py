@@ -1,21 +1,15 @@
-"""The PostgreSQL database's schema, its versions, and every statement the store runs.
+"""Every statement the PostgreSQL store runs (its schema and versions: postgres/schema.py).
 
-The entity table's columns are ``rows.ENTITY_COLUMNS`` (the record's fields),
-defined here once. Every identifier is quoted (the events' ``offset`` is a
-keyword in PostgreSQL). The schema is versioned: ``electric_schema`` holds the
-versions applied, ``migrate`` applies the missing ones under an advisory lock
-(replicas starting together apply each once) and refuses a database whose
-version is newer than this code knows.
+Each statement names its columns (``rows.ENTITY_COLUMNS``, ``EVENT_COLUMNS``),
+so a replica of the schema version before runs beside one of the next
+(docs/scaling.md, "Changing the schema").
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, State
-
-from .postgres_known import CLOCK_LAG_MS
-from .rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from ..rows import ENTITY_COLUMNS, ENTITY_KEY, EVENT_COLUMNS
+from .known import CLOCK_LAG_MS
+from .schema import COLUMN_TYPES, FEED_BEFORE_COLUMNS, TERMINAL, WANTS_RUNTIME, params, quoted
 
 __all__ = [
     "CURRENT_SNAPSHOT",
@@ -23,7 +17,6 @@ __all__ = [
     "END_REPLICA_SESSIONS",
     "END_SESSIONS",
     "END_WORKER_SESSIONS",
-    "FEED_BEFORE_COLUMNS",
     "FEED_CHANNEL",
     "FEED_PEERS",
     "FLUSH_ROWS",
@@ -53,7 +46,6 @@ __all__ = [
     "RENEW_REPLICA_AND_SESSIONS",
     "ROLLBACK_TO_SAVEPOINT",
     "SAVEPOINT",
-    "SCHEMA_VERSION",
     "SELECT_BACKEND_START",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
@@ -72,236 +64,9 @@ __all__ = [
     "SWEEP_FINDS",
     "TERMINATE_BACKEND",
     "UPSERT_TYPE_PROFILE",
-    "SchemaTooNew",
-    "migrate",
 ]
 
-# Each entity column's PostgreSQL type, in ENTITY_COLUMNS order.
-_ENTITY_TYPES = {
-    "type": "text NOT NULL",
-    "id": "text NOT NULL",
-    "state": "text NOT NULL",
-    "grace_ms": "bigint NOT NULL",
-    "idle_timeout_ms": "bigint NOT NULL",
-    "created_at": "bigint NOT NULL",
-    "updated_at": "bigint NOT NULL",
-    "head_offset": "bigint NOT NULL",
-    "closed": "boolean NOT NULL",
-    "stopping_deadline": "bigint",
-    "txid": "bigint NOT NULL",
-    "lease_epoch": "bigint NOT NULL",
-    "message_cursor": "bigint NOT NULL",
-    "cursor_attempt": "bigint NOT NULL",
-    "last_message_offset": "bigint NOT NULL",
-    "reload_pending": "boolean NOT NULL",
-    "grace_pending": "boolean NOT NULL",
-    "idle_timeout_pending": "boolean NOT NULL",
-    "cancelled_messages": "text NOT NULL",
-}
-# Columns added by a later version (each with its default, for the rows already there).
-_ADDED_TYPES = {
-    "lease_session": "text NOT NULL DEFAULT ''",  # version 3
-    "process_running": "boolean NOT NULL DEFAULT false",  # version 3
-    "run_key": "text NOT NULL DEFAULT ''",  # version 4
-}
-# Every column's type, for the statements (the versions above keep each table as it was made).
-_COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
-if tuple(_COLUMN_TYPES) != ENTITY_COLUMNS:
-    raise ImportError(
-        f"the entities table's columns {tuple(_COLUMN_TYPES)} are not EntityRecord's {ENTITY_COLUMNS}"
-    )
-
-
-def _q(columns: tuple[str, ...]) -> str:
-    return ", ".join(f'"{c}"' for c in columns)
-
-
-def _params(n: int, start: int = 1) -> str:
-    return ", ".join(f"${i}" for i in range(start, start + n))
-
-
-# The commit feed's row: the entity's record after the commit, then (``b_`` columns) its fields
-# but the key before it, all NULL for a commit that created the entity.
-FEED_BEFORE_COLUMNS = tuple(f"b_{c}" for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
-_FEED_TABLE = ",\n".join(
-    [f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items()]
-    + [f'    "b_{c}" {t.removesuffix(" NOT NULL")}' for c, t in _ENTITY_TYPES.items() if c not in ENTITY_KEY]
-)
-if ENTITY_COLUMNS[: len(ENTITY_KEY)] != ENTITY_KEY:
-    raise ImportError(f"the entity's key {ENTITY_KEY} must lead its columns {ENTITY_COLUMNS}")
-
-_TERMINAL = ", ".join(f"'{state.value}'" for state in State if state in TERMINAL_STATES)
-# Open, unheld entities that want a runtime (lifecycle.needs_runtime: their state does, or a
-# message waits). An index's predicate and the query that uses it both say it with these words,
-# so the planner sees that one implies the other; the index holds only these rows, few.
-_WANTS_RUNTIME = (
-    "lease_session = '' AND NOT closed AND (state IN ("
-    + ", ".join(f"'{s.value}'" for s in State if STATE_RULES[s].needs_runtime)
-    + ") OR last_message_offset >= message_cursor)"
-)
-_ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
-
-# Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
-# version before must still run beside it), never an edit of this one. The rule, and why every
-# statement here names its columns: docs/scaling.md, "Changing the schema".
-_VERSIONS: dict[int, str] = {
-    1: f"""
-CREATE TABLE entities (
-{_ENTITY_TABLE},
-    PRIMARY KEY (type, id)
-);
-CREATE INDEX entities_by_state ON entities (state, type, id);
-CREATE INDEX entities_by_deadline ON entities (stopping_deadline) WHERE stopping_deadline IS NOT NULL;
-CREATE INDEX entities_ended_open ON entities (type, id) WHERE NOT closed AND state IN ({_TERMINAL});
-CREATE INDEX entities_by_txid ON entities (txid);
-CREATE TABLE events (
-    type text NOT NULL,
-    id text NOT NULL,
-    "offset" bigint NOT NULL,
-    kind text NOT NULL,
-    key text NOT NULL,
-    operation integer NOT NULL,
-    ts bigint NOT NULL,
-    txid bigint NOT NULL,
-    body bytea NOT NULL,
-    PRIMARY KEY (type, id, "offset")
-);
-CREATE TABLE idempotency (
-    type text NOT NULL,
-    id text NOT NULL,
-    key text NOT NULL,
-    request_hash bytea NOT NULL,
-    response bytea NOT NULL,
-    created_at bigint NOT NULL,
-    PRIMARY KEY (type, id, key)
-);
-CREATE INDEX idempotency_by_age ON idempotency (created_at);
-CREATE TABLE type_profiles (
-    type text NOT NULL,
-    code_version text NOT NULL,
-    seq bigint NOT NULL,
-    grace_ms bigint,
-    idle_timeout_ms bigint,
-    PRIMARY KEY (type, code_version)
-);
--- Txids: unique, and drawn after the entity's row is locked, so increasing per entity in
--- commit order (PostgreSQL's own xids are neither: they are taken at a transaction's first write).
-CREATE SEQUENCE electric_txid;
-""",
-    # The commit feed between replicas (postgres_feed.py): a row per commit, and on each entity
-    # the transaction that last wrote it. Expand-only: a replica of version 1 runs beside it
-    # (its commits reach no other replica until it is replaced).
-    2: f"""
-CREATE TABLE commit_feed (
-    xact xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    origin bigint NOT NULL,
-    ts bigint NOT NULL,
-{_FEED_TABLE}
-);
-CREATE INDEX commit_feed_by_xact ON commit_feed (xact);
-ALTER TABLE entities ADD COLUMN xact xid8;
-""",
-    # Leases and sessions in the database, so several replicas share them (store/sessions.py):
-    # the holder on the entity's row; the sessions and replicas that keep holders live.
-    3: f"""
-ALTER TABLE entities ADD COLUMN lease_session text NOT NULL DEFAULT '';
-ALTER TABLE entities ADD COLUMN process_running boolean NOT NULL DEFAULT false;
-CREATE INDEX entities_by_holder ON entities (lease_session) WHERE lease_session <> '';
-CREATE INDEX entities_unleased ON entities (type, id) WHERE {_WANTS_RUNTIME};
-CREATE TABLE replicas (
-    id text PRIMARY KEY,
-    expires_at timestamptz NOT NULL
-);
-CREATE TABLE sessions (
-    id text PRIMARY KEY,
-    worker_id text NOT NULL,
-    replica text NOT NULL,
-    types text[] NOT NULL,
-    code_version text NOT NULL,
-    capacity integer NOT NULL,
-    expires_at timestamptz NOT NULL
-);
-CREATE INDEX sessions_by_worker ON sessions (worker_id);
-CREATE INDEX sessions_by_replica ON sessions (replica);
--- The feed's rows carry the entity's record (version 2): its new columns too.
-ALTER TABLE commit_feed ADD COLUMN lease_session text NOT NULL DEFAULT '';
-ALTER TABLE commit_feed ADD COLUMN process_running boolean NOT NULL DEFAULT false;
-ALTER TABLE commit_feed ADD COLUMN b_lease_session text;
-ALTER TABLE commit_feed ADD COLUMN b_process_running boolean;
-""",
-    # The run a SIGINT may abort in its own commit (EntityRecord.run_key), and on the feed's rows.
-    4: """
-ALTER TABLE entities ADD COLUMN run_key text NOT NULL DEFAULT '';
-ALTER TABLE commit_feed ADD COLUMN run_key text NOT NULL DEFAULT '';
-ALTER TABLE commit_feed ADD COLUMN b_run_key text;
-""",
-    # Entities are listed (and paged, and locked) in (type, id) order by code point, as SQLite's
-    # BINARY does, whatever the database's collation: under a language's (ICU 'en-US', a libc
-    # 'en_US.UTF-8') 'B' sorts after 'a' and '_x' first, so `electric ls` read differently on
-    # the two stores. Only the key's two columns: every other comparison is equality, which a
-    # column's collation does not change, and the default collation yields to "C" wherever the
-    # two meet. A database that already orders by code point keeps its columns (altering them
-    # rebuilds the entity table's indexes under a lock the other replicas' writes wait for).
-    # pg_database.datlocprovider is PostgreSQL 15's (before it every database's provider is libc),
-    # so it is read only there: the store runs on 13 and 14 too (pg_current_xact_id, xid8).
-    5: """
-DO $$
-DECLARE
-    libc boolean := true;
-BEGIN
-    IF current_setting('server_version_num')::int >= 150000 THEN
-        EXECUTE 'SELECT datlocprovider = ''c'' FROM pg_database WHERE datname = current_database()'
-            INTO libc;
-    END IF;
-    IF NOT (libc AND EXISTS (
-        SELECT 1 FROM pg_database WHERE datname = current_database()
-        AND datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
-    )) THEN
-        ALTER TABLE entities ALTER COLUMN type TYPE text COLLATE "C",
-            ALTER COLUMN id TYPE text COLLATE "C";
-    END IF;
-END
-$$;
-""",
-}
-SCHEMA_VERSION = max(_VERSIONS)
-# pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
-_MIGRATION_LOCK = 0x656C656374726963
-
-
-class SchemaTooNew(Exception):
-    """The database was migrated by a newer electric than this one."""
-
-
-async def migrate(conn: Any, timeout_s: float | None = None) -> int:
-    """Apply the schema versions the database lacks (one transaction, under the advisory lock);
-    returns the database's version. Raises ``SchemaTooNew``. ``timeout_s``: each statement's bound
-    (None: the connection's own)."""
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK, timeout=timeout_s)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS electric_schema "
-            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
-            timeout=timeout_s,
-        )
-        current = await conn.fetchval(
-            "SELECT coalesce(max(version), 0) FROM electric_schema", timeout=timeout_s
-        )
-        known = max(_VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
-        if current > known:
-            raise SchemaTooNew(
-                f"the database's schema is version {current}, newer than this electric knows "
-                f"({known}): run a newer electric against it"
-            )
-        for version in range(current + 1, known + 1):
-            await conn.execute(_VERSIONS[version], timeout=timeout_s)
-            await conn.execute(
-                "INSERT INTO electric_schema (version) VALUES ($1)", version, timeout=timeout_s
-            )
-        return known
-
-
-_ENTITY_LIST = _q(ENTITY_COLUMNS)
+_ENTITY_LIST = quoted(ENTITY_COLUMNS)
 _VALUE_COLUMNS = tuple(c for c in ENTITY_COLUMNS if c not in ENTITY_KEY)
 # The database's clock, in milliseconds since the epoch: every replica judges deadlines by it.
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -349,7 +114,7 @@ LOCK_AND_DRAW = (
 )
 # Where LOCK_AND_DRAW's columns of LOCK_ENTITY's start.
 LOCKED_AT = 9
-# A new entity's rows are inserted in a savepoint (postgres_writer); never released: COMMIT keeps
+# A new entity's rows are inserted in a savepoint (postgres/transaction.py); never released: COMMIT keeps
 # what it holds, and RELEASE would be one more round trip.
 SAVEPOINT = "SAVEPOINT electric_insert"
 ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT electric_insert"
@@ -398,7 +163,7 @@ def _lost_leases(columns: str, limit: str) -> str:
 
 def _settled(columns: str, settle_ms: str, limit: str) -> str:
     return (
-        f"SELECT {columns} FROM entities e WHERE NOT e.closed AND e.state IN ({_TERMINAL}) "
+        f"SELECT {columns} FROM entities e WHERE NOT e.closed AND e.state IN ({TERMINAL}) "
         f"AND (e.lease_session = '' OR e.updated_at <= {_NOW_MS} - {settle_ms} OR NOT {_HOLDER_LIVE}) "
         f"LIMIT {limit} FOR UPDATE OF e SKIP LOCKED"
     )
@@ -408,7 +173,7 @@ def _settled(columns: str, settle_ms: str, limit: str) -> str:
 # holder is gone has none once the sweep's lost_leases ended it), through entities_unleased.
 def _unleased(types: str, states: str, limit: str) -> str:
     return (
-        f"SELECT {_ENTITY_LIST} FROM entities WHERE {_WANTS_RUNTIME} AND type = ANY({types}::text[]) "
+        f"SELECT {_ENTITY_LIST} FROM entities WHERE {WANTS_RUNTIME} AND type = ANY({types}::text[]) "
         f"AND state = ANY({states}::text[]) ORDER BY type, id LIMIT {limit}"
     )
 
@@ -459,10 +224,10 @@ FORGET_REPLICAS = (
 )
 
 INSERT_EVENTS = (
-    f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) VALUES ({_params(2 + len(EVENT_COLUMNS))})"
+    f"INSERT INTO events (type, id, {quoted(EVENT_COLUMNS)}) VALUES ({params(2 + len(EVENT_COLUMNS))})"
 )
 SELECT_EVENTS = (
-    f'SELECT {_q(EVENT_COLUMNS)} FROM events WHERE type = $1 AND id = $2 AND "offset" >= $3 '
+    f'SELECT {quoted(EVENT_COLUMNS)} FROM events WHERE type = $1 AND id = $2 AND "offset" >= $3 '
     'ORDER BY "offset" LIMIT $4'
 )
 
@@ -487,7 +252,7 @@ UPSERT_TYPE_PROFILE = (
     "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
 )
 
-# -- the commit feed (postgres_feed.py) ----------------------------------------------------
+# -- the commit feed (postgres/feed.py) ----------------------------------------------------
 
 _FEED_COLUMNS = ("origin", "ts", *ENTITY_COLUMNS, *FEED_BEFORE_COLUMNS)
 # The row's transaction id is the column's default: the writing transaction's.
@@ -495,8 +260,8 @@ _EVENT_TYPES = ("text", "text", "bigint", "text", "text", "integer", "bigint", "
 _FEED_TYPES = (
     "bigint",
     "bigint",
-    *(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS),
-    *(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS if c not in ENTITY_KEY),
+    *(COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS),
+    *(COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS if c not in ENTITY_KEY),
 )
 
 
@@ -510,7 +275,7 @@ if len(_EVENT_TYPES) != 2 + len(EVENT_COLUMNS):
 # however many rows and tables. No ON CONFLICT: a racing insert of the same entity fails with
 # unique_violation, and the store decides the write again on the row the other transaction
 # committed.
-_ENTITY_ARRAYS = tuple(_COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS)
+_ENTITY_ARRAYS = tuple(COLUMN_TYPES[c].split()[0] for c in ENTITY_COLUMNS)
 _IDEMPOTENCY_TYPES = ("text", "text", "text", "bytea", "bytea", "bigint")
 _WRITES = {
     "updated": (
@@ -526,14 +291,14 @@ _WRITES = {
         _ENTITY_ARRAYS,
     ),
     "appended": (
-        f"INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({{}})",
+        f"INSERT INTO events (type, id, {quoted(EVENT_COLUMNS)}) SELECT * FROM unnest({{}})",
         _EVENT_TYPES,
     ),
     "remembered": (
         "INSERT INTO idempotency (type, id, key, request_hash, response, created_at) SELECT * FROM unnest({})",
         _IDEMPOTENCY_TYPES,
     ),
-    "fed": (f"INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT * FROM unnest({{}})", _FEED_TYPES),
+    "fed": (f"INSERT INTO commit_feed ({quoted(_FEED_COLUMNS)}) SELECT * FROM unnest({{}})", _FEED_TYPES),
 }
 
 
@@ -592,15 +357,15 @@ FEED_PEERS = (
 PRUNE_FEED = "DELETE FROM commit_feed WHERE xact < $1::text::xid8"
 
 
-# -- a lone write in two round trips, no transaction block (postgres_one_write.py) -------------
+# -- a lone write in one or two round trips, no transaction block (postgres/one_trip.py) -------
 
 # The first, a read: the row as committed (no lock), the transaction that last wrote it and
 # whether its holder is live, a txid drawn after the statement's snapshot was taken (so above
 # every txid of a commit the snapshot holds), the database's clock, and the key's stored answer.
 # One row: the txid, the clock, the key's request hash and response (NULL: none), then
-# LOCK_ENTITY's columns (NULL ones when there is no row), then a spare txid (postgres_known).
+# LOCK_ENTITY's columns (NULL ones when there is no row), then a spare txid (postgres/known.py).
 _SPARE = "nextval('electric_txid')"
-# The clock to the microsecond (a float of ms): a reading ``postgres_known`` bounds its guess by.
+# The clock to the microsecond (a float of ms): a reading postgres/known.py bounds its guess by.
 _NOW_EXACT_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::float8"
 READ_AND_DRAW = (
     f"SELECT nextval('electric_txid'), {_NOW_MS}, k.request_hash, k.response, {_LOCKED}, {_SPARE}, "
@@ -616,7 +381,7 @@ def _one_write(entity_sql: str, entity_params: int, checked: str = "") -> str:
     """The second, one statement that commits by itself: the entity's row (``written``, which
     returns the transaction's id, or no row when the write raced: then nothing is written),
     its events, its key's answer, and its feed row. Its one row (none if nothing was written):
-    the transaction's id, a spare txid and the database's clock in ms, exact (postgres_known).
+    the transaction's id, a spare txid and the database's clock in ms, exact (postgres/known.py).
     ``checked``: a query of one row of guesses checked (``ONE_UPDATE_GUESSED``), whose columns
     follow, on a row returned whether anything was written or not."""
     start = entity_params + 1
@@ -631,11 +396,11 @@ def _one_write(entity_sql: str, entity_params: int, checked: str = "") -> str:
     return (
         ("WITH " if not checked else f"WITH checked AS ({checked}), ")
         + f"written AS ({entity_sql} RETURNING pg_current_xact_id()::text::bigint AS xact), "
-        f"appended AS (INSERT INTO events (type, id, {_q(EVENT_COLUMNS)}) SELECT * FROM unnest({events}) "
+        f"appended AS (INSERT INTO events (type, id, {quoted(EVENT_COLUMNS)}) SELECT * FROM unnest({events}) "
         f"WHERE {_WRITTEN}), "
         "remembered AS (INSERT INTO idempotency (type, id, key, request_hash, response, created_at) "
         f"SELECT {key} WHERE ${start - len(_IDEMPOTENCY_TYPES) + 2}::text IS NOT NULL AND {_WRITTEN}), "
-        f"fed AS (INSERT INTO commit_feed ({_q(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) " + final
+        f"fed AS (INSERT INTO commit_feed ({quoted(_FEED_COLUMNS)}) SELECT {feed} WHERE {_WRITTEN}) " + final
     )
 
 
@@ -643,7 +408,7 @@ _N_ENTITY = len(ENTITY_COLUMNS)
 _SET_ENTITY = (
     "UPDATE entities e SET "
     + ", ".join(
-        f'"{c}" = ${i}::{_COLUMN_TYPES[c].split()[0]}'
+        f'"{c}" = ${i}::{COLUMN_TYPES[c].split()[0]}'
         for i, c in enumerate(ENTITY_COLUMNS, 1)
         if c not in ENTITY_KEY
     )
@@ -655,7 +420,7 @@ ONE_UPDATE = _one_write(
     f"{_SET_ENTITY} AND e.txid = ${_N_ENTITY + 1}",
     _N_ENTITY + 1,
 )
-# The same on a guess (postgres_known): the row as this replica last knew it ($N+1: its txid), the
+# The same on a guess (postgres/guess.py): the row as this replica last knew it ($N+1: its txid), the
 # clock ($N+2: no later than the database's, nor more than CLOCK_LAG_MS behind it) and whether
 # the holder is live ($N+3), each checked (``checked``, returned in MISS_REASONS' order: which
 # guess was wrong); a wrong one writes nothing, as a race does (the compare-and-set on the txid
@@ -671,7 +436,7 @@ ONE_UPDATE_GUESSED = _one_write(
 # A new entity's: a racing insert of the same entity ends in unique_violation, nothing written.
 ONE_INSERT = _one_write(
     f"INSERT INTO entities ({_ENTITY_LIST}, xact) VALUES ("
-    + ", ".join(f"${i}::{_COLUMN_TYPES[c].split()[0]}" for i, c in enumerate(ENTITY_COLUMNS, 1))
+    + ", ".join(f"${i}::{COLUMN_TYPES[c].split()[0]}" for i, c in enumerate(ENTITY_COLUMNS, 1))
     + ", pg_current_xact_id())",
     _N_ENTITY,
 )

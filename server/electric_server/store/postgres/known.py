@@ -1,26 +1,16 @@
-"""What a replica last knew of the entities it wrote or read: a lone write's guess, checked by
-the database (``postgres_one_write``).
-
-A lone write needs the entity's committed row, a txid drawn after that row's
-commit, the database's clock and whether the lease holder is live before it
-can decide; reading them costs a round trip. When this replica wrote or read
-the entity last, it knows them already, or can guess them:
+"""What a replica last knew of the entities it wrote or read, the database's clock and a spare
+txid: what a lone write may guess on (postgres/guess.py), never trusted (the database checks it).
 
 - the row and the transaction that wrote it, as this replica's own commits,
   its reads and the feed (the other replicas' commits) left it;
 - a *spare* txid: every lone statement draws one more than it uses, and a
   guess is made only with a spare above the known row's txid and drawn less
-  than a second before;
+  than ``SPARE_TTL_MS`` before;
 - the clock: the monotonic clock plus the greatest lower bound of the
   offset between the two that a reading gave (the reading, to the
   microsecond, less the local time it arrived), so the guess is never ahead
   of the database's clock, and behind it by the time the best reading took
-  to arrive;
-- the holder is guessed live if there is one.
-
-None of it is trusted: the one statement that writes also checks every
-guess, and writes nothing when one is wrong (the write then reads, as
-without a guess). A guess can only cost a round trip, never a wrong write.
+  to arrive.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from .base import EntityRecord, Ref
+from ..base import EntityRecord, Ref, StoreCounter
 
 __all__ = ["CLOCK_LAG_MS", "MISS_REASONS", "Known"]
 
@@ -55,6 +45,8 @@ def _monotonic_ms() -> float:
 
 class Known:
     """See the module docstring. One per writer, used from its event loop only."""
+
+    __slots__ = ("_capacity", "_clock_offset_ms", "_entities", "_spare", "guesses", "misses")
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
@@ -112,6 +104,21 @@ class Known:
             return None
         return max(int(_monotonic_ms() + self._clock_offset_ms), not_before)
 
+    @property
+    def clock_read(self) -> bool:
+        """Whether the database's clock was read (since the last reset)."""
+        return self._clock_offset_ms is not None
+
+    def shift_clock(self, ms: float) -> None:
+        """For tests: the guessed clock ``ms`` off the database's (a stalled process, a stepped clock)."""
+        if self._clock_offset_ms is not None:
+            self._clock_offset_ms += ms
+
+    def age_spare(self, ms: float) -> None:
+        """For tests: the spare txid drawn ``ms`` earlier than it was."""
+        if self._spare is not None:
+            self._spare = (self._spare[0], self._spare[1] - ms)
+
     def reset(self) -> None:
         """Forget everything: a connection was lost (the store's database may be another now)."""
         self._entities.clear()
@@ -127,3 +134,20 @@ class Known:
                 self._clock_offset_ms = None
             else:
                 self._entities.pop(ref, None)
+
+    def counters(self) -> tuple[StoreCounter, ...]:
+        """What the guesses did, for the server's metrics (docs/operations.md)."""
+        return (
+            StoreCounter(
+                "electric_postgres_guessed_writes",
+                "Lone writes committed in one round trip, on what the replica knew of the entity.",
+                samples=(((), self.guesses),),
+            ),
+            StoreCounter(
+                "electric_postgres_guesses_missed",
+                "Guesses of lone writes the database found wrong, by which (row, clock, holder): "
+                "each such write then read the entity, a round trip more.",
+                ("reason",),
+                tuple(((reason,), count) for reason, count in self.misses.items()),
+            ),
+        )

@@ -16,7 +16,7 @@ Why the store keeps it (as etcd keeps its own records beside its WAL):
   last checkpoint) was lost.
 - The clean shutdown. After a clean one the WAL was folded into the database
   and may be gone; after any other, a WAL must be there, so a missing one is
-  damage (store/sqlite_damage.py).
+  damage (sqlite/damage.py).
 """
 
 from __future__ import annotations

@@ -1,39 +1,30 @@
-"""What an unreachable PostgreSQL means for the server: at start, one clear sentence; while
-running, the server is told the database is gone and when it is back.
+"""What PostgreSQL's errors are: the PostgreSQL store's fault predicates, and the sentences that say why.
+
+What asyncpg raises sorts into two kinds, each failing the call with
+``DatabaseUnavailable`` (retryable): ``LOST`` (a connection lost, refused or
+unanswering; postgres/reachability.py then finds out whether the database is
+gone) and ``REFUSED`` (the database is there but will not do the work: a full
+disk, read-only, a right revoked; logged at most once per reason per
+``REFUSED_LOG_INTERVAL_S``). The pool's connections map them
+(postgres/connections.py); the fault policy (store/faults.py) acts on what
+they become. A deadlock or a serialization failure is neither: the batch
+runs again (``retryable``).
 
 At start (``refusal``): a refused, unknown or silent address, a login the
 database refuses, a missing database, or something that is not PostgreSQL
 at all each become one sentence saying what to check. The password is never
 in it: the URL is shown ``redacted``, and PostgreSQL's messages never repeat
 a password.
-
-While running (``Reachability``): every call that loses its connection fails
-with ``DatabaseUnavailable`` on its own (retryable). The first such failure
-also starts a probe, which opens a connection at once: one backend that was
-ended (``pg_terminate_backend``) while the database is up changes nothing
-else. When the probe fails too, the database is gone: the fault listeners
-(the server's health and ``/readyz``) are told, the log says why, and the
-probe tries again every ``PROBE_INTERVAL_S`` until the database answers, then
-tells the listeners it is back. Nothing needs a restart.
-
-A database that answers but is read-only refuses every write (``REFUSED``):
-the first refusal tells the listeners ``WritesRefused`` (the server's writes
-are not ready, its reads are), and the next write that commits (the
-replica's heartbeat, at every poll, at the latest) tells them all is well.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from ..log_throttle import LogThrottle
-from .base import DatabaseUnavailable, FaultListener, StorageFault, WritesRefused
+from ...log_throttle import LogThrottle
 
 # What a lost, refused or unanswering connection raises: the call fails with DatabaseUnavailable.
 LOST: tuple[type[BaseException], ...] = (
@@ -65,21 +56,18 @@ REFUSED: tuple[type[BaseException], ...] = (
 REFUSED_LOG_INTERVAL_S = 10.0
 
 __all__ = [
-    "PROBE_INTERVAL_S",
+    "LOST",
     "REFUSED",
-    "Reachability",
     "RefusedLog",
     "lost_reason",
     "refusal",
     "refused_reason",
+    "retryable",
     "setup_refusal",
     "unreachable_reason",
 ]
 
 log = logging.getLogger(__name__)
-
-# How often a database that went away is tried again (a probe is one connection, one SELECT 1).
-PROBE_INTERVAL_S = 0.5
 
 
 def lost_reason(exc: BaseException, timeout_s: float) -> str:
@@ -185,90 +173,8 @@ def setup_refusal(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class Reachability:
-    """Whether the database answers, as the server must know it (see the module docstring)."""
-
-    def __init__(self, where: str, probe: Callable[[], Awaitable[object]], timeout_s: float) -> None:
-        self.where = where
-        self.timeout_s = timeout_s  # the probe's bound
-        self._probe = probe
-        self._listeners: list[FaultListener] = []
-        self._gone: DatabaseUnavailable | None = None
-        self._refusing: WritesRefused | None = None  # writes refused (read-only) since the last commit
-        self._told: StorageFault | None = None  # what the listeners heard last
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def gone(self) -> DatabaseUnavailable | None:
-        """The fault while the database is unreachable, else None."""
-        return self._gone
-
-    def subscribe(self, callback: FaultListener) -> Callable[[], None]:
-        self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback)
-
-    def refuses_writes(self, why: str) -> None:
-        """A write was refused for good reason of the database's (it is read-only): the server's
-        writes are not ready until one commits again (``took_writes``)."""
-        if self._refusing is None:
-            self._refusing = WritesRefused(f"the database {self.where} takes no writes: {why}")
-            self._tell()
-
-    def took_writes(self) -> None:
-        """A write committed: the database takes writes."""
-        if self._refusing is not None:
-            self._refusing = None
-            log.warning("the database %s takes writes again: writes are ready", self.where)
-            self._tell()
-
-    def lost(self) -> None:
-        """A call lost its connection: find out whether the database is still there."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._follow(), name="electric-postgres-probe"
-            )
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _follow(self) -> None:
-        while True:
-            try:
-                await self._probe()
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                if self._gone is None:
-                    why = unreachable_reason(exc, self.where, self.timeout_s)
-                    self._gone = DatabaseUnavailable(f"the database {self.where} cannot be reached: {why}")
-                    log.error(
-                        "the database %s cannot be reached (%s): calls are answered UNAVAILABLE "
-                        "and the server is not ready until it answers again (tried every %g s)",
-                        self.where,
-                        why,
-                        PROBE_INTERVAL_S,
-                    )
-                    self._tell()
-                await asyncio.sleep(PROBE_INTERVAL_S)
-                continue
-            if self._gone is not None:
-                self._gone = None
-                log.warning("the database %s answers again: serving", self.where)
-                self._tell()
-            return
-
-    def _tell(self) -> None:
-        """The listeners hear the worst of now: gone, else writes refused, else None (all is well)."""
-        fault = self._gone or self._refusing
-        if fault is not self._told:
-            self._told = fault
-            self._notify(fault)
-
-    def _notify(self, fault: StorageFault | None) -> None:
-        for callback in tuple(self._listeners):
-            try:
-                callback(fault)
-            except Exception:
-                log.exception("a listener to the database's reachability failed")
+def retryable(exc: BaseException) -> str | None:
+    """What ``exc`` is when the batch may simply run again (a deadlock), else None."""
+    if isinstance(exc, asyncpg.exceptions.DeadlockDetectedError | asyncpg.exceptions.SerializationError):
+        return f"PostgreSQL's {type(exc).__name__}"
+    return None

@@ -5,7 +5,7 @@ first frame that fails and drops the rest, and it starts on a database
 missing its WAL or half its pages, failing only later, on a read. So the
 store looks first, at open and in `electric verify`:
 
-- the WAL (store/sqlite_walcheck.py): a header that fails its checksum, or a
+- the WAL (sqlite/walcheck.py): a header that fails its checksum, or a
   failing frame followed by a commit that verifies, is damage; failures only
   after the last commit are a torn tail, and accepted;
 - a WAL missing after an unclean shutdown (the state file says the store was
@@ -15,7 +15,7 @@ store looks first, at open and in `electric verify`:
   commit, else the header's page count, which is valid when the "version
   valid for" number at offset 92 matches the change counter at 24) must be
   in the file or in the WAL's replayed frames;
-- the state file (store/state_file.py): there, but unreadable; or the database
+- the state file (sqlite/state_file.py): there, but unreadable; or the database
   gone while the state file says it held data.
 
 What cannot be told apart is documented in docs/server.md, "Damage".
@@ -23,16 +23,21 @@ What cannot be told apart is documented in docs/server.md, "Damage".
 
 from __future__ import annotations
 
+import logging
+import shutil
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sqlite_walcheck import WalReport, read_wal, wal_path
 from .state_file import StateFile, StoreState
+from .walcheck import WalReport, read_wal, wal_path
 
-__all__ = ["Inspection", "inspect_files", "inspect_settled"]
+__all__ = ["Inspection", "inspect_files", "inspect_settled", "keep_damaged_wal"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -132,3 +137,17 @@ def inspect_settled(db: Path, attempts: int = 3) -> Inspection:
             break
         found = again
     return found
+
+
+def keep_damaged_wal(db: Path) -> None:
+    """Copy a damaged WAL aside before SQLite reads it and the store folds it away."""
+    wal = wal_path(db)
+    if not wal.exists():
+        return
+    kept = wal.with_name(f"{wal.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+        shutil.copyfile(wal, kept)
+    except OSError as exc:
+        log.warning("the damaged WAL could not be kept (%s): it is folded into the database as it is", exc)
+    else:
+        log.warning("the damaged WAL is kept as %s", kept)
