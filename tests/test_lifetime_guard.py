@@ -5,8 +5,8 @@ to another loop (``run_coroutine_threadsafe``), another task group, or a ``gathe
 unawaited, belongs to no component: nothing cancels it when the server stops, nothing awaits it,
 and its crash is lost. Each component starts its tasks in a ``TaskGroup`` it owns instead.
 
-The store's modules keep their own tasks until its rewrite lands (one write path): ``ALLOWED``
-names them, and only them; an entry with no task left to allow fails, so the list shrinks to none.
+There is no allow-list: the store's parts (its writers, the pool's hand-backs, the commit feed's
+reader and doorbell, the database's probe, the lone writes' findings) own their tasks too.
 """
 
 from __future__ import annotations
@@ -17,15 +17,6 @@ from pathlib import Path
 SERVER = Path(__file__).resolve().parent.parent / "server" / "electric_server"
 HELPER = "lifetime.py"
 # Store modules that start tasks of their own (the store's rewrite takes them into its components).
-ALLOWED = frozenset(
-    {
-        "store/postgres.py",
-        "store/postgres_faults.py",
-        "store/postgres_feed.py",
-        "store/postgres_writer.py",
-        "store/sqlite.py",
-    }
-)
 STARTERS = frozenset({"create_task", "ensure_future", "run_coroutine_threadsafe", "create_task_group"})
 # What starts tasks when imported by name from these (``TaskGroup()`` alone could be asyncio's).
 LIBRARIES = frozenset({"asyncio", "anyio"})
@@ -65,17 +56,9 @@ def test_no_task_starts_outside_the_task_group_helper() -> None:
     loose = [
         f"server/electric_server/{path}:{line}: {call}"
         for path, calls in offenders().items()
-        if path not in ALLOWED
         for line, call in calls
     ]
     assert not loose, "tasks started outside lifetime.TaskGroup:\n" + "\n".join(loose)
-
-
-def test_the_allow_list_is_the_stores_and_shrinks() -> None:
-    assert all(path.startswith("store/") for path in ALLOWED)
-    found = offenders()
-    stale = sorted(path for path in ALLOWED if path not in found)
-    assert not stale, f"these start no loose task any more: take them off ALLOWED: {stale}"
 
 
 def test_the_guard_finds_each_way_to_start_a_loose_task() -> None:

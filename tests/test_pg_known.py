@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from electric_server.internals import forced
+from electric_server.fastpaths import forced
 from electric_server.store.base import EntityRecord, Idempotency, Mutation, NewEvent, Ref, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
 from electric_server.store.postgres.known import CLOCK_LAG_MS, SPARE_TTL_MS, Known

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import anyio
 import pytest
-from electric_server.internals import forced
+from electric_server.fastpaths import forced
 from electric_server.store.base import Commit, DatabaseUnavailable, Idempotency, Ref, Write
 from electric_server.store.feed_order import FeedOrder, Snapshot
 from electric_server.store.postgres import PostgresStore

@@ -66,6 +66,11 @@ class TaskGroup:
         """The tasks still running."""
         return len(self._tasks)
 
+    @property
+    def closed(self) -> bool:
+        """Whether the group was left: no task starts in it any more."""
+        return self._closed
+
     def start_soon(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
         """Run ``coro`` as a task of this group; RuntimeError once the group was left."""
         if self._closed:

@@ -51,6 +51,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+from ..lifetime import TaskGroup
 from .base import Commit, DatabaseUnavailable, StorageFailed, StorageFault, Write, WriteOutcome
 from .fastpath import FastPath
 from .faults import Faults
@@ -165,6 +166,7 @@ class GroupCommitter:
         "_queue",
         "_running",
         "_start_at_once",
+        "_tasks",
         "_woken",
         "_writers",
         "batches_committed",
@@ -204,6 +206,7 @@ class GroupCommitter:
         self._queue: list[_Pending] = []
         self._running = 0  # batches being run, a lone write in its caller's task included
         self._writers: list[_Writer] = []
+        self._tasks = TaskGroup(f"the store's writers ({name})")  # anew at each start
         self._idle: list[_Writer] = []  # writers waiting for work
         self._woken: _Writer | None = None  # the writer woken for what is queued, until it takes it
         self._closing = False
@@ -231,12 +234,13 @@ class GroupCommitter:
     # -- lifetime ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the writer tasks: the store's only tasks that run batches."""
-        loop = asyncio.get_running_loop()
+        """Start the writer tasks, in a group of their own (lifetime.py): the store's only tasks
+        that run batches."""
+        self._tasks = TaskGroup(f"the store's writers ({self._name})")
         for i in range(self._max_batches):
             writer = _Writer()
             name = self._name if self._max_batches == 1 else f"{self._name}-{i}"
-            writer.task = loop.create_task(self._work(writer), name=name)
+            writer.task = self._tasks.start_soon(self._work(writer), name=name)
             self._writers.append(writer)
 
     async def close(self) -> None:
@@ -246,10 +250,11 @@ class GroupCommitter:
         if not self._drain:
             self.refuse_queued(RuntimeError("store is closed"))
         self._wake_all()
-        writers, self._writers = self._writers, []
-        if self._drain:
-            # They end on their own; never raise but for a cancellation.
-            await asyncio.gather(*(w.task for w in writers if w.task is not None))
+        self._writers = []
+        # They end on their own, after the batch each runs (and, with ``drain``, what is queued):
+        # awaited, so no writer outlives its store.
+        await self._tasks.wait()
+        await self._tasks.aclose()
 
     def refuse_queued(self, error: BaseException) -> None:
         """Fail every write queued and not yet taken into a batch."""

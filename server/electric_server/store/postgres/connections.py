@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 
+from ...lifetime import TaskGroup
 from ..base import DatabaseUnavailable, WritesRefused
 from .faults import LOST, REFUSED, RefusedLog, lost_reason, refusal, unreachable_reason
 from .statements import SELECT_BACKEND_START, SESSION_SETTINGS
@@ -37,7 +38,7 @@ class Connections:
     __slots__ = (
         "_pool",
         "_refused",
-        "_releasing",
+        "_tasks",
         "backend_starts",
         "lost",
         "pool_size",
@@ -61,8 +62,9 @@ class Connections:
         # Each pooled connection's backend's start, by its pid (set as it connects): with the pid,
         # it names the backend of a lone write whose connection was lost (postgres/one_trip.py).
         self.backend_starts: dict[int, Any] = {}
-        # Connections being handed back to the pool (``connection``), referenced while they are.
-        self._releasing: set[asyncio.Task[None]] = set()
+        # Connections being handed back to the pool (``connection``), and the pool's close: anew
+        # at each open (lifetime.py).
+        self._tasks = TaskGroup("the database connections")
 
     @property
     def pool(self) -> Any:
@@ -72,6 +74,7 @@ class Connections:
     async def open(self) -> Any:
         """Open the pool; returns it. Raises ``ValueError`` for a URL PostgreSQL does not take, and
         ``DatabaseUnavailable`` saying why for a database that refuses."""
+        self._tasks = TaskGroup("the database connections")
         try:
             return await asyncpg.create_pool(
                 self.url,
@@ -112,21 +115,21 @@ class Connections:
         # bounded, since a database that stopped answering would keep a draining server up for
         # ever. Past the bound the connections are dropped under it (not it cancelled: asyncpg
         # then leaves the goodbyes' futures failed with no one to read them) and it ends.
-        closing = asyncio.ensure_future(pool.close())
+        closing = self._tasks.start_soon(_closed(pool), name="electric-pool-close")
         await asyncio.wait((closing,), timeout=self.timeout_s)
         failed: BaseException | None = TimeoutError() if not closing.done() else None
         if failed is not None:
             pool.terminate()  # under it: it ends, and its own errors are read below
-        try:
-            await closing
-        except (*LOST, asyncpg.PostgresError) as exc:
-            failed = failed or exc
+        refused = await closing
+        if refused is not None:
+            failed = failed or refused
             pool.terminate()
         if failed is not None:
             log.warning(
                 "closing the database connections failed (%s): they are dropped",
                 lost_reason(failed, self.timeout_s),
             )
+        await self._tasks.aclose()  # the hand-backs still under way end with the pool
 
     async def probe(self) -> None:
         """One new connection and a query: the pool's may all be busy, or dead."""
@@ -187,18 +190,29 @@ class Connections:
         asyncio.get_running_loop().call_soon(self._start_release, pool, conn)
 
     def _start_release(self, pool: Any, conn: Any) -> None:
-        task = asyncio.get_running_loop().create_task(pool.release(conn), name="electric-pool-release")
-        self._releasing.add(task)
-        task.add_done_callback(self._released)
+        if self._tasks.closed:
+            return  # the pool was closed meanwhile, and its connections with it
+        self._tasks.start_soon(_release(pool, conn), name="electric-pool-release")
 
-    def _released(self, task: asyncio.Task[None]) -> None:
-        self._releasing.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            # asyncpg has terminated the connection and put its holder back: the pool opens a
-            # new one when it is next needed. Nothing was lost but that connection.
-            log.warning(
-                "handing a database connection back to the pool failed (%s: %s)", type(exc).__name__, exc
-            )
+
+async def _closed(pool: Any) -> BaseException | None:
+    """Close ``pool``; what a lost or refusing database made it fail with, if anything (an
+    answer, not a crash of the task: ``Connections.close`` says it)."""
+    try:
+        await pool.close()
+    except (*LOST, asyncpg.PostgresError) as exc:
+        failure: BaseException = exc  # (asyncpg has no type hints)
+        return failure
+    return None
+
+
+async def _release(pool: Any, conn: Any) -> None:
+    try:
+        await pool.release(conn)
+    except Exception as exc:
+        # asyncpg has terminated the connection and put its holder back: the pool opens a new one
+        # when it is next needed. Nothing was lost but that connection.
+        log.warning("handing a database connection back to the pool failed (%s: %s)", type(exc).__name__, exc)
 
 
 async def _no_reset(conn: Any) -> None:

@@ -66,6 +66,7 @@ from typing import Any
 
 import asyncpg
 
+from ...lifetime import TaskGroup
 from ..base import REMOTE_COMMIT, Commit
 from ..feed_order import FeedOrder, Snapshot
 from ..rows import ENTITY_COLUMNS, entity_from_row, event_from_row
@@ -128,7 +129,8 @@ class Doorbell:
         self.heard = heard  # whether another replica may hear a ring (FeedReader.heard)
         self._conn: Any = None
         self._next: int | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the NOTIFY in flight, in its group:
+        self._tasks = TaskGroup("the doorbell")
         self.sent = 0  # NOTIFYs sent, for tests and benchmarks
 
     async def open(self) -> None:
@@ -146,7 +148,8 @@ class Doorbell:
         if self._task is not None:
             self._next = xact if self._next is None else max(self._next, xact)
             return
-        self._task = asyncio.get_running_loop().create_task(self._send(xact), name="electric-doorbell")
+        if not self._tasks.closed:
+            self._task = self._tasks.start_soon(self._send(xact), name="electric-doorbell")
 
     async def _send(self, xact: int) -> None:
         try:
@@ -172,11 +175,7 @@ class Doorbell:
 
     async def close(self) -> None:
         self.enabled = False  # a ring after this opens no connection again
-        task = self._task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.aclose()
         await _close(self._conn)
         self._conn = None
 
@@ -220,7 +219,7 @@ class FeedReader:
         self.statement_timeout_s = max(timeout_s, _STATEMENT_TIMEOUT_S)
         self._conn: Any = None
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskGroup("the commit feed's reader")  # its one loop, _run
         # Feed rows are kept this long; the snapshots' xmins taken every tenth of it say which.
         self.retention_s = RETENTION_S
         self._marks: collections.deque[tuple[float, int]] = collections.deque()
@@ -248,14 +247,10 @@ class FeedReader:
         await self._connect()
         await self._count_peers(self._conn)
         self.order.snapshot = Snapshot.parse(await self._conn.fetchval(CURRENT_SNAPSHOT))
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="electric-feed-reader")
+        self._tasks.start_soon(self._run(), name="electric-feed-reader")
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.aclose()
         conn, self._conn = self._conn, None
         await _close(conn)
 

@@ -72,6 +72,7 @@ from typing import Any
 
 import asyncpg
 
+from ...lifetime import TaskGroup
 from ..base import DatabaseUnavailable, Write, WriteContext, WriteOutcome
 from ..fastpath import switched_on
 from ..feed_order import FeedOrder
@@ -101,7 +102,16 @@ class OneTrip:
     """See the module docstring: the committer's lone write (store/transaction.py's ``LoneWrite``),
     in its caller's task or as a batch of one."""
 
-    __slots__ = ("_connections", "_publisher", "enabled", "finding_out", "guess", "lone_writes", "origin")
+    __slots__ = (
+        "_connections",
+        "_publisher",
+        "_tasks",
+        "enabled",
+        "finding_out",
+        "guess",
+        "lone_writes",
+        "origin",
+    )
 
     def __init__(self, connections: Connections, publisher: Publisher, guess: Guess) -> None:
         self._connections = connections
@@ -111,18 +121,21 @@ class OneTrip:
         self.origin = 0  # this replica's in the feed's rows (set with the feed)
         # Lone writes with their outcome unknown, being found out (_find_out).
         self.finding_out: set[asyncio.Task[None]] = set()
+        self._tasks = TaskGroup("the lone writes' findings")  # anew at each open
         self.lone_writes = 0  # committed alone, in one or two round trips (tests and benchmarks)
 
     def open(self, origin: int) -> None:
+        self._tasks = TaskGroup("the lone writes' findings")
         self.origin = origin
         self.enabled = switched_on("pg_one_trip")
         if self.enabled:
             self.guess.open()
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """No more lone writes; what is being found out is given up (the store's Hub has no
+        subscriber left to tell), awaited."""
         self.enabled = False
-        for task in tuple(self.finding_out):
-            task.cancel()
+        await self._tasks.aclose()
 
     def ready(self) -> bool:
         """On, with the commit feed open (the feed row finds out an unknown outcome)."""
@@ -145,7 +158,7 @@ class OneTrip:
         def find_out_later(lost: UnknownOutcome) -> None:
             unknown.append(lost)
             finding = self._find_out(lost, floor)
-            task = asyncio.get_running_loop().create_task(finding, name="electric-find-out")
+            task = self._tasks.start_soon(finding, name="electric-find-out")
             self.finding_out.add(task)
             task.add_done_callback(self.finding_out.discard)
 

@@ -20,12 +20,12 @@ replica's heartbeat, at every poll, at the latest) tells them all is well.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from ...lifetime import TaskGroup
 from ..base import DatabaseUnavailable, StorageFault, WritesRefused
 from .faults import unreachable_reason
 
@@ -40,7 +40,7 @@ PROBE_INTERVAL_S = 0.5
 class Reachability:
     """Whether the database answers, as the server must know it (see the module docstring)."""
 
-    __slots__ = ("_gone", "_probe", "_refusing", "_task", "_tell", "timeout_s", "where")
+    __slots__ = ("_gone", "_probe", "_refusing", "_task", "_tasks", "_tell", "timeout_s", "where")
 
     def __init__(
         self,
@@ -55,7 +55,8 @@ class Reachability:
         self._tell = tell  # the fault listeners hear it (store/faults.py)
         self._gone: DatabaseUnavailable | None = None
         self._refusing: WritesRefused | None = None  # writes refused (read-only) since the last commit
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the probe started last, in its group:
+        self._tasks = TaskGroup("the database's probe")
 
     @property
     def gone(self) -> DatabaseUnavailable | None:
@@ -83,17 +84,11 @@ class Reachability:
 
     def lost(self) -> None:
         """A call lost its connection: find out whether the database is still there."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self._follow(), name="electric-postgres-probe"
-            )
+        if (self._task is None or self._task.done()) and not self._tasks.closed:
+            self._task = self._tasks.start_soon(self._follow(), name="electric-postgres-probe")
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.aclose()
 
     async def _follow(self) -> None:
         while True:

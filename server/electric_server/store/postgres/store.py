@@ -260,7 +260,7 @@ class PostgresStore(SQLReads):
         if pool is None:
             return
         await self.committer.close()  # what is queued is refused; batches under way end by themselves
-        self.one_trip.close()
+        await self.one_trip.close()
         await self._close_feed()
         await self.connections.close(pool)
 
