@@ -12,10 +12,11 @@ load lands on both sides alike. Every figure with a target is read back from
 the bench's ``bench/results/NAME.json`` in that checkout and the table says,
 per figure: the before-runs, the after-runs, and whether the after-median
 stays within the before-runs' range or within ±15 % of their median,
-whichever is wider ("held"). A figure whose before-runs spread wider than
-15 % of their median is marked "wide": its comparison says little, so run it
-more rounds. One JSON line with every value goes to
-``bench/results/ab_commits.json`` of the ``--after`` checkout.
+whichever is wider ("held"); a bench that sets no target has every row
+compared. A figure whose before-runs spread wider than 15 % of their median
+is marked "wide": its comparison says little, so run it more rounds. One
+JSON line goes to ``bench/results/ab_commits.json`` of the ``--after``
+checkout: the table, and every run's whole record.
 """
 
 from __future__ import annotations
@@ -47,12 +48,10 @@ def _run(checkout: Path, bench: str, quick: bool, extra: list[str]) -> dict[str,
 
 
 def _figures(record: dict[str, Any]) -> dict[str, tuple[float, str, float | None]]:
-    """Each row with a target: its figure name → (value, unit, ratio)."""
-    return {
-        row["figure"]: (float(row["value"]), row["unit"], row["ratio"])
-        for row in record["rows"]
-        if row["target"] != "-"
-    }
+    """Each row with a target: its figure name → (value, unit, ratio); every row of a bench that
+    sets no target (bench_pg_signal's are all informational)."""
+    rows = [row for row in record["rows"] if row["target"] != "-"] or record["rows"]
+    return {row["figure"]: (float(row["value"]), row["unit"], row["ratio"]) for row in rows}
 
 
 def _verdict(before: list[float], after: list[float]) -> tuple[str, bool]:
@@ -132,7 +131,9 @@ def main() -> int:
                 "rounds": args.rounds,
                 "heads": {s: runs[args.benches[0]][s][0]["git"]["head"] for s in sides},
                 "figures": table,
-            }
+                "runs": runs,
+            },
+            default=str,
         )
         + "\n"
     )
