@@ -447,7 +447,7 @@ async def test_no_connection_of_a_store_compiles_with_jit(stores: OpenStore) -> 
     store = await stores()
     assert [r[0] for r in await store.fetch("SHOW jit")] == ["off"]
     for settings in (SESSION_SETTINGS, READER_SETTINGS):
-        conn = await postgres_feed._connect(store.url, "test", settings, 5.0, 5.0)
+        conn = await postgres_feed.connect_session(store.url, "test", settings, 5.0, 5.0)
         try:
             assert await conn.fetchval("SHOW jit") == "off"
         finally:

@@ -52,7 +52,7 @@ async def test_versions_n_and_n_plus_1_serve_one_database_side_by_side(
     server_n: str, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await serves(server_n, "before")
-    monkeypatch.setitem(postgres_schema._VERSIONS, SCHEMA_VERSION + 1, EXPAND)
+    monkeypatch.setitem(postgres_schema.VERSIONS, SCHEMA_VERSION + 1, EXPAND)
     n_plus_1 = PostgresStore(postgres_url)  # a replica of N+1: opening applies its version
     await n_plus_1.open()
     try:

@@ -82,7 +82,16 @@ from .statements import (
     SESSION_SETTINGS,
 )
 
-__all__ = ["DEFAULT_POLL_S", "JOINED", "READER_NAME", "RETENTION_S", "Doorbell", "FeedReader", "payload"]
+__all__ = [
+    "DEFAULT_POLL_S",
+    "JOINED",
+    "READER_NAME",
+    "RETENTION_S",
+    "Doorbell",
+    "FeedReader",
+    "connect_session",
+    "payload",
+]
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +143,7 @@ class Doorbell:
         self.sent = 0  # NOTIFYs sent, for tests and benchmarks
 
     async def open(self) -> None:
-        self._conn = await _connect(
+        self._conn = await connect_session(
             self.url,
             "electric (doorbell)",
             {**SESSION_SETTINGS, "synchronous_commit": "off"},
@@ -180,9 +189,10 @@ class Doorbell:
         self._conn = None
 
 
-async def _connect(
+async def connect_session(
     url: str, name: str, settings: dict[str, str], timeout_s: float, statement_timeout_s: float
 ) -> Any:
+    """One connection with the given session settings, named ``name`` in ``pg_stat_activity``."""
     return await asyncpg.connect(
         url,
         timeout=timeout_s,
@@ -258,7 +268,7 @@ class FeedReader:
         self._wake.set()
 
     async def _connect(self) -> None:
-        conn = await _connect(
+        conn = await connect_session(
             self.url, READER_NAME, READER_SETTINGS, self.timeout_s, self.statement_timeout_s
         )
         try:

@@ -21,6 +21,7 @@ __all__ = [
     "FEED_BEFORE_COLUMNS",
     "SCHEMA_VERSION",
     "TERMINAL",
+    "VERSIONS",
     "WANTS_RUNTIME",
     "SchemaTooNew",
     "migrate",
@@ -96,7 +97,7 @@ _ENTITY_TABLE = ",\n".join(f'    "{c}" {t}' for c, t in _ENTITY_TYPES.items())
 # Version 1, the first: a later version is a new entry, expand-then-contract (a replica of the
 # version before must still run beside it), never an edit of this one. The rule, and why every
 # statement here names its columns: docs/scaling.md, "Changing the schema".
-_VERSIONS: dict[int, str] = {
+VERSIONS: dict[int, str] = {
     1: f"""
 CREATE TABLE entities (
 {_ENTITY_TABLE},
@@ -216,7 +217,7 @@ END
 $$;
 """,
 }
-SCHEMA_VERSION = max(_VERSIONS)
+SCHEMA_VERSION = max(VERSIONS)
 # pg_advisory_xact_lock's key for applying the schema: any constant of our own ("electric" in ASCII).
 _MIGRATION_LOCK = 0x656C656374726963
 
@@ -239,14 +240,14 @@ async def migrate(conn: Any, timeout_s: float | None = None) -> int:
         current = await conn.fetchval(
             "SELECT coalesce(max(version), 0) FROM electric_schema", timeout=timeout_s
         )
-        known = max(_VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
+        known = max(VERSIONS)  # read now, not at import: a test adds a version to see N and N+1 together
         if current > known:
             raise SchemaTooNew(
                 f"the database's schema is version {current}, newer than this electric knows "
                 f"({known}): run a newer electric against it"
             )
         for version in range(current + 1, known + 1):
-            await conn.execute(_VERSIONS[version], timeout=timeout_s)
+            await conn.execute(VERSIONS[version], timeout=timeout_s)
             await conn.execute(
                 "INSERT INTO electric_schema (version) VALUES ($1)", version, timeout=timeout_s
             )
