@@ -28,7 +28,7 @@ def database(postgres_url: str) -> Iterator[str]:
     url = postgres_url + "_cluster"
     yield url
     name = url.rsplit("/", 1)[1]
-    postgres_dbs.run(lambda: postgres_dbs._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    postgres_dbs.run(lambda: postgres_dbs.admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture

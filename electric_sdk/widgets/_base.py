@@ -90,6 +90,12 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def streaming(self) -> bool:
+        """Whether the live updates' streams are open on the client: from the first update until
+        ``close()`` (which waits for them to end) or a stream error."""
+        return self._feed is not None and not self._feed.stopped.is_set()
+
     def _mark_closed(self) -> None:
         self._closed = True
 

@@ -404,6 +404,12 @@ class EntityTable(LiveWidget):
             slot.mark_opened(slot.ref is not None and slot.ref == self.opened)
 
     @property
+    def watch_filter(self) -> WatchFilter | None:
+        """What the open watch stream asks the server for, once its snapshot is in (None before):
+        a filter the stream covers is applied to the rows it brought, without a new stream."""
+        return self._watching
+
+    @property
     def selected(self) -> list[EntityRef]:
         """The ticked rows, in table order."""
         return [ref for ref in self._matching if ref in self._ticked]

@@ -229,10 +229,10 @@ def test_close_stops_the_watch_streams(electric: TestServer, client: Client, wor
     watches = electric.server.watches
     # The badge can show `running` from the first get; two streams: the log's and the state's.
     wait_until(lambda: watches.active == 2)
+    assert control.streaming
     control.close()
     assert control.closed
-    assert control._feed is not None
-    assert control._feed.stopped.is_set()  # close() waited for the stream to end on the client
+    assert not control.streaming  # close() waited for the stream to end on the client
     wait_until(lambda: watches.active == 0)  # and the server saw the call cancelled
     # Later changes do not reach a closed widget.
     before = control.badge.value

@@ -86,7 +86,7 @@ def test_filters_and_the_search_narrow_the_rows_at_once(
     table = table_for(opened, client)
     wait_for(table, "entities", lambda entities: len(entities) == 4)
     assert [label for label, _ in table.type_filter.options] == ["all types", "nobody", "probe"]
-    watching = table._watching
+    watching = table.watch_filter
 
     table.type_filter.value = "probe"
     wait_for(table, "entities", lambda entities: {e.ref.type for e in entities} == {"probe"})
@@ -101,7 +101,8 @@ def test_filters_and_the_search_narrow_the_rows_at_once(
     )
     table.type_filter.value = ""
     wait_for(table, "entities", lambda entities: len(entities) == 3)
-    assert table._watching is watching  # all of that from the rows the first stream brought
+    assert watching is not None
+    assert table.watch_filter is watching  # all of that from the rows the first stream brought
 
     table.sort.value = "name"
     wait_for(
@@ -244,9 +245,9 @@ def test_close_stops_the_watch_stream(electric: TestServer, client: Client) -> N
     wait_for(table, "entities", lambda entities: len(entities) == 1)
     watches = electric.server.watches
     assert watches.active == 1  # the snapshot came through the stream itself
+    assert table.streaming
     table.close()
-    assert table._feed is not None
-    assert table._feed.stopped.is_set()
+    assert not table.streaming  # close() waited for the stream to end on the client
     wait_until(lambda: watches.active == 0)
 
 
