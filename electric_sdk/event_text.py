@@ -80,6 +80,8 @@ def event_summary(event: Event) -> str:
         text = f"{value.get('message_key')} {status}"
         if status == "started" and value.get("attempt", 1) > 1:
             text += f" (attempt {value['attempt']})"
+        if status == "started" and value.get("code_version"):
+            text += f" on code {value['code_version']}"
         if value.get("step"):
             text += f" {value['step']}"
         if status == "aborted" and value.get("output"):

@@ -733,8 +733,23 @@ async def test_batches_reach_only_a_worker_that_accepts_them(start_server: Start
             rt.ConnectRequest(release=rt.Release(ref=pb.EntityRef(type="agent", id="no/slash"), epoch=1)),
             "INVALID_NAME",
         ),
+        (rt.ConnectRequest(announce=rt.Announce(code_version="v2")), "NO_TYPES"),
+        (
+            rt.ConnectRequest(
+                announce=rt.Announce(
+                    types=[rt.HostedType(type="agent"), rt.HostedType(type="a/b")], code_version="v2"
+                )
+            ),
+            "INVALID_NAME",
+        ),
     ],
-    ids=["hello-in-a-batch", "second-hello", "malformed-release-ref"],
+    ids=[
+        "hello-in-a-batch",
+        "second-hello",
+        "malformed-release-ref",
+        "announce-no-types",
+        "announce-bad-type",
+    ],
 )
 async def test_a_bad_request_ends_the_session_with_its_status(
     runtime_server: ElectricServer, bad: rt.ConnectRequest, reason: str
@@ -797,3 +812,40 @@ async def test_a_retried_runtime_write_is_appended_once(start_server: StartServe
     assert [(r.applied, r.txid, r.request_id) for r in (again, replayed)] == [(True, answer.txid, 41)] * 2
     assert refused.reason == "STALE_EPOCH"
     assert [e.headers.txid for e in notes] == [answer.txid]
+
+
+async def test_an_announce_moves_the_session_to_its_new_version(runtime_server: ElectricServer) -> None:
+    """A worker whose code changed while connected announces it: the session keeps its leases,
+    `ListWorkers` shows the new version, and a SIGHUP'd entity's next wake goes to the newest
+    announcement, though another worker said hello later and holds fewer leases."""
+    async with grpc.aio.insecure_channel(runtime_server.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        first = RawWorker(channel, "w-first", ["agent"], version="v1")
+        await first.next("welcome")
+        ref, lease = await running(stub, first, "announced")
+        await running(stub, first, "busy")  # first holds more leases: without the announce, second wins
+        second = RawWorker(channel, "w-second", ["agent"], version="v1")
+        await second.next("welcome")
+        first.requests.put_nowait(
+            rt.ConnectRequest(announce=rt.Announce(types=[rt.HostedType(type="agent")], code_version="v2"))
+        )
+        with anyio.fail_after(10):
+            while True:
+                listed = await stub.ListWorkers(api.ListWorkersRequest())
+                versions = {w.worker_id: (w.code_version, w.leases_held) for w in listed.workers}
+                if versions.get("w-first", ("",))[0] == "v2":
+                    break
+                await asyncio.sleep(0.01)  # a bounded wait: an announce has no answer
+        assert versions == {"w-first": ("v2", 2), "w-second": ("v1", 0)}
+        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
+        await first.next("delivery")
+        idle = await first.write(
+            ref, lease.epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_IDLE, cause="reload")
+        )
+        assert idle.applied
+        first.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+        granted = await first.next("lease_granted")  # v2, the newest announced, gets the wake
+        assert granted.lease.ref == ref
+        first.close()
+        second.close()

@@ -116,7 +116,7 @@ def event_value_json(m: pb.Event) -> dict[str, Any]:
             "status": RUN_STATUS_NAMES.get(r.status, "unspecified"),
             "attempt": r.attempt,
         }
-        for name in ("step", "output", "error"):
+        for name in ("step", "output", "error", "code_version"):
             if getattr(r, name):
                 run[name] = getattr(r, name)
         return run

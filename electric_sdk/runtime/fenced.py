@@ -114,6 +114,8 @@ class WorkerLink(Protocol):
     async def history(self, ref: pb.EntityRef) -> list[Event]: ...
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage: ...
     def now_s(self) -> float: ...  # the idle timeouts' clock, in seconds (Worker.now_s)
+    @property
+    def code_version(self) -> str: ...  # the version a run's STARTED record names
 
     # The worker's metrics, or None when they are off.
     metrics: WorkerMetrics | None
@@ -252,6 +254,8 @@ class Fenced:
             message_offset=message.offset,
             **fields,
         )
+        if status == pb.RUN_STATUS_STARTED:  # the attempt is bound to the code that started it
+            value.code_version = self.session.code_version
         # A run starts only in the state the host saw; its later records follow the entity.
         extra = {"server_may_abort": True} if server_may_abort else {}
         result = await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value, **extra)

@@ -294,14 +294,29 @@ class Worker:
             with anyio.CancelScope(shield=True):
                 await channel.close()
 
+    def _hosted(self) -> list[rt.HostedType]:
+        return [rt.HostedType(type=t.name, profile=t.profile()) for t in self.app.types.values()]
+
     def _hello(self) -> rt.Hello:
-        types = [rt.HostedType(type=t.name, profile=t.profile()) for t in self.app.types.values()]
         return rt.Hello(
             worker_id=self.worker_id,
-            types=types,
+            types=self._hosted(),
             code_version=self.code_version,
             capacity=self.capacity,
             accepts_batches=True,
+        )
+
+    def _reloaded(self, app: App) -> None:
+        """``electric dev`` re-imported the app (or found it unchanged): host with it from now on;
+        a new code version is logged and announced, so ``electric workers`` and the next SIGHUP'd
+        wake see the version in use now."""
+        self.app = app
+        if app.code_version == self.code_version:
+            return
+        log.info("reloaded the app: code version %s -> %s", self.code_version, app.code_version)
+        self.code_version = app.code_version
+        self._send(
+            rt.ConnectRequest(announce=rt.Announce(types=self._hosted(), code_version=self.code_version))
         )
 
     async def _sender(self, call: Any, receive: Any, tg: TaskGroup) -> None:
@@ -364,7 +379,7 @@ class Worker:
 
     async def _grant(self, grant: rt.LeaseGranted) -> None:
         if self._reload_app is not None and grant.entity.state in (pb.STATE_IDLE, pb.STATE_SPAWNING):
-            self.app = self._reload_app()
+            self._reloaded(self._reload_app())
         etype = self.app.types.get(grant.lease.ref.type)
         if self._draining or etype is None:
             self._send(rt.ConnectRequest(release=rt.Release(ref=grant.lease.ref, epoch=grant.lease.epoch)))

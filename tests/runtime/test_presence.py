@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import NamedTuple
 
 import anyio
@@ -17,9 +19,20 @@ from conftest import Leases
 from electric_server.app import ElectricServer
 
 from electric_sdk import AsyncClient, WorkerInfo
+from electric_sdk.runtime import AppReloader
 from electric_sdk.testing import TestServer
 
-from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, state_is, until
+from .rt_support import (
+    COMPLETED,
+    STARTED,
+    TIMEOUT_S,
+    Probe,
+    probe_app,
+    run_status,
+    running_worker,
+    state_is,
+    until,
+)
 
 
 @pytest.fixture
@@ -207,3 +220,58 @@ async def test_http_get_names_the_worker_holding_the_lease(
         assert answer.status_code == 200, answer.text
         assert answer.json() == entity.to_json()
         assert answer.json()["holder"]["worker_id"] == "w-http-holder"
+
+
+RELOADED_MODULE = """
+from electric_sdk.runtime import App
+
+app = App()
+
+
+@app.entity("hot")
+async def hot(ctx, message):
+    ctx.output.write("{version}")
+"""
+
+
+async def test_a_reload_is_logged_announced_and_named_by_the_runs_it_starts(
+    electric: TestServer,
+    client: AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`electric dev` re-imports edited code at a wake: the worker logs the old and the new
+    version, `workers` lists the version in use now (on either store), and each run's STARTED
+    record names the version that started it."""
+    caplog.set_level(logging.INFO, logger="electric.runtime")
+    module = f"presence_reloaded_{uuid.uuid4().hex[:8]}"  # a name of its own: each store's run imports its own module
+    source = tmp_path / f"{module}.py"
+    source.write_text(RELOADED_MODULE.format(version="v1"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reloader = AppReloader(f"{module}:app")
+    v1 = reloader.app.code_version
+    async with running_worker(reloader.app, electric.address, worker_id="w-reload", reload_app=reloader):
+        await client.spawn("hot/h")
+        one = await client.send("hot/h", "a")
+        await until(client, "hot/h", run_status(COMPLETED, one.key))
+        [worker] = await client.workers()
+        assert worker.code_version == v1
+        await client.reload("hot/h")
+        await until(client, "hot/h", state_is("idle", "reload"))
+        source.write_text(RELOADED_MODULE.format(version="v2 (edited)"))
+        two = await client.send("hot/h", "b")
+        assert (await until(client, "hot/h", run_status(COMPLETED, two.key))).raw.run.output == "v2 (edited)"
+        v2 = reloader.app.code_version
+        assert v2 != v1
+        [worker] = await workers_until(client, lambda found: [w.code_version for w in found] == [v2])
+        assert worker.worker_id == "w-reload"
+        said = [r.getMessage() for r in caplog.records if r.name == "electric.runtime"]
+        assert f"reloaded the app: code version {v1} -> {v2}" in said
+        events = (await client.events("hot/h", 0, 200)).events
+        started = {
+            e.value["message_key"]: e.value.get("code_version") for e in events if run_status(STARTED)(e)
+        }
+        assert started == {one.key: v1, two.key: v2}
+        shown = await cli(electric.address, "events", "hot/h")
+        assert f"{two.key} started on code {v2}" in shown.stdout, shown.stdout

@@ -26,6 +26,7 @@ from ..core.caps import Caps
 from ..core.errors import ApiError, invalid_argument, translate_stream
 from ..lifetime import TaskGroup
 from ..settings import HELLO_TIMEOUT
+from .announcements import check_hosting
 from .hosting import Runtime
 from .local_leases import WorkerSession
 from .requests import WorkerRequests
@@ -69,7 +70,7 @@ class RuntimeService(rt_grpc.RuntimeServiceServicer):
                 return
             hello = _check_hello(first, principal)
             with self.caps.session(principal.name):
-                session = await self.runtime.open(hello)
+                session = await self.runtime.open(hello, principal)
                 yield rt.ConnectResponse(
                     welcome=rt.Welcome(
                         lease_ttl=duration_from_ms(round(self.runtime.lease_ttl_s * 1000)),
@@ -115,20 +116,5 @@ def _check_hello(first: rt.ConnectRequest, principal: Principal) -> rt.Hello:
         raise invalid_argument("HELLO_FIRST", "a worker's session starts with hello")
     hello = first.hello
     v.name(hello.worker_id, "hello.worker_id")
-    v.code_version(hello.code_version, "hello.code_version")
-    types = [t.type for t in hello.types]
-    v.hosted_types(types, "hello.types")
-    for hosted_type in types:
-        v.name(hosted_type, "hello.types.type")
-    for hosted in hello.types:
-        if hosted.HasField("profile"):  # checked here, so a lease never trips over it later
-            v.profile_ms(hosted.profile, "hello.types.profile")
-    if not types:
-        raise invalid_argument("NO_TYPES", "hello must name at least one entity type", field="hello.types")
-    if principal.types is not None and not set(types) <= principal.types:
-        raise ApiError(
-            grpc.StatusCode.PERMISSION_DENIED,
-            "TYPE_NOT_ALLOWED",
-            f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
-        )
+    check_hosting(hello.types, hello.code_version, principal, "hello")
     return hello

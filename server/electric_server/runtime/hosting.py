@@ -29,6 +29,7 @@ from electric_sdk.lifecycle import HOSTED_STATES, STATE_RULES, needs_runtime
 
 from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
 from ..core import message_cursor
+from ..core.auth import ANONYMOUS, Principal
 from ..lifetime import Component, TaskGroup
 from ..settings import POLL, SETTLE
 from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write
@@ -152,17 +153,19 @@ class Runtime(Component):
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def open(self, hello: rt.Hello) -> WorkerSession:
+    async def _announce_types(self, hosted: Sequence[rt.HostedType], code_version: str) -> None:
         # The types' defaults are in effect at once (a lease granted next, to any worker, uses
-        # them) and stored before the worker is welcomed; the session exists only after that, so
-        # a stream cancelled meanwhile leaves none behind.
+        # them) and stored before the worker hears back.
         announced = [
-            self.type_profiles.announce(
-                hosted.type, hello.code_version, hosted.profile if hosted.HasField("profile") else None
-            )
-            for hosted in hello.types
+            self.type_profiles.announce(h.type, code_version, h.profile if h.HasField("profile") else None)
+            for h in hosted
         ]
         await asyncio.gather(*(self.type_profiles.save(profile) for profile in announced))
+
+    async def open(self, hello: rt.Hello, principal: Principal = ANONYMOUS) -> WorkerSession:
+        # The session exists only after its types are announced, so a stream cancelled meanwhile
+        # leaves none behind.
+        await self._announce_types(hello.types, hello.code_version)
         session = WorkerSession(
             id=f"{self.replica}-{next(self._session_ids)}",
             worker_id=hello.worker_id,
@@ -171,6 +174,7 @@ class Runtime(Component):
             announced=next(self._announcements),
             capacity=hello.capacity,
             last_seen=self.clock.monotonic(),
+            principal=principal,
         )
         # Its worker's other session, on any replica, ends now: its leases are no longer live.
         row = SessionRow(
@@ -188,6 +192,24 @@ class Runtime(Component):
         self.sessions[hello.worker_id] = session
         self.spawn(self.offer_all(session))
         return session
+
+    async def announce(self, session: WorkerSession, announce: rt.Announce) -> None:
+        """The worker's code changed while connected (``electric dev`` re-imported it): from now on
+        its session hosts the announced types at the new version, and is the newest announcement
+        (a SIGHUP'd entity's next wake may go to it). Its leases go on."""
+        if session.closed:
+            return
+        await self._announce_types(announce.types, announce.code_version)
+        before = session.code_version
+        session.code_version = announce.code_version
+        session.types = frozenset(t.type for t in announce.types)
+        session.announced = next(self._announcements)
+        await self.store.sessions.announce(session.id, tuple(sorted(session.types)), session.code_version)
+        if before != session.code_version:
+            log.info(
+                "worker %s now runs code version %s (was %s)", session.worker_id, session.code_version, before
+            )
+        self.spawn(self.offer_all(session))  # a type it hosts now may have entities waiting
 
     async def close(self, session: WorkerSession, cause: str) -> None:
         if session.closed and not session.leases:

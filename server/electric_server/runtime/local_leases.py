@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 
+from ..core.auth import ANONYMOUS, Principal
 from ..store.base import Ref
 
 __all__ = ["Lease", "WorkerSession", "owe"]
@@ -36,6 +37,8 @@ class WorkerSession:
     draining: bool = False  # takes no new lease
     # Per entity, the newest of this worker's requests still being applied (see WorkerRequests.handle).
     tails: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
+    # Who opened it: an announce (the worker's code changed) is checked against what it may host.
+    principal: Principal = ANONYMOUS
 
     def send(self, message: rt.ConnectResponse) -> None:
         if not self.closed:

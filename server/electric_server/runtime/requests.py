@@ -18,6 +18,7 @@ from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from ..core import validation as v
 from ..core.errors import invalid_argument
 from ..store.base import Ref, Write, WriteOutcome
+from .announcements import check_hosting
 from .answers import check_write, fill, replayed, request_key, result_bytes
 from .local_leases import WorkerSession
 from .writes import marked, runtime_write
@@ -56,6 +57,11 @@ class WorkerRequests:
                 ref = v.ref(request.release.ref)
                 epoch = v.int64(request.release.epoch, "release.epoch")
                 self.after_tail(session, ref, self.release(session, ref, epoch))
+            elif kind == "announce":
+                check_hosting(
+                    request.announce.types, request.announce.code_version, session.principal, "announce"
+                )
+                self._track(session, self.runtime.announce(session, request.announce), [])
             elif kind in ("hello", "batch"):
                 # The reader task's error ends the session with this status (see Connect).
                 raise invalid_argument(

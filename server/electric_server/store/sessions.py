@@ -66,6 +66,10 @@ class SessionBook(abc.ABC):
         replica, ends at once (its leases' holder is no longer live)."""
 
     @abc.abstractmethod
+    async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
+        """The session's worker now hosts ``types`` at ``code_version`` (its code changed)."""
+
+    @abc.abstractmethod
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         """The replica's heartbeat: it and its sessions live ``ttl_ms`` more. Returns the ids
         still in the book (a session missing was ended elsewhere: a hello of its worker)."""
@@ -118,6 +122,11 @@ class MemorySessions(SessionBook, Collection[str]):
         self._rows[session.id] = session
         self._expiry[session.id] = self._clock.monotonic() + ttl_ms / 1000
         self._renewed_ms[session.id] = self._clock.now_ms()
+
+    async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
+        row = self._rows.get(session_id)
+        if row is not None:
+            self._rows[session_id] = row._replace(types=types, code_version=code_version)
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         expiry = self._clock.monotonic() + ttl_ms / 1000

@@ -375,6 +375,7 @@ class ConnectRequest(_message.Message):
     RELEASE_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
+    ANNOUNCE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -389,6 +390,8 @@ class ConnectRequest(_message.Message):
     def drain(self) -> Global___Drain: ...
     @_builtins.property
     def batch(self) -> Global___RequestBatch: ...
+    @_builtins.property
+    def announce(self) -> Global___Announce: ...
     def __init__(
         self,
         *,
@@ -399,16 +402,45 @@ class ConnectRequest(_message.Message):
         release: Global___Release | None = ...,
         drain: Global___Drain | None = ...,
         batch: Global___RequestBatch | None = ...,
+        announce: Global___Announce | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "announce", b"announce", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "announce", b"announce", "batch", b"batch", "drain", b"drain", "heartbeat", b"heartbeat", "hello", b"hello", "msg", b"msg", "release", b"release", "write", b"write"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release", "drain", "batch"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["hello", "heartbeat", "ack", "write", "release", "drain", "batch", "announce"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
 Global___ConnectRequest: _TypeAlias = ConnectRequest  # noqa: Y015
+
+@_typing.final
+class Announce(_message.Message):
+    """A worker whose code changed while connected (`electric dev` re-imported it)
+    announces its new code version and the types it hosts now. The session goes
+    on with its leases; new wakes and `ListWorkers` see the new version.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPES_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
+    code_version: _builtins.str
+    @_builtins.property
+    def types(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostedType]: ...
+    def __init__(
+        self,
+        *,
+        types: _abc.Iterable[Global___HostedType] | None = ...,
+        code_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code_version", b"code_version", "types", b"types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Announce: _TypeAlias = Announce  # noqa: Y015
 
 @_typing.final
 class Welcome(_message.Message):

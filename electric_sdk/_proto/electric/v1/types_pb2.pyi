@@ -578,6 +578,7 @@ class RunValue(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
     message_key: _builtins.str
     """Key of the message event this run processes."""
     status: Global___RunStatus.ValueType
@@ -589,6 +590,10 @@ class RunValue(_message.Message):
     error: _builtins.str
     message_offset: _builtins.int
     """Offset of the message event this run processes."""
+    code_version: _builtins.str
+    """RUN_STATUS_STARTED: the code version of the worker that started this attempt
+    (the version its worker announced; empty from workers older than this field).
+    """
     def __init__(
         self,
         *,
@@ -599,10 +604,11 @@ class RunValue(_message.Message):
         attempt: _builtins.int = ...,
         error: _builtins.str = ...,
         message_offset: _builtins.int = ...,
+        code_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "status", b"status", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "code_version", b"code_version", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "status", b"status", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

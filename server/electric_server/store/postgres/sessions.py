@@ -19,6 +19,7 @@ from typing import Any
 
 from ..sessions import LiveSession, SessionBook, SessionRow
 from .statements import (
+    ANNOUNCE_SESSION,
     END_REPLICA,
     END_REPLICA_SESSIONS,
     END_SESSIONS,
@@ -70,6 +71,10 @@ class PostgresSessions(SessionBook):
             await conn.execute(INSERT_SESSION, *session[:3], list(session.types), *session[4:], ttl_ms)
             await conn.execute(FORGET_SESSIONS, self.forget_after_ms)
             await conn.execute(FORGET_REPLICAS, self.forget_after_ms)
+
+    async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
+        async with self._connection("a worker's new code version") as conn:
+            await conn.execute(ANNOUNCE_SESSION, session_id, list(types), code_version)
 
     async def renew(self, replica: str, session_ids: Collection[str], ttl_ms: int) -> set[str]:
         async with self._connection("a replica's heartbeat") as conn:

@@ -12,6 +12,7 @@ from .known import CLOCK_LAG_MS
 from .schema import COLUMN_TYPES, FEED_BEFORE_COLUMNS, TERMINAL, WANTS_RUNTIME, params, quoted
 
 __all__ = [
+    "ANNOUNCE_SESSION",
     "CURRENT_SNAPSHOT",
     "END_REPLICA",
     "END_REPLICA_SESSIONS",
@@ -210,6 +211,7 @@ INSERT_SESSION = (
     "INSERT INTO sessions (id, worker_id, replica, types, code_version, capacity, expires_at) "
     "VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond')"
 )
+ANNOUNCE_SESSION = "UPDATE sessions SET types = $2::text[], code_version = $3 WHERE id = $1"
 END_SESSIONS = "DELETE FROM sessions WHERE id = ANY($1::text[])"
 END_REPLICA_SESSIONS = "DELETE FROM sessions WHERE replica = $1"
 END_REPLICA = "DELETE FROM replicas WHERE id = $1"

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/runtime_service.proto.
  */
 export const file_electric_v1_runtime_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSKDAQoFSGVsbG8SEQoJd29ya2VyX2lkGAEgASgJEiYKBXR5cGVzGAIgAygLMhcuZWxlY3RyaWMudjEuSG9zdGVkVHlwZRIUCgxjb2RlX3ZlcnNpb24YAyABKAkSEAoIY2FwYWNpdHkYBCABKA0SFwoPYWNjZXB0c19iYXRjaGVzGAUgASgIIi8KCUhlYXJ0YmVhdBIiCgZsZWFzZXMYASADKAsyEi5lbGVjdHJpYy52MS5MZWFzZSJJCgNBY2sSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEg0KBWVwb2NoGAIgASgEEg4KBm9mZnNldBgDIAEoBCI9CgdSZWxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJvCgpUcmFuc2l0aW9uEh4KAnRvGAEgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDQoFY2F1c2UYAiABKAkSMgoIb3V0Y29tZXMYAyADKAsyIC5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lVXBkYXRlIosBChNTaWduYWxPdXRjb21lVXBkYXRlEhIKCnNpZ25hbF9rZXkYASABKAkSKwoHb3V0Y29tZRgCIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAMgASgJEiMKBnNpZ25hbBgEIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbCJBCgtDdXN0b21FdmVudBIMCgR0eXBlGAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiwwMKDFJ1bnRpbWVXcml0ZRISCgpyZXF1ZXN0X2lkGAEgASgEEiMKA3JlZhgCIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgDIAEoBBIoCgxleHBlY3Rfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIPCgdyZWxlYXNlGAUgASgIEhgKEHNlcnZlcl9tYXlfYWJvcnQYBiABKAgSLQoKdHJhbnNpdGlvbhgKIAEoCzIXLmVsZWN0cmljLnYxLlRyYW5zaXRpb25IABIkCgNydW4YCyABKAsyFS5lbGVjdHJpYy52MS5SdW5WYWx1ZUgAEjoKDnNpZ25hbF9vdXRjb21lGAwgASgLMiAuZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZVVwZGF0ZUgAEioKBmN1c3RvbRgNIAEoCzIYLmVsZWN0cmljLnYxLkN1c3RvbUV2ZW50SAASKAoEZXhlYxgOIAEoCzIYLmVsZWN0cmljLnYxLkV4ZWNSZWNlaXB0SAASKQoGb3V0cHV0GA8gASgLMhcuZWxlY3RyaWMudjEuRXhlY091dHB1dEgAQgQKAm9wIgcKBURyYWluIj0KDFJlcXVlc3RCYXRjaBItCghyZXF1ZXN0cxgBIAMoCzIbLmVsZWN0cmljLnYxLkNvbm5lY3RSZXF1ZXN0IrACCg5Db25uZWN0UmVxdWVzdBIjCgVoZWxsbxgBIAEoCzISLmVsZWN0cmljLnYxLkhlbGxvSAASKwoJaGVhcnRiZWF0GAIgASgLMhYuZWxlY3RyaWMudjEuSGVhcnRiZWF0SAASHwoDYWNrGAMgASgLMhAuZWxlY3RyaWMudjEuQWNrSAASKgoFd3JpdGUYBCABKAsyGS5lbGVjdHJpYy52MS5SdW50aW1lV3JpdGVIABInCgdyZWxlYXNlGAUgASgLMhQuZWxlY3RyaWMudjEuUmVsZWFzZUgAEiMKBWRyYWluGAYgASgLMhIuZWxlY3RyaWMudjEuRHJhaW5IABIqCgViYXRjaBgHIAEoCzIZLmVsZWN0cmljLnYxLlJlcXVlc3RCYXRjaEgAQgUKA21zZyJuCgdXZWxjb21lEiwKCWxlYXNlX3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOwoFTGVhc2USIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEg0KBWVwb2NoGAIgASgEIm0KDExlYXNlR3JhbnRlZBIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEiMKBmVudGl0eRgCIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIVCg1yZXN1bWVfb2Zmc2V0GAMgASgEImEKCERlbGl2ZXJ5EiEKBWxlYXNlGAEgASgLMhIuZWxlY3RyaWMudjEuTGVhc2USIQoFZXZlbnQYAiABKAsyEi5lbGVjdHJpYy52MS5FdmVudBIPCgdhdHRlbXB0GAMgASgNIrYBCgtXcml0ZVJlc3VsdBISCgpyZXF1ZXN0X2lkGAEgASgEEg8KB2FwcGxpZWQYAiABKAgSDgoGcmVhc29uGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSIwoGZW50aXR5GAUgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5EgwKBHR4aWQYBiABKAQSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQQoMTGVhc2VSZXZva2VkEiEKBWxlYXNlGAEgASgLMhIuZWxlY3RyaWMudjEuTGVhc2USDgoGcmVhc29uGAIgASgJIkAKDVJlc3BvbnNlQmF0Y2gSLwoJcmVzcG9uc2VzGAEgAygLMhwuZWxlY3RyaWMudjEuQ29ubmVjdFJlc3BvbnNlIrMCCg9Db25uZWN0UmVzcG9uc2USJwoHd2VsY29tZRgBIAEoCzIULmVsZWN0cmljLnYxLldlbGNvbWVIABIyCg1sZWFzZV9ncmFudGVkGAIgASgLMhkuZWxlY3RyaWMudjEuTGVhc2VHcmFudGVkSAASKQoIZGVsaXZlcnkYAyABKAsyFS5lbGVjdHJpYy52MS5EZWxpdmVyeUgAEjAKDHdyaXRlX3Jlc3VsdBgEIAEoCzIYLmVsZWN0cmljLnYxLldyaXRlUmVzdWx0SAASMgoNbGVhc2VfcmV2b2tlZBgFIAEoCzIZLmVsZWN0cmljLnYxLkxlYXNlUmV2b2tlZEgAEisKBWJhdGNoGAYgASgLMhouZWxlY3RyaWMudjEuUmVzcG9uc2VCYXRjaEgAQgUKA21zZzJaCg5SdW50aW1lU2VydmljZRJICgdDb25uZWN0EhsuZWxlY3RyaWMudjEuQ29ubmVjdFJlcXVlc3QaHC5lbGVjdHJpYy52MS5Db25uZWN0UmVzcG9uc2UoATABYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFlbGVjdHJpYy92MS9ydW50aW1lX3NlcnZpY2UucHJvdG8SC2VsZWN0cmljLnYxIkEKCkhvc3RlZFR5cGUSDAoEdHlwZRgBIAEoCRIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZSKDAQoFSGVsbG8SEQoJd29ya2VyX2lkGAEgASgJEiYKBXR5cGVzGAIgAygLMhcuZWxlY3RyaWMudjEuSG9zdGVkVHlwZRIUCgxjb2RlX3ZlcnNpb24YAyABKAkSEAoIY2FwYWNpdHkYBCABKA0SFwoPYWNjZXB0c19iYXRjaGVzGAUgASgIIi8KCUhlYXJ0YmVhdBIiCgZsZWFzZXMYASADKAsyEi5lbGVjdHJpYy52MS5MZWFzZSJJCgNBY2sSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEg0KBWVwb2NoGAIgASgEEg4KBm9mZnNldBgDIAEoBCI9CgdSZWxlYXNlEiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgCIAEoBCJvCgpUcmFuc2l0aW9uEh4KAnRvGAEgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDQoFY2F1c2UYAiABKAkSMgoIb3V0Y29tZXMYAyADKAsyIC5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lVXBkYXRlIosBChNTaWduYWxPdXRjb21lVXBkYXRlEhIKCnNpZ25hbF9rZXkYASABKAkSKwoHb3V0Y29tZRgCIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGZGV0YWlsGAMgASgJEiMKBnNpZ25hbBgEIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbCJBCgtDdXN0b21FdmVudBIMCgR0eXBlGAEgASgJEiQKBGRhdGEYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiwwMKDFJ1bnRpbWVXcml0ZRISCgpyZXF1ZXN0X2lkGAEgASgEEiMKA3JlZhgCIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhINCgVlcG9jaBgDIAEoBBIoCgxleHBlY3Rfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIPCgdyZWxlYXNlGAUgASgIEhgKEHNlcnZlcl9tYXlfYWJvcnQYBiABKAgSLQoKdHJhbnNpdGlvbhgKIAEoCzIXLmVsZWN0cmljLnYxLlRyYW5zaXRpb25IABIkCgNydW4YCyABKAsyFS5lbGVjdHJpYy52MS5SdW5WYWx1ZUgAEjoKDnNpZ25hbF9vdXRjb21lGAwgASgLMiAuZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZVVwZGF0ZUgAEioKBmN1c3RvbRgNIAEoCzIYLmVsZWN0cmljLnYxLkN1c3RvbUV2ZW50SAASKAoEZXhlYxgOIAEoCzIYLmVsZWN0cmljLnYxLkV4ZWNSZWNlaXB0SAASKQoGb3V0cHV0GA8gASgLMhcuZWxlY3RyaWMudjEuRXhlY091dHB1dEgAQgQKAm9wIgcKBURyYWluIj0KDFJlcXVlc3RCYXRjaBItCghyZXF1ZXN0cxgBIAMoCzIbLmVsZWN0cmljLnYxLkNvbm5lY3RSZXF1ZXN0ItsCCg5Db25uZWN0UmVxdWVzdBIjCgVoZWxsbxgBIAEoCzISLmVsZWN0cmljLnYxLkhlbGxvSAASKwoJaGVhcnRiZWF0GAIgASgLMhYuZWxlY3RyaWMudjEuSGVhcnRiZWF0SAASHwoDYWNrGAMgASgLMhAuZWxlY3RyaWMudjEuQWNrSAASKgoFd3JpdGUYBCABKAsyGS5lbGVjdHJpYy52MS5SdW50aW1lV3JpdGVIABInCgdyZWxlYXNlGAUgASgLMhQuZWxlY3RyaWMudjEuUmVsZWFzZUgAEiMKBWRyYWluGAYgASgLMhIuZWxlY3RyaWMudjEuRHJhaW5IABIqCgViYXRjaBgHIAEoCzIZLmVsZWN0cmljLnYxLlJlcXVlc3RCYXRjaEgAEikKCGFubm91bmNlGAggASgLMhUuZWxlY3RyaWMudjEuQW5ub3VuY2VIAEIFCgNtc2ciSAoIQW5ub3VuY2USJgoFdHlwZXMYASADKAsyFy5lbGVjdHJpYy52MS5Ib3N0ZWRUeXBlEhQKDGNvZGVfdmVyc2lvbhgCIAEoCSJuCgdXZWxjb21lEiwKCWxlYXNlX3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iOwoFTGVhc2USIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEg0KBWVwb2NoGAIgASgEIm0KDExlYXNlR3JhbnRlZBIhCgVsZWFzZRgBIAEoCzISLmVsZWN0cmljLnYxLkxlYXNlEiMKBmVudGl0eRgCIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIVCg1yZXN1bWVfb2Zmc2V0GAMgASgEImEKCERlbGl2ZXJ5EiEKBWxlYXNlGAEgASgLMhIuZWxlY3RyaWMudjEuTGVhc2USIQoFZXZlbnQYAiABKAsyEi5lbGVjdHJpYy52MS5FdmVudBIPCgdhdHRlbXB0GAMgASgNIrYBCgtXcml0ZVJlc3VsdBISCgpyZXF1ZXN0X2lkGAEgASgEEg8KB2FwcGxpZWQYAiABKAgSDgoGcmVhc29uGAMgASgJEg8KB21lc3NhZ2UYBCABKAkSIwoGZW50aXR5GAUgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5EgwKBHR4aWQYBiABKAQSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQQoMTGVhc2VSZXZva2VkEiEKBWxlYXNlGAEgASgLMhIuZWxlY3RyaWMudjEuTGVhc2USDgoGcmVhc29uGAIgASgJIkAKDVJlc3BvbnNlQmF0Y2gSLwoJcmVzcG9uc2VzGAEgAygLMhwuZWxlY3RyaWMudjEuQ29ubmVjdFJlc3BvbnNlIrMCCg9Db25uZWN0UmVzcG9uc2USJwoHd2VsY29tZRgBIAEoCzIULmVsZWN0cmljLnYxLldlbGNvbWVIABIyCg1sZWFzZV9ncmFudGVkGAIgASgLMhkuZWxlY3RyaWMudjEuTGVhc2VHcmFudGVkSAASKQoIZGVsaXZlcnkYAyABKAsyFS5lbGVjdHJpYy52MS5EZWxpdmVyeUgAEjAKDHdyaXRlX3Jlc3VsdBgEIAEoCzIYLmVsZWN0cmljLnYxLldyaXRlUmVzdWx0SAASMgoNbGVhc2VfcmV2b2tlZBgFIAEoCzIZLmVsZWN0cmljLnYxLkxlYXNlUmV2b2tlZEgAEisKBWJhdGNoGAYgASgLMhouZWxlY3RyaWMudjEuUmVzcG9uc2VCYXRjaEgAQgUKA21zZzJaCg5SdW50aW1lU2VydmljZRJICgdDb25uZWN0EhsuZWxlY3RyaWMudjEuQ29ubmVjdFJlcXVlc3QaHC5lbGVjdHJpYy52MS5Db25uZWN0UmVzcG9uc2UoATABYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.HostedType
@@ -436,6 +436,12 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
      */
     value: RequestBatch;
     case: "batch";
+  } | {
+    /**
+     * @generated from field: electric.v1.Announce announce = 8;
+     */
+    value: Announce;
+    case: "announce";
   } | { case: undefined; value?: undefined };
 };
 
@@ -445,6 +451,32 @@ export type ConnectRequest = Message<"electric.v1.ConnectRequest"> & {
  */
 export const ConnectRequestSchema: GenMessage<ConnectRequest> = /*@__PURE__*/
   messageDesc(file_electric_v1_runtime_service, 11);
+
+/**
+ * A worker whose code changed while connected (`electric dev` re-imported it)
+ * announces its new code version and the types it hosts now. The session goes
+ * on with its leases; new wakes and `ListWorkers` see the new version.
+ *
+ * @generated from message electric.v1.Announce
+ */
+export type Announce = Message<"electric.v1.Announce"> & {
+  /**
+   * @generated from field: repeated electric.v1.HostedType types = 1;
+   */
+  types: HostedType[];
+
+  /**
+   * @generated from field: string code_version = 2;
+   */
+  codeVersion: string;
+};
+
+/**
+ * Describes the message electric.v1.Announce.
+ * Use `create(AnnounceSchema)` to create a new message.
+ */
+export const AnnounceSchema: GenMessage<Announce> = /*@__PURE__*/
+  messageDesc(file_electric_v1_runtime_service, 12);
 
 /**
  * @generated from message electric.v1.Welcome
@@ -466,7 +498,7 @@ export type Welcome = Message<"electric.v1.Welcome"> & {
  * Use `create(WelcomeSchema)` to create a new message.
  */
 export const WelcomeSchema: GenMessage<Welcome> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 12);
+  messageDesc(file_electric_v1_runtime_service, 13);
 
 /**
  * @generated from message electric.v1.Lease
@@ -488,7 +520,7 @@ export type Lease = Message<"electric.v1.Lease"> & {
  * Use `create(LeaseSchema)` to create a new message.
  */
 export const LeaseSchema: GenMessage<Lease> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 13);
+  messageDesc(file_electric_v1_runtime_service, 14);
 
 /**
  * @generated from message electric.v1.LeaseGranted
@@ -518,7 +550,7 @@ export type LeaseGranted = Message<"electric.v1.LeaseGranted"> & {
  * Use `create(LeaseGrantedSchema)` to create a new message.
  */
 export const LeaseGrantedSchema: GenMessage<LeaseGranted> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 14);
+  messageDesc(file_electric_v1_runtime_service, 15);
 
 /**
  * @generated from message electric.v1.Delivery
@@ -547,7 +579,7 @@ export type Delivery = Message<"electric.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 15);
+  messageDesc(file_electric_v1_runtime_service, 16);
 
 /**
  * @generated from message electric.v1.WriteResult
@@ -598,7 +630,7 @@ export type WriteResult = Message<"electric.v1.WriteResult"> & {
  * Use `create(WriteResultSchema)` to create a new message.
  */
 export const WriteResultSchema: GenMessage<WriteResult> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 16);
+  messageDesc(file_electric_v1_runtime_service, 17);
 
 /**
  * @generated from message electric.v1.LeaseRevoked
@@ -622,7 +654,7 @@ export type LeaseRevoked = Message<"electric.v1.LeaseRevoked"> & {
  * Use `create(LeaseRevokedSchema)` to create a new message.
  */
 export const LeaseRevokedSchema: GenMessage<LeaseRevoked> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 17);
+  messageDesc(file_electric_v1_runtime_service, 18);
 
 /**
  * Several responses in one stream message, in order; sent only to a worker
@@ -643,7 +675,7 @@ export type ResponseBatch = Message<"electric.v1.ResponseBatch"> & {
  * Use `create(ResponseBatchSchema)` to create a new message.
  */
 export const ResponseBatchSchema: GenMessage<ResponseBatch> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 18);
+  messageDesc(file_electric_v1_runtime_service, 19);
 
 /**
  * @generated from message electric.v1.ConnectResponse
@@ -696,7 +728,7 @@ export type ConnectResponse = Message<"electric.v1.ConnectResponse"> & {
  * Use `create(ConnectResponseSchema)` to create a new message.
  */
 export const ConnectResponseSchema: GenMessage<ConnectResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_runtime_service, 19);
+  messageDesc(file_electric_v1_runtime_service, 20);
 
 /**
  * The runtime's side of the control plane: a worker's session.
