@@ -270,6 +270,21 @@ async def test_paused_entities_get_no_messages_until_sigcont(runtime_server: Ele
         worker.close()
 
 
+async def reload_and_wake(
+    stub: api_grpc.EntityServiceStub, holder: RawWorker, ref: pb.EntityRef, lease: rt.Lease
+) -> None:
+    """SIGHUP a running entity its ``holder`` leases: the holder goes idle (``reload``) and lets
+    go, and a message wakes the entity on whichever worker the server picks now."""
+    await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
+    await holder.next("delivery")
+    idle = await holder.write(
+        ref, lease.epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_IDLE, cause="reload")
+    )
+    assert idle.applied
+    holder.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
+    await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+
+
 async def test_sighup_sends_the_next_wake_to_the_newest_code(runtime_server: ElectricServer) -> None:
     async with grpc.aio.insecure_channel(runtime_server.address) as channel:
         stub = api_grpc.EntityServiceStub(channel)
@@ -277,14 +292,7 @@ async def test_sighup_sends_the_next_wake_to_the_newest_code(runtime_server: Ele
         ref, lease = await running(stub, old, "hup")
         new = RawWorker(channel, "w-new", ["agent"], version="v2")
         await new.next("welcome")
-        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
-        await old.next("delivery")
-        idle = await old.write(
-            ref, lease.epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_IDLE, cause="reload")
-        )
-        assert idle.applied
-        old.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
-        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+        await reload_and_wake(stub, old, ref, lease)
         granted = await new.next("lease_granted")  # v2 is the newest announced: it gets the wake
         assert granted.entity.state == pb.STATE_IDLE
         old.close()
@@ -326,7 +334,13 @@ async def test_workers_need_the_runtime_scope(start_server: StartServer, tmp_pat
             call, accepted = await connect("worker-token-1", ["agent"])
             assert accepted
             assert (await call.read()).HasField("welcome")
-        call.cancel()
+        # An announce (the worker's code changed) is held to the same types as its hello.
+        announce = rt.Announce(types=[rt.HostedType(type="other")], code_version="v2")
+        await call.write(rt.ConnectRequest(announce=announce))
+        with anyio.fail_after(10), pytest.raises(grpc.aio.AioRpcError) as denied:
+            await read_to_end(call)
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert error_info(denied.value).reason == "TYPE_NOT_ALLOWED"
 
 
 async def test_a_killed_entity_closes_when_its_lease_ends(runtime_server: ElectricServer) -> None:
@@ -837,14 +851,7 @@ async def test_an_announce_moves_the_session_to_its_new_version(runtime_server: 
                     break
                 await asyncio.sleep(0.01)  # a bounded wait: an announce has no answer
         assert versions == {"w-first": ("v2", 2), "w-second": ("v1", 0)}
-        await stub.SignalEntity(api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGHUP))
-        await first.next("delivery")
-        idle = await first.write(
-            ref, lease.epoch, pb.STATE_RUNNING, transition=rt.Transition(to=pb.STATE_IDLE, cause="reload")
-        )
-        assert idle.applied
-        first.requests.put_nowait(rt.ConnectRequest(release=rt.Release(ref=ref, epoch=lease.epoch)))
-        await stub.SendMessage(api.SendMessageRequest(ref=ref, text="wake up"))
+        await reload_and_wake(stub, first, ref, lease)
         granted = await first.next("lease_granted")  # v2, the newest announced, gets the wake
         assert granted.lease.ref == ref
         first.close()

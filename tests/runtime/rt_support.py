@@ -182,3 +182,17 @@ COMPLETED, ABORTED, FAILED, STARTED, STEP = (
     pb.RUN_STATUS_STARTED,
     pb.RUN_STATUS_STEP,
 )
+
+
+# An app module whose entity writes ``{version}`` as its output: a test writes it, edits it and
+# sees `electric dev`'s reload (AppReloader) pick the edit up at the next wake.
+HOT_APP = """
+from electric_sdk.runtime import App
+
+app = App()
+
+
+@app.entity("hot")
+async def hot(ctx, message):
+    ctx.output.write("{version}")
+"""

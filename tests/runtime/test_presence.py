@@ -24,6 +24,7 @@ from electric_sdk.testing import TestServer
 
 from .rt_support import (
     COMPLETED,
+    HOT_APP,
     STARTED,
     TIMEOUT_S,
     Probe,
@@ -222,18 +223,6 @@ async def test_http_get_names_the_worker_holding_the_lease(
         assert answer.json()["holder"]["worker_id"] == "w-http-holder"
 
 
-RELOADED_MODULE = """
-from electric_sdk.runtime import App
-
-app = App()
-
-
-@app.entity("hot")
-async def hot(ctx, message):
-    ctx.output.write("{version}")
-"""
-
-
 async def test_a_reload_is_logged_announced_and_named_by_the_runs_it_starts(
     electric: TestServer,
     client: AsyncClient,
@@ -247,7 +236,7 @@ async def test_a_reload_is_logged_announced_and_named_by_the_runs_it_starts(
     caplog.set_level(logging.INFO, logger="electric.runtime")
     module = f"presence_reloaded_{uuid.uuid4().hex[:8]}"  # a name of its own: each store's run imports its own module
     source = tmp_path / f"{module}.py"
-    source.write_text(RELOADED_MODULE.format(version="v1"))
+    source.write_text(HOT_APP.format(version="v1"))
     monkeypatch.syspath_prepend(str(tmp_path))
     reloader = AppReloader(f"{module}:app")
     v1 = reloader.app.code_version
@@ -259,7 +248,7 @@ async def test_a_reload_is_logged_announced_and_named_by_the_runs_it_starts(
         assert worker.code_version == v1
         await client.reload("hot/h")
         await until(client, "hot/h", state_is("idle", "reload"))
-        source.write_text(RELOADED_MODULE.format(version="v2 (edited)"))
+        source.write_text(HOT_APP.format(version="v2 (edited)"))
         two = await client.send("hot/h", "b")
         assert (await until(client, "hot/h", run_status(COMPLETED, two.key))).raw.run.output == "v2 (edited)"
         v2 = reloader.app.code_version

@@ -16,6 +16,7 @@ from electric_sdk.testing import TestServer
 from .rt_support import (
     ABORTED,
     COMPLETED,
+    HOT_APP,
     STARTED,
     TIMEOUT_S,
     Probe,
@@ -157,23 +158,11 @@ async def test_worker_authenticates_with_a_runtime_token(tmp_path: Path) -> None
             await until(client, "probe/auth", run_status(COMPLETED, receipt.key))
 
 
-HOT_MODULE = """
-from electric_sdk.runtime import App
-
-app = App()
-
-
-@app.entity("hot")
-async def hot(ctx, message):
-    ctx.output.write("{version}")
-"""
-
-
 async def test_dev_reloads_the_app_on_the_wake_after_sighup(
     electric: TestServer, client: AsyncClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = tmp_path / "hot_agents_for_reload.py"
-    source.write_text(HOT_MODULE.format(version="v1"))
+    source.write_text(HOT_APP.format(version="v1"))
     monkeypatch.syspath_prepend(str(tmp_path))
     reloader = AppReloader("hot_agents_for_reload:app")
     async with running_worker(reloader.app, electric.address, reload_app=reloader):
@@ -182,7 +171,7 @@ async def test_dev_reloads_the_app_on_the_wake_after_sighup(
         assert (await until(client, "hot/h", run_status(COMPLETED, one.key))).raw.run.output == "v1"
         await client.reload("hot/h")
         await until(client, "hot/h", state_is("idle", "reload"))
-        source.write_text(HOT_MODULE.format(version="v2"))
+        source.write_text(HOT_APP.format(version="v2"))
         two = await client.send("hot/h", "b")
         assert (await until(client, "hot/h", run_status(COMPLETED, two.key))).raw.run.output == "v2"
         events = (await client.events("hot/h", 0, 200)).events
