@@ -79,6 +79,15 @@ class EntityServiceStub:
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
     """
+    ListVersions: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]
+    """Per entity type, each code version announced: its workers, its runs in
+    flight, and which version new wakes get. Needs the `admin` scope.
+    """
+    SetVersion: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]
+    """Choose the version new wakes of a type get (a rollback is choosing an
+    older one; runs in flight stay bound to theirs), or ramp a share of the
+    type's entities to another. Needs the `admin` scope.
+    """
 
 @_typing.type_check_only
 class EntityServiceAsyncStub(EntityServiceStub):
@@ -124,6 +133,15 @@ class EntityServiceAsyncStub(EntityServiceStub):
     ListWorkers: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListWorkersRequest, _entity_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
+    """
+    ListVersions: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]  # type: ignore[assignment]
+    """Per entity type, each code version announced: its workers, its runs in
+    flight, and which version new wakes get. Needs the `admin` scope.
+    """
+    SetVersion: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]  # type: ignore[assignment]
+    """Choose the version new wakes of a type get (a rollback is choosing an
+    older one; runs in flight stay bound to theirs), or ramp a share of the
+    type's entities to another. Needs the `admin` scope.
     """
 
 class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -232,6 +250,27 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_entity_service_pb2.ListWorkersResponse, _abc.Awaitable[_entity_service_pb2.ListWorkersResponse]]:
         """The worker sessions connected now, on every replica of the store
         (cluster-wide on PostgreSQL), ordered by worker id.
+        """
+
+    @_abc_1.abstractmethod
+    def ListVersions(
+        self,
+        request: _entity_service_pb2.ListVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.ListVersionsResponse, _abc.Awaitable[_entity_service_pb2.ListVersionsResponse]]:
+        """Per entity type, each code version announced: its workers, its runs in
+        flight, and which version new wakes get. Needs the `admin` scope.
+        """
+
+    @_abc_1.abstractmethod
+    def SetVersion(
+        self,
+        request: _entity_service_pb2.SetVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.SetVersionResponse, _abc.Awaitable[_entity_service_pb2.SetVersionResponse]]:
+        """Choose the version new wakes of a type get (a rollback is choosing an
+        older one; runs in flight stay bound to theirs), or ramp a share of the
+        type's entities to another. Needs the `admin` scope.
         """
 
 def add_EntityServiceServicer_to_server(servicer: EntityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

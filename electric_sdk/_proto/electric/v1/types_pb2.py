@@ -27,55 +27,57 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65lectric/v1/types.proto\x12\x0b\x65lectric.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"%\n\tEntityRef\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"k\n\x07Profile\x12/\n\x0cgrace_period\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cidle_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xb8\x03\n\x06\x45ntity\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.electric.v1.State\x12%\n\x07profile\x18\x03 \x01(\x0b\x32\x14.electric.v1.Profile\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bhead_offset\x18\x06 \x01(\x04\x12\x0e\n\x06\x63losed\x18\x07 \x01(\x08\x12\x35\n\x11stopping_deadline\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04txid\x18\t \x01(\x04\x12\x32\n\x0fpending_profile\x18\n \x03(\x0e\x32\x19.electric.v1.ProfileField\x12\x17\n\x0fmessage_waiting\x18\x0b \x01(\x08\x12(\n\x06holder\x18\x0c \x01(\x0b\x32\x18.electric.v1.LeaseHolder\"Q\n\x0bLeaseHolder\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"v\n\x0c\x45ventHeaders\x12)\n\toperation\x18\x01 \x01(\x0e\x32\x16.electric.v1.Operation\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04txid\x18\x03 \x01(\x04\"\xa0\x02\n\x0bSignalValue\x12#\n\x06signal\x18\x01 \x01(\x0e\x32\x13.electric.v1.Signal\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\'\n\x07payload\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.electric.v1.SignalOutcome\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12*\n\x0eprevious_state\x18\x07 \x01(\x0e\x32\x12.electric.v1.State\x12%\n\tnew_state\x18\x08 \x01(\x0e\x32\x12.electric.v1.State\x12\x13\n\x0bmessage_key\x18\t \x01(\t\"\xac\x01\n\nStateValue\x12!\n\x05state\x18\x01 \x01(\x0e\x32\x12.electric.v1.State\x12*\n\x0eprevious_state\x18\x02 \x01(\x0e\x32\x12.electric.v1.State\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\x12\x12\n\nsignal_key\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"R\n\x0cMessageValue\x12\x0c\n\x04text\x18\x01 \x01(\t\x12$\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0e\n\x06sender\x18\x03 \x01(\t\"\xb3\x01\n\x08RunValue\x12\x13\n\x0bmessage_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.electric.v1.RunStatus\x12\x0c\n\x04step\x18\x03 \x01(\t\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x16\n\x0emessage_offset\x18\x07 \x01(\x04\x12\x14\n\x0c\x63ode_version\x18\x08 \x01(\t\"3\n\x0b\x43ustomValue\x12$\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"}\n\x11ProcessGeneration\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x12\n\nstart_time\x18\x04 \x01(\x04\x12\x0f\n\x07\x62oot_id\x18\x05 \x01(\t\x12\x11\n\tworker_id\x18\x06 \x01(\t\"\xdb\x03\n\x0b\x45xecReceipt\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x32\n\ngeneration\x18\x02 \x01(\x0b\x32\x1e.electric.v1.ProcessGeneration\x12\'\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x17.electric.v1.ExecAction\x12\x13\n\x0b\x61\x63tion_name\x18\x04 \x01(\t\x12\x31\n\x0b\x64isposition\x18\x05 \x01(\x0e\x32\x1c.electric.v1.ExecDisposition\x12-\n\tissued_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tescalated\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\n \x01(\t\x12\x12\n\nsignal_key\x18\x0b \x01(\t\x12\x18\n\x0b\x65xit_status\x18\x0c \x01(\x05H\x00\x88\x01\x01\x12*\n\x07timeout\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05group\x18\x0e \x01(\x08\x12\x0c\n\x04tags\x18\x0f \x03(\tB\x0e\n\x0c_exit_status\"y\n\nExecOutput\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x15\n\rdropped_bytes\x18\x06 \x01(\x04\"\x92\x03\n\x05\x45vent\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12*\n\x07headers\x18\x04 \x01(\x0b\x32\x19.electric.v1.EventHeaders\x12*\n\x06signal\x18\n \x01(\x0b\x32\x18.electric.v1.SignalValueH\x00\x12(\n\x05state\x18\x0b \x01(\x0b\x32\x17.electric.v1.StateValueH\x00\x12,\n\x07message\x18\x0c \x01(\x0b\x32\x19.electric.v1.MessageValueH\x00\x12$\n\x03run\x18\r \x01(\x0b\x32\x15.electric.v1.RunValueH\x00\x12*\n\x06\x63ustom\x18\x0e \x01(\x0b\x32\x18.electric.v1.CustomValueH\x00\x12(\n\x04\x65xec\x18\x0f \x01(\x0b\x32\x18.electric.v1.ExecReceiptH\x00\x12)\n\x06output\x18\x10 \x01(\x0b\x32\x17.electric.v1.ExecOutputH\x00\x42\x07\n\x05value*\xa9\x01\n\x06Signal\x12\x16\n\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x11\n\rSIGNAL_SIGINT\x10\x01\x12\x11\n\rSIGNAL_SIGHUP\x10\x02\x12\x12\n\x0eSIGNAL_SIGTERM\x10\x03\x12\x12\n\x0eSIGNAL_SIGKILL\x10\x04\x12\x12\n\x0eSIGNAL_SIGSTOP\x10\x05\x12\x12\n\x0eSIGNAL_SIGCONT\x10\x06\x12\x11\n\rSIGNAL_SIGUSR\x10\x07*\xa0\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_SPAWNING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x0e\n\nSTATE_IDLE\x10\x03\x12\x10\n\x0cSTATE_PAUSED\x10\x04\x12\x12\n\x0eSTATE_STOPPING\x10\x05\x12\x11\n\rSTATE_STOPPED\x10\x06\x12\x10\n\x0cSTATE_KILLED\x10\x07*\x84\x02\n\rSignalOutcome\x12\x1e\n\x1aSIGNAL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16SIGNAL_OUTCOME_PENDING\x10\x01\x12\x1f\n\x1bSIGNAL_OUTCOME_TRANSITIONED\x10\x02\x12\x1a\n\x16SIGNAL_OUTCOME_IGNORED\x10\x03\x12\x1c\n\x18SIGNAL_OUTCOME_DELIVERED\x10\x04\x12\x1a\n\x16SIGNAL_OUTCOME_ABORTED\x10\x05\x12%\n!SIGNAL_OUTCOME_SHUTDOWN_REQUESTED\x10\x06\x12\x19\n\x15SIGNAL_OUTCOME_FAILED\x10\x07*h\n\tOperation\x12\x19\n\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n\x10OPERATION_INSERT\x10\x01\x12\x14\n\x10OPERATION_UPDATE\x10\x02\x12\x14\n\x10OPERATION_DELETE\x10\x03*\x9d\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_STARTED\x10\x01\x12\x13\n\x0fRUN_STATUS_STEP\x10\x02\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x03\x12\x16\n\x12RUN_STATUS_ABORTED\x10\x04\x12\x15\n\x11RUN_STATUS_FAILED\x10\x05*m\n\x0cProfileField\x12\x1d\n\x19PROFILE_FIELD_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROFILE_FIELD_GRACE_PERIOD\x10\x01\x12\x1e\n\x1aPROFILE_FIELD_IDLE_TIMEOUT\x10\x02*\xb9\x01\n\nExecAction\x12\x1b\n\x17\x45XEC_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45XEC_ACTION_START\x10\x01\x12\x18\n\x14\x45XEC_ACTION_GRACEFUL\x10\x02\x12\x15\n\x11\x45XEC_ACTION_FORCE\x10\x03\x12\x17\n\x13\x45XEC_ACTION_FORWARD\x10\x04\x12\x14\n\x10\x45XEC_ACTION_EXIT\x10\x05\x12\x17\n\x13\x45XEC_ACTION_RECOVER\x10\x06*\xa8\x01\n\x0f\x45xecDisposition\x12 \n\x1c\x45XEC_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XEC_DISPOSITION_ISSUED\x10\x01\x12\x19\n\x15\x45XEC_DISPOSITION_HELD\x10\x02\x12\x1c\n\x18\x45XEC_DISPOSITION_REFUSED\x10\x03\x12\x1d\n\x19\x45XEC_DISPOSITION_OBSERVED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65lectric/v1/types.proto\x12\x0b\x65lectric.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"%\n\tEntityRef\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"k\n\x07Profile\x12/\n\x0cgrace_period\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cidle_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x87\x04\n\x06\x45ntity\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.electric.v1.State\x12%\n\x07profile\x18\x03 \x01(\x0b\x32\x14.electric.v1.Profile\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bhead_offset\x18\x06 \x01(\x04\x12\x0e\n\x06\x63losed\x18\x07 \x01(\x08\x12\x35\n\x11stopping_deadline\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04txid\x18\t \x01(\x04\x12\x32\n\x0fpending_profile\x18\n \x03(\x0e\x32\x19.electric.v1.ProfileField\x12\x17\n\x0fmessage_waiting\x18\x0b \x01(\x08\x12(\n\x06holder\x18\x0c \x01(\x0b\x32\x18.electric.v1.LeaseHolder\x12\x1a\n\x12\x62ound_code_version\x18\r \x01(\t\x12\x31\n\rwaiting_since\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Q\n\x0bLeaseHolder\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"v\n\x0c\x45ventHeaders\x12)\n\toperation\x18\x01 \x01(\x0e\x32\x16.electric.v1.Operation\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04txid\x18\x03 \x01(\x04\"\xa0\x02\n\x0bSignalValue\x12#\n\x06signal\x18\x01 \x01(\x0e\x32\x13.electric.v1.Signal\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\'\n\x07payload\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.electric.v1.SignalOutcome\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\x12*\n\x0eprevious_state\x18\x07 \x01(\x0e\x32\x12.electric.v1.State\x12%\n\tnew_state\x18\x08 \x01(\x0e\x32\x12.electric.v1.State\x12\x13\n\x0bmessage_key\x18\t \x01(\t\"\xac\x01\n\nStateValue\x12!\n\x05state\x18\x01 \x01(\x0e\x32\x12.electric.v1.State\x12*\n\x0eprevious_state\x18\x02 \x01(\x0e\x32\x12.electric.v1.State\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\x12\x12\n\nsignal_key\x18\x04 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"R\n\x0cMessageValue\x12\x0c\n\x04text\x18\x01 \x01(\t\x12$\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x0e\n\x06sender\x18\x03 \x01(\t\"\xb3\x01\n\x08RunValue\x12\x13\n\x0bmessage_key\x18\x01 \x01(\t\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.electric.v1.RunStatus\x12\x0c\n\x04step\x18\x03 \x01(\t\x12\x0e\n\x06output\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x16\n\x0emessage_offset\x18\x07 \x01(\x04\x12\x14\n\x0c\x63ode_version\x18\x08 \x01(\t\"3\n\x0b\x43ustomValue\x12$\n\x04\x64\x61ta\x18\x01 \x01(\x0b\x32\x16.google.protobuf.Value\"}\n\x11ProcessGeneration\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x12\n\nstart_time\x18\x04 \x01(\x04\x12\x0f\n\x07\x62oot_id\x18\x05 \x01(\t\x12\x11\n\tworker_id\x18\x06 \x01(\t\"\xdb\x03\n\x0b\x45xecReceipt\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x32\n\ngeneration\x18\x02 \x01(\x0b\x32\x1e.electric.v1.ProcessGeneration\x12\'\n\x06\x61\x63tion\x18\x03 \x01(\x0e\x32\x17.electric.v1.ExecAction\x12\x13\n\x0b\x61\x63tion_name\x18\x04 \x01(\t\x12\x31\n\x0b\x64isposition\x18\x05 \x01(\x0e\x32\x1c.electric.v1.ExecDisposition\x12-\n\tissued_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tescalated\x18\x08 \x01(\x08\x12\x0e\n\x06reason\x18\t \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\n \x01(\t\x12\x12\n\nsignal_key\x18\x0b \x01(\t\x12\x18\n\x0b\x65xit_status\x18\x0c \x01(\x05H\x00\x88\x01\x01\x12*\n\x07timeout\x18\r \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05group\x18\x0e \x01(\x08\x12\x0c\n\x04tags\x18\x0f \x03(\tB\x0e\n\x0c_exit_status\"y\n\nExecOutput\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12\x0e\n\x06stream\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x15\n\rdropped_bytes\x18\x06 \x01(\x04\"\x92\x03\n\x05\x45vent\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12*\n\x07headers\x18\x04 \x01(\x0b\x32\x19.electric.v1.EventHeaders\x12*\n\x06signal\x18\n \x01(\x0b\x32\x18.electric.v1.SignalValueH\x00\x12(\n\x05state\x18\x0b \x01(\x0b\x32\x17.electric.v1.StateValueH\x00\x12,\n\x07message\x18\x0c \x01(\x0b\x32\x19.electric.v1.MessageValueH\x00\x12$\n\x03run\x18\r \x01(\x0b\x32\x15.electric.v1.RunValueH\x00\x12*\n\x06\x63ustom\x18\x0e \x01(\x0b\x32\x18.electric.v1.CustomValueH\x00\x12(\n\x04\x65xec\x18\x0f \x01(\x0b\x32\x18.electric.v1.ExecReceiptH\x00\x12)\n\x06output\x18\x10 \x01(\x0b\x32\x17.electric.v1.ExecOutputH\x00\x42\x07\n\x05value*\xa9\x01\n\x06Signal\x12\x16\n\x12SIGNAL_UNSPECIFIED\x10\x00\x12\x11\n\rSIGNAL_SIGINT\x10\x01\x12\x11\n\rSIGNAL_SIGHUP\x10\x02\x12\x12\n\x0eSIGNAL_SIGTERM\x10\x03\x12\x12\n\x0eSIGNAL_SIGKILL\x10\x04\x12\x12\n\x0eSIGNAL_SIGSTOP\x10\x05\x12\x12\n\x0eSIGNAL_SIGCONT\x10\x06\x12\x11\n\rSIGNAL_SIGUSR\x10\x07*\xa0\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_SPAWNING\x10\x01\x12\x11\n\rSTATE_RUNNING\x10\x02\x12\x0e\n\nSTATE_IDLE\x10\x03\x12\x10\n\x0cSTATE_PAUSED\x10\x04\x12\x12\n\x0eSTATE_STOPPING\x10\x05\x12\x11\n\rSTATE_STOPPED\x10\x06\x12\x10\n\x0cSTATE_KILLED\x10\x07*\x84\x02\n\rSignalOutcome\x12\x1e\n\x1aSIGNAL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16SIGNAL_OUTCOME_PENDING\x10\x01\x12\x1f\n\x1bSIGNAL_OUTCOME_TRANSITIONED\x10\x02\x12\x1a\n\x16SIGNAL_OUTCOME_IGNORED\x10\x03\x12\x1c\n\x18SIGNAL_OUTCOME_DELIVERED\x10\x04\x12\x1a\n\x16SIGNAL_OUTCOME_ABORTED\x10\x05\x12%\n!SIGNAL_OUTCOME_SHUTDOWN_REQUESTED\x10\x06\x12\x19\n\x15SIGNAL_OUTCOME_FAILED\x10\x07*h\n\tOperation\x12\x19\n\x15OPERATION_UNSPECIFIED\x10\x00\x12\x14\n\x10OPERATION_INSERT\x10\x01\x12\x14\n\x10OPERATION_UPDATE\x10\x02\x12\x14\n\x10OPERATION_DELETE\x10\x03*\x9d\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_STARTED\x10\x01\x12\x13\n\x0fRUN_STATUS_STEP\x10\x02\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x03\x12\x16\n\x12RUN_STATUS_ABORTED\x10\x04\x12\x15\n\x11RUN_STATUS_FAILED\x10\x05*m\n\x0cProfileField\x12\x1d\n\x19PROFILE_FIELD_UNSPECIFIED\x10\x00\x12\x1e\n\x1aPROFILE_FIELD_GRACE_PERIOD\x10\x01\x12\x1e\n\x1aPROFILE_FIELD_IDLE_TIMEOUT\x10\x02*\xb9\x01\n\nExecAction\x12\x1b\n\x17\x45XEC_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45XEC_ACTION_START\x10\x01\x12\x18\n\x14\x45XEC_ACTION_GRACEFUL\x10\x02\x12\x15\n\x11\x45XEC_ACTION_FORCE\x10\x03\x12\x17\n\x13\x45XEC_ACTION_FORWARD\x10\x04\x12\x14\n\x10\x45XEC_ACTION_EXIT\x10\x05\x12\x17\n\x13\x45XEC_ACTION_RECOVER\x10\x06*\xa8\x01\n\x0f\x45xecDisposition\x12 \n\x1c\x45XEC_DISPOSITION_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45XEC_DISPOSITION_ISSUED\x10\x01\x12\x19\n\x15\x45XEC_DISPOSITION_HELD\x10\x02\x12\x1c\n\x18\x45XEC_DISPOSITION_REFUSED\x10\x03\x12\x1d\n\x19\x45XEC_DISPOSITION_OBSERVED\x10\x04*\\\n\nVersioning\x12\x1a\n\x16VERSIONING_UNSPECIFIED\x10\x00\x12\x15\n\x11VERSIONING_PINNED\x10\x01\x12\x1b\n\x17VERSIONING_AUTO_UPGRADE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'electric.v1.types_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SIGNAL']._serialized_start=2848
-  _globals['_SIGNAL']._serialized_end=3017
-  _globals['_STATE']._serialized_start=3020
-  _globals['_STATE']._serialized_end=3180
-  _globals['_SIGNALOUTCOME']._serialized_start=3183
-  _globals['_SIGNALOUTCOME']._serialized_end=3443
-  _globals['_OPERATION']._serialized_start=3445
-  _globals['_OPERATION']._serialized_end=3549
-  _globals['_RUNSTATUS']._serialized_start=3552
-  _globals['_RUNSTATUS']._serialized_end=3709
-  _globals['_PROFILEFIELD']._serialized_start=3711
-  _globals['_PROFILEFIELD']._serialized_end=3820
-  _globals['_EXECACTION']._serialized_start=3823
-  _globals['_EXECACTION']._serialized_end=4008
-  _globals['_EXECDISPOSITION']._serialized_start=4011
-  _globals['_EXECDISPOSITION']._serialized_end=4179
+  _globals['_SIGNAL']._serialized_start=2927
+  _globals['_SIGNAL']._serialized_end=3096
+  _globals['_STATE']._serialized_start=3099
+  _globals['_STATE']._serialized_end=3259
+  _globals['_SIGNALOUTCOME']._serialized_start=3262
+  _globals['_SIGNALOUTCOME']._serialized_end=3522
+  _globals['_OPERATION']._serialized_start=3524
+  _globals['_OPERATION']._serialized_end=3628
+  _globals['_RUNSTATUS']._serialized_start=3631
+  _globals['_RUNSTATUS']._serialized_end=3788
+  _globals['_PROFILEFIELD']._serialized_start=3790
+  _globals['_PROFILEFIELD']._serialized_end=3899
+  _globals['_EXECACTION']._serialized_start=3902
+  _globals['_EXECACTION']._serialized_end=4087
+  _globals['_EXECDISPOSITION']._serialized_start=4090
+  _globals['_EXECDISPOSITION']._serialized_end=4258
+  _globals['_VERSIONING']._serialized_start=4260
+  _globals['_VERSIONING']._serialized_end=4352
   _globals['_ENTITYREF']._serialized_start=135
   _globals['_ENTITYREF']._serialized_end=172
   _globals['_PROFILE']._serialized_start=174
   _globals['_PROFILE']._serialized_end=281
   _globals['_ENTITY']._serialized_start=284
-  _globals['_ENTITY']._serialized_end=724
-  _globals['_LEASEHOLDER']._serialized_start=726
-  _globals['_LEASEHOLDER']._serialized_end=807
-  _globals['_EVENTHEADERS']._serialized_start=809
-  _globals['_EVENTHEADERS']._serialized_end=927
-  _globals['_SIGNALVALUE']._serialized_start=930
-  _globals['_SIGNALVALUE']._serialized_end=1218
-  _globals['_STATEVALUE']._serialized_start=1221
-  _globals['_STATEVALUE']._serialized_end=1393
-  _globals['_MESSAGEVALUE']._serialized_start=1395
-  _globals['_MESSAGEVALUE']._serialized_end=1477
-  _globals['_RUNVALUE']._serialized_start=1480
-  _globals['_RUNVALUE']._serialized_end=1659
-  _globals['_CUSTOMVALUE']._serialized_start=1661
-  _globals['_CUSTOMVALUE']._serialized_end=1712
-  _globals['_PROCESSGENERATION']._serialized_start=1714
-  _globals['_PROCESSGENERATION']._serialized_end=1839
-  _globals['_EXECRECEIPT']._serialized_start=1842
-  _globals['_EXECRECEIPT']._serialized_end=2317
-  _globals['_EXECOUTPUT']._serialized_start=2319
-  _globals['_EXECOUTPUT']._serialized_end=2440
-  _globals['_EVENT']._serialized_start=2443
-  _globals['_EVENT']._serialized_end=2845
+  _globals['_ENTITY']._serialized_end=803
+  _globals['_LEASEHOLDER']._serialized_start=805
+  _globals['_LEASEHOLDER']._serialized_end=886
+  _globals['_EVENTHEADERS']._serialized_start=888
+  _globals['_EVENTHEADERS']._serialized_end=1006
+  _globals['_SIGNALVALUE']._serialized_start=1009
+  _globals['_SIGNALVALUE']._serialized_end=1297
+  _globals['_STATEVALUE']._serialized_start=1300
+  _globals['_STATEVALUE']._serialized_end=1472
+  _globals['_MESSAGEVALUE']._serialized_start=1474
+  _globals['_MESSAGEVALUE']._serialized_end=1556
+  _globals['_RUNVALUE']._serialized_start=1559
+  _globals['_RUNVALUE']._serialized_end=1738
+  _globals['_CUSTOMVALUE']._serialized_start=1740
+  _globals['_CUSTOMVALUE']._serialized_end=1791
+  _globals['_PROCESSGENERATION']._serialized_start=1793
+  _globals['_PROCESSGENERATION']._serialized_end=1918
+  _globals['_EXECRECEIPT']._serialized_start=1921
+  _globals['_EXECRECEIPT']._serialized_end=2396
+  _globals['_EXECOUTPUT']._serialized_start=2398
+  _globals['_EXECOUTPUT']._serialized_end=2519
+  _globals['_EVENT']._serialized_start=2522
+  _globals['_EVENT']._serialized_end=2924
 # @@protoc_insertion_point(module_scope)
