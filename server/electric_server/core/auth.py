@@ -56,6 +56,8 @@ METHOD_SCOPES = {
     f"{_SERVICE}DeleteEntity": "signal",
     f"{_SERVICE}SpawnEntity": "send",
     f"{_SERVICE}SendMessage": "send",
+    f"{_SERVICE}ListVersions": "admin",
+    f"{_SERVICE}SetVersion": "admin",
     "/electric.v1.RuntimeService/Connect": "runtime",
 }
 
