@@ -6,6 +6,7 @@ else is private. Start with ``Client`` (sync; scripts and notebooks) or
 """
 
 from .client import AsyncClient, Client, ClientOptions, RetryPolicy
+from .code_versions import CodeVersionInfo, TypeVersions
 from .errors import (
     DeadlineExceeded,
     ElectricError,
@@ -44,6 +45,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "ClientOptions",
+    "CodeVersionInfo",
     "DeadlineExceeded",
     "ElectricError",
     "Entity",
@@ -68,6 +70,7 @@ __all__ = [
     "SignalManyResult",
     "SignalResult",
     "State",
+    "TypeVersions",
     "Unauthenticated",
     "Unavailable",
     "WatchLagging",

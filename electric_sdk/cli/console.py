@@ -217,10 +217,16 @@ ENTITY_HEADERS = ("URL", "STATE", "EVENTS", "GRACE", "IDLE", "UPDATED")
 _ENTITY_RIGHT = frozenset({2})
 
 
+def state_text(entity: Entity) -> str:
+    """``idle``, or ``idle, waiting for code v1`` while its run waits for a worker of its version."""
+    waiting = entity.waiting_for_code
+    return f"{entity.state.value}, waiting for code {waiting}" if waiting else entity.state.value
+
+
 def entity_row(entity: Entity) -> list[str]:
     return [
         entity.ref.url,
-        entity.state.value,
+        state_text(entity),
         str(entity.head_offset),
         duration(entity.grace_period),
         duration(entity.idle_timeout),
@@ -235,7 +241,7 @@ def entity_table(entities: Sequence[Entity]) -> str:
 def entity_detail(entity: Entity) -> str:
     """The entity as an aligned list of fields, its URL first."""
     fields = [
-        ("state", entity.state.value),
+        ("state", state_text(entity)),
         ("grace period", duration(entity.grace_period)),
         ("idle timeout", duration(entity.idle_timeout)),
         ("events", str(entity.head_offset)),
@@ -247,6 +253,11 @@ def entity_detail(entity: Entity) -> str:
     ]
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
+    if entity.bound_code_version is not None:
+        bound = entity.bound_code_version
+        if entity.waiting_since is not None:  # its run waits for a worker of its version
+            bound += f", waiting for a worker of it since {when(entity.waiting_since, ms=True)}"
+        fields.insert(1, ("run on code", bound))
     width = max(len(name) for name, _ in fields)
     return "\n".join([entity.ref.url, *(f"  {name.ljust(width)}  {value}" for name, value in fields)])
 

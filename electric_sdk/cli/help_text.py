@@ -26,6 +26,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "ready": ("electric ready --timeout 30s && electric ls",),
     "wait": ("electric wait my_agent/agent_1 idle stopped --timeout 1m",),
     "workers": ("electric workers", "electric workers --json"),
+    "versions": ("electric versions research", "electric versions research --select v1 --reason 'roll back'"),
     "watch": ("electric watch --type my_agent",),
     "run": ("electric run my_agent/agent_1 -m 'hello'",),
     "server": ("electric server --listen 127.0.0.1:7700 --data .electric",),

@@ -30,6 +30,7 @@ from . import (
     runtime_cmds,
     streams,
     transfer_cmds,
+    versions_cmds,
 )
 from .commands import Invocation, client_options
 from .console import Console
@@ -183,6 +184,11 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("-w", "--watch", action="store_true", help="print it again after every change, until EOF")
 
     add("workers", presence_cmds.workers, "list the connected workers: types, code, leases, heartbeat")
+
+    p = add(
+        "versions", versions_cmds.versions, "list each type's code versions, or choose the one new wakes get"
+    )
+    versions_cmds.add_arguments(p)
 
     p = add("ready", commands.ready, "wait until the server answers, e.g. right after starting it")
     p.epilog = f"--timeout bounds the whole wait here (default {commands.DEFAULT_READY}; then exit 5)."

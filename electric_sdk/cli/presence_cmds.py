@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..code_versions import TypeVersions
 from ..models import Entity
 from ..presence import WorkerInfo, entity_unhosted, hosted_mark, hosted_types, unhosted_note
-from . import console
+from . import console, versions_cmds
 
 if TYPE_CHECKING:
     from .commands import Invocation
@@ -25,11 +26,24 @@ __all__ = ["HostedTypes", "entity_presence", "entity_table", "hosted", "workers"
 
 def workers(ctx: Invocation, args: argparse.Namespace) -> int:
     found = ctx.client.workers()
+    waiting = versions_cmds.waiting_lines(_versions(ctx))
     if ctx.out.json_mode:
-        ctx.out.record({"workers": [w.to_json() for w in found]})
+        ctx.out.record({"workers": [w.to_json() for w in found], "waiting": waiting})
     else:
         ctx.out.line(workers_table(found) if found else "no worker connected")
+        for line in waiting:
+            ctx.out.line(line)
     return 0
+
+
+def _versions(ctx: Invocation) -> list[TypeVersions]:
+    """The types' versions, for the runs waiting for one; none from a server older than them."""
+    try:
+        return ctx.client.versions()
+    except errors.ServerError as exc:
+        if exc.status == "UNIMPLEMENTED":
+            return []
+        raise
 
 
 WORKER_HEADERS = ("WORKER", "TYPES", "CODE", "LEASES", "CAPACITY", "HEARTBEAT", "REPLICA")

@@ -40,6 +40,7 @@ from ..arguments import (
     parse_states,
 )
 from ..channels import open_channel
+from ..code_versions import TypeVersions
 from ..durable_state import apply_all, ops_of
 from ..lifecycle import Signal
 from ..models import (
@@ -261,6 +262,36 @@ class AsyncClient:
         """The worker sessions connected now, on every replica, by worker id."""
         response: api.ListWorkersResponse = await self._call("ListWorkers", api.ListWorkersRequest())
         return [WorkerInfo.from_pb(w) for w in response.workers]
+
+    async def versions(self, type: str | None = None) -> builtins.list[TypeVersions]:
+        """Per entity type (or only ``type``), each code version announced: its workers, its runs
+        in flight and waiting, and which version new wakes get (docs/runtime.md, "Deploys")."""
+        response: api.ListVersionsResponse = await self._call(
+            "ListVersions", api.ListVersionsRequest(type=type or "")
+        )
+        return [TypeVersions.from_pb(t) for t in response.types]
+
+    async def set_version(
+        self,
+        type: str,
+        version: str | None = None,
+        *,
+        ramp_version: str | None = None,
+        ramp_percent: int = 0,
+        reason: str = "",
+    ) -> TypeVersions:
+        """Choose the code version new wakes of ``type`` get (None: the newest announced again; an
+        older one is a rollback: runs in flight stay bound to theirs), and optionally ramp
+        ``ramp_percent`` % of its entities, sticky per entity, to ``ramp_version``. Needs ``admin``."""
+        request = api.SetVersionRequest(
+            type=type,
+            code_version=version or "",
+            ramp_version=ramp_version or "",
+            ramp_percent=ramp_percent,
+            reason=reason,
+        )
+        response: api.SetVersionResponse = await self._call("SetVersion", request)
+        return TypeVersions.from_pb(response.versions)
 
     # -- signals ------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from anyio.from_thread import BlockingPortal
 
 from .._portal import start_portal
 from ..arguments import RefLike, SignalLike, StateLike
+from ..code_versions import TypeVersions
 from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
 from ..presence import WorkerInfo
 from ._async import AsyncClient
@@ -174,6 +175,27 @@ class Client:
 
     def workers(self) -> builtins.list[WorkerInfo]:
         return self._run(self._async.workers)
+
+    def versions(self, type: str | None = None) -> builtins.list[TypeVersions]:
+        return self._run(self._async.versions, type)
+
+    def set_version(
+        self,
+        type: str,
+        version: str | None = None,
+        *,
+        ramp_version: str | None = None,
+        ramp_percent: int = 0,
+        reason: str = "",
+    ) -> TypeVersions:
+        return self._run(
+            self._async.set_version,
+            type,
+            version,
+            ramp_version=ramp_version,
+            ramp_percent=ramp_percent,
+            reason=reason,
+        )
 
     def signal(
         self,

@@ -28,6 +28,7 @@ from .entity_type import (
     DefinitionError,
     EntityType,
     SignalHandler,
+    Versioning,
     drop_instance,
     handled_signals,
     require_async,
@@ -69,6 +70,10 @@ def _class_type(
         require_async(method, f"{cls.__qualname__}.on_{signal.name.lower()}")
         handlers[signal] = method  # a per-signal method wins over on_signal
     return EntityType(name, on_message, cls, grace, idle, handlers, [cls], state, snapshots)
+
+
+async def _no_handler(_instance: Any, _ctx: Any, _message: Any) -> None:
+    """The handler of the type ``App.entity`` builds to check its versioning before the real one."""
 
 
 @contextlib.contextmanager
@@ -123,11 +128,21 @@ class App:
         handles: Iterable[Signal | str] | None = None,
         state: bool | None = None,
         snapshots: SnapshotPolicy | None = None,
+        versioning: Versioning | None = None,
+        upgrade_after: DurationLike | None = None,
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
         its entities keep durable state (default: whether its code uses ``ctx.state``);
-        ``snapshots``: when its hosts write a snapshot of that state (``SnapshotPolicy()``)."""
+        ``snapshots``: when its hosts write a snapshot of that state (``SnapshotPolicy()``);
+        ``versioning``: what a run delivered again does when no worker of the code version it
+        started on is connected — ``"pinned"`` (it waits for one, for ``upgrade_after`` if given)
+        or ``"auto_upgrade"`` (it is replayed on the version new wakes get); default: the server's,
+        pinned for ``electric server --upgrade-after`` (10 min), then upgraded (docs/runtime.md,
+        "Deploys")."""
+        probe = EntityType(
+            name, _no_handler, SimpleNamespace, versioning=versioning, upgrade_after=upgrade_after
+        )
         policy = snapshots or SnapshotPolicy()
         if not TYPE_NAME.fullmatch(name):
             raise DefinitionError(f"entity type {name!r} must match [A-Za-z0-9_.-]{{1,128}}")
@@ -139,9 +154,9 @@ class App:
                 raise DefinitionError(f"entity type {name!r} is already defined in this app")
             with _naming(name, None):
                 if inspect.isclass(target):
-                    self.types[name] = _class_type(
-                        name, target, grace_period, idle_timeout, wanted, state, policy
-                    )
+                    etype = _class_type(name, target, grace_period, idle_timeout, wanted, state, policy)
+                    etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
+                    self.types[name] = etype
                     return target
                 require_async(target, "the message handler")
                 etype = EntityType(
@@ -153,6 +168,8 @@ class App:
                     sources=[target],
                     state=state,
                     snapshots=policy,
+                    versioning=probe.versioning,
+                    upgrade_after=probe.upgrade_after,
                 )
             self.types[name] = etype
             return etype

@@ -12,9 +12,11 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, overload
 
+from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
+from .._wire.versions import VERSIONING_TO_PB
 from ..client._options import DurationLike, to_duration
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
@@ -24,10 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TYPE_NAME",
+    "VERSIONINGS",
     "DefinitionError",
     "EntityType",
     "MessageHandler",
     "SignalHandler",
+    "Versioning",
     "drop_instance",
     "handled_signals",
     "require_async",
@@ -35,6 +39,9 @@ __all__ = [
 ]
 
 TYPE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# How a type's runs follow deploys (docs/runtime.md, "Deploys"); the server's versions.py.
+Versioning = Literal["pinned", "auto_upgrade"]
+VERSIONINGS: tuple[Versioning, ...] = get_args(Versioning)
 
 MessageHandler = Callable[[Any, "Context", "Message"], Awaitable[Any]]
 SignalHandler = Callable[[Any, "Context", "SignalInfo"], Awaitable[Any]]
@@ -87,11 +94,32 @@ class EntityType:
     state: bool | None = None
     # When its hosts write a snapshot of the state.
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    # What a run of it does when it must be delivered again (its worker crashed, drained, lost its
+    # lease) and no worker of the code version it started on is connected: "pinned" (it waits, for
+    # ``upgrade_after`` if given), "auto_upgrade" (replayed on the version new wakes get), or None:
+    # the server's default, pinned for `electric server --upgrade-after` (docs/runtime.md, Deploys).
+    versioning: Versioning | None = None
+    upgrade_after: DurationLike | None = None
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):
             raise DefinitionError(f"entity type {self.name!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        for label, value in (("grace_period", self.grace_period), ("idle_timeout", self.idle_timeout)):
+        if self.versioning not in (None, *VERSIONINGS):
+            raise DefinitionError(
+                f"entity type {self.name!r}: versioning must be one of {', '.join(VERSIONINGS)}, "
+                f"got {self.versioning!r}"
+            )
+        if self.upgrade_after is not None and self.versioning != "pinned":
+            raise DefinitionError(
+                f"entity type {self.name!r}: upgrade_after bounds a pinned run's wait: "
+                "give it with versioning='pinned'"
+            )
+        durations = (
+            ("grace_period", self.grace_period),
+            ("idle_timeout", self.idle_timeout),
+            ("upgrade_after", self.upgrade_after),
+        )
+        for label, value in durations:
             if value is not None:
                 try:
                     to_duration(value)
@@ -118,6 +146,17 @@ class EntityType:
         if self.idle_timeout is not None:
             profile.idle_timeout.CopyFrom(to_duration(self.idle_timeout))
         return profile
+
+    def hosted(self, default_versioning: Versioning | None = None) -> rt.HostedType:
+        """What a worker announces of this type: its profile defaults and its versioning
+        (``default_versioning`` where the type chose none: `electric dev`'s auto_upgrade)."""
+        hosted = rt.HostedType(type=self.name, profile=self.profile())
+        versioning = self.versioning or default_versioning
+        if versioning is not None:
+            hosted.versioning = VERSIONING_TO_PB[versioning]
+        if self.upgrade_after is not None:
+            hosted.upgrade_after.CopyFrom(to_duration(self.upgrade_after))
+        return hosted
 
     @overload
     def on_signal(self, func: F, *, handles: Iterable[Signal | str] | None = None) -> F: ...

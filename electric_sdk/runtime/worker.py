@@ -44,6 +44,7 @@ from ..models import Event, EventPage
 from ..runtime_session import SESSION_ACCEPTED
 from ..stream_batches import EMPTY, Empty, coalesce
 from .app import App
+from .entity_type import Versioning
 from .exec.host import ExecHost
 from .exec.spec import ExecType
 from .fenced import SessionLost
@@ -295,7 +296,10 @@ class Worker:
                 await channel.close()
 
     def _hosted(self) -> list[rt.HostedType]:
-        return [rt.HostedType(type=t.name, profile=t.profile()) for t in self.app.types.values()]
+        # Under `electric dev` every reload is a new version: a run with no versioning of its own
+        # is replayed on the new code at once rather than waiting for code that is gone.
+        default: Versioning | None = "auto_upgrade" if self._reload_app is not None else None
+        return [t.hosted(default) for t in self.app.types.values()]
 
     def _hello(self) -> rt.Hello:
         return rt.Hello(

@@ -56,7 +56,7 @@ METHOD_SCOPES = {
     f"{_SERVICE}DeleteEntity": "signal",
     f"{_SERVICE}SpawnEntity": "send",
     f"{_SERVICE}SendMessage": "send",
-    f"{_SERVICE}ListVersions": "admin",
+    f"{_SERVICE}ListVersions": "read",
     f"{_SERVICE}SetVersion": "admin",
     "/electric.v1.RuntimeService/Connect": "runtime",
 }

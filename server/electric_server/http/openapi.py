@@ -127,6 +127,8 @@ def _schemas() -> dict[str, Schema]:
                 "stopping_deadline",
                 "txid",
                 "holder",
+                "bound_code_version",
+                "waiting_since",
             ],
             {
                 "url": {"type": "string"},
@@ -147,6 +149,15 @@ def _schemas() -> dict[str, Schema]:
                 "closed": {"type": "boolean"},
                 "stopping_deadline": {"type": ["string", "null"], "format": "date-time"},
                 "txid": txid,
+                "bound_code_version": {
+                    "type": ["string", "null"],
+                    "description": "the code version its run in flight is bound to (it started on it)",
+                },
+                "waiting_since": {
+                    "type": ["string", "null"],
+                    "format": "date-time",
+                    "description": "since when that run waits for a worker of its version (no lease)",
+                },
                 "holder": {
                     "description": "the worker holding the entity's lease while it is live (GetEntity, "
                     "ListEntities); null when none does, and in a watch's changes",
@@ -185,6 +196,49 @@ def _schemas() -> dict[str, Schema]:
             },
         ),
         "WorkersList": _obj(["workers"], {"workers": {"type": "array", "items": _ref("schemas", "Worker")}}),
+        "CodeVersion": _obj(
+            [
+                "code_version",
+                "workers",
+                "runs_in_flight",
+                "runs_waiting",
+                "versioning",
+                "upgrade_after_ms",
+                "announced_seq",
+            ],
+            {
+                "code_version": {"type": "string"},
+                "workers": {"type": "array", "items": {"type": "string"}},
+                "runs_in_flight": count,
+                "runs_waiting": count,
+                "versioning": {"enum": ["", "pinned", "auto_upgrade"]},
+                "upgrade_after_ms": {"type": ["integer", "null"], "minimum": 0},
+                "announced_seq": count,
+            },
+        ),
+        "TypeVersions": _obj(
+            ["type", "versions", "selected", "current", "ramp_version", "ramp_percent"],
+            {
+                "type": {"type": "string"},
+                "versions": {"type": "array", "items": _ref("schemas", "CodeVersion")},
+                "selected": {"type": "string", "description": "an operator's choice; empty: the newest"},
+                "current": {"type": "string", "description": "the version new wakes get now"},
+                "ramp_version": {"type": "string"},
+                "ramp_percent": {"type": "integer", "minimum": 0, "maximum": 100},
+            },
+        ),
+        "VersionsList": _obj(
+            ["types"], {"types": {"type": "array", "items": _ref("schemas", "TypeVersions")}}
+        ),
+        "SetVersionRequest": _obj(
+            [],
+            {
+                "code_version": {"type": "string", "description": "empty or absent: the newest announced"},
+                "ramp_version": {"type": "string"},
+                "ramp_percent": {"type": "integer", "minimum": 0, "maximum": 100},
+                "reason": {"type": "string"},
+            },
+        ),
         "SignalResult": _obj(
             ["url", "signal", "previous_state", "new_state", "created_at", "txid", "key", "outcome"],
             {

@@ -41,6 +41,7 @@ from electric_sdk._wire.rendering import (
     signal_many_json,
 )
 from electric_sdk._wire.times import duration_from_ms
+from electric_sdk._wire.versions import type_versions_json
 from electric_sdk._wire.workers import worker_json
 from electric_sdk.lifecycle import Signal, State
 
@@ -297,6 +298,29 @@ def _workers_json(_request: Any, m: Any) -> dict[str, Any]:
     return {"workers": [worker_json(w) for w in m.workers]}
 
 
+def _versions(request: Request, query: Query, _obj: body.JsonObject) -> Message:
+    return api.ListVersionsRequest(type=_query_one(query, "type") or "")
+
+
+def _versions_json(_request: Any, m: Any) -> dict[str, Any]:
+    return {"types": [type_versions_json(t) for t in m.types]}
+
+
+def _set_version(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    body.fields(obj, {"code_version", "ramp_version", "ramp_percent", "reason"})
+    return api.SetVersionRequest(
+        type=request.path_params["type"],
+        code_version=body.string(obj, "code_version"),
+        ramp_version=body.string(obj, "ramp_version"),
+        ramp_percent=body.integer(obj, "ramp_percent", 100) or 0,
+        reason=body.string(obj, "reason"),
+    )
+
+
+def _set_version_json(_request: Any, m: Any) -> dict[str, Any]:
+    return type_versions_json(m.versions)
+
+
 def _receipt(request: Any, m: Any) -> dict[str, Any]:
     return message_receipt_json(entity_url(request.ref.type, request.ref.id), m)
 
@@ -383,6 +407,20 @@ ROUTES: tuple[HttpRoute, ...] = (
         Call(EntityService.ListWorkers, _workers, _workers_json, has_body=False),
         Answer(200, "the connected workers, by worker id", "WorkersList"), SERVICE_ERRORS,
         aliased=False, alias="/_electric/workers",
+    ),
+    _service(
+        "GET", "/_electric/versions", "listVersions",
+        "List each entity type's code versions and the one new wakes get (ListVersions)",
+        Call(EntityService.ListVersions, _versions, _versions_json, has_body=False),
+        Answer(200, "the types, by name", "VersionsList"), SERVICE_ERRORS, aliased=False,
+        query=(Param("type", "only this type", {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}),),
+    ),
+    _service(
+        "PUT", "/_electric/versions/{type}", "setVersion",
+        "Choose the code version new wakes of a type get, or ramp one (SetVersion; admin)",
+        Call(EntityService.SetVersion, _set_version, _set_version_json),
+        Answer(200, "the type's versions after the choice", "TypeVersions"), (*SERVICE_ERRORS, 404, 409),
+        aliased=False, body="SetVersionRequest",
     ),
     _service(
         "POST", "/signal", "signalEntities", "Signal every entity a selector matches (SignalEntities)",

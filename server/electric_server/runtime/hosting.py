@@ -220,9 +220,11 @@ class Runtime(Component):
 
     def version_chosen(self, choice: VersionChoice) -> None:
         """An operator chose the version new wakes of a type get, on this replica: in effect here
-        at once; what waits for it is offered again at once (the sweep offers what is unleased)."""
+        at once, and what its workers may take now is offered to them."""
         self.versions.keep(choice)
-        self.sweep.wake()
+        for session in list(self.sessions.values()):
+            if choice.type in session.types:
+                self.spawn(self.offer_all(session))
 
     async def close(self, session: WorkerSession, cause: str) -> None:
         if session.closed and not session.leases:
@@ -257,7 +259,10 @@ class Runtime(Component):
         await self.store.write(Write(lease.ref, ending))
         record = await self.store.get_entity(lease.ref)
         if record is not None and self._needs_runtime(record):
-            await self.offer(record)
+            # A task of the runtime's own: an end may run in a worker stream's cleanup, which gRPC
+            # cancels when that stream dies (kill -9), and an offer cancelled after its grant
+            # committed would leave the entity held by a session never told of it.
+            self.spawn(self.offer(record), name="electric-offer")
 
     # -- leasing -----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ __all__ = [
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "SELECT_VERSION_CHOICES",
+    "SELECT_WAITING_RUNS",
     "SET_NEXT_TXID",
     "UPSERT_ENTITY",
     "UPSERT_TYPE_PROFILE",
@@ -150,6 +151,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE type_profiles ADD COLUMN {column} {definition}")
     # After the columns: an older file gains lease_session just above.
     conn.execute(_HOLDER_INDEX)
+    conn.execute(_WAITING_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
     # A run in flight bound to its code version waits for a worker of it from now (the bound on
     # that wait counts from here: runtime/versions.py).
@@ -161,6 +163,16 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE entities SET lease_session = '' WHERE lease_session <> ''")
 
 
+# The runs waiting for a worker of their code version: few, whatever the table's size.
+_WAITING_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_waiting ON entities (waiting_since_ms) "
+    "WHERE waiting_since_ms IS NOT NULL"
+)
+SELECT_WAITING_RUNS = (
+    f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_waiting "
+    "WHERE waiting_since_ms IS NOT NULL AND lease_session = '' AND closed = 0 "
+    "ORDER BY waiting_since_ms LIMIT ?"
+)
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"
 )

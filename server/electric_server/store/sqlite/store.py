@@ -74,6 +74,7 @@ from .schema import (
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
     SELECT_VERSION_CHOICES,
+    SELECT_WAITING_RUNS,
     UPSERT_TYPE_PROFILE,
     UPSERT_VERSION_CHOICE,
 )
@@ -341,8 +342,12 @@ class SQLiteStore(SQLReads):
 
     async def unleased(self, types: Sequence[str], states: Sequence[State], limit: int) -> list[EntityRecord]:
         # One server: every change is its own commit, and each commit offers what it leaves
-        # without a runtime (runtime/hosting.py), so there is nothing for a poll to find.
-        return []
+        # without a runtime (runtime/hosting.py). What no commit offers is a run waiting for a
+        # worker of its code version, whose wait has a bound (runtime/versions.py): the poll
+        # offers those again, so the bound fires within a poll of its end.
+        wanted = set(types)
+        rows = await self.fetch(SELECT_WAITING_RUNS, (limit,))
+        return [r for r in map(entity_from_row, rows) if r.type in wanted]
 
     async def purge_idempotency(self, retention_ms: int, prefix: str = "") -> int:
         if self.faults.refusal is not None:
