@@ -3,7 +3,7 @@
 The app's code is chosen by ``MODE``: ``old`` runs steps A, B; ``new`` inserts
 ``if ctx.patched("fix"): C`` between them; ``deprecated`` calls
 ``ctx.deprecate_patch("fix")`` and always runs C; ``renamed`` renames B.
-``HANG`` names the step after which the first attempt hangs, to be killed there.
+``HANG`` names the step after which a worker hangs, to be killed there.
 Each step's side effect appends a line to a file, so a test counts how often
 each one really ran. Tests synchronize on the entities' streams, never on sleeps.
 """
@@ -48,7 +48,7 @@ APP = textwrap.dedent(
 
 
     async def hang_after(name: str, ctx: Context) -> None:
-        if HANG == name and ctx.attempt == 1:
+        if HANG == name:  # every attempt: another worker of this mode may take a run over
             await anyio.sleep(60)  # killed here
 
 
@@ -72,22 +72,16 @@ APP = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def app_dir(tmp_path: Path) -> Path:
+def make_app_dir(tmp_path: Path) -> Path:
     d = tmp_path / "app"
     d.mkdir()
     (d / "patch_app.py").write_text(APP)
     return d
 
 
-@pytest.fixture
-def counts(app_dir: Path) -> Path:
-    return app_dir / "counts.txt"
-
-
-@pytest.fixture
-def workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """``start(address, mode, hang)``: an `electric worker` process hosting patch_app:app."""
+def started_workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``start(address, mode, hang)``: an `electric worker` process hosting patch_app:app; each is
+    killed when the test ends."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(address: str, mode: str, hang: str = "") -> subprocess.Popen[bytes]:
@@ -102,6 +96,21 @@ def workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Po
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    return make_app_dir(tmp_path)
+
+
+@pytest.fixture
+def counts(app_dir: Path) -> Path:
+    return app_dir / "counts.txt"
+
+
+@pytest.fixture
+def workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    yield from started_workers(app_dir, counts)
 
 
 async def start_and_kill(
