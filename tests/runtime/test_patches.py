@@ -2,7 +2,8 @@
 
 The app's code is chosen by ``MODE``: ``old`` runs steps A, B; ``new`` inserts
 ``if ctx.patched("fix"): C`` between them; ``deprecated`` calls
-``ctx.deprecate_patch("fix")`` and always runs C; ``renamed`` renames B.
+``ctx.deprecate_patch("fix")`` and always runs C; ``renamed`` renames B;
+``raises`` raises after A, ``waits`` waits there (for the replay check's tests).
 ``HANG`` names the step after which a worker hangs, to be killed there.
 Each step's side effect appends a line to a file, so a test counts how often
 each one really ran. Tests synchronize on the entities' streams, never on sleeps.
@@ -54,8 +55,13 @@ APP = textwrap.dedent(
 
     @app.entity("job", idle_timeout="60s")
     async def job(ctx: Context, message: Message) -> None:
+        ctx.state["seen"].append(message.text)  # written with A's record
         done = [await ctx.step("A", count, f"{message.text}:A")]
         await hang_after("A", ctx)
+        if MODE == "raises":
+            raise LookupError(f"seen {list(ctx.state['seen'])}")
+        if MODE == "waits":
+            await anyio.sleep(60)
         took_fix = False
         if MODE == "new":
             took_fix = ctx.patched("fix")

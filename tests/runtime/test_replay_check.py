@@ -162,6 +162,22 @@ async def test_testing_replay_reports_the_rename_and_passes_the_patch(
     assert ran == []
 
 
+async def test_code_that_raises_fails_the_check_and_code_that_waits_is_unchecked(
+    tmp_path: Path, app_dir: Path, workers: Workers
+) -> None:
+    with server(tmp_path / "electric", free_port()) as srv:
+        ab, a = await two_runs_in_flight(srv, workers)
+        code, said = await check(app_dir, "raises", "--server", srv.address)
+        assert code == 8, said
+        # The state the code sees is the entity's, rebuilt from its stream (A's record holds it).
+        assert f"job/a run {a}: the new code raised LookupError: seen ['job'] while replaying" in said
+        assert said.splitlines()[-1] == "checked 2 runs of 2 entities: 2 would fail"
+        code, said = await check(app_dir, "waits", "--server", srv.address, "--run-timeout", "100ms")
+        assert code == 0, said
+        assert f"electric: unchecked: job/ab run {ab}: its code waited more than 100ms" in said
+        assert said.startswith("checked 2 runs of 2 entities: all replay (2 unchecked)\n")  # stdout
+
+
 async def test_bad_input_is_a_clear_error(tmp_path: Path, app_dir: Path) -> None:
     code, said = await check(app_dir, "new", "--file", str(tmp_path / "missing.jsonl"))
     assert (code, said.startswith("electric: INVALID_EXPORT_FILE: cannot read")) == (2, True), said
