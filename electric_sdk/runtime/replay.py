@@ -26,8 +26,9 @@ stopped or killed, the runs a redelivery would give the new code; with
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -35,11 +36,11 @@ import anyio
 import anyio.lowlevel
 
 from .._proto.electric.v1 import types_pb2 as pb
-from ..durable_state import SnapshotPolicy
+from ..durable_state import SnapshotPolicy, StateError
 from ..errors import InvalidArgument, NonDeterministicRun, StepFailed
 from ..lifecycle import STATE_RULES
 from ..models import Entity, Event, EventPage
-from ..state_read import load_state
+from ..state_read import Loaded, load_state
 from .app import App
 from .context import Context, Message
 from .entity_type import EntityType
@@ -190,10 +191,9 @@ class _ReplayHost:
     def lease_state(self) -> LeaseState:
         if self._state is None:
             # The rule a worker applies (records.py): a type not seen using ctx.state has none.
-            raise InvalidArgument(
-                "this entity type's code was not seen using ctx.state; define it with "
-                "app.entity(..., state=True)",
-                code="STATE_NOT_LOADED",
+            raise StateError(
+                "this entity type's code was not seen using ctx.state, so its state was not loaded: "
+                "define it with app.entity(..., state=True)"
             )
         return self._state
 
@@ -202,7 +202,8 @@ class _ReplayHost:
             self.mismatch = data
 
 
-async def _state_of(events: list[Event]) -> LeaseState:
+async def _state_of(events: list[Event]) -> Loaded:
+    """The entity's state, rebuilt from its stream as a worker rebuilds it at a lease."""
     by_offset = sorted(events, key=lambda e: e.offset)
     head = by_offset[-1].offset + 1 if by_offset else 0
 
@@ -211,14 +212,24 @@ async def _state_of(events: list[Event]) -> LeaseState:
         next_offset = chosen[-1].offset + 1 if chosen else from_offset
         return EventPage(chosen, next_offset, head, False)
 
-    return LeaseState(await load_state(page, head), SnapshotPolicy())
+    return await load_state(page, head)
 
 
 async def _replay_run(
-    etype: EntityType, entity: Entity, events: list[Event], run: RecordedRun, run_timeout_s: float
+    etype: EntityType,
+    entity: Entity,
+    events: list[Event],
+    run: RecordedRun,
+    run_timeout_s: float,
+    loaded: Loaded | None,
 ) -> ReplayProblem | str | None:
     """One run replayed: its problem, "unchecked", or None (it replays)."""
-    state = await _state_of(events) if etype.uses_state else None
+    # Each run starts from the entity's state as loaded: what a replay changes is its own.
+    state = (
+        None
+        if loaded is None
+        else LeaseState(replace(loaded, state=copy.deepcopy(loaded.state)), SnapshotPolicy())
+    )
     host = _ReplayHost(entity, etype, events, state)
     ctx = Context(host, message=run.message)
     ctx.steps = RunSteps.of(run.message.key, run.after)
@@ -275,9 +286,10 @@ async def replay_streams(
         if not found:
             continue
         entities += 1
+        loaded = await _state_of(events) if etype.uses_state else None
         for run in found:
             runs += 1
-            verdict = await _replay_run(etype, entity, events, run, run_timeout_s)
+            verdict = await _replay_run(etype, entity, events, run, run_timeout_s, loaded)
             if isinstance(verdict, ReplayProblem):
                 problems.append(verdict)
             elif verdict == "unchecked":
