@@ -8,6 +8,8 @@ is checked, and a marker is written only before a step.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -158,3 +160,38 @@ def test_the_summary_line_counts_in_words() -> None:
     assert str(problem) == "job/a run msg_1: step 1 was recorded as 'B'; the new code asks for 'B2'"
     with pytest.raises(AssertionError, match="recorded as 'B'"):
         ReplayResult(1, 1, (problem,)).assert_replays()
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "patches.md"
+
+
+def doc_versions() -> list[App]:
+    """docs/patches.md's three versions of the research assistant, each on an App of its own
+    (the third is the body of the function, as the page shows it)."""
+    blocks = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)[:3]
+    blocks[2] = "@app.entity('research')\nasync def research(ctx, message):\n" + blocks[2]
+    apps = []
+    for n, block in enumerate(blocks, 1):
+        app = App(code_version=f"v{n}")
+        namespace = {"app": app, "search": lambda q: [q], "check": lambda f: [*f, "checked"], "answer": str}
+        exec(compile(block, f"{DOC}:{n}", "exec"), namespace)
+        apps.append(app)
+    return apps
+
+
+async def test_the_docs_example_runs_as_written() -> None:
+    v1, v2, v3 = doc_versions()
+    async with EntityHarness(v1, "research", id="r1") as h:
+        old = await h.send("q")
+        assert old.output == "['q']"
+        # v2 takes the run v1 recorded (delivered again): the old path, replayed.
+        h.etype = v2.types["research"]
+        again = await h.send("q", key=old.message.key, attempt=2)
+        assert (again.status, again.output) == ("completed", "['q']")
+        new = await h.send("n")
+        assert new.output == "['n', 'checked']"
+        assert [(m["index"], m["patch"]) for m in markers(h)] == [(1, "check-sources")]
+        # v3 takes the new run v2 recorded, marker and all, and new runs.
+        h.etype = v3.types["research"]
+        assert (await h.send("n", key=new.message.key, attempt=2)).output == "['n', 'checked']"
+        assert (await h.send("m")).output == "['m', 'checked']"
