@@ -20,6 +20,12 @@ once electric is installed (a ``pytest11`` plugin, ``electric_sdk.pytest_plugin`
 The server runs on its own event-loop thread, so it works from sync tests and
 from async ones (whatever their loop) alike. Keep durations short in tests:
 ``grace_period="50ms"``.
+
+``replay(app, server=...)`` (or ``file=`` an ``electric export``) checks new
+code against recorded runs, as ``electric replay-check`` does (docs/patches.md)::
+
+    def test_new_code_replays_the_runs_in_flight():
+        replay(app, server="127.0.0.1:7700").assert_replays()
 """
 
 from __future__ import annotations
@@ -27,15 +33,26 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from ._portal import start_portal
 from .client import AsyncClient, Client
+from .runtime.app import App
 from .runtime.harness import EntityHarness, HarnessRun, ManualClock
+from .runtime.replay import DEFAULT_RUN_TIMEOUT_S, ReplayProblem, ReplayResult
 
-__all__ = ["EntityHarness", "HarnessRun", "ManualClock", "TestServer"]
+__all__ = [
+    "EntityHarness",
+    "HarnessRun",
+    "ManualClock",
+    "ReplayProblem",
+    "ReplayResult",
+    "TestServer",
+    "replay",
+]
 
 
 class TestServer:
@@ -126,3 +143,44 @@ class TestServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def replay(
+    app: App,
+    *,
+    server: TestServer | str | None = None,
+    file: str | Path | None = None,
+    types: Sequence[str] | None = None,
+    all_runs: bool = False,
+    run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
+    **client_options: Any,
+) -> ReplayResult:
+    """Replay ``app``'s code against the runs recorded on ``server`` (a ``TestServer`` or an
+    address; by default its runs in flight, every started run with ``all_runs``) or in the
+    ``electric export`` ``file``: every recorded step answered from its record, stopped at the
+    first step that is not recorded (no step function runs). The result lists each run that
+    would fail; ``result.assert_replays()`` fails the test with them. The code between steps runs:
+    keep it free of side effects. ``client_options`` (``token=...``) go to the client. Runs on a
+    loop thread of its own, so sync and async tests alike may call it."""
+    from .runtime.replay_sources import replay_check
+
+    if (server is None) == (file is None):
+        raise ValueError("replay against a server or an export file: name one")
+    address = server.address if isinstance(server, TestServer) else server
+
+    async def check() -> ReplayResult:
+        if file is not None:
+            return await replay_check(
+                app, file=Path(file), types=types, all_runs=all_runs, run_timeout_s=run_timeout_s
+            )
+        async with AsyncClient(address, **client_options) as client:
+            return await replay_check(
+                app, client=client, types=types, all_runs=all_runs, run_timeout_s=run_timeout_s
+            )
+
+    portal, thread = start_portal("electric-replay")
+    try:
+        return portal.call(check)
+    finally:
+        portal.call(portal.stop)
+        thread.join()

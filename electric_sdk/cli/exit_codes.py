@@ -36,7 +36,8 @@ TERMINATED = 143
 MEANINGS: dict[int, tuple[str, str]] = {
     OK: (
         "ok",
-        "success: `run`: the run completed; `verify`: nothing differs; `server`, `worker`, `dev`: "
+        "success: `run`: the run completed; `verify`: nothing differs; `replay-check`: every "
+        "recorded run replays on the new code; `server`, `worker`, `dev`: "
         "drained on the first SIGTERM/SIGINT and stopped; `events --follow`: the stream ended",
     ),
     ERROR: (
@@ -52,7 +53,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "`UNKNOWN_SIGNAL`, `PAYLOAD_NOT_ALLOWED`, `EMPTY_MESSAGE`, ...); bad `server`/`verify` "
         "configuration, a `--database` that cannot be opened (`server`, `verify`, `export`, "
         "`import`), or a data directory another server holds; `backup`/`restore` refused "
-        "(nothing written); `worker`/`dev`: the app cannot be loaded",
+        "(nothing written); `worker`/`dev`/`replay-check`: the app cannot be loaded; `replay-check`: "
+        "the export file cannot be read or is not a whole export (`INVALID_EXPORT_FILE`)",
     ),
     NOT_FOUND: (
         "not found",
@@ -74,7 +76,11 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "(`MISSING_SCOPE`, `TYPE_NOT_ALLOWED`)",
     ),
     EXISTS: ("already exists", "already exists (`ENTITY_EXISTS`: an id is never reused)"),
-    RUN_FAILED: ("run failed", "`run`: the run failed (the entity's `on_message` raised)"),
+    RUN_FAILED: (
+        "run failed",
+        "`run`: the run failed (the entity's `on_message` raised, e.g. `NonDeterministicRun`); "
+        "`replay-check`: a recorded run would fail so on the new code (docs/patches.md)",
+    ),
     RUN_ABORTED: (
         "run aborted",
         "`run`: the run was aborted or its message cancelled by something else than this command "

@@ -37,6 +37,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "restore": ("electric restore electric-backup.db --data .electric-restored",),
     "export": ("electric export --data .electric streams.jsonl",),
     "import": ("electric import streams.jsonl --data .electric-new",),
+    "replay-check": (
+        "electric replay-check myapp.agents:app --server 127.0.0.1:7700",
+        "electric replay-check myapp.agents:app --file streams.jsonl --all-runs",
+    ),
     "completion": ("electric completion bash >> ~/.bashrc", "electric completion zsh >> ~/.zshrc"),
 }
 

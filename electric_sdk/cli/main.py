@@ -26,6 +26,7 @@ from . import (
     help_text,
     local,
     presence_cmds,
+    replay_cmd,
     run_cmd,
     runtime_cmds,
     streams,
@@ -203,6 +204,9 @@ def _client_commands(sub: Subparsers) -> None:
     p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
     p.add_argument("--type", help="only entities of this type")
     _states(p, "entities entering or leaving")
+
+    p = add("replay-check", replay_cmd.command, replay_cmd.SUMMARY)
+    replay_cmd.add_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -161,6 +161,12 @@ def _load(spec: str | None, exec_files: list[Path] | None = None) -> Any:
     return _Apps(spec, exec_files or [])
 
 
+def load_app_spec(spec: str) -> Any:
+    """The App at MODULE:APP, imported from the current directory as `worker` does; a module that
+    cannot be loaded is INVALID_ARGUMENT (USAGE) naming the file and line that failed."""
+    return _Apps(spec, []).app
+
+
 def _hints(address: str, app: Any, tools: list[str]) -> str:
     env = "" if address == "127.0.0.1:7700" else f"ELECTRIC_ADDRESS={address} "
     types = list(app.types)

@@ -20,7 +20,8 @@ Define entity types on an ``App``; run them with a ``Worker`` (or the
 Modules: ``app`` (definitions), ``context`` (what entity code sees), ``steps``
 and ``state`` (recorded steps and ``ctx.state``), ``records`` (a lease's
 records of both), ``host`` (one leased entity: runs and signal enforcement),
-``worker`` (the session with the server).
+``worker`` (the session with the server), ``patches`` (``ctx.patched``) and
+``replay`` (the replay check of new code against recorded runs).
 """
 
 from ..durable_state import SnapshotPolicy, StateError

@@ -9,6 +9,7 @@ SIGTERM stops a run (a run that returns first is completed); SIGSTOP, SIGCONT
 and SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step,
 even while the run is blocked in a thread. ``ctx.state`` is the
 entity's durable state (state.py), shared by its runs and signal handlers.
+``ctx.patched(id)`` lets new code take a run recorded on older code (patches.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..errors import InvalidArgument, RunAborted
 from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
 from .steps import Retry, RunSteps, run_step
 
@@ -229,6 +231,26 @@ class Context:
             return _Step(self, name)
         return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
 
+    def patched(self, patch_id: str, /) -> bool:
+        """Whether this run takes the new path of the patch ``patch_id``::
+
+            if ctx.patched("check-sources"):
+                facts = await ctx.step("tool:check", check, facts)
+
+        False while replaying a run whose steps recorded here predate the patch (its old code
+        path was taken), True in a new run or past the recorded steps; a True answer is
+        recorded, so the run's next attempts answer True here again. See docs/patches.md."""
+        return patched(self.steps, patch_id, run_key=self._run_key, attempt=self.attempt)
+
+    def deprecate_patch(self, patch_id: str, /) -> None:
+        """The patch ``patch_id`` once no run that took its old path can be delivered again: the
+        new path always, with or without a recorded marker (nothing fails, nothing is recorded)."""
+        deprecate_patch(self.steps, patch_id, run_key=self._run_key)
+
+    @property
+    def _run_key(self) -> str | None:
+        return self.message.key if self.message is not None else None
+
     async def emit(self, type: str, data: Any = None) -> None:
         """Append a custom event to the stream: ``type`` is 1-128 characters, none a control
         character, not a built-in event type (``INVALID_EVENT_TYPE``) and not starting with
@@ -258,6 +280,8 @@ class Context:
     async def record_step(self, data: dict[str, Any]) -> None:
         self._check_open()
         if self.message is not None:  # a signal handler's steps run, but are not run records
+            for marker in unwritten_markers(self.steps):  # ctx.patched's answers, before the step
+                await self._host.write_step(self, marker)
             await self._host.write_step(self, data)
 
     def _state(self) -> LeaseState:

@@ -18,7 +18,9 @@ SIGKILL, a crash) has no outcome record: it runs again. A plain (not
 and the thread is abandoned, running on to its end unobserved. Since steps are
 matched by position, a run's steps run one at a time: a step called from
 inside another is part of it (as in DBOS), one called beside it from another
-task of the run is refused.
+task of the run is refused. ``ctx.patched(id)`` (patches.py) lets new code take
+a run recorded on older code: its markers (``outcome: patched``) are read here
+with the steps, and answered there.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -44,13 +46,28 @@ from ..durations import parse_ms
 from ..errors import InvalidStepResult, NonDeterministicRun, StepFailed, StepTimeout
 from ..models import Event
 
-__all__ = ["FINAL_OUTCOMES", "MAX_RESULT_BYTES", "Retry", "RunSteps", "StepRecorder", "run_step", "seconds"]
+if TYPE_CHECKING:
+    from .patches import RunPatches
+
+__all__ = [
+    "FINAL_OUTCOMES",
+    "MAX_RESULT_BYTES",
+    "PATCHED",
+    "Retry",
+    "RunSteps",
+    "StepRecorder",
+    "in_step",
+    "run_step",
+    "seconds",
+]
 
 # A step's result, as JSON, is at most this many bytes: a step event must stay far below the
 # transport's message bound (4 MiB), and a replay reads every result of its run.
 MAX_RESULT_BYTES = 256 * 1024
 # A step's outcomes; ``retry`` and ``nondeterministic`` records are not outcomes.
 FINAL_OUTCOMES = ("ok", "error")
+# A patch marker's outcome: ``ctx.patched(id)`` answered True before the step at its index.
+PATCHED = "patched"
 
 
 def seconds(value: DurationLike) -> float:
@@ -101,7 +118,7 @@ class RunSteps:
     """One run's recorded steps: what earlier attempts of its message recorded, and where this
     attempt is (``index``: the position of the next recorded step)."""
 
-    __slots__ = ("committed_segments", "current", "final", "index", "names", "tries")
+    __slots__ = ("committed_segments", "current", "final", "index", "markers", "names", "patches", "tries")
 
     def __init__(self, records: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
         self.index = 0
@@ -113,6 +130,10 @@ class RunSteps:
         self.tries: Mapping[int, int] = _NONE
         # Segments whose state changes are in the stream already (a replay does not make them again).
         self.committed_segments: AbstractSet[int] = frozenset()
+        # The patch markers earlier attempts recorded, and this attempt's answers (patches.py
+        # makes them at the run's first ``ctx.patched``: most runs never ask).
+        self.markers: Sequence[dict[str, Any]] = ()
+        self.patches: RunPatches | None = None
         if records:
             self._read(records)
 
@@ -121,9 +142,13 @@ class RunSteps:
         names: dict[int, str] = {}
         tries: dict[int, int] = {}
         committed: set[int] = set()
+        markers: list[dict[str, Any]] = []
         for kind, data in records:
             if kind == STATE_EVENT:
                 committed.add(int(data.get("seg", -1)))
+                continue
+            if data.get("outcome") == PATCHED:
+                markers.append(data)
                 continue
             index = int(data["index"])
             outcome = data.get("outcome")
@@ -134,6 +159,7 @@ class RunSteps:
                 names[index] = str(data["name"])
                 tries[index] = max(tries.get(index, 0), int(data.get("try", 1)))
         self.final, self.names, self.tries, self.committed_segments = final, names, tries, committed
+        self.markers = markers
 
     @classmethod
     def of(cls, message_key: str, events: Sequence[Event]) -> RunSteps:
@@ -153,6 +179,12 @@ class RunSteps:
     def replaying(self) -> bool:
         """Whether the run's state changes here were recorded by an earlier attempt."""
         return self.index in self.committed_segments
+
+
+def in_step(steps: RunSteps) -> bool:
+    """Whether the calling task runs inside one of the run's recorded steps (its code runs once,
+    and its result is what a replay sees)."""
+    return _inside.get() is steps
 
 
 class StepRecorder(Protocol):
