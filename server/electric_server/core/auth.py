@@ -10,8 +10,8 @@ The tokens file is TOML::
 
 Scopes per method (the HTTP door checks the same, with ``bearer_principal``, ``denial``
 and ``type_denial``): ``read`` for Get/List/Read/Watch, ``signal`` for
-SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity and
-SendMessage, ``runtime`` for workers; ``admin`` grants all. Health and
+SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity,
+SendMessage, ForkEntity and RetryRun, ``runtime`` for workers; ``admin`` grants all. Health and
 reflection need no token. A token restricted to types may only name those
 types: listing or watching every type, or a selector without a type, is
 PERMISSION_DENIED.
@@ -56,6 +56,9 @@ METHOD_SCOPES = {
     f"{_SERVICE}DeleteEntity": "signal",
     f"{_SERVICE}SpawnEntity": "send",
     f"{_SERVICE}SendMessage": "send",
+    # A fork creates an entity and a retry sends a message: the scope of a spawn and a send.
+    f"{_SERVICE}ForkEntity": "send",
+    f"{_SERVICE}RetryRun": "send",
     "/electric.v1.RuntimeService/Connect": "runtime",
 }
 

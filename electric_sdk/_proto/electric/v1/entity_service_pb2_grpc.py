@@ -96,6 +96,16 @@ class EntityServiceStub:
                 request_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.ForkEntity = channel.unary_unary(
+                '/electric.v1.EntityService/ForkEntity',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.FromString,
+                _registered_method=True)
+        self.RetryRun = channel.unary_unary(
+                '/electric.v1.EntityService/RetryRun',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.FromString,
+                _registered_method=True)
 
 
 class EntityServiceServicer:
@@ -189,6 +199,30 @@ class EntityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkEntity(self, request, context):
+        """A new entity of the origin's type whose stream holds the origin's events
+        before `offset`, at the same offsets, then a `electric.fork` record naming
+        the origin and offset; it starts `idle` with the origin's durable state and
+        recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+        if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
+        offset past the origin's head. Nothing before `offset` runs again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryRun(self, request, context):
+        """Run a failed or aborted run again: a new message, a copy of the run's own,
+        whose run replays the recorded steps before `from_step` (their results as
+        recorded) and executes from it on the code selected for new wakes.
+        FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+        it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+        INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EntityServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -246,6 +280,16 @@ def add_EntityServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.FromString,
                     response_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ForkEntity': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkEntity,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.SerializeToString,
+            ),
+            'RetryRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryRun,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -552,6 +596,60 @@ class EntityService:
             '/electric.v1.EntityService/ListWorkers',
             electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
             electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkEntity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/ForkEntity',
+            electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/RetryRun',
+            electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,22 @@ class EntityServiceStub:
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
     """
+    ForkEntity: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]
+    """A new entity of the origin's type whose stream holds the origin's events
+    before `offset`, at the same offsets, then a `electric.fork` record naming
+    the origin and offset; it starts `idle` with the origin's durable state and
+    recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+    if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
+    offset past the origin's head. Nothing before `offset` runs again.
+    """
+    RetryRun: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]
+    """Run a failed or aborted run again: a new message, a copy of the run's own,
+    whose run replays the recorded steps before `from_step` (their results as
+    recorded) and executes from it on the code selected for new wakes.
+    FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+    it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+    INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+    """
 
 @_typing.type_check_only
 class EntityServiceAsyncStub(EntityServiceStub):
@@ -124,6 +140,22 @@ class EntityServiceAsyncStub(EntityServiceStub):
     ListWorkers: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListWorkersRequest, _entity_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
+    """
+    ForkEntity: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]  # type: ignore[assignment]
+    """A new entity of the origin's type whose stream holds the origin's events
+    before `offset`, at the same offsets, then a `electric.fork` record naming
+    the origin and offset; it starts `idle` with the origin's durable state and
+    recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+    if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
+    offset past the origin's head. Nothing before `offset` runs again.
+    """
+    RetryRun: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]  # type: ignore[assignment]
+    """Run a failed or aborted run again: a new message, a copy of the run's own,
+    whose run replays the recorded steps before `from_step` (their results as
+    recorded) and executes from it on the code selected for new wakes.
+    FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+    it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+    INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
     """
 
 class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -232,6 +264,34 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_entity_service_pb2.ListWorkersResponse, _abc.Awaitable[_entity_service_pb2.ListWorkersResponse]]:
         """The worker sessions connected now, on every replica of the store
         (cluster-wide on PostgreSQL), ordered by worker id.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkEntity(
+        self,
+        request: _entity_service_pb2.ForkEntityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.ForkEntityResponse, _abc.Awaitable[_entity_service_pb2.ForkEntityResponse]]:
+        """A new entity of the origin's type whose stream holds the origin's events
+        before `offset`, at the same offsets, then a `electric.fork` record naming
+        the origin and offset; it starts `idle` with the origin's durable state and
+        recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+        if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
+        offset past the origin's head. Nothing before `offset` runs again.
+        """
+
+    @_abc_1.abstractmethod
+    def RetryRun(
+        self,
+        request: _entity_service_pb2.RetryRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.RetryRunResponse, _abc.Awaitable[_entity_service_pb2.RetryRunResponse]]:
+        """Run a failed or aborted run again: a new message, a copy of the run's own,
+        whose run replays the recorded steps before `from_step` (their results as
+        recorded) and executes from it on the code selected for new wakes.
+        FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+        it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+        INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
         """
 
 def add_EntityServiceServicer_to_server(servicer: EntityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
