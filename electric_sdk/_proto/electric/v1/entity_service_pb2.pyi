@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from electric_sdk._proto.electric.v1 import types_pb2 as _types_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -868,6 +869,189 @@ class ListWorkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class ListVersionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """Only this entity type; empty: every type announced."""
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListVersionsRequest: _TypeAlias = ListVersionsRequest  # noqa: Y015
+
+@_typing.final
+class CodeVersion(_message.Message):
+    """One code version of an entity type."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    RUNS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    RUNS_WAITING_FIELD_NUMBER: _builtins.int
+    VERSIONING_FIELD_NUMBER: _builtins.int
+    UPGRADE_AFTER_FIELD_NUMBER: _builtins.int
+    ANNOUNCED_SEQ_FIELD_NUMBER: _builtins.int
+    code_version: _builtins.str
+    runs_in_flight: _builtins.int
+    """Runs in flight bound to it (started on it, not ended)."""
+    runs_waiting: _builtins.int
+    """Of those, the ones waiting for a worker of this version (no lease)."""
+    versioning: _types_pb2.Versioning.ValueType
+    """What its workers announced for runs bound to it (see HostedType)."""
+    announced_seq: _builtins.int
+    """The order versions were first announced in: the newest has the highest."""
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The workers announcing it now (ids, as `electric workers` lists them)."""
+
+    @_builtins.property
+    def upgrade_after(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        code_version: _builtins.str = ...,
+        workers: _abc.Iterable[_builtins.str] | None = ...,
+        runs_in_flight: _builtins.int = ...,
+        runs_waiting: _builtins.int = ...,
+        versioning: _types_pb2.Versioning.ValueType = ...,
+        upgrade_after: _duration_pb2.Duration | None = ...,
+        announced_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["upgrade_after", b"upgrade_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["announced_seq", b"announced_seq", "code_version", b"code_version", "runs_in_flight", b"runs_in_flight", "runs_waiting", b"runs_waiting", "upgrade_after", b"upgrade_after", "versioning", b"versioning", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CodeVersion: _TypeAlias = CodeVersion  # noqa: Y015
+
+@_typing.final
+class TypeVersions(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    SELECTED_FIELD_NUMBER: _builtins.int
+    CURRENT_FIELD_NUMBER: _builtins.int
+    RAMP_VERSION_FIELD_NUMBER: _builtins.int
+    RAMP_PERCENT_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    selected: _builtins.str
+    """The version an operator chose for new wakes; empty: the newest announced."""
+    current: _builtins.str
+    """The version new wakes of entities not in the ramp get now."""
+    ramp_version: _builtins.str
+    """A ramp: this share of the type's entities (sticky per entity) get
+    `ramp_version` instead. Empty / 0: no ramp.
+    """
+    ramp_percent: _builtins.int
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___CodeVersion]:
+        """Newest announced first."""
+
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        versions: _abc.Iterable[Global___CodeVersion] | None = ...,
+        selected: _builtins.str = ...,
+        current: _builtins.str = ...,
+        ramp_version: _builtins.str = ...,
+        ramp_percent: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current", b"current", "ramp_percent", b"ramp_percent", "ramp_version", b"ramp_version", "selected", b"selected", "type", b"type", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TypeVersions: _TypeAlias = TypeVersions  # noqa: Y015
+
+@_typing.final
+class ListVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def types(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypeVersions]: ...
+    def __init__(
+        self,
+        *,
+        types: _abc.Iterable[Global___TypeVersions] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["types", b"types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListVersionsResponse: _TypeAlias = ListVersionsResponse  # noqa: Y015
+
+@_typing.final
+class SetVersionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    CODE_VERSION_FIELD_NUMBER: _builtins.int
+    RAMP_VERSION_FIELD_NUMBER: _builtins.int
+    RAMP_PERCENT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    code_version: _builtins.str
+    """The version new wakes get; empty: the newest announced again."""
+    ramp_version: _builtins.str
+    """Ramp `ramp_percent` (1-100) of the entities to this version; empty: no ramp."""
+    ramp_percent: _builtins.int
+    reason: _builtins.str
+    """Why, for the server's log."""
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        code_version: _builtins.str = ...,
+        ramp_version: _builtins.str = ...,
+        ramp_percent: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code_version", b"code_version", "ramp_percent", b"ramp_percent", "ramp_version", b"ramp_version", "reason", b"reason", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetVersionRequest: _TypeAlias = SetVersionRequest  # noqa: Y015
+
+@_typing.final
+class SetVersionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def versions(self) -> Global___TypeVersions: ...
+    def __init__(
+        self,
+        *,
+        versions: Global___TypeVersions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetVersionResponse: _TypeAlias = SetVersionResponse  # noqa: Y015
 
 @_typing.final
 class ForkEntityRequest(_message.Message):

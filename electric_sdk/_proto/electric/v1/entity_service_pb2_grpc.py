@@ -96,6 +96,16 @@ class EntityServiceStub:
                 request_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.ListVersions = channel.unary_unary(
+                '/electric.v1.EntityService/ListVersions',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.ListVersionsRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.ListVersionsResponse.FromString,
+                _registered_method=True)
+        self.SetVersion = channel.unary_unary(
+                '/electric.v1.EntityService/SetVersion',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.FromString,
+                _registered_method=True)
         self.ForkEntity = channel.unary_unary(
                 '/electric.v1.EntityService/ForkEntity',
                 request_serializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.SerializeToString,
@@ -199,6 +209,23 @@ class EntityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListVersions(self, request, context):
+        """Per entity type, each code version announced: its workers, its runs in
+        flight, and which version new wakes get. Needs the `admin` scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetVersion(self, request, context):
+        """Choose the version new wakes of a type get (a rollback is choosing an
+        older one; runs in flight stay bound to theirs), or ramp a share of the
+        type's entities to another. Needs the `admin` scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ForkEntity(self, request, context):
         """A new entity of the origin's type whose stream holds the origin's events
         before `offset`, at the same offsets, then a `electric.fork` record naming
@@ -280,6 +307,16 @@ def add_EntityServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.FromString,
                     response_serializer=electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ListVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVersions,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.ListVersionsRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.ListVersionsResponse.SerializeToString,
+            ),
+            'SetVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetVersion,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.SerializeToString,
             ),
             'ForkEntity': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkEntity,
@@ -596,6 +633,60 @@ class EntityService:
             '/electric.v1.EntityService/ListWorkers',
             electric_dot_v1_dot_entity__service__pb2.ListWorkersRequest.SerializeToString,
             electric_dot_v1_dot_entity__service__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/ListVersions',
+            electric_dot_v1_dot_entity__service__pb2.ListVersionsRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.ListVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/SetVersion',
+            electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.FromString,
             options,
             channel_credentials,
             insecure,

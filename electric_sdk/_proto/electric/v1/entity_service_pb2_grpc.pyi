@@ -79,6 +79,15 @@ class EntityServiceStub:
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
     """
+    ListVersions: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]
+    """Per entity type, each code version announced: its workers, its runs in
+    flight, and which version new wakes get. Needs the `admin` scope.
+    """
+    SetVersion: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]
+    """Choose the version new wakes of a type get (a rollback is choosing an
+    older one; runs in flight stay bound to theirs), or ramp a share of the
+    type's entities to another. Needs the `admin` scope.
+    """
     ForkEntity: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]
     """A new entity of the origin's type whose stream holds the origin's events
     before `offset`, at the same offsets, then a `electric.fork` record naming
@@ -140,6 +149,15 @@ class EntityServiceAsyncStub(EntityServiceStub):
     ListWorkers: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListWorkersRequest, _entity_service_pb2.ListWorkersResponse]  # type: ignore[assignment]
     """The worker sessions connected now, on every replica of the store
     (cluster-wide on PostgreSQL), ordered by worker id.
+    """
+    ListVersions: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]  # type: ignore[assignment]
+    """Per entity type, each code version announced: its workers, its runs in
+    flight, and which version new wakes get. Needs the `admin` scope.
+    """
+    SetVersion: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]  # type: ignore[assignment]
+    """Choose the version new wakes of a type get (a rollback is choosing an
+    older one; runs in flight stay bound to theirs), or ramp a share of the
+    type's entities to another. Needs the `admin` scope.
     """
     ForkEntity: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]  # type: ignore[assignment]
     """A new entity of the origin's type whose stream holds the origin's events
@@ -264,6 +282,27 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_entity_service_pb2.ListWorkersResponse, _abc.Awaitable[_entity_service_pb2.ListWorkersResponse]]:
         """The worker sessions connected now, on every replica of the store
         (cluster-wide on PostgreSQL), ordered by worker id.
+        """
+
+    @_abc_1.abstractmethod
+    def ListVersions(
+        self,
+        request: _entity_service_pb2.ListVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.ListVersionsResponse, _abc.Awaitable[_entity_service_pb2.ListVersionsResponse]]:
+        """Per entity type, each code version announced: its workers, its runs in
+        flight, and which version new wakes get. Needs the `admin` scope.
+        """
+
+    @_abc_1.abstractmethod
+    def SetVersion(
+        self,
+        request: _entity_service_pb2.SetVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.SetVersionResponse, _abc.Awaitable[_entity_service_pb2.SetVersionResponse]]:
+        """Choose the version new wakes of a type get (a rollback is choosing an
+        older one; runs in flight stay bound to theirs), or ramp a share of the
+        type's entities to another. Needs the `admin` scope.
         """
 
     @_abc_1.abstractmethod

@@ -28,20 +28,35 @@ class HostedType(_message.Message):
 
     TYPE_FIELD_NUMBER: _builtins.int
     PROFILE_FIELD_NUMBER: _builtins.int
+    VERSIONING_FIELD_NUMBER: _builtins.int
+    UPGRADE_AFTER_FIELD_NUMBER: _builtins.int
     type: _builtins.str
+    versioning: _types_pb2.Versioning.ValueType
+    """What happens to a run bound to this code version (it started on it)
+    when it must be delivered again and no worker announcing the version is
+    connected.
+    """
     @_builtins.property
     def profile(self) -> _types_pb2.Profile:
         """Defaults for entities of this type spawned without a profile."""
+
+    @_builtins.property
+    def upgrade_after(self) -> _duration_pb2.Duration:
+        """VERSIONING_PINNED: how long such a run waits for its version before it is
+        replayed on the version selected for new wakes; unset: it waits for good.
+        """
 
     def __init__(
         self,
         *,
         type: _builtins.str = ...,
         profile: _types_pb2.Profile | None = ...,
+        versioning: _types_pb2.Versioning.ValueType = ...,
+        upgrade_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "upgrade_after", b"upgrade_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

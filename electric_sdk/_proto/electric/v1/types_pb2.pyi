@@ -254,6 +254,34 @@ EXEC_DISPOSITION_OBSERVED: ExecDisposition.ValueType  # 4
 """Something seen rather than done (a start, an exit)."""
 Global___ExecDisposition: _TypeAlias = ExecDisposition  # noqa: Y015
 
+class _Versioning:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VersioningEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Versioning.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VERSIONING_UNSPECIFIED: _Versioning.ValueType  # 0
+    """The server's default: pinned for `electric server --upgrade-after`."""
+    VERSIONING_PINNED: _Versioning.ValueType  # 1
+    """The run waits for a worker of its own version (for `upgrade_after`, if set)."""
+    VERSIONING_AUTO_UPGRADE: _Versioning.ValueType  # 2
+    """The run is replayed at once on the version selected for new wakes; a step
+    its new code renamed fails it with NonDeterministicRun, as recorded.
+    """
+
+class Versioning(_Versioning, metaclass=_VersioningEnumTypeWrapper):
+    """How a type's runs in flight follow deploys (Temporal's worker versioning)."""
+
+VERSIONING_UNSPECIFIED: Versioning.ValueType  # 0
+"""The server's default: pinned for `electric server --upgrade-after`."""
+VERSIONING_PINNED: Versioning.ValueType  # 1
+"""The run waits for a worker of its own version (for `upgrade_after`, if set)."""
+VERSIONING_AUTO_UPGRADE: Versioning.ValueType  # 2
+"""The run is replayed at once on the version selected for new wakes; a step
+its new code renamed fails it with NonDeterministicRun, as recorded.
+"""
+Global___Versioning: _TypeAlias = Versioning  # noqa: Y015
+
 @_typing.final
 class EntityRef(_message.Message):
     """`{entity_type}/{instance_id}`. Both parts match [A-Za-z0-9_.-]{1,128}."""
@@ -328,6 +356,8 @@ class Entity(_message.Message):
     PENDING_PROFILE_FIELD_NUMBER: _builtins.int
     MESSAGE_WAITING_FIELD_NUMBER: _builtins.int
     HOLDER_FIELD_NUMBER: _builtins.int
+    BOUND_CODE_VERSION_FIELD_NUMBER: _builtins.int
+    WAITING_SINCE_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -338,6 +368,11 @@ class Entity(_message.Message):
     message_waiting: _builtins.bool
     """A message waits to be run (an idle entity wakes for it): with the state,
     whether the entity waits for a worker.
+    """
+    bound_code_version: _builtins.str
+    """The code version the run in flight is bound to (its `started` record
+    names it), while one is: an attempt delivered again goes only to a worker
+    announcing that version while one is connected (docs/runtime.md, Deploys).
     """
     @_builtins.property
     def ref(self) -> Global___EntityRef: ...
@@ -365,6 +400,12 @@ class Entity(_message.Message):
         it; watches and the responses of writes leave it unset.
         """
 
+    @_builtins.property
+    def waiting_since(self) -> _timestamp_pb2.Timestamp:
+        """Set while that run waits for a worker of its version (no lease holds
+        the entity): since when. `get` and `ls` say "waiting for code VERSION".
+        """
+
     def __init__(
         self,
         *,
@@ -380,10 +421,12 @@ class Entity(_message.Message):
         pending_profile: _abc.Iterable[Global___ProfileField.ValueType] | None = ...,
         message_waiting: _builtins.bool = ...,
         holder: Global___LeaseHolder | None = ...,
+        bound_code_version: _builtins.str = ...,
+        waiting_since: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_code_version", b"bound_code_version", "closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,17 +4,17 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Entity, EntityRef, Event, Profile, Signal, SignalOutcome, State } from "./types_pb.js";
+import type { Entity, EntityRef, Event, Profile, Signal, SignalOutcome, State, Versioning } from "./types_pb.js";
 import { file_electric_v1_types } from "./types_pb.js";
-import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file electric/v1/entity_service.proto.
  */
 export const file_electric_v1_entity_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IqwBCgZXb3JrZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSDQoFdHlwZXMYAyADKAkSFAoMY29kZV92ZXJzaW9uGAQgASgJEhAKCGNhcGFjaXR5GAUgASgNEhMKC2xlYXNlc19oZWxkGAYgASgNEjIKDmxhc3RfaGVhcnRiZWF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiQKB3dvcmtlcnMYASADKAsyEy5lbGVjdHJpYy52MS5Xb3JrZXIikAEKEUZvcmtFbnRpdHlSZXF1ZXN0EiYKBm9yaWdpbhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIKCgJpZBgCIAEoCRITCgZvZmZzZXQYAyABKANIAIgBARIOCgZyZWFzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJQgkKB19vZmZzZXQihwEKEkZvcmtFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifwoPUmV0cnlSdW5SZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhILCgNydW4YAiABKAkSEQoJZnJvbV9zdGVwGAMgASgDEg4KBnJlYXNvbhgEIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkiowEKEFJldHJ5UnVuUmVzcG9uc2USCwoDa2V5GAEgASgJEg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAUgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSEQoJZnJvbV9zdGVwGAYgASgNMsUICg1FbnRpdHlTZXJ2aWNlElAKC1NwYXduRW50aXR5Eh8uZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXNwb25zZRJKCglHZXRFbnRpdHkSHS5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXF1ZXN0Gh4uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVzcG9uc2USUwoMTGlzdEVudGl0aWVzEiAuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlElMKDFNpZ25hbEVudGl0eRIgLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXNwb25zZRJZCg5TaWduYWxFbnRpdGllcxIiLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVxdWVzdBojLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVzcG9uc2USUAoLU2VuZE1lc3NhZ2USHy5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlc3BvbnNlElgKDERlbGV0ZUVudGl0eRIgLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXNwb25zZSIDiAIBEk0KClJlYWRFdmVudHMSHi5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVxdWVzdBofLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXNwb25zZRJSCgtXYXRjaEV2ZW50cxIfLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVxdWVzdBogLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJYCg1XYXRjaEVudGl0aWVzEiEuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1JlcXVlc3QaIi5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVzcG9uc2UwARJQCgtMaXN0V29ya2VycxIfLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBogLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USTQoKRm9ya0VudGl0eRIeLmVsZWN0cmljLnYxLkZvcmtFbnRpdHlSZXF1ZXN0Gh8uZWxlY3RyaWMudjEuRm9ya0VudGl0eVJlc3BvbnNlEkcKCFJldHJ5UnVuEhwuZWxlY3RyaWMudjEuUmV0cnlSdW5SZXF1ZXN0Gh0uZWxlY3RyaWMudjEuUmV0cnlSdW5SZXNwb25zZWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IqwBCgZXb3JrZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSDQoFdHlwZXMYAyADKAkSFAoMY29kZV92ZXJzaW9uGAQgASgJEhAKCGNhcGFjaXR5GAUgASgNEhMKC2xlYXNlc19oZWxkGAYgASgNEjIKDmxhc3RfaGVhcnRiZWF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiQKB3dvcmtlcnMYASADKAsyEy5lbGVjdHJpYy52MS5Xb3JrZXIiIwoTTGlzdFZlcnNpb25zUmVxdWVzdBIMCgR0eXBlGAEgASgJItgBCgtDb2RlVmVyc2lvbhIUCgxjb2RlX3ZlcnNpb24YASABKAkSDwoHd29ya2VycxgCIAMoCRIWCg5ydW5zX2luX2ZsaWdodBgDIAEoDRIUCgxydW5zX3dhaXRpbmcYBCABKA0SKwoKdmVyc2lvbmluZxgFIAEoDjIXLmVsZWN0cmljLnYxLlZlcnNpb25pbmcSMAoNdXBncmFkZV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1hbm5vdW5jZWRfc2VxGAcgASgEIpcBCgxUeXBlVmVyc2lvbnMSDAoEdHlwZRgBIAEoCRIqCgh2ZXJzaW9ucxgCIAMoCzIYLmVsZWN0cmljLnYxLkNvZGVWZXJzaW9uEhAKCHNlbGVjdGVkGAMgASgJEg8KB2N1cnJlbnQYBCABKAkSFAoMcmFtcF92ZXJzaW9uGAUgASgJEhQKDHJhbXBfcGVyY2VudBgGIAEoDSJAChRMaXN0VmVyc2lvbnNSZXNwb25zZRIoCgV0eXBlcxgBIAMoCzIZLmVsZWN0cmljLnYxLlR5cGVWZXJzaW9ucyJzChFTZXRWZXJzaW9uUmVxdWVzdBIMCgR0eXBlGAEgASgJEhQKDGNvZGVfdmVyc2lvbhgCIAEoCRIUCgxyYW1wX3ZlcnNpb24YAyABKAkSFAoMcmFtcF9wZXJjZW50GAQgASgNEg4KBnJlYXNvbhgFIAEoCSJBChJTZXRWZXJzaW9uUmVzcG9uc2USKwoIdmVyc2lvbnMYASABKAsyGS5lbGVjdHJpYy52MS5UeXBlVmVyc2lvbnMikAEKEUZvcmtFbnRpdHlSZXF1ZXN0EiYKBm9yaWdpbhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIKCgJpZBgCIAEoCRITCgZvZmZzZXQYAyABKANIAIgBARIOCgZyZWFzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJQgkKB19vZmZzZXQihwEKEkZvcmtFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifwoPUmV0cnlSdW5SZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhILCgNydW4YAiABKAkSEQoJZnJvbV9zdGVwGAMgASgDEg4KBnJlYXNvbhgEIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkiowEKEFJldHJ5UnVuUmVzcG9uc2USCwoDa2V5GAEgASgJEg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAUgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSEQoJZnJvbV9zdGVwGAYgASgNMukJCg1FbnRpdHlTZXJ2aWNlElAKC1NwYXduRW50aXR5Eh8uZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXNwb25zZRJKCglHZXRFbnRpdHkSHS5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXF1ZXN0Gh4uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVzcG9uc2USUwoMTGlzdEVudGl0aWVzEiAuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlElMKDFNpZ25hbEVudGl0eRIgLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXNwb25zZRJZCg5TaWduYWxFbnRpdGllcxIiLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVxdWVzdBojLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVzcG9uc2USUAoLU2VuZE1lc3NhZ2USHy5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlc3BvbnNlElgKDERlbGV0ZUVudGl0eRIgLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXNwb25zZSIDiAIBEk0KClJlYWRFdmVudHMSHi5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVxdWVzdBofLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXNwb25zZRJSCgtXYXRjaEV2ZW50cxIfLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVxdWVzdBogLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJYCg1XYXRjaEVudGl0aWVzEiEuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1JlcXVlc3QaIi5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVzcG9uc2UwARJQCgtMaXN0V29ya2VycxIfLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBogLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USUwoMTGlzdFZlcnNpb25zEiAuZWxlY3RyaWMudjEuTGlzdFZlcnNpb25zUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RWZXJzaW9uc1Jlc3BvbnNlEk0KClNldFZlcnNpb24SHi5lbGVjdHJpYy52MS5TZXRWZXJzaW9uUmVxdWVzdBofLmVsZWN0cmljLnYxLlNldFZlcnNpb25SZXNwb25zZRJNCgpGb3JrRW50aXR5Eh4uZWxlY3RyaWMudjEuRm9ya0VudGl0eVJlcXVlc3QaHy5lbGVjdHJpYy52MS5Gb3JrRW50aXR5UmVzcG9uc2USRwoIUmV0cnlSdW4SHC5lbGVjdHJpYy52MS5SZXRyeVJ1blJlcXVlc3QaHS5lbGVjdHJpYy52MS5SZXRyeVJ1blJlc3BvbnNlYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.SpawnEntityRequest
@@ -920,6 +920,212 @@ export const ListWorkersResponseSchema: GenMessage<ListWorkersResponse> = /*@__P
   messageDesc(file_electric_v1_entity_service, 29);
 
 /**
+ * @generated from message electric.v1.ListVersionsRequest
+ */
+export type ListVersionsRequest = Message<"electric.v1.ListVersionsRequest"> & {
+  /**
+   * Only this entity type; empty: every type announced.
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+};
+
+/**
+ * Describes the message electric.v1.ListVersionsRequest.
+ * Use `create(ListVersionsRequestSchema)` to create a new message.
+ */
+export const ListVersionsRequestSchema: GenMessage<ListVersionsRequest> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 30);
+
+/**
+ * One code version of an entity type.
+ *
+ * @generated from message electric.v1.CodeVersion
+ */
+export type CodeVersion = Message<"electric.v1.CodeVersion"> & {
+  /**
+   * @generated from field: string code_version = 1;
+   */
+  codeVersion: string;
+
+  /**
+   * The workers announcing it now (ids, as `electric workers` lists them).
+   *
+   * @generated from field: repeated string workers = 2;
+   */
+  workers: string[];
+
+  /**
+   * Runs in flight bound to it (started on it, not ended).
+   *
+   * @generated from field: uint32 runs_in_flight = 3;
+   */
+  runsInFlight: number;
+
+  /**
+   * Of those, the ones waiting for a worker of this version (no lease).
+   *
+   * @generated from field: uint32 runs_waiting = 4;
+   */
+  runsWaiting: number;
+
+  /**
+   * What its workers announced for runs bound to it (see HostedType).
+   *
+   * @generated from field: electric.v1.Versioning versioning = 5;
+   */
+  versioning: Versioning;
+
+  /**
+   * @generated from field: google.protobuf.Duration upgrade_after = 6;
+   */
+  upgradeAfter?: Duration | undefined;
+
+  /**
+   * The order versions were first announced in: the newest has the highest.
+   *
+   * @generated from field: uint64 announced_seq = 7;
+   */
+  announcedSeq: bigint;
+};
+
+/**
+ * Describes the message electric.v1.CodeVersion.
+ * Use `create(CodeVersionSchema)` to create a new message.
+ */
+export const CodeVersionSchema: GenMessage<CodeVersion> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 31);
+
+/**
+ * @generated from message electric.v1.TypeVersions
+ */
+export type TypeVersions = Message<"electric.v1.TypeVersions"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * Newest announced first.
+   *
+   * @generated from field: repeated electric.v1.CodeVersion versions = 2;
+   */
+  versions: CodeVersion[];
+
+  /**
+   * The version an operator chose for new wakes; empty: the newest announced.
+   *
+   * @generated from field: string selected = 3;
+   */
+  selected: string;
+
+  /**
+   * The version new wakes of entities not in the ramp get now.
+   *
+   * @generated from field: string current = 4;
+   */
+  current: string;
+
+  /**
+   * A ramp: this share of the type's entities (sticky per entity) get
+   * `ramp_version` instead. Empty / 0: no ramp.
+   *
+   * @generated from field: string ramp_version = 5;
+   */
+  rampVersion: string;
+
+  /**
+   * @generated from field: uint32 ramp_percent = 6;
+   */
+  rampPercent: number;
+};
+
+/**
+ * Describes the message electric.v1.TypeVersions.
+ * Use `create(TypeVersionsSchema)` to create a new message.
+ */
+export const TypeVersionsSchema: GenMessage<TypeVersions> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 32);
+
+/**
+ * @generated from message electric.v1.ListVersionsResponse
+ */
+export type ListVersionsResponse = Message<"electric.v1.ListVersionsResponse"> & {
+  /**
+   * @generated from field: repeated electric.v1.TypeVersions types = 1;
+   */
+  types: TypeVersions[];
+};
+
+/**
+ * Describes the message electric.v1.ListVersionsResponse.
+ * Use `create(ListVersionsResponseSchema)` to create a new message.
+ */
+export const ListVersionsResponseSchema: GenMessage<ListVersionsResponse> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 33);
+
+/**
+ * @generated from message electric.v1.SetVersionRequest
+ */
+export type SetVersionRequest = Message<"electric.v1.SetVersionRequest"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * The version new wakes get; empty: the newest announced again.
+   *
+   * @generated from field: string code_version = 2;
+   */
+  codeVersion: string;
+
+  /**
+   * Ramp `ramp_percent` (1-100) of the entities to this version; empty: no ramp.
+   *
+   * @generated from field: string ramp_version = 3;
+   */
+  rampVersion: string;
+
+  /**
+   * @generated from field: uint32 ramp_percent = 4;
+   */
+  rampPercent: number;
+
+  /**
+   * Why, for the server's log.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message electric.v1.SetVersionRequest.
+ * Use `create(SetVersionRequestSchema)` to create a new message.
+ */
+export const SetVersionRequestSchema: GenMessage<SetVersionRequest> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 34);
+
+/**
+ * @generated from message electric.v1.SetVersionResponse
+ */
+export type SetVersionResponse = Message<"electric.v1.SetVersionResponse"> & {
+  /**
+   * @generated from field: electric.v1.TypeVersions versions = 1;
+   */
+  versions?: TypeVersions | undefined;
+};
+
+/**
+ * Describes the message electric.v1.SetVersionResponse.
+ * Use `create(SetVersionResponseSchema)` to create a new message.
+ */
+export const SetVersionResponseSchema: GenMessage<SetVersionResponse> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 35);
+
+/**
  * @generated from message electric.v1.ForkEntityRequest
  */
 export type ForkEntityRequest = Message<"electric.v1.ForkEntityRequest"> & {
@@ -963,7 +1169,7 @@ export type ForkEntityRequest = Message<"electric.v1.ForkEntityRequest"> & {
  * Use `create(ForkEntityRequestSchema)` to create a new message.
  */
 export const ForkEntityRequestSchema: GenMessage<ForkEntityRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 30);
+  messageDesc(file_electric_v1_entity_service, 36);
 
 /**
  * @generated from message electric.v1.ForkEntityResponse
@@ -999,7 +1205,7 @@ export type ForkEntityResponse = Message<"electric.v1.ForkEntityResponse"> & {
  * Use `create(ForkEntityResponseSchema)` to create a new message.
  */
 export const ForkEntityResponseSchema: GenMessage<ForkEntityResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 31);
+  messageDesc(file_electric_v1_entity_service, 37);
 
 /**
  * @generated from message electric.v1.RetryRunRequest
@@ -1043,7 +1249,7 @@ export type RetryRunRequest = Message<"electric.v1.RetryRunRequest"> & {
  * Use `create(RetryRunRequestSchema)` to create a new message.
  */
 export const RetryRunRequestSchema: GenMessage<RetryRunRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 32);
+  messageDesc(file_electric_v1_entity_service, 38);
 
 /**
  * @generated from message electric.v1.RetryRunResponse
@@ -1089,7 +1295,7 @@ export type RetryRunResponse = Message<"electric.v1.RetryRunResponse"> & {
  * Use `create(RetryRunResponseSchema)` to create a new message.
  */
 export const RetryRunResponseSchema: GenMessage<RetryRunResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 33);
+  messageDesc(file_electric_v1_entity_service, 39);
 
 /**
  * The control plane's entity API. Errors are gRPC status codes with a
@@ -1215,6 +1421,29 @@ export const EntityService: GenService<{
     methodKind: "unary";
     input: typeof ListWorkersRequestSchema;
     output: typeof ListWorkersResponseSchema;
+  },
+  /**
+   * Per entity type, each code version announced: its workers, its runs in
+   * flight, and which version new wakes get. Needs the `admin` scope.
+   *
+   * @generated from rpc electric.v1.EntityService.ListVersions
+   */
+  listVersions: {
+    methodKind: "unary";
+    input: typeof ListVersionsRequestSchema;
+    output: typeof ListVersionsResponseSchema;
+  },
+  /**
+   * Choose the version new wakes of a type get (a rollback is choosing an
+   * older one; runs in flight stay bound to theirs), or ramp a share of the
+   * type's entities to another. Needs the `admin` scope.
+   *
+   * @generated from rpc electric.v1.EntityService.SetVersion
+   */
+  setVersion: {
+    methodKind: "unary";
+    input: typeof SetVersionRequestSchema;
+    output: typeof SetVersionResponseSchema;
   },
   /**
    * A new entity of the origin's type whose stream holds the origin's events
