@@ -154,6 +154,8 @@ def _types_named(request: Any) -> list[str]:
     """The entity types a request touches; [] means "every type"."""
     if request.HasField("ref") if hasattr(request, "ref") else False:
         return [request.ref.type]
+    if request.HasField("origin") if hasattr(request, "origin") else False:
+        return [request.origin.type]  # a fork: the new entity's type is its origin's
     selector = getattr(request, "selector", None)
     if selector is not None:
         if selector.refs:
