@@ -188,7 +188,7 @@ def _client_commands(sub: Subparsers) -> None:
 
     p = add("retry", commands.retry, "run a failed or aborted run again, replaying its steps before N")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
-    p.add_argument("run", metavar="RUN", help="the run's message key, as `electric logs` and events show it")
+    p.add_argument("run", metavar="RUN", help="the run's message key, as `electric events` shows it")
     p.add_argument(
         "--from-step",
         type=_whole,

@@ -195,7 +195,7 @@ async def find_run(store: Store, ref: Ref, key: str) -> RunFound:
         raise ApiError(
             grpc.StatusCode.NOT_FOUND,
             "RUN_NOT_FOUND",
-            f"{entity_url(*ref)} has no message {key!r}: name a run as `electric logs` shows its key",
+            f"{entity_url(*ref)} has no message {key!r}: name a run by its message key, as `electric events` shows it",
             {"entity": entity_url(*ref), "run": key},
         )
     message = pb.Event.FromString(found.body).message

@@ -1137,7 +1137,7 @@ class RetryRunRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     run: _builtins.str
-    """The run's message key (`electric logs` shows it)."""
+    """The run's message key (`electric events` shows it)."""
     from_step: _builtins.int
     """The first step executed again; the steps before it are answered from the
     run's records. 0: run everything again. At most the run's recorded steps.

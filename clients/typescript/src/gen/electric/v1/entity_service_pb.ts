@@ -1217,7 +1217,7 @@ export type RetryRunRequest = Message<"electric.v1.RetryRunRequest"> & {
   ref?: EntityRef | undefined;
 
   /**
-   * The run's message key (`electric logs` shows it).
+   * The run's message key (`electric events` shows it).
    *
    * @generated from field: string run = 2;
    */
