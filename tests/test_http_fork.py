@@ -82,16 +82,23 @@ async def test_bad_offsets_and_origins_are_refused_and_write_nothing(
 ) -> None:
     await _origin(http, "/agent/o2")
     head = len(await _events(http, "/agent/o2"))
-    for offset in ("-1", "abc", "1.5", "now", str(head + 1), "9" * 21):
+    for offset, status in (
+        ("-1", 400),
+        ("abc", 400),
+        ("1.5", 400),
+        ("now", 400),
+        ("9" * 21, 400),
+        (str(head + 1), 409),
+    ):
         refused = await http.put(
             "/agent/bad", headers={"Stream-Forked-From": "/agent/o2", "Stream-Fork-Offset": offset}
         )
-        assert error_of(refused) == (400, "INVALID_OFFSET"), (offset, refused.text)
+        assert error_of(refused) == (status, "INVALID_OFFSET"), (offset, refused.text)
     for body in ({"id": "bad", "offset": -1}, {"id": "bad", "offset": "2"}, {"id": "bad", "offset": 2.5}):
         refused = await http.post("/agent/o2/fork", json=body)
         assert error_of(refused) == (400, "INVALID_FIELD"), (body, refused.text)
     refused = await http.post("/agent/o2/fork", json={"id": "bad", "offset": head + 1})
-    assert error_of(refused) == (400, "INVALID_OFFSET")
+    assert error_of(refused) == (409, "INVALID_OFFSET")  # past the head: not there yet
     for origin in ("/other/o2", "agent/o2", "/agent", "/agent/o2/events"):
         refused = await http.put("/agent/bad", headers={"Stream-Forked-From": origin})
         assert error_of(refused) == (400, "INVALID_FORK_ORIGIN"), origin
@@ -133,7 +140,7 @@ async def test_retry_over_http_and_its_refusals(http: httpx.AsyncClient) -> None
     cancelled, queued = await _origin(http, "/agent/o4")
     head = len(await _events(http, "/agent/o4"))
     refusals = [
-        ({"run": cancelled, "from_step": 1}, (400, "INVALID_STEP")),  # it recorded no step
+        ({"run": cancelled, "from_step": 1}, (409, "INVALID_STEP")),  # it recorded no step
         ({"run": cancelled, "from_step": -1}, (400, "INVALID_FIELD")),
         ({"run": "msg_nope"}, (404, "RUN_NOT_FOUND")),
         ({"run": queued}, (409, "RUN_NOT_RETRYABLE")),

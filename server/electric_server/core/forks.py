@@ -37,7 +37,7 @@ from electric_sdk.lifecycle import STATE_RULES, Outcome, State
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, Store, StoredEvent, WriteContext
 from . import message_cursor
 from .entity_writes import INSERT, UPDATE, state_event
-from .errors import ApiError, invalid_argument, not_found
+from .errors import ApiError, not_found
 
 __all__ = ["FORK_EVENT", "Forked", "RunFound", "find_run", "fork", "origin_events", "retry"]
 
@@ -53,10 +53,12 @@ _STATUS_TEXT: dict[int, str] = {
 _FINAL_STEP_OUTCOMES = ("ok", "error")
 
 
-def _refuse_offset(message: str, origin: Ref, offset: int) -> ApiError:
-    return invalid_argument(
-        "INVALID_OFFSET", message, field="offset", entity=entity_url(*origin), offset=str(offset)
-    )
+def _refuse_offset(message: str, origin: Ref, offset: int, beyond: bool = False) -> ApiError:
+    """A negative offset is never valid (INVALID_ARGUMENT); one past the head is not valid yet
+    (OUT_OF_RANGE, as gRPC says of a read past the end: the state may change)."""
+    code = grpc.StatusCode.OUT_OF_RANGE if beyond else grpc.StatusCode.INVALID_ARGUMENT
+    metadata = {"field": "offset", "entity": entity_url(*origin), "offset": str(offset)}
+    return ApiError(code, "INVALID_OFFSET", message, metadata)
 
 
 async def origin_events(
@@ -72,7 +74,7 @@ async def origin_events(
         raise _refuse_offset(f"offset must be 0 or more, got {at}", origin, at)
     if at > record.head_offset:
         raise _refuse_offset(
-            f"offset {at} is past the head of {entity_url(*origin)} ({record.head_offset})", origin, at
+            f"offset {at} is past the head of {entity_url(*origin)} ({record.head_offset})", origin, at, True
         )
     events: list[StoredEvent] = []
     while len(events) < at:
@@ -216,11 +218,13 @@ def retry(ref: Ref, run: RunFound, from_step: int, sender: str, reason: str) -> 
             {"entity": url, "run": run.key},
         )
     if not 0 <= from_step <= run.recorded_steps:
-        raise invalid_argument(
+        # Past the recorded steps is OUT_OF_RANGE (as an offset past a stream's head), below 0 invalid.
+        code = grpc.StatusCode.OUT_OF_RANGE if from_step > 0 else grpc.StatusCode.INVALID_ARGUMENT
+        raise ApiError(
+            code,
             "INVALID_STEP",
             f"from_step must be 0..{run.recorded_steps} (the steps run {run.key} recorded), got {from_step}",
-            field="from_step",
-            run=run.key,
+            {"field": "from_step", "run": run.key},
         )
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:

@@ -47,7 +47,10 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     403: ("MISSING_SCOPE", "TYPE_NOT_ALLOWED"),
     404: ("ENTITY_NOT_FOUND", "ROUTE_NOT_FOUND", "RUN_NOT_FOUND"),
     405: ("METHOD_NOT_ALLOWED",),
-    409: ("ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION", "RUN_NOT_RETRYABLE"),
+    409: (
+        "ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION", "RUN_NOT_RETRYABLE",
+        "INVALID_OFFSET", "INVALID_STEP",
+    ),
     413: ("BODY_TOO_LARGE", "PAYLOAD_TOO_LARGE", "MESSAGE_TOO_LARGE"),
     415: ("UNSUPPORTED_MEDIA_TYPE",),
     429: ("TOO_MANY_STREAMS",),
@@ -61,7 +64,7 @@ ERROR_MEANINGS = {
     403: "the token lacks the route's scope, or may not touch this type",
     404: "no such entity, or no such route",
     405: "the path has no such method",
-    409: "the entity's state refuses the call (or it exists already)",
+    409: "the entity's state refuses the call (or it exists already, or an offset or step is past its end)",
     413: "the body, a payload or a message is too large",
     415: "the body is not application/json",
     429: "a cap on what one principal may hold open is reached",
@@ -387,8 +390,6 @@ def _operation(route: HttpRoute, operation_id: str) -> Schema:
         params += [_ref("parameters", "newType" if route.spawns else "type"), _ref("parameters", "id")]
     if route.call is not None and route.method != "GET":
         params.append(_ref("parameters", "idempotencyKey"))
-    if route.fork_headers:
-        params += [_ref("parameters", "forkedFrom"), _ref("parameters", "forkOffset")]
     for p in route.query:
         schema = {"type": "array", "items": dict(p.schema)} if p.repeated else dict(p.schema)
         params.append({"name": p.name, "in": "query", "description": p.description, "schema": schema})
@@ -462,22 +463,6 @@ def document() -> Schema:
                     "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
                     "description": "a retry with the same key returns the first response and "
                     "writes nothing (through either door)",
-                },
-                "forkedFrom": {
-                    "name": "Stream-Forked-From",
-                    "in": "header",
-                    "required": False,
-                    "schema": {"type": "string"},
-                    "description": "makes the create a fork of this entity (/TYPE/ID or its "
-                    "/TYPE/ID/stream, of the same type), as the Durable Streams protocol forks",
-                },
-                "forkOffset": {
-                    "name": "Stream-Fork-Offset",
-                    "in": "header",
-                    "required": False,
-                    "schema": {"type": "string", "pattern": "^[0-9]{1,20}$"},
-                    "description": "with Stream-Forked-From: the fork holds the origin's events "
-                    "before this offset (a Stream-Next-Offset of its stream; default: its head)",
                 },
             },
             "headers": HEADERS,

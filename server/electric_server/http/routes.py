@@ -129,7 +129,6 @@ class HttpRoute:
     spawns: bool = False  # the path names a new entity (its type may not start with "_")
     deprecated: bool = False
     description: str = ""
-    fork_headers: bool = False  # takes the Durable Streams fork headers (http/forking.py)
 
     @property
     def served_by_door(self) -> bool:
@@ -401,9 +400,11 @@ ROUTES: tuple[HttpRoute, ...] = (
         "PUT", ONE, "spawnEntity", "Spawn an entity (SpawnEntity)",
         Call(forking.created, _spawn, _entity, optional_body=True, name="SpawnEntity"),
         Answer(201, "the new entity", "Entity"), (*WRITE_ERRORS, 404), body="SpawnRequest", body_required=False,
-        spawns=True, fork_headers=True,
-        description="With Stream-Forked-From it is a fork (ForkEntity), as a Durable Streams create: "
-        "the new entity's stream holds the origin's events before Stream-Fork-Offset (default: its head).",
+        spawns=True,
+        description="With the Durable Streams fork headers it is a fork (ForkEntity), as a Durable Streams "
+        "create forks: Stream-Forked-From names the origin (/TYPE/ID or /TYPE/ID/stream, of the same "
+        "type) and Stream-Fork-Offset an offset of its stream (its Stream-Next-Offset; default: its "
+        "head); the new entity's stream holds the origin's events before it (docs/fork-and-retry.md).",
     ),
     _service(
         "GET", ONE, "getEntity", "Read an entity (GetEntity)",

@@ -231,8 +231,9 @@ class EntityServiceServicer:
         before `offset`, at the same offsets, then a `electric.fork` record naming
         the origin and offset; it starts `idle` with the origin's durable state and
         recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
-        if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
-        offset past the origin's head. Nothing before `offset` runs again.
+        if the new id was ever used; INVALID_OFFSET for an offset below 0
+        (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+        before `offset` runs again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -244,7 +245,8 @@ class EntityServiceServicer:
         recorded) and executes from it on the code selected for new wakes.
         FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
         it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
-        INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+        INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+        recorded steps (OUT_OF_RANGE).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -93,8 +93,9 @@ class EntityServiceStub:
     before `offset`, at the same offsets, then a `electric.fork` record naming
     the origin and offset; it starts `idle` with the origin's durable state and
     recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
-    if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
-    offset past the origin's head. Nothing before `offset` runs again.
+    if the new id was ever used; INVALID_OFFSET for an offset below 0
+    (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+    before `offset` runs again.
     """
     RetryRun: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]
     """Run a failed or aborted run again: a new message, a copy of the run's own,
@@ -102,7 +103,8 @@ class EntityServiceStub:
     recorded) and executes from it on the code selected for new wakes.
     FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
     it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
-    INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+    INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+    recorded steps (OUT_OF_RANGE).
     """
 
 @_typing.type_check_only
@@ -164,8 +166,9 @@ class EntityServiceAsyncStub(EntityServiceStub):
     before `offset`, at the same offsets, then a `electric.fork` record naming
     the origin and offset; it starts `idle` with the origin's durable state and
     recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
-    if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
-    offset past the origin's head. Nothing before `offset` runs again.
+    if the new id was ever used; INVALID_OFFSET for an offset below 0
+    (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+    before `offset` runs again.
     """
     RetryRun: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]  # type: ignore[assignment]
     """Run a failed or aborted run again: a new message, a copy of the run's own,
@@ -173,7 +176,8 @@ class EntityServiceAsyncStub(EntityServiceStub):
     recorded) and executes from it on the code selected for new wakes.
     FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
     it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
-    INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+    INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+    recorded steps (OUT_OF_RANGE).
     """
 
 class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -315,8 +319,9 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
         before `offset`, at the same offsets, then a `electric.fork` record naming
         the origin and offset; it starts `idle` with the origin's durable state and
         recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
-        if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
-        offset past the origin's head. Nothing before `offset` runs again.
+        if the new id was ever used; INVALID_OFFSET for an offset below 0
+        (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+        before `offset` runs again.
         """
 
     @_abc_1.abstractmethod
@@ -330,7 +335,8 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
         recorded) and executes from it on the code selected for new wakes.
         FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
         it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
-        INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+        INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+        recorded steps (OUT_OF_RANGE).
         """
 
 def add_EntityServiceServicer_to_server(servicer: EntityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1450,8 +1450,9 @@ export const EntityService: GenService<{
    * before `offset`, at the same offsets, then a `electric.fork` record naming
    * the origin and offset; it starts `idle` with the origin's durable state and
    * recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
-   * if the new id was ever used; INVALID_ARGUMENT / INVALID_OFFSET for an
-   * offset past the origin's head. Nothing before `offset` runs again.
+   * if the new id was ever used; INVALID_OFFSET for an offset below 0
+   * (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+   * before `offset` runs again.
    *
    * @generated from rpc electric.v1.EntityService.ForkEntity
    */
@@ -1466,7 +1467,8 @@ export const EntityService: GenService<{
    * recorded) and executes from it on the code selected for new wakes.
    * FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
    * it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
-   * INVALID_ARGUMENT / INVALID_STEP for a step past its recorded steps.
+   * INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+   * recorded steps (OUT_OF_RANGE).
    *
    * @generated from rpc electric.v1.EntityService.RetryRun
    */
