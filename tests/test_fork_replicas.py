@@ -9,9 +9,11 @@ import anyio
 import grpc
 import pytest
 from helpers import error_info
-from test_replicas import StartReplica, anyio_backend, one_loop, read_all, replica, stub  # noqa: F401 - fixtures
+from test_replicas import StartReplica, anyio_backend, closed, one_loop, read_all, replica, stub  # noqa: F401 - fixtures
+from test_runtime_protocol import RawWorker
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 
 pytestmark = pytest.mark.anyio
@@ -105,3 +107,32 @@ async def test_fork_and_retry_through_three_replicas(replica: StartReplica) -> N
         with pytest.raises(grpc.aio.AioRpcError) as beyond:
             await via_c.RetryRun(api.RetryRunRequest(ref=origin, run=first.key, from_step=1))
         assert error_info(beyond.value).reason == "INVALID_STEP"
+
+
+async def test_a_fork_settles_the_signals_its_origin_had_pending(replica: StartReplica) -> None:  # noqa: F811
+    """A SIGUSR a worker on A has not reported on yet is `pending` in the origin's stream; the fork,
+    made through B, settles its copy `ignored` in its own commit, so no lease of the fork gets it."""
+    a, b = replica(), replica()
+    async with grpc.aio.insecure_channel(a.address) as to_a, grpc.aio.insecure_channel(b.address) as to_b:
+        worker = RawWorker(to_a, "w-origin", ["agent"])
+        await worker.next("welcome")
+        origin = pb.EntityRef(type="agent", id="busy")
+        await stub(to_a).SpawnEntity(api.SpawnEntityRequest(ref=origin))
+        lease = (await worker.next("lease_granted")).lease
+        started = rt.Transition(to=pb.STATE_RUNNING, cause="started")
+        assert (await worker.write(origin, lease.epoch, pb.STATE_SPAWNING, transition=started)).applied
+        usr = await stub(to_a).SignalEntity(api.SignalEntityRequest(ref=origin, signal=pb.SIGNAL_SIGUSR))
+        assert usr.outcome == pb.SIGNAL_OUTCOME_PENDING
+
+        forked = await stub(to_b).ForkEntity(api.ForkEntityRequest(origin=origin, id="busy-fork"))
+        events = await read_all(stub(to_a), pb.EntityRef(type="agent", id="busy-fork"))
+        own = events[forked.offset :]
+        assert [e.type for e in own] == ["electric.fork", "signal", "state"]
+        assert own[1].key == usr.key
+        assert own[1].headers.operation == pb.OPERATION_UPDATE
+        assert own[1].signal.outcome == pb.SIGNAL_OUTCOME_IGNORED
+        assert own[1].signal.detail.startswith("copied by the fork of /agent/busy")
+        # The origin's own signal is still its runtime's to report on.
+        origin_events = await read_all(stub(to_b), origin)
+        assert [e.signal.outcome for e in origin_events if e.key == usr.key] == [pb.SIGNAL_OUTCOME_PENDING]
+        await closed(worker)
