@@ -28,6 +28,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from electric_sdk._signal_names import parse_signal
+
 # fmt: off
 __all__ = [
     # the tables and the constants
@@ -39,8 +41,8 @@ __all__ = [
     "Action", "Cell", "Decision", "Effect", "InvalidTransition", "LifecycleError", "MessageProgress",
     "Outcome", "Record", "Signal", "SignalRejected", "State", "StateRules", "Timing",
     # the questions
-    "accepts_record", "cell", "check_runtime_transition", "decide", "needs_runtime", "possible_signals",
-    "runtime_outcome", "runtime_target", "valid_signals",
+    "accepts_record", "cell", "check_runtime_transition", "decide", "decide_waiting", "needs_runtime",
+    "possible_signals", "runtime_outcome", "runtime_target", "valid_signals",
 ]
 # fmt: on
 
@@ -73,22 +75,7 @@ class Signal(_Enum):
         POSIX fixes (``"15"``) → ``Signal.SIGTERM``; ValueError otherwise."""
         if isinstance(text, Signal):
             return text
-        name = text.strip().upper()
-        if name.isascii() and name.isdigit():
-            if int(name) in POSIX_SIGNAL_NUMBERS:
-                return POSIX_SIGNAL_NUMBERS[int(name)]
-            raise ValueError(
-                f"unknown signal number {text!r}: only the numbers POSIX fixes are taken "
-                f"({', '.join(f'{n} ({s.value})' for n, s in POSIX_SIGNAL_NUMBERS.items())}); "
-                "give the others by name (SIGSTOP, SIGCONT, SIGUSR): their numbers differ "
-                "between platforms"
-            )
-        for prefix in ("SIGNAL_", ""):  # also the wire's enum names, e.g. SIGNAL_SIGTERM
-            candidate = name.removeprefix(prefix)
-            candidate = candidate if candidate.startswith("SIG") else f"SIG{candidate}"
-            if candidate in cls.__members__:
-                return cls[candidate]
-        raise ValueError(f"unknown signal {text!r}; expected one of {', '.join(s.value for s in cls)}")
+        return parse_signal(text, cls.__members__, POSIX_SIGNAL_NUMBERS, {s: s.value for s in cls})
 
 
 # The numbers `kill(1)` takes that POSIX fixes on every platform; SIGSTOP's and SIGCONT's
@@ -401,13 +388,9 @@ _AB, _SR = Outcome.ABORTED, Outcome.SHUTDOWN_REQUESTED
 def _row(
     acted: Outcome, delivered: Outcome, no_target: Outcome, unsupported: Outcome
 ) -> dict[Effect, Outcome]:
-    return {
-        E.ACTED: acted,
-        E.DELIVERED: delivered,
-        E.NO_TARGET: no_target,
-        E.UNSUPPORTED: unsupported,
-        E.FAILED: _F,
-    }
+    # fmt: off
+    return {E.ACTED: acted, E.DELIVERED: delivered, E.NO_TARGET: no_target, E.UNSUPPORTED: unsupported, E.FAILED: _F}
+    # fmt: on
 
 
 # fmt: off
@@ -553,6 +536,22 @@ _TARGETS = {(a, cause): b for (a, b), causes in RUNTIME_TRANSITIONS.items() for 
 def runtime_target(state: State, cause: str) -> State | None:
     """The state a runtime (or reaper) transition with ``cause`` leads to from ``state``; None: none does."""
     return _TARGETS.get((state, cause))
+
+
+def decide_waiting(state: State, signal: Signal) -> Decision:
+    """A signal to an entity whose run in flight waits for a worker of its code version (no lease
+    holds it; idle since its runtime was lost, or paused): the server decides alone, in the
+    signal's transaction. The run is in progress, so the cell is the one for a run in progress,
+    in `running`'s row while the entity is idle (SIGTERM: → stopping, its cleanup on the version
+    new wakes get). What no runtime may come to do is settled now: SIGINT aborts the run
+    (`aborted`; it never resumes); SIGHUP has no runtime to shut down (`ignored`: the run still
+    finishes on its version, the next wake takes the one selected)."""
+    row = S.RUNNING if state is S.IDLE else state
+    d = decide(row, signal, True if signal in SERVER_ABORTED_SIGNALS else None)
+    new, action, outcome = (state if d.new_state is row else d.new_state), d.action, d.outcome
+    if signal in RELOAD_SIGNALS and outcome is Outcome.PENDING:
+        action, outcome = A.NONE, Outcome.IGNORED
+    return Decision(d.cell, state, new, action, outcome)
 
 
 def check_runtime_transition(previous: State, new: State, cause: str) -> None:

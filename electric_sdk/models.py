@@ -123,6 +123,17 @@ class Entity:
     # The worker holding its lease, as GetEntity and ListEntities say; None: no live lease (or a
     # watch's or a write's answer, which do not say).
     holder: LeaseHolder | None = None
+    # The code version its run in flight is bound to (docs/runtime.md, "Deploys"); None: no run
+    # in flight, or one started by a worker that named no version.
+    bound_code_version: str | None = None
+    # Since when that run waits for a worker of its version (no lease); None: it does not wait.
+    waiting_since: datetime | None = None
+
+    @property
+    def waiting_for_code(self) -> str | None:
+        """The code version the entity's run waits for, while it does: `get` and `ls` say
+        "waiting for code VERSION"."""
+        return self.bound_code_version if self.waiting_since is not None else None
 
     @classmethod
     def from_pb(cls, m: pb.Entity) -> Entity:
@@ -144,6 +155,8 @@ class Entity:
             txid=m.txid,
             raw=m,
             holder=LeaseHolder.from_pb(m.holder) if m.HasField("holder") else None,
+            bound_code_version=m.bound_code_version or None,
+            waiting_since=timestamp_to_datetime(m.waiting_since) if m.HasField("waiting_since") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -158,6 +171,8 @@ class Entity:
             ("closed", self.closed),
             ("updated", to_iso(self.updated_at)),
         ]
+        if self.waiting_for_code:
+            rows.append(("waiting for code", self.waiting_for_code))
         if self.stopping_deadline:
             rows.append(("stopping deadline", to_iso(self.stopping_deadline)))
         if self.holder:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from .._proto.electric.v1 import types_pb2 as pb
-from ..lifecycle import State
+from ..lifecycle import STATE_RULES, State
 from .enums import STATE_TO_PB
 from .times import duration_from_ms, timestamp_from_ms
 
@@ -50,6 +50,12 @@ class EntityFields(Protocol):
     def message_waiting(self) -> bool: ...
     @property
     def lease_epoch(self) -> int: ...
+    @property
+    def cursor_attempt(self) -> int: ...
+    @property
+    def run_version(self) -> str: ...
+    @property
+    def waiting_since_ms(self) -> int | None: ...
 
 
 class HolderFields(Protocol):
@@ -95,6 +101,12 @@ def entity_to_pb(record: EntityFields, holder: HolderFields | None = None) -> pb
     )
     if record.stopping_deadline_ms is not None:
         message.stopping_deadline.CopyFrom(timestamp_from_ms(record.stopping_deadline_ms))
+    if record.cursor_attempt > 0 and record.run_version:  # a run in flight, bound to its version
+        message.bound_code_version = record.run_version
+        # It waits for a worker of it (no lease since its last one ended) unless the entity is
+        # shutting down: a SIGTERM's cleanup goes to the version new wakes get.
+        if record.waiting_since_ms is not None and not STATE_RULES[record.state].shutting_down:
+            message.waiting_since.CopyFrom(timestamp_from_ms(record.waiting_since_ms))
     if holder is not None:
         message.holder.CopyFrom(
             pb.LeaseHolder(

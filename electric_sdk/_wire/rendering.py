@@ -64,6 +64,10 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
         else None,
         "txid": str(m.txid),
         "holder": holder_json(m.holder) if m.HasField("holder") else None,
+        "bound_code_version": m.bound_code_version or None,
+        "waiting_since": to_iso(timestamp_to_datetime(m.waiting_since))
+        if m.HasField("waiting_since")
+        else None,
     }
 
 

@@ -98,6 +98,7 @@ class ServerConfig:
     disk_full_retry_ms: int = settings.DISK_FULL_RETRY.value
     hello_timeout_ms: int = settings.HELLO_TIMEOUT.value
     settle_ms: int = settings.SETTLE.value
+    upgrade_after_ms: int = settings.UPGRADE_AFTER.value
     poll_ms: int = settings.POLL.value
     max_streams: int = settings.MAX_STREAMS.value
     max_sessions: int = settings.MAX_SESSIONS.value
@@ -285,6 +286,7 @@ class ElectricServer:
                 config.settle_ms,
                 config.poll_ms,
                 config.clock,
+                config.upgrade_after_ms,
             )
         )
         entities = EntityService(self.store, watches, self.runtime, self.caps)

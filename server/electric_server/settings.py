@@ -245,6 +245,10 @@ SETTLE = Setting("settle_ms", DURATION, "1s", flag="--settle", low="1ms", high="
 POLL = Setting("poll_ms", DURATION, "500ms", flag="--poll", low="1ms", high="500ms",
     help="how often the store is polled for deadlines any replica may fire: grace expiries, leases whose "
     "holder is gone, settled streams, entities a worker of this replica may take")
+UPGRADE_AFTER = Setting("upgrade_after_ms", DURATION, "10m", flag="--upgrade-after", low="0", see='"Deploys"',
+    help="how long a run bound to a code version no connected worker runs waits for one before it is "
+    "replayed on the version selected for new wakes, for types that choose neither pinned nor "
+    "auto_upgrade (0: at once)")
 IDEMPOTENCY_RETENTION = Setting("idempotency_retention_ms", DURATION, "24h", see='"Idempotency"',
     help="how long idempotency keys are kept, at least")
 MAX_STREAMS = Setting("max_streams", COUNT, "5000", flag="--max-streams", low="1", see='"Limits and caps"',
@@ -267,7 +271,7 @@ SETTINGS: tuple[Setting[Any], ...] = (
     DATA_DIR, DATABASE_URL, DATABASE_POOL, DATABASE_TIMEOUT, SYNCHRONOUS, COMMIT_DELAY,
     ACCEPT_DATA_LOSS, DISK_FULL_RETRY,
     TOKENS_FILE, ALLOW_READABLE_TOKENS, TLS_CERT, TLS_KEY, INSECURE,
-    DRAIN_GRACE, ACCEPTORS, LEASE_TTL, HEARTBEAT_INTERVAL, HELLO_TIMEOUT, SETTLE, POLL,
+    DRAIN_GRACE, ACCEPTORS, LEASE_TTL, HEARTBEAT_INTERVAL, HELLO_TIMEOUT, SETTLE, POLL, UPGRADE_AFTER,
     IDEMPOTENCY_RETENTION, MAX_STREAMS, MAX_SESSIONS, WATCH_BANDWIDTH, WATCH_QUEUE_LIMIT,
     WATCH_FEED_EVENTS,
 )  # fmt: skip

@@ -56,6 +56,8 @@ METHOD_SCOPES = {
     f"{_SERVICE}DeleteEntity": "signal",
     f"{_SERVICE}SpawnEntity": "send",
     f"{_SERVICE}SendMessage": "send",
+    f"{_SERVICE}ListVersions": "admin",
+    f"{_SERVICE}SetVersion": "admin",
     # A fork creates an entity and a retry sends a message: the scope of a spawn and a send.
     f"{_SERVICE}ForkEntity": "send",
     f"{_SERVICE}RetryRun": "send",

@@ -142,8 +142,14 @@ def _transition(
     return event, record
 
 
-def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = None) -> Decide:
-    """``located``: the message a scoped signal names (``message_cursor.locate``), required then."""
+def signal(
+    ref: Ref,
+    spec: SignalSpec,
+    located: message_cursor.Located | None = None,
+    in_flight: message_cursor.Located | None = None,
+) -> Decide:
+    """``located``: the message a scoped signal names (``message_cursor.locate``), required then;
+    ``in_flight``: an unscoped SIGINT's, the message whose run was in flight (``at_cursor``)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
@@ -153,6 +159,10 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
             assert located is not None
             assert located.key == spec.message_key
             progress = message_cursor.progress(current, located)
+        waiting = message_cursor.waiting_for(current, holds_lease(current, ctx))
+        if waiting and progress in (None, MessageProgress.STARTED):
+            # No runtime holds the run: the server decides alone (lifecycle.decide_waiting).
+            return _signal_waiting(current, ctx, spec, waiting, located or in_flight)
         aborts = _aborts_run(current, ctx, spec.signal, located, progress)
         decision = lifecycle.decide(current.state, spec.signal, True if aborts else None, message=progress)
         key = f"sig_{ctx.txid}"
@@ -204,6 +214,60 @@ def signal(ref: Ref, spec: SignalSpec, located: message_cursor.Located | None = 
         return Mutation(events, record, Signalled(key, decision))
 
     return decide
+
+
+def _signal_waiting(
+    current: EntityRecord,
+    ctx: WriteContext,
+    spec: SignalSpec,
+    version: str,
+    target: message_cursor.Located | None,
+) -> Mutation:
+    """A signal to an entity whose run waits for a worker of code ``version``: SIGINT aborts that
+    run (``target``: its message, if it is the one in flight) and records its end, the rest as
+    ``lifecycle.decide_waiting`` says; one that acts on a runtime stays `pending` for the next."""
+    key = f"sig_{ctx.txid}"
+    run_offset = target.offset if target is not None else None
+    aborts = spec.signal in SERVER_ABORTED_SIGNALS and run_offset == current.message_cursor
+    if spec.signal in SERVER_ABORTED_SIGNALS and not aborts:
+        decision = lifecycle.decide(current.state, spec.signal)  # not its run: as with no runtime
+    else:
+        decision = lifecycle.decide_waiting(current.state, spec.signal)
+    value = pb.SignalValue(
+        signal=SIGNAL_TO_PB[spec.signal],
+        sender=spec.sender,
+        reason=spec.reason,
+        outcome=OUTCOME_TO_PB[Outcome.PENDING if aborts else decision.outcome],
+        previous_state=STATE_TO_PB[decision.previous_state],
+        new_state=STATE_TO_PB[decision.new_state],
+        message_key=spec.message_key,
+    )
+    if spec.payload is not None:
+        value.payload.CopyFrom(spec.payload)
+    if decision.outcome is Outcome.IGNORED and spec.signal in RELOAD_SIGNALS:
+        value.detail = f"no runtime to shut down: the run waiting for code {version} finishes on it"
+    events = [NewEvent("signal", key, INSERT, event_body(pb.Event(signal=value)))]
+    record = current
+    if aborts:
+        assert target is not None
+        value.outcome, value.detail = OUTCOME_TO_PB[decision.outcome], f"aborted the run of {target.key}"
+        events.append(NewEvent("signal", key, UPDATE, event_body(pb.Event(signal=value))))
+        run = pb.RunValue(
+            message_key=target.key,
+            message_offset=current.message_cursor,
+            status=pb.RUN_STATUS_ABORTED,
+            attempt=current.cursor_attempt,
+            error=f"SIGINT while it waited for a worker of code version {version}",
+            code_version=version,
+        )
+        events.append(NewEvent("run", f"run_{target.key}", UPDATE, event_body(pb.Event(run=run))))
+        record = message_cursor.aborted(record).replace(run_key="")  # its end is recorded here
+    if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
+        record = record.replace(reload_pending=True)
+    if decision.transitions:
+        event, record = _transition(record, decision.new_state, ctx, "signal", key)
+        events.append(event)
+    return Mutation(events, record, Signalled(key, decision))
 
 
 def _aborts_run(

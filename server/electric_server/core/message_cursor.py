@@ -14,7 +14,10 @@ Messages run one at a time, in stream order. The entity's record (store/base.py)
   abort (``RuntimeWrite.server_may_abort``). While its run is in progress (the
   cursor's attempt > 0) a SIGINT aborts it in the SIGINT's own commit (``aborted``):
   the cursor moves on, and the key stays until the runtime records that run's end,
-  with its partial output (``awaiting_record``), or the lease ends.
+  with its partial output (``awaiting_record``), or the lease ends;
+- ``run_version``: the code version the run at the cursor started on, while it is in
+  flight (``bound_version``); an attempt delivered again is bound to it, and while no lease
+  holds the entity the run waits for a worker of that version (``waiting_for``).
 
 Every write that moves them goes through this module; nothing else does arithmetic on them.
 """
@@ -23,15 +26,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from electric_sdk.lifecycle import MessageProgress
+from electric_sdk.lifecycle import STATE_RULES, MessageProgress
 
 from ..store.base import EntityRecord, Ref, Store
 
 __all__ = [
     "Located",
     "aborted",
+    "at_cursor",
     "awaiting_record",
     "beyond",
+    "bound_version",
     "cancelled",
     "deliverable",
     "ended",
@@ -43,6 +48,7 @@ __all__ = [
     "sent",
     "started",
     "waiting",
+    "waiting_for",
 ]
 
 _PAGE = 1000
@@ -84,6 +90,18 @@ async def locate(store: Store, ref: Ref, key: str) -> Located:
     return Located(key, None)
 
 
+async def at_cursor(store: Store, ref: Ref) -> Located | None:
+    """The message at the entity's cursor, if a run of it is in flight (its record may have moved
+    on by the time a write uses this: ``Located.offset`` says which message it was)."""
+    record = await store.get_entity(ref)
+    if record is None or record.cursor_attempt == 0:
+        return None
+    page = await store.read_events(ref, record.message_cursor, 1)
+    if not page or page[0].kind != "message":
+        return None
+    return Located(page[0].key, page[0].offset)
+
+
 def progress(record: EntityRecord, located: Located) -> MessageProgress:
     """How far the located message has got, by the record as it is now."""
     offset = located.offset
@@ -105,16 +123,39 @@ def sent(record: EntityRecord) -> EntityRecord:
     return record.replace(last_message_offset=record.head_offset)
 
 
-def started(record: EntityRecord, offset: int, attempt: int, abortable_key: str = "") -> EntityRecord:
+def started(
+    record: EntityRecord, offset: int, attempt: int, abortable_key: str = "", code_version: str = ""
+) -> EntityRecord:
     """A run of the message at ``offset`` started (``refuses_start`` said yes): the cursor moves to it.
     Messages run in order, so any between the old cursor and it were cancelled. ``abortable_key``:
-    its message's key, if the server may abort the run (else "")."""
+    its message's key, if the server may abort the run (else ""); ``code_version``: the version this
+    attempt started on, which binds the run (one replayed on newer code is bound to that)."""
     if offset < record.message_cursor:
         return record
     kept = tuple(o for o in record.cancelled_messages if o > offset)
     return record.replace(
-        message_cursor=offset, cursor_attempt=attempt, cancelled_messages=kept, run_key=abortable_key
+        message_cursor=offset,
+        cursor_attempt=attempt,
+        cancelled_messages=kept,
+        run_key=abortable_key,
+        run_version=code_version,
+        waiting_since_ms=None,
     )
+
+
+def bound_version(record: EntityRecord) -> str:
+    """The code version the run in flight is bound to; "" if none is in flight, or it started on
+    a worker that named no version."""
+    return record.run_version if record.cursor_attempt > 0 else ""
+
+
+def waiting_for(record: EntityRecord, live: bool) -> str:
+    """The code version the entity's run waits for: bound, no live (``live``) runtime holds it
+    (the entity went idle when its runtime was lost, or was paused since), and it is not shutting
+    down (a SIGTERM's cleanup runs on the version new wakes get); "" none."""
+    if live or record.closed or STATE_RULES[record.state].shutting_down:
+        return ""
+    return bound_version(record)
 
 
 def ended(record: EntityRecord, offset: int, key: str = "") -> EntityRecord:
@@ -164,6 +205,8 @@ def cancelled(record: EntityRecord, located: Located) -> EntityRecord:
 def _tidy(record: EntityRecord) -> EntityRecord:
     """Forget cancelled messages the cursor has passed; when nothing waits, every message past
     the cursor was cancelled, and the cursor moves past them all."""
+    if record.cursor_attempt == 0 and (record.run_version or record.waiting_since_ms is not None):
+        record = record.replace(run_version="", waiting_since_ms=None)  # no run is in flight: none binds
     kept = tuple(o for o in record.cancelled_messages if o >= record.message_cursor)
     if kept and not waiting(record):
         return record.replace(message_cursor=kept[-1] + 1, cursor_attempt=0, cancelled_messages=())

@@ -21,7 +21,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.workers import worker_to_pb
 
 from ..settings import LEASE_TTL
-from ..store.base import EntityRecord, StorageFault, Store
+from ..store.base import EntityRecord, StorageFault, Store, VersionChoice
 from ..store.sessions import LiveSession, SessionRow
 
 __all__ = ["LocalRuntime", "LocalSession", "Presence"]
@@ -52,6 +52,7 @@ class LocalRuntime(Protocol):
     def lease_ttl_ms(self) -> int: ...
     @property
     def sessions(self) -> Mapping[str, LocalSession]: ...
+    def version_chosen(self, choice: VersionChoice) -> None: ...
 
 
 class Presence:

@@ -25,11 +25,13 @@ from electric_sdk._wire.times import set_timestamp_ms, timestamp_from_ms
 from electric_sdk.lifecycle import (
     MESSAGE_SCOPED_SIGNALS,
     PAYLOAD_SIGNALS,
+    SERVER_ABORTED_SIGNALS,
     Outcome,
     Signal,
     SignalRejected,
 )
 
+from ..settings import LEASE_TTL
 from ..store.base import Commit, Decide, EntityRecord, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
 from . import entity_writes, forks, message_cursor
 from . import validation as v
@@ -37,6 +39,7 @@ from .auth import current_principal
 from .caps import Caps
 from .errors import ApiError, invalid_argument, not_found, translate, translate_stream
 from .presence import LocalRuntime, Presence
+from .versions import VersionDesk
 from .watch import Watches
 
 M = TypeVar("M", bound=Message)
@@ -118,6 +121,7 @@ class EntityService(api_grpc.EntityServiceServicer):
         self.runtime = runtime
         self.caps = caps or Caps()
         self.presence = Presence(store, runtime)
+        self.versions = VersionDesk(store, runtime, runtime.lease_ttl_ms if runtime else LEASE_TTL.value)
         # Told of each signal refused (INVALID_SIGNAL: nothing written); the server's metrics.
         self.signal_rejected: Callable[[Signal], None] = lambda _signal: None
 
@@ -168,6 +172,16 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def ListWorkers(self, request: api.ListWorkersRequest, context: Ctx) -> api.ListWorkersResponse:
         return api.ListWorkersResponse(workers=await self.presence.workers())
 
+    @translate
+    async def ListVersions(self, request: api.ListVersionsRequest, context: Ctx) -> api.ListVersionsResponse:
+        type_ = v.name(request.type, "type") if request.type else ""
+        return api.ListVersionsResponse(types=await self.versions.list(type_))
+
+    @translate
+    async def SetVersion(self, request: api.SetVersionRequest, context: Ctx) -> api.SetVersionResponse:
+        answer = await self.versions.choose(request, current_principal.get().name)
+        return api.SetVersionResponse(versions=answer)
+
     # -- signals -----------------------------------------------------------------
 
     def _signal_spec(
@@ -199,11 +213,16 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> api.SignalEntityResponse:
         # A scoped signal's message, looked up before the write (a decide function reads nothing).
         located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
+        # A SIGINT may abort a run waiting for its code version, with no runtime to record its
+        # end: the server records it, under its message's key, looked up here.
+        in_flight = None
+        if spec.signal in SERVER_ABORTED_SIGNALS and not spec.message_key:
+            in_flight = await message_cursor.at_cursor(self.store, ref)
         try:
             return await _write(
                 self.store,
                 ref,
-                entity_writes.signal(ref, spec, located),
+                entity_writes.signal(ref, spec, located, in_flight),
                 idem,
                 lambda c: _signal_response(ref, spec.signal, c),
                 api.SignalEntityResponse,

@@ -12,12 +12,14 @@ from collections.abc import Sequence
 import grpc
 
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.versions import VERSIONING_FROM_PB
 
 from ..core import validation as v
 from ..core.auth import Principal
 from ..core.errors import ApiError, invalid_argument
 
-__all__ = ["check_hosting"]
+__all__ = ["check_hosting", "versioning"]
 
 
 def check_hosting(
@@ -33,6 +35,7 @@ def check_hosting(
     for hosted_type_ in hosted:
         if hosted_type_.HasField("profile"):  # checked here, so a lease never trips over it later
             v.profile_ms(hosted_type_.profile, f"{where}.types.profile")
+        versioning(hosted_type_, where)
     if not types:
         raise invalid_argument(
             "NO_TYPES", f"{where} must name at least one entity type", field=f"{where}.types"
@@ -43,3 +46,22 @@ def check_hosting(
             "TYPE_NOT_ALLOWED",
             f"principal {principal.name!r} may not host {sorted(set(types) - principal.types)}",
         )
+
+
+def versioning(hosted: rt.HostedType, where: str) -> tuple[str, int | None]:
+    """A hosted type's versioning and its pinned runs' bound in ms (runtime/versions.py)."""
+    if hosted.versioning not in VERSIONING_FROM_PB:
+        raise invalid_argument(
+            "INVALID_VERSIONING",
+            f"{where}.types.versioning {hosted.versioning} is unknown",
+            field=f"{where}.types.versioning",
+        )
+    field = f"{where}.types.upgrade_after"
+    if not hosted.HasField("upgrade_after"):
+        return VERSIONING_FROM_PB[hosted.versioning], None
+    if hosted.versioning != pb.VERSIONING_PINNED:
+        raise invalid_argument(
+            "INVALID_VERSIONING", f"{field} is only for VERSIONING_PINNED (a bound on the wait)", field=field
+        )
+    d = hosted.upgrade_after
+    return VERSIONING_FROM_PB[hosted.versioning], v.duration_ms(d.seconds, d.nanos, True, 0, field)

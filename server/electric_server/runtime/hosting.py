@@ -31,13 +31,15 @@ from ..clock import SYSTEM_CLOCK, Clock, wake_on_advance
 from ..core import message_cursor
 from ..core.auth import ANONYMOUS, Principal
 from ..lifetime import Component, TaskGroup
-from ..settings import POLL, SETTLE
-from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, Write
+from ..settings import POLL, SETTLE, UPGRADE_AFTER
+from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, VersionChoice, Write
 from ..store.sessions import SessionRow
+from .announcements import versioning
 from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .profiles import TypeProfiles
 from .requests import WorkerRequests
+from .versions import Versions
 from .writes import RUNTIME_WRITE, Refused, end_lease, grant, settle_ignored
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Runtime(Component):
         settle_ms: int = SETTLE.value,
         poll_ms: int = POLL.value,
         clock: Clock = SYSTEM_CLOCK,
+        upgrade_after_ms: int = UPGRADE_AFTER.value,
     ) -> None:
         self.store = store
         self.clock = clock  # heartbeats' times (clock.py)
@@ -84,6 +87,7 @@ class Runtime(Component):
         self._stopping = False
         self._unsubscribe: Callable[[], None] = lambda: None
         self.type_profiles = TypeProfiles(store)
+        self.versions = Versions(store, self.type_profiles, upgrade_after_ms)
         self.requests = WorkerRequests(self)
 
     # -- lifecycle of the service -------------------------------------------------------
@@ -91,6 +95,7 @@ class Runtime(Component):
     async def start(self) -> None:
         self._unsubscribe = self.store.hub.subscribe_all(self._on_commit)
         await self.type_profiles.load()
+        await self.versions.refresh()
         # What is due already (e.g. streams whose runtime's lease ended with a restart) goes first:
         # entering the sweep sweeps once, then polls.
         await self._parts.enter_async_context(self.sweep)
@@ -157,7 +162,9 @@ class Runtime(Component):
         # The types' defaults are in effect at once (a lease granted next, to any worker, uses
         # them) and stored before the worker hears back.
         announced = [
-            self.type_profiles.announce(h.type, code_version, h.profile if h.HasField("profile") else None)
+            self.type_profiles.announce(
+                h.type, code_version, h.profile if h.HasField("profile") else None, *versioning(h, "hello")
+            )
             for h in hosted
         ]
         await asyncio.gather(*(self.type_profiles.save(profile) for profile in announced))
@@ -210,6 +217,12 @@ class Runtime(Component):
                 "worker %s now runs code version %s (was %s)", session.worker_id, session.code_version, before
             )
         self.spawn(self.offer_all(session))  # a type it hosts now may have entities waiting
+
+    def version_chosen(self, choice: VersionChoice) -> None:
+        """An operator chose the version new wakes of a type get, on this replica: in effect here
+        at once; what waits for it is offered again at once (the sweep offers what is unleased)."""
+        self.versions.keep(choice)
+        self.sweep.wake()
 
     async def close(self, session: WorkerSession, cause: str) -> None:
         if session.closed and not session.leases:
@@ -264,11 +277,10 @@ class Runtime(Component):
         ]
         if not hosts:
             return None
-        if record.reload_pending:
-            # SIGHUP: the next wake goes to the newest code version announced for the type.
-            newest = max(hosts, key=lambda s: s.announced).code_version
-            hosts = [s for s in hosts if s.code_version == newest]
-        return min(hosts, key=lambda s: len(s.leases))
+        # A run bound to its code version goes back to it; a new wake (a SIGHUP'd one too) to the
+        # version selected for the type (versions.py).
+        hosts = self.versions.hosts_for(record, hosts, self.clock.now_ms())
+        return min(hosts, key=lambda s: len(s.leases)) if hosts else None
 
     async def offer_all(self, session: WorkerSession) -> None:
         for type_ in session.types:
@@ -294,7 +306,9 @@ class Runtime(Component):
         try:
             try:
                 default = self.type_profiles.default(ref[0])
-                decide = grant(ref, record.lease_epoch, session.id, default)
+                decide = grant(
+                    ref, record.lease_epoch, session.id, default, message_cursor.bound_version(record)
+                )
                 outcome = await self.store.write(Write(ref, decide))
             except Refused:
                 return  # it changed meanwhile; the commit that changed it offers again if needed

@@ -104,6 +104,7 @@ class LeaseSweep:
     async def once(self) -> None:
         await self._own_sessions()
         runtime = self.runtime
+        await runtime.versions.refresh()  # an operator's choice made on another replica
         types = sorted(
             {t for s in runtime.sessions.values() if not (s.closed or s.draining) for t in s.types}
         )

@@ -39,14 +39,23 @@ class TypeProfiles:
         for profile in await self._store.type_profiles():
             self._keep(profile)
 
-    def announce(self, type_: str, code_version: str, profile: pb.Profile | None) -> TypeProfile:
+    def announce(
+        self,
+        type_: str,
+        code_version: str,
+        profile: pb.Profile | None,
+        versioning: str = "",
+        upgrade_after_ms: int | None = None,
+    ) -> TypeProfile:
         """A worker's announcement (its profile was checked with the hello): in effect at once, so
-        the next lease uses it; ``save`` stores it."""
+        the next lease uses it; ``save`` stores it. ``versioning``: what its runs do when they must
+        be delivered again with no worker of the version connected (versions.py)."""
         known = self._announced.get((type_, code_version))
         if known is None:
             self._seq += 1
         grace, idle = v.profile_ms(profile, "hello.types.profile") if profile is not None else (None, None)
-        announced = TypeProfile(type_, code_version, known.seq if known else self._seq, grace, idle)
+        seq = known.seq if known else self._seq
+        announced = TypeProfile(type_, code_version, seq, grace, idle, versioning, upgrade_after_ms)
         self._keep(announced)
         return announced
 
@@ -55,6 +64,14 @@ class TypeProfiles:
         # comes again with the worker's next hello.
         with contextlib.suppress(StorageFault):
             await self._store.store_type_profile(profile)
+
+    def announced(self, type_: str, code_version: str) -> TypeProfile | None:
+        """What ``code_version``'s workers announced for ``type_``, if they ever did."""
+        return self._announced.get((type_, code_version))
+
+    def versions(self, type_: str) -> list[TypeProfile]:
+        """Every version announced for ``type_``, the newest first."""
+        return sorted((p for (t, _), p in self._announced.items() if t == type_), key=lambda p: -p.seq)
 
     def default(self, type_: str) -> TypeProfile | None:
         """The type's default: the newest code version's announcement, if any."""

@@ -60,15 +60,25 @@ class Granted:
     epoch: int
 
 
-def grant(ref: Ref, seen_epoch: int, session: str, type_default: TypeProfile | None = None) -> Decide:
+def grant(
+    ref: Ref,
+    seen_epoch: int,
+    session: str,
+    type_default: TypeProfile | None = None,
+    seen_bound: str = "",
+) -> Decide:
     """Take a new lease for worker session ``session``: granted if the epoch is the one seen and
     no live runtime holds the entity (a holder whose session ended loses its lease here first,
     as ``end_lease`` with runtime_lost). The epoch grows, so every older holder is fenced off.
-    The first lease fixes the profile values the spawn left to the type (``type_default``)."""
+    The first lease fixes the profile values the spawn left to the type (``type_default``).
+    ``seen_bound``: the code version the run in flight was bound to when the session was chosen
+    for it (binding.py); refused if that changed meanwhile."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
             raise Refused("LEASE_RACE", "the entity changed while a lease was being granted", current)
+        if message_cursor.bound_version(current) != seen_bound:
+            raise Refused("LEASE_RACE", "the run in flight changed while a lease was being granted", current)
         if holds_lease(current, ctx):
             raise Refused("LEASE_HELD", "a live runtime holds the entity", current)
         base, events = current, []
@@ -83,7 +93,7 @@ def grant(ref: Ref, seen_epoch: int, session: str, type_default: TypeProfile | N
         epoch = base.lease_epoch + 1
         # No run is in progress under a new lease (one lost with a restart is delivered again).
         record = resolve(base, type_default).replace(
-            lease_epoch=epoch, reload_pending=False, lease_session=session, run_key=""
+            lease_epoch=epoch, reload_pending=False, lease_session=session, run_key="", waiting_since_ms=None
         )
         return Mutation(events, record, Granted(epoch))
 
@@ -107,7 +117,7 @@ def end_lease(
         if current is None or current.lease_epoch != epoch:
             return Mutation()  # someone else holds it now: nothing of ours to end
         owed = given if current.state.terminal else unsettled
-        mutation = _let_go(Mutation([], current), epoch, cause, owed)
+        mutation = _let_go(Mutation([], current), epoch, cause, owed, ctx)
         assert mutation.entity is not None
         new = lifecycle.runtime_target(current.state, cause)  # runtime_lost: running → idle
         if new is not None:
@@ -149,6 +159,7 @@ def close_ended(pending: Inserts, settle_ms: int) -> Decide:
             current.lease_epoch,
             "settled",
             None,
+            ctx,
         )
 
     return decide
@@ -158,7 +169,9 @@ def _not_handled(cause: str, state: State) -> str:
     return f"not handled: the runtime's lease ended first ({cause}; the entity was {state.value})"
 
 
-def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | None) -> Mutation:
+def _let_go(
+    mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | None, ctx: WriteContext
+) -> Mutation:
     """``mutation`` plus the end of lease ``epoch``: fenced off, the signals its runtime never
     reported on settled as ignored, and a terminal entity's stream closed (nobody may append)."""
     record = mutation.entity
@@ -167,12 +180,16 @@ def _let_go(mutation: Mutation, epoch: int, cause: str, unsettled: Inserts | Non
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     if message_cursor.awaiting_record(record):
         mutation.events.append(_unrecorded_abort(record.run_key, f"its lease ended ({cause})"))
+    closed = record.closed or record.state.terminal
     mutation.entity = record.replace(
         run_key="",  # a run in progress is lost with its lease: its message is delivered again
         lease_epoch=epoch + 1,
-        closed=record.closed or record.state.terminal,
+        closed=closed,
         lease_session="",
         process_running=False,  # nobody is left to say it ended: no expiry waits for it
+        # A run bound to its code version now waits for a worker of it: the type's bound on that
+        # wait counts from here (binding.py).
+        waiting_since_ms=None if closed or not message_cursor.bound_version(record) else ctx.now_ms,
     )
     return mutation
 
@@ -280,7 +297,7 @@ def runtime_write(
         if write.HasField("signal_outcome"):
             settled.add(write.signal_outcome.signal_key)
         owed = {key: insert for key, insert in (unsettled or {}).items() if key not in settled}
-        return _let_go(mutation, write.epoch, "released", owed)
+        return _let_go(mutation, write.epoch, "released", owed, ctx)
 
     expect = PB_TO_STATE.get(write.expect_state)
 
@@ -329,7 +346,9 @@ def runtime_write(
                 if message_cursor.awaiting_record(current):
                     events.append(_unrecorded_abort(current.run_key, "its runtime started the next run"))
                 abortable = run.message_key if write.server_may_abort else ""
-                record = message_cursor.started(record, run.message_offset, run.attempt, abortable)
+                record = message_cursor.started(
+                    record, run.message_offset, run.attempt, abortable, run.code_version
+                )
             elif run.status in _TERMINAL_RUNS:
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)

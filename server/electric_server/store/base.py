@@ -107,6 +107,13 @@ class EntityRecord(NamedTuple):
     # it in its own commit; once that moved the cursor on (attempt 0) the run's record, with its
     # partial output, is still to come from the runtime (message_cursor.py).
     run_key: str = ""
+    # The code version the run at the cursor started on (its `started` record's), while
+    # ``cursor_attempt`` > 0: an attempt delivered again is bound to it (runtime/binding.py).
+    run_version: str = ""
+    # Since when that run waits for a worker of its version: set when its lease ended with the
+    # run in flight, cleared by the next grant. The bound a type allows is counted from it, so
+    # the deadline outlives a restart.
+    waiting_since_ms: int | None = None
 
     @property
     def ref(self) -> Ref:
@@ -138,6 +145,22 @@ class TypeProfile(NamedTuple):
     seq: int
     grace_ms: int | None
     idle_timeout_ms: int | None
+    # What its runs do when they must be delivered again and no worker of the version is
+    # connected: "" the server's default, "pinned" or "auto_upgrade" (runtime/binding.py);
+    # pinned runs wait ``upgrade_after_ms`` (None: for good).
+    versioning: str = ""
+    upgrade_after_ms: int | None = None
+
+
+class VersionChoice(NamedTuple):
+    """An operator's choice of the code version new wakes of a type get (runtime/versions.py)."""
+
+    type: str
+    # "" the newest announced.
+    selected: str
+    # A ramp: ``ramp_percent`` of the type's entities (sticky per entity) get ``ramp_version``.
+    ramp_version: str = ""
+    ramp_percent: int = 0
 
 
 class NewEvent(NamedTuple):
@@ -395,6 +418,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def store_type_profile(self, profile: TypeProfile) -> None:
         """Keep a code version's announcement (replacing its earlier one, keeping its ``seq``)."""
+
+    @abc.abstractmethod
+    async def version_choices(self) -> list[VersionChoice]:
+        """Every entity type's version choice an operator made (``electric versions``)."""
+
+    @abc.abstractmethod
+    async def store_version_choice(self, choice: VersionChoice) -> None:
+        """Keep a type's version choice, replacing its earlier one."""
+
+    @abc.abstractmethod
+    async def bound_runs(self, type_: str) -> list[tuple[str, int, int]]:
+        """Per code version, the runs in flight of ``type_``'s open entities bound to it, and
+        how many of them no lease holds: (version, in flight, unleased)."""
 
     @abc.abstractmethod
     async def head_txid(self) -> int:

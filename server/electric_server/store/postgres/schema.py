@@ -56,6 +56,8 @@ _ADDED_TYPES = {
     "lease_session": "text NOT NULL DEFAULT ''",  # version 3
     "process_running": "boolean NOT NULL DEFAULT false",  # version 3
     "run_key": "text NOT NULL DEFAULT ''",  # version 4
+    "run_version": "text NOT NULL DEFAULT ''",  # version 6
+    "waiting_since_ms": "bigint",  # version 6
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -215,6 +217,25 @@ BEGIN
     END IF;
 END
 $$;
+""",
+    # Runs bound to the code version they started on (EntityRecord.run_version, waiting_since_ms),
+    # each type's versioning as announced, and the operators' version choices. Expand-only: a
+    # replica of version 5 runs beside it (its statements name their columns; it binds no run).
+    6: """
+ALTER TABLE entities ADD COLUMN run_version text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN waiting_since_ms bigint;
+ALTER TABLE commit_feed ADD COLUMN run_version text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN waiting_since_ms bigint;
+ALTER TABLE commit_feed ADD COLUMN b_run_version text;
+ALTER TABLE commit_feed ADD COLUMN b_waiting_since_ms bigint;
+ALTER TABLE type_profiles ADD COLUMN versioning text NOT NULL DEFAULT '';
+ALTER TABLE type_profiles ADD COLUMN upgrade_after_ms bigint;
+CREATE TABLE version_choices (
+    type text PRIMARY KEY,
+    selected text NOT NULL,
+    ramp_version text NOT NULL,
+    ramp_percent integer NOT NULL
+);
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

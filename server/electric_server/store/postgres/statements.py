@@ -48,6 +48,7 @@ __all__ = [
     "ROLLBACK_TO_SAVEPOINT",
     "SAVEPOINT",
     "SELECT_BACKEND_START",
+    "SELECT_BOUND_RUNS",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
@@ -61,10 +62,12 @@ __all__ = [
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
     "SELECT_UNLEASED",
+    "SELECT_VERSION_CHOICES",
     "SESSION_SETTINGS",
     "SWEEP_FINDS",
     "TERMINATE_BACKEND",
     "UPSERT_TYPE_PROFILE",
+    "UPSERT_VERSION_CHOICE",
 ]
 
 _ENTITY_LIST = quoted(ENTITY_COLUMNS)
@@ -247,11 +250,24 @@ PURGE_IDEMPOTENCY = (
     "FOR UPDATE SKIP LOCKED)"
 )
 
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (
-    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) "
-    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (type, code_version) DO UPDATE SET "
-    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
+    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
+    "upgrade_after_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (type, code_version) DO UPDATE SET "
+    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+)
+SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
+UPSERT_VERSION_CHOICE = (
+    "INSERT INTO version_choices (type, selected, ramp_version, ramp_percent) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (type) DO UPDATE SET selected = excluded.selected, "
+    "ramp_version = excluded.ramp_version, ramp_percent = excluded.ramp_percent"
+)
+# Runs in flight per code version (the version's row in `electric versions`): a scan of the
+# type's entities, for an operator's command.
+SELECT_BOUND_RUNS = (
+    "SELECT run_version, count(*), count(*) FILTER (WHERE lease_session = '') FROM entities "
+    "WHERE type = $1 AND cursor_attempt > 0 AND run_version <> '' AND NOT closed GROUP BY run_version"
 )
 
 # -- the commit feed (postgres/feed.py) ----------------------------------------------------

@@ -53,6 +53,7 @@ from ..base import (
     StoredEvent,
     SweepFinds,
     TypeProfile,
+    VersionChoice,
     Write,
     WriteOutcome,
 )
@@ -74,6 +75,7 @@ from .schema import SchemaTooNew, migrate
 from .sessions import PostgresSessions
 from .statements import (
     PURGE_IDEMPOTENCY,
+    SELECT_BOUND_RUNS,
     SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -85,8 +87,10 @@ from .statements import (
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
     SELECT_UNLEASED,
+    SELECT_VERSION_CHOICES,
     SWEEP_FINDS,
     UPSERT_TYPE_PROFILE,
+    UPSERT_VERSION_CHOICE,
 )
 from .writer import PostgresWriter
 
@@ -106,6 +110,8 @@ class PostgresStore(SQLReads):
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
     select_type_profiles = SELECT_TYPE_PROFILES
+    select_version_choices = SELECT_VERSION_CHOICES
+    select_bound_runs = SELECT_BOUND_RUNS
 
     def __init__(
         self,
@@ -326,6 +332,10 @@ class PostgresStore(SQLReads):
     async def store_type_profile(self, profile: TypeProfile) -> None:
         async with self.connections.connection("a type profile's announcement") as conn:
             await conn.execute(UPSERT_TYPE_PROFILE, *profile)
+
+    async def store_version_choice(self, choice: VersionChoice) -> None:
+        async with self.connections.connection("a version choice") as conn:
+            await conn.execute(UPSERT_VERSION_CHOICE, *choice)
 
     async def head_txid(self) -> int:
         (row,) = await self.fetch(SELECT_HEAD_TXID)

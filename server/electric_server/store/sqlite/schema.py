@@ -20,6 +20,7 @@ __all__ = [
     "INSERT_IDEMPOTENCY",
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
+    "SELECT_BOUND_RUNS",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENDED_OPEN_HOLDERS",
     "SELECT_ENTITIES",
@@ -31,9 +32,11 @@ __all__ = [
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
+    "SELECT_VERSION_CHOICES",
     "SET_NEXT_TXID",
     "UPSERT_ENTITY",
     "UPSERT_TYPE_PROFILE",
+    "UPSERT_VERSION_CHOICE",
     "migrate",
     "update_entity_sql",
 ]
@@ -64,6 +67,8 @@ _ENTITY_DEFINITIONS = {
     "lease_session": "TEXT NOT NULL DEFAULT ''",
     "process_running": "INTEGER NOT NULL DEFAULT 0",
     "run_key": "TEXT NOT NULL DEFAULT ''",
+    "run_version": "TEXT NOT NULL DEFAULT ''",
+    "waiting_since_ms": "INTEGER",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -121,7 +126,15 @@ CREATE TABLE IF NOT EXISTS type_profiles (
     idle_timeout_ms INTEGER,
     PRIMARY KEY (type, code_version)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS version_choices (
+    type TEXT PRIMARY KEY,
+    selected TEXT NOT NULL,
+    ramp_version TEXT NOT NULL,
+    ramp_percent INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+# Columns type_profiles gained after its first release (an older file gains them when opened).
+_PROFILE_ADDED = {"versioning": "TEXT NOT NULL DEFAULT ''", "upgrade_after_ms": "INTEGER"}
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -131,9 +144,20 @@ def migrate(conn: sqlite3.Connection) -> None:
     for column, definition in _ENTITY_DEFINITIONS.items():
         if column not in present:
             conn.execute(f"ALTER TABLE entities ADD COLUMN {column} {definition}")
+    profile_columns = {row[1] for row in conn.execute("PRAGMA table_info(type_profiles)")}
+    for column, definition in _PROFILE_ADDED.items():
+        if column not in profile_columns:
+            conn.execute(f"ALTER TABLE type_profiles ADD COLUMN {column} {definition}")
     # After the columns: an older file gains lease_session just above.
     conn.execute(_HOLDER_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
+    # A run in flight bound to its code version waits for a worker of it from now (the bound on
+    # that wait counts from here: runtime/versions.py).
+    conn.execute(
+        "UPDATE entities SET waiting_since_ms = coalesce(waiting_since_ms, "
+        "CAST(strftime('%s', 'now') AS INTEGER) * 1000) "
+        "WHERE lease_session <> '' AND cursor_attempt > 0 AND run_version <> ''"
+    )
     conn.execute("UPDATE entities SET lease_session = '' WHERE lease_session <> ''")
 
 
@@ -198,11 +222,24 @@ SELECT_ENDED_OPEN_HOLDERS = (
     f"SELECT {_KEY}, lease_session, updated_at FROM entities INDEXED BY entities_ended_open "
     f"WHERE closed = 0 AND state IN ({_TERMINAL})"
 )
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
 UPSERT_TYPE_PROFILE = (
-    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (type, code_version) DO UPDATE SET "
-    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms"
+    "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
+    "upgrade_after_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (type, code_version) DO UPDATE SET "
+    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+)
+SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
+UPSERT_VERSION_CHOICE = (
+    "INSERT INTO version_choices (type, selected, ramp_version, ramp_percent) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (type) DO UPDATE SET selected = excluded.selected, "
+    "ramp_version = excluded.ramp_version, ramp_percent = excluded.ramp_percent"
+)
+# Runs in flight per code version (the version's row in `electric versions`): a scan of the
+# type's entities, for an operator's command.
+SELECT_BOUND_RUNS = (
+    "SELECT run_version, count(*), sum(lease_session = '') FROM entities WHERE type = ? "
+    "AND cursor_attempt > 0 AND run_version <> '' AND closed = 0 GROUP BY run_version"
 )
 
 SELECT_NEXT_TXID = "SELECT value FROM meta WHERE name = 'next_txid'"

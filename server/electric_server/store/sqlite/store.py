@@ -45,6 +45,7 @@ from ..base import (
     Ref,
     StoredEvent,
     TypeProfile,
+    VersionChoice,
     Write,
     WriteOutcome,
 )
@@ -60,6 +61,7 @@ from .lone_write import LoneWrite
 from .schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
+    SELECT_BOUND_RUNS,
     SELECT_DUE_DEADLINES,
     SELECT_ENDED_OPEN_HOLDERS,
     SELECT_ENTITIES,
@@ -71,7 +73,9 @@ from .schema import (
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
+    SELECT_VERSION_CHOICES,
     UPSERT_TYPE_PROFILE,
+    UPSERT_VERSION_CHOICE,
 )
 from .wal import Wal
 from .writer import SQLiteWriter, connect
@@ -93,6 +97,8 @@ class SQLiteStore(SQLReads):
 
     select_stopping_deadlines = SELECT_STOPPING_DEADLINES
     select_type_profiles = SELECT_TYPE_PROFILES
+    select_version_choices = SELECT_VERSION_CHOICES
+    select_bound_runs = SELECT_BOUND_RUNS
 
     def __init__(
         self,
@@ -298,6 +304,9 @@ class SQLiteStore(SQLReads):
 
     async def store_type_profile(self, profile: TypeProfile) -> None:
         await self.writer.aside(UPSERT_TYPE_PROFILE, tuple(profile), "a type profile's announcement")
+
+    async def store_version_choice(self, choice: VersionChoice) -> None:
+        await self.writer.aside(UPSERT_VERSION_CHOICE, tuple(choice), "a version choice")
 
     async def head_txid(self) -> int:
         try:
