@@ -205,3 +205,27 @@ async def test_a_killed_entity_can_be_forked_and_bad_offsets_write_nothing(
         done = await until(client, "notes/n2-fork", run_status(COMPLETED, key))
         assert done.raw.run.output == "m0,m11"
     assert (await client.get(origin)).state.value == "killed"
+
+
+async def test_a_failed_run_of_a_killed_entity_is_retried_in_its_fork(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """The way out a refused retry names: fork the killed entity, then retry the run in the fork,
+    whose stream holds the run's message and records at the same offsets."""
+    flaky = Flaky()
+    origin, ref = "flaky/f3", "flaky/f3-fork"
+    async with running_worker(flaky.app(), electric.address):
+        await client.spawn(origin)
+        failed = (await client.send(origin, "go")).key
+        await until(client, origin, run_status(FAILED, failed))
+        await client.kill(origin)
+        with pytest.raises(errors.FailedPrecondition):
+            await client.retry(origin, failed, from_step=2)
+
+        await client.fork(origin, "f3-fork", reason="retry it there")
+        flaky.failing = False
+        retried = await client.retry(ref, failed, from_step=2)
+        done = await until(client, ref, run_status(COMPLETED, retried.key))
+        assert done.raw.run.output == "a1,b1,c2"
+    assert flaky.calls == {"a": 1, "b": 1, "c": 2}
+    assert await client.state(ref) == {"done": ["go"]}
