@@ -150,9 +150,15 @@ async def test_retry_over_http_and_its_refusals(http: httpx.AsyncClient) -> None
         assert error_of(await http.post("/agent/o4/retry", json=body)) == expected, body
     assert len(await _events(http, "/agent/o4")) == head
 
-    retried = await http.post("/agent/o4/retry", json={"run": cancelled, "reason": "once more"})
+    key = {"Idempotency-Key": "retry-o4"}
+    retried = await http.post("/agent/o4/retry", json={"run": cancelled, "reason": "once more"}, headers=key)
     assert retried.status_code == 200, retried.text
     receipt = retried.json()
+    again = await http.post("/agent/o4/retry", json={"run": cancelled, "reason": "once more"}, headers=key)
+    assert again.json() == receipt  # the same key: the first answer, one message
+    assert len(await _events(http, "/agent/o4")) == receipt["offset"] + 1
+    reused = await http.post("/agent/o4/retry", json={"run": cancelled, "reason": "other"}, headers=key)
+    assert error_of(reused) == (400, "IDEMPOTENCY_KEY_REUSED")
     assert receipt["retry_of"] == cancelled
     assert receipt["from_step"] == 0
     message = (await _events(http, "/agent/o4"))[receipt["offset"]]
