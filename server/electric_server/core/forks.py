@@ -44,7 +44,7 @@ __all__ = ["FORK_EVENT", "Forked", "RunFound", "find_run", "fork", "origin_event
 FORK_EVENT = "electric.fork"
 _PAGE = 1000
 # A run that ended this way may be run again; any other (started, a step, completed) may not.
-_RETRYABLE: dict[int, str] = {pb.RUN_STATUS_FAILED: "failed", pb.RUN_STATUS_ABORTED: "aborted"}
+_RETRYABLE = frozenset({pb.RUN_STATUS_FAILED, pb.RUN_STATUS_ABORTED})
 _STATUS_TEXT: dict[int, str] = {
     pb.RUN_STATUS_STARTED: "running",
     pb.RUN_STATUS_STEP: "running",
