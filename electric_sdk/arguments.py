@@ -25,6 +25,7 @@ __all__ = [
     "SignalLike",
     "StateLike",
     "json_argument",
+    "parse_int64",
     "parse_offset",
     "parse_ref",
     "parse_signal",
@@ -67,6 +68,15 @@ def parse_offset(value: int, field: str = "from_offset") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
         raise errors.InvalidArgument(
             f"{field} must be a whole number from 0 to 2^63-1, got {value!r}", code="VALUE_OUT_OF_RANGE"
+        )
+    return value
+
+
+def parse_int64(value: int, field: str) -> int:
+    """An int as the wire's int64; the server judges its range (a negative offset is refused there)."""
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_OFFSET:
+        raise errors.InvalidArgument(
+            f"{field} must be a whole number, got {value!r}", code="VALUE_OUT_OF_RANGE"
         )
     return value
 

@@ -114,6 +114,8 @@ def event_summary(event: Event) -> str:
         text = f"{value.get('sender') or '?'}: {shorten(str(value.get('text', '')))}"
         if "data" in value:
             text += f" data={shorten(compact(value['data']))}"
+        if retry := value.get("retry"):
+            text += f" (retry of {retry['message_key']} from step {retry['from_step']} by {retry['sender']})"
         return text
     return shorten(compact(value))
 

@@ -94,6 +94,7 @@ METHODS: dict[str, tuple[str, Message]] = {
     "DeleteEntity": ("signal", api.DeleteEntityRequest(ref=A1)),
     "SpawnEntity": ("send", api.SpawnEntityRequest(ref=NEW)),
     "SendMessage": ("send", api.SendMessageRequest(ref=A1, text="hi")),
+    "ForkEntity": ("send", api.ForkEntityRequest(origin=A1, id="a1-fork")),
 }
 
 
@@ -198,6 +199,8 @@ TYPED_DENIED: dict[str, tuple[str, Message]] = {
     "ReadEvents": ("ReadEvents", api.ReadEventsRequest(ref=O1)),
     "WatchEvents": ("WatchEvents", api.WatchEventsRequest(ref=O1)),
     "SignalEntity": ("SignalEntity", api.SignalEntityRequest(ref=O1, signal=pb.SIGNAL_SIGKILL)),
+    "ForkEntity": ("ForkEntity", api.ForkEntityRequest(origin=O1, id="o1-fork")),
+    "RetryRun": ("RetryRun", api.RetryRunRequest(ref=O1, run="msg_1")),
     "DeleteEntity": ("DeleteEntity", api.DeleteEntityRequest(ref=O1)),
     "SendMessage": ("SendMessage", api.SendMessageRequest(ref=O1, text="hi")),
     "SpawnEntity": ("SpawnEntity", api.SpawnEntityRequest(ref=pb.EntityRef(type="other", id="new"))),

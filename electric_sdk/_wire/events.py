@@ -107,6 +107,15 @@ def event_value_json(m: pb.Event) -> dict[str, Any]:
         out = {"text": msg.text, "sender": msg.sender}
         if msg.HasField("data"):
             out["data"] = value_to_json(msg.data)
+        if msg.HasField("retry"):
+            retry = msg.retry
+            out["retry"] = {
+                "message_key": retry.message_key,
+                "message_offset": retry.message_offset,
+                "from_step": retry.from_step,
+                "sender": retry.sender,
+                "reason": retry.reason,
+            }
         return out
     if kind == "run":
         r = m.run

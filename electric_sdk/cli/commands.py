@@ -1,4 +1,4 @@
-"""The one-shot client commands: spawn, get, ls, signal, kill, send.
+"""The one-shot client commands: spawn, get, ls, signal, kill, send, fork, retry.
 
 Each takes the parsed arguments and an ``Invocation`` (the output, and a
 ``Client`` made on first use), does its local checks first (a bad JSON
@@ -199,6 +199,24 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
         ctx.out.record(receipt.to_json())
     else:
         ctx.out.line(console.receipt_line(receipt))
+    return 0
+
+
+def fork(ctx: Invocation, args: argparse.Namespace) -> int:
+    entity = ctx.client.fork(args.ref, args.new_id, at=args.at, reason=args.reason)
+    if ctx.out.json_mode:
+        ctx.out.record(entity.to_json())
+    else:
+        ctx.out.line(console.entity_detail(entity))
+    return 0
+
+
+def retry(ctx: Invocation, args: argparse.Namespace) -> int:
+    receipt = ctx.client.retry(args.ref, args.run, from_step=args.from_step, reason=args.reason)
+    if ctx.out.json_mode:
+        ctx.out.record(receipt.to_json() | {"retry_of": args.run, "from_step": args.from_step})
+    else:
+        ctx.out.line(f"{console.receipt_line(receipt)}  (retry of {args.run} from step {args.from_step})")
     return 0
 
 

@@ -58,12 +58,14 @@ MEANINGS: dict[int, tuple[str, str]] = {
     ),
     NOT_FOUND: (
         "not found",
-        "not found (`ENTITY_NOT_FOUND`; `run` without `--spawn` never creates the entity)",
+        "not found (`ENTITY_NOT_FOUND`; `run` without `--spawn` never creates the entity; "
+        "`retry`: `RUN_NOT_FOUND`, no message with that key)",
     ),
     PRECONDITION: (
         "invalid signal or failed precondition",
         "invalid signal or failed precondition: `INVALID_SIGNAL` (the entity is stopped or killed), "
-        "`ENTITY_TERMINAL` (a message to a stopped or killed entity)",
+        "`ENTITY_TERMINAL` (a message to a stopped or killed entity; `retry` of a run of one: fork it "
+        "instead), `RUN_NOT_RETRYABLE` (`retry` of a run that did not fail or abort)",
     ),
     UNAVAILABLE: (
         "unavailable or deadline exceeded",

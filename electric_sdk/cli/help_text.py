@@ -21,6 +21,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "signal": ("electric signal my_agent/agent_1 TERM --reason 'user requested shutdown'",),
     "kill": ("electric kill my_agent/agent_1 --reason stuck",),
     "send": ("electric send my_agent/agent_1 'summarize the thread' --data '{\"priority\": 1}'",),
+    "fork": ("electric fork my_agent/agent_1 agent_1b --at 42 --reason 'try the other plan'",),
+    "retry": ("electric retry my_agent/agent_1 msg_17 --from-step 3 --reason 'the search API is back'",),
     "events": ("electric events my_agent/agent_1 --from 10 --follow",),
     "state": ("electric state my_agent/agent_1 --watch",),
     "ready": ("electric ready --timeout 30s && electric ls",),

@@ -117,6 +117,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _whole(text: str) -> int:
+    """A whole number, its range left to the server (which refuses a negative offset or step)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -173,6 +181,24 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("text", nargs="?", default="", metavar="TEXT", help="the message text")
     p.add_argument("--data", metavar="JSON", help="a JSON value sent with the text")
+
+    p = add("fork", commands.fork, "create an entity whose stream starts as another's, up to an offset")
+    p.add_argument("ref", metavar="TYPE/ID", help="the origin (any state: a stopped or killed one too)")
+    p.add_argument("new_id", metavar="NEW_ID", help="the fork's id (its type is the origin's)")
+    p.add_argument("--at", type=_whole, metavar="OFFSET", help="fork before this offset (default: the head)")
+    p.add_argument("--reason", default="", help="why; recorded on the fork record")
+
+    p = add("retry", commands.retry, "run a failed or aborted run again, replaying its steps before N")
+    p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
+    p.add_argument("run", metavar="RUN", help="the run's message key, as `electric events` shows it")
+    p.add_argument(
+        "--from-step",
+        type=_whole,
+        default=0,
+        metavar="N",
+        help="the first step executed again (default 0: all)",
+    )
+    p.add_argument("--reason", default="", help="why; recorded on the retry's message")
 
     p = add("events", streams.events, "print an entity's events (--follow: then live, until it ends)")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)

@@ -34,6 +34,7 @@ from ..arguments import (
     SignalLike,
     StateLike,
     json_argument,
+    parse_int64,
     parse_offset,
     parse_ref,
     parse_signal,
@@ -46,6 +47,7 @@ from ..lifecycle import Signal
 from ..models import (
     Entity,
     EntityChange,
+    EntityRef,
     Event,
     EventPage,
     MessageReceipt,
@@ -401,12 +403,50 @@ class AsyncClient:
         )
         if data is not None:
             request.data.CopyFrom(json_argument(data, "data"))
-        response: api.SendMessageResponse = await self._call("SendMessage", request)
-        state = state_from_pb(response.state)
-        assert state is not None
-        return MessageReceipt(
-            r, response.key, response.offset, response.txid, timestamp_to_datetime(response.created_at), state
+        return _receipt(r, await self._call("SendMessage", request))
+
+    async def fork(
+        self,
+        ref: RefLike,
+        new_id: str,
+        *,
+        at: int | None = None,
+        reason: str = "",
+        idempotency_key: str | None = None,
+    ) -> Entity:
+        """A new entity ``TYPE/new_id`` whose stream holds ``ref``'s events before offset ``at``
+        (None: all of them), then its fork record; `idle`, with ``ref``'s state as of ``at``."""
+        request = api.ForkEntityRequest(
+            origin=parse_ref(ref).to_pb(),
+            id=new_id,
+            reason=reason,
+            idempotency_key=idempotency_key or new_idempotency_key(),
         )
+        if at is not None:
+            request.offset = parse_int64(at, "at")
+        response: api.ForkEntityResponse = await self._call("ForkEntity", request)
+        return Entity.from_pb(response.entity)
+
+    async def retry(
+        self,
+        ref: RefLike,
+        run: str,
+        *,
+        from_step: int = 0,
+        reason: str = "",
+        idempotency_key: str | None = None,
+    ) -> MessageReceipt:
+        """Run the failed or aborted run ``run`` (its message key) again: the steps before
+        ``from_step`` answer from its records, the rest execute. The receipt is the retry's message."""
+        r = parse_ref(ref)
+        request = api.RetryRunRequest(
+            ref=r.to_pb(),
+            run=run,
+            from_step=parse_int64(from_step, "from_step"),
+            reason=reason,
+            idempotency_key=idempotency_key or new_idempotency_key(),
+        )
+        return _receipt(r, await self._call("RetryRun", request))
 
     async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         """One page of the entity's stream from an offset (inclusive)."""
@@ -571,3 +611,10 @@ class AsyncClient:
 
 def _change(change: api.EntityChange) -> EntityChange:
     return EntityChange(Entity.from_pb(change.entity), state_from_pb(change.previous_state), snapshot=False)
+
+
+def _receipt(ref: EntityRef, response: api.SendMessageResponse | api.RetryRunResponse) -> MessageReceipt:
+    state = state_from_pb(response.state)
+    assert state is not None
+    created = timestamp_to_datetime(response.created_at)
+    return MessageReceipt(ref, response.key, response.offset, response.txid, created, state)

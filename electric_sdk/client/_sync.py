@@ -274,6 +274,30 @@ class Client:
     ) -> MessageReceipt:
         return self._run(self._async.send, ref, text, data=data, idempotency_key=idempotency_key)
 
+    def fork(
+        self,
+        ref: RefLike,
+        new_id: str,
+        *,
+        at: int | None = None,
+        reason: str = "",
+        idempotency_key: str | None = None,
+    ) -> Entity:
+        return self._run(self._async.fork, ref, new_id, at=at, reason=reason, idempotency_key=idempotency_key)
+
+    def retry(
+        self,
+        ref: RefLike,
+        run: str,
+        *,
+        from_step: int = 0,
+        reason: str = "",
+        idempotency_key: str | None = None,
+    ) -> MessageReceipt:
+        return self._run(
+            self._async.retry, ref, run, from_step=from_step, reason=reason, idempotency_key=idempotency_key
+        )
+
     def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         return self._run(self._async.events, ref, from_offset, limit)
 

@@ -32,7 +32,7 @@ from .steps import Retry, RunSteps, run_step
 
 T = TypeVar("T")
 
-__all__ = ["Context", "Message", "Output", "SignalInfo"]
+__all__ = ["Context", "Message", "Output", "RetryOf", "SignalInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,18 @@ class Message:
     sender: str
     # 1 on first delivery, +1 for each redelivery after a lost lease.
     attempt: int
+    # Set when the message runs a failed or aborted run again (``electric retry``).
+    retry_of: RetryOf | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOf:
+    """The run a retried message runs again: its message's key and offset, and the first step
+    executed (the steps before it answer from that run's records)."""
+
+    key: str
+    offset: int
+    from_step: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from .._wire.json_values import value_to_json
 from .._wire.times import timestamp_to_datetime
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
 from ..models import Entity, Event, EventPage
-from .context import Message, SignalInfo
+from .context import Message, RetryOf, SignalInfo
 
 if TYPE_CHECKING:
     from .metrics import WorkerMetrics
@@ -279,7 +279,10 @@ def loop_deadline(deadline: datetime) -> float:
 def message_of(event: pb.Event, attempt: int) -> Message:
     m = event.message
     data = value_to_json(m.data) if m.HasField("data") else None
-    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1)
+    retry_of = None
+    if m.HasField("retry"):
+        retry_of = RetryOf(m.retry.message_key, m.retry.message_offset, m.retry.from_step)
+    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of)
 
 
 def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:

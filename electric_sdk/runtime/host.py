@@ -218,7 +218,8 @@ class EntityHost(HostBase):
                 return
             run.started_offset = started.entity.head_offset - 1
             self._judge_deferred(run)
-            if message.attempt > 1:  # delivered again: what its earlier attempts recorded is replayed
+            # Delivered again, or a retry: what its (or the retried run's) attempts recorded is replayed.
+            if message.attempt > 1 or message.retry_of is not None:
                 run.ctx.steps = await self._records.load_steps(message, run.started_offset)
             status, error = await self._execute(run)
         finally:

@@ -76,9 +76,33 @@ class LeaseRecords:
         return self.state
 
     async def load_steps(self, message: Message, started_offset: int) -> RunSteps:
-        """The records the earlier attempts of ``message`` wrote (between it and this STARTED)."""
+        """The records the earlier attempts of ``message`` wrote (between it and this STARTED); for
+        a retry (``electric retry``), first the retried run's records of the steps it replays."""
         events = await read_range(self._page, message.offset + 1, started_offset)
-        return RunSteps.of(message.key, events)
+        own = RunSteps.records(message.key, events)
+        if message.retry_of is None:
+            return RunSteps(own)
+        retried = message.retry_of
+        return RunSteps(
+            await self._retried(retried.key, retried.offset, retried.from_step, message.offset) + own
+        )
+
+    async def _retried(self, key: str, offset: int, upto: int, end: int) -> list[tuple[str, dict[str, Any]]]:
+        """Run ``key``'s records of steps before ``upto``, written between its message at ``offset``
+        and ``end``. A retried run that was itself a retry recorded only the steps it executed:
+        those before its own from-step come from the run it retried, and so on down the chain."""
+        if upto <= 0:
+            return []
+        found = await read_range(self._page, offset, offset + 1)
+        below: list[tuple[str, dict[str, Any]]] = []
+        retry = found[0].value.get("retry") if found and found[0].type == "message" else None
+        if isinstance(retry, dict):
+            from_step = min(upto, int(retry["from_step"]))
+            below = await self._retried(
+                str(retry["message_key"]), int(retry["message_offset"]), from_step, offset
+            )
+        events = await read_range(self._page, offset + 1, end)
+        return below + [r for r in RunSteps.records(key, events) if _segment(r) < upto]
 
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
         # Only a step's outcome carries the run's changes: a replay skips the changes of a segment
@@ -132,3 +156,9 @@ class LeaseRecords:
             state.snapshot_written(result.entity.head_offset - 1)
         else:
             log.info("%s: snapshot not written", self._fenced.entity.ref)
+
+
+def _segment(record: tuple[str, dict[str, Any]]) -> int:
+    """The step a record belongs to: a step record's index, a state record's segment."""
+    kind, data = record
+    return int(data.get("seg", -1) if kind == STATE_EVENT else data.get("index", -1))

@@ -164,6 +164,11 @@ class RunSteps:
     @classmethod
     def of(cls, message_key: str, events: Sequence[Event]) -> RunSteps:
         """From the events after a message: the records of its earlier attempts."""
+        return cls(cls.records(message_key, events))
+
+    @staticmethod
+    def records(message_key: str, events: Sequence[Event]) -> list[tuple[str, dict[str, Any]]]:
+        """The step and state records of run ``message_key`` among ``events``, in stream order."""
         records: list[tuple[str, dict[str, Any]]] = []
         for event in events:
             data = event.value.get("data")
@@ -173,7 +178,7 @@ class RunSteps:
                 and data.get("run") == message_key
             ):
                 records.append((event.type, data))
-        return cls(records)
+        return records
 
     @property
     def replaying(self) -> bool:

@@ -193,3 +193,65 @@ test("the Durable Streams client reads an entity's stream: catch-up, long-poll, 
     await server.stop();
   }
 });
+
+/** A change message without its headers: a fork keeps its origin's events but not their commits. */
+function withoutHeaders(items: unknown[]): unknown[] {
+  return items.map((item) => {
+    const { headers, ...rest } = item as { headers: { operation: string } };
+    return { ...rest, operation: headers.operation };
+  });
+}
+
+test("a fork made with the Durable Streams fork headers reads as its origin up to the offset, then its own", { timeout: 60_000 }, async () => {
+  const origin = `/ts_fork/origin-${process.pid}`;
+  const fork = `/ts_fork/fork-${process.pid}`;
+  const server = await startServer(join(dataDir, "fork")); // removed with dataDir, after the tests
+  try {
+    await call(`${server.url}${origin}`, "PUT", {});
+    for (const text of ["a", "b"]) await call(`${server.url}${origin}/messages`, "POST", { text });
+    // The offset to fork at is one the origin's stream gave: its Stream-Next-Offset after a read.
+    const before = await stream<unknown>({ url: `${server.url}${origin}/stream`, offset: "-1", live: false });
+    const shared = await before.json();
+    const at = before.offset;
+    for (const text of ["c", "d"]) await call(`${server.url}${origin}/messages`, "POST", { text });
+
+    const created = await fetch(`${server.url}${fork}`, {
+      method: "PUT",
+      headers: { "Stream-Forked-From": `${origin}/stream`, "Stream-Fork-Offset": at },
+    });
+    assert.equal(created.status, 201, await created.clone().text());
+    assert.equal(((await created.json()) as { state: string }).state, "idle");
+
+    // The whole fork: the origin's events before the offset, at the same offsets, then its own.
+    const whole = await stream<unknown>({ url: `${server.url}${fork}/stream`, offset: "-1", live: false });
+    const items = await whole.json();
+    assertStateProtocol(items);
+    assert.deepEqual(withoutHeaders(items.slice(0, shared.length)), withoutHeaders(shared));
+    const own = items.slice(shared.length) as { type: string; value: { data?: Record<string, unknown>; state?: string } }[];
+    assert.deepEqual(own.map((e) => e.type), ["electric.fork", "state"]);
+    assert.deepEqual(own[0]!.value.data, { origin: origin, offset: Number(at), sender: "anonymous", reason: "" });
+    assert.equal(own[1]!.value.state, "idle");
+
+    // An offset names the same place in both streams: read from the fork offset, the origin goes on
+    // with its own events ("c", "d"), the fork with its fork record.
+    const originAfter = await (await stream<unknown>({ url: `${server.url}${origin}/stream`, offset: at, live: false })).json();
+    const forkAfter = await (await stream<unknown>({ url: `${server.url}${fork}/stream`, offset: at, live: false })).json();
+    assert.equal((originAfter[0] as { type: string }).type, "message");
+    assert.equal((forkAfter[0] as { type: string }).type, "electric.fork");
+    const mid = String(shared.length - 1).padStart(at.length, "0");
+    const originMid = await (await stream<unknown>({ url: `${server.url}${origin}/stream`, offset: mid, live: false })).json();
+    const forkMid = await (await stream<unknown>({ url: `${server.url}${fork}/stream`, offset: mid, live: false })).json();
+    assert.deepEqual(withoutHeaders(forkMid.slice(0, 1)), withoutHeaders(originMid.slice(0, 1)));
+
+    // A bad offset is refused with the door's error body, and makes nothing.
+    const refused = await fetch(`${server.url}${fork}-bad`, {
+      method: "PUT",
+      headers: { "Stream-Forked-From": `${origin}/stream`, "Stream-Fork-Offset": "-1" },
+    });
+    assert.equal(refused.status, 400);
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, "INVALID_OFFSET");
+    assert.equal((await fetch(`${server.url}${fork}-bad`)).status, 404);
+  } finally {
+    await server.stop();
+  }
+});

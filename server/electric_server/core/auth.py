@@ -10,8 +10,8 @@ The tokens file is TOML::
 
 Scopes per method (the HTTP door checks the same, with ``bearer_principal``, ``denial``
 and ``type_denial``): ``read`` for Get/List/Read/Watch, ``signal`` for
-SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity and
-SendMessage, ``runtime`` for workers; ``admin`` grants all. Health and
+SignalEntity, SignalEntities and DeleteEntity, ``send`` for SpawnEntity,
+SendMessage, ForkEntity and RetryRun, ``runtime`` for workers; ``admin`` grants all. Health and
 reflection need no token. A token restricted to types may only name those
 types: listing or watching every type, or a selector without a type, is
 PERMISSION_DENIED.
@@ -58,6 +58,9 @@ METHOD_SCOPES = {
     f"{_SERVICE}SendMessage": "send",
     f"{_SERVICE}ListVersions": "read",
     f"{_SERVICE}SetVersion": "admin",
+    # A fork creates an entity and a retry sends a message: the scope of a spawn and a send.
+    f"{_SERVICE}ForkEntity": "send",
+    f"{_SERVICE}RetryRun": "send",
     "/electric.v1.RuntimeService/Connect": "runtime",
 }
 
@@ -153,6 +156,8 @@ def _types_named(request: Any) -> list[str]:
     """The entity types a request touches; [] means "every type"."""
     if request.HasField("ref") if hasattr(request, "ref") else False:
         return [request.ref.type]
+    if request.HasField("origin") if hasattr(request, "origin") else False:
+        return [request.origin.type]  # a fork: the new entity's type is its origin's
     selector = getattr(request, "selector", None)
     if selector is not None:
         if selector.refs:

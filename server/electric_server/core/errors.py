@@ -245,6 +245,8 @@ HTTP_STATUS: dict[tuple[grpc.StatusCode, str | None], int] = {
     (grpc.StatusCode.UNIMPLEMENTED, None): 404,
     (grpc.StatusCode.ALREADY_EXISTS, None): 409,
     (grpc.StatusCode.FAILED_PRECONDITION, None): 409,
+    # Past the end of what exists now (a fork offset past the head): the state refuses it.
+    (grpc.StatusCode.OUT_OF_RANGE, None): 409,
     (grpc.StatusCode.ABORTED, None): 409,
     (grpc.StatusCode.RESOURCE_EXHAUSTED, None): 429,
     (grpc.StatusCode.UNAVAILABLE, None): 503,

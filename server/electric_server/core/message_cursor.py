@@ -40,6 +40,7 @@ __all__ = [
     "cancelled",
     "deliverable",
     "ended",
+    "forked",
     "locate",
     "progress",
     "refuses_start",
@@ -109,6 +110,12 @@ def progress(record: EntityRecord, located: Located) -> MessageProgress:
     if offset == record.message_cursor and record.cursor_attempt > 0:
         return MessageProgress.STARTED
     return MessageProgress.QUEUED
+
+
+def forked(record: EntityRecord, offset: int) -> EntityRecord:
+    """A fork's new record, whose stream holds its origin's events before ``offset``: none of
+    their messages is its to run (core/forks.py), so its cursor starts there, with none waiting."""
+    return record.replace(message_cursor=offset, cursor_attempt=0, last_message_offset=-1)
 
 
 def sent(record: EntityRecord) -> EntityRecord:

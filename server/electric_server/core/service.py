@@ -33,7 +33,7 @@ from electric_sdk.lifecycle import (
 
 from ..settings import LEASE_TTL
 from ..store.base import Commit, Decide, EntityRecord, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
-from . import entity_writes, message_cursor
+from . import entity_writes, forks, message_cursor
 from . import validation as v
 from .auth import current_principal
 from .caps import Caps
@@ -375,6 +375,88 @@ class EntityService(api_grpc.EntityServiceServicer):
         )
         await self.presence.arrived(ref[0], "a message")
         return response
+
+    # -- fork and retry ---------------------------------------------------------------
+
+    @translate
+    async def ForkEntity(self, request: api.ForkEntityRequest, context: Ctx) -> api.ForkEntityResponse:
+        origin = v.ref(request.origin, "origin")
+        ref = (origin[0], v.name(request.id, "id"))
+        offset = request.offset if request.HasField("offset") else None
+        reason = v.reason(request.reason)
+        idem = _idempotency("ForkEntity", request)
+        # The origin's events are read before the write (a decide function reads nothing); a
+        # retried key answers from its first result without reading them again.
+        if idem is not None and (stored := await self._replayed(ref, idem)) is not None:
+            return api.ForkEntityResponse.FromString(stored)
+        record, events = await forks.origin_events(self.store, origin, offset)
+
+        def build(c: Commit) -> api.ForkEntityResponse:
+            response = api.ForkEntityResponse(
+                entity=entity_to_pb(c.after),  # type: ignore[arg-type]
+                offset=c.result.offset,
+                txid=c.txid,
+            )
+            set_timestamp_ms(response.created_at, c.timestamp_ms)
+            return response
+
+        sender = current_principal.get().name
+        response = await _write(
+            self.store,
+            ref,
+            forks.fork(ref, record, events, sender, reason),
+            idem,
+            build,
+            api.ForkEntityResponse,
+        )
+        await self.presence.arrived(ref[0], "a fork")
+        return response
+
+    @translate
+    async def RetryRun(self, request: api.RetryRunRequest, context: Ctx) -> api.RetryRunResponse:
+        ref = v.ref(request.ref)
+        key = v.name(request.run, "run")
+        reason = v.reason(request.reason)
+        idem = _idempotency("RetryRun", request)
+        if idem is not None and (stored := await self._replayed(ref, idem)) is not None:
+            return api.RetryRunResponse.FromString(stored)
+        run = await forks.find_run(self.store, ref, key)
+        from_step = request.from_step
+
+        def build(c: Commit) -> api.RetryRunResponse:
+            assert c.after is not None
+            return api.RetryRunResponse(
+                key=c.result,
+                offset=c.events[0].offset,
+                txid=c.txid,
+                created_at=timestamp_from_ms(c.timestamp_ms),
+                state=STATE_TO_PB[c.after.state],
+                from_step=from_step,
+            )
+
+        response = await _write(
+            self.store,
+            ref,
+            forks.retry(ref, run, from_step, current_principal.get().name, reason),
+            idem,
+            build,
+            api.RetryRunResponse,
+        )
+        await self.presence.arrived(ref[0], "a retry")
+        return response
+
+    async def _replayed(self, ref: Ref, idem: Idempotency) -> bytes | None:
+        """The stored response of a retried idempotency key, before any read for the write."""
+        stored = await self.store.idempotent_response(ref, idem.key)
+        if stored is None:
+            return None
+        if stored[0] != idem.request_hash:
+            raise invalid_argument(
+                "IDEMPOTENCY_KEY_REUSED",
+                f"idempotency key {idem.key!r} was already used with a different request",
+                idempotency_key=idem.key,
+            )
+        return stored[1]
 
     # -- events --------------------------------------------------------------------
 

@@ -64,7 +64,15 @@ from .streams import EntityStreams
 log = logging.getLogger("electric.http")
 
 # CORS, with --cors-origin (off without): what a page's fetch may send, and may read back.
-CORS_ALLOW_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"]
+CORS_ALLOW_HEADERS = [
+    "Authorization",
+    "Content-Type",
+    "Idempotency-Key",
+    "If-None-Match",
+    "Last-Event-ID",
+    "Stream-Forked-From",
+    "Stream-Fork-Offset",
+]
 CORS_EXPOSE_HEADERS = [
     "Stream-Next-Offset",
     "Stream-Up-To-Date",

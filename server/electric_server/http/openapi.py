@@ -19,7 +19,14 @@ from electric_sdk._wire.enums import OPERATION_NAMES
 from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, PAYLOAD_SIGNALS, Outcome, Signal, State
 
 from ..core.errors import HTTP_STATUS
-from ..core.validation import MAX_DURATION_MS, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES, MAX_TEXT_BYTES, NAME_RE
+from ..core.validation import (
+    MAX_DURATION_MS,
+    MAX_INT64,
+    MAX_PAYLOAD_BYTES,
+    MAX_REASON_BYTES,
+    MAX_TEXT_BYTES,
+    NAME_RE,
+)
 from .routes import ROUTES, HttpRoute, served_paths
 
 Schema = dict[str, Any]
@@ -33,13 +40,17 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "RESERVED_NAME", "UNKNOWN_SIGNAL", "UNKNOWN_STATE", "INVALID_PAYLOAD", "PAYLOAD_NOT_ALLOWED",
         "EMPTY_MESSAGE", "INVALID_DURATION", "INVALID_IDEMPOTENCY_KEY", "IDEMPOTENCY_KEY_REUSED",
         "INVALID_SELECTOR", "PAGE_TOO_LARGE", "INVALID_PAGE_TOKEN", "VALUE_OUT_OF_RANGE",
-        "REASON_TOO_LONG", "MESSAGE_KEY_NOT_ALLOWED", "CORS_REFUSED",
+        "REASON_TOO_LONG", "MESSAGE_KEY_NOT_ALLOWED", "CORS_REFUSED", "INVALID_OFFSET",
+        "INVALID_FORK_ORIGIN", "INVALID_STEP",
     ),
     401: ("UNAUTHENTICATED",),
     403: ("MISSING_SCOPE", "TYPE_NOT_ALLOWED"),
-    404: ("ENTITY_NOT_FOUND", "ROUTE_NOT_FOUND"),
+    404: ("ENTITY_NOT_FOUND", "ROUTE_NOT_FOUND", "RUN_NOT_FOUND"),
     405: ("METHOD_NOT_ALLOWED",),
-    409: ("ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION"),
+    409: (
+        "ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION", "RUN_NOT_RETRYABLE",
+        "INVALID_OFFSET", "INVALID_STEP",
+    ),
     413: ("BODY_TOO_LARGE", "PAYLOAD_TOO_LARGE", "MESSAGE_TOO_LARGE"),
     415: ("UNSUPPORTED_MEDIA_TYPE",),
     429: ("TOO_MANY_STREAMS",),
@@ -53,7 +64,7 @@ ERROR_MEANINGS = {
     403: "the token lacks the route's scope, or may not touch this type",
     404: "no such entity, or no such route",
     405: "the path has no such method",
-    409: "the entity's state refuses the call (or it exists already)",
+    409: "the entity's state refuses the call (or it exists already, or an offset or step is past its end)",
     413: "the body, a payload or a message is too large",
     415: "the body is not application/json",
     429: "a cap on what one principal may hold open is reached",
@@ -273,6 +284,22 @@ def _schemas() -> dict[str, Schema]:
                 "state": _nullable_enum(states),
             },
         ),
+        "RetryReceipt": {
+            **_obj(
+                ["url", "key", "offset", "txid", "created_at", "state", "retry_of", "from_step"],
+                {
+                    "url": {"type": "string"},
+                    "key": {"type": "string"},
+                    "offset": count,
+                    "txid": txid,
+                    "created_at": epoch_ms,
+                    "state": _nullable_enum(states),
+                    "retry_of": {"type": "string", "description": "the retried run's message key"},
+                    "from_step": count,
+                },
+            ),
+            "description": "the retry's message: its key is the new run's",
+        },
         "Event": _obj([*event_props, "offset"], {**event_props, "offset": count}),
         "EventsPage": _obj(
             ["events", "next_offset", "head_offset", "end_of_stream"],
@@ -301,6 +328,7 @@ PATH_NAME = r"(?!\.\.?$)" + NAME
 PATH_TYPE = r"(?!_electric$)" + PATH_NAME
 # A new type over HTTP: not starting with "_" (RESERVED_NAME).
 NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
+COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
 REASON = {"type": "string", "maxLength": 256, "description": f"at most {MAX_REASON_BYTES} bytes of UTF-8"}
 # Any JSON value but null (a null message data or payload is none).
 JSON_VALUE = {
@@ -347,6 +375,22 @@ def _request_schemas() -> dict[str, Schema]:
     return {
         "SpawnRequest": _obj(
             [], {"profile": _obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
+        ),
+        "ForkRequest": _obj(
+            ["id"],
+            {
+                "id": {"type": "string", "pattern": f"^{PATH_NAME}$"},
+                "offset": {**COUNT, "description": "fork before this offset (default: the origin's head)"},
+                "reason": REASON,
+            },
+        ),
+        "RetryRequest": _obj(
+            ["run"],
+            {
+                "run": {"type": "string", "pattern": f"^{NAME}$", "description": "the run's message key"},
+                "from_step": {**COUNT, "description": "the first step executed again (default 0: all)"},
+                "reason": REASON,
+            },
         ),
         "SignalRequest": {
             "oneOf": [_obj(["signal"], props) for props in (payload_signal, plain_signal, scoped_signal)],

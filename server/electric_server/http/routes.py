@@ -49,7 +49,7 @@ from ..core.auth import entity_scope
 from ..core.errors import invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
-from . import body, handlers, streams
+from . import body, forking, handlers, streams
 from .admission import Build
 from .handlers import Handler
 from .query import Query
@@ -102,11 +102,12 @@ class Call:
     render: Render
     has_body: bool = True
     optional_body: bool = False  # an empty body is ``{}`` (a spawn needs no field)
+    name: str = ""  # the method's name, for an ``rpc`` that is not the method itself
 
     @property
     def method(self) -> str:
         """The gRPC method's name: its token scope's, its refusals' in the log."""
-        return self.rpc.__name__
+        return self.name or self.rpc.__name__
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def _signal_fields(
 
 
 def _spawn(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    """A spawn, or a fork with the Durable Streams fork headers (http/forking.py)."""
     body.fields(obj, {"profile"})
     ref = _ref(request)
     if ref.type.startswith("_"):
@@ -192,7 +194,7 @@ def _spawn(request: Request, query: Query, obj: body.JsonObject) -> Message:
         ms = body.integer(profile, name, body.MAX_DURATION_FIELD_MS)
         if ms is not None:
             getattr(message.profile, wire).CopyFrom(duration_from_ms(ms))
-    return message
+    return forking.create(request, message)
 
 
 def _get(request: Request, query: Query, obj: body.JsonObject) -> Message:
@@ -325,6 +327,10 @@ def _receipt(request: Any, m: Any) -> dict[str, Any]:
     return message_receipt_json(entity_url(request.ref.type, request.ref.id), m)
 
 
+def _retried(request: Any, m: Any) -> dict[str, Any]:
+    return _receipt(request, m) | {"retry_of": request.run, "from_step": m.from_step}
+
+
 # -- the table --------------------------------------------------------------------------------------
 
 DEPRECATED = {
@@ -430,9 +436,13 @@ ROUTES: tuple[HttpRoute, ...] = (
     ),
     _service(
         "PUT", ONE, "spawnEntity", "Spawn an entity (SpawnEntity)",
-        Call(EntityService.SpawnEntity, _spawn, _entity, optional_body=True),
-        Answer(201, "the new entity", "Entity"), WRITE_ERRORS, body="SpawnRequest", body_required=False,
+        Call(forking.created, _spawn, _entity, optional_body=True, name="SpawnEntity"),
+        Answer(201, "the new entity", "Entity"), (*WRITE_ERRORS, 404), body="SpawnRequest", body_required=False,
         spawns=True,
+        description="With the Durable Streams fork headers it is a fork (ForkEntity), as a Durable Streams "
+        "create forks: Stream-Forked-From names the origin (/TYPE/ID or /TYPE/ID/stream, of the same "
+        "type) and Stream-Fork-Offset an offset of its stream (its Stream-Next-Offset; default: its "
+        "head); the new entity's stream holds the origin's events before it (docs/fork-and-retry.md).",
     ),
     _service(
         "GET", ONE, "getEntity", "Read an entity (GetEntity)",
@@ -454,6 +464,16 @@ ROUTES: tuple[HttpRoute, ...] = (
         "POST", f"{ONE}/messages", "sendMessage", "Send an entity a message (SendMessage)",
         Call(EntityService.SendMessage, _send, _receipt),
         Answer(200, "the message's receipt", "MessageReceipt"), (*WRITE_ERRORS, 404), body="MessageRequest",
+    ),
+    _service(
+        "POST", f"{ONE}/fork", "forkEntity", "Fork an entity into a new one, at an offset (ForkEntity)",
+        Call(EntityService.ForkEntity, forking.fork, _entity),
+        Answer(201, "the new entity", "Entity"), (*WRITE_ERRORS, 404), body="ForkRequest",
+    ),
+    _service(
+        "POST", f"{ONE}/retry", "retryRun", "Run a failed or aborted run again, from a step (RetryRun)",
+        Call(EntityService.RetryRun, forking.retry, _retried),
+        Answer(200, "the retry's message receipt", "RetryReceipt"), (*WRITE_ERRORS, 404), body="RetryRequest",
     ),
     _service(
         "GET", f"{ONE}/events", "readEvents", "Read a page of an entity's stream (ReadEvents)",

@@ -1052,3 +1052,151 @@ class SetVersionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetVersionResponse: _TypeAlias = SetVersionResponse  # noqa: Y015
+
+@_typing.final
+class ForkEntityRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The new entity's id; its type is the origin's."""
+    offset: _builtins.int
+    """The fork holds the origin's events at offsets below this one. Unset: the
+    origin's head (every event it has). At most the head.
+    """
+    reason: _builtins.str
+    """At most 1 KiB; recorded in the fork record with the sender."""
+    idempotency_key: _builtins.str
+    @_builtins.property
+    def origin(self) -> _types_pb2.EntityRef:
+        """The entity forked."""
+
+    def __init__(
+        self,
+        *,
+        origin: _types_pb2.EntityRef | None = ...,
+        id: _builtins.str = ...,
+        offset: _builtins.int | None = ...,
+        reason: _builtins.str = ...,
+        idempotency_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "offset", b"offset", "origin", b"origin"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "id", b"id", "idempotency_key", b"idempotency_key", "offset", b"offset", "origin", b"origin", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__offset: _TypeAlias = _typing.Literal["offset"]  # noqa: Y015
+    _WhichOneofArgType__offset: _TypeAlias = _typing.Literal["_offset", b"_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__offset) -> _WhichOneofReturnType__offset | None: ...
+
+Global___ForkEntityRequest: _TypeAlias = ForkEntityRequest  # noqa: Y015
+
+@_typing.final
+class ForkEntityResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TXID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """The offset the fork was taken at: its fork record's."""
+    txid: _builtins.int
+    @_builtins.property
+    def entity(self) -> _types_pb2.Entity:
+        """The new entity, `idle`."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        entity: _types_pb2.Entity | None = ...,
+        offset: _builtins.int = ...,
+        txid: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "offset", b"offset", "txid", b"txid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForkEntityResponse: _TypeAlias = ForkEntityResponse  # noqa: Y015
+
+@_typing.final
+class RetryRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REF_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    FROM_STEP_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    run: _builtins.str
+    """The run's message key (`electric events` shows it)."""
+    from_step: _builtins.int
+    """The first step executed again; the steps before it are answered from the
+    run's records. 0: run everything again. At most the run's recorded steps.
+    """
+    reason: _builtins.str
+    """At most 1 KiB; recorded in the retry with the sender."""
+    idempotency_key: _builtins.str
+    @_builtins.property
+    def ref(self) -> _types_pb2.EntityRef: ...
+    def __init__(
+        self,
+        *,
+        ref: _types_pb2.EntityRef | None = ...,
+        run: _builtins.str = ...,
+        from_step: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        idempotency_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_step", b"from_step", "idempotency_key", b"idempotency_key", "reason", b"reason", "ref", b"ref", "run", b"run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryRunRequest: _TypeAlias = RetryRunRequest  # noqa: Y015
+
+@_typing.final
+class RetryRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    TXID_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FROM_STEP_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """The retry's message key: its run's key."""
+    offset: _builtins.int
+    txid: _builtins.int
+    state: _types_pb2.State.ValueType
+    from_step: _builtins.int
+    """How many steps the retry replays (= from_step)."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        txid: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        state: _types_pb2.State.ValueType = ...,
+        from_step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "from_step", b"from_step", "key", b"key", "offset", b"offset", "state", b"state", "txid", b"txid"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryRunResponse: _TypeAlias = RetryRunResponse  # noqa: Y015

@@ -106,6 +106,16 @@ class EntityServiceStub:
                 request_serializer=electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.SerializeToString,
                 response_deserializer=electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.FromString,
                 _registered_method=True)
+        self.ForkEntity = channel.unary_unary(
+                '/electric.v1.EntityService/ForkEntity',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.FromString,
+                _registered_method=True)
+        self.RetryRun = channel.unary_unary(
+                '/electric.v1.EntityService/RetryRun',
+                request_serializer=electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.SerializeToString,
+                response_deserializer=electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.FromString,
+                _registered_method=True)
 
 
 class EntityServiceServicer:
@@ -201,7 +211,7 @@ class EntityServiceServicer:
 
     def ListVersions(self, request, context):
         """Per entity type, each code version announced: its workers, its runs in
-        flight, and which version new wakes get. Needs the `admin` scope.
+        flight, and which version new wakes get.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,6 +221,32 @@ class EntityServiceServicer:
         """Choose the version new wakes of a type get (a rollback is choosing an
         older one; runs in flight stay bound to theirs), or ramp a share of the
         type's entities to another. Needs the `admin` scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkEntity(self, request, context):
+        """A new entity of the origin's type whose stream holds the origin's events
+        before `offset`, at the same offsets, then a `electric.fork` record naming
+        the origin and offset; it starts `idle` with the origin's durable state and
+        recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+        if the new id was ever used; INVALID_OFFSET for an offset below 0
+        (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+        before `offset` runs again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryRun(self, request, context):
+        """Run a failed or aborted run again: a new message, a copy of the run's own,
+        whose run replays the recorded steps before `from_step` (their results as
+        recorded) and executes from it on the code selected for new wakes.
+        FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+        it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+        INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+        recorded steps (OUT_OF_RANGE).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -283,6 +319,16 @@ def add_EntityServiceServicer_to_server(servicer, server):
                     servicer.SetVersion,
                     request_deserializer=electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.FromString,
                     response_serializer=electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.SerializeToString,
+            ),
+            'ForkEntity': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkEntity,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.SerializeToString,
+            ),
+            'RetryRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryRun,
+                    request_deserializer=electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.FromString,
+                    response_serializer=electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -643,6 +689,60 @@ class EntityService:
             '/electric.v1.EntityService/SetVersion',
             electric_dot_v1_dot_entity__service__pb2.SetVersionRequest.SerializeToString,
             electric_dot_v1_dot_entity__service__pb2.SetVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkEntity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/ForkEntity',
+            electric_dot_v1_dot_entity__service__pb2.ForkEntityRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.ForkEntityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/electric.v1.EntityService/RetryRun',
+            electric_dot_v1_dot_entity__service__pb2.RetryRunRequest.SerializeToString,
+            electric_dot_v1_dot_entity__service__pb2.RetryRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -81,12 +81,30 @@ class EntityServiceStub:
     """
     ListVersions: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]
     """Per entity type, each code version announced: its workers, its runs in
-    flight, and which version new wakes get. Needs the `admin` scope.
+    flight, and which version new wakes get.
     """
     SetVersion: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]
     """Choose the version new wakes of a type get (a rollback is choosing an
     older one; runs in flight stay bound to theirs), or ramp a share of the
     type's entities to another. Needs the `admin` scope.
+    """
+    ForkEntity: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]
+    """A new entity of the origin's type whose stream holds the origin's events
+    before `offset`, at the same offsets, then a `electric.fork` record naming
+    the origin and offset; it starts `idle` with the origin's durable state and
+    recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+    if the new id was ever used; INVALID_OFFSET for an offset below 0
+    (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+    before `offset` runs again.
+    """
+    RetryRun: _grpc.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]
+    """Run a failed or aborted run again: a new message, a copy of the run's own,
+    whose run replays the recorded steps before `from_step` (their results as
+    recorded) and executes from it on the code selected for new wakes.
+    FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+    it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+    INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+    recorded steps (OUT_OF_RANGE).
     """
 
 @_typing.type_check_only
@@ -136,12 +154,30 @@ class EntityServiceAsyncStub(EntityServiceStub):
     """
     ListVersions: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ListVersionsRequest, _entity_service_pb2.ListVersionsResponse]  # type: ignore[assignment]
     """Per entity type, each code version announced: its workers, its runs in
-    flight, and which version new wakes get. Needs the `admin` scope.
+    flight, and which version new wakes get.
     """
     SetVersion: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.SetVersionRequest, _entity_service_pb2.SetVersionResponse]  # type: ignore[assignment]
     """Choose the version new wakes of a type get (a rollback is choosing an
     older one; runs in flight stay bound to theirs), or ramp a share of the
     type's entities to another. Needs the `admin` scope.
+    """
+    ForkEntity: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.ForkEntityRequest, _entity_service_pb2.ForkEntityResponse]  # type: ignore[assignment]
+    """A new entity of the origin's type whose stream holds the origin's events
+    before `offset`, at the same offsets, then a `electric.fork` record naming
+    the origin and offset; it starts `idle` with the origin's durable state and
+    recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+    if the new id was ever used; INVALID_OFFSET for an offset below 0
+    (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+    before `offset` runs again.
+    """
+    RetryRun: _aio.UnaryUnaryMultiCallable[_entity_service_pb2.RetryRunRequest, _entity_service_pb2.RetryRunResponse]  # type: ignore[assignment]
+    """Run a failed or aborted run again: a new message, a copy of the run's own,
+    whose run replays the recorded steps before `from_step` (their results as
+    recorded) and executes from it on the code selected for new wakes.
+    FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+    it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+    INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+    recorded steps (OUT_OF_RANGE).
     """
 
 class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -259,7 +295,7 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_entity_service_pb2.ListVersionsResponse, _abc.Awaitable[_entity_service_pb2.ListVersionsResponse]]:
         """Per entity type, each code version announced: its workers, its runs in
-        flight, and which version new wakes get. Needs the `admin` scope.
+        flight, and which version new wakes get.
         """
 
     @_abc_1.abstractmethod
@@ -271,6 +307,36 @@ class EntityServiceServicer(metaclass=_abc_1.ABCMeta):
         """Choose the version new wakes of a type get (a rollback is choosing an
         older one; runs in flight stay bound to theirs), or ramp a share of the
         type's entities to another. Needs the `admin` scope.
+        """
+
+    @_abc_1.abstractmethod
+    def ForkEntity(
+        self,
+        request: _entity_service_pb2.ForkEntityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.ForkEntityResponse, _abc.Awaitable[_entity_service_pb2.ForkEntityResponse]]:
+        """A new entity of the origin's type whose stream holds the origin's events
+        before `offset`, at the same offsets, then a `electric.fork` record naming
+        the origin and offset; it starts `idle` with the origin's durable state and
+        recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+        if the new id was ever used; INVALID_OFFSET for an offset below 0
+        (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+        before `offset` runs again.
+        """
+
+    @_abc_1.abstractmethod
+    def RetryRun(
+        self,
+        request: _entity_service_pb2.RetryRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_entity_service_pb2.RetryRunResponse, _abc.Awaitable[_entity_service_pb2.RetryRunResponse]]:
+        """Run a failed or aborted run again: a new message, a copy of the run's own,
+        whose run replays the recorded steps before `from_step` (their results as
+        recorded) and executes from it on the code selected for new wakes.
+        FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+        it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+        INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+        recorded steps (OUT_OF_RANGE).
         """
 
 def add_EntityServiceServicer_to_server(servicer: EntityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

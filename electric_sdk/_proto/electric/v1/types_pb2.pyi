@@ -589,11 +589,16 @@ class MessageValue(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     sender: _builtins.str
     @_builtins.property
     def data(self) -> _struct_pb2.Value:
         """Optional structured content, any JSON value."""
+
+    @_builtins.property
+    def retry(self) -> Global___RunRetry:
+        """Set on a message that runs a failed or aborted run again (RetryRun)."""
 
     def __init__(
         self,
@@ -601,10 +606,11 @@ class MessageValue(_message.Message):
         text: _builtins.str = ...,
         data: _struct_pb2.Value | None = ...,
         sender: _builtins.str = ...,
+        retry: Global___RunRetry | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "sender", b"sender", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "retry", b"retry", "sender", b"sender", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -906,3 +912,39 @@ class Event(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
 
 Global___Event: _TypeAlias = Event  # noqa: Y015
+
+@_typing.final
+class RunRetry(_message.Message):
+    """What a retried run's message names: the run it runs again, from which step."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_KEY_FIELD_NUMBER: _builtins.int
+    MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
+    FROM_STEP_FIELD_NUMBER: _builtins.int
+    SENDER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    message_key: _builtins.str
+    """The retried run's message key and offset."""
+    message_offset: _builtins.int
+    from_step: _builtins.int
+    """The steps before it are replayed from the retried run's records."""
+    sender: _builtins.str
+    """Who asked for the retry, and why."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        message_key: _builtins.str = ...,
+        message_offset: _builtins.int = ...,
+        from_step: _builtins.int = ...,
+        sender: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_step", b"from_step", "message_key", b"message_key", "message_offset", b"message_offset", "reason", b"reason", "sender", b"sender"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunRetry: _TypeAlias = RunRetry  # noqa: Y015

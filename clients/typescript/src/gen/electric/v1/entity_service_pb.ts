@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/entity_service.proto.
  */
 export const file_electric_v1_entity_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IqwBCgZXb3JrZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSDQoFdHlwZXMYAyADKAkSFAoMY29kZV92ZXJzaW9uGAQgASgJEhAKCGNhcGFjaXR5GAUgASgNEhMKC2xlYXNlc19oZWxkGAYgASgNEjIKDmxhc3RfaGVhcnRiZWF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiQKB3dvcmtlcnMYASADKAsyEy5lbGVjdHJpYy52MS5Xb3JrZXIiIwoTTGlzdFZlcnNpb25zUmVxdWVzdBIMCgR0eXBlGAEgASgJItgBCgtDb2RlVmVyc2lvbhIUCgxjb2RlX3ZlcnNpb24YASABKAkSDwoHd29ya2VycxgCIAMoCRIWCg5ydW5zX2luX2ZsaWdodBgDIAEoDRIUCgxydW5zX3dhaXRpbmcYBCABKA0SKwoKdmVyc2lvbmluZxgFIAEoDjIXLmVsZWN0cmljLnYxLlZlcnNpb25pbmcSMAoNdXBncmFkZV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1hbm5vdW5jZWRfc2VxGAcgASgEIpcBCgxUeXBlVmVyc2lvbnMSDAoEdHlwZRgBIAEoCRIqCgh2ZXJzaW9ucxgCIAMoCzIYLmVsZWN0cmljLnYxLkNvZGVWZXJzaW9uEhAKCHNlbGVjdGVkGAMgASgJEg8KB2N1cnJlbnQYBCABKAkSFAoMcmFtcF92ZXJzaW9uGAUgASgJEhQKDHJhbXBfcGVyY2VudBgGIAEoDSJAChRMaXN0VmVyc2lvbnNSZXNwb25zZRIoCgV0eXBlcxgBIAMoCzIZLmVsZWN0cmljLnYxLlR5cGVWZXJzaW9ucyJzChFTZXRWZXJzaW9uUmVxdWVzdBIMCgR0eXBlGAEgASgJEhQKDGNvZGVfdmVyc2lvbhgCIAEoCRIUCgxyYW1wX3ZlcnNpb24YAyABKAkSFAoMcmFtcF9wZXJjZW50GAQgASgNEg4KBnJlYXNvbhgFIAEoCSJBChJTZXRWZXJzaW9uUmVzcG9uc2USKwoIdmVyc2lvbnMYASABKAsyGS5lbGVjdHJpYy52MS5UeXBlVmVyc2lvbnMy0QgKDUVudGl0eVNlcnZpY2USUAoLU3Bhd25FbnRpdHkSHy5lbGVjdHJpYy52MS5TcGF3bkVudGl0eVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TcGF3bkVudGl0eVJlc3BvbnNlEkoKCUdldEVudGl0eRIdLmVsZWN0cmljLnYxLkdldEVudGl0eVJlcXVlc3QaHi5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXNwb25zZRJTCgxMaXN0RW50aXRpZXMSIC5lbGVjdHJpYy52MS5MaXN0RW50aXRpZXNSZXF1ZXN0GiEuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVzcG9uc2USUwoMU2lnbmFsRW50aXR5EiAuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVxdWVzdBohLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlc3BvbnNlElkKDlNpZ25hbEVudGl0aWVzEiIuZWxlY3RyaWMudjEuU2lnbmFsRW50aXRpZXNSZXF1ZXN0GiMuZWxlY3RyaWMudjEuU2lnbmFsRW50aXRpZXNSZXNwb25zZRJQCgtTZW5kTWVzc2FnZRIfLmVsZWN0cmljLnYxLlNlbmRNZXNzYWdlUmVxdWVzdBogLmVsZWN0cmljLnYxLlNlbmRNZXNzYWdlUmVzcG9uc2USWAoMRGVsZXRlRW50aXR5EiAuZWxlY3RyaWMudjEuRGVsZXRlRW50aXR5UmVxdWVzdBohLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlc3BvbnNlIgOIAgESTQoKUmVhZEV2ZW50cxIeLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXF1ZXN0Gh8uZWxlY3RyaWMudjEuUmVhZEV2ZW50c1Jlc3BvbnNlElIKC1dhdGNoRXZlbnRzEh8uZWxlY3RyaWMudjEuV2F0Y2hFdmVudHNSZXF1ZXN0GiAuZWxlY3RyaWMudjEuV2F0Y2hFdmVudHNSZXNwb25zZTABElgKDVdhdGNoRW50aXRpZXMSIS5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVxdWVzdBoiLmVsZWN0cmljLnYxLldhdGNoRW50aXRpZXNSZXNwb25zZTABElAKC0xpc3RXb3JrZXJzEh8uZWxlY3RyaWMudjEuTGlzdFdvcmtlcnNSZXF1ZXN0GiAuZWxlY3RyaWMudjEuTGlzdFdvcmtlcnNSZXNwb25zZRJTCgxMaXN0VmVyc2lvbnMSIC5lbGVjdHJpYy52MS5MaXN0VmVyc2lvbnNSZXF1ZXN0GiEuZWxlY3RyaWMudjEuTGlzdFZlcnNpb25zUmVzcG9uc2USTQoKU2V0VmVyc2lvbhIeLmVsZWN0cmljLnYxLlNldFZlcnNpb25SZXF1ZXN0Gh8uZWxlY3RyaWMudjEuU2V0VmVyc2lvblJlc3BvbnNlYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEieQoSU3Bhd25FbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIlCgdwcm9maWxlGAIgASgLMhQuZWxlY3RyaWMudjEuUHJvZmlsZRIXCg9pZGVtcG90ZW5jeV9rZXkYAyABKAkiOgoTU3Bhd25FbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkiNwoQR2V0RW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiOAoRR2V0RW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Im4KE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJWChRMaXN0RW50aXRpZXNSZXNwb25zZRIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkixgEKE1NpZ25hbEVudGl0eVJlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSEwoLbWVzc2FnZV9rZXkYBiABKAkikwIKFFNpZ25hbEVudGl0eVJlc3BvbnNlEgsKA3VybBgBIAEoCRIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSKgoOcHJldmlvdXNfc3RhdGUYAyABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYBCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAYgASgEEgsKA2tleRgHIAEoCRIrCgdvdXRjb21lGAggASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZSJoCg5FbnRpdHlTZWxlY3RvchIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEiQKBHJlZnMYAyADKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYivQEKFVNpZ25hbEVudGl0aWVzUmVxdWVzdBItCghzZWxlY3RvchgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNlbGVjdG9yEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCSKTAQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IqwBCgZXb3JrZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSDQoFdHlwZXMYAyADKAkSFAoMY29kZV92ZXJzaW9uGAQgASgJEhAKCGNhcGFjaXR5GAUgASgNEhMKC2xlYXNlc19oZWxkGAYgASgNEjIKDmxhc3RfaGVhcnRiZWF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiQKB3dvcmtlcnMYASADKAsyEy5lbGVjdHJpYy52MS5Xb3JrZXIiIwoTTGlzdFZlcnNpb25zUmVxdWVzdBIMCgR0eXBlGAEgASgJItgBCgtDb2RlVmVyc2lvbhIUCgxjb2RlX3ZlcnNpb24YASABKAkSDwoHd29ya2VycxgCIAMoCRIWCg5ydW5zX2luX2ZsaWdodBgDIAEoDRIUCgxydW5zX3dhaXRpbmcYBCABKA0SKwoKdmVyc2lvbmluZxgFIAEoDjIXLmVsZWN0cmljLnYxLlZlcnNpb25pbmcSMAoNdXBncmFkZV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1hbm5vdW5jZWRfc2VxGAcgASgEIpcBCgxUeXBlVmVyc2lvbnMSDAoEdHlwZRgBIAEoCRIqCgh2ZXJzaW9ucxgCIAMoCzIYLmVsZWN0cmljLnYxLkNvZGVWZXJzaW9uEhAKCHNlbGVjdGVkGAMgASgJEg8KB2N1cnJlbnQYBCABKAkSFAoMcmFtcF92ZXJzaW9uGAUgASgJEhQKDHJhbXBfcGVyY2VudBgGIAEoDSJAChRMaXN0VmVyc2lvbnNSZXNwb25zZRIoCgV0eXBlcxgBIAMoCzIZLmVsZWN0cmljLnYxLlR5cGVWZXJzaW9ucyJzChFTZXRWZXJzaW9uUmVxdWVzdBIMCgR0eXBlGAEgASgJEhQKDGNvZGVfdmVyc2lvbhgCIAEoCRIUCgxyYW1wX3ZlcnNpb24YAyABKAkSFAoMcmFtcF9wZXJjZW50GAQgASgNEg4KBnJlYXNvbhgFIAEoCSJBChJTZXRWZXJzaW9uUmVzcG9uc2USKwoIdmVyc2lvbnMYASABKAsyGS5lbGVjdHJpYy52MS5UeXBlVmVyc2lvbnMikAEKEUZvcmtFbnRpdHlSZXF1ZXN0EiYKBm9yaWdpbhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIKCgJpZBgCIAEoCRITCgZvZmZzZXQYAyABKANIAIgBARIOCgZyZWFzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJQgkKB19vZmZzZXQihwEKEkZvcmtFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifwoPUmV0cnlSdW5SZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhILCgNydW4YAiABKAkSEQoJZnJvbV9zdGVwGAMgASgDEg4KBnJlYXNvbhgEIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkiowEKEFJldHJ5UnVuUmVzcG9uc2USCwoDa2V5GAEgASgJEg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAUgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSEQoJZnJvbV9zdGVwGAYgASgNMukJCg1FbnRpdHlTZXJ2aWNlElAKC1NwYXduRW50aXR5Eh8uZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXNwb25zZRJKCglHZXRFbnRpdHkSHS5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXF1ZXN0Gh4uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVzcG9uc2USUwoMTGlzdEVudGl0aWVzEiAuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlElMKDFNpZ25hbEVudGl0eRIgLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXNwb25zZRJZCg5TaWduYWxFbnRpdGllcxIiLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVxdWVzdBojLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVzcG9uc2USUAoLU2VuZE1lc3NhZ2USHy5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlc3BvbnNlElgKDERlbGV0ZUVudGl0eRIgLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXNwb25zZSIDiAIBEk0KClJlYWRFdmVudHMSHi5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVxdWVzdBofLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXNwb25zZRJSCgtXYXRjaEV2ZW50cxIfLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVxdWVzdBogLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJYCg1XYXRjaEVudGl0aWVzEiEuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1JlcXVlc3QaIi5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVzcG9uc2UwARJQCgtMaXN0V29ya2VycxIfLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBogLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USUwoMTGlzdFZlcnNpb25zEiAuZWxlY3RyaWMudjEuTGlzdFZlcnNpb25zUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RWZXJzaW9uc1Jlc3BvbnNlEk0KClNldFZlcnNpb24SHi5lbGVjdHJpYy52MS5TZXRWZXJzaW9uUmVxdWVzdBofLmVsZWN0cmljLnYxLlNldFZlcnNpb25SZXNwb25zZRJNCgpGb3JrRW50aXR5Eh4uZWxlY3RyaWMudjEuRm9ya0VudGl0eVJlcXVlc3QaHy5lbGVjdHJpYy52MS5Gb3JrRW50aXR5UmVzcG9uc2USRwoIUmV0cnlSdW4SHC5lbGVjdHJpYy52MS5SZXRyeVJ1blJlcXVlc3QaHS5lbGVjdHJpYy52MS5SZXRyeVJ1blJlc3BvbnNlYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.SpawnEntityRequest
@@ -1126,6 +1126,178 @@ export const SetVersionResponseSchema: GenMessage<SetVersionResponse> = /*@__PUR
   messageDesc(file_electric_v1_entity_service, 35);
 
 /**
+ * @generated from message electric.v1.ForkEntityRequest
+ */
+export type ForkEntityRequest = Message<"electric.v1.ForkEntityRequest"> & {
+  /**
+   * The entity forked.
+   *
+   * @generated from field: electric.v1.EntityRef origin = 1;
+   */
+  origin?: EntityRef | undefined;
+
+  /**
+   * The new entity's id; its type is the origin's.
+   *
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * The fork holds the origin's events at offsets below this one. Unset: the
+   * origin's head (every event it has). At most the head.
+   *
+   * @generated from field: optional int64 offset = 3;
+   */
+  offset?: bigint | undefined;
+
+  /**
+   * At most 1 KiB; recorded in the fork record with the sender.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string idempotency_key = 5;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message electric.v1.ForkEntityRequest.
+ * Use `create(ForkEntityRequestSchema)` to create a new message.
+ */
+export const ForkEntityRequestSchema: GenMessage<ForkEntityRequest> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 36);
+
+/**
+ * @generated from message electric.v1.ForkEntityResponse
+ */
+export type ForkEntityResponse = Message<"electric.v1.ForkEntityResponse"> & {
+  /**
+   * The new entity, `idle`.
+   *
+   * @generated from field: electric.v1.Entity entity = 1;
+   */
+  entity?: Entity | undefined;
+
+  /**
+   * The offset the fork was taken at: its fork record's.
+   *
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: uint64 txid = 3;
+   */
+  txid: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message electric.v1.ForkEntityResponse.
+ * Use `create(ForkEntityResponseSchema)` to create a new message.
+ */
+export const ForkEntityResponseSchema: GenMessage<ForkEntityResponse> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 37);
+
+/**
+ * @generated from message electric.v1.RetryRunRequest
+ */
+export type RetryRunRequest = Message<"electric.v1.RetryRunRequest"> & {
+  /**
+   * @generated from field: electric.v1.EntityRef ref = 1;
+   */
+  ref?: EntityRef | undefined;
+
+  /**
+   * The run's message key (`electric events` shows it).
+   *
+   * @generated from field: string run = 2;
+   */
+  run: string;
+
+  /**
+   * The first step executed again; the steps before it are answered from the
+   * run's records. 0: run everything again. At most the run's recorded steps.
+   *
+   * @generated from field: int64 from_step = 3;
+   */
+  fromStep: bigint;
+
+  /**
+   * At most 1 KiB; recorded in the retry with the sender.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: string idempotency_key = 5;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message electric.v1.RetryRunRequest.
+ * Use `create(RetryRunRequestSchema)` to create a new message.
+ */
+export const RetryRunRequestSchema: GenMessage<RetryRunRequest> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 38);
+
+/**
+ * @generated from message electric.v1.RetryRunResponse
+ */
+export type RetryRunResponse = Message<"electric.v1.RetryRunResponse"> & {
+  /**
+   * The retry's message key: its run's key.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * @generated from field: uint64 txid = 3;
+   */
+  txid: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: electric.v1.State state = 5;
+   */
+  state: State;
+
+  /**
+   * How many steps the retry replays (= from_step).
+   *
+   * @generated from field: uint32 from_step = 6;
+   */
+  fromStep: number;
+};
+
+/**
+ * Describes the message electric.v1.RetryRunResponse.
+ * Use `create(RetryRunResponseSchema)` to create a new message.
+ */
+export const RetryRunResponseSchema: GenMessage<RetryRunResponse> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 39);
+
+/**
  * The control plane's entity API. Errors are gRPC status codes with a
  * google.rpc.ErrorInfo detail (domain "electric.v1", UPPER_SNAKE reason).
  *
@@ -1252,7 +1424,7 @@ export const EntityService: GenService<{
   },
   /**
    * Per entity type, each code version announced: its workers, its runs in
-   * flight, and which version new wakes get. Needs the `admin` scope.
+   * flight, and which version new wakes get.
    *
    * @generated from rpc electric.v1.EntityService.ListVersions
    */
@@ -1272,6 +1444,38 @@ export const EntityService: GenService<{
     methodKind: "unary";
     input: typeof SetVersionRequestSchema;
     output: typeof SetVersionResponseSchema;
+  },
+  /**
+   * A new entity of the origin's type whose stream holds the origin's events
+   * before `offset`, at the same offsets, then a `electric.fork` record naming
+   * the origin and offset; it starts `idle` with the origin's durable state and
+   * recorded steps as of `offset`, whatever the origin's state. ALREADY_EXISTS
+   * if the new id was ever used; INVALID_OFFSET for an offset below 0
+   * (INVALID_ARGUMENT) or past the origin's head (OUT_OF_RANGE). Nothing
+   * before `offset` runs again.
+   *
+   * @generated from rpc electric.v1.EntityService.ForkEntity
+   */
+  forkEntity: {
+    methodKind: "unary";
+    input: typeof ForkEntityRequestSchema;
+    output: typeof ForkEntityResponseSchema;
+  },
+  /**
+   * Run a failed or aborted run again: a new message, a copy of the run's own,
+   * whose run replays the recorded steps before `from_step` (their results as
+   * recorded) and executes from it on the code selected for new wakes.
+   * FAILED_PRECONDITION / ENTITY_TERMINAL on a stopped or killed entity (fork
+   * it instead), RUN_NOT_RETRYABLE on a run that did not fail or abort;
+   * INVALID_STEP for a step below 0 (INVALID_ARGUMENT) or past the run's
+   * recorded steps (OUT_OF_RANGE).
+   *
+   * @generated from rpc electric.v1.EntityService.RetryRun
+   */
+  retryRun: {
+    methodKind: "unary";
+    input: typeof RetryRunRequestSchema;
+    output: typeof RetryRunResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_electric_v1_entity_service, 0);
