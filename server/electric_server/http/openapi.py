@@ -15,6 +15,7 @@ import json
 from importlib.metadata import version
 from typing import Any
 
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.enums import OPERATION_NAMES
 from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, PAYLOAD_SIGNALS, Outcome, Signal, State
 
@@ -433,6 +434,13 @@ HEADERS: dict[str, Schema] = {
 }
 
 
+def _takes_idempotency_key(method: str) -> bool:
+    """Whether the EntityService method's request has an ``idempotency_key`` (SetVersion, a
+    choice that is the same when made twice, has none)."""
+    request = api.DESCRIPTOR.services_by_name["EntityService"].methods_by_name[method].input_type
+    return "idempotency_key" in request.fields_by_name
+
+
 def _operation(route: HttpRoute, operation_id: str) -> Schema:
     op: Schema = {"operationId": operation_id, "summary": route.summary}
     if route.description:
@@ -441,8 +449,10 @@ def _operation(route: HttpRoute, operation_id: str) -> Schema:
         op["deprecated"] = True
     params: list[Schema] = []
     if "{type}" in route.path:
-        params += [_ref("parameters", "newType" if route.spawns else "type"), _ref("parameters", "id")]
-    if route.call is not None and route.method != "GET":
+        params.append(_ref("parameters", "newType" if route.spawns else "type"))
+    if "{id}" in route.path:
+        params.append(_ref("parameters", "id"))
+    if route.call is not None and route.method != "GET" and _takes_idempotency_key(route.call.method):
         params.append(_ref("parameters", "idempotencyKey"))
     for p in route.query:
         schema = {"type": "array", "items": dict(p.schema)} if p.repeated else dict(p.schema)
