@@ -86,6 +86,7 @@ METHODS: dict[str, tuple[str, Message]] = {
     "ReadEvents": ("read", api.ReadEventsRequest(ref=A1)),
     "WatchEvents": ("read", api.WatchEventsRequest(ref=A1)),
     "WatchEntities": ("read", api.WatchEntitiesRequest()),
+    "ListVersions": ("read", api.ListVersionsRequest(type="agent")),
     "SignalEntity": ("signal", api.SignalEntityRequest(ref=A1, signal=pb.SIGNAL_SIGSTOP)),
     "SignalEntities": (
         "signal",

@@ -134,6 +134,17 @@ def header_html() -> str:
     return f"<div class='electric-columns' style='font-size:12px;color:#495057'>{cells}</div>"
 
 
+def state_html(entity: Entity) -> str:
+    """The state's badge, and the code version its run waits for while it does."""
+    waiting = entity.waiting_for_code
+    if not waiting:
+        return badge_html(entity.state)
+    return (
+        f"{badge_html(entity.state)} <span class='electric-waiting' style='font-size:11px;color:#6c757d'>"
+        f"waiting for code {html.escape(waiting)}</span>"
+    )
+
+
 def row_html(entity: Entity, hosted: frozenset[str] | None, now: datetime) -> str:
     """A row's cells after its id: type, state, events, last change, age, worker."""
     if hosted is None:
@@ -147,7 +158,10 @@ def row_html(entity: Entity, hosted: frozenset[str] | None, now: datetime) -> st
         }[worker]
     contents = (  # (html, tooltip), in the order of COLUMNS
         (html.escape(entity.ref.type), entity.ref.type),
-        (badge_html(entity.state), ""),
+        (
+            state_html(entity),
+            f"its run waits for code {entity.waiting_for_code}" if entity.waiting_for_code else "",
+        ),
         (f"{entity.head_offset:,}", ""),
         (f"{ago(entity.updated_at, now)} ago", to_iso(entity.updated_at)),
         (ago(entity.created_at, now), to_iso(entity.created_at)),

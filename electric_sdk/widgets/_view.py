@@ -133,11 +133,14 @@ class EntityView:
     closed: bool = False
     events: tuple[Event, ...] = ()
     error: str | None = None
+    # The code version its run waits for (no worker of it is connected), as the entity said last.
+    waiting_for_code: str | None = None
 
     def with_entity(self, entity: Entity) -> EntityView:
         return replace(
             self,
             state=entity.state,
+            waiting_for_code=entity.waiting_for_code,
             stopping_deadline=entity.stopping_deadline,
             closed=entity.closed,
             run_in_progress=self.run_in_progress and runs_possible(entity.state),
@@ -183,6 +186,8 @@ class EntityView:
             return f"grace ends in {left:.1f} s" if left > 0 else "grace expired; the server stops it now"
         if self.closed:
             return "stream closed"
+        if self.waiting_for_code:
+            return f"waiting for code {self.waiting_for_code}"
         if self.run_in_progress and runs_possible(self.state):
             return "run in progress"
         return ""
