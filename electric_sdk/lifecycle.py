@@ -99,7 +99,7 @@ MESSAGE_SCOPED_SIGNALS = frozenset({Signal.SIGINT})
 # runtime, an older worker) the runtime judges, as for every other signal.
 SERVER_ABORTED_SIGNALS = frozenset({Signal.SIGINT})
 # The signal that marks the entity for new code: whatever its state, the next wake is leased
-# to a worker with the newest code version announced for its type (ARCHITECTURE §2).
+# to a worker of the version selected for its type's new wakes (server runtime/versions.py).
 RELOAD_SIGNALS = frozenset({Signal.SIGHUP})
 
 

@@ -56,6 +56,7 @@ from electric_sdk.lifecycle import (  # noqa: E402
     Record,
     Signal,
     State,
+    decide_waiting,
 )
 
 TABLE_BEGIN = "<!-- BEGIN GENERATED: lifecycle table -->"
@@ -63,6 +64,7 @@ DIAGRAM_BEGIN = "<!-- BEGIN GENERATED: state diagram -->"
 TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
 OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
+WAITING_BEGIN = "<!-- BEGIN GENERATED: waiting run -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -153,7 +155,7 @@ def markdown_table() -> str:
         f"Profile defaults: grace period {DEFAULT_GRACE_MS / 1000:g} s, idle timeout "
         f"{DEFAULT_IDLE_TIMEOUT_MS / 1000:g} s. `on_signal` may be registered for {names(HANDLEABLE)}. "
         f"Only {names(PAYLOAD_SIGNALS)} carries a payload; only {names(MESSAGE_SCOPED_SIGNALS)} can be "
-        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the newest code."
+        f"scoped to a message; {names(RELOAD_SIGNALS)} marks the entity's next wake for the version selected for new wakes."
     )
     terminal = " and ".join(f"`{s.value}`" for s in State if s in TERMINAL_STATES)
     closing = ", ".join(r.value for r in Record if r in CLOSING_RECORDS)
@@ -268,6 +270,30 @@ SOURCES = {
 }
 
 
+# What follows a signal to a run waiting for its code version, by the action decide_waiting gives.
+_WAITING_THEN = {
+    Action.ABORT_RUN: "the run is aborted, its `aborted` record written with the signal; it never resumes",
+    Action.CLEANUP: "`on_signal(SIGTERM)` runs on the version new wakes get, within the grace",
+    Action.KILL: "nothing runs again",
+    Action.PAUSE: "the run stays bound and waits",
+    Action.DELIVER: "`on_signal` gets it from the runtime that next runs the entity",
+    Action.NONE: "the run still waits for, and finishes on, its own version",
+}
+
+
+def waiting_table() -> str:
+    """What each signal does to an entity whose run waits for its code version (idle, or paused)."""
+    lines = ["| signal | from idle | from paused | outcome | then |", "|---|---|---|---|---|"]
+    for signal in Signal:
+        idle, paused = decide_waiting(State.IDLE, signal), decide_waiting(State.PAUSED, signal)
+        outcome = idle.outcome.value
+        then = _WAITING_THEN[idle.action or Action.NONE]
+        lines.append(
+            f"| {signal.value} | {idle.new_state.value} | {paused.new_state.value} | `{outcome}` | {then} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
@@ -277,6 +303,7 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
         return {OPTIONS_BEGIN: options_table(), FASTPATHS_BEGIN: fastpath_table()}
     return {
         TABLE_BEGIN: markdown_table(),
+        WAITING_BEGIN: waiting_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
     }
 
@@ -418,8 +445,11 @@ not change; it takes the next message. Immediate; handled by `on_signal`.
 ### SIGHUP — reload entity code
 
 The deploy signal. The current run finishes on the current code, then the session ends
-at once (skipping the idle timeout) and the next wake runs the newest code announced
-for the entity type. Checked at step boundaries; handled by `on_signal`.
+at once (skipping the idle timeout) and the next wake runs the code version selected for
+new wakes of the entity type: the newest announced, unless an operator chose one
+(`electric versions`; see [runtime.md](runtime.md#deploys)). A run bound to its version
+and waiting for a worker of it is not moved: it still finishes on its version. Checked
+at step boundaries; handled by `on_signal`.
 
 ### SIGTERM — graceful shutdown
 
@@ -463,6 +493,14 @@ marked "run in progress" say what happens to that run. The second table lists th
 transitions no signal drives, with the causes recorded on them.
 
 {TABLE_BEGIN}
+{END}
+
+## A run waiting for its code version
+
+While no worker of a run's code version is connected, a pinned run waits and no runtime
+holds it: the server decides each signal alone (`lifecycle.decide_waiting`).
+
+{WAITING_BEGIN}
 {END}
 
 ## State diagram
