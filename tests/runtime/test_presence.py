@@ -255,6 +255,12 @@ async def test_a_reload_is_logged_announced_and_named_by_the_runs_it_starts(
         assert v2 != v1
         [worker] = await workers_until(client, lambda found: [w.code_version for w in found] == [v2])
         assert worker.worker_id == "w-reload"
+        # Every reload is a new version: a type that chose no versioning is auto_upgrade under dev.
+        (hot,) = await client.versions("hot")
+        assert {(v.code_version, v.versioning) for v in hot.versions} == {
+            (v1, "auto_upgrade"),
+            (v2, "auto_upgrade"),
+        }
         said = [r.getMessage() for r in caplog.records if r.name == "electric.runtime"]
         assert f"reloaded the app: code version {v1} -> {v2}" in said
         events = (await client.events("hot/h", 0, 200)).events

@@ -3,14 +3,17 @@ stage on demand (a worker lost mid-run, a log that starts mid-run)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from electric_sdk import Event
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import state_to_pb
 from electric_sdk.lifecycle import Signal, State, valid_signals
-from electric_sdk.models import EntityRef
+from electric_sdk.models import Entity, EntityRef
 from electric_sdk.widgets import EntityView
+from electric_sdk.widgets._table_view import row_html
 from electric_sdk.widgets._view import parse_payload
 
 REF = EntityRef("probe", "p1")
@@ -62,3 +65,18 @@ def test_an_empty_payload_box_is_no_payload() -> None:
 def test_a_bad_payload_says_why(bad: str) -> None:
     with pytest.raises(ValueError, match="payload is not valid JSON"):
         parse_payload(bad)
+
+
+def test_a_run_waiting_for_its_code_is_shown_beside_the_state() -> None:
+    raw = pb.Entity(
+        ref=pb.EntityRef(type="research", id="r1"), state=state_to_pb(State.IDLE), bound_code_version="1.9.0"
+    )
+    raw.waiting_since.GetCurrentTime()
+    waiting = Entity.from_pb(raw)
+    assert waiting.waiting_for_code == "1.9.0"
+    assert "waiting for code 1.9.0" in row_html(waiting, frozenset({"research"}), datetime.now(UTC))
+    assert EntityView(waiting.ref).with_entity(waiting).status_text() == "waiting for code 1.9.0"
+    raw.ClearField("waiting_since")  # bound, but held by a worker: it does not wait
+    running = Entity.from_pb(raw)
+    assert running.waiting_for_code is None
+    assert "waiting for code" not in row_html(running, frozenset({"research"}), datetime.now(UTC))
