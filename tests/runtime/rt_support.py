@@ -86,16 +86,38 @@ def app_module(tmp_path: Path, module: str, source: str) -> Path:
     return directory
 
 
-def worker_process(address: str, target: str, cwd: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    """`electric worker TARGET` as its own process (run from ``cwd``, output to ``log``)."""
+def worker_process(
+    address: str, target: str, cwd: Path, log: Path, *args: str, **env: str
+) -> subprocess.Popen[bytes]:
+    """`electric worker TARGET ARGS` as its own process (run from ``cwd``, output to ``log``)."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "worker", target],
+            [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "worker", target, *args],
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
         )
+
+
+@contextmanager
+def worker_processes(cwd: Path, target: str, *args: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``start(address, **env)``: an `electric worker TARGET ARGS` process run from ``cwd`` (its
+    output in ``worker-N.log`` there); each one still running is killed at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(address: str, **env: str) -> subprocess.Popen[bytes]:
+        proc = worker_process(address, target, cwd, cwd / f"worker-{len(procs)}.log", *args, **env)
+        procs.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
 
 
 @asynccontextmanager

@@ -31,7 +31,7 @@ from electric_sdk import AsyncClient, Event, TypeVersions
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.testing import TestServer
 
-from .rt_support import run_status, state_is, until
+from .rt_support import run_status, state_is, until, worker_processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
 
@@ -112,36 +112,15 @@ Start = Callable[..., subprocess.Popen[bytes]]
 @pytest.fixture
 def worker(app_dir: Path) -> Iterator[Start]:
     """``start(address, version, hang=False, renamed=False)``: an `electric worker` process."""
-    procs: list[subprocess.Popen[bytes]] = []
+    with worker_processes(app_dir, "deploy_app:app") as start:
 
-    def start(
-        address: str, version: str, *, hang: bool = False, renamed: bool = False
-    ) -> subprocess.Popen[bytes]:
-        log = open(app_dir / f"worker-{len(procs)}-{version}.log", "wb")  # noqa: SIM115 - the process's
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "APP_VERSION": version,
-            "HANG": "1" if hang else "",
-            "RENAMED": "1" if renamed else "",
-            "STEP_LOG": str(app_dir / "steps.log"),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "worker", "deploy_app:app"],
-            cwd=app_dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        log.close()
-        procs.append(proc)
-        return proc
+        def start_version(
+            address: str, version: str, *, hang: bool = False, renamed: bool = False
+        ) -> subprocess.Popen[bytes]:
+            flags = {"HANG": "1" if hang else "", "RENAMED": "1" if renamed else ""}
+            return start(address, APP_VERSION=version, STEP_LOG=str(app_dir / "steps.log"), **flags)
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+        yield start_version
 
 
 def steps_run(app_dir: Path) -> list[str]:

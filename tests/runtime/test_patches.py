@@ -21,7 +21,7 @@ import pytest
 from electric_sdk import AsyncClient
 from electric_sdk.testing import TestServer
 
-from .rt_support import COMPLETED, run_status, until, worker_process
+from .rt_support import COMPLETED, run_status, until, worker_processes
 from .test_crash_recovery import free_port
 from .test_durable_steps import kill9, lines, server, step_is, step_records
 
@@ -88,20 +88,8 @@ def make_app_dir(tmp_path: Path) -> Path:
 def started_workers(app_dir: Path, counts: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """``start(address, mode, hang)``: an `electric worker` process hosting patch_app:app; each is
     killed when the test ends."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(address: str, mode: str, hang: str = "") -> subprocess.Popen[bytes]:
-        log = app_dir / f"worker-{len(procs)}.log"
-        env = {"MODE": mode, "HANG": hang, "COUNTS": str(counts)}
-        proc = worker_process(address, "patch_app:app", app_dir, log, **env)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    with worker_processes(app_dir, "patch_app:app") as start:
+        yield lambda address, mode, hang="": start(address, MODE=mode, HANG=hang, COUNTS=str(counts))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from electric_sdk import AsyncClient, TypeVersions
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.testing import TestServer
 
-from .rt_support import run_status, until
+from .rt_support import run_status, until, worker_processes
 
 pytestmark = [pytest.mark.anyio]
 
@@ -101,38 +101,11 @@ Start = Callable[[str, str], subprocess.Popen[bytes]]
 
 @pytest.fixture
 def worker(app_dir: Path) -> Iterator[Start]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(address: str, version: str) -> subprocess.Popen[bytes]:
-        log = open(app_dir / f"worker-{len(procs)}-{version}.log", "wb")  # noqa: SIM115 - the process's
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "APP_VERSION": version,
-            "GATE": str(app_dir / "gate"),
-            "STEP_LOG": str(app_dir / "steps.log"),
-        }
-        argv = [
-            sys.executable,
-            "-m",
-            "electric_sdk.cli.main",
-            "--address",
-            address,
-            "worker",
-            "rolling_app:app",
-        ]
-        proc = subprocess.Popen(
-            [*argv, "--grace", "100ms"], cwd=app_dir, stdout=log, stderr=subprocess.STDOUT, env=env
+    """``start(address, version)``: an `electric worker` process (drained within 100 ms)."""
+    with worker_processes(app_dir, "rolling_app:app", "--grace", "100ms") as start:
+        yield lambda address, version: start(
+            address, APP_VERSION=version, GATE=str(app_dir / "gate"), STEP_LOG=str(app_dir / "steps.log")
         )
-        log.close()
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
 
 
 async def versions_until(
