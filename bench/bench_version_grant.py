@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -207,7 +208,9 @@ async def client_main(server: common.ServerProc, tmp: Path, args: Any) -> dict[s
     try:
         # The older versions first, each welcomed (its announcement stored) before the next.
         for i, version in enumerate(VERSIONS[:-1]):
-            idle.append(_IdleSession(server.address, f"bench-vg-idle-{i}", TYPES["ten"], version))
+            # --control: they host another type, so both sides have 1 version (a fairness check).
+            hosted = ("other",) if args.control else TYPES["ten"]
+            idle.append(_IdleSession(server.address, f"bench-vg-idle-{i}", hosted, version))
             await asyncio.wait_for(idle[-1].welcomed.wait(), WAIT_S)
         env = os.environ | {
             "PYTHONPATH": os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -321,7 +324,13 @@ def main() -> None:
     p.add_argument(
         "--sequential", type=int, default=100, help="entities per type spawned one at a time, per round"
     )
-    p.add_argument("--rounds", type=int, default=7, help="rounds, alternating which type goes first")
+    p.add_argument("--rounds", type=int, default=7, help="rounds, alternating which side goes first")
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="both sides at 1 version (the hand-written sessions host another type): the ratios "
+        "should then sit around 1, else the shape favours a side",
+    )
     args = p.parse_args()
     if args.quick:
         args.entities = common.scale(args.entities, True, 20)
@@ -344,7 +353,8 @@ def main() -> None:
     elapsed = time.perf_counter() - started
 
     one, ten = out["one"], out["ten"]
-    for side, want in (("one", VERSIONS[-1:]), ("ten", VERSIONS[::-1])):
+    ten_versions = VERSIONS[-1:] if args.control else VERSIONS[::-1]
+    for side, want in (("one", VERSIONS[-1:]), ("ten", ten_versions)):
         for type_ in TYPES[side]:
             got, current = out[side]["versions"][type_], out[side]["current"][type_]
             if got != want or current != VERSIONS[-1]:
@@ -401,6 +411,8 @@ def main() -> None:
         "one_at_a_time_ratios": s_ratios,
         **out,
     }
+    if args.control:  # its rows are not the bench's figures
+        rows = [dataclasses.replace(r, figure=f"control: {r.figure}", target="-", passed=None) for r in rows]
     common.report("bench_version_grant", rows, info, elapsed, args.quick)
     print(
         f"  rounds' ratios (10 versions / 1): burst {', '.join(f'{r:.2f}' for r in b_ratios)}; "
