@@ -26,7 +26,7 @@ orders. The hand-written sessions heartbeat and count any lease they are
 granted: there must be none, checked at the end, as is ``ListVersions`` saying
 1 and 10 versions, ``v10`` current.
 
-Each round (7 by default, after a warm-up round), for each side:
+Each round (11 by default, after a warm-up round), for each side:
 
 1. burst: N entities spawned by 64 concurrent callers, as two halves in ABBA
    order (BAAB in the next round); time from a half's first spawn call to the
@@ -324,7 +324,7 @@ def main() -> None:
     p.add_argument(
         "--sequential", type=int, default=100, help="entities per type spawned one at a time, per round"
     )
-    p.add_argument("--rounds", type=int, default=7, help="rounds, alternating which side goes first")
+    p.add_argument("--rounds", type=int, default=11, help="rounds, alternating which side goes first")
     p.add_argument(
         "--control",
         action="store_true",
