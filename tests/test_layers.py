@@ -65,6 +65,7 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.event_text",
         "electric_sdk.channels",
         "electric_sdk.presence",
+        "electric_sdk.code_versions",
     ),
     ("electric_sdk.client",),
     ("electric_sdk.runtime",),

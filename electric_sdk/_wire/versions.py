@@ -11,6 +11,7 @@ from .._proto.electric.v1 import types_pb2 as pb
 __all__ = [
     "VERSIONING_FROM_PB",
     "VERSIONING_TO_PB",
+    "code_version_to_pb",
     "type_versions_from_json",
     "type_versions_json",
 ]
@@ -22,6 +23,29 @@ VERSIONING_FROM_PB: dict[int, str] = {
     pb.VERSIONING_AUTO_UPGRADE: "auto_upgrade",
 }
 VERSIONING_TO_PB: dict[str, pb.Versioning.ValueType] = {v: k for k, v in VERSIONING_FROM_PB.items()}  # type: ignore[misc]
+
+
+def code_version_to_pb(
+    code_version: str,
+    workers: list[str],
+    runs_in_flight: int,
+    runs_waiting: int,
+    versioning: str,
+    upgrade_after_ms: int | None,
+    announced_seq: int,
+) -> api.CodeVersion:
+    """One code version of a type, as ``ListVersions`` answers it."""
+    m = api.CodeVersion(
+        code_version=code_version,
+        workers=sorted(workers),
+        runs_in_flight=runs_in_flight,
+        runs_waiting=runs_waiting,
+        versioning=VERSIONING_TO_PB[versioning],
+        announced_seq=announced_seq,
+    )
+    if upgrade_after_ms is not None:
+        m.upgrade_after.FromMilliseconds(upgrade_after_ms)
+    return m
 
 
 def _version_json(v: api.CodeVersion) -> dict[str, Any]:

@@ -41,7 +41,6 @@ from ..arguments import (
     parse_states,
 )
 from ..channels import open_channel
-from ..code_versions import TypeVersions
 from ..durable_state import apply_all, ops_of
 from ..lifecycle import Signal
 from ..models import (
@@ -57,6 +56,7 @@ from ..models import (
 from ..presence import WorkerInfo
 from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
+from ._versions import VersionCalls
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ def new_idempotency_key() -> str:
     return uuid.uuid4().hex
 
 
-class AsyncClient:
+class AsyncClient(VersionCalls):
     """The electric control plane, asynchronously.
 
     >>> async with AsyncClient("127.0.0.1:7700") as client:
@@ -264,36 +264,6 @@ class AsyncClient:
         """The worker sessions connected now, on every replica, by worker id."""
         response: api.ListWorkersResponse = await self._call("ListWorkers", api.ListWorkersRequest())
         return [WorkerInfo.from_pb(w) for w in response.workers]
-
-    async def versions(self, type: str | None = None) -> builtins.list[TypeVersions]:
-        """Per entity type (or only ``type``), each code version announced: its workers, its runs
-        in flight and waiting, and which version new wakes get (docs/runtime.md, "Deploys")."""
-        response: api.ListVersionsResponse = await self._call(
-            "ListVersions", api.ListVersionsRequest(type=type or "")
-        )
-        return [TypeVersions.from_pb(t) for t in response.types]
-
-    async def set_version(
-        self,
-        type: str,
-        version: str | None = None,
-        *,
-        ramp_version: str | None = None,
-        ramp_percent: int = 0,
-        reason: str = "",
-    ) -> TypeVersions:
-        """Choose the code version new wakes of ``type`` get (None: the newest announced again; an
-        older one is a rollback: runs in flight stay bound to theirs), and optionally ramp
-        ``ramp_percent`` % of its entities, sticky per entity, to ``ramp_version``. Needs ``admin``."""
-        request = api.SetVersionRequest(
-            type=type,
-            code_version=version or "",
-            ramp_version=ramp_version or "",
-            ramp_percent=ramp_percent,
-            reason=reason,
-        )
-        response: api.SetVersionResponse = await self._call("SetVersion", request)
-        return TypeVersions.from_pb(response.versions)
 
     # -- signals ------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Protocol
 import grpc
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
-from electric_sdk._wire.versions import VERSIONING_TO_PB
+from electric_sdk._wire.versions import code_version_to_pb
 
 from ..settings import LEASE_TTL
 from ..store.base import Store, TypeProfile, VersionChoice
@@ -67,16 +67,17 @@ class VersionDesk:
             )
             for profile in versions:
                 n, waiting = bound.get(profile.code_version, (0, 0))
-                item = answer.versions.add(
-                    code_version=profile.code_version,
-                    workers=sorted(workers.get(profile.code_version, [])),
-                    runs_in_flight=n,
-                    runs_waiting=waiting,
-                    versioning=VERSIONING_TO_PB[profile.versioning or ""],
-                    announced_seq=profile.seq,
+                answer.versions.append(
+                    code_version_to_pb(
+                        profile.code_version,
+                        workers.get(profile.code_version, []),
+                        n,
+                        waiting,
+                        profile.versioning or "",
+                        profile.upgrade_after_ms,
+                        profile.seq,
+                    )
                 )
-                if profile.upgrade_after_ms is not None:
-                    item.upgrade_after.FromMilliseconds(profile.upgrade_after_ms)
             answers.append(answer)
         return answers
 
