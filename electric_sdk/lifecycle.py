@@ -578,14 +578,19 @@ class Record(_Enum):
     RUN_CANCELLED = "cancelled message"
     EXEC_RECEIPT = "exec receipt"
     OUTPUT = "exec output"
+    # The durable state changes a run or a handler made and had not written yet (`electric.state`).
+    STATE_CHANGES = "state changes"
     CUSTOM = "custom event"
 
 
 # The end (entering a terminal state) is final at once; the runtime may still close the story it
 # was telling, within the server's settle: the outcome of a signal it was given, the end of the run
-# that was in progress, its process's receipts and the output the process wrote before it was seen
-# to exit. Nothing new begins: no run, step, custom event or transition (ARCHITECTURE §1).
-CLOSING_RECORDS = frozenset({Record.SIGNAL_OUTCOME, Record.RUN_END, Record.EXEC_RECEIPT, Record.OUTPUT})
+# that was in progress with the state changes its code made (they were seen, so they are kept),
+# its process's receipts and the output the process wrote before it was seen to exit. Nothing new
+# begins: no run, step, custom event or transition (ARCHITECTURE §1).
+CLOSING_RECORDS = frozenset(
+    {Record.SIGNAL_OUTCOME, Record.RUN_END, Record.STATE_CHANGES, Record.EXEC_RECEIPT, Record.OUTPUT}
+)
 
 
 def accepts_record(state: State, record: Record) -> bool:

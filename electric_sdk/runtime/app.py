@@ -130,6 +130,7 @@ class App:
         snapshots: SnapshotPolicy | None = None,
         versioning: Versioning | None = None,
         upgrade_after: DurationLike | None = None,
+        sigterm_interrupts: bool = False,
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
@@ -139,7 +140,9 @@ class App:
         started on is connected — ``"pinned"`` (it waits for one, for ``upgrade_after`` if given)
         or ``"auto_upgrade"`` (it is replayed on the version new wakes get); default: the server's,
         pinned for ``electric server --upgrade-after`` (10 min), then upgraded (docs/runtime.md,
-        "Deploys")."""
+        "Deploys"); ``sigterm_interrupts``: a SIGTERM interrupts the step in progress at once, as
+        SIGINT does, so ``on_signal(SIGTERM)`` runs within the grace (default: at the next step
+        boundary, the RFC's timing; ``lifecycle.SIGTERM_INTERRUPTS``)."""
         probe = EntityType(
             name, _no_handler, SimpleNamespace, versioning=versioning, upgrade_after=upgrade_after
         )
@@ -156,6 +159,7 @@ class App:
                 if inspect.isclass(target):
                     etype = _class_type(name, target, grace_period, idle_timeout, wanted, state, policy)
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
+                    etype.sigterm_interrupts = sigterm_interrupts
                     self.types[name] = etype
                     return target
                 require_async(target, "the message handler")
@@ -170,6 +174,7 @@ class App:
                     snapshots=policy,
                     versioning=probe.versioning,
                     upgrade_after=probe.upgrade_after,
+                    sigterm_interrupts=sigterm_interrupts,
                 )
             self.types[name] = etype
             return etype

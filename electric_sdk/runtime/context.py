@@ -318,6 +318,11 @@ class Context:
         ops, self.pending_ops, self._pending_bytes = self.pending_ops, [], 0
         return ops
 
+    def return_ops(self, ops: list[Op]) -> None:
+        """Changes taken to be written whose write did not apply: unwritten again, first."""
+        self.pending_ops[:0] = ops
+        self._pending_bytes += len(json.dumps(ops))
+
     async def history(self) -> list[Event]:
         """The entity's stream so far, oldest first."""
         return await self._host.history()

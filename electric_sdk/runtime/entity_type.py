@@ -100,6 +100,9 @@ class EntityType:
     # the server's default, pinned for `electric server --upgrade-after` (docs/runtime.md, Deploys).
     versioning: Versioning | None = None
     upgrade_after: DurationLike | None = None
+    # Whether a SIGTERM interrupts the step in progress at once (as SIGINT does) instead of
+    # waiting for the run's next step boundary (lifecycle.SIGTERM_INTERRUPTS).
+    sigterm_interrupts: bool = False
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):

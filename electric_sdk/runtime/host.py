@@ -71,6 +71,8 @@ class _Run:
     # The signal that stopped the run, and whether its outcome is still ours to write.
     stopped_by: SignalInfo | None = None
     outcome_pending: bool = False
+    # How the signal stopped it, when not in the signal's usual way (its record's error says so).
+    how: str = ""
     # Run-dependent signals delivered before the STARTED record's offset was known.
     deferred: list[pb.Event] = field(default_factory=list)
 
@@ -230,7 +232,10 @@ class EntityHost(HostBase):
                 self._term_output = run.ctx.output.text
             if status is None and run.stopped_by is not None:
                 status = pb.RUN_STATUS_ABORTED
-                error = f"{run.stopped_by.signal.value}"
+                error = run.stopped_by.signal.value + (f" ({run.how})" if run.how else "")
+            elif status is None and self.state.terminal and run.started_offset is not None:
+                # The end reached this host before its own deadline did: the run ended with it.
+                status, error = pb.RUN_STATUS_ABORTED, f"the entity is {self.state.value}"
             if status is not None:  # else the session ended: no record, the message is delivered again
                 self._landing = None
                 if run.stopped_by is None and run.started_offset is not None:
@@ -488,6 +493,7 @@ class EntityHost(HostBase):
                 if effect is Effect.NO_TARGET:
                     return False  # too late to start it: the cleanup did not run
             cleaned = not self._too_late()
-        if not cleaned and self._run is not None:  # the grace ran out mid-step: cancel it, as SIGKILL would
-            self._run.stopped_by = term
+        if not cleaned and (run := self._run) is not None:
+            # The grace ran out mid-step: the run is cancelled, as SIGKILL would (its changes kept).
+            run.stopped_by, run.how = term, "the grace period ran out mid-step; no cleanup ran"
         return cleaned

@@ -110,7 +110,9 @@ class LeaseRecords:
         await self._write(ctx, STEP_EVENT, data, with_ops=data.get("outcome") in FINAL_OUTCOMES)
 
     async def flush(self, ctx: Context, run_key: str) -> None:
-        """The context's unwritten state changes (a run's after its last step, a handler's)."""
+        """The context's unwritten state changes (a run's after its last step, a handler's); a
+        closing record (``lifecycle.CLOSING_RECORDS``): however the run ended, at its deadline
+        or by SIGKILL too, they land before the stream closes."""
         if ctx.pending_ops:
             await self._write(ctx, STATE_EVENT, {"run": run_key, "seg": ctx.steps.index})
 
@@ -130,11 +132,15 @@ class LeaseRecords:
         finally:
             if state is not None:
                 state.inflight -= 1
-        if result is None or not result.applied or state is None:
+        if result is None or not result.applied:
+            if ops:  # not written (e.g. a step's record refused after the end): the run's end writes them
+                ctx.return_ops(ops)
+            return
+        if state is None:
             return
         if ops:
             state.committed_write(ops, result.entity.head_offset - 1, custom.ByteSize())
-        if state.snapshot_due():
+        if state.snapshot_due() and not self._fenced.state.terminal:  # a snapshot is no closing record
             await self.write_snapshot()
 
     async def write_snapshot(self) -> None:

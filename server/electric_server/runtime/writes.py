@@ -25,6 +25,7 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.exec_receipts import receipt_says_running
+from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
 
@@ -270,6 +271,8 @@ def _record(write: rt.RuntimeWrite, current: EntityRecord) -> Record:
         if in_progress or _awaited(run, current):
             return Record.RUN_END
         return Record.RUN_CANCELLED
+    if op == "custom" and write.custom.type == STATE_EVENT:
+        return Record.STATE_CHANGES
     return _RECORDS[op or ""]
 
 

@@ -1,0 +1,198 @@
+"""Nothing lost at the end (issue 46, point 1), with real worker processes.
+
+A run appends the user's turn to ``ctx.state`` and then enters a long step (a model call that
+never returns within the test). Whatever ends the run — the grace deadline of a SIGTERM, SIGINT,
+SIGKILL, a worker killed with kill -9 — the turn is in ``electric state`` afterwards, and the
+run's record says how it ended. With the opt-in (``sigterm_interrupts``) the SIGTERM cuts the
+step at once and the cleanup's summary lands beside the turn.
+
+Tests synchronize on the entities' streams, never on sleeps; durations are in ms.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from electric_sdk import AsyncClient
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.testing import TestServer
+
+from .rt_support import app_module, state_is, until, worker_processes
+
+pytestmark = pytest.mark.anyio
+
+# ``agent``: on_signal(SIGTERM) writes a summary (never reached at the deadline: the step is
+# still running); ``bare``: no handler at all; ``cutter``: SIGTERM interrupts the step.
+APP = textwrap.dedent(
+    """
+    import anyio
+
+    from electric_sdk.runtime import App, Context, Message, SignalInfo
+
+    app = App("grace-app")
+
+
+    async def model_call(ctx: Context, prompt: str) -> str:
+        await ctx.emit("model.called", {"attempt": ctx.attempt})  # the test waits for it
+        await anyio.sleep(3600)  # the long call: never returns within a test
+        return "answer"
+
+
+    async def turn(ctx: Context, message: Message) -> None:
+        ctx.state["history"].append({"role": "user", "text": message.text})
+        ctx.output.write("thinking")
+        answer = await ctx.step("model:answer", model_call, ctx, message.text)
+        ctx.state["history"].append({"role": "assistant", "text": answer})
+
+
+    @app.entity("agent", grace_period="300ms", idle_timeout="60s", state=True)
+    class Agent:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            await turn(ctx, message)
+
+        async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
+            ctx.state["summary"]["signal"] = signal.signal.value
+            ctx.state["summary"]["partial"] = signal.partial_output
+
+
+    @app.entity("bare", grace_period="300ms", idle_timeout="60s", state=True)
+    async def bare(ctx: Context, message: Message) -> None:
+        await turn(ctx, message)
+
+
+    @app.entity("cutter", grace_period="5s", idle_timeout="60s", state=True, sigterm_interrupts=True)
+    class Cutter(Agent):
+        pass
+    """
+)
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    with worker_processes(app_module(tmp_path, "grace_app", APP), "grace_app:app") as start:
+        yield start
+
+
+def cli_state(address: str, ref: str) -> dict[str, Any]:
+    """The state `electric state REF --json` prints."""
+    done = subprocess.run(
+        [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "state", ref, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
+    )
+    state: dict[str, Any] = json.loads(done.stdout)["state"]
+    return state
+
+
+def run_end(key: str) -> Callable[[Any], bool]:
+    ends = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+    return lambda e: e.type == "run" and e.raw.run.message_key == key and e.raw.run.status in ends
+
+
+def in_step(attempt: int = 1) -> Callable[[Any], bool]:
+    return lambda e: e.type == "model.called" and e.value["data"]["attempt"] == attempt
+
+
+USER_TURN = {"role": "user", "text": "find the papers"}
+
+
+async def _in_the_long_step(client: AsyncClient, ref: str) -> str:
+    await client.spawn(ref)
+    receipt = await client.send(ref, "find the papers")
+    await until(client, ref, in_step())
+    return receipt.key
+
+
+@pytest.mark.parametrize("etype", ["agent", "bare"])
+async def test_grace_expired_keeps_the_turn(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]], etype: str
+) -> None:
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            ref = f"{etype}/a1"
+            key = await _in_the_long_step(client, ref)
+            await client.terminate(ref, reason="shutdown")
+            await until(client, ref, state_is("stopped", "grace_expired"))
+            end = await until(client, ref, run_end(key))
+            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
+            assert "grace period ran out" in end.raw.run.error
+            assert end.raw.run.output == "thinking"
+            state = cli_state(server.address, ref)
+            assert state["history"] == [USER_TURN]
+            assert "summary" not in state  # the step never reached a boundary: no cleanup ran
+
+
+async def test_sigint_keeps_the_turn(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            key = await _in_the_long_step(client, "agent/i1")
+            await client.signal("agent/i1", "SIGINT", reason="enough")
+            end = await until(client, "agent/i1", run_end(key))
+            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
+            state = cli_state(server.address, "agent/i1")
+            assert state["history"] == [USER_TURN]
+
+
+async def test_sigkill_keeps_the_turn(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            key = await _in_the_long_step(client, "bare/k1")
+            await client.signal("bare/k1", "SIGKILL", reason="now")
+            end = await until(client, "bare/k1", run_end(key))
+            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
+            assert "SIGKILL" in end.raw.run.error
+            assert cli_state(server.address, "bare/k1")["history"] == [USER_TURN]
+
+
+async def test_lost_lease_makes_the_turn_once(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """kill -9 of the worker: nothing of the first attempt can be written by it; the run is
+    delivered again, replays its code up to the step, and the turn is in the state once."""
+    with TestServer(tmp_path / "electric", lease_ttl_ms=500, heartbeat_interval_ms=100) as server:
+        async with server.async_client() as client:
+            first = start_worker(server.address)
+            key = await _in_the_long_step(client, "bare/l1")
+            first.kill()
+            first.wait(10)
+            await until(client, "bare/l1", state_is("idle", "runtime_lost"))
+            start_worker(server.address)
+            await until(client, "bare/l1", in_step(2))
+            await client.signal("bare/l1", "SIGINT", reason="stop the second attempt")
+            end = await until(client, "bare/l1", lambda e: run_end(key)(e) and e.raw.run.attempt >= 2)
+            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
+            assert cli_state(server.address, "bare/l1")["history"] == [USER_TURN]
+
+
+async def test_sigterm_that_interrupts_runs_the_cleanup(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            key = await _in_the_long_step(client, "cutter/c1")
+            await client.terminate("cutter/c1", reason="shutdown")
+            await until(client, "cutter/c1", state_is("stopped", "cleanup_complete"))
+            end = await until(client, "cutter/c1", run_end(key))
+            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
+            assert end.raw.run.output == "thinking"
+            state = cli_state(server.address, "cutter/c1")
+            assert state["history"] == [USER_TURN]
+            assert state["summary"] == {"signal": "SIGTERM", "partial": "thinking"}
