@@ -34,7 +34,7 @@ from electric_sdk._signal_names import parse_signal
 __all__ = [
     # the tables and the constants
     "CLOSING_RECORDS", "DEFAULT_GRACE_MS", "DEFAULT_IDLE_TIMEOUT_MS", "HANDLEABLE", "HOSTED_STATES",
-    "INITIAL_STATE", "MESSAGE_SCOPED_SIGNALS", "PAYLOAD_SIGNALS", "POSIX_SIGNAL_NUMBERS",
+    "INITIAL_STATE", "MESSAGE_SCOPED_SIGNALS", "OPT_IN_TIMING", "PAYLOAD_SIGNALS", "POSIX_SIGNAL_NUMBERS",
     "RELOAD_SIGNALS", "RUNTIME_OUTCOMES", "RUNTIME_TRANSITIONS", "SERVER_ABORTED_SIGNALS",
     "SIGNAL_TIMING", "STATE_RULES", "TABLE", "TERMINAL_STATES",
     # the vocabulary, the table's cells and answers, the errors
@@ -123,6 +123,9 @@ SIGNAL_TIMING: dict[Signal, Timing] = {
     Signal.SIGCONT: Timing.AFTER_RUN,
     Signal.SIGUSR: Timing.AT_ONCE,
 }
+# Per type, a signal may opt in to another timing (``app.entity(..., sigterm_interrupts=True)``:
+# SIGTERM cuts the step in progress, as SIGINT does, so the cleanup runs within the grace).
+OPT_IN_TIMING: dict[Signal, tuple[str, Timing]] = {Signal.SIGTERM: ("sigterm_interrupts", Timing.AT_ONCE)}
 
 
 class State(_Enum):
@@ -578,16 +581,14 @@ class Record(_Enum):
     RUN_CANCELLED = "cancelled message"
     EXEC_RECEIPT = "exec receipt"
     OUTPUT = "exec output"
-    # The durable state changes a run or a handler made and had not written yet (`electric.state`).
-    STATE_CHANGES = "state changes"
+    STATE_CHANGES = "state changes"  # a run's or a handler's `ctx.state` changes not yet written
     CUSTOM = "custom event"
 
 
 # The end (entering a terminal state) is final at once; the runtime may still close the story it
 # was telling, within the server's settle: the outcome of a signal it was given, the end of the run
-# that was in progress with the state changes its code made (they were seen, so they are kept),
-# its process's receipts and the output the process wrote before it was seen to exit. Nothing new
-# begins: no run, step, custom event or transition (ARCHITECTURE §1).
+# in progress and the state changes its code made (seen, so kept), its process's receipts and the
+# output it wrote before it was seen to exit. Nothing new begins (ARCHITECTURE §1).
 CLOSING_RECORDS = frozenset(
     {Record.SIGNAL_OUTCOME, Record.RUN_END, Record.STATE_CHANGES, Record.EXEC_RECEIPT, Record.OUTPUT}
 )

@@ -43,6 +43,7 @@ from electric_sdk.lifecycle import (  # noqa: E402
     DEFAULT_IDLE_TIMEOUT_MS,
     HANDLEABLE,
     MESSAGE_SCOPED_SIGNALS,
+    OPT_IN_TIMING,
     PAYLOAD_SIGNALS,
     RELOAD_SIGNALS,
     RUNTIME_OUTCOMES,
@@ -190,11 +191,13 @@ def mermaid_diagram() -> str:
 
 def timing_table() -> str:
     """For each signal: when it acts on a run in progress, what it does in `running`, what it
-    does when it reaches an `idle` entity (no worker is woken for it), and who handles it."""
+    does when it reaches an `idle` entity (no worker is woken for it), and who handles it; then
+    each per-type opt-in (``OPT_IN_TIMING``): its signal's row at the timing it opts in to."""
     lines = [
         "| Signal | acts on a run in progress | in `running` | reaching an `idle` entity | `on_signal` |",
         "|---|---|---|---|---|",
     ]
+    rest: dict[Signal, str] = {}
     for signal in Signal:
         in_running, at_idle = (
             f"→ `{c.new_state.value}`" if c.new_state else c.text
@@ -205,9 +208,10 @@ def timing_table() -> str:
             what = "no cleanup runs" if signal is Signal.SIGTERM else "no handler is called"
             at_idle += f"; {what} (no worker is woken)"
         handled = "yes" if signal in HANDLEABLE else "no: the runtime enforces it"
-        lines.append(
-            f"| {signal.value} | {SIGNAL_TIMING[signal].value} | {in_running} | {at_idle} | {handled} |"
-        )
+        rest[signal] = f"{in_running} | {at_idle} | {handled} |"
+        lines.append(f"| {signal.value} | {SIGNAL_TIMING[signal].value} | {rest[signal]}")
+    for signal, (option, timing) in OPT_IN_TIMING.items():
+        lines.append(f"| per type: {signal.value} with `{option}=True` | {timing.value} | {rest[signal]}")
     return "\n".join(lines) + "\n"
 
 

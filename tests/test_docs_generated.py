@@ -15,6 +15,7 @@ import pytest
 from electric_server.settings import SETTINGS, Setting
 
 from electric_sdk.lifecycle import (
+    OPT_IN_TIMING,
     RUNTIME_TRANSITIONS,
     SIGNAL_TIMING,
     TABLE,
@@ -162,6 +163,11 @@ def test_runtime_signal_timing_table_says_what_the_rules_say() -> None:
     # What users were surprised by: an idle entity has no worker, so no handler runs.
     assert "→ `stopped`; no cleanup runs" in rows["SIGTERM"]
     assert "ignored (not processing); no handler is called" in rows["SIGUSR"]
+    # Each per-type opt-in is a row of its own; the default rows above do not change for it.
+    opt_ins = [line for line in block.splitlines() if line.startswith("| per type: ")]
+    assert len(opt_ins) == len(OPT_IN_TIMING)
+    for signal, (option, timing) in OPT_IN_TIMING.items():
+        assert any(f"{signal.value} with `{option}=True` | {timing.value} |" in line for line in opt_ins)
 
 
 def test_runtime_timing_drift_fails_the_check(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
-from .steps import Retry, RunSteps, run_step
+from .steps import Retry, RunSteps, run_step, seconds
 
 T = TypeVar("T")
 
@@ -121,6 +121,7 @@ class _Host(Protocol):
     def instance(self) -> Any: ...
     async def step_boundary(self, ctx: Context) -> None: ...
     async def record_step(self, ctx: Context, name: str) -> None: ...
+    def declared_timeout(self, step: str, timeout_s: float) -> None: ...
     async def emit(self, type: str, data: Any) -> None: ...
     async def history(self) -> list[Event]: ...
     def lease_state(self) -> LeaseState: ...
@@ -241,6 +242,8 @@ class Context:
         """
         if fn is None:
             return _Step(self, name)
+        if timeout is not None and self.message is not None:
+            self._host.declared_timeout(name, seconds(timeout))
         return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
 
     def patched(self, patch_id: str, /) -> bool:

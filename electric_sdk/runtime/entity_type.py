@@ -103,6 +103,8 @@ class EntityType:
     # Whether a SIGTERM interrupts the step in progress at once (as SIGINT does) instead of
     # waiting for the run's next step boundary (lifecycle.SIGTERM_INTERRUPTS).
     sigterm_interrupts: bool = False
+    # The steps a worker has warned of (a declared timeout past the grace): each is named once.
+    warned_steps: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):

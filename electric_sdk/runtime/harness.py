@@ -444,6 +444,9 @@ class EntityHarness:
     async def record_step(self, ctx: Context, name: str) -> None:
         self.events.append({"type": "run", "data": {"run": ctx.message_key, "step": name}})
 
+    def declared_timeout(self, step: str, timeout_s: float) -> None:
+        return None  # the worker's warning (host.py): the harness's SIGTERM is the test's own
+
     async def emit(self, type: str, data: Any) -> None:
         self.events.append({"type": type, "data": data})
 

@@ -31,7 +31,17 @@ from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from ..arguments import json_argument
 from ..errors import EntityTerminal, InvalidArgument
-from ..lifecycle import STATE_RULES, Action, Effect, Outcome, Signal, State, runtime_outcome
+from ..lifecycle import (
+    OPT_IN_TIMING,
+    STATE_RULES,
+    Action,
+    Effect,
+    Outcome,
+    Signal,
+    State,
+    Timing,
+    runtime_outcome,
+)
 from ..models import Event
 from .context import Context, Message, SignalInfo
 from .entity_type import EntityType
@@ -186,6 +196,23 @@ class EntityHost(HostBase):
         run = self._run
         if run is not None and run.ctx is ctx:
             await self._fenced.run(run.message, pb.RUN_STATUS_STEP, step=name, output=ctx.output.text)
+
+    def declared_timeout(self, step: str, timeout_s: float) -> None:
+        """A step declared ``timeout_s``: longer than the grace, a SIGTERM's deadline may cut it with
+        no cleanup (SIGTERM waits for the step to end), unless the type opted in to interrupt it."""
+        grace = (self.entity.grace_period or DEFAULT_GRACE).total_seconds()
+        if timeout_s <= grace or self._interrupts() or step in self.etype.warned_steps:
+            return
+        self.etype.warned_steps.add(step)  # once per worker, type and step
+        log.warning(
+            "%s: step %r may run %g s, longer than the %g s grace: a SIGTERM during it stops the entity "
+            "at the deadline without its cleanup (its state changes are kept); "
+            "app.entity(..., sigterm_interrupts=True) interrupts the step so the cleanup runs",
+            self.etype.name,
+            step,
+            timeout_s,
+            grace,
+        )
 
     async def emit(self, type: str, data: Any) -> None:
         custom = rt.CustomEvent(type=type)
@@ -470,6 +497,11 @@ class EntityHost(HostBase):
 
     # -- SIGTERM ----------------------------------------------------------------------------
 
+    def _interrupts(self) -> bool:
+        """Whether SIGTERM interrupts the step in progress (``lifecycle.OPT_IN_TIMING``)."""
+        option, timing = OPT_IN_TIMING[Signal.SIGTERM]
+        return timing is Timing.AT_ONCE and bool(getattr(self.etype, option))
+
     def _term_info(self) -> SignalInfo:
         stopping, why = State.STOPPING, "cleanup resumed after a lost lease"
         return self._term or SignalInfo(Signal.SIGTERM, "", 0, why, "", None, stopping, stopping)
@@ -482,6 +514,11 @@ class EntityHost(HostBase):
         deadline = self.grace_deadline or term.deadline or datetime.now(UTC) + grace
         self.grace_deadline = deadline
         cleaned = False
+        if (run := self._run) is not None and run.stopped_by is None and self._interrupts():
+            # The type opted in: the step in progress is cut now, as by SIGINT, and the cleanup
+            # gets the run's partial output within the grace.
+            self._abort(run, term, False)
+            run.how = "interrupted mid-step"
         with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
             self._cleanup_scope = scope
             while self._run is not None:  # the run stops at its next step boundary

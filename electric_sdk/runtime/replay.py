@@ -182,6 +182,9 @@ class _ReplayHost:
     async def record_step(self, ctx: Context, name: str) -> None:
         return None
 
+    def declared_timeout(self, step: str, timeout_s: float) -> None:
+        return None  # a replay check stops nothing
+
     async def emit(self, type: str, data: Any) -> None:
         return None
 
