@@ -35,6 +35,7 @@ BENCHES = [
     "bench_dashboard",
     "bench_restart",
     "bench_runtime",
+    "bench_sigterm_interrupt",
     "bench_version_grant",
     "bench_steps",
     "bench_exec",

@@ -28,10 +28,10 @@ class Gates:
         self.signals: list[SignalInfo] = []
 
 
-def agent_app(g: Gates) -> App:
+def agent_app(g: Gates, *, sigterm_interrupts: bool = False) -> App:
     app = App(code_version="test")
 
-    @app.entity("agent", grace_period="30s", idle_timeout="60s")
+    @app.entity("agent", grace_period="30s", idle_timeout="60s", sigterm_interrupts=sigterm_interrupts)
     class Agent:
         async def on_message(self, ctx: Context, message: Message) -> str:
             ctx.state["history"].append(message.text)
@@ -168,6 +168,20 @@ async def test_sigterm_stops_the_run_at_its_next_step_and_the_cleanup_gets_its_o
         await h.wait_lifecycle(State.STOPPED)
         assert h.causes[-1] == "cleanup_complete"
         assert g.signals[-1].partial_output == "partial"
+
+
+async def test_a_sigterm_that_interrupts_cuts_the_step_and_the_cleanup_gets_its_output() -> None:
+    g = Gates()
+    async with EntityHarness(agent_app(g, sigterm_interrupts=True), "agent") as h:
+        run = h.start("hold")
+        await g.entered.wait()
+        await h.signal("SIGTERM")  # the step is never released: the SIGTERM cuts it
+        assert (await run.wait()).status == "aborted"
+        g.release.set()  # the cleanup's own wait
+        await h.wait_lifecycle(State.STOPPED)
+        assert h.causes[-1] == "cleanup_complete"
+        assert g.signals[-1].partial_output == "partial"
+        assert h.state == {"history": ["hold"]}
 
 
 async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> None:

@@ -31,7 +31,7 @@ from .. import lifecycle
 from .._proto.electric.v1 import types_pb2 as pb
 from ..client._options import DurationLike
 from ..durable_state import STATE_EVENT, STEP_EVENT, SnapshotPolicy, apply
-from ..lifecycle import STATE_RULES, Action, Decision, Signal, SignalRejected, State
+from ..lifecycle import OPT_IN_TIMING, STATE_RULES, Action, Decision, Signal, SignalRejected, State, Timing
 from ..models import Entity, EntityRef, Event
 from ..state_read import Loaded
 from .app import App
@@ -335,6 +335,10 @@ class EntityHarness:
                 await self._call(handler, info)
         elif action is Action.CLEANUP:
             self.grace_deadline = self.clock.now() + (self.entity.grace_period or timedelta())
+            option, timing = OPT_IN_TIMING[Signal.SIGTERM]
+            if run is not None and timing is Timing.AT_ONCE and getattr(self.etype, option):
+                run.stopped_by = info  # the type opted in: the step in progress is cut now
+                run.scope.cancel()
             assert self._tg is not None
             self._tg.start_soon(self._cleanup, info)
         elif action is Action.RELOAD:

@@ -91,6 +91,8 @@ class EntityHost(HostBase):
     __slots__ = (
         "_cleanup_scope",
         "_delivered",
+        "_ended_run",
+        "_handler_writes",
         "_landing",
         "_recent",
         "_records",
@@ -125,6 +127,11 @@ class EntityHost(HostBase):
         # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
         self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
         self._cleanup_scope: anyio.CancelScope | None = None
+        # Set once the last run's end records are written (None: no run ended yet).
+        self._ended_run: anyio.Event | None = None
+        # The cleanup's handler may start before the stopped run's records and the SIGTERM's
+        # outcome land; what it writes waits for them (set then), so the stream keeps that order.
+        self._handler_writes: anyio.Event | None = None
         # The partial output of the run a SIGTERM stopped: its cleanup handler receives it.
         self._term_output: str | None = None
         # The last run if it ended by itself, as (message key, output, STARTED offset): its end may
@@ -215,6 +222,7 @@ class EntityHost(HostBase):
         )
 
     async def emit(self, type: str, data: Any) -> None:
+        await self._writes_open()
         custom = rt.CustomEvent(type=type)
         if data is not None:
             custom.data.CopyFrom(json_argument(data, "data"))
@@ -267,8 +275,14 @@ class EntityHost(HostBase):
                 self._landing = None
                 if run.stopped_by is None and run.started_offset is not None:
                     self._landing = (run.message.key, run.ctx.output.text, run.started_offset)
-                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-                    await self._finish_run(run, status, error)
+                ended = self._ended_run = anyio.Event()
+                self._bell.ring()  # a cleanup waiting for the run starts now (its writes wait for these)
+                try:
+                    await anyio.lowlevel.cancel_shielded_checkpoint()  # and first: these need no haste
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                        await self._finish_run(run, status, error)
+                finally:
+                    ended.set()
             self._idle_since = self._fenced.session.now_s()
             self._bell.ring()
 
@@ -484,6 +498,7 @@ class EntityHost(HostBase):
                 metrics.handler_returned(info.signal, time.perf_counter() - called, result)
             # Its state changes were applied at once (the run sees them); now they are written.
             with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
+                await self._writes_open()
                 await self._records.flush(ctx, "")
         return Effect.DELIVERED, ""
 
@@ -497,6 +512,20 @@ class EntityHost(HostBase):
 
     # -- SIGTERM ----------------------------------------------------------------------------
 
+    async def _writes_open(self) -> None:
+        """Until a handler may write: after the records its cleanup's start owes (``_clean_up``)."""
+        if (gate := self._handler_writes) is not None:
+            await gate.wait()
+
+    async def _owed_before_cleanup(self, term: SignalInfo | None, pending: bool, gate: anyio.Event) -> None:
+        """The stopped run's end records, then the SIGTERM's outcome; then the handler's writes."""
+        try:
+            if (ended := self._ended_run) is not None:
+                await ended.wait()
+            await self._cleanup_requested(term, pending)
+        finally:
+            gate.set()
+
     def _interrupts(self) -> bool:
         """Whether SIGTERM interrupts the step in progress (``lifecycle.OPT_IN_TIMING``)."""
         option, timing = OPT_IN_TIMING[Signal.SIGTERM]
@@ -506,6 +535,16 @@ class EntityHost(HostBase):
         stopping, why = State.STOPPING, "cleanup resumed after a lost lease"
         return self._term or SignalInfo(Signal.SIGTERM, "", 0, why, "", None, stopping, stopping)
 
+    def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
+        run = self._run
+        if not self._cleanup_started and run is not None and run.stopped_by is None and self._interrupts():
+            # The type opted in: the step in progress is cut now, as by SIGINT (in the delivery
+            # itself, so the run unwinds while the cleanup's task starts), and the cleanup gets
+            # the run's partial output within the grace.
+            self._abort(run, info or self._term_info(), False)
+            run.how = "interrupted mid-step"
+        super()._start_cleanup(info, pending)
+
     async def _clean_up(self, info: SignalInfo | None, pending: bool) -> bool:
         """Stop the run at its next step boundary, then call on_signal(SIGTERM), all within the grace."""
         term = self._term_info()  # ``info``, or what stands for it when the cleanup resumed
@@ -514,21 +553,21 @@ class EntityHost(HostBase):
         deadline = self.grace_deadline or term.deadline or datetime.now(UTC) + grace
         self.grace_deadline = deadline
         cleaned = False
-        if (run := self._run) is not None and run.stopped_by is None and self._interrupts():
-            # The type opted in: the step in progress is cut now, as by SIGINT, and the cleanup
-            # gets the run's partial output within the grace.
-            self._abort(run, term, False)
-            run.how = "interrupted mid-step"
         with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
             self._cleanup_scope = scope
             while self._run is not None:  # the run stops at its next step boundary
                 await self._bell.wait()
-            await self._cleanup_requested(term, pending)
+            # The handler starts now, beside the records owed first (so an interrupted step's
+            # cleanup starts about as soon as a SIGUSR handler would); its writes wait for them.
+            gate = self._handler_writes = anyio.Event()
+            assert self._tg is not None
+            self._tg.start_soon(self._owed_before_cleanup, term, pending, gate)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
                 effect, _ = await self._call_handler(handler, replace(term, partial_output=self._term_output))
                 if effect is Effect.NO_TARGET:
                     return False  # too late to start it: the cleanup did not run
+            await gate.wait()  # stopping → stopped follows them
             cleaned = not self._too_late()
         if not cleaned and (run := self._run) is not None:
             # The grace ran out mid-step: the run is cancelled, as SIGKILL would (its changes kept).
