@@ -138,8 +138,8 @@ async def client(address: str, args: Any) -> dict[str, Any]:
 
 def main() -> None:
     p = common.bench_args(__doc__.splitlines()[0])
-    p.add_argument("--samples", type=int, default=40, help="samples a round (half a side)")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--samples", type=int, default=60, help="samples a round (half a side)")
+    p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args()
     if args.quick:
         args.samples = common.scale(args.samples, True, 4)

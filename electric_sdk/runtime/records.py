@@ -63,8 +63,9 @@ class LeaseRecords:
             await self.write_snapshot()
 
     async def loaded(self) -> None:
-        """Until the state is loaded: a signal handler may start while the lease is loading it."""
-        if self._loading is not None:
+        """Until the state is loaded: a signal handler may start while the lease is loading it.
+        No pass of the loop once it is: a handler starts before writes queued behind it."""
+        if self._loading is not None and not self._loading.is_set():
             await self._loading.wait()
 
     def lease_state(self) -> LeaseState:
