@@ -360,6 +360,22 @@ ERROR_CASES: list[tuple[str, str, str, dict[str, Any], int, str]] = [
         "PAYLOAD_NOT_ALLOWED",
     ),
     (
+        "interrupt not allowed",
+        "POST",
+        "/agent/a1/signal",
+        {"json": {"signal": "SIGUSR", "interrupt": True}},
+        400,
+        "INTERRUPT_NOT_ALLOWED",
+    ),
+    (
+        "interrupt not a boolean",
+        "POST",
+        "/agent/a1/signal",
+        {"json": {"signal": "SIGTERM", "interrupt": "yes"}},
+        400,
+        "INVALID_FIELD",
+    ),
+    (
         "payload too large",
         "POST",
         "/agent/a1/signal",

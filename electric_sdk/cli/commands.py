@@ -175,7 +175,9 @@ def states_of(args: argparse.Namespace) -> list[str]:
 
 def signal(ctx: Invocation, args: argparse.Namespace) -> int:
     payload = parse_json(args.payload, "--payload")
-    result = ctx.client.signal(args.ref, args.signal, reason=args.reason, payload=payload)
+    result = ctx.client.signal(
+        args.ref, args.signal, reason=args.reason, payload=payload, interrupt=args.interrupt
+    )
     _print_signal(ctx, result)
     return 0
 

@@ -172,6 +172,11 @@ def _client_commands(sub: Subparsers) -> None:
     )
     p.add_argument("--reason", default="", help="why; recorded on the signal event")
     p.add_argument("--payload", metavar="JSON", help="a JSON value (SIGUSR only)")
+    p.add_argument(
+        "--interrupt",
+        action="store_true",
+        help="SIGTERM only: interrupt the step in progress at once, so the cleanup runs within the grace",
+    )
 
     p = add("kill", commands.kill, "SIGKILL an entity: stop it at once")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)

@@ -276,14 +276,18 @@ class AsyncClient(VersionCalls):
         payload: Any = None,
         message_key: str = "",
         idempotency_key: str | None = None,
+        interrupt: bool = False,
     ) -> SignalResult:
-        """Send a signal; returns the RFC's result (previous → new state, txid)."""
+        """Send a signal; returns the RFC's result (previous → new state, txid). ``interrupt``
+        (SIGTERM only): the step in progress is interrupted at once, as by SIGINT, so the cleanup
+        runs within the grace with the run's partial output."""
         sig = parse_signal(signal)
         request = api.SignalEntityRequest(
             ref=parse_ref(ref).to_pb(),
             signal=signal_to_pb(sig),
             reason=reason,
             message_key=message_key,
+            interrupt=interrupt,
             idempotency_key=idempotency_key or new_idempotency_key(),
         )
         if payload is not None:
@@ -299,9 +303,10 @@ class AsyncClient(VersionCalls):
         """SIGHUP: finish the current run, then pick up new code on the next wake."""
         return await self.signal(ref, Signal.SIGHUP, reason=reason)
 
-    async def terminate(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGTERM: graceful shutdown within the entity's grace period."""
-        return await self.signal(ref, Signal.SIGTERM, reason=reason)
+    async def terminate(self, ref: RefLike, *, reason: str = "", interrupt: bool = False) -> SignalResult:
+        """SIGTERM: graceful shutdown within the entity's grace period; ``interrupt``: the step in
+        progress is cut at once rather than at its end, so the cleanup runs within the grace."""
+        return await self.signal(ref, Signal.SIGTERM, reason=reason, interrupt=interrupt)
 
     async def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         """SIGKILL: stop at once; no handler runs."""

@@ -206,6 +206,7 @@ class Client:
         payload: Any = None,
         message_key: str = "",
         idempotency_key: str | None = None,
+        interrupt: bool = False,
     ) -> SignalResult:
         return self._run(
             self._async.signal,
@@ -215,6 +216,7 @@ class Client:
             payload=payload,
             message_key=message_key,
             idempotency_key=idempotency_key,
+            interrupt=interrupt,
         )
 
     def interrupt(self, ref: RefLike, *, reason: str = "") -> SignalResult:
@@ -223,8 +225,8 @@ class Client:
     def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         return self._run(self._async.reload, ref, reason=reason)
 
-    def terminate(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        return self._run(self._async.terminate, ref, reason=reason)
+    def terminate(self, ref: RefLike, *, reason: str = "", interrupt: bool = False) -> SignalResult:
+        return self._run(self._async.terminate, ref, reason=reason, interrupt=interrupt)
 
     def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         return self._run(self._async.kill, ref, reason=reason)

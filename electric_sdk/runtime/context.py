@@ -77,6 +77,8 @@ class SignalInfo:
     partial_output: str | None = None
     # SIGTERM: when the grace period ends (the cleanup is cancelled then).
     deadline: datetime | None = None
+    # SIGTERM: its sender asked it to interrupt the step in progress (``terminate(interrupt=True)``).
+    interrupt: bool = False
 
 
 class Output:

@@ -302,4 +302,5 @@ def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:
         new_state=state_from_pb(s.new_state) or previous,
         message_key=s.message_key,
         deadline=deadline,
+        interrupt=s.interrupt,
     )

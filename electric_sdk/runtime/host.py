@@ -526,10 +526,12 @@ class EntityHost(HostBase):
         finally:
             gate.set()
 
-    def _interrupts(self) -> bool:
-        """Whether SIGTERM interrupts the step in progress (``lifecycle.OPT_IN_TIMING``)."""
+    def _interrupts(self, term: SignalInfo | None = None) -> bool:
+        """Whether SIGTERM interrupts the step in progress (``lifecycle.OPT_IN_TIMING``): the
+        type opted in, or ``term`` asked to."""
         option, timing = OPT_IN_TIMING[Signal.SIGTERM]
-        return timing is Timing.AT_ONCE and bool(getattr(self.etype, option))
+        asked = term is not None and term.interrupt
+        return timing is Timing.AT_ONCE and (asked or bool(getattr(self.etype, option)))
 
     def _term_info(self) -> SignalInfo:
         stopping, why = State.STOPPING, "cleanup resumed after a lost lease"
@@ -537,11 +539,17 @@ class EntityHost(HostBase):
 
     def _start_cleanup(self, info: SignalInfo | None, pending: bool) -> None:
         run = self._run
-        if not self._cleanup_started and run is not None and run.stopped_by is None and self._interrupts():
+        term = info or self._term_info()
+        if (
+            not self._cleanup_started
+            and run is not None
+            and run.stopped_by is None
+            and self._interrupts(term)
+        ):
             # The type opted in: the step in progress is cut now, as by SIGINT (in the delivery
             # itself, so the run unwinds while the cleanup's task starts), and the cleanup gets
             # the run's partial output within the grace.
-            self._abort(run, info or self._term_info(), False)
+            self._abort(run, term, False)
             run.how = "interrupted mid-step"
         super()._start_cleanup(info, pending)
 

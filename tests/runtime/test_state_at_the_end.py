@@ -19,10 +19,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.errors import InvalidArgument
 from electric_sdk.testing import TestServer
 
 from .rt_support import app_module, state_is, until, worker_processes
@@ -196,3 +198,39 @@ async def test_sigterm_that_interrupts_runs_the_cleanup(
             state = cli_state(server.address, "cutter/c1")
             assert state["history"] == [USER_TURN]
             assert state["summary"] == {"signal": "SIGTERM", "partial": "thinking"}
+
+
+async def test_a_sigterm_asked_to_interrupt_runs_the_cleanup(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """The SIGTERM itself asks (`electric signal REF TERM --interrupt`), on a type that did not
+    opt in: the step is cut, the cleanup's summary lands beside the turn."""
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            key = await _in_the_long_step(client, "agent/t1")
+            cli = [sys.executable, "-m", "electric_sdk.cli.main", "--address", server.address]
+            await anyio.run_process([*cli, "signal", "agent/t1", "TERM", "--interrupt"])
+            await until(client, "agent/t1", state_is("stopped", "cleanup_complete"))
+            end = await until(client, "agent/t1", run_end(key))
+            assert (end.raw.run.status, end.raw.run.error) == (
+                pb.RUN_STATUS_ABORTED,
+                "SIGTERM (interrupted mid-step)",
+            )
+            state = cli_state(server.address, "agent/t1")
+            assert state == {"history": [USER_TURN], "summary": {"signal": "SIGTERM", "partial": "thinking"}}
+
+
+async def test_only_sigterm_may_ask_to_interrupt(tmp_path: Path) -> None:
+    """Bad input writes nothing: an `interrupt` with another signal is refused at every door."""
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            await client.spawn("agent/x1")
+            with pytest.raises(InvalidArgument) as raised:
+                await client.signal("agent/x1", "SIGUSR", interrupt=True)
+            assert raised.value.code == "INTERRUPT_NOT_ALLOWED"
+            cli = [sys.executable, "-m", "electric_sdk.cli.main", "--address", server.address]
+            done = await anyio.run_process([*cli, "signal", "agent/x1", "INT", "--interrupt"], check=False)
+            assert done.returncode != 0
+            assert "only SIGTERM" in done.stderr.decode()
+            assert [e.type for e in (await client.events("agent/x1")).events] == ["state"]

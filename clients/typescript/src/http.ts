@@ -64,6 +64,8 @@ export interface SignalRequest {
   payload?: Json;
   /** A SIGINT scoped to one message's run. */
   message_key?: string;
+  /** SIGTERM only: interrupt the step in progress at once, so the cleanup runs within the grace. */
+  interrupt?: boolean;
 }
 
 /** The RFC's signal response, plus the record's key and outcome. */

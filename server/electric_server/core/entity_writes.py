@@ -65,6 +65,8 @@ class SignalSpec:
     payload: struct_pb2.Value | None = None
     sender: str = "anonymous"
     message_key: str = ""
+    # SIGTERM only: the step in progress is interrupted at once (lifecycle.OPT_IN_TIMING).
+    interrupt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,7 @@ def signal(
         value.previous_state = STATE_TO_PB[decision.previous_state]
         value.new_state = STATE_TO_PB[decision.new_state]
         value.message_key = spec.message_key
+        value.interrupt = spec.interrupt
         value.detail = _scoped_detail(decision, progress)
         if spec.payload is not None:
             value.payload.CopyFrom(spec.payload)
@@ -241,6 +244,7 @@ def _signal_waiting(
         previous_state=STATE_TO_PB[decision.previous_state],
         new_state=STATE_TO_PB[decision.new_state],
         message_key=spec.message_key,
+        interrupt=spec.interrupt,
     )
     if spec.payload is not None:
         value.payload.CopyFrom(spec.payload)

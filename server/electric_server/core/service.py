@@ -24,6 +24,7 @@ from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import set_timestamp_ms, timestamp_from_ms
 from electric_sdk.lifecycle import (
     MESSAGE_SCOPED_SIGNALS,
+    OPT_IN_TIMING,
     PAYLOAD_SIGNALS,
     SERVER_ABORTED_SIGNALS,
     Outcome,
@@ -198,8 +199,13 @@ class EntityService(api_grpc.EntityServiceServicer):
                     "MESSAGE_KEY_NOT_ALLOWED", "only SIGINT can be scoped to a message", field="message_key"
                 )
             v.name(message_key, "message_key")
+        interrupt = getattr(request, "interrupt", False)
+        if interrupt and signal not in OPT_IN_TIMING:
+            raise invalid_argument(
+                "INTERRUPT_NOT_ALLOWED", "only SIGTERM can interrupt the step in progress", field="interrupt"
+            )
         return entity_writes.SignalSpec(
-            signal, v.reason(request.reason), payload, current_principal.get().name, message_key
+            signal, v.reason(request.reason), payload, current_principal.get().name, message_key, interrupt
         )
 
     @translate

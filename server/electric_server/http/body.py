@@ -165,6 +165,13 @@ def string(obj: Mapping[str, Any], field: str, default: str = "") -> str:
     return value
 
 
+def boolean(obj: Mapping[str, Any], field: str) -> bool:
+    value = obj.get(field, False)
+    if not isinstance(value, bool):
+        raise _wrong(field, "true or false")
+    return value
+
+
 def integer(obj: Mapping[str, Any], field: str, maximum: int) -> int | None:
     """A whole number from 0 to ``maximum`` (what the wire's field holds), or None when absent.
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.enums import OPERATION_NAMES
-from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, PAYLOAD_SIGNALS, Outcome, Signal, State
+from electric_sdk.lifecycle import (
+    MESSAGE_SCOPED_SIGNALS,
+    OPT_IN_TIMING,
+    PAYLOAD_SIGNALS,
+    Outcome,
+    Signal,
+    State,
+)
 
 from ..core.errors import HTTP_STATUS
 from ..core.validation import (
@@ -350,6 +357,18 @@ def _request_schemas() -> dict[str, Schema]:
     plain_signals = sorted(s.value for s in Signal if s not in PAYLOAD_SIGNALS | MESSAGE_SCOPED_SIGNALS)
     payload_signal = {"signal": {"enum": payload_signals}, "reason": REASON, "payload": JSON_VALUE}
     plain_signal = {"signal": {"enum": plain_signals}, "reason": REASON}
+    # Only SIGTERM may ask to interrupt the step in progress (lifecycle.OPT_IN_TIMING), and only
+    # to one entity: SignalRequest's plain branch leaves it to its own.
+    interrupting = sorted(s.value for s in OPT_IN_TIMING)
+    interrupt_signal = {
+        "signal": {"enum": interrupting},
+        "reason": REASON,
+        "interrupt": {"type": "boolean", "description": "interrupt the step in progress at once"},
+    }
+    one_plain_signal = {
+        **plain_signal,
+        "signal": {"enum": [s for s in plain_signals if s not in interrupting]},
+    }
     scoped_signal = {
         "signal": {"enum": scoped_signals},
         "reason": REASON,
@@ -394,8 +413,12 @@ def _request_schemas() -> dict[str, Schema]:
             },
         ),
         "SignalRequest": {
-            "oneOf": [_obj(["signal"], props) for props in (payload_signal, plain_signal, scoped_signal)],
-            "description": "a payload only with SIGUSR, a message_key only with SIGINT; signal names "
+            "oneOf": [
+                _obj(["signal"], props)
+                for props in (payload_signal, one_plain_signal, scoped_signal, interrupt_signal)
+            ],
+            "description": "a payload only with SIGUSR, a message_key only with SIGINT, interrupt only "
+            "with SIGTERM; signal names "
             "are also accepted as sigterm, TERM or SIGNAL_SIGTERM",
         },
         "SignalManyRequest": {

@@ -215,8 +215,12 @@ def _list(request: Request, query: Query, obj: body.JsonObject) -> Message:
 
 
 def _signal(request: Request, query: Query, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"signal", "reason", "payload", "message_key"})
-    message = api.SignalEntityRequest(ref=_ref(request), message_key=body.string(obj, "message_key"))
+    body.fields(obj, {"signal", "reason", "payload", "message_key", "interrupt"})
+    message = api.SignalEntityRequest(
+        ref=_ref(request),
+        message_key=body.string(obj, "message_key"),
+        interrupt=body.boolean(obj, "interrupt"),
+    )
     _signal_fields(obj, message)
     return message
 

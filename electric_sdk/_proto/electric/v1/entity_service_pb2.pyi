@@ -179,12 +179,17 @@ class SignalEntityRequest(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     MESSAGE_KEY_FIELD_NUMBER: _builtins.int
+    INTERRUPT_FIELD_NUMBER: _builtins.int
     signal: _types_pb2.Signal.ValueType
     reason: _builtins.str
     """At most 1 KiB."""
     idempotency_key: _builtins.str
     message_key: _builtins.str
     """SIGINT only: act only on the run of this message (headless runs)."""
+    interrupt: _builtins.bool
+    """SIGTERM only: interrupt the step in progress at once, as SIGINT does, so the cleanup runs
+    within the grace with the run's partial output (default: at the run's next step boundary).
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     @_builtins.property
@@ -200,10 +205,11 @@ class SignalEntityRequest(_message.Message):
         payload: _struct_pb2.Value | None = ...,
         idempotency_key: _builtins.str = ...,
         message_key: _builtins.str = ...,
+        interrupt: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "message_key", b"message_key", "payload", b"payload", "reason", b"reason", "ref", b"ref", "signal", b"signal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "interrupt", b"interrupt", "message_key", b"message_key", "payload", b"payload", "reason", b"reason", "ref", b"ref", "signal", b"signal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

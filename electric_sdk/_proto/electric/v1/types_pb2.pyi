@@ -508,6 +508,7 @@ class SignalValue(_message.Message):
     PREVIOUS_STATE_FIELD_NUMBER: _builtins.int
     NEW_STATE_FIELD_NUMBER: _builtins.int
     MESSAGE_KEY_FIELD_NUMBER: _builtins.int
+    INTERRUPT_FIELD_NUMBER: _builtins.int
     signal: Global___Signal.ValueType
     sender: _builtins.str
     """The authenticated principal that sent the signal ("anonymous" without auth)."""
@@ -521,6 +522,8 @@ class SignalValue(_message.Message):
     """The state it moved to (same as previous_state when unchanged)."""
     message_key: _builtins.str
     """For a signal scoped to one message (headless runs): that message's key."""
+    interrupt: _builtins.bool
+    """SIGTERM that interrupts the step in progress at once (SignalEntityRequest.interrupt)."""
     @_builtins.property
     def payload(self) -> _struct_pb2.Value:
         """SIGUSR payload: any JSON value, at most 64 KiB encoded."""
@@ -537,10 +540,11 @@ class SignalValue(_message.Message):
         previous_state: Global___State.ValueType = ...,
         new_state: Global___State.ValueType = ...,
         message_key: _builtins.str = ...,
+        interrupt: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "message_key", b"message_key", "new_state", b"new_state", "outcome", b"outcome", "payload", b"payload", "previous_state", b"previous_state", "reason", b"reason", "sender", b"sender", "signal", b"signal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "interrupt", b"interrupt", "message_key", b"message_key", "new_state", b"new_state", "outcome", b"outcome", "payload", b"payload", "previous_state", b"previous_state", "reason", b"reason", "sender", b"sender", "signal", b"signal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
