@@ -3,8 +3,9 @@
 A run appends the user's turn to ``ctx.state`` and then enters a long step (a model call that
 never returns within the test). Whatever ends the run — the grace deadline of a SIGTERM, SIGINT,
 SIGKILL, a worker killed with kill -9 — the turn is in ``electric state`` afterwards, and the
-run's record says how it ended. With the opt-in (``sigterm_interrupts``) the SIGTERM cuts the
-step at once and the cleanup's summary lands beside the turn.
+run's record says how it ended; a cleanup the deadline cuts off keeps its changes too. With the
+opt-in (``sigterm_interrupts``, or one SIGTERM's ``--interrupt``) the SIGTERM cuts the step at
+once and the cleanup's summary lands beside the turn.
 
 Tests synchronize on the entities' streams, never on sleeps; durations are in ms.
 """
@@ -68,6 +69,17 @@ APP = textwrap.dedent(
     @app.entity("bare", grace_period="300ms", idle_timeout="60s", state=True)
     async def bare(ctx: Context, message: Message) -> None:
         await turn(ctx, message)
+
+
+    @app.entity("stuck", grace_period="300ms", idle_timeout="60s", state=True)
+    class Stuck:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            ctx.output.write("ok")
+
+        async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
+            ctx.state["summary"]["begun"] = True
+            await ctx.emit("cleanup.begun", None)
+            await anyio.sleep(3600)  # a cleanup the deadline cuts off
 
 
     @app.entity("cutter", grace_period="5s", idle_timeout="60s", state=True, sigterm_interrupts=True)
@@ -234,3 +246,18 @@ async def test_only_sigterm_may_ask_to_interrupt(tmp_path: Path) -> None:
             assert done.returncode != 0
             assert "only SIGTERM" in done.stderr.decode()
             assert [e.type for e in (await client.events("agent/x1")).events] == ["state"]
+
+
+async def test_a_cleanup_cut_off_by_the_deadline_keeps_its_changes(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            await client.spawn("stuck/s1")
+            await until(client, "stuck/s1", state_is("running"))
+            await client.terminate("stuck/s1", reason="shutdown")
+            await until(client, "stuck/s1", lambda e: e.type == "cleanup.begun")
+            await until(client, "stuck/s1", state_is("stopped", "grace_expired"))
+            await until(client, "stuck/s1", lambda e: e.type == "electric.state")
+            assert cli_state(server.address, "stuck/s1") == {"summary": {"begun": True}}
