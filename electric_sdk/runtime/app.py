@@ -36,6 +36,7 @@ from .entity_type import (
 )
 from .exec import spec as exec_spec
 from .exec.config import load_exec_file
+from .exec.reply import Reply
 from .exec.spec import Backend, ExecType, ShutdownPolicy
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
@@ -191,11 +192,13 @@ class App:
         backend: Backend | None = None,
         stdin_format: Literal["text", "json"] = "text",
         output_limit: int | None = None,
+        reply: Reply | None = None,
     ) -> ExecType:
         """Define an exec entity type: each entity of it is an OS process (docs/exec.md).
 
         >>> app.exec("tail", ["tail", "-F", "app.log"], keep=True,
         ...          shutdown=ShutdownPolicy("SIGTERM", "5s"), grace_period="10s")
+        >>> app.exec("calc", ["bc", "-lq"], reply=Reply.lines(1))  # each run's output: bc's answer
         """
         spec = exec_spec.ExecSpec(
             id=id,
@@ -210,6 +213,7 @@ class App:
             backend=backend or exec_spec.DEFAULT_BACKEND,
             stdin_format=stdin_format,
             output_limit=exec_spec.DEFAULT_OUTPUT_LIMIT if output_limit is None else output_limit,
+            reply=reply,
         )
         etype = exec_spec.define(spec)
         self.add(etype)
