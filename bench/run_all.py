@@ -36,6 +36,7 @@ BENCHES = [
     "bench_restart",
     "bench_runtime",
     "bench_version_grant",
+    "bench_send_wait",
     "bench_steps",
     "bench_exec",
     "bench_worker_metrics",
