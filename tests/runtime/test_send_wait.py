@@ -252,3 +252,30 @@ def test_http_send_wait_run(server: TestServer, sdk: Client, ref: str, tmp_path:
             refused = http.post(path, params=params, json={"text": "x"})
             assert refused.status_code == 400, params
         assert sdk.get(ref).head_offset == head
+
+
+def test_cli_send_wait_run_cancelled_exits_9(
+    server: TestServer, sdk: Client, ref: str, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    first = sdk.send(ref, f"hold {gate}")
+    wait_run_started(sdk, ref, first.key, first.offset)
+    proc = subprocess.Popen(
+        [*ELECTRIC, "--address", server.address, "send", ref, "behind", "--wait", "run", "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        key, _ = message_offset(sdk, ref, "behind")
+        sdk.signal(ref, Signal.SIGINT, reason="test", message_key=key)
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(WAIT_S)
+    assert proc.returncode == exit_codes.RUN_ABORTED, err
+    record = json.loads(out)
+    assert (record["status"], record["ended"], record["receipt"]["key"]) == ("cancelled", True, key)
+    gate.touch()
