@@ -113,7 +113,10 @@ async def test_parallel_steps_replay_by_name_whatever_order_they_start_in() -> N
         await g.held.wait()
         await h.crash()  # a and b recorded, c in flight
         records = [e["data"] for e in h.events if e["type"] == "electric.step"]
-        assert sorted((r["index"], r["key"], r["outcome"]) for r in records) == [(0, "tool:a", "ok"), (0, "tool:b", "ok")]
+        assert sorted((r["index"], r["key"], r["outcome"]) for r in records) == [
+            (0, "tool:a", "ok"),
+            (0, "tool:b", "ok"),
+        ]
         assert sorted(h.state["seen"]) == ["a", "b"]  # each step's change, with its record
         assert h.state["asked"] == ["a,b,c"]
         # Delivered again with the tasks started in another order: each answered by its name.
