@@ -246,3 +246,27 @@ async def test_a_pydantic_result_replayed_after_kill9_equals_the_original(
             assert done.raw.run.attempt == 2
             assert done.raw.run.output == '{"text":"why","sources":["a","b"]}'
             assert lines(counts) == {"answer": 1}  # replayed from its record, rebuilt as an Answer
+
+
+async def test_a_worker_that_loses_its_session_cancels_its_steps_before_its_next_lease(
+    tmp_path: Path, workers: Callable[..., subprocess.Popen[bytes]], counts: Path
+) -> None:
+    port, data = free_port(), tmp_path / "electric"
+
+    def holding(e: Event) -> bool:
+        return e.type == "test.holding"
+
+    def at(port: int) -> TestServer:
+        return TestServer(data, listen=f"127.0.0.1:{port}", lease_ttl_ms=500, heartbeat_interval_ms=100)
+
+    with at(port) as srv:
+        async with srv.async_client() as client:
+            workers(srv.address)
+            await client.spawn("fan/f3")
+            await client.send("fan/f3", "hold1")
+            first = await until(client, "fan/f3", holding)
+    with at(port) as srv:  # the same data and port: the worker reconnects, is leased the entity again
+        async with srv.async_client() as client:
+            await until(client, "fan/f3", holding, start=first.offset + 1)
+            # The first attempt's step was cancelled before the new lease ran it again.
+            assert counts.read_text().split() == ["hold1", "cancelled:hold1", "hold1"]
