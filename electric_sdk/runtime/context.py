@@ -32,7 +32,7 @@ from ..models import Entity, EntityRef, Event
 from .codec import Codec
 from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
-from .steps import Member, Retry, RunSteps, current_member, current_step_key, run_step
+from .steps import Member, Retry, RunSteps, current_member, current_step_key, gather_steps, run_step
 
 T = TypeVar("T")
 
@@ -257,6 +257,16 @@ class Context:
         if fn is None:
             return _Step(self, name)
         return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout, key=key)
+
+    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        """Run ``aws`` side by side and return their results in order, their recorded steps in a
+        group of their own, each known by its place in this call (and its name)::
+
+            pages = await ctx.gather(*(ctx.step("tool:fetch", fetch, url) for url in urls))
+
+        so steps of the same name need no key. The first to fail cancels the others (their steps
+        cut short have no record) and its error is raised."""
+        return await gather_steps(self.steps, aws)
 
     @property
     def step_key(self) -> str:

@@ -84,6 +84,7 @@ __all__ = [
     "StepRecorder",
     "current_member",
     "current_step_key",
+    "gather_steps",
     "in_step",
     "run_step",
     "seconds",
@@ -143,6 +144,8 @@ NO_RETRY = Retry(attempts=1)
 _inside: contextvars.ContextVar[RunSteps | None] = contextvars.ContextVar("electric_step", default=None)
 # The parallel step the current task runs: its ctx.state changes are held until its record.
 _member: contextvars.ContextVar[Member | None] = contextvars.ContextVar("electric_member", default=None)
+# The place of the current task in a ``ctx.gather`` call: its steps are known by it.
+_place: contextvars.ContextVar[int | None] = contextvars.ContextVar("electric_place", default=None)
 # ``ctx.step_key`` of the step the current task runs.
 _step_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("electric_step_key", default=None)
 _NONE: Mapping[Any, Any] = MappingProxyType({})
@@ -313,6 +316,32 @@ class RunSteps:
 
 def _listed(names: Any) -> str:
     return ", ".join(repr(n) for n in sorted(names))
+
+
+async def gather_steps(steps: RunSteps, aws: Sequence[Awaitable[Any]]) -> list[Any]:
+    """``ctx.gather``: ``aws`` side by side, in a group of their own, each task's steps known by
+    its place in the call (and their names); the first failure cancels the others and is raised."""
+    if not steps.in_body() or _inside.get() is steps:
+        raise RuntimeError("ctx.gather is called from the run's own task, between its steps")
+    steps.settle("ctx.gather called")
+    results: list[Any] = [None] * len(aws)
+    failed: list[BaseException] = []
+
+    async def one(place: int, aw: Awaitable[Any], scope: anyio.CancelScope) -> None:
+        _place.set(place)  # this task's own context: its steps see it
+        try:
+            results[place] = await aw
+        except Exception as exc:
+            failed.append(exc)
+            scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for place, aw in enumerate(aws):
+            tg.start_soon(one, place, aw, tg.cancel_scope)
+    if failed:
+        raise failed[0]
+    steps.settle("ctx.gather returned")
+    return results
 
 
 def in_step(steps: RunSteps) -> bool:
@@ -500,13 +529,15 @@ def _join_group(steps: RunSteps, name: str, key: str | None) -> Slot:
             "the run's own task: start parallel steps together (asyncio.gather, a task group) "
             "between the run's own steps"
         )
-    member_key = name if key is None else key
+    place = _place.get()
+    member_key = key if key is not None else name if place is None else f"{place}:{name}"
     if (earlier := steps.group.get(member_key)) is not None:
         same = f"named {name!r}" if key is None else f"with key {key!r} ({earlier!r} and {name!r})"
         raise RuntimeError(
             f"two parallel steps {same} at position {steps.index} of this run cannot be told "
             "apart, so a replay could not answer each from its own record: give each its own "
-            "key (ctx.step(name, fn, ..., key=...))"
+            "key (ctx.step(name, fn, ..., key=...)), or start them with ctx.gather(...), which "
+            "knows each by its place"
         )
     steps.group[member_key] = name
     return steps.index, member_key

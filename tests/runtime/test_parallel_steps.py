@@ -221,3 +221,38 @@ async def test_step_key_outside_a_step_is_refused() -> None:
     async with EntityHarness(app, "k") as h:
         await h.send()
     assert seen and "inside a recorded step" in seen[0]
+
+
+async def test_ctx_gather_knows_steps_by_their_place_and_closes_its_group() -> None:
+    app = App(code_version="test")
+    ran: Counter[str] = Counter()
+    gate = anyio.Event()
+    held = anyio.Event()
+
+    async def fetch(url: str) -> str:
+        ran[url] += 1
+        if url == "u3" and ran[url] == 1:
+            held.set()
+            await gate.wait()  # the worker dies here
+        return url.upper()
+
+    @app.entity("g")
+    async def g_entity(ctx: Context, message: Message) -> str:
+        urls = message.text.split(",")
+        first = await ctx.gather(*(ctx.step("tool:fetch", fetch, u) for u in urls[:2]))
+        second = await ctx.gather(*(ctx.step("tool:fetch", fetch, u) for u in urls[2:]))
+        return ",".join(first + second)
+
+    async with EntityHarness(app, "g") as h:
+        run = h.start("u1,u2,u3,u4")
+        await held.wait()
+        await h.crash()
+        records = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        assert sorted((r["index"], r["key"]) for r in records if r["outcome"] == "ok") == [
+            (0, "0:tool:fetch"),
+            (0, "1:tool:fetch"),
+            (1, "1:tool:fetch"),
+        ]
+        again = await h.send("u1,u2,u3,u4", key=run.message.key, attempt=2)
+        assert again.output == "U1,U2,U3,U4"
+        assert ran == {"u1": 1, "u2": 1, "u3": 2, "u4": 1}
