@@ -37,6 +37,7 @@ BENCHES = [
     "bench_runtime",
     "bench_version_grant",
     "bench_steps",
+    "bench_parallel_steps",
     "bench_exec",
     "bench_worker_metrics",
     "bench_http",
