@@ -22,26 +22,18 @@ inside another is part of it (as in DBOS). ``ctx.patched(id)`` (patches.py)
 lets new code take a run recorded on older code: its markers (``outcome:
 patched``) are read here with the steps, and answered there.
 
-Parallel steps. The run's own task (the one running ``on_message``) takes
-positions one step at a time. A step called from a task the run started
-(``asyncio.gather``, ``asyncio.TaskGroup``, an anyio task group) is a
-parallel step: all such steps between two positions of the run's own task
-form one group, which holds one position ``g``, and each is known in it by its
-``key`` (``ctx.step(..., key=k)``), or its name when no key is given. So its
-identity, ``(g, key)``, does not depend on which task reaches ``ctx.step``
-first, and a replay answers each from its own record. Two steps of one group
-with the same key (the same name, no key) cannot be told apart: the second is
-refused, naming both. Each parallel step has its own tries, retry records and
-outcome; one failing does not touch the others. The group ends when the run's
-own task next takes a position (a step, ``ctx.patched``, a ``ctx.state``
-change) with none of its steps in flight; doing so while some are in flight
-is refused (await them first). ``ctx.state`` changes made inside a parallel
-step are that step's: applied when its record is written, with it, so the
-state the run sees follows the records' order in the stream, which is the
-order a replay and a rebuild apply them in. A change from a task the run
-started, outside any step, is refused: it would belong to no record.
-``ctx.step_key`` is a step's identity as a key for an external side effect:
-the same across attempts of the step, distinct for every step of every run.
+Parallel steps. The run's own task (running ``on_message``) takes positions
+one step at a time. A step called from a task the run started is a parallel
+step: those between two positions of the run's own task form a group holding
+one position ``g``, each known in it by ``key`` (its place in ``ctx.gather``,
+its ``key=``, else its name), so ``(g, key)`` does not depend on which task
+reaches ``ctx.step`` first. Two of one group with the same key are refused,
+naming both. Each has its own tries and outcome. The run's own task taking a
+position (a step, ``ctx.patched``, a state change) ends the group, refused
+while some are in flight. A parallel step's ``ctx.state`` changes are held
+and applied with its record, so the state follows the records' order (the
+order of a replay and a rebuild); one from a task the run started, outside a
+step, is refused. ``ctx.step_key``: a step's identity as an idempotency key.
 """
 
 from __future__ import annotations
@@ -147,7 +139,9 @@ _member: contextvars.ContextVar[Member | None] = contextvars.ContextVar("electri
 # The place of the current task in a ``ctx.gather`` call: its steps are known by it.
 _place: contextvars.ContextVar[int | None] = contextvars.ContextVar("electric_place", default=None)
 # ``ctx.step_key`` of the step the current task runs.
-_step_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("electric_step_key", default=None)
+_step_key: contextvars.ContextVar[tuple[StepRecorder, Slot] | None] = contextvars.ContextVar(
+    "electric_step_key", default=None
+)
 _NONE: Mapping[Any, Any] = MappingProxyType({})
 # A step's identity in its run's records: (position, key); key None for a step of the run's own task.
 Slot = tuple[int, str | None]
@@ -176,6 +170,7 @@ class RunSteps:
         "committed_segments",
         "final",
         "group",
+        "groups",
         "index",
         "markers",
         "names",
@@ -198,6 +193,7 @@ class RunSteps:
         self.names: Mapping[Slot, str] = _NONE
         self.tries: Mapping[Slot, int] = _NONE
         self.positions: AbstractSet[int] = frozenset()
+        self.groups: Mapping[int, str] = _NONE
         # Segments whose state changes are in the stream already (a replay does not make them again).
         self.committed_segments: AbstractSet[int] = frozenset()
         # The patch markers earlier attempts recorded, and this attempt's answers (patches.py
@@ -233,6 +229,11 @@ class RunSteps:
                 tries[slot] = max(tries.get(slot, 0), int(data.get("try", 1)))
         self.final, self.names, self.tries, self.committed_segments = final, names, tries, committed
         self.positions = {index for index, _ in names}
+        groups: dict[int, list[str]] = {}
+        for (index, key), name in names.items():
+            if key is not None:
+                groups.setdefault(index, []).append(name)
+        self.groups = {index: f"parallel steps {_listed(found)}" for index, found in groups.items()}
         self.markers = markers
 
     @classmethod
@@ -309,8 +310,7 @@ class RunSteps:
         """What an earlier attempt recorded at ``slot``'s position, if it is not ``slot``'s kind."""
         index, key = slot
         if key is None:
-            members = [name for (i, k), name in self.names.items() if i == index and k is not None]
-            return f"parallel steps {_listed(members)}" if members else None
+            return self.groups.get(index)
         return self.names.get((index, None))
 
 
@@ -358,7 +358,14 @@ def current_member(steps: RunSteps) -> Member | None:
 
 def current_step_key() -> str | None:
     """``ctx.step_key``: the key of the recorded step the calling task runs (None: outside one)."""
-    return _step_key.get()
+    running = _step_key.get()
+    if running is None:
+        return None
+    run, slot = running
+    # A digest, made when asked: message keys and step keys are free text, and a joined string
+    # could collide.
+    identity = json.dumps([run.ref.url, run.message_key, slot[0], slot[1]])
+    return "step-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
 
 
 class StepRecorder(Protocol):
@@ -447,12 +454,6 @@ async def _try(
     )
 
 
-def _step_key_of(run: StepRecorder, slot: Slot) -> str:
-    # A digest: message keys and step keys are free text, and a joined string could collide.
-    identity = json.dumps([run.ref.url, run.message_key, slot[0], slot[1]])
-    return "step-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
-
-
 async def run_step(
     run: StepRecorder,
     name: str,
@@ -507,7 +508,7 @@ async def run_step(
     else:
         member = Member(steps, name, slot[1])
         steps.running[slot[1]] = name
-    tokens = (_inside.set(steps), _member.set(member), _step_key.set(_step_key_of(run, slot)))
+    tokens = (_inside.set(steps), _member.set(member), _step_key.set((run, slot)))
     try:
         return await _tries(run, steps, slot, base, fn, args, kwargs, retry or NO_RETRY, timeout)
     finally:
@@ -563,6 +564,10 @@ async def _tries(
         attempt_no = failed_tries + 1
         try:
             value, tag = await _try(run.codec, name, fn, args, kwargs, timeout_s)
+            data = {**base, "outcome": "ok", "try": attempt_no, "result": value}
+            if tag is not None:
+                data["type"] = tag
+            result = _decoded(run.codec, name, data, "as just encoded")  # what a replay returns
         except InvalidStepResult as exc:
             error = {"type": type(exc).__name__, "message": str(exc)}
             await _record_final(
@@ -581,10 +586,6 @@ async def _tries(
                 run, steps, slot, {**base, "outcome": "error", "try": attempt_no, "error": error}
             )
             raise _failed(name, error, attempt_no) from exc
-        data = {**base, "outcome": "ok", "try": attempt_no, "result": value}
-        if tag is not None:
-            data["type"] = tag
-        result = _decoded(run.codec, name, data, "as just encoded")
         await _record_final(run, steps, slot, data)
         return result
 
