@@ -100,7 +100,8 @@ def parallel_app(g: Gates) -> App:
 
         first = await ctx.step("tool:hit", lambda: Hit("https://b", 1.5))
         second = await ctx.step("model:answer", answer)
-        assert isinstance(first, Hit) and isinstance(second, Answer)
+        assert isinstance(first, Hit)
+        assert isinstance(second, Answer)
         return second.model_dump_json() + "|" + repr(first)
 
     return app
@@ -203,7 +204,8 @@ async def test_an_undecodable_record_names_the_step() -> None:
                 event["data"]["type"] = "gone.module:Hit"  # code that no longer has the type
         run = await h.send(key=first.message.key, attempt=2)
         assert run.status == "failed"
-        assert "step 'tool:hit'" in run.error and "gone.module:Hit" in run.error
+        assert "step 'tool:hit'" in run.error
+        assert "gone.module:Hit" in run.error
         assert InvalidStepResult.__name__ in run.error
 
 
@@ -220,7 +222,8 @@ async def test_step_key_outside_a_step_is_refused() -> None:
 
     async with EntityHarness(app, "k") as h:
         await h.send()
-    assert seen and "inside a recorded step" in seen[0]
+    assert len(seen) == 1
+    assert "inside a recorded step" in seen[0]
 
 
 async def test_ctx_gather_knows_steps_by_their_place_and_closes_its_group() -> None:

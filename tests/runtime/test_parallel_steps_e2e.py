@@ -7,6 +7,7 @@ on sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from electric_sdk import AsyncClient, Event
-from electric_sdk.testing import TestServer
+from electric_sdk import Event
+from electric_sdk.runtime import App, Context, Message
+from electric_sdk.testing import TestServer, replay
 
 from .rt_support import ABORTED, COMPLETED, FAILED, run_status, until, worker_process
 from .test_crash_recovery import free_port
@@ -148,6 +150,10 @@ def nth_ok_step(n: int) -> Callable[[Event], bool]:
     return match
 
 
+def lines_in_order(counts: Path) -> list[str]:
+    return counts.read_text().split()
+
+
 def lines(counts: Path) -> Counter[str]:
     return Counter(counts.read_text().split())
 
@@ -175,6 +181,28 @@ async def test_three_parallel_steps_killed_with_two_done_run_only_the_third_agai
                 ("tool:c", 2),
             ]
             assert {s["index"] for s in steps} == {0}  # one group, one position
+        # The replay check answers each parallel step from its record (and runs none of them), and
+        # finds code that asks for another step where the group was recorded.
+        replay(check_app(plan_first=False), server=srv, all_runs=True).assert_replays()
+        problems = replay(check_app(plan_first=True), server=srv, all_runs=True).problems
+        assert [(p.index, p.recorded, p.asked) for p in problems] == [
+            (0, "parallel steps 'tool:a', 'tool:b', 'tool:c'", "model:plan")
+        ]
+
+
+def check_app(*, plan_first: bool) -> App:
+    app = App("check")
+
+    def never() -> str:
+        raise AssertionError("a replay check runs no step")
+
+    @app.entity("fan")
+    async def fan(ctx: Context, message: Message) -> None:
+        if plan_first:
+            await ctx.step("model:plan", never)
+        await asyncio.gather(*(ctx.step(f"tool:{n}", never) for n in message.text.split(",")))
+
+    return app
 
 
 async def test_a_failing_parallel_step_is_retried_alone_and_sigint_aborts_them_all(
@@ -269,4 +297,4 @@ async def test_a_worker_that_loses_its_session_cancels_its_steps_before_its_next
         async with srv.async_client() as client:
             await until(client, "fan/f3", holding, start=first.offset + 1)
             # The first attempt's step was cancelled before the new lease ran it again.
-            assert counts.read_text().split() == ["hold1", "cancelled:hold1", "hold1"]
+            assert lines_in_order(counts) == ["hold1", "cancelled:hold1", "hold1"]
