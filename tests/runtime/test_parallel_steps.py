@@ -15,6 +15,7 @@ import pydantic
 import pytest
 
 from electric_sdk.errors import InvalidStepResult
+from electric_sdk.event_text import step_summary
 from electric_sdk.runtime import App, Context, JSONCodec, Message, Retry
 from electric_sdk.testing import EntityHarness
 
@@ -259,3 +260,49 @@ async def test_ctx_gather_knows_steps_by_their_place_and_closes_its_group() -> N
         again = await h.send("u1,u2,u3,u4", key=run.message.key, attempt=2)
         assert again.output == "U1,U2,U3,U4"
         assert ran == {"u1": 1, "u2": 1, "u3": 2, "u4": 1}
+
+
+def test_electric_events_shows_a_parallel_steps_key_and_a_typed_result() -> None:
+    parallel = {"index": 2, "name": "tool:fetch", "key": "q1", "outcome": "ok", "try": 1, "result": "A"}
+    assert step_summary(parallel) == 'step 2 tool:fetch [key q1] ok (try 1): "A"'
+    by_name = {
+        **parallel,
+        "key": "tool:fetch",
+        "attempt": 2,
+        "outcome": "retry",
+        "error": {"type": "E", "message": "m"},
+    }
+    assert step_summary(by_name) == "step 2 tool:fetch [parallel] (attempt 2) retry (try 1): E: m"
+    typed = {"index": 0, "name": "model", "outcome": "ok", "try": 1, "result": {"a": 1}, "type": "app:Answer"}
+    assert step_summary(typed) == 'step 0 model ok (try 1): Answer {"a":1}'
+
+
+async def test_the_runs_own_state_change_waits_for_its_parallel_steps() -> None:
+    app = App(code_version="test")
+    seen: list[str] = []
+
+    @app.entity("s", state=True)
+    async def s_entity(ctx: Context, message: Message) -> None:
+        started, release = anyio.Event(), anyio.Event()
+
+        async def slow() -> str:
+            started.set()
+            await release.wait()
+            return "x"
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ctx.step, "tool:slow", slow)
+            await started.wait()
+            try:
+                ctx.state["log"].append("too early")
+            except RuntimeError as exc:
+                seen.append(str(exc))
+            release.set()
+        ctx.state["log"].append("after")  # the group has ended: the run's own, next position
+
+    async with EntityHarness(app, "s") as h:
+        run = await h.send()
+        assert run.status == "completed", run.error
+        assert h.state == {"log": ["after"]}
+    assert len(seen) == 1
+    assert "while parallel steps 'tool:slow' run in other tasks" in seen[0]
