@@ -38,6 +38,7 @@ BENCHES = [
     "bench_version_grant",
     "bench_send_wait",
     "bench_steps",
+    "bench_parallel_steps",
     "bench_exec",
     "bench_worker_metrics",
     "bench_http",

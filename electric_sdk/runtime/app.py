@@ -23,6 +23,7 @@ from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
 from .code_version import source_version
+from .codec import Codec, JSONCodec
 from .entity_type import (
     TYPE_NAME,
     DefinitionError,
@@ -115,8 +116,12 @@ class App:
     ...     async def on_message(self, ctx, message): ...
     """
 
-    def __init__(self, name: str = "electric", *, code_version: str | None = None) -> None:
+    def __init__(
+        self, name: str = "electric", *, code_version: str | None = None, codec: Codec | None = None
+    ) -> None:
         self.name = name
+        # How step results are recorded and rebuilt (codec.py): JSON, dataclasses, pydantic models.
+        self.codec: Codec = codec or JSONCodec()
         self.types: dict[str, EntityType] = {}
         self._code_version = code_version
 
@@ -157,6 +162,7 @@ class App:
                 if inspect.isclass(target):
                     etype = _class_type(name, target, grace_period, idle_timeout, wanted, state, policy)
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
+                    etype.codec = self.codec
                     self.types[name] = etype
                     return target
                 require_async(target, "the message handler")
@@ -171,6 +177,7 @@ class App:
                     snapshots=policy,
                     versioning=probe.versioning,
                     upgrade_after=probe.upgrade_after,
+                    codec=self.codec,
                 )
             self.types[name] = etype
             return etype

@@ -20,6 +20,7 @@ from .._wire.versions import VERSIONING_TO_PB
 from ..client._options import DurationLike, to_duration
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
+from .codec import Codec, JSONCodec
 
 if TYPE_CHECKING:
     from .context import Context, Message, SignalInfo
@@ -100,6 +101,8 @@ class EntityType:
     # the server's default, pinned for `electric server --upgrade-after` (docs/runtime.md, Deploys).
     versioning: Versioning | None = None
     upgrade_after: DurationLike | None = None
+    # How its steps' results are recorded and rebuilt: the app's (``App(codec=...)``).
+    codec: Codec = field(default_factory=JSONCodec)
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):
