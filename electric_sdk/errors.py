@@ -14,6 +14,7 @@
     ├── PermissionDenied         PERMISSION_DENIED (missing scope, entity type not allowed)
     ├── Unavailable              UNAVAILABLE (server down or draining; retried automatically)
     ├── DeadlineExceeded         DEADLINE_EXCEEDED (retried automatically)
+    │   └── RunNotEnded              ``send(..., wait="run", timeout=...)``: the run had not ended
     ├── WatchLagging             ABORTED / WATCH_LAGGING (a watch fell behind; reconnects automatically)
     ├── WrongEventLoop           an AsyncClient used from another event loop than its own
     ├── NonDeterministicRun      a redelivered run asked for another step than was recorded there
@@ -52,6 +53,7 @@ __all__ = [
     "NonDeterministicRun",
     "PermissionDenied",
     "RunAborted",
+    "RunNotEnded",
     "ServerError",
     "StepFailed",
     "StepTimeout",
@@ -133,6 +135,18 @@ class Unavailable(ElectricError):
 
 class DeadlineExceeded(ElectricError):
     default_code = "DEADLINE_EXCEEDED"
+
+
+class RunNotEnded(DeadlineExceeded):
+    """``send(..., wait="run", timeout=...)``: the timeout passed before the message's run ended.
+    The message was delivered all the same: ``receipt`` is its receipt, ``run_status`` says where
+    its run was (``queued`` or ``started``)."""
+
+    default_code = "RUN_NOT_ENDED"
+
+    def __init__(self, message: str, *, receipt: Any, run_status: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.receipt, self.run_status = receipt, run_status
 
 
 class WatchLagging(ElectricError):

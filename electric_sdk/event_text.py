@@ -1,7 +1,8 @@
 """Events as text: ``event_line`` is the one line ``electric events`` prints for each event
 (offset, time, type, key, then ``event_summary``), and what the widgets' event log shows.
 
-Signals, state changes, runs and messages read as sentences; exec receipts as
+Signals, state changes, runs, messages and recorded steps read as sentences
+(``step 2 tool:search [key q1] ok (try 1): [...]``, a parallel step with its key); exec receipts as
 ``graceful SIGTERM issued → gen 1 pid 4242 (start 1234) group, deadline …``;
 anything else as compact JSON, shortened to one line.
 """
@@ -22,6 +23,7 @@ __all__ = [
     "output_summary",
     "receipt_summary",
     "shorten",
+    "step_summary",
 ]
 
 # How much of a message text or payload an event line shows.
@@ -69,6 +71,27 @@ def output_summary(value: dict[str, Any]) -> str:
     return f"{value.get('stream')} gen {value.get('generation')}: {text}{note}"
 
 
+def step_summary(data: dict[str, Any]) -> str:
+    """An ``electric.step`` record: its position, name, key (a parallel step), outcome and result."""
+    if data.get("outcome") == "patched":
+        return f"patch {data.get('patch')!r} taken before step {data.get('index')}"
+    text = f"step {data.get('index')} {data.get('name')}"
+    if data.get("key") is not None:
+        text += f" [key {data['key']}]" if data["key"] != data.get("name") else " [parallel]"
+    if int(data.get("attempt", 1)) > 1:
+        text += f" (attempt {data['attempt']})"
+    outcome = data.get("outcome")
+    if outcome == "nondeterministic":
+        return f"{text} nondeterministic: recorded as {data.get('expected')!r}"
+    tries = f" (try {data.get('try', 1)})"
+    error = data.get("error")
+    if outcome in ("retry", "error") and isinstance(error, dict):
+        why = shorten(f"{error.get('type')}: {error.get('message')}")
+        return f"{text} {outcome}{tries}: {why}"
+    typed = f"{str(data['type']).rpartition(':')[2]} " if data.get("type") else ""
+    return f"{text} {outcome}{tries}: {typed}{shorten(compact(data.get('result')))}"
+
+
 def event_summary(event: Event) -> str:
     """The value in a few words: signals, state changes and messages read as sentences."""
     value = event.value
@@ -106,6 +129,8 @@ def event_summary(event: Event) -> str:
         if value.get("deadline"):
             notes.append(f"until {value['deadline']}")
         return text + (f" ({', '.join(notes)})" if notes else "")
+    if event.type == "electric.step" and isinstance(value.get("data"), dict):
+        return step_summary(value["data"])
     if event.type == "exec":
         return shorten(receipt_summary(value), 4 * SUMMARY_CHARS)
     if event.type == "output":

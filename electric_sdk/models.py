@@ -338,6 +338,40 @@ class MessageReceipt:
         return _html_table(f"message {self.key}", list(self.to_json().items()))
 
 
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What ``send(..., wait="run")`` answers: the message's receipt and how its run ended.
+
+    ``status``: ``completed`` (``output``), ``failed`` (``error``), ``aborted`` (the partial
+    ``output``; ``error`` names what aborted it), ``cancelled`` (a scoped SIGINT, or the entity's
+    end, before it started). A wait that times out raises ``RunNotEnded`` instead.
+    """
+
+    receipt: MessageReceipt
+    status: str
+    output: str | None
+    error: str | None
+    attempt: int
+    entity_state: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "receipt": self.receipt.to_json(),
+            "status": self.status,
+            "output": self.output,
+            "error": self.error,
+            "attempt": self.attempt,
+            "entity_state": self.entity_state,
+        }
+
+    def _repr_html_(self) -> str:
+        return _html_table(f"run of {self.receipt.key}", [(k, v) for k, v in self.to_json().items()])
+
+
 def dumps(obj: Any) -> str:
     """Compact JSON of a model's ``to_json()`` (NDJSON lines)."""
     return json.dumps(

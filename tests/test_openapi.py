@@ -169,7 +169,8 @@ async def test_the_live_reads_mount_when_the_door_is_given_the_streams(door: Ele
     assert door.http is not None
     assert {route.operation for route in ROUTES if not route.served_by_door} == {"readStream"}
     handed_over = {(route.operation, p.name) for route in ROUTES for p in route.query if p.handler}
-    assert handed_over == {("listEntities", "live")}
+    # sendMessage's wait is served by every door (http/waits.py): it needs no live reads.
+    assert handed_over == {("listEntities", "live"), ("sendMessage", "wait"), ("sendMessage", "timeout")}
     service, readiness = door.http.service, door.http.readiness
     # Draining from the start: the SSE watch then answers at once that the server is going away.
     config = door.config
@@ -202,3 +203,37 @@ async def test_the_live_reads_mount_when_the_door_is_given_the_streams(door: Ele
         missing = await plain.get("/agent/a1/stream")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "ROUTE_NOT_FOUND"
+
+
+async def test_waiting_for_a_run_over_http_needs_read_as_well_as_send(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    """``?wait=run`` answers with the run's output: a sender without ``read`` is refused before
+    anything is sent; one with both waits (here 1 ms: no worker hosts the type)."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS_TOML)
+    tokens.chmod(0o600)
+    secured = await start_server(tmp_path / "secured", http="127.0.0.1:0", tokens_file=tokens)
+    assert secured.http is not None
+    typed = {"authorization": f"Bearer {TOKENS['typed'][0]}"}
+    sender = {"authorization": f"Bearer {TOKENS['sender'][0]}"}
+    async with httpx.AsyncClient(base_url=secured.http.address) as client:
+        assert (await client.put("/agent/w1", headers=typed)).status_code == 201
+        head = (await client.get("/agent/w1", headers=typed)).json()["head_offset"]
+        wait = {"wait": "run", "timeout": "1ms"}
+        refused = await client.post("/agent/w1/messages", params=wait, json={"text": "x"}, headers=sender)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "MISSING_SCOPE"
+        assert (await client.get("/agent/w1", headers=typed)).json()["head_offset"] == head
+        waited = await client.post("/agent/w1/messages", params=wait, json={"text": "x"}, headers=typed)
+        assert waited.status_code == 200, waited.text
+        assert waited.json()["run"] | {"message_key": ""} == {
+            "message_key": "",
+            "status": "queued",
+            "ended": False,
+            "started": False,
+            "attempt": 0,
+            "output": None,
+            "error": None,
+            "entity_state": "spawning",
+        }

@@ -53,6 +53,8 @@ PUBLIC_API = [
     "InvalidSignal",
     "LeaseHolder",
     "MessageReceipt",
+    "RunNotEnded",
+    "RunResult",
     "Outcome",
     "PermissionDenied",
     "RetryPolicy",

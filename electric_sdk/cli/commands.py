@@ -19,7 +19,7 @@ from .. import errors
 from ..client import Client, ClientOptions, RetryPolicy
 from ..durations import parse_ms
 from ..models import Entity, Event, SignalResult
-from . import console, presence_cmds
+from . import console, exit_codes, presence_cmds
 from .console import Console
 from .exec_view import process_json, process_lines
 
@@ -196,12 +196,34 @@ def _print_signal(ctx: Invocation, result: SignalResult) -> None:
 
 def send(ctx: Invocation, args: argparse.Namespace) -> int:
     data = parse_json(args.data, "--data")
-    receipt = ctx.client.send(args.ref, args.text, data=data)
+    if args.wait is None:
+        receipt = ctx.client.send(args.ref, args.text, data=data)
+        if ctx.out.json_mode:
+            ctx.out.record(receipt.to_json())
+        else:
+            ctx.out.line(console.receipt_line(receipt))
+        return 0
+    limit = getattr(args, "timeout", None)
+    timeout_s = duration_s(limit, "--timeout") if limit else None
+    try:
+        result = ctx.client.send(args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s)
+    except errors.RunNotEnded as exc:
+        if ctx.out.json_mode:
+            ctx.out.record({"receipt": exc.receipt.to_json(), "status": exc.run_status, "ended": False})
+        else:
+            ctx.out.line(console.receipt_line(exc.receipt))
+        ctx.out.stderr.write(f"electric: {exc.code}: {exc.message}\n")
+        return exit_codes.TIMEOUT
     if ctx.out.json_mode:
-        ctx.out.record(receipt.to_json())
+        ctx.out.record(result.to_json() | {"ended": True})
     else:
-        ctx.out.line(console.receipt_line(receipt))
-    return 0
+        ctx.out.line(console.receipt_line(result.receipt))
+        ctx.out.line(console.run_line(result))
+    return _RUN_EXIT.get(result.status, exit_codes.RUN_ABORTED)
+
+
+# How a waited run's end is the command's exit code (as `electric run`'s).
+_RUN_EXIT = {"completed": exit_codes.OK, "failed": exit_codes.RUN_FAILED}
 
 
 def fork(ctx: Invocation, args: argparse.Namespace) -> int:

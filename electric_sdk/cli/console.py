@@ -21,7 +21,15 @@ from typing import Any, ClassVar, TextIO, cast
 from ..durations import format_ms
 from ..errors import ElectricError, InvalidArgument
 from ..event_text import event_line as event_line  # noqa: PLC0414 - re-exported: the commands print it
-from ..models import PROFILE_PENDING, Entity, EntityChange, LeaseHolder, MessageReceipt, SignalResult
+from ..models import (
+    PROFILE_PENDING,
+    Entity,
+    EntityChange,
+    LeaseHolder,
+    MessageReceipt,
+    RunResult,
+    SignalResult,
+)
 
 
 class _Lost(io.TextIOBase):
@@ -285,6 +293,16 @@ def receipt_line(receipt: MessageReceipt) -> str:
         f"{receipt.ref.url}: message {receipt.key} at offset {receipt.offset} "
         f"({receipt.state.value}, txid {receipt.txid})"
     )
+
+
+def run_line(result: RunResult) -> str:
+    """How a waited run ended: its status, then its output or error."""
+    parts = [f"run {result.status}"]
+    if result.error:
+        parts.append(f"error: {result.error}")
+    if result.output is not None:
+        parts.append(f"output: {result.output}")
+    return "  ".join(parts)
 
 
 # -- entity changes -------------------------------------------------------------------------------

@@ -80,13 +80,15 @@ MEANINGS: dict[int, tuple[str, str]] = {
     EXISTS: ("already exists", "already exists (`ENTITY_EXISTS`: an id is never reused)"),
     RUN_FAILED: (
         "run failed",
-        "`run`: the run failed (the entity's `on_message` raised, e.g. `NonDeterministicRun`); "
+        "`run`, `send --wait run`: the run failed (the entity's `on_message` raised, e.g. "
+        "`NonDeterministicRun`); "
         "`replay-check`: a recorded run would fail so on the new code (docs/patches.md)",
     ),
     RUN_ABORTED: (
         "run aborted",
         "`run`: the run was aborted or its message cancelled by something else than this command "
-        "(another client's SIGINT), or the entity was stopped or killed before the run completed",
+        "(another client's SIGINT), or the entity was stopped or killed before the run completed; "
+        "`send --wait run`: the run was aborted or its message cancelled",
     ),
     DATA_DAMAGED: (
         "data directory damaged",
@@ -105,7 +107,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
     ),
     TIMEOUT: (
         "timed out",
-        "`run`: the run did not end within `--timeout` (the command's own timeout); `wait`: the entity "
+        "`run`: the run did not end within `--timeout` (the command's own timeout); `send --wait run`: "
+        "the run had not ended within `--timeout` (the message stays delivered); `wait`: the entity "
         "did not reach the state within `--timeout`",
     ),
     INTERRUPTED: (

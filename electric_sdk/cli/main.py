@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
+from .._wire.run_outcome import WAIT_KINDS
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
 from . import (
     commands,
@@ -186,6 +187,15 @@ def _client_commands(sub: Subparsers) -> None:
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("text", nargs="?", default="", metavar="TEXT", help="the message text")
     p.add_argument("--data", metavar="JSON", help="a JSON value sent with the text")
+    p.add_argument(
+        "--wait",
+        choices=WAIT_KINDS,
+        help="run: wait for the run the message starts and print how it ended (exit 8 failed, 9 aborted)",
+    )
+    p.epilog = (
+        "With --wait, --timeout bounds the wait from the message's acceptance (default none; exit 124 "
+        "when it passes: the message stays delivered)."
+    )
 
     p = add("fork", commands.fork, "create an entity whose stream starts as another's, up to an offset")
     p.add_argument("ref", metavar="TYPE/ID", help="the origin (any state: a stopped or killed one too)")

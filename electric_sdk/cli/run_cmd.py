@@ -36,6 +36,7 @@ from anyio.abc import TaskGroup
 
 from .. import errors
 from .._signals import two_stage_signals
+from .._wire.run_outcome import RunFollow
 from ..client import AsyncClient, ClientOptions, RetryPolicy
 from ..durations import format_ms
 from ..lifecycle import STATE_RULES, Signal
@@ -50,7 +51,8 @@ DEFAULT_CALL_TIMEOUT = "10s"
 # How long past the grace a wedged process (e.g. stuck writing to a full pipe) waits before the
 # watchdog thread ends it: the event loop normally exits right at the grace.
 WATCHDOG_MARGIN_S = 1.0
-_RUN_ENDS = ("completed", "failed", "aborted")
+# Records about some message: another message's are not shown.
+_OTHERS_RECORDS = ("message", "run", "signal")
 _UNCERTAIN = (errors.Unavailable, errors.DeadlineExceeded)
 
 
@@ -177,23 +179,15 @@ TIMED_OUT = Stop("timeout", exit_codes.TIMEOUT, None)
 
 
 @dataclass
-class RunView:
-    """What the stream said about the command's message and its run."""
+class RunView(RunFollow):
+    """What the stream said about the command's message and its run (``RunFollow``, the fold
+    every door's wait shares), before the send and after a lost connection too."""
 
-    # not_sent | queued | started, then how it ended: completed | failed | aborted | cancelled | unknown
+    # not_sent, then RunFollow's (queued | started, then how it ended), or unknown (not seen)
+    message_key: str = ""
     status: str = "not_sent"
-    started: bool = False
-    attempt: int = 0
-    output: str | None = None
-    error: str | None = None
-    entity_state: str | None = None
-    # Offsets of the latest STARTED record, and of each scoped SIGINT to the message, by signal key.
-    started_offset: int = -1
+    # The offset of each scoped SIGINT to the message, by signal key.
     interrupt_offsets: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def ended(self) -> bool:
-        return self.status in (*_RUN_ENDS, "cancelled")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -395,6 +389,7 @@ class HeadlessRun:
         self._send_started = True
         receipt = await client.send(self.ref, s.text, data=s.data)
         self.receipt = receipt
+        self.run.message_key = receipt.key
         self.run.status, self.run.entity_state = "queued", receipt.state.value
         self._record(
             {
@@ -417,42 +412,27 @@ class HeadlessRun:
     async def _follow(self) -> None:
         assert self._client is not None
         assert self.receipt is not None
-        key, run = self.receipt.key, self.run
+        run = self.run
         # watch() is an async generator: closing it when the run ends cancels the stream now.
         watch = cast(AsyncGenerator[Event, None], self._client.watch(self.ref, self.receipt.offset))
         async with contextlib.aclosing(watch) as events:
             async for event in events:
-                value = event.value
-                if event.type == "message":
-                    if event.key == key:
-                        self._show(event)
-                elif event.type == "run":
-                    if value.get("message_key") != key:
-                        continue  # another message's run
+                was_started = run.started_offset
+                if run.see(event.type, event.key, event.value, event.offset):
                     self._show(event)
-                    status = value.get("status")
-                    if status == "started":
-                        run.status, run.started, run.started_offset = "started", True, event.offset
-                        run.attempt = int(value.get("attempt", 1))
-                        self._reconsider()
-                    elif status in _RUN_ENDS:
-                        run.output, run.error = value.get("output"), value.get("error")
-                        run.status = status if status != "aborted" or run.started else "cancelled"
+                    if event.type == "signal":
+                        scoped = event.value.get("signal") == Signal.SIGINT.value
+                        if scoped and event.operation == "insert":
+                            run.interrupt_offsets[event.key] = event.offset
+                    elif run.ended:
                         return
-                elif event.type == "signal":
-                    scoped = value.get("message_key")
-                    if scoped and scoped != key:
-                        continue  # aimed at another message
+                    elif run.started_offset != was_started:
+                        self._reconsider()
+                elif event.type == "state" or (event.type == "signal" and not event.value.get("message_key")):
                     self._show(event)
-                    if scoped and value.get("signal") == Signal.SIGINT.value and event.operation == "insert":
-                        run.interrupt_offsets[event.key] = event.offset
-                elif event.type == "state":
-                    run.entity_state = value.get("state")
-                    self._show(event)
-                elif run.started:  # a custom event written while the run is in progress
-                    self._show(event)
-        # The stream closed (the entity was stopped or killed) before the run's end was recorded.
-        run.status = "aborted" if run.started else "cancelled"
+                elif event.type not in _OTHERS_RECORDS and run.started:
+                    self._show(event)  # a custom event written while the run is in progress
+        run.stream_closed()
 
     # -- stopping -------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import copy
 import random
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
@@ -46,7 +45,6 @@ from ..lifecycle import Signal
 from ..models import (
     Entity,
     EntityChange,
-    EntityRef,
     Event,
     EventPage,
     MessageReceipt,
@@ -56,6 +54,7 @@ from ..models import (
 from ..presence import WorkerInfo
 from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
+from ._sends import SendCalls, message_receipt, new_idempotency_key
 from ._versions import VersionCalls
 
 T = TypeVar("T")
@@ -76,11 +75,7 @@ def _health_status(answer: bytes) -> int:
 _CONNECTED_AFTER_S = 30.0
 
 
-def new_idempotency_key() -> str:
-    return uuid.uuid4().hex
-
-
-class AsyncClient(VersionCalls):
+class AsyncClient(SendCalls, VersionCalls):
     """The electric control plane, asynchronously.
 
     >>> async with AsyncClient("127.0.0.1:7700") as client:
@@ -369,17 +364,6 @@ class AsyncClient(VersionCalls):
 
     # -- messages and events --------------------------------------------------------------------
 
-    async def send(
-        self, ref: RefLike, text: str = "", *, data: Any = None, idempotency_key: str | None = None
-    ) -> MessageReceipt:
-        r = parse_ref(ref)
-        request = api.SendMessageRequest(
-            ref=r.to_pb(), text=text, idempotency_key=idempotency_key or new_idempotency_key()
-        )
-        if data is not None:
-            request.data.CopyFrom(json_argument(data, "data"))
-        return _receipt(r, await self._call("SendMessage", request))
-
     async def fork(
         self,
         ref: RefLike,
@@ -421,7 +405,7 @@ class AsyncClient(VersionCalls):
             reason=reason,
             idempotency_key=idempotency_key or new_idempotency_key(),
         )
-        return _receipt(r, await self._call("RetryRun", request))
+        return message_receipt(r, await self._call("RetryRun", request))
 
     async def events(self, ref: RefLike, from_offset: int = 0, limit: int = 100) -> EventPage:
         """One page of the entity's stream from an offset (inclusive)."""
@@ -586,10 +570,3 @@ class AsyncClient(VersionCalls):
 
 def _change(change: api.EntityChange) -> EntityChange:
     return EntityChange(Entity.from_pb(change.entity), state_from_pb(change.previous_state), snapshot=False)
-
-
-def _receipt(ref: EntityRef, response: api.SendMessageResponse | api.RetryRunResponse) -> MessageReceipt:
-    state = state_from_pb(response.state)
-    assert state is not None
-    created = timestamp_to_datetime(response.created_at)
-    return MessageReceipt(ref, response.key, response.offset, response.txid, created, state)

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import anyio
 from anyio.from_thread import BlockingPortal
@@ -25,7 +25,16 @@ from anyio.from_thread import BlockingPortal
 from .._portal import start_portal
 from ..arguments import RefLike, SignalLike, StateLike
 from ..code_versions import TypeVersions
-from ..models import Entity, EntityChange, Event, EventPage, MessageReceipt, SignalManyResult, SignalResult
+from ..models import (
+    Entity,
+    EntityChange,
+    Event,
+    EventPage,
+    MessageReceipt,
+    RunResult,
+    SignalManyResult,
+    SignalResult,
+)
 from ..presence import WorkerInfo
 from ._async import AsyncClient
 from ._options import ClientOptions, DurationLike
@@ -271,10 +280,51 @@ class Client:
             warnings.simplefilter("ignore", DeprecationWarning)  # already warned, at the caller's line
             return self._run(self._async.delete, ref)
 
+    @overload
     def send(
-        self, ref: RefLike, text: str = "", *, data: Any = None, idempotency_key: str | None = None
-    ) -> MessageReceipt:
-        return self._run(self._async.send, ref, text, data=data, idempotency_key=idempotency_key)
+        self,
+        ref: RefLike,
+        text: str = "",
+        *,
+        data: Any = None,
+        idempotency_key: str | None = None,
+        wait: None = None,
+        timeout: DurationLike | None = None,
+    ) -> MessageReceipt: ...
+
+    @overload
+    def send(
+        self,
+        ref: RefLike,
+        text: str = "",
+        *,
+        data: Any = None,
+        idempotency_key: str | None = None,
+        wait: Literal["run"],
+        timeout: DurationLike | None = None,
+    ) -> RunResult: ...
+
+    def send(
+        self,
+        ref: RefLike,
+        text: str = "",
+        *,
+        data: Any = None,
+        idempotency_key: str | None = None,
+        wait: Literal["run"] | None = None,
+        timeout: DurationLike | None = None,
+    ) -> MessageReceipt | RunResult:
+        """As ``AsyncClient.send``: with ``wait="run"``, how the message's run ended
+        (``RunResult``), or ``RunNotEnded`` past ``timeout``."""
+        return self._run(
+            self._async.send,
+            ref,
+            text,
+            data=data,
+            idempotency_key=idempotency_key,
+            wait=wait,
+            timeout=timeout,
+        )
 
     def fork(
         self,

@@ -18,7 +18,7 @@ Define entity types on an ``App``; run them with a ``Worker`` (or the
             ...
 
 Modules: ``app`` (definitions), ``context`` (what entity code sees), ``steps``
-and ``state`` (recorded steps and ``ctx.state``), ``records`` (a lease's
+(``codec``: step results) and ``state`` (recorded steps and ``ctx.state``), ``records`` (a lease's
 records of both), ``host`` (one leased entity: runs and signal enforcement),
 ``worker`` (the session with the server), ``patches`` (``ctx.patched``) and
 ``replay`` (the replay check of new code against recorded runs).
@@ -26,6 +26,7 @@ records of both), ``host`` (one leased entity: runs and signal enforcement),
 
 from ..durable_state import SnapshotPolicy, StateError
 from .app import HANDLEABLE, App, AppReloader, DefinitionError, EntityType, load_app
+from .codec import Codec, JSONCodec
 from .context import Context, Message, Output, SignalInfo
 from .fenced import SessionLost
 from .host import EntityHost
@@ -37,10 +38,12 @@ __all__ = [
     "MAX_RESULT_BYTES",
     "App",
     "AppReloader",
+    "Codec",
     "Context",
     "DefinitionError",
     "EntityHost",
     "EntityType",
+    "JSONCodec",
     "Message",
     "Output",
     "Retry",

@@ -23,6 +23,7 @@ from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
 from .code_version import source_version
+from .codec import Codec, JSONCodec
 from .entity_type import (
     TYPE_NAME,
     DefinitionError,
@@ -36,6 +37,7 @@ from .entity_type import (
 )
 from .exec import spec as exec_spec
 from .exec.config import load_exec_file
+from .exec.reply import Reply
 from .exec.spec import Backend, ExecType, ShutdownPolicy
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
@@ -114,8 +116,12 @@ class App:
     ...     async def on_message(self, ctx, message): ...
     """
 
-    def __init__(self, name: str = "electric", *, code_version: str | None = None) -> None:
+    def __init__(
+        self, name: str = "electric", *, code_version: str | None = None, codec: Codec | None = None
+    ) -> None:
         self.name = name
+        # How step results are recorded and rebuilt (codec.py): JSON, dataclasses, pydantic models.
+        self.codec: Codec = codec or JSONCodec()
         self.types: dict[str, EntityType] = {}
         self._code_version = code_version
 
@@ -142,7 +148,7 @@ class App:
         pinned for ``electric server --upgrade-after`` (10 min), then upgraded (docs/runtime.md,
         "Deploys"); ``sigterm_interrupts``: a SIGTERM interrupts the step in progress at once, as
         SIGINT does, so ``on_signal(SIGTERM)`` runs within the grace (default: at the next step
-        boundary, the RFC's timing; ``lifecycle.SIGTERM_INTERRUPTS``)."""
+        boundary, the RFC's timing; ``lifecycle.OPT_IN_TIMING``)."""
         probe = EntityType(
             name, _no_handler, SimpleNamespace, versioning=versioning, upgrade_after=upgrade_after
         )
@@ -160,6 +166,7 @@ class App:
                     etype = _class_type(name, target, grace_period, idle_timeout, wanted, state, policy)
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
                     etype.sigterm_interrupts = sigterm_interrupts
+                    etype.codec = self.codec
                     self.types[name] = etype
                     return target
                 require_async(target, "the message handler")
@@ -175,6 +182,7 @@ class App:
                     versioning=probe.versioning,
                     upgrade_after=probe.upgrade_after,
                     sigterm_interrupts=sigterm_interrupts,
+                    codec=self.codec,
                 )
             self.types[name] = etype
             return etype
@@ -196,11 +204,13 @@ class App:
         backend: Backend | None = None,
         stdin_format: Literal["text", "json"] = "text",
         output_limit: int | None = None,
+        reply: Reply | None = None,
     ) -> ExecType:
         """Define an exec entity type: each entity of it is an OS process (docs/exec.md).
 
         >>> app.exec("tail", ["tail", "-F", "app.log"], keep=True,
         ...          shutdown=ShutdownPolicy("SIGTERM", "5s"), grace_period="10s")
+        >>> app.exec("calc", ["bc", "-lq"], reply=Reply.lines(1))  # each run's output: bc's answer
         """
         spec = exec_spec.ExecSpec(
             id=id,
@@ -215,6 +225,7 @@ class App:
             backend=backend or exec_spec.DEFAULT_BACKEND,
             stdin_format=stdin_format,
             output_limit=exec_spec.DEFAULT_OUTPUT_LIMIT if output_limit is None else output_limit,
+            reply=reply,
         )
         etype = exec_spec.define(spec)
         self.add(etype)

@@ -4,7 +4,9 @@ A ``Context`` is made for each run (one message) and for each signal handler
 call. ``await ctx.step("tool:search", fn, *args)`` is a recorded step
 (steps.py): its result is written in the stream, and a run delivered again
 after a crash replays it instead of running it. ``async with ctx.step(name)``
-only marks a step. Either way a step's start is the step boundary at which
+only marks a step. Steps started side by side (``asyncio.gather``, a task
+group) are recorded and replayed each by its name or ``key=`` (steps.py);
+``ctx.step_key`` is the running step's key for an external side effect. Either way a step's start is the step boundary at which
 SIGTERM stops a run (a run that returns first is completed); SIGSTOP, SIGCONT
 and SIGHUP act between runs; SIGINT, SIGKILL and SIGUSR act at once, mid-step,
 even while the run is blocked in a thread. ``ctx.state`` is the
@@ -14,6 +16,7 @@ entity's durable state (state.py), shared by its runs and signal handlers.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -26,9 +29,10 @@ from ..errors import InvalidArgument, RunAborted
 from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .codec import Codec
 from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
-from .steps import Retry, RunSteps, run_step, seconds
+from .steps import Member, Retry, RunSteps, current_member, current_step_key, gather_steps, run_step, seconds
 
 T = TypeVar("T")
 
@@ -121,6 +125,8 @@ class _Host(Protocol):
     def stop_requested(self) -> bool: ...
     @property
     def instance(self) -> Any: ...
+    @property
+    def codec(self) -> Codec: ...
     async def step_boundary(self, ctx: Context) -> None: ...
     async def record_step(self, ctx: Context, name: str) -> None: ...
     def declared_timeout(self, step: str, timeout_s: float) -> None: ...
@@ -209,6 +215,7 @@ class Context:
         *args: Any,
         retry: Retry | None = None,
         timeout: DurationLike | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> Coroutine[Any, Any, T]: ...
     @overload
@@ -220,6 +227,7 @@ class Context:
         *args: Any,
         retry: Retry | None = None,
         timeout: DurationLike | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> Coroutine[Any, Any, T]: ...
     def step(
@@ -230,6 +238,7 @@ class Context:
         *args: Any,
         retry: Retry | None = None,
         timeout: DurationLike | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> _Step | Coroutine[Any, Any, Any]:
         """One step of a run (a model call, a tool call). Recorded::
@@ -237,7 +246,13 @@ class Context:
             answer = await ctx.step("model:answer", call_model, prompt, retry=Retry(3), timeout="30s")
 
         runs ``fn(*args, **kwargs)`` (awaited if it returns an awaitable) and records its result;
-        a run delivered again replays it. Unrecorded (a boundary only)::
+        a run delivered again replays it. Steps started side by side are each recorded::
+
+            found = await asyncio.gather(*(ctx.step("tool:search", search, q, key=q) for q in queries))
+
+        each known by its ``key``, or its name when the names differ (two that cannot be told
+        apart are refused); ``fn`` may return a dataclass or a pydantic model (the app's codec,
+        codec.py). Unrecorded (a boundary only)::
 
             async with ctx.step("tool:search"):
                 ...
@@ -246,7 +261,35 @@ class Context:
             return _Step(self, name)
         if timeout is not None and self.message is not None:
             self._host.declared_timeout(name, seconds(timeout))
-        return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout)
+        return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout, key=key)
+
+    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        """Run ``aws`` side by side and return their results in order, their recorded steps in a
+        group of their own, each known by its place in this call (and its name)::
+
+            pages = await ctx.gather(*(ctx.step("tool:fetch", fetch, url) for url in urls))
+
+        so steps of the same name need no key. The first to fail cancels the others (their steps
+        cut short have no record) and its error is raised."""
+        return await gather_steps(self.steps, aws)
+
+    @property
+    def step_key(self) -> str:
+        """The recorded step the calling code runs in, as a key for an external side effect (an
+        idempotency key): the same across attempts of that step (retries, redeliveries), distinct
+        for every step of every run, repeated and parallel names included::
+
+            await ctx.step("pay", lambda: stripe.charge(..., idempotency_key=ctx.step_key))
+        """
+        key = current_step_key()
+        if key is None:
+            raise RuntimeError("ctx.step_key is read inside a recorded step (ctx.step(name, fn, ...))")
+        return key
+
+    @property
+    def codec(self) -> Codec:
+        """How step results are recorded and rebuilt (the app's, ``App(codec=...)``)."""
+        return self._host.codec
 
     def patched(self, patch_id: str, /) -> bool:
         """Whether this run takes the new path of the patch ``patch_id``::
@@ -306,6 +349,10 @@ class Context:
 
     def _change(self, op: Op) -> None:
         self._check_open()
+        member = self.steps.lane()
+        if member is not None:
+            self._held(member, op)
+            return
         if self.message is not None and self.steps.replaying:
             return  # an earlier attempt of this run wrote this change: the state holds it already
         size = len(json.dumps(op))
@@ -318,9 +365,31 @@ class Context:
         self.pending_ops.append(op)
         self._pending_bytes += size
 
+    def _held(self, member: Member, op: Op) -> None:
+        """A parallel step's change: checked against the state now, applied with its record."""
+        live = self._state().live
+        name = op[1] if len(op) > 1 and isinstance(op[1], str) else ""
+        scratch = {name: copy.copy(live[name])} if name in live else {}
+        apply(scratch, op)  # a change that does not fit fails here, in the step's code
+        size = len(json.dumps(op))
+        if member.size + size > MAX_PENDING_BYTES:
+            raise StateError(
+                f"parallel step {member.name!r}: its state changes would exceed {MAX_PENDING_BYTES} "
+                "bytes: they are written with its record"
+            )
+        member.ops.append(op)
+        member.size += size
+
     def take_ops(self) -> list[Op]:
-        """The changes not yet written, now to be written."""
+        """The changes not yet written, now to be written (with a parallel step's record: its own
+        too, applied to the state now, so the state follows the records' order)."""
         ops, self.pending_ops, self._pending_bytes = self.pending_ops, [], 0
+        member = current_member(self.steps)
+        if member is not None and member.ops:
+            live = self._state().live
+            for op in member.ops:
+                apply(live, op)
+            ops, member.ops, member.size = ops + member.ops, [], 0
         return ops
 
     def return_ops(self, ops: list[Op]) -> None:

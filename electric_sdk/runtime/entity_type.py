@@ -20,6 +20,7 @@ from .._wire.versions import VERSIONING_TO_PB
 from ..client._options import DurationLike, to_duration
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
+from .codec import Codec, JSONCodec
 
 if TYPE_CHECKING:
     from .context import Context, Message, SignalInfo
@@ -101,10 +102,12 @@ class EntityType:
     versioning: Versioning | None = None
     upgrade_after: DurationLike | None = None
     # Whether a SIGTERM interrupts the step in progress at once (as SIGINT does) instead of
-    # waiting for the run's next step boundary (lifecycle.SIGTERM_INTERRUPTS).
+    # waiting for the run's next step boundary (lifecycle.OPT_IN_TIMING).
     sigterm_interrupts: bool = False
     # The steps a worker has warned of (a declared timeout past the grace): each is named once.
     warned_steps: set[str] = field(default_factory=set, repr=False, compare=False)
+    # How its steps' results are recorded and rebuilt: the app's (``App(codec=...)``).
+    codec: Codec = field(default_factory=JSONCodec)
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):

@@ -161,6 +161,7 @@ class EntityHarness:
             pb.Entity(),
         )
         self.instance: Any = self.etype.factory()
+        self.codec = self.etype.codec
         self._lease_state = LeaseState(Loaded({}, -1, -1, 0, 0), SnapshotPolicy())
         # What the worker would append: {"type": ..., "data": ...}, in order.
         self.events: list[dict[str, Any]] = []
@@ -241,6 +242,7 @@ class EntityHarness:
         async def body() -> None:
             try:
                 with run.scope:
+                    run.ctx.steps.bind()
                     result = await self.etype.on_message(self.instance, run.ctx, run.message)
                     if isinstance(result, str) and result and not len(run.ctx.output):
                         run.ctx.output.write(result)

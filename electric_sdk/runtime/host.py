@@ -43,6 +43,7 @@ from ..lifecycle import (
     runtime_outcome,
 )
 from ..models import Event
+from .codec import Codec
 from .context import Context, Message, SignalInfo
 from .entity_type import EntityType
 from .fenced import (
@@ -240,6 +241,10 @@ class EntityHost(HostBase):
     def lease_state(self) -> LeaseState:
         return self._records.lease_state()
 
+    @property
+    def codec(self) -> Codec:
+        return self.etype.codec
+
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
         await self._records.write_step(ctx, data)
 
@@ -299,6 +304,7 @@ class EntityHost(HostBase):
             try:
                 with run.scope:
                     try:
+                        run.ctx.steps.bind()  # steps from tasks the body starts are parallel steps
                         result = await self.etype.on_message(self.instance, run.ctx, run.message)
                         if isinstance(result, str) and result and not len(run.ctx.output):
                             run.ctx.output.write(result)

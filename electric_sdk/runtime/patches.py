@@ -97,11 +97,13 @@ def _patches(steps: RunSteps, run_key: str | None, patch_id: str) -> RunPatches 
     _check_id(patch_id)
     if run_key is None or in_step(steps):
         return None
-    if steps.current is not None:
+    if steps.current is not None or not steps.in_body():
+        what = f"step {steps.current!r} runs" if steps.current is not None else "parallel steps may run"
         raise RuntimeError(
-            f"ctx.patched({patch_id!r}) called while step {steps.current!r} runs in another task: "
-            "a patch is answered at a position of the run's steps, so it is asked between them"
+            f"ctx.patched({patch_id!r}) called while {what} in another task: a patch is answered "
+            "at a position of the run's steps, so it is asked between them, in the run's own task"
         )
+    steps.settle(f"ctx.patched({patch_id!r}) called")
     if steps.patches is None:
         steps.patches = RunPatches(list(steps.markers))
     return steps.patches
@@ -113,7 +115,7 @@ def patched(steps: RunSteps, patch_id: str, *, run_key: str | None, attempt: int
     if patches is None:
         return True
     position = steps.index
-    taken, new = patches.answer(patch_id, position, step_recorded=position in steps.names)
+    taken, new = patches.answer(patch_id, position, step_recorded=steps.recorded_at(position))
     if new:
         patches.unwritten.append(
             {"run": run_key, "attempt": attempt, "index": position, "outcome": PATCHED, "patch": patch_id}

@@ -162,6 +162,7 @@ class _ReplayHost:
     ) -> None:
         self.entity = entity
         self.instance: Any = etype.factory()
+        self.codec = etype.codec
         self._events = events
         self._state = state
         self.scope = anyio.CancelScope()
@@ -240,6 +241,7 @@ async def _replay_run(
     with anyio.move_on_after(run_timeout_s) as bound:
         with host.scope:
             try:
+                ctx.steps.bind()
                 await etype.on_message(host.instance, ctx, run.message)
             except NonDeterministicRun:
                 pass  # host.mismatch holds what it was recorded as

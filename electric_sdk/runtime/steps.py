@@ -1,32 +1,46 @@
-"""Recorded steps: ``await ctx.step(name, fn, *args, retry=..., timeout=...)``.
+"""Recorded steps: ``await ctx.step(name, fn, *args, retry=..., timeout=..., key=...)``.
 
 A recorded step's outcome is one ``electric.step`` event in the entity's
 stream, written as a fenced runtime write together with the state changes its
 run made since the previous step (``durable_state``)::
 
     {"run": message key, "attempt": n, "index": i, "name": ..., "outcome": ok | error,
-     "try": k, "result": JSON | "error": {"type", "message"}, "ops": [...], "snap": S}
+     "try": k, "result": JSON, "type": tag | "error": {"type", "message"}, "ops": [...], "snap": S}
 
-Each failed try that will be retried is recorded too (``outcome: retry``), so
-the count of tries survives a crash. A run delivered again (attempt >= 2 of
-the same message) replays: the step at position ``i`` returns the recorded
-result (or raises the recorded error as ``StepFailed``) without running, as
-long as it has the recorded name; another name there is ``NonDeterministicRun``,
-recorded (``outcome: nondeterministic``) and raised. A step cut short (SIGINT,
-SIGKILL, a crash) has no outcome record: it runs again. A plain (not
-``async``) function runs in a worker thread: a SIGINT aborts its run at once
-and the thread is abandoned, running on to its end unobserved. Since steps are
-matched by position, a run's steps run one at a time: a step called from
-inside another is part of it (as in DBOS), one called beside it from another
-task of the run is refused. ``ctx.patched(id)`` (patches.py) lets new code take
-a run recorded on older code: its markers (``outcome: patched``) are read here
-with the steps, and answered there.
+(``key``: a parallel step's identity in its group, below; ``type``: the
+codec's tag for a result that is not plain JSON, codec.py.) Each failed try
+that will be retried is recorded too (``outcome: retry``), so the count of
+tries survives a crash. A run delivered again (attempt >= 2 of the same
+message) replays: the step at position ``i`` returns the recorded result (or
+raises the recorded error as ``StepFailed``) without running, as long as it
+has the recorded name; another name there is ``NonDeterministicRun``, recorded
+(``outcome: nondeterministic``) and raised. A step cut short (SIGINT, SIGKILL,
+a crash) has no outcome record: it runs again. A plain (not ``async``)
+function runs in a worker thread: a SIGINT aborts its run at once and the
+thread is abandoned, running on to its end unobserved. A step called from
+inside another is part of it (as in DBOS). ``ctx.patched(id)`` (patches.py)
+lets new code take a run recorded on older code: its markers (``outcome:
+patched``) are read here with the steps, and answered there.
+
+Parallel steps. The run's own task (running ``on_message``) takes positions
+one step at a time. A step called from a task the run started is a parallel
+step: those between two positions of the run's own task form a group holding
+one position ``g``, each known in it by ``key`` (its place in ``ctx.gather``,
+its ``key=``, else its name), so ``(g, key)`` does not depend on which task
+reaches ``ctx.step`` first. Two of one group with the same key are refused,
+naming both. Each has its own tries and outcome. The run's own task taking a
+position (a step, ``ctx.patched``, a state change) ends the group, refused
+while some are in flight. A parallel step's ``ctx.state`` changes are held
+and applied with its record, so the state follows the records' order (the
+order of a replay and a rebuild); one from a task the run started, outside a
+step, is refused. ``ctx.step_key``: a step's identity as an idempotency key.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import hashlib
 import inspect
 import json
 import random
@@ -41,21 +55,28 @@ import anyio.to_thread
 
 from .._wire.json_values import nests_too_deep
 from ..client._options import DurationLike
-from ..durable_state import MAX_VALUE_DEPTH, STATE_EVENT, STEP_EVENT
+from ..durable_state import MAX_VALUE_DEPTH, STATE_EVENT, STEP_EVENT, Op, StateError
 from ..durations import parse_ms
 from ..errors import InvalidStepResult, NonDeterministicRun, StepFailed, StepTimeout
 from ..models import Event
 
 if TYPE_CHECKING:
+    from ..models import EntityRef
+    from .codec import Codec
     from .patches import RunPatches
 
 __all__ = [
     "FINAL_OUTCOMES",
+    "MAX_KEY_CHARS",
     "MAX_RESULT_BYTES",
     "PATCHED",
+    "Member",
     "Retry",
     "RunSteps",
     "StepRecorder",
+    "current_member",
+    "current_step_key",
+    "gather_steps",
     "in_step",
     "run_step",
     "seconds",
@@ -66,6 +87,8 @@ __all__ = [
 MAX_RESULT_BYTES = 256 * 1024
 # A step's outcomes; ``retry`` and ``nondeterministic`` records are not outcomes.
 FINAL_OUTCOMES = ("ok", "error")
+# A parallel step's key is a name in the code and in the records: short, like a step's name.
+MAX_KEY_CHARS = 128
 # A patch marker's outcome: ``ctx.patched(id)`` answered True before the step at its index.
 PATCHED = "patched"
 
@@ -111,23 +134,66 @@ class Retry:
 NO_RETRY = Retry(attempts=1)
 # The run whose recorded step the current task is running (tasks it starts inherit it).
 _inside: contextvars.ContextVar[RunSteps | None] = contextvars.ContextVar("electric_step", default=None)
-_NONE: Mapping[int, Any] = MappingProxyType({})
+# The parallel step the current task runs: its ctx.state changes are held until its record.
+_member: contextvars.ContextVar[Member | None] = contextvars.ContextVar("electric_member", default=None)
+# The place of the current task in a ``ctx.gather`` call: its steps are known by it.
+_place: contextvars.ContextVar[int | None] = contextvars.ContextVar("electric_place", default=None)
+# ``ctx.step_key`` of the step the current task runs.
+_step_key: contextvars.ContextVar[tuple[StepRecorder, Slot] | None] = contextvars.ContextVar(
+    "electric_step_key", default=None
+)
+_NONE: Mapping[Any, Any] = MappingProxyType({})
+# A step's identity in its run's records: (position, key); key None for a step of the run's own task.
+Slot = tuple[int, str | None]
+
+
+class Member:
+    """A parallel step in flight, with the ctx.state changes its code made (written with its
+    record, and applied to the live state then)."""
+
+    __slots__ = ("key", "name", "ops", "size", "steps")
+
+    def __init__(self, steps: RunSteps, name: str, key: str) -> None:
+        self.steps, self.name, self.key = steps, name, key
+        self.ops: list[Op] = []
+        self.size = 0
 
 
 class RunSteps:
     """One run's recorded steps: what earlier attempts of its message recorded, and where this
-    attempt is (``index``: the position of the next recorded step)."""
+    attempt is (``index``: the position of the next step of the run's own task, or of the open
+    group of parallel steps)."""
 
-    __slots__ = ("committed_segments", "current", "final", "index", "markers", "names", "patches", "tries")
+    __slots__ = (
+        "body",
+        "body_step",
+        "committed_segments",
+        "final",
+        "group",
+        "groups",
+        "index",
+        "markers",
+        "names",
+        "patches",
+        "positions",
+        "running",
+        "tries",
+    )  # fmt: skip
 
     def __init__(self, records: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
         self.index = 0
-        # The recorded step running now: steps are matched by position, so they run one at a time.
-        self.current: str | None = None
+        # The task running on_message (None: every caller counts as it, as in a signal handler).
+        self.body: int | None = None
+        # The step of the run's own task running now; the open group's keys, and those in flight.
+        self.body_step: str | None = None
+        self.group: dict[str, str] = {}
+        self.running: dict[str, str] = {}
         # Every run has one and most have no records: they share empty tables then.
-        self.final: Mapping[int, dict[str, Any]] = _NONE
-        self.names: Mapping[int, str] = _NONE
-        self.tries: Mapping[int, int] = _NONE
+        self.final: Mapping[Slot, dict[str, Any]] = _NONE
+        self.names: Mapping[Slot, str] = _NONE
+        self.tries: Mapping[Slot, int] = _NONE
+        self.positions: AbstractSet[int] = frozenset()
+        self.groups: Mapping[int, str] = _NONE
         # Segments whose state changes are in the stream already (a replay does not make them again).
         self.committed_segments: AbstractSet[int] = frozenset()
         # The patch markers earlier attempts recorded, and this attempt's answers (patches.py
@@ -138,9 +204,9 @@ class RunSteps:
             self._read(records)
 
     def _read(self, records: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        final: dict[int, dict[str, Any]] = {}
-        names: dict[int, str] = {}
-        tries: dict[int, int] = {}
+        final: dict[Slot, dict[str, Any]] = {}
+        names: dict[Slot, str] = {}
+        tries: dict[Slot, int] = {}
         committed: set[int] = set()
         markers: list[dict[str, Any]] = []
         for kind, data in records:
@@ -151,14 +217,23 @@ class RunSteps:
                 markers.append(data)
                 continue
             index = int(data["index"])
+            key = data.get("key")
+            slot = (index, None if key is None else str(key))
             outcome = data.get("outcome")
             if outcome in FINAL_OUTCOMES:
-                final[index] = data
+                final[slot] = data
+                # The first outcome at a position carried the run's changes made before it.
                 committed.add(index)
             if outcome in (*FINAL_OUTCOMES, "retry"):
-                names[index] = str(data["name"])
-                tries[index] = max(tries.get(index, 0), int(data.get("try", 1)))
+                names[slot] = str(data["name"])
+                tries[slot] = max(tries.get(slot, 0), int(data.get("try", 1)))
         self.final, self.names, self.tries, self.committed_segments = final, names, tries, committed
+        self.positions = {index for index, _ in names}
+        groups: dict[int, list[str]] = {}
+        for (index, key), name in names.items():
+            if key is not None:
+                groups.setdefault(index, []).append(name)
+        self.groups = {index: f"parallel steps {_listed(found)}" for index, found in groups.items()}
         self.markers = markers
 
     @classmethod
@@ -180,16 +255,117 @@ class RunSteps:
                 records.append((event.type, data))
         return records
 
+    def bind(self) -> None:
+        """The calling task runs the run's body (``on_message``): steps from other tasks are parallel."""
+        self.body = anyio.get_current_task().id
+
+    @property
+    def current(self) -> str | None:
+        """A recorded step running now (None: none is)."""
+        return self.body_step or next(iter(self.running.values()), None)
+
     @property
     def replaying(self) -> bool:
         """Whether the run's state changes here were recorded by an earlier attempt."""
         return self.index in self.committed_segments
+
+    def recorded_at(self, position: int) -> bool:
+        """Whether an earlier attempt recorded a step (or a group) at ``position``."""
+        return position in self.positions
+
+    def in_body(self) -> bool:
+        return self.body is None or anyio.get_current_task().id == self.body
+
+    def settle(self, what: str) -> None:
+        """The run's own task takes a position: the open group of parallel steps ends (it is
+        refused while some of them are in flight: where they end would depend on timing)."""
+        if not self.group:
+            return
+        if self.running:
+            raise RuntimeError(
+                f"{what} while parallel steps {_listed(self.running.values())} run in other tasks: "
+                "await them first (asyncio.gather, a task group), so every attempt of the run "
+                "orders its steps the same way"
+            )
+        self.group = {}
+        self.index += 1
+
+    def lane(self) -> Member | None:
+        """Whose ctx.state change this is: a parallel step's (held until its record), or None for
+        the run's own (written with its next record)."""
+        member = _member.get()
+        if member is not None and member.steps is self:
+            return member
+        if _inside.get() is self:
+            return None
+        if self.in_body():
+            self.settle("ctx.state changed")
+            return None
+        raise StateError(
+            "ctx.state changed from a task the run started, outside a recorded step: it would "
+            "belong to no step's record; change it inside the step, or in the run's own task"
+        )
+
+    def _described(self, slot: Slot) -> str | None:
+        """What an earlier attempt recorded at ``slot``'s position, if it is not ``slot``'s kind."""
+        index, key = slot
+        if key is None:
+            return self.groups.get(index)
+        return self.names.get((index, None))
+
+
+def _listed(names: Any) -> str:
+    return ", ".join(repr(n) for n in sorted(names))
+
+
+async def gather_steps(steps: RunSteps, aws: Sequence[Awaitable[Any]]) -> list[Any]:
+    """``ctx.gather``: ``aws`` side by side, in a group of their own, each task's steps known by
+    its place in the call (and their names); the first failure cancels the others and is raised."""
+    if not steps.in_body() or _inside.get() is steps:
+        raise RuntimeError("ctx.gather is called from the run's own task, between its steps")
+    steps.settle("ctx.gather called")
+    results: list[Any] = [None] * len(aws)
+    failed: list[BaseException] = []
+
+    async def one(place: int, aw: Awaitable[Any], scope: anyio.CancelScope) -> None:
+        _place.set(place)  # this task's own context: its steps see it
+        try:
+            results[place] = await aw
+        except Exception as exc:
+            failed.append(exc)
+            scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for place, aw in enumerate(aws):
+            tg.start_soon(one, place, aw, tg.cancel_scope)
+    if failed:
+        raise failed[0]
+    steps.settle("ctx.gather returned")
+    return results
 
 
 def in_step(steps: RunSteps) -> bool:
     """Whether the calling task runs inside one of the run's recorded steps (its code runs once,
     and its result is what a replay sees)."""
     return _inside.get() is steps
+
+
+def current_member(steps: RunSteps) -> Member | None:
+    """The parallel step of ``steps`` the calling task runs, if any."""
+    member = _member.get()
+    return member if member is not None and member.steps is steps else None
+
+
+def current_step_key() -> str | None:
+    """``ctx.step_key``: the key of the recorded step the calling task runs (None: outside one)."""
+    running = _step_key.get()
+    if running is None:
+        return None
+    run, slot = running
+    # A digest, made when asked: message keys and step keys are free text, and a joined string
+    # could collide.
+    identity = json.dumps([run.ref.url, run.message_key, slot[0], slot[1]])
+    return "step-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
 
 
 class StepRecorder(Protocol):
@@ -201,15 +377,23 @@ class StepRecorder(Protocol):
     def message_key(self) -> str: ...
     @property
     def attempt(self) -> int: ...
+    @property
+    def ref(self) -> EntityRef: ...
+    @property
+    def codec(self) -> Codec: ...
     async def step_boundary(self) -> None: ...
     async def record_step(self, data: dict[str, Any]) -> None: ...
 
 
-def _result_json(name: str, result: Any) -> Any:
+def _encoded(codec: Codec, name: str, result: Any) -> tuple[Any, str | None]:
+    """``result`` as its record holds it: (a JSON copy of what the codec made, its type tag)."""
     try:
-        text = json.dumps(result, allow_nan=False)
+        value, tag = codec.encode(result)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidStepResult(f"step {name!r}: its result must be JSON: {exc}") from None
+        raise InvalidStepResult(
+            f"step {name!r}: its result must be JSON or a type the codec carries: {exc}"
+        ) from None
     if len(text.encode()) > MAX_RESULT_BYTES:
         raise InvalidStepResult(
             f"step {name!r}: its result is {len(text.encode())} bytes as JSON; at most {MAX_RESULT_BYTES}"
@@ -217,7 +401,20 @@ def _result_json(name: str, result: Any) -> Any:
     copied = json.loads(text)
     if nests_too_deep(copied, MAX_VALUE_DEPTH):
         raise InvalidStepResult(f"step {name!r}: its result nests more than {MAX_VALUE_DEPTH} deep")
-    return copied
+    return copied, tag
+
+
+def _decoded(codec: Codec, name: str, data: dict[str, Any], where: str) -> Any:
+    """The value of a recorded (or just encoded) result; a clear error naming the step if the
+    codec cannot rebuild it (a type renamed or removed, another codec)."""
+    tag = data.get("type")
+    try:
+        return codec.decode(data.get("result"), None if tag is None else str(tag))
+    except Exception as exc:
+        kind = f" of type {tag}" if tag is not None else ""
+        raise InvalidStepResult(
+            f"step {name!r} ({where}): its recorded result{kind} cannot be decoded: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _failed(name: str, error: dict[str, Any], tries: int) -> StepFailed:
@@ -227,10 +424,15 @@ def _failed(name: str, error: dict[str, Any], tries: int) -> StepFailed:
 
 
 async def _try(
-    name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout_s: float | None
-) -> Any:
-    """One try: ``fn``'s JSON result, within ``timeout_s`` (StepTimeout past it; a TimeoutError the
-    step raises itself stays what it is)."""
+    codec: Codec,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout_s: float | None,
+) -> tuple[Any, str | None]:
+    """One try: ``fn``'s encoded result, within ``timeout_s`` (StepTimeout past it; a TimeoutError
+    the step raises itself stays what it is)."""
     with anyio.move_on_after(timeout_s):
         if inspect.iscoroutinefunction(fn):
             result = await fn(*args, **kwargs)
@@ -242,7 +444,7 @@ async def _try(
             result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
             if inspect.isawaitable(result):  # a plain function that returned a coroutine
                 result = await result
-        return _result_json(name, result)
+        return _encoded(codec, name, result)
     assert timeout_s is not None  # reached only when the timeout cancelled the try
     raise StepTimeout(
         f"step {name!r} ran past its timeout ({timeout_s * 1000:.0f} ms)",
@@ -261,42 +463,91 @@ async def run_step(
     *,
     retry: Retry | None,
     timeout: DurationLike | None,  # noqa: ASYNC109 - the step's own bound, recorded as its error
+    key: str | None = None,
 ) -> Any:
     steps = run.steps
+    if key is not None and not (isinstance(key, str) and 1 <= len(key) <= MAX_KEY_CHARS):
+        raise ValueError(f"a step's key is a text of 1 to {MAX_KEY_CHARS} characters, got {key!r:.80}")
     if _inside.get() is steps:
         # Called from inside a recorded step (its task or one it started): part of that step, as a
         # DBOS step called from a step is; its result is recorded with the outer step's, if at all.
-        return await _try(name, fn, args, kwargs, seconds(timeout) if timeout is not None else None)
-    if steps.current is not None:
-        raise RuntimeError(
-            f"recorded step {name!r} called while {steps.current!r} runs in another task: a run's "
-            "recorded steps are matched by position, so they run one at a time"
+        value, tag = await _try(
+            run.codec, name, fn, args, kwargs, seconds(timeout) if timeout is not None else None
         )
-    index = steps.index
-    recorded_name = steps.names.get(index)
-    base = {"run": run.message_key, "attempt": run.attempt, "index": index, "name": name}
+        return _decoded(run.codec, name, {"result": value, "type": tag}, "inside another step")
+    if steps.in_body():
+        steps.settle(f"recorded step {name!r} called")
+        if steps.body_step is not None:
+            raise RuntimeError(
+                f"recorded step {name!r} called while {steps.body_step!r} runs in another task: "
+                "this context's steps are matched by position, so they run one at a time"
+            )
+        slot: Slot = (steps.index, None)
+    else:
+        slot = _join_group(steps, name, key)
+    base: dict[str, Any] = {"run": run.message_key, "attempt": run.attempt, "index": slot[0], "name": name}
+    if slot[1] is not None:
+        base["key"] = slot[1]
+    recorded_name = steps.names.get(slot) or steps._described(slot)
     if recorded_name is not None and recorded_name != name:
         await run.record_step({**base, "outcome": "nondeterministic", "expected": recorded_name})
+        what = f"step {slot[0]}" + (f" (parallel, key {slot[1]!r})" if slot[1] is not None else "")
         raise NonDeterministicRun(
-            f"step {index} of this run was recorded as {recorded_name!r}, and the code now asks for "
+            f"{what} of this run was recorded as {recorded_name!r}, and the code now asks for "
             f"{name!r}: the run's code path changed since its first attempt"
         )
-    if (final := steps.final.get(index)) is not None:
-        steps.index += 1
+    if (final := steps.final.get(slot)) is not None:
+        if slot[1] is None:
+            steps.index += 1
         if final["outcome"] == "ok":
-            return final.get("result")
+            return _decoded(run.codec, name, final, f"position {slot[0]} of run {run.message_key}")
         raise _failed(name, final["error"], int(final.get("try", 1)))
-    steps.current, token = name, _inside.set(steps)
+    member: Member | None = None
+    if slot[1] is None:
+        steps.body_step = name
+    else:
+        member = Member(steps, name, slot[1])
+        steps.running[slot[1]] = name
+    tokens = (_inside.set(steps), _member.set(member), _step_key.set((run, slot)))
     try:
-        return await _tries(run, steps, base, fn, args, kwargs, retry or NO_RETRY, timeout)
+        return await _tries(run, steps, slot, base, fn, args, kwargs, retry or NO_RETRY, timeout)
     finally:
-        steps.current = None
-        _inside.reset(token)
+        if slot[1] is None:
+            steps.body_step = None
+        else:
+            steps.running.pop(slot[1], None)
+        _step_key.reset(tokens[2])
+        _member.reset(tokens[1])
+        _inside.reset(tokens[0])
+
+
+def _join_group(steps: RunSteps, name: str, key: str | None) -> Slot:
+    """A parallel step's slot in the open group (opened by the first): refused beside a step of
+    the run's own task, or beside a step of the group it cannot be told apart from."""
+    if steps.body_step is not None:
+        raise RuntimeError(
+            f"recorded step {name!r} called from another task while {steps.body_step!r} runs in "
+            "the run's own task: start parallel steps together (asyncio.gather, a task group) "
+            "between the run's own steps"
+        )
+    place = _place.get()
+    member_key = key if key is not None else name if place is None else f"{place}:{name}"
+    if (earlier := steps.group.get(member_key)) is not None:
+        same = f"named {name!r}" if key is None else f"with key {key!r} ({earlier!r} and {name!r})"
+        raise RuntimeError(
+            f"two parallel steps {same} at position {steps.index} of this run cannot be told "
+            "apart, so a replay could not answer each from its own record: give each its own "
+            "key (ctx.step(name, fn, ..., key=...)), or start them with ctx.gather(...), which "
+            "knows each by its place"
+        )
+    steps.group[member_key] = name
+    return steps.index, member_key
 
 
 async def _tries(
     run: StepRecorder,
     steps: RunSteps,
+    slot: Slot,
     base: dict[str, Any],
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -307,15 +558,21 @@ async def _tries(
     """Run the step until it succeeds or its policy gives up, recording each try's failure."""
     name = str(base["name"])
     timeout_s = seconds(timeout) if timeout is not None else None
-    failed_tries = steps.tries.get(int(base["index"]), 0)
+    failed_tries = steps.tries.get(slot, 0)
     await run.step_boundary()
     while True:
         attempt_no = failed_tries + 1
         try:
-            result = await _try(name, fn, args, kwargs, timeout_s)
+            value, tag = await _try(run.codec, name, fn, args, kwargs, timeout_s)
+            data = {**base, "outcome": "ok", "try": attempt_no, "result": value}
+            if tag is not None:
+                data["type"] = tag
+            result = _decoded(run.codec, name, data, "as just encoded")  # what a replay returns
         except InvalidStepResult as exc:
             error = {"type": type(exc).__name__, "message": str(exc)}
-            await _record_final(run, steps, {**base, "outcome": "error", "try": attempt_no, "error": error})
+            await _record_final(
+                run, steps, slot, {**base, "outcome": "error", "try": attempt_no, "error": error}
+            )
             raise
         except Exception as exc:
             error = {"type": type(exc).__name__, "message": str(exc)}
@@ -325,12 +582,15 @@ async def _tries(
                 await anyio.sleep(policy.delay_s(attempt_no))
                 await run.step_boundary()
                 continue
-            await _record_final(run, steps, {**base, "outcome": "error", "try": attempt_no, "error": error})
+            await _record_final(
+                run, steps, slot, {**base, "outcome": "error", "try": attempt_no, "error": error}
+            )
             raise _failed(name, error, attempt_no) from exc
-        await _record_final(run, steps, {**base, "outcome": "ok", "try": attempt_no, "result": result})
+        await _record_final(run, steps, slot, data)
         return result
 
 
-async def _record_final(run: StepRecorder, steps: RunSteps, data: dict[str, Any]) -> None:
+async def _record_final(run: StepRecorder, steps: RunSteps, slot: Slot, data: dict[str, Any]) -> None:
     await run.record_step(data)
-    steps.index += 1
+    if slot[1] is None:
+        steps.index += 1

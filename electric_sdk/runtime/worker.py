@@ -140,6 +140,8 @@ class Worker:
         self.clock = clock
         self._hosts: dict[tuple[str, str], Host] = {}
         self._host_tasks: set[asyncio.Task[None]] = set()
+        # Each entity's newest host task: a new lease on it waits for the old one's end.
+        self._task_of: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._hosts_changed = anyio.Event()
         self._pending: dict[int, _Pending] = {}
         self._next_request_id = 0
@@ -400,12 +402,20 @@ class Worker:
         # A bare asyncio task (the session's end cancels it, below): anyio's task handles cost
         # about a kilobyte per task, and a worker may host ten thousand entities.
         # Deliveries that come before it runs wait in the host.
-        task = asyncio.get_running_loop().create_task(host.run(), name=f"host {key[0]}/{key[1]}")
+        previous = self._task_of.get(key)
+        run = host.run() if previous is None or previous.done() else _after(previous, host)
+        task = asyncio.get_running_loop().create_task(run, name=f"host {key[0]}/{key[1]}")
         self._host_tasks.add(task)
+        self._task_of[key] = task
         task.add_done_callback(self._host_tasks.discard)
+        task.add_done_callback(
+            lambda done: self._task_of.pop(key, None) if self._task_of.get(key) is done else None
+        )
         self._ring_hosts()
 
     async def _stop_hosts(self) -> None:
+        # Awaited before the worker reconnects: the steps in flight of the leases that went with
+        # the session are cancelled before it can take any new lease (docs/runtime.md, "Step keys").
         tasks = list(self._host_tasks)
         for task in tasks:
             task.cancel()
@@ -527,3 +537,16 @@ def _poll(receive: Any) -> rt.ConnectRequest | Empty | None:
 
 def _request_batch(requests: list[rt.ConnectRequest]) -> rt.ConnectRequest:
     return rt.ConnectRequest(batch=rt.RequestBatch(requests=requests))
+
+
+async def _after(previous: asyncio.Task[None], host: Host) -> None:
+    """Host the entity once the previous host of it has ended: its steps in flight (cancelled
+    when its lease was revoked) are over before the new lease runs any (a step in an abandoned
+    thread excepted: docs/runtime.md, "Step keys")."""
+    try:
+        await asyncio.wait({previous})
+    except asyncio.CancelledError:
+        if host.on_end is not None:  # the session ended first: forgotten as if it had run
+            host.on_end(host)
+        raise
+    await host.run()

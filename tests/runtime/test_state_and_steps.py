@@ -171,7 +171,7 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
         "with the run's next recorded step, at its end, or when a handler returns",
         "InvalidStepResult",
         "42",
-        "recorded step 'beside' called while 'slow' runs in another t",
+        "recorded step 'beside' called while parallel steps 'slow' ru",
     ]
     assert await client.state(ref) == {"names": ["ok"]}
     steps = [e.value["data"] for e in await everything(client, ref) if e.type == STEP_EVENT]
@@ -181,6 +181,7 @@ async def test_bad_values_and_results_are_clear_errors_that_write_nothing_wrong(
         ("slow", "ok"),
     ]
     assert steps[1]["result"] == "42"
+    assert (steps[2]["index"], steps[2]["key"]) == (2, "slow")  # started from another task: parallel
 
 
 async def test_the_cli_watches_the_state_change_by_change(electric: TestServer, client: AsyncClient) -> None:

@@ -117,6 +117,34 @@ export interface MessageReceipt {
   state: StateName;
 }
 
+/** Where a message's run is: `queued` or `started` until it ends, then how it ended. */
+export type RunStatus = "queued" | "started" | "completed" | "failed" | "aborted" | "cancelled";
+
+/** How the run a message started ended (`send(..., { wait: "run" })`). */
+export interface RunOutcome {
+  message_key: string;
+  /** `completed` (output), `failed` (error), `aborted` (partial output), `cancelled` (never started). */
+  status: RunStatus;
+  /** False: the timeout passed first; the message stays delivered. */
+  ended: boolean;
+  started: boolean;
+  attempt: number;
+  output: string | null;
+  error: string | null;
+  entity_state: StateName | null;
+}
+
+export interface WaitedReceipt extends MessageReceipt {
+  run: RunOutcome;
+}
+
+export interface SendWaitOptions extends CallOptions {
+  /** What to wait for: the run the message starts. */
+  wait: "run";
+  /** How long, from the first attempt: a duration ("500ms", "30s") or milliseconds (default: the server's maximum, 1h). */
+  timeout?: string | number;
+}
+
 /** The RFC's event: a State Protocol change message. */
 export interface ChangeMessage {
   type: string;
@@ -263,9 +291,40 @@ export class ElectricHttpClient {
     return this.json("POST", "/signal", request, call);
   }
 
-  /** `POST /{type}/{id}/messages`. */
-  send(ref: EntityRef, message: MessageRequest, call?: CallOptions): Promise<MessageReceipt> {
-    return this.json("POST", `${entityPath(ref)}/messages`, message, call);
+  /**
+   * `POST /{type}/{id}/messages`. With `{ wait: "run", timeout }`
+   * (`?wait=run&timeout=D`) the answer comes once the run the message started
+   * has ended, or the timeout has passed (`run.ended` false; the message stays
+   * delivered). A wait cut off (the connection lost, a replica draining) is
+   * resumed: the same request again, with the same `Idempotency-Key` (made
+   * here when none is given), so the message is sent once and the server
+   * waits again from its offset, on whichever replica takes it.
+   */
+  send(ref: EntityRef, message: MessageRequest, call: SendWaitOptions): Promise<WaitedReceipt>;
+  send(ref: EntityRef, message: MessageRequest, call?: CallOptions): Promise<MessageReceipt>;
+  send(ref: EntityRef, message: MessageRequest, call?: CallOptions | SendWaitOptions): Promise<MessageReceipt> {
+    const path = `${entityPath(ref)}/messages`;
+    if (call === undefined || !("wait" in call)) return this.json("POST", path, message, call);
+    return this.sendAndWait(path, message, call);
+  }
+
+  private async sendAndWait(path: string, message: MessageRequest, call: SendWaitOptions): Promise<WaitedReceipt> {
+    const timeoutMs = call.timeout === undefined ? undefined : durationMs(call.timeout);
+    const keyed: SendWaitOptions = { ...call, idempotencyKey: call.idempotencyKey ?? crypto.randomUUID() };
+    const started = Date.now();
+    let backoffMs = 0;
+    for (;;) {
+      const query = new URLSearchParams({ wait: call.wait });
+      if (timeoutMs !== undefined) query.set("timeout", `${Math.max(1, timeoutMs - (Date.now() - started))}ms`);
+      try {
+        return await this.json<WaitedReceipt>("POST", withQuery(path, query), message, keyed);
+      } catch (error) {
+        const late = timeoutMs !== undefined && Date.now() - started >= timeoutMs;
+        if (late || call.signal?.aborted || !passing(error)) throw error;
+      }
+      backoffMs = Math.min(Math.max(backoffMs * 2, 100), RECONNECT_MAX_MS);
+      await pause(backoffMs, call.signal);
+    }
   }
 
   /** `GET /{type}/{id}/events`: a page from `offset` (continue from `next_offset`). */
@@ -382,6 +441,21 @@ export class ElectricHttpClient {
 }
 
 const RECONNECT_MAX_MS = 5_000;
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/** A duration ("500ms", "30s", "1m30s") or milliseconds, in milliseconds. */
+function durationMs(value: string | number): number {
+  if (typeof value === "number") return value;
+  let total = 0;
+  let rest = value.trim();
+  while (rest) {
+    const part = /^(\d+(?:\.\d+)?)(ms|s|m|h)/.exec(rest);
+    if (part === null) throw new TypeError(`invalid duration ${JSON.stringify(value)}: use e.g. 500ms or 30s`);
+    total += Number(part[1]) * UNIT_MS[part[2]!]!;
+    rest = rest.slice(part[0].length);
+  }
+  return Math.round(total);
+}
 
 /** A failure that passes: `fetch`'s network errors (a TypeError), and a server draining or starting (503). */
 function passing(error: unknown): boolean {

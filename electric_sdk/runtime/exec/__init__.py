@@ -12,12 +12,14 @@ stored generation read back from them), ``hooks`` (the test hook between
 planning and issuing an action), ``generations`` (what one host knows of its
 entity's generations, and the stored one judged at the lease), ``shutdown``
 (each act on a generation, the shutdown policy, the end recorded once),
+``reply`` (a message's reply read from stdout, as its run's output),
 ``host`` (one leased exec entity).
 """
 
 from .config import load_exec_file, parse_exec_file
 from .evidence import Evidence
 from .hooks import ActionPlan, action_hook, set_action_hook
+from .reply import Reply
 from .spec import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -42,6 +44,7 @@ __all__ = [
     "Evidence",
     "ExecSpec",
     "ExecType",
+    "Reply",
     "ShutdownPolicy",
     "action_hook",
     "define",

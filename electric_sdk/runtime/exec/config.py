@@ -14,6 +14,7 @@
     backend = "posix"                     # or "portable"
     stdin_format = "text"                 # or "json"
     output_limit = 1048576                # bytes kept per generation and stream
+    reply = { until_line = "END" }        # or { lines = 1 }, { idle = "200ms" }: a run's output
 
     [exec.shutdown]
     graceful = "SIGTERM"                  # posix: a signal or stdin:close / stdin:shutdown
@@ -33,13 +34,14 @@ from typing import Any
 
 from ...durations import parse_ms
 from ..entity_type import DefinitionError
+from .reply import Reply
 from .spec import ExecSpec, ExecType, ShutdownPolicy, define
 
 __all__ = ["load_exec_file", "parse_exec_file"]
 
 _KEYS = {
     "id", "command", "cwd", "env", "keep", "tags", "shutdown", "grace_period",
-    "idle_timeout", "backend", "stdin_format", "output_limit",
+    "idle_timeout", "backend", "stdin_format", "output_limit", "reply",
 }  # fmt: skip
 _SHUTDOWN_KEYS = {"graceful", "timeout"}
 _UNIT = re.compile(r"\s*\d+(?:\.\d+)?\s*(ms|s|m|h)")
@@ -109,6 +111,7 @@ def _entry(raw: Any, index: int, base: Path) -> ExecType:
         idle_timeout=_duration(raw["idle_timeout"], f"{where}: idle_timeout")
         if "idle_timeout" in raw
         else None,
+        reply=Reply.from_table(raw["reply"], where) if "reply" in raw else None,
         **{k: raw[k] for k in ("backend", "stdin_format", "output_limit") if k in raw},
     )
     try:

@@ -1,8 +1,10 @@
 """ExecHost: one leased exec entity, whose code is an OS process (ARCHITECTURE §4).
 
 The process starts when the entity starts or wakes; each message is written
-to its stdin as one line (a run that completes once the line is written); its
-stdout and stderr go into the stream as ``output`` events; a natural exit
+to its stdin as one line (a run that completes once the line is written, or,
+for a type with a ``Reply``, once its reply has been read from stdout: the
+run's output; reply.py); its stdout and stderr go into the stream as
+``output`` events; a natural exit
 moves the entity to ``idle`` (cause ``process_exited``) and the next message
 starts a new generation. Signals map onto the process: SIGTERM runs the
 shutdown policy, SIGKILL forces now, SIGSTOP/SIGCONT freeze and thaw the
@@ -36,6 +38,7 @@ from .generations import Generations
 from .output import OutputPump
 from .process import Adopted, Child, describe_left, spawn
 from .receipts import ReceiptLog, stored_generation
+from .reply import ReplyReader
 from .shutdown import FORCE_WAIT_S, Enforcer
 from .spec import ExecType
 
@@ -72,6 +75,9 @@ class ExecHost(HostBase):
         self._seen: set[int] = set()
         # Signals delivered with the lease act only once the stored generation has been judged.
         self._recovered = anyio.Event()
+        self._replies: ReplyReader | None = None  # the current generation's stdout, as replies
+        # The run waiting for its reply: its message key and the scope a SIGINT cancels.
+        self._reply_wait: tuple[str, anyio.CancelScope] | None = None
 
     @property
     def alive(self) -> bool:
@@ -177,10 +183,18 @@ class ExecHost(HostBase):
         assert self._tg is not None
         self._tg.start_soon(self._watch, child)
         assert child.popen is not None  # spawned here: its pipes are ours
+        replies = self._replies = ReplyReader(self.spec.reply) if self.spec.reply is not None else None
         for name, stream in (("stdout", child.popen.stdout), ("stderr", child.popen.stderr)):
             if stream is not None:
+                tap = replies.feed if replies is not None and name == "stdout" else None
                 pump = OutputPump(
-                    stream, name, self.task_id, self.generations.number, self.spec.output_limit, self._emit
+                    stream,
+                    name,
+                    self.task_id,
+                    self.generations.number,
+                    self.spec.output_limit,
+                    self._emit,
+                    tap,
                 )
                 self.generations.pumps.append(pump)
                 self._tg.start_soon(pump.run)
@@ -251,14 +265,44 @@ class ExecHost(HostBase):
     async def _write_message(self, child: Child, message: Message) -> None:
         if await self._started(message) is None:
             return
-        status, error = pb.RUN_STATUS_COMPLETED, ""
+        status, error, output = pb.RUN_STATUS_COMPLETED, "", ""
+        replies = self._replies
+        if replies is not None:
+            replies.begin()  # before the line: a quick reply is not missed
         try:
             await child.write(self._line(message))
         except OSError as exc:
             status, error = pb.RUN_STATUS_FAILED, f"the process does not read stdin: {exc}"
+        else:
+            if replies is not None:
+                status, error, output = await self._read_reply(replies, message)
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_WRITE_TIMEOUT_S):
-            await self._ended(message, status, error=error)
+            await self._ended(message, status, error=error, output=output)
         self._idle_since = self._fenced.session.now_s()
+
+    async def _read_reply(
+        self, replies: ReplyReader, message: Message
+    ) -> tuple[pb.RunStatus.ValueType, str, str]:
+        """The run's end once its reply is read: completed with it; aborted, with what was read,
+        when stdout ended first or a SIGINT came."""
+        with anyio.CancelScope() as scope:
+            self._reply_wait = (message.key, scope)
+            try:
+                text, whole = await replies.read()
+            finally:
+                self._reply_wait = None
+            if whole:
+                return pb.RUN_STATUS_COMPLETED, "", text
+            return pb.RUN_STATUS_ABORTED, "the process's stdout ended before its reply was read", text
+        return pb.RUN_STATUS_ABORTED, Signal.SIGINT.value, replies.partial
+
+    def _abort_reply(self, message_key: str | None = None) -> bool:
+        """Abort the run waiting for its reply (only ``message_key``'s, if given); whether one was."""
+        waiting = self._reply_wait
+        if waiting is None or (message_key is not None and waiting[0] != message_key):
+            return False
+        waiting[1].cancel()
+        return True
 
     # -- signals --------------------------------------------------------------------------------
 
@@ -284,6 +328,8 @@ class ExecHost(HostBase):
     def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
         assert self._tg is not None
         assert decision.action is not None
+        if info.signal is Signal.SIGINT:
+            self._abort_reply()  # the run is the reply's wait; the process gets its SIGINT too
         self._tg.start_soon(self._forward, info, pending, decision.action)
 
     async def _forward(self, info: SignalInfo, pending: bool, action: Action) -> None:
@@ -332,6 +378,10 @@ class ExecHost(HostBase):
 
     async def _cancel_queued(self, info: SignalInfo, pending: bool) -> None:
         queued = next((m for m in self._queue if m.key == info.message_key), None)
+        if queued is None and self._abort_reply(info.message_key):
+            if pending:
+                await self._fenced.outcome(info, _SCOPED_CANCELLED, "its wait for the reply was aborted")
+            return
         if queued is None:
             if pending:
                 await self._fenced.outcome(info, _SCOPED_MISSED, "that message's line was already written")

@@ -31,11 +31,23 @@ Emit = Callable[[pb.ExecOutput], Awaitable[None]]
 
 
 class OutputPump:
-    def __init__(self, stream: IO[bytes], name: str, task_id: str, generation: int, limit: int, emit: Emit):
+    def __init__(
+        self,
+        stream: IO[bytes],
+        name: str,
+        task_id: str,
+        generation: int,
+        limit: int,
+        emit: Emit,
+        tap: Callable[[bytes], None] | None = None,
+    ):
         self._fd = stream.fileno()
         os.set_blocking(self._fd, False)
         self._name, self._task_id, self._generation = name, task_id, generation
         self._limit, self._emit = limit, emit
+        # Sees every byte as it is read, before the limit (a reply is read whole: exec/reply.py);
+        # b"" once at the end.
+        self._tap = tap
         self._kept = 0
         self._dropped = 0
         self._told_dropped = 0
@@ -54,6 +66,8 @@ class OutputPump:
                     with contextlib.suppress(BlockingIOError):
                         data = os.read(self._fd, _READ)
                         eof = not data
+                        if self._tap is not None and data:
+                            self._tap(data)
                     text = self._keep(data)
                     if text and not pending:
                         first = anyio.current_time()
@@ -71,6 +85,8 @@ class OutputPump:
         except OSError:
             pass  # the pipe was closed under us: the generation is gone
         finally:
+            if self._tap is not None:
+                self._tap(b"")
             self.done.set()
 
     def _keep(self, data: bytes) -> str:

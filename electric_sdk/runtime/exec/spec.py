@@ -22,6 +22,7 @@ from ...client._options import DurationLike, to_duration
 from ...durations import format_ms
 from ..entity_type import DefinitionError, EntityType
 from ..fenced import DEFAULT_GRACE
+from .reply import Reply
 
 __all__ = [
     "BACKENDS",
@@ -95,6 +96,9 @@ class ExecSpec:
     # "text": each message's text as a line (newlines escaped as \\n); "json": one object per line.
     stdin_format: Literal["text", "json"] = "text"
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    # How a message's reply is read from stdout, as its run's output (reply.py); None: the run
+    # completes once the line is written.
+    reply: Reply | None = None
 
     @property
     def argv(self) -> list[str]:
@@ -162,6 +166,10 @@ def define(spec: ExecSpec) -> ExecType:
         raise DefinitionError(f"{where}: tags must be non-empty strings")
     if not isinstance(spec.output_limit, int) or spec.output_limit < 0:
         raise DefinitionError(f"{where}: output_limit must be a whole number of bytes ≥ 0")
+    if spec.reply is not None:
+        if not isinstance(spec.reply, Reply):
+            raise DefinitionError(f"{where}: reply must be a Reply (Reply.until_line, .lines or .idle)")
+        spec.reply.check(where)
     etype = ExecType(
         name=spec.id,
         on_message=_never,

@@ -17,6 +17,7 @@ from typing import Any
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.enums import OPERATION_NAMES
+from electric_sdk._wire.run_outcome import RUN_ENDS
 from electric_sdk.lifecycle import (
     MESSAGE_SCOPED_SIGNALS,
     OPT_IN_TIMING,
@@ -290,8 +291,26 @@ def _schemas() -> dict[str, Schema]:
                 "txid": txid,
                 "created_at": epoch_ms,
                 "state": _nullable_enum(states),
+                "run": {"$ref": "#/components/schemas/RunOutcome"},
             },
         ),
+        "RunOutcome": {
+            **_obj(
+                ["message_key", "status", "ended", "started", "attempt", "output", "error", "entity_state"],
+                {
+                    "message_key": {"type": "string"},
+                    "status": {"enum": ["queued", "started", *RUN_ENDS]},
+                    "ended": {"type": "boolean"},
+                    "started": {"type": "boolean"},
+                    "attempt": count,
+                    "output": {"type": ["string", "null"]},
+                    "error": {"type": ["string", "null"]},
+                    "entity_state": _nullable_enum(states),
+                },
+            ),
+            "description": "with wait=run: how the message's run ended (ended false: the timeout "
+            "passed first, and the message stays delivered)",
+        },
         "RetryReceipt": {
             **_obj(
                 ["url", "key", "offset", "txid", "created_at", "state", "retry_of", "from_step"],

@@ -40,16 +40,18 @@ from electric_sdk._wire.rendering import (
     signal_json,
     signal_many_json,
 )
+from electric_sdk._wire.run_outcome import WAIT_KINDS
 from electric_sdk._wire.times import duration_from_ms
 from electric_sdk._wire.versions import type_versions_json
 from electric_sdk._wire.workers import worker_json
+from electric_sdk.durations import format_ms
 from electric_sdk.lifecycle import Signal, State
 
 from ..core.auth import entity_scope
 from ..core.errors import invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
-from . import body, forking, handlers, streams
+from . import body, forking, handlers, streams, waits
 from .admission import Build
 from .handlers import Handler
 from .query import Query
@@ -245,14 +247,6 @@ def _signal_many(request: Request, query: Query, obj: body.JsonObject) -> Messag
         )
     )
     _signal_fields(obj, message)
-    return message
-
-
-def _send(request: Request, query: Query, obj: body.JsonObject) -> Message:
-    body.fields(obj, {"text", "data"})
-    message = api.SendMessageRequest(ref=_ref(request), text=body.string(obj, "text"))
-    if "data" in obj:
-        message.data.CopyFrom(body.json_value(obj, "data"))
     return message
 
 
@@ -466,8 +460,24 @@ ROUTES: tuple[HttpRoute, ...] = (
     ),
     _service(
         "POST", f"{ONE}/messages", "sendMessage", "Send an entity a message (SendMessage)",
-        Call(EntityService.SendMessage, _send, _receipt),
-        Answer(200, "the message's receipt", "MessageReceipt"), (*WRITE_ERRORS, 404), body="MessageRequest",
+        Call(EntityService.SendMessage, waits.send_request, _receipt),
+        Answer(200, "the message's receipt (with wait=run: and how its run ended)", "MessageReceipt"),
+        (*WRITE_ERRORS, 404), body="MessageRequest",
+        query=(
+            Param(
+                "wait", "run: answer once the run the message starts has ended, with its outcome",
+                {"enum": list(WAIT_KINDS)}, handler=waits.send_and_wait,
+            ),
+            Param(
+                "timeout",
+                f"with wait: how long to wait, e.g. 500ms or 30s (default and maximum "
+                f"{format_ms(waits.MAX_WAIT_MS)}); then run.ended is false and the message stays delivered",
+                {"type": "string"}, handler=waits.send_and_wait,
+            ),
+        ),
+        description="With wait=run the answer comes once the message's run has ended (or the timeout "
+        "passed): the receipt plus run {status, ended, output, error}. A wait cut off is resumed by "
+        "the same request with the same Idempotency-Key.",
     ),
     _service(
         "POST", f"{ONE}/fork", "forkEntity", "Fork an entity into a new one, at an offset (ForkEntity)",
