@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import grpc
+import httpx
 import pytest
 from electric_server.app import ElectricServer
 from google.protobuf.message import Message
@@ -309,6 +310,17 @@ BAD_TOKEN_FILES: dict[str, tuple[str | None, str]] = {
     "no-principal": ('[[tokens]]\ntoken = "long-enough-1"\nscopes = ["read"]\n', "`principal`"),
     "types-not-list": (ENTRY + 'scopes = ["read"]\ntypes = "agent"\n', "`types` must be a list"),
     "duplicate": ((ENTRY + 'scopes = ["read"]\n') * 2, "#2: duplicate token"),
+    "typo-types": (
+        ENTRY + 'scopes = ["read"]\ntype = ["agent"]\n',
+        "unknown key `type` (did you mean `types`?)",
+    ),
+    "unknown-key": (ENTRY + 'scopes = ["read"]\nowner = "ops"\n', "unknown key `owner`"),
+    "top-level-key": ("version = 2\n" + ENTRY + 'scopes = ["read"]\n', "unknown key `version`"),
+    "expires-text": (
+        ENTRY + 'scopes = ["read"]\nexpires = "tomorrow"\n',
+        "`expires` must be a TOML date-time",
+    ),
+    "expires-local": (ENTRY + 'scopes = ["read"]\nexpires = 2027-01-01T00:00:00\n', "with its offset"),
 }
 
 
@@ -423,3 +435,30 @@ async def test_bearer_scheme_is_case_insensitive(secured: tuple[ElectricServer, 
         metadata = [("authorization", f"{scheme} {TOKENS['admin'][0]}")]
         response = await stub.GetEntity(api.GetEntityRequest(ref=A1), metadata=metadata)
         assert response.entity.ref == A1
+
+
+async def test_an_expired_token_is_refused_by_both_doors(start_server: StartServer, tmp_path: Path) -> None:
+    tokens = tmp_path / "expiring.toml"
+    tokens.write_text(
+        '[[tokens]]\ntoken = "old-token-123"\nprincipal = "old"\nscopes = ["read"]\nexpires = 2020-01-01T00:00:00Z\n'
+        '[[tokens]]\ntoken = "new-token-123"\nprincipal = "new"\nscopes = ["read"]\nexpires = 2999-01-01\n'
+    )
+    tokens.chmod(0o600)
+    srv = await start_server(tokens_file=tokens, http="127.0.0.1:0")
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        entities = api_grpc.EntityServiceStub(channel)
+        old = [("authorization", "Bearer old-token-123")]
+        assert await denied(entities.ListEntities(api.ListEntitiesRequest(), metadata=old)) == (
+            Code.UNAUTHENTICATED,
+            "UNAUTHENTICATED",
+        )
+        new = [("authorization", "Bearer new-token-123")]
+        await entities.ListEntities(api.ListEntitiesRequest(), metadata=new)
+    assert srv.http is not None
+    async with httpx.AsyncClient(base_url=srv.http.address) as http:
+        assert (
+            await http.get("/entities", headers={"authorization": "Bearer old-token-123"})
+        ).status_code == 401
+        assert (
+            await http.get("/entities", headers={"authorization": "Bearer new-token-123"})
+        ).status_code == 200

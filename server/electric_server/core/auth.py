@@ -7,6 +7,10 @@ The tokens file is TOML::
     principal = "alice"              # recorded as the signal's `sender`
     scopes = ["read", "signal"]      # read | signal | send | runtime | admin
     types = ["my_agent"]             # optional: only these entity types
+    expires = 2027-01-01T00:00:00Z   # optional: the token stops working then (a date: its start, UTC)
+
+Any other key is refused at start, naming it: a typo (``type`` for ``types``) would otherwise
+drop a restriction silently.
 
 Scopes per method (the HTTP door checks the same, with ``bearer_principal``, ``denial``
 and ``type_denial``): ``read`` for Get/List/Read/Watch, ``signal`` for
@@ -26,13 +30,16 @@ one that its group or others may read or write is refused
 
 from __future__ import annotations
 
+import difflib
 import hmac
 import logging
 import os
 import stat
 import tomllib
+from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +78,8 @@ class Principal:
     scopes: frozenset[str]
     # None: every entity type.
     types: frozenset[str] | None = None
+    # When its token stops working (the tokens file's `expires`); None: never.
+    expires: datetime | None = None
 
     def allows(self, scope: str) -> bool:
         return "admin" in self.scopes or scope in self.scopes
@@ -100,9 +109,15 @@ class TokenTable:
         entries = data.get("tokens")
         if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
             raise TokenFileError(f"{path}: expected one or more [[tokens]] tables")
+        if unknown := sorted(set(data) - {"tokens"}):
+            raise TokenFileError(f"{path}: unknown key {_known(unknown[0], {'tokens'})}")
         table: dict[str, Principal] = {}
         for n, entry in enumerate(entries, 1):
             where = f"{path}: [[tokens]] #{n}"
+            # A key the server does not know is refused: a typo (`type` for `types`) would drop
+            # a restriction, and an `expires` it did not read would leave the token working.
+            if unknown := sorted(set(entry) - _ENTRY_KEYS):
+                raise TokenFileError(f"{where}: unknown key {_known(unknown[0], _ENTRY_KEYS)}")
             token, name, scopes = entry.get("token"), entry.get("principal"), entry.get("scopes")
             if not isinstance(token, str) or len(token) < 8:
                 raise TokenFileError(f"{where}: `token` must be a string of at least 8 characters")
@@ -121,7 +136,12 @@ class TokenTable:
                 raise TokenFileError(f"{where}: `types` must be a list of entity type names")
             if token in table:
                 raise TokenFileError(f"{where}: duplicate token")
-            table[token] = Principal(name, frozenset(scopes), None if types is None else frozenset(types))
+            expires = _expires(entry.get("expires"), where)
+            if expires is not None and expires <= datetime.now(UTC):
+                log.warning("%s: the token of principal %r expired at %s", where, name, expires.isoformat())
+            table[token] = Principal(
+                name, frozenset(scopes), None if types is None else frozenset(types), expires
+            )
         return cls(table)
 
     def lookup(self, token: str) -> Principal | None:
@@ -130,7 +150,33 @@ class TokenTable:
         for known, principal in self._by_token.items():
             if hmac.compare_digest(known.encode(), token.encode()):
                 found = principal
+        if found is not None and found.expires is not None and found.expires <= datetime.now(UTC):
+            return None  # expired: as unknown (UNAUTHENTICATED)
         return found
+
+
+# The keys of a [[tokens]] entry.
+_ENTRY_KEYS = frozenset({"token", "principal", "scopes", "types", "expires"})
+
+
+def _known(key: str, keys: Iterable[str]) -> str:
+    """``key`` quoted, with the known key it is closest to, if any."""
+    close = difflib.get_close_matches(key, sorted(keys), n=1)
+    hint = f" (did you mean `{close[0]}`?)" if close else ""
+    return f"`{key}`{hint}: expected one of {', '.join(f'`{k}`' for k in sorted(keys))}"
+
+
+def _expires(value: object, where: str) -> datetime | None:
+    """An entry's `expires`: a TOML offset date-time (or a date: its start, UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    raise TokenFileError(
+        f"{where}: `expires` must be a TOML date-time with its offset, e.g. 2027-01-01T00:00:00Z, or a date"
+    )
 
 
 ALLOW_READABLE_FLAG = "--allow-readable-tokens"
