@@ -462,3 +462,24 @@ async def test_an_expired_token_is_refused_by_both_doors(start_server: StartServ
         assert (
             await http.get("/entities", headers={"authorization": "Bearer new-token-123"})
         ).status_code == 200
+
+
+async def test_two_authorization_headers_are_refused_alike_by_both_doors(
+    start_server: StartServer, tokens_file: Path
+) -> None:
+    srv = await start_server(tokens_file=tokens_file, http="127.0.0.1:0")
+    admin, reader = f"Bearer {TOKENS['admin'][0]}", f"Bearer {TOKENS['reader'][0]}"
+    for pair in ((admin, reader), (reader, admin), (admin, admin)):
+        async with grpc.aio.insecure_channel(srv.address) as channel:
+            entities = api_grpc.EntityServiceStub(channel)
+            metadata = [("authorization", pair[0]), ("authorization", pair[1])]
+            call = entities.ListEntities(api.ListEntitiesRequest(), metadata=metadata)
+            assert await denied(call) == (Code.UNAUTHENTICATED, "DUPLICATE_AUTHORIZATION")
+        assert srv.http is not None
+        async with httpx.AsyncClient(base_url=srv.http.address) as http:
+            for path in ("/entities", "/metrics"):
+                answer = await http.get(
+                    path, headers=[("authorization", pair[0]), ("authorization", pair[1])]
+                )
+                assert answer.status_code == 401, path
+                assert answer.json()["error"]["code"] == "DUPLICATE_AUTHORIZATION", path

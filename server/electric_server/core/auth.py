@@ -36,7 +36,7 @@ import logging
 import os
 import stat
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -226,6 +226,23 @@ def bearer_principal(tokens: TokenTable, authorization: str | None) -> Principal
     if scheme.lower() != "bearer" or not token.strip():  # the scheme is case-insensitive (RFC 9110)
         return None
     return tokens.lookup(token.strip())
+
+
+def principal_of(tokens: TokenTable, authorization: Sequence[str]) -> Principal | ApiError | None:
+    """The principal of a call's ``authorization`` values, as both doors read them: more than one
+    is refused (each door would otherwise read a different one), none or an unknown token is None."""
+    if len(authorization) > 1:
+        return ApiError(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "DUPLICATE_AUTHORIZATION",
+            f"{len(authorization)} authorization headers: send one",
+        )
+    return bearer_principal(tokens, authorization[0] if authorization else None)
+
+
+def refusal_of(found: Principal | ApiError | None, scope: str) -> ApiError | None:
+    """Why a call whose ``principal_of`` is ``found`` may not call a method of ``scope``."""
+    return found if isinstance(found, ApiError) else denial(found, scope)
 
 
 def denial(principal: Principal | None, scope: str) -> ApiError | None:

@@ -17,9 +17,9 @@ from ..core.auth import (
     METHOD_SCOPES,
     Principal,
     TokenTable,
-    bearer_principal,
     current_principal,
-    denial,
+    principal_of,
+    refusal_of,
     type_denial,
 )
 from ..core.errors import Malformed, abort_with
@@ -41,14 +41,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         scope = METHOD_SCOPES.get(details.method)
         if handler is None or scope is None:
             return handler  # health, reflection, unknown methods: no token needed
-        principal = None
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization" and isinstance(value, str):
-                principal = bearer_principal(self.tokens, value)
-        refused = denial(principal, scope)
+        values = [
+            value
+            for key, value in details.invocation_metadata or ()
+            if key == "authorization" and isinstance(value, str)
+        ]
+        principal = principal_of(self.tokens, values)
+        refused = refusal_of(principal, scope)
         if refused is not None:
             return refusal(handler, refused, details.method)
-        assert principal is not None
+        assert isinstance(principal, Principal)
         return _wrap(handler, principal, details.method)
 
 

@@ -25,9 +25,9 @@ from ..core.auth import (
     ANONYMOUS,
     Principal,
     TokenTable,
-    bearer_principal,
     current_principal,
-    denial,
+    principal_of,
+    refusal_of,
     type_denial,
 )
 from ..core.errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
@@ -83,11 +83,11 @@ def admitted_endpoint(
         headers = _admission_headers(request.scope)
         principal = ANONYMOUS
         if tokens is not None:  # the token first: a refused caller's body is never read
-            found = bearer_principal(tokens, headers.get("authorization"))
-            refused = denial(found, scope)
+            found = principal_of(tokens, request.headers.getlist("authorization"))
+            refused = refusal_of(found, scope)
             if refused is not None:
                 raise refused
-            assert found is not None
+            assert isinstance(found, Principal)
             principal = found
         query: Query = {}
         if request.scope["query_string"]:

@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 
-from ..core.auth import TokenTable, bearer_principal, denial, entity_scope
+from ..core.auth import Principal, TokenTable, entity_scope, principal_of, refusal_of
 from ..core.errors import ApiError, DoorContext
 from ..core.service import EntityService
 from .admission import Endpoint, JSONResponse, admitted_endpoint, error_response
@@ -119,9 +119,9 @@ def _read_refused(tokens: TokenTable | None, request: Request, *, all_types: boo
     every type, for a principal limited to some types); None when it may read."""
     if tokens is None:
         return None
-    principal = bearer_principal(tokens, request.headers.get("authorization"))
-    refused = denial(principal, "read")
-    if refused is None and all_types and principal is not None and principal.types is not None:
+    principal = principal_of(tokens, request.headers.getlist("authorization"))
+    refused = refusal_of(principal, "read")
+    if refused is None and all_types and isinstance(principal, Principal) and principal.types is not None:
         # The metrics span every type (workers are labelled by theirs).
         refused = ApiError(
             grpc.StatusCode.PERMISSION_DENIED,
