@@ -8,7 +8,9 @@ nothing (the whole database is compared before and after).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import shutil
 import signal
@@ -752,3 +754,31 @@ def test_fuzz_never_500_and_refusals_write_nothing(
     if response.status_code >= 400:
         error_of(response)
         assert read_database(server.data_dir / "electric.db") == before, (method, path, content)
+
+
+async def test_a_client_hanging_up_mid_body_is_one_quiet_line(
+    door: ElectricServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that sends half its body and hangs up is its own doing: no traceback, no ERROR,
+    and one INFO line however many do it (docs/server.md: no input yields a traceback)."""
+    caplog.set_level(logging.INFO)
+    assert door.http is not None
+    host, port = door.http.address.removeprefix("http://").rsplit(":", 1)
+    assert (await http.put("/agent/hangup")).status_code == 201
+    for _ in range(50):
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /agent/hangup/signal HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"signal": "SIG'
+        )
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    with anyio.fail_after(10):
+        while not [r for r in caplog.records if "hung up" in r.getMessage()]:  # noqa: ASYNC110
+            await anyio.sleep(0.01)  # a short pause between checks of a bounded wait (a log line)
+    assert (await http.get("/agent/hangup")).status_code == 200  # it serves on
+    assert len([r for r in caplog.records if "hung up" in r.getMessage()]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    events = (await http.get("/agent/hangup/events")).json()["events"]
+    assert [e["type"] for e in events] == ["state"]  # nothing written

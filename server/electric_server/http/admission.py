@@ -12,11 +12,12 @@ made with it.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from google.protobuf.message import Message
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response
 from starlette.types import Scope
@@ -31,8 +32,13 @@ from ..core.auth import (
     type_denial,
 )
 from ..core.errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
+from ..log_throttle import LogThrottle
 from . import body
 from .query import Query
+
+log = logging.getLogger(__name__)
+# Clients hanging up mid-body: at most a line a minute per method.
+_HANG_UPS = LogThrottle(60.0)
 
 __all__ = ["Build", "Endpoint", "JSONResponse", "Respond", "admitted_endpoint", "error_response"]
 
@@ -124,6 +130,13 @@ def admitted_endpoint(
                 current_principal.reset(reset)
         except ApiError as error:
             return error_response(error, headers)
+        except ClientDisconnect:
+            # The caller hung up before its body was in: its own doing, not the server's. One
+            # line now and then says so (no traceback); nobody is left to read an answer.
+            if (left_out := _HANG_UPS.admit(method)) is not None:
+                more = f" ({left_out} more since the last such line)" if left_out else ""
+                log.info("a client hung up before its %s request's body was read%s", method, more)
+            return Response(status_code=400)
         except Exception as exc:  # a bug: logged, answered INTERNAL
             return error_response(to_api_error(exc) or unexpected(exc, method), headers)
 
