@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import grpc
+import httpx
 import pytest
 from conftest import ServerProcess, StartServer
 from electric_server.app import ElectricServer
@@ -234,3 +235,22 @@ async def test_the_defaults_leave_room_for_the_benches(server: ElectricServer) -
     # bench_watch: 1,000 watchers; bench_fanout: 2,000; bench_runtime: one worker.
     assert (server.config.max_streams, server.config.max_sessions) == (5_000, 100)
     assert server.config.hello_timeout_ms == 10_000
+
+
+async def test_an_sse_read_over_the_cap_is_refused_before_any_event(start_server: StartServer) -> None:
+    """As a long-poll is: 429 TOO_MANY_STREAMS, not a 200 with the catch-up and a silent end."""
+    srv = await start_server(max_streams=1, http="127.0.0.1:0")
+    assert srv.http is not None
+    async with (
+        grpc.aio.insecure_channel(srv.address) as channel,
+        httpx.AsyncClient(base_url=srv.http.address) as http,
+    ):
+        stub = api_grpc.EntityServiceStub(channel)
+        await stub.SpawnEntity(api.SpawnEntityRequest(ref=A1))
+        held = stub.WatchEvents(api.WatchEventsRequest(ref=A1))
+        with anyio.fail_after(10):
+            await held.read()  # the watch is open: it holds the one slot
+        answer = await http.get(f"/{A1.type}/{A1.id}/stream", params={"offset": "-1", "live": "sse"})
+        assert answer.status_code == 429
+        assert answer.json()["error"]["code"] == "TOO_MANY_STREAMS"
+        held.cancel()

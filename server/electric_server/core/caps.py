@@ -40,6 +40,13 @@ class Caps:
         ):
             yield
 
+    def check_stream(self, principal: str) -> None:
+        """Refuse now, as ``stream`` would, if ``principal`` holds every stream slot: for a
+        response whose status goes out before its stream opens (an SSE read answers 429 rather
+        than 200 and a silent end). The stream still takes its slot when it opens."""
+        with self.stream(principal):
+            pass
+
     @contextmanager
     def session(self, principal: str) -> Iterator[None]:
         """Hold one of ``principal``'s worker-session slots while the block runs."""

@@ -292,6 +292,10 @@ class EntityStreams:
         self, message: api.ReadEventsRequest, page: api.ReadEventsResponse, query: StreamQuery
     ) -> Response:
         principal = current_principal.get()  # the body runs after the endpoint has returned
+        if not page.end_of_stream:
+            # Over the principal's stream cap: 429 now, not a 200, the catch-up and a silent end
+            # (a client following the reconnect loop of docs/http.md would retry forever).
+            self.service.caps.check_stream(principal.name)
         context = DoorContext("http:sse")
 
         async def frames() -> AsyncIterator[bytes]:
