@@ -554,6 +554,10 @@ def test_unavailable_exits_5(cli: Run) -> None:
     stream = cli("--address", NO_SERVER, "--timeout", "1s", "watch")
     assert stream.returncode == 5
     assert f"no server at {NO_SERVER}" in stream.stderr
+    # `run`, which follows its run in a session of its own, says the same.
+    run = cli("--address", NO_SERVER, "--timeout", "1s", "run", "a/b", "--message", "hi")
+    assert run.returncode == 5
+    assert f"no server at {NO_SERVER}" in run.stderr
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "localhost", "127.0.0.1:7700,localhost", "[::1]"])

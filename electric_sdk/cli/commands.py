@@ -258,3 +258,19 @@ def ready(ctx: Invocation, args: argparse.Namespace) -> int:
     else:
         ctx.out.line(f"{ctx.options.address} ready")
     return 0
+
+
+# gRPC's words when nothing listens at the address.
+_NO_SERVER_MARKS = ("failed to connect to all addresses",)
+
+
+def with_hint(exc: errors.ElectricError, address: str | None) -> errors.ElectricError:
+    """gRPC's "failed to connect to all addresses ... UNKNOWN" tells a user nothing to do: say
+    that no server answers there and how to start one. Same class and code, so the exit code
+    and the JSON error are unchanged."""
+    if address is None or not isinstance(exc, errors.Unavailable):
+        return exc
+    if not any(mark in exc.message for mark in _NO_SERVER_MARKS):
+        return exc
+    hint = f"no server at {address} — start one with `make run` or `electric server`, or set ELECTRIC_ADDRESS"
+    return type(exc)(hint, code=exc.code, status=exc.status, metadata=exc.metadata)

@@ -34,7 +34,7 @@ from . import (
     transfer_cmds,
     versions_cmds,
 )
-from .commands import Invocation, client_options
+from .commands import Invocation, client_options, with_hint
 from .console import Console
 
 EPILOG = f"exit codes: {exit_codes.SUMMARY}. See docs/cli.md."
@@ -269,22 +269,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# gRPC's words when nothing listens at the address.
-_NO_SERVER_MARKS = ("failed to connect to all addresses",)
-
-
-def _with_hint(exc: errors.ElectricError, address: str | None) -> errors.ElectricError:
-    """gRPC's "failed to connect to all addresses ... UNKNOWN" tells a user nothing to do: say
-    that no server answers there and how to start one. Same class and code, so the exit code
-    and the JSON error are unchanged."""
-    if address is None or not isinstance(exc, errors.Unavailable):
-        return exc
-    if not any(mark in exc.message for mark in _NO_SERVER_MARKS):
-        return exc
-    hint = f"no server at {address} — start one with `make run` or `electric server`, or set ELECTRIC_ADDRESS"
-    return type(exc)(hint, code=exc.code, status=exc.status, metadata=exc.metadata)
-
-
 def _run_client_command(args: argparse.Namespace) -> int:
     out = Console(args.json)
     address: str | None = None
@@ -299,7 +283,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
         finally:
             ctx.close()
     except errors.ElectricError as exc:
-        out.error(_with_hint(exc, address))
+        out.error(with_hint(exc, address))
         return exit_codes.for_error(exc)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once

@@ -42,7 +42,7 @@ from ..durations import format_ms
 from ..lifecycle import STATE_RULES, Signal
 from ..models import EntityRef, Event, MessageReceipt
 from . import console, exit_codes
-from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, duration_s, parse_json
+from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, duration_s, parse_json, with_hint
 from .console import Console
 
 SCHEMA = "electric.run/v1"
@@ -335,7 +335,7 @@ class HeadlessRun:
                 await self._send()
                 await self._follow()
             except errors.ElectricError as exc:
-                error = exc
+                error = with_hint(exc, self.settings.options.address)  # as every command says it
                 if isinstance(exc, errors.EntityNotFound) and not self.settings.spawn:
                     error = errors.EntityNotFound(f"{exc.message} (add --spawn to create it)", code=exc.code)
                 if self.run.status != "not_sent" or (self._send_started and isinstance(exc, _UNCERTAIN)):
