@@ -245,7 +245,13 @@ class ElectricServer:
             self._lifetime = stack.pop_all()
         if self._datadir_lock is not None:
             self._datadir_lock.listening_on(self.address)
-        log.info("electric server listening on %s (%s)", self.address, self.config.where)
+        # The replica id is what `electric workers` names as each worker session's REPLICA.
+        log.info(
+            "electric server listening on %s (%s; replica %s)",
+            self.address,
+            self.config.where,
+            self.runtime.replica,
+        )
         if self.forced_fallbacks:
             log.warning(
                 "fallbacks forced for: %s (slower; meant for tests)", ", ".join(sorted(self.forced_fallbacks))
