@@ -232,6 +232,12 @@ class EntityHost(HostBase):
         if result is not None and result.reason == EntityTerminal.default_code:
             # A handler that outlived the end (shielded, or blocking) learns its event was not kept.
             raise EntityTerminal(result.message, status="FAILED_PRECONDITION")
+        if result is None and (ended := self._fenced.entity).state.terminal:
+            # Past the settle the lease is gone too (the write refused as stale, the stream closed):
+            # still the end's doing, and the handler is told so, not left to believe it wrote.
+            raise EntityTerminal(
+                f"the entity is {ended.state.value}: the event was not appended", status="FAILED_PRECONDITION"
+            )
         if result is not None and result.reason == "INVALID_EVENT_TYPE":
             # The server's rule (validation.py): the handler learns its event was not kept.
             raise InvalidArgument(result.message, code=result.reason, status="INVALID_ARGUMENT")
