@@ -28,6 +28,7 @@ from .._wire.times import timestamp_to_datetime
 from ..arguments import RefLike, json_argument, parse_ref
 from ..durations import format_ms
 from ..models import EntityRef, Event, MessageReceipt, RunResult
+from ._caller import Caller
 from ._options import DurationLike, to_duration
 
 __all__ = [
@@ -42,12 +43,6 @@ __all__ = [
 
 class SendCalls:
     """``AsyncClient``'s sends."""
-
-    async def _call(self, rpc: str, request: Any) -> Any:  # AsyncClient's: every call's one path
-        raise NotImplementedError
-
-    def watch(self, ref: RefLike, from_offset: int = 0) -> AsyncIterator[Event]:  # AsyncClient's
-        raise NotImplementedError
 
     @overload
     async def send(
@@ -93,7 +88,7 @@ class SendCalls:
         )
         if data is not None:
             request.data.CopyFrom(json_argument(data, "data"))
-        receipt = message_receipt(r, await self._call("SendMessage", request))
+        receipt = message_receipt(r, await cast(Caller, self)._call("SendMessage", request))
         if wait is None:
             return receipt
         return await self.wait_run(receipt, timeout_s)
@@ -102,7 +97,7 @@ class SendCalls:
         """Wait for the run of the message ``receipt`` names; ``RunNotEnded`` after ``timeout_s``."""
         run = RunFollow(receipt.key, entity_state=receipt.state.value)
         with anyio.move_on_after(timeout_s):
-            await follow_run(self.watch(receipt.ref, receipt.offset), run)
+            await follow_run(cast(Caller, self).watch(receipt.ref, receipt.offset), run)
             return run_result(receipt, run)
         bound = format_ms(round((timeout_s or 0) * 1000))
         raise errors.RunNotEnded(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import cast
 
 from .._proto.electric.v1 import entity_service_pb2 as api
 from ..code_versions import TypeVersions
+from ._caller import Caller
 
 __all__ = ["VersionCalls"]
 
@@ -14,13 +15,10 @@ __all__ = ["VersionCalls"]
 class VersionCalls:
     """``AsyncClient``'s calls about entity types' code versions."""
 
-    async def _call(self, rpc: str, request: Any) -> Any:  # AsyncClient's: every call's one path
-        raise NotImplementedError
-
     async def versions(self, type: str | None = None) -> builtins.list[TypeVersions]:
         """Per entity type (or only ``type``), each code version announced: its workers, its runs
         in flight and waiting, and which version new wakes get (docs/runtime.md, "Deploys")."""
-        response: api.ListVersionsResponse = await self._call(
+        response: api.ListVersionsResponse = await cast(Caller, self)._call(
             "ListVersions", api.ListVersionsRequest(type=type or "")
         )
         return [TypeVersions.from_pb(t) for t in response.types]
@@ -44,5 +42,5 @@ class VersionCalls:
             ramp_percent=ramp_percent,
             reason=reason,
         )
-        response: api.SetVersionResponse = await self._call("SetVersion", request)
+        response: api.SetVersionResponse = await cast(Caller, self)._call("SetVersion", request)
         return TypeVersions.from_pb(response.versions)
