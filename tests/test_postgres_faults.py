@@ -30,7 +30,8 @@ import grpc
 import httpx
 import postgres_dbs
 import pytest
-from electric_server.app import WRITES_HEALTH_NAME
+from electric_server.app import WRITES_HEALTH_NAME, ElectricServer
+from electric_server.store.base import DatabaseUnavailable
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from helpers import error_info
 from pg_proxy import Proxy
@@ -345,6 +346,16 @@ async def test_a_database_that_goes_away_is_unavailable_not_ready_then_serves_ag
         health.cancel()
 
 
+async def _started_within(start_server: StartServer, url: str, timeout_ms: int) -> ElectricServer:
+    """A server whose --database-timeout is short: its start (connections, the schema check
+    through the proxy) answers within it too, which a loaded 2-core machine once missed before the
+    test's fault began. The start is tried again then; what is tested comes after it."""
+    for _ in range(2):
+        with contextlib.suppress(DatabaseUnavailable):
+            return await start_server(database_url=url, database_timeout_ms=timeout_ms)
+    return await start_server(database_url=url, database_timeout_ms=timeout_ms)  # its error, if any
+
+
 async def test_a_database_that_stops_answering_is_unavailable_within_the_timeout(
     start_server: StartServer, proxy: Proxy, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -352,7 +363,7 @@ async def test_a_database_that_stops_answering_is_unavailable_within_the_timeout
     call is answered UNAVAILABLE once --database-timeout has passed, saying so, well before the
     client's own deadline; the server reports not ready; all serve again when it answers."""
     caplog.set_level(logging.INFO)
-    server = await start_server(database_url=proxy.url, database_timeout_ms=300)
+    server = await _started_within(start_server, proxy.url, 300)
     async with serving_an_entity(server) as (stub, health, ref):
         proxy.stall()
         signal = api.SignalEntityRequest(ref=ref, signal=pb.SIGNAL_SIGUSR, reason="r", idempotency_key="k")
