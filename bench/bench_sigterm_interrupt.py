@@ -103,6 +103,12 @@ async def client(address: str, args: Any) -> dict[str, Any]:
                 if event.type == kind:
                     return event
 
+        async def ended() -> None:
+            while True:
+                event = await next_of("state")
+                if event.value["state"] in ("stopped", "killed"):
+                    return
+
         await asyncio.wait_for(next_of("in_step"), WAIT_S)
         sent = time.time_ns()
         if side == "cut":
@@ -110,9 +116,14 @@ async def client(address: str, args: Any) -> dict[str, Any]:
         else:
             await c.signal(ref, "SIGUSR", reason="bench")
         handler = await asyncio.wait_for(next_of("handler"), WAIT_S)
-        await events.aclose()
         if side == "cut" and handler.value["data"]["partial"] != "thinking":
             raise AssertionError(f"{ref}: the cleanup got {handler.value['data']['partial']!r}")
+        # Each sample leaves the worker as it found it: the SIGUSR side's entity (still in its
+        # step) is killed, the SIGTERM side's has stopped; so neither side's hosts pile up.
+        if side == "usr":
+            await c.kill(ref, reason="bench")
+        await asyncio.wait_for(ended(), WAIT_S)
+        await events.aclose()
         return (int(handler.value["data"]["t"]) - sent) / 1e6
 
     for side in ("cut", "usr", "usr", "cut"):  # warm-up, both sides

@@ -16,6 +16,7 @@ Writes are fenced (fenced.py): a refusal meaning the entity moved on ends it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -78,6 +79,8 @@ class _Run:
     # in a thread does not hold the abort up. An event, not a cancel scope: a cancel formats its
     # task's repr into the reason (anyio), a tenth of a millisecond on an interrupt's path.
     wake: anyio.Event = field(default_factory=anyio.Event)
+    # The body's task has ended (returned, raised or unwound from a cancel).
+    body_done: bool = False
     # Offset of the run's STARTED record: a signal appended before it cannot act on this run.
     started_offset: int | None = None
     # The signal that stopped the run, and whether its outcome is still ours to write.
@@ -321,8 +324,10 @@ class EntityHost(HostBase):
                             log.exception("%s: on_message failed", self.entity.ref)
                             ended.append((pb.RUN_STATUS_FAILED, f"{type(exc).__name__}: {exc}"))
             finally:
+                run.body_done = True
                 done.set()
                 run.wake.set()
+                self._bell.ring()  # an interrupting SIGTERM's cleanup starts once the body unwound
 
         assert self._tg is not None
         self._tg.start_soon(body)
@@ -333,11 +338,21 @@ class EntityHost(HostBase):
             await anyio.lowlevel.cancel_shielded_checkpoint()
         return ended[0] if ended and run.stopped_by is None else (None, "")
 
-    def _abort(self, run: _Run, info: SignalInfo, pending: bool) -> None:
-        """Abort the run now: its scope is cancelled and the host stops waiting for it."""
+    def _abort(self, run: _Run, info: SignalInfo, pending: bool, abandon: bool = True) -> None:
+        """Abort the run now: its scope is cancelled and (``abandon``) the host stops waiting for
+        it; else whoever aborted it abandons it, if need be (``_abandon_if_stuck``)."""
         run.stopped_by, run.outcome_pending = info, pending
         run.scope.cancel()
-        run.wake.set()
+        if abandon:
+            run.wake.set()
+
+    @staticmethod
+    def _abandon_if_stuck(run: _Run) -> bool:
+        """After one pass of the loop since its cancel: a body that has not unwound (blocked in a
+        thread that cannot be cancelled) is abandoned. Whether it unwound."""
+        if not run.body_done:
+            run.wake.set()
+        return run.body_done
 
     async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
@@ -533,10 +548,21 @@ class EntityHost(HostBase):
     async def _owed_before_cleanup(self, term: SignalInfo | None, pending: bool, gate: anyio.Event) -> None:
         """The stopped run's end records, then the SIGTERM's outcome; then the handler's writes."""
         try:
+            while self._run is not None:  # an interrupted run's own task has its end to write
+                await self._bell.wait()
             if (ended := self._ended_run) is not None:
                 await ended.wait()
             await self._cleanup_requested(term, pending)
         finally:
+            gate.set()
+
+    def _start_owed(self, term: SignalInfo | None, pending: bool, gate: anyio.Event) -> None:
+        """``_owed_before_cleanup`` in its own task; if the hosting ended meanwhile, nothing is
+        owed any more and the handler's writes are let go (they find the entity ended)."""
+        try:
+            assert self._tg is not None
+            self._tg.start_soon(self._owed_before_cleanup, term, pending, gate)
+        except RuntimeError:  # the task group has closed
             gate.set()
 
     def _interrupts(self, term: SignalInfo | None = None) -> bool:
@@ -562,7 +588,9 @@ class EntityHost(HostBase):
             # The type opted in: the step in progress is cut now, as by SIGINT (in the delivery
             # itself, so the run unwinds while the cleanup's task starts), and the cleanup gets
             # the run's partial output within the grace.
-            self._abort(run, term, False)
+            # The run's own task is not woken: the cleanup's task, queued behind the body's
+            # unwinding, runs next and needs nothing the run's task does first.
+            self._abort(run, term, False, abandon=False)
             run.how = "interrupted mid-step"
         super()._start_cleanup(info, pending)
 
@@ -576,13 +604,21 @@ class EntityHost(HostBase):
         cleaned = False
         with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
             self._cleanup_scope = scope
-            while self._run is not None:  # the run stops at its next step boundary
-                await self._bell.wait()
+            run = self._run
+            cut = run is not None and run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM
+            if run is not None and cut and self._abandon_if_stuck(run):
+                # Interrupted, and its body has unwound: its partial output is final now, while
+                # the run's own task is yet to write its end (the handler's writes wait for it).
+                self._term_output = run.ctx.output.text
+            else:
+                while self._run is not None:  # the run stops at its next step boundary
+                    await self._bell.wait()
             # The handler starts now, beside the records owed first (so an interrupted step's
             # cleanup starts about as soon as a SIGUSR handler would); its writes wait for them.
+            # Their task is started once the handler has begun, from a loop callback: starting it
+            # first put a task's creation on the handler's path.
             gate = self._handler_writes = anyio.Event()
-            assert self._tg is not None
-            self._tg.start_soon(self._owed_before_cleanup, term, pending, gate)
+            asyncio.get_running_loop().call_soon(self._start_owed, term, pending, gate)
             handler = self.etype.handler_for(Signal.SIGTERM)
             if handler is not None:
                 effect, _ = await self._call_handler(handler, replace(term, partial_output=self._term_output))

@@ -1,4 +1,5 @@
-"""SIGINT aborts a run blocked in a thread at once, with a real worker process.
+"""SIGINT (and a SIGTERM that interrupts) aborts a run blocked in a thread at once, with a real
+worker process.
 
 The step's thread writes a `started` file, blocks until the test creates a gate file, then
 writes a `finished` file:
@@ -19,7 +20,7 @@ import pytest
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk.testing import TestServer
 
-from .rt_support import TIMEOUT_S, app_module, outcome_of, run_status, until, worker_process
+from .rt_support import TIMEOUT_S, app_module, outcome_of, run_status, state_is, until, worker_process
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +64,13 @@ APP = textwrap.dedent(
                 await ctx.emit("late", result)
             except RunAborted:
                 (Path(directory) / "refused").write_text("late emit refused")
+
+
+    @app.entity("cutter", grace_period="30s", idle_timeout="60s", sigterm_interrupts=True)
+    class Cutter(Blocker):
+        async def on_signal(self, ctx: Context, signal) -> None:
+            if signal.signal.value == "SIGTERM":
+                await ctx.emit("cleanup", {"partial": signal.partial_output})
     """
 )
 
@@ -110,5 +118,34 @@ async def test_sigint_aborts_a_thread_blocked_step_at_once(
             # Neither the thread's result nor the late emit reached the stream.
             assert "late result" not in repr([e.value for e in events])
     finally:
+        proc.kill()
+        proc.wait(10)
+
+
+async def test_an_interrupting_sigterm_cleans_up_beside_a_blocked_thread(
+    tmp_path: Path, app_dir: Path, electric: TestServer
+) -> None:
+    """The type opted in to SIGTERM interrupting the step; the step's thread cannot be cancelled:
+    the run is abandoned there, and the cleanup runs with its partial output while the thread
+    still blocks, within the grace (30 s: the test does not wait it out)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    proc: Popen[bytes] = worker_process(electric.address, "thread_app:app", app_dir, app_dir / "worker.log")
+    try:
+        async with electric.async_client() as client:
+            ref = "cutter/t1"
+            await client.spawn(ref)
+            receipt = await client.send(ref, f"to_thread {work}")
+            await wait_file(work / "started")
+            await client.terminate(ref, reason="shutdown")
+            cleanup = await until(client, ref, lambda e: e.type == "cleanup")
+            assert cleanup.value["data"] == {"partial": "partial"}
+            aborted = await until(client, ref, run_status(pb.RUN_STATUS_ABORTED, receipt.key))
+            assert aborted.raw.run.error == "SIGTERM (interrupted mid-step)"
+            await until(client, ref, state_is("stopped", "cleanup_complete"))
+            assert not (work / "finished").exists()  # all of it while the thread still blocks
+            assert aborted.offset < cleanup.offset  # the run's end is written before the cleanup's
+    finally:
+        (work / "gate").touch()
         proc.kill()
         proc.wait(10)
