@@ -534,11 +534,20 @@ def _join_group(steps: RunSteps, name: str, key: str | None) -> Slot:
     member_key = key if key is not None else name if place is None else f"{place}:{name}"
     if (earlier := steps.group.get(member_key)) is not None:
         same = f"named {name!r}" if key is None else f"with key {key!r} ({earlier!r} and {name!r})"
+        # A finished one means two batches: every parallel step since the run's own task last
+        # took a position is one group (nothing tells when the run's task started the second).
+        batches = (
+            ""
+            if member_key in steps.running
+            else " (the first has ended: parallel steps started one batch after another, such as "
+            "two asyncio.gather calls in a row, are one group until the run's own task takes a "
+            "position)"
+        )
         raise RuntimeError(
             f"two parallel steps {same} at position {steps.index} of this run cannot be told "
-            "apart, so a replay could not answer each from its own record: give each its own "
-            "key (ctx.step(name, fn, ..., key=...)), or start them with ctx.gather(...), which "
-            "knows each by its place"
+            f"apart{batches}, so a replay could not answer each from its own record: give each its "
+            "own key (ctx.step(name, fn, ..., key=...)), or start them with ctx.gather(...), which "
+            "knows each by its place and makes each call a group of its own"
         )
     steps.group[member_key] = name
     return steps.index, member_key

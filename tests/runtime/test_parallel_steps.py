@@ -87,6 +87,14 @@ def parallel_app(g: Gates) -> App:
             again = await ctx.step("tool:search", hit, "z")
             again2 = await ctx.step("tool:search", hit, "w")
             return ",".join([*found, again, again2])
+        if message.text in ("twice", "twice-ctx"):
+            # A loop's two turns of the same parallel tool calls, nothing of the run's own between.
+            turns = []
+            for turn in ("1", "2"):
+                calls = [ctx.step("tool:search", hit, turn + "a"), ctx.step("tool:fetch", hit, turn + "b")]
+                gather = ctx.gather if message.text == "twice-ctx" else asyncio.gather
+                turns.append("+".join(await gather(*calls)))
+            return ",".join(turns)
         found = await asyncio.gather(*(ctx.step("tool:search", hit, q) for q in ("x", "y")))
         return ",".join(found)
 
@@ -150,6 +158,32 @@ async def test_two_parallel_steps_that_cannot_be_told_apart_are_refused() -> Non
         assert run.status == "failed"
         assert "two parallel steps named 'tool:search' at position 0" in run.error
         assert "key=" in run.error
+
+
+async def test_two_batches_in_a_row_are_one_group_and_say_so_ctx_gather_is_a_group_each() -> None:
+    g = Gates()
+    async with EntityHarness(parallel_app(g), "dup") as h:
+        run = await h.send("twice")
+        assert run.status == "failed"
+        assert "two parallel steps named 'tool:search' at position 0" in run.error
+        assert "the first has ended" in run.error
+        assert "ctx.gather" in run.error
+        run = await h.send("twice-ctx")
+        assert run.status == "completed", run.error
+        assert run.output == "1a+1b,2a+2b"
+        again = await h.send("twice-ctx", key=run.message.key, attempt=2)  # each from its record
+        assert again.output == "1a+1b,2a+2b"
+        steps = [
+            e["data"]
+            for e in h.events
+            if e["type"] == "electric.step" and e["data"]["run"] == run.message.key
+        ]
+        assert sorted((r["index"], r["name"]) for r in steps) == [
+            (0, "tool:fetch"),
+            (0, "tool:search"),
+            (1, "tool:fetch"),
+            (1, "tool:search"),
+        ]
 
 
 async def test_keys_tell_parallel_steps_apart_and_step_keys_differ_for_repeated_names() -> None:
