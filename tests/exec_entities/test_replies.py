@@ -111,6 +111,44 @@ async def test_sigint_aborts_the_wait_for_a_reply(electric: TestServer, client: 
         assert result.status == "aborted"
 
 
+async def test_a_reply_past_its_timeout_fails_with_what_was_read(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """Two lines where three are read: the reply never completes; its timeout fails the run with
+    the two, and the entity takes its next message."""
+    app = App(code_version="t")
+    app.exec("words", words(), keep=True, reply=Reply.lines(3, timeout="300ms"))
+    async with running_worker(app, electric.address):
+        await client.spawn("words/a")
+        result = await client.send("words/a", "x", wait="run", timeout="30s")
+        assert (result.status, result.output) == ("failed", "x\nEND")
+        assert result.error == "no reply (3 lines) within its timeout (300 ms)"
+        result = await client.send("words/a", "y z", wait="run", timeout="30s")
+        assert (result.status, result.output) == ("completed", "y\nz\nEND")
+
+
+async def test_sigterm_during_a_reply_stops_the_process_and_ends_the_wait(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    app = App(code_version="t")
+    app.exec("words", words(), keep=True, reply=Reply.until_line("END"))
+    async with running_worker(app, electric.address):
+        await client.spawn("words/a")
+        receipt = await client.send("words/a", "mute")
+
+        def started(event: object) -> bool:
+            value = getattr(event, "value", {})
+            return getattr(event, "type", "") == "run" and value.get("status") == "started"
+
+        await until(client, "words/a", started, receipt.offset)
+        await client.terminate("words/a", reason="test")
+        result = await client.wait_run(receipt, 30)
+        assert result.status == "aborted"
+        assert result.error is not None
+        assert "stdout ended" in result.error
+        await until(client, "words/a", lambda e: e.type == "state" and e.value["state"] == "stopped")
+
+
 def test_toml_reply() -> None:
     text = '[[exec]]\nid = "calc"\ncommand = ["bc", "-lq"]\nreply = { lines = 1 }\n'
     (etype,) = parse_exec_file(text)
@@ -119,6 +157,19 @@ def test_toml_reply() -> None:
     assert parse_exec_file(text)[0].spec.reply == Reply.until_line("END")
     text = '[[exec]]\nid = "w"\ncommand = "cat"\nreply = { idle = "200ms" }\n'
     assert parse_exec_file(text)[0].spec.reply == Reply.idle("200ms")
-    for bad in ("{ lines = 0 }", '{ until_line = "" }', '{ idle = "0ms" }', '{ soon = "1s" }', '"END"'):
+    text = '[[exec]]\nid = "w"\ncommand = "cat"\nreply = { lines = 2, timeout = "5s" }\n'
+    assert parse_exec_file(text)[0].spec.reply == Reply.lines(2, timeout="5s")
+    bad_replies = (
+        "{ lines = 0 }",
+        '{ until_line = "" }',
+        '{ idle = "0ms" }',
+        '{ soon = "1s" }',
+        '"END"',
+        '{ timeout = "1s" }',
+        '{ lines = 1, timeout = "0s" }',
+        "{ lines = 1, timeout = 5 }",
+        '{ lines = 1, timeout = "soon" }',
+    )
+    for bad in bad_replies:
         with pytest.raises(DefinitionError, match="reply"):
             parse_exec_file(f'[[exec]]\nid = "w"\ncommand = "cat"\nreply = {bad}\n')

@@ -284,17 +284,25 @@ class ExecHost(HostBase):
         self, replies: ReplyReader, message: Message
     ) -> tuple[pb.RunStatus.ValueType, str, str]:
         """The run's end once its reply is read: completed with it; aborted, with what was read,
-        when stdout ended first or a SIGINT came."""
-        with anyio.CancelScope() as scope:
-            self._reply_wait = (message.key, scope)
-            try:
-                text, whole = await replies.read()
-            finally:
-                self._reply_wait = None
-            if whole:
-                return pb.RUN_STATUS_COMPLETED, "", text
-            return pb.RUN_STATUS_ABORTED, "the process's stdout ended before its reply was read", text
-        return pb.RUN_STATUS_ABORTED, Signal.SIGINT.value, replies.partial
+        when stdout ended first or a SIGINT came; failed, with what was read, past its timeout."""
+        reply = replies.reply
+        with anyio.move_on_after(reply.timeout_s) as bound:
+            with anyio.CancelScope() as scope:
+                self._reply_wait = (message.key, scope)
+                try:
+                    text, whole = await replies.read()
+                finally:
+                    self._reply_wait = None
+                if whole:
+                    return pb.RUN_STATUS_COMPLETED, "", text
+                return pb.RUN_STATUS_ABORTED, "the process's stdout ended before its reply was read", text
+            return pb.RUN_STATUS_ABORTED, Signal.SIGINT.value, replies.partial
+        assert reply.timeout_s is not None, "only the reply's timeout cancels this wait"
+        return (
+            pb.RUN_STATUS_FAILED,
+            f"no reply ({reply.describe()}) within its timeout ({reply.timeout_s * 1000:.0f} ms)",
+            replies.partial,
+        )
 
     def _abort_reply(self, message_key: str | None = None) -> bool:
         """Abort the run waiting for its reply (only ``message_key``'s, if given); whether one was."""

@@ -10,6 +10,10 @@ is written and completes with the reply as its output:
 - ``Reply.lines(n)``: the next ``n`` lines;
 - ``Reply.idle("200ms")``: everything from the first byte until stdout has been quiet that long.
 
+Each takes a ``timeout``: a reply not read whole that long after the line was written fails its
+run, with what was read so far as its output (without one, a reply that never comes keeps the
+run in progress until a signal or the caller's own bound).
+
 The reply starts with the line's writing: what the process printed before it belongs to no
 message. Lines end at ``\\n``; a reply's text has no final newline. The process's stdout ending
 first (it exited, or was stopped) ends the run ``aborted`` with what was read so far; a SIGINT
@@ -40,42 +44,57 @@ class Reply:
     delimiter: str = ""
     count: int = 0
     gap: DurationLike | None = None
+    # How long after the line is written the reply may take (None: no bound).
+    timeout: DurationLike | None = None
 
     @classmethod
-    def until_line(cls, delimiter: str) -> Reply:
+    def until_line(cls, delimiter: str, *, timeout: DurationLike | None = None) -> Reply:
         """The lines up to a line that is exactly ``delimiter``."""
-        return cls("until_line", delimiter=delimiter)
+        return cls("until_line", delimiter=delimiter, timeout=timeout)
 
     @classmethod
-    def lines(cls, count: int) -> Reply:
+    def lines(cls, count: int, *, timeout: DurationLike | None = None) -> Reply:
         """The next ``count`` lines."""
-        return cls("lines", count=count)
+        return cls("lines", count=count, timeout=timeout)
 
     @classmethod
-    def idle(cls, gap: DurationLike) -> Reply:
+    def idle(cls, gap: DurationLike, *, timeout: DurationLike | None = None) -> Reply:
         """Everything from the first byte until stdout is quiet for ``gap``."""
-        return cls("idle", gap=gap)
+        return cls("idle", gap=gap, timeout=timeout)
 
     @classmethod
     def from_table(cls, table: Any, where: str) -> Reply:
-        """The TOML form: ``reply = { until_line = "END" }``, ``{ lines = 1 }`` or ``{ idle = "200ms" }``."""
-        if not isinstance(table, dict) or len(table) != 1:
+        """The TOML form: ``reply = { until_line = "END" }``, ``{ lines = 1 }`` or ``{ idle = "200ms" }``,
+        each optionally with ``timeout = "30s"``."""
+        kinds = dict(table) if isinstance(table, dict) else {}
+        timeout = kinds.pop("timeout", None)
+        if not isinstance(table, dict) or len(kinds) != 1:
             raise DefinitionError(
                 f'{where}: reply must be one of {{ until_line = "END" }}, {{ lines = 1 }}, {{ idle = "200ms" }}'
+                ', each optionally with timeout = "30s"'
             )
-        ((kind, value),) = table.items()
+        if timeout is not None and not isinstance(timeout, str):
+            raise DefinitionError(f'{where}: reply.timeout must be a duration string, such as "30s"')
+        ((kind, value),) = kinds.items()
         if kind == "until_line" and isinstance(value, str):
-            return cls.until_line(value)
+            return cls.until_line(value, timeout=timeout)
         if kind == "lines" and isinstance(value, int) and not isinstance(value, bool):
-            return cls.lines(value)
+            return cls.lines(value, timeout=timeout)
         if kind == "idle" and isinstance(value, str):
-            return cls.idle(value)
+            return cls.idle(value, timeout=timeout)
         raise DefinitionError(
             f"{where}: reply.{kind}: unknown, or of the wrong kind (a string, a whole number)"
         )
 
     def check(self, where: str) -> None:
         """DefinitionError when this reply could never be read."""
+        if self.timeout is not None:
+            try:
+                timeout_ms = to_duration(self.timeout).ToMilliseconds()
+            except ValueError as exc:
+                raise DefinitionError(f"{where}: reply timeout: {exc}") from None
+            if timeout_ms <= 0:
+                raise DefinitionError(f"{where}: reply timeout must be greater than 0")
         if self.kind == "until_line":
             if not self.delimiter or "\n" in self.delimiter or "\r" in self.delimiter:
                 raise DefinitionError(f"{where}: reply delimiter must be a non-empty line without a newline")
@@ -95,6 +114,10 @@ class Reply:
     @property
     def gap_s(self) -> float:
         return to_duration(self.gap if self.gap is not None else 0).ToMilliseconds() / 1000
+
+    @property
+    def timeout_s(self) -> float | None:
+        return None if self.timeout is None else to_duration(self.timeout).ToMilliseconds() / 1000
 
     def describe(self) -> str:
         if self.kind == "until_line":
