@@ -329,8 +329,11 @@ class AsyncClient(SendCalls, VersionCalls):
         reason: str = "",
         payload: Any = None,
         idempotency_key: str | None = None,
+        interrupt: bool = False,
     ) -> SignalManyResult:
-        """One signal to every entity matching the selector (type and/or states, or refs)."""
+        """One signal to every entity matching the selector (type and/or states, or refs).
+        ``interrupt`` (SIGTERM only): each one's step in progress is interrupted at once, as by
+        ``terminate(interrupt=True)``."""
         selector = api.EntitySelector(
             type=type or "",
             states=[state_to_pb(s) for s in parse_states(states)],
@@ -341,6 +344,7 @@ class AsyncClient(SendCalls, VersionCalls):
             signal=signal_to_pb(parse_signal(signal)),
             reason=reason,
             idempotency_key=idempotency_key or new_idempotency_key(),
+            interrupt=interrupt,
         )
         if payload is not None:
             request.payload.CopyFrom(json_argument(payload, "payload"))

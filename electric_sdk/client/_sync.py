@@ -259,6 +259,7 @@ class Client:
         reason: str = "",
         payload: Any = None,
         idempotency_key: str | None = None,
+        interrupt: bool = False,
     ) -> SignalManyResult:
         return self._run(
             self._async.signal_many,
@@ -269,6 +270,7 @@ class Client:
             reason=reason,
             payload=payload,
             idempotency_key=idempotency_key,
+            interrupt=interrupt,
         )
 
     def delete(self, ref: RefLike) -> SignalResult:

@@ -233,6 +233,30 @@ async def test_a_sigterm_asked_to_interrupt_runs_the_cleanup(
             assert state == {"history": [USER_TURN], "summary": {"signal": "SIGTERM", "partial": "thinking"}}
 
 
+async def test_a_batch_sigterm_asked_to_interrupt_runs_each_cleanup(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """SignalEntities with `interrupt`: every selected entity's step is cut and its cleanup runs."""
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            refs = ["agent/b1", "agent/b2"]
+            keys = [await _in_the_long_step(client, ref) for ref in refs]
+            result = await client.signal_many("SIGTERM", refs=refs, reason="shutdown", interrupt=True)
+            assert result.signalled == 2
+            for ref, key in zip(refs, keys, strict=True):
+                await until(client, ref, state_is("stopped", "cleanup_complete"))
+                end = await until(client, ref, run_end(key))
+                assert end.raw.run.error == "SIGTERM (interrupted mid-step)"
+                assert cli_state(server.address, ref)["summary"] == {
+                    "signal": "SIGTERM",
+                    "partial": "thinking",
+                }
+            with pytest.raises(InvalidArgument) as raised:
+                await client.signal_many("SIGINT", type="agent", interrupt=True)
+            assert raised.value.code == "INTERRUPT_NOT_ALLOWED"
+
+
 async def test_only_sigterm_may_ask_to_interrupt(tmp_path: Path) -> None:
     """Bad input writes nothing: an `interrupt` with another signal is refused at every door."""
     with TestServer(tmp_path / "electric") as server:

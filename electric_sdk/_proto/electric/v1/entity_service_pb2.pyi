@@ -301,9 +301,12 @@ class SignalEntitiesRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    INTERRUPT_FIELD_NUMBER: _builtins.int
     signal: _types_pb2.Signal.ValueType
     reason: _builtins.str
     idempotency_key: _builtins.str
+    interrupt: _builtins.bool
+    """SIGTERM only: interrupt each entity's step in progress at once (SignalEntityRequest.interrupt)."""
     @_builtins.property
     def selector(self) -> Global___EntitySelector:
         """At least one criterion is required."""
@@ -318,10 +321,11 @@ class SignalEntitiesRequest(_message.Message):
         reason: _builtins.str = ...,
         payload: _struct_pb2.Value | None = ...,
         idempotency_key: _builtins.str = ...,
+        interrupt: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "selector", b"selector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "payload", b"payload", "reason", b"reason", "selector", b"selector", "signal", b"signal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "interrupt", b"interrupt", "payload", b"payload", "reason", b"reason", "selector", b"selector", "signal", b"signal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
