@@ -287,6 +287,18 @@ class RunSteps:
                 "await them first (asyncio.gather, a task group), so every attempt of the run "
                 "orders its steps the same way"
             )
+        # A recorded member of this group that this attempt never called: the code path changed
+        # (a parallel step renamed or dropped). Told only now, when the group is known whole; a
+        # member this attempt added ran already (nothing recorded says which ones were started).
+        recorded = {key for index, key in self.names if index == self.index and key is not None}
+        if missing := recorded - self.group.keys():
+            raise NonDeterministicRun(
+                f"parallel step{'s' if len(missing) > 1 else ''} "
+                f"{_listed(self.names[(self.index, k)] for k in missing)} recorded at position "
+                f"{self.index} of this run {'were' if len(missing) > 1 else 'was'} not called by this "
+                f"attempt, whose steps there were {_listed(self.group.values())}: the run's code path "
+                "changed since its first attempt"
+            )
         self.group = {}
         self.index += 1
 

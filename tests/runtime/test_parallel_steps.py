@@ -140,6 +140,22 @@ async def test_parallel_steps_replay_by_name_whatever_order_they_start_in() -> N
         assert len({g.keys["a"][0], g.keys["b"][0], g.keys["c"][0]}) == 3
 
 
+async def test_a_parallel_step_renamed_since_the_first_attempt_fails_the_run() -> None:
+    """Delivered again with `b` renamed `x`: `b`'s record is never asked for, and the run says so
+    once the group is whole (before the run's next position), rather than orphan it silently."""
+    g = Gates()
+    async with EntityHarness(parallel_app(g), "fan") as h:
+        first = h.start("a,b,c")
+        await g.held.wait()
+        await h.crash()  # a and b recorded, c in flight
+        run = await h.send("a,x,c", key=first.message.key, attempt=2)
+        assert run.status == "failed"
+        assert "NonDeterministicRun" in run.error
+        assert "parallel step 'tool:b' recorded at position 0" in run.error
+        assert "'tool:a', 'tool:c', 'tool:x'" in run.error
+        assert "done" not in h.state  # the run's own next change was never made
+
+
 async def test_a_failing_parallel_step_is_retried_alone() -> None:
     g = Gates()
     async with EntityHarness(parallel_app(g), "fan") as h:
