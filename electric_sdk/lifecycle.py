@@ -36,13 +36,13 @@ __all__ = [
     "CLOSING_RECORDS", "DEFAULT_GRACE_MS", "DEFAULT_IDLE_TIMEOUT_MS", "HANDLEABLE", "HOSTED_STATES",
     "INITIAL_STATE", "MESSAGE_SCOPED_SIGNALS", "OPT_IN_TIMING", "PAYLOAD_SIGNALS", "POSIX_SIGNAL_NUMBERS",
     "RELOAD_SIGNALS", "RUNTIME_OUTCOMES", "RUNTIME_TRANSITIONS", "SERVER_ABORTED_SIGNALS",
-    "SIGNAL_TIMING", "STATE_RULES", "TABLE", "TERMINAL_STATES",
+    "SIGNAL_TIMING", "STAGES", "STATE_RULES", "TABLE", "TERMINAL_STATES",
     # the vocabulary, the table's cells and answers, the errors
     "Action", "Cell", "Decision", "Effect", "InvalidTransition", "LifecycleError", "MessageProgress",
-    "Outcome", "Record", "Signal", "SignalRejected", "State", "StateRules", "Timing",
+    "Outcome", "Record", "Signal", "SignalRejected", "Stage", "StageUnavailable", "State", "StateRules", "Timing",
     # the questions
-    "accepts_record", "cell", "check_runtime_transition", "decide", "decide_waiting", "needs_runtime",
-    "possible_signals", "runtime_outcome", "runtime_target", "valid_signals",
+    "accepts_record", "cell", "check_runtime_transition", "check_stage", "decide", "decide_waiting",
+    "needs_runtime", "possible_signals", "runtime_outcome", "runtime_target", "stages_of", "valid_signals",
 ]
 # fmt: on
 
@@ -126,6 +126,52 @@ SIGNAL_TIMING: dict[Signal, Timing] = {
 # Per type, a signal may opt in to another timing (``app.entity(..., sigterm_interrupts=True)``:
 # SIGTERM cuts the step in progress, as SIGINT does, so the cleanup runs within the grace).
 OPT_IN_TIMING: dict[Signal, tuple[str, Timing]] = {Signal.SIGTERM: ("sigterm_interrupts", Timing.AT_ONCE)}
+
+
+class Stage(_Enum):
+    """How far a signal has reached: what a signal's answer may wait for (``wait=``)."""
+
+    ACCEPTED = "accepted"
+    HANDLED = "handled"
+    UNWOUND = "unwound"
+    DOWNSTREAM = "downstream"
+    REAPED = "reaped"
+    TERMINAL = "terminal"
+
+
+_STOPS = frozenset({Signal.SIGINT, Signal.SIGTERM, Signal.SIGKILL})
+# Each stage: what reaching it means, and the signals that have it (in this order: a later stage
+# is reached only with the earlier ones a signal has). Stop receipts (issue 48).
+STAGES: dict[Stage, tuple[str, frozenset[Signal]]] = {
+    Stage.ACCEPTED: ("committed (the answer without a wait)", frozenset(Signal)),
+    Stage.HANDLED: ("its on_signal handler returned (or there is none)", frozenset({Signal.SIGUSR})),
+    Stage.UNWOUND: (
+        "the run in progress ended and is recorded (none: at once); for SIGTERM the run and the "
+        "cleanup both ended",
+        _STOPS,
+    ),
+    Stage.DOWNSTREAM: (
+        "every MCP call and child entity of that run was told, and each ended or passed its bound",
+        _STOPS,
+    ),
+    Stage.REAPED: (
+        "an exec generation's processes are gone (none: at once)",
+        frozenset({Signal.SIGTERM, Signal.SIGKILL}),
+    ),
+    Stage.TERMINAL: ("the entity is `stopped` or `killed`", frozenset({Signal.SIGTERM, Signal.SIGKILL})),
+}
+
+
+def stages_of(signal: Signal) -> tuple[Stage, ...]:
+    """The stages ``signal`` has, in the order it reaches them."""
+    return tuple(stage for stage, (_, signals) in STAGES.items() if signal in signals)
+
+
+def check_stage(signal: Signal, stage: Stage) -> None:
+    """``StageUnavailable`` when ``signal`` has no such stage (its answer cannot wait for it)."""
+    if signal not in STAGES[stage][1]:
+        have = ", ".join(s.value for s in stages_of(signal))
+        raise StageUnavailable(f"{signal.value} has no stage {stage.value!r}; its stages: {have}")
 
 
 class State(_Enum):
@@ -273,6 +319,12 @@ class InvalidTransition(LifecycleError):
     """A runtime or reaper transition the lifecycle does not allow."""
 
     reason = "INVALID_TRANSITION"
+
+
+class StageUnavailable(LifecycleError):
+    """A wait for a stage the signal does not have (``STAGES``): refused before it is sent."""
+
+    reason = "STAGE_NOT_AVAILABLE"
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from ._wire.entities import entity_url, profile_from_pb
 from ._wire.enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_pb
 from ._wire.events import event_value_json
 from ._wire.rendering import entity_json, event_json, signal_json
+from ._wire.stop_stages import StageReport
 from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
-from .lifecycle import Outcome, Signal, State
+from .lifecycle import Outcome, Signal, Stage, State
 
 __all__ = [
     "Entity",
@@ -259,6 +260,9 @@ class SignalResult:
     key: str
     outcome: Outcome | None
     raw: api.SignalEntityResponse = field(repr=False, compare=False)
+    # With ``wait=``: each stage the signal has, up to the one waited for, reached or not (and
+    # why); without, none (the answer is ``accepted`` alone).
+    stages: tuple[StageReport, ...] = ()
 
     @classmethod
     def from_pb(cls, m: api.SignalEntityResponse) -> SignalResult:
@@ -281,9 +285,20 @@ class SignalResult:
     def url(self) -> str:
         return self.ref.url
 
+    def reached(self, stage: Stage | str) -> bool:
+        """Whether the wait saw ``stage`` reached (``accepted`` always is)."""
+        wanted = Stage(stage) if isinstance(stage, str) else stage
+        if wanted is Stage.ACCEPTED:
+            return True
+        return any(r.stage is wanted and r.reached for r in self.stages)
+
     def to_json(self) -> dict[str, Any]:
-        """Exactly the RFC's response fields (plus the record key and outcome)."""
-        return signal_json(self.raw)
+        """Exactly the RFC's response fields (plus the record key and outcome; and the stages,
+        after a wait)."""
+        out = signal_json(self.raw)
+        if self.stages:
+            out["stages"] = [r.to_json() for r in self.stages]
+        return out
 
     def __str__(self) -> str:
         return f"{self.ref.url}: {self.signal.value} {self.previous_state.value} → {self.new_state.value}"

@@ -49,6 +49,7 @@ from electric_sdk.lifecycle import (  # noqa: E402
     RUNTIME_OUTCOMES,
     RUNTIME_TRANSITIONS,
     SIGNAL_TIMING,
+    STAGES,
     STATE_RULES,
     TABLE,
     TERMINAL_STATES,
@@ -66,6 +67,7 @@ TIMING_BEGIN = "<!-- BEGIN GENERATED: signal timing -->"
 OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 WAITING_BEGIN = "<!-- BEGIN GENERATED: waiting run -->"
+STAGES_BEGIN = "<!-- BEGIN GENERATED: stop stages -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -298,6 +300,19 @@ def waiting_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def stages_table() -> str:
+    """Each stage a signal's answer may wait for (``lifecycle.STAGES``): what it means, and which
+    signal has it."""
+    lines = [
+        "| stage | means | " + " | ".join(s.value for s in Signal) + " |",
+        "|---|---|" + "---|" * len(Signal),
+    ]
+    for stage, (means, signals) in STAGES.items():
+        marks = " | ".join("✓" if s in signals else "" for s in Signal)
+        lines.append(f"| `{stage.value}` | {means} | {marks} |")
+    return "\n".join(lines) + "\n"
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
@@ -308,6 +323,7 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
     return {
         TABLE_BEGIN: markdown_table(),
         WAITING_BEGIN: waiting_table(),
+        STAGES_BEGIN: stages_table(),
         DIAGRAM_BEGIN: "```mermaid\n" + mermaid_diagram() + "```\n",
     }
 
@@ -505,6 +521,14 @@ While no worker of a run's code version is connected, a pinned run waits and no 
 holds it: the server decides each signal alone (`lifecycle.decide_waiting`).
 
 {WAITING_BEGIN}
+{END}
+
+## How far a signal reached: stop receipts
+
+A signal's answer can wait for a later stage of that signal (`wait=`, `--wait`) and list
+each stage reached or not (`lifecycle.STAGES`):
+
+{STAGES_BEGIN}
 {END}
 
 ## State diagram

@@ -47,7 +47,7 @@ def _block(text: str, begin: str) -> str:
 
 
 def _outside_blocks(text: str) -> str:
-    for begin in (gendocs.TABLE_BEGIN, gendocs.WAITING_BEGIN, gendocs.DIAGRAM_BEGIN):
+    for begin in (gendocs.TABLE_BEGIN, gendocs.WAITING_BEGIN, gendocs.STAGES_BEGIN, gendocs.DIAGRAM_BEGIN):
         text = text.replace(_block(text, begin), "\n")
     return text
 

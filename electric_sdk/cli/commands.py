@@ -175,23 +175,48 @@ def states_of(args: argparse.Namespace) -> list[str]:
 
 def signal(ctx: Invocation, args: argparse.Namespace) -> int:
     payload = parse_json(args.payload, "--payload")
+    wait, timeout_s = _stage_wait(args)
     result = ctx.client.signal(
-        args.ref, args.signal, reason=args.reason, payload=payload, interrupt=args.interrupt
+        args.ref,
+        args.signal,
+        reason=args.reason,
+        payload=payload,
+        interrupt=args.interrupt,
+        wait=wait,
+        timeout=timeout_s,
     )
-    _print_signal(ctx, result)
-    return 0
+    return _print_signal(ctx, result, wait)
 
 
 def kill(ctx: Invocation, args: argparse.Namespace) -> int:
-    _print_signal(ctx, ctx.client.kill(args.ref, reason=args.reason))
-    return 0
+    wait, timeout_s = _stage_wait(args)
+    return _print_signal(
+        ctx, ctx.client.kill(args.ref, reason=args.reason, wait=wait, timeout=timeout_s), wait
+    )
 
 
-def _print_signal(ctx: Invocation, result: SignalResult) -> None:
+def _stage_wait(args: argparse.Namespace) -> tuple[str | None, float | None]:
+    """``--wait STAGE``, bounded by ``--timeout`` (from the signal's acceptance) when given."""
+    wait: str | None = getattr(args, "wait", None)
+    limit = getattr(args, "timeout", None)
+    return wait, duration_s(limit, "--timeout") if wait is not None and limit else None
+
+
+def _print_signal(ctx: Invocation, result: SignalResult, wait: str | None = None) -> int:
+    """The signal's answer (and its stages, after a wait); the exit code the wait's end says."""
     if ctx.out.json_mode:
         ctx.out.record(result.to_json())
     else:
         ctx.out.line(console.signal_line(result))
+        for report in result.stages:
+            ctx.out.line(console.stage_line(report))
+    if wait is None or result.reached(wait):
+        return exit_codes.OK
+    (report,) = [r for r in result.stages if r.stage.value == wait]
+    ctx.out.stderr.write(f"electric: {result.url}: {wait} not reached: {report.detail}\n")
+    return (
+        exit_codes.TIMEOUT if report.detail.startswith("not reached within") else exit_codes.STAGE_NOT_REACHED
+    )
 
 
 def send(ctx: Invocation, args: argparse.Namespace) -> int:

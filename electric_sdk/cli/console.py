@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TextIO, cast
 
+from .._wire.stop_stages import StageReport
 from ..durations import format_ms
 from ..errors import ElectricError, InvalidArgument
 from ..event_text import event_line as event_line  # noqa: PLC0414 - re-exported: the commands print it
@@ -286,6 +287,14 @@ def signal_line(result: SignalResult) -> str:
     notes.append(f"txid {result.txid}")
     transition = f"{result.previous_state.value} → {result.new_state.value}"
     return f"{result.url}: {result.signal.value} {transition} ({', '.join(notes)})"
+
+
+def stage_line(report: StageReport) -> str:
+    """``  unwound     reached at offset 7 (2026-12-06T16:08:28.425Z)`` or ``… not reached: why``."""
+    if report.reached:
+        where = f"reached at offset {report.offset} ({report.at})"
+        return f"  {report.stage.value:<11} {where}" + (f": {report.detail}" if report.detail else "")
+    return f"  {report.stage.value:<11} not reached: {report.detail}"
 
 
 def receipt_line(receipt: MessageReceipt) -> str:

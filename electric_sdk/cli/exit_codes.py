@@ -23,6 +23,7 @@ AUTH = 6
 EXISTS = 7
 RUN_FAILED = 8
 RUN_ABORTED = 9
+STAGE_NOT_REACHED = 10
 # From BSD's sysexits.h, as PostgreSQL and etcd tooling use them for these faults.
 DATA_DAMAGED = 65  # EX_DATAERR
 SOFTWARE = 70  # EX_SOFTWARE
@@ -90,6 +91,12 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "(another client's SIGINT), or the entity was stopped or killed before the run completed; "
         "`send --wait run`: the run was aborted or its message cancelled",
     ),
+    STAGE_NOT_REACHED: (
+        "stage not reached",
+        "`signal --wait`, `kill --wait`: the stage waited for cannot be reached any more (the "
+        "worker was lost, the stream closed, the signal was not delivered); the answer's stages "
+        "say why",
+    ),
     DATA_DAMAGED: (
         "data directory damaged",
         "`server`, `dev`: the data directory is damaged and the server refused to start (see "
@@ -108,7 +115,9 @@ MEANINGS: dict[int, tuple[str, str]] = {
     TIMEOUT: (
         "timed out",
         "`run`: the run did not end within `--timeout` (the command's own timeout); `send --wait run`: "
-        "the run had not ended within `--timeout` (the message stays delivered); `wait`: the entity "
+        "the run had not ended within `--timeout` (the message stays delivered); `signal --wait`, "
+        "`kill --wait`: the stage had not been reached within `--timeout` (the signal stays sent); "
+        "`wait`: the entity "
         "did not reach the state within `--timeout`",
     ),
     INTERRUPTED: (

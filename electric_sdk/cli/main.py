@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from .._wire.run_outcome import WAIT_KINDS
-from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS
+from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Stage
 from . import (
     commands,
     completion,
@@ -111,6 +111,17 @@ def _add_global_options(parser: argparse.ArgumentParser, *, on_subcommand: bool)
     )
 
 
+def _stage_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait",
+        choices=[stage.value for stage in Stage],
+        metavar="STAGE",
+        help="answer once the signal reached this stage and print each stage (accepted, handled, "
+        "unwound, downstream, reaped, terminal; which a signal has: docs/signals.md); exit 124 past "
+        "--timeout, 10 when it cannot be reached any more",
+    )
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -178,10 +189,12 @@ def _client_commands(sub: Subparsers) -> None:
         action="store_true",
         help="SIGTERM only: interrupt the step in progress at once, so the cleanup runs within the grace",
     )
+    _stage_wait(p)
 
     p = add("kill", commands.kill, "SIGKILL an entity: stop it at once")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
     p.add_argument("--reason", default="", help="why; recorded on the signal event")
+    _stage_wait(p)
 
     p = add("send", commands.send, "append a message to an entity's stream")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)

@@ -41,7 +41,7 @@ from ..arguments import (
 )
 from ..channels import open_channel
 from ..durable_state import apply_all, ops_of
-from ..lifecycle import Signal
+from ..lifecycle import Signal, Stage
 from ..models import (
     Entity,
     EntityChange,
@@ -55,6 +55,7 @@ from ..presence import WorkerInfo
 from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
 from ._sends import SendCalls, message_receipt, new_idempotency_key
+from ._stages import stage_wait, wait_stages
 from ._versions import VersionCalls
 
 T = TypeVar("T")
@@ -272,11 +273,17 @@ class AsyncClient(SendCalls, VersionCalls):
         message_key: str = "",
         idempotency_key: str | None = None,
         interrupt: bool = False,
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
     ) -> SignalResult:
         """Send a signal; returns the RFC's result (previous → new state, txid). ``interrupt``
         (SIGTERM only): the step in progress is interrupted at once, as by SIGINT, so the cleanup
-        runs within the grace with the run's partial output."""
+        runs within the grace with the run's partial output. ``wait``: a stage the signal has
+        (``lifecycle.STAGES``: ``unwound``, ``terminal``, …); the answer then comes once that
+        stage and those before it are settled, or ``timeout`` (from the signal's acceptance)
+        passes, with each stage reached or not in ``stages``."""
         sig = parse_signal(signal)
+        stage, timeout_s = stage_wait(sig, wait, timeout)
         request = api.SignalEntityRequest(
             ref=parse_ref(ref).to_pb(),
             signal=signal_to_pb(sig),
@@ -288,24 +295,55 @@ class AsyncClient(SendCalls, VersionCalls):
         if payload is not None:
             request.payload.CopyFrom(json_argument(payload, "payload"))
         response: api.SignalEntityResponse = await self._call("SignalEntity", request)
-        return SignalResult.from_pb(response)
+        result = SignalResult.from_pb(response)
+        if stage is None:
+            return result
+        events = self.watch(result.ref, response.offset + 1)
+        return await wait_stages(events, result, stage, timeout_s, message_key)
 
-    async def interrupt(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGINT: abort the current run; the entity stays alive."""
-        return await self.signal(ref, Signal.SIGINT, reason=reason)
+    async def interrupt(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+    ) -> SignalResult:
+        """SIGINT: abort the current run; the entity stays alive. ``wait="unwound"``: answer once
+        the run's end is recorded (see ``signal``)."""
+        return await self.signal(ref, Signal.SIGINT, reason=reason, wait=wait, timeout=timeout)
 
     async def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         """SIGHUP: finish the current run, then pick up new code on the next wake."""
         return await self.signal(ref, Signal.SIGHUP, reason=reason)
 
-    async def terminate(self, ref: RefLike, *, reason: str = "", interrupt: bool = False) -> SignalResult:
+    async def terminate(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        interrupt: bool = False,
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+    ) -> SignalResult:
         """SIGTERM: graceful shutdown within the entity's grace period; ``interrupt``: the step in
-        progress is cut at once rather than at its end, so the cleanup runs within the grace."""
-        return await self.signal(ref, Signal.SIGTERM, reason=reason, interrupt=interrupt)
+        progress is cut at once rather than at its end, so the cleanup runs within the grace.
+        ``wait="terminal"``: answer once the entity is `stopped` (see ``signal``)."""
+        return await self.signal(
+            ref, Signal.SIGTERM, reason=reason, interrupt=interrupt, wait=wait, timeout=timeout
+        )
 
-    async def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGKILL: stop at once; no handler runs."""
-        return await self.signal(ref, Signal.SIGKILL, reason=reason)
+    async def kill(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+    ) -> SignalResult:
+        """SIGKILL: stop at once; no handler runs. ``wait="reaped"``: answer once an exec
+        entity's processes are gone (see ``signal``)."""
+        return await self.signal(ref, Signal.SIGKILL, reason=reason, wait=wait, timeout=timeout)
 
     async def pause(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         """SIGSTOP: finish the current run, deliver no new message."""
@@ -315,9 +353,20 @@ class AsyncClient(SendCalls, VersionCalls):
         """SIGCONT: resume delivery of queued messages."""
         return await self.signal(ref, Signal.SIGCONT, reason=reason)
 
-    async def usr(self, ref: RefLike, payload: Any = None, *, reason: str = "") -> SignalResult:
-        """SIGUSR: call the entity's on_signal handler with a JSON payload."""
-        return await self.signal(ref, Signal.SIGUSR, reason=reason, payload=payload)
+    async def usr(
+        self,
+        ref: RefLike,
+        payload: Any = None,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+    ) -> SignalResult:
+        """SIGUSR: call the entity's on_signal handler with a JSON payload. ``wait="handled"``:
+        answer once the handler returned (see ``signal``)."""
+        return await self.signal(
+            ref, Signal.SIGUSR, reason=reason, payload=payload, wait=wait, timeout=timeout
+        )
 
     async def signal_many(
         self,

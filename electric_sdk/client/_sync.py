@@ -25,6 +25,7 @@ from anyio.from_thread import BlockingPortal
 from .._portal import start_portal
 from ..arguments import RefLike, SignalLike, StateLike
 from ..code_versions import TypeVersions
+from ..lifecycle import Stage
 from ..models import (
     Entity,
     EntityChange,
@@ -216,6 +217,8 @@ class Client:
         message_key: str = "",
         idempotency_key: str | None = None,
         interrupt: bool = False,
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,
     ) -> SignalResult:
         return self._run(
             self._async.signal,
@@ -226,19 +229,45 @@ class Client:
             message_key=message_key,
             idempotency_key=idempotency_key,
             interrupt=interrupt,
+            wait=wait,
+            timeout=timeout,
         )
 
-    def interrupt(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        return self._run(self._async.interrupt, ref, reason=reason)
+    def interrupt(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> SignalResult:
+        return self._run(self._async.interrupt, ref, reason=reason, wait=wait, timeout=timeout)
 
     def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         return self._run(self._async.reload, ref, reason=reason)
 
-    def terminate(self, ref: RefLike, *, reason: str = "", interrupt: bool = False) -> SignalResult:
-        return self._run(self._async.terminate, ref, reason=reason, interrupt=interrupt)
+    def terminate(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        interrupt: bool = False,
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> SignalResult:
+        return self._run(
+            self._async.terminate, ref, reason=reason, interrupt=interrupt, wait=wait, timeout=timeout
+        )
 
-    def kill(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        return self._run(self._async.kill, ref, reason=reason)
+    def kill(
+        self,
+        ref: RefLike,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> SignalResult:
+        return self._run(self._async.kill, ref, reason=reason, wait=wait, timeout=timeout)
 
     def pause(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         return self._run(self._async.pause, ref, reason=reason)
@@ -246,8 +275,16 @@ class Client:
     def resume(self, ref: RefLike, *, reason: str = "") -> SignalResult:
         return self._run(self._async.resume, ref, reason=reason)
 
-    def usr(self, ref: RefLike, payload: Any = None, *, reason: str = "") -> SignalResult:
-        return self._run(self._async.usr, ref, payload, reason=reason)
+    def usr(
+        self,
+        ref: RefLike,
+        payload: Any = None,
+        *,
+        reason: str = "",
+        wait: Stage | str | None = None,
+        timeout: DurationLike | None = None,
+    ) -> SignalResult:
+        return self._run(self._async.usr, ref, payload, reason=reason, wait=wait, timeout=timeout)
 
     def signal_many(
         self,

@@ -286,7 +286,7 @@ class ExecHost(HostBase):
         """The run's end once its reply is read: completed with it; aborted, with what was read,
         when stdout ended first or a SIGINT came; failed, with what was read, past its timeout."""
         reply = replies.reply
-        with anyio.move_on_after(reply.timeout_s) as bound:
+        with anyio.move_on_after(reply.timeout_s):
             with anyio.CancelScope() as scope:
                 self._reply_wait = (message.key, scope)
                 try:

@@ -100,6 +100,7 @@ async def _write(
 def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEntityResponse:
     commit_result: entity_writes.Signalled = commit.result
     d = commit_result.decision
+    before = commit.before
     response = api.SignalEntityResponse(
         url=entity_url(*ref),
         signal=SIGNAL_TO_PB[signal],
@@ -108,6 +109,11 @@ def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEnti
         txid=commit.txid,
         key=commit_result.key,
         outcome=OUTCOME_TO_PB[d.outcome],
+        # What a wait for the signal's stages needs to know (_wire/stop_stages.py): where its
+        # record is, and what was in progress when it landed.
+        offset=next((e.offset for e in commit.events if e.key == commit_result.key), 0),
+        run_message_key=before.run_key if before is not None else "",
+        process_running=before is not None and before.process_running,
     )
     set_timestamp_ms(response.created_at, commit.timestamp_ms)  # in place: no Timestamp to copy
     return response

@@ -229,6 +229,9 @@ class SignalEntityResponse(_message.Message):
     TXID_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    RUN_MESSAGE_KEY_FIELD_NUMBER: _builtins.int
+    PROCESS_RUNNING_FIELD_NUMBER: _builtins.int
     url: _builtins.str
     """"/{type}/{id}" """
     signal: _types_pb2.Signal.ValueType
@@ -238,6 +241,14 @@ class SignalEntityResponse(_message.Message):
     key: _builtins.str
     """The signal record's key in the entity's stream."""
     outcome: _types_pb2.SignalOutcome.ValueType
+    offset: _builtins.int
+    """The signal record's offset in the entity's stream: a wait for its stages reads from here."""
+    run_message_key: _builtins.str
+    """The message whose run was in progress when the signal was accepted ("" none known): the run
+    a stop's `unwound` stage waits for.
+    """
+    process_running: _builtins.bool
+    """Whether an exec process was running when the signal was accepted: what `reaped` waits for."""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -251,10 +262,13 @@ class SignalEntityResponse(_message.Message):
         txid: _builtins.int = ...,
         key: _builtins.str = ...,
         outcome: _types_pb2.SignalOutcome.ValueType = ...,
+        offset: _builtins.int = ...,
+        run_message_key: _builtins.str = ...,
+        process_running: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "new_state", b"new_state", "outcome", b"outcome", "previous_state", b"previous_state", "signal", b"signal", "txid", b"txid", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "new_state", b"new_state", "offset", b"offset", "outcome", b"outcome", "previous_state", b"previous_state", "process_running", b"process_running", "run_message_key", b"run_message_key", "signal", b"signal", "txid", b"txid", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,198 @@
+"""How far a signal has reached, folded from the entity's stream: the one home of a signal's
+staged answer (issue 48, "Staged receipts").
+
+Which signal has which stage is ``lifecycle.STAGES``; this module says how the
+stream shows each one. Every door folds the same way: the SDK
+(``signal(..., wait=STAGE, timeout=...)``) and the CLI fold their watch, the
+HTTP door folds the service's own watch. Each feeds the events after the
+signal's record, in order, to ``StageFollow.see`` until ``done``; a watch that
+resumes after a reconnect goes on feeding the same fold.
+
+What each stage is, in the stream (the signal's answer says what was in
+progress when it landed: ``run_message_key``, ``process_running``):
+
+- ``accepted``: the signal's own record (the answer without a wait);
+- ``handled`` (SIGUSR): the signal's outcome update, once its handler
+  returned (``delivered``; ``failed`` when it raised); an outcome that says it
+  was not delivered (``ignored``) means it never will be;
+- ``unwound``: the end record of the run in progress (a scoped SIGINT: of its
+  message's run, if that one was running); none in progress: the signal's own
+  settling. For SIGTERM also the end of the cleanup: the entity `stopped`;
+- ``downstream``: every MCP call and child entity of that run told, and each
+  ended or past its bound; a run with none reaches it with ``unwound``;
+- ``reaped``: the exit receipt of the exec process that was running; none: at
+  once;
+- ``terminal``: the entity's `stopped` or `killed` state record.
+
+A stage that cannot be reached any more says why (``detail``): the worker was
+lost (the entity went `idle` with ``runtime_lost``), the stream closed, or the
+wait's timeout passed first (``StageFollow.timed_out``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lifecycle import Signal, Stage, check_stage, stages_of
+
+__all__ = ["StageFollow", "StageReport", "parse_stage"]
+
+_RUN_ENDS = ("completed", "failed", "aborted")
+_TERMINAL = ("stopped", "killed")
+# Outcomes that settle a signal without its handler having run.
+_NOT_DELIVERED = ("ignored",)
+
+
+def parse_stage(signal: Signal, text: str) -> Stage:
+    """``text`` as a stage of ``signal``: ``ValueError`` for an unknown name, ``StageUnavailable``
+    for a stage ``signal`` does not have."""
+    try:
+        stage = Stage(text.strip().lower())
+    except ValueError:
+        names = ", ".join(s.value for s in Stage)
+        raise ValueError(f"unknown stage {text[:40]!r}; stages: {names}") from None
+    check_stage(signal, stage)
+    return stage
+
+
+@dataclass
+class StageReport:
+    """One stage: reached (at which record's offset, when), or not (and why)."""
+
+    stage: Stage
+    reached: bool = False
+    offset: int | None = None
+    at: str | None = None  # the record's time, RFC 3339
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage.value,
+            "reached": self.reached,
+            "offset": self.offset,
+            "at": self.at,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class StageFollow:
+    """A signal's stages, as the events seen so far tell them; ``wait`` is the stage its caller
+    waits for (``done`` once it, and every stage before it, is settled)."""
+
+    signal: Signal
+    key: str  # the signal record's key
+    offset: int  # its offset
+    at: str  # its time
+    wait: Stage
+    run_message_key: str = ""  # the run in progress when it landed
+    process_running: bool = False
+    message_key: str = ""  # a scoped SIGINT's message
+    reports: dict[Stage, StageReport] = field(default_factory=dict)
+    next_offset: int = 0
+    _run_end: tuple[int, str] | None = None
+    _stopped: tuple[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_stage(self.signal, self.wait)
+        self.reports = {stage: StageReport(stage) for stage in stages_of(self.signal)}
+        self.next_offset = self.offset + 1
+        self._reach(Stage.ACCEPTED, self.offset, self.at)
+        if not self._watches_run:
+            self._run_end = (self.offset, self.at)  # nothing to unwind but the signal's settling
+        if not self.process_running:
+            self._reach(Stage.REAPED, self.offset, self.at, "no process was running")
+        self._judge_unwound()
+
+    @property
+    def _watches_run(self) -> bool:
+        run = self.run_message_key
+        return bool(run) and (not self.message_key or self.message_key == run)
+
+    @property
+    def done(self) -> bool:
+        """Whether the stage waited for, and every one before it, is settled."""
+        for stage, report in self.reports.items():
+            if not report.reached and not report.detail:
+                return False
+            if stage is self.wait:
+                return True
+        return True
+
+    @property
+    def reached(self) -> bool:
+        """Whether the stage waited for was reached."""
+        return self.reports[self.wait].reached
+
+    def see(self, type: str, key: str, value: dict[str, Any], offset: int, at: str) -> None:
+        """Fold one event after the signal's record (its type, key, RFC value, offset, time)."""
+        self.next_offset = max(self.next_offset, offset + 1)
+        if type == "signal" and key == self.key:
+            self._settled(value.get("outcome"), str(value.get("detail", "")), offset, at)
+        elif type == "run" and self._watches_run and value.get("message_key") == self.run_message_key:
+            if value.get("status") in _RUN_ENDS and self._run_end is None:
+                self._run_end = (offset, at)
+        elif type == "exec" and value.get("action") == "exit" and self.process_running:
+            self._reach(Stage.REAPED, offset, at)
+        elif type == "state":
+            state = value.get("state")
+            if state in _TERMINAL:
+                self._stopped = (offset, at)
+                self._reach(Stage.TERMINAL, offset, at)
+            elif state == "idle" and value.get("cause") == "runtime_lost":
+                self._lost("the worker was lost")
+        self._judge_unwound()
+
+    def stream_closed(self) -> None:
+        """The stream ended: what is not reached now never will be."""
+        self._lost("the entity's stream closed", terminal_too=True)
+
+    def timed_out(self, bound: str) -> None:
+        """The wait's timeout passed: the stages not reached say so."""
+        for report in self.reports.values():
+            if not report.reached and not report.detail:
+                report.detail = f"not reached within {bound}"
+
+    def finish(self) -> None:
+        """The wait is over: a later stage neither reached nor ruled out by then says so."""
+        for report in self.reports.values():
+            if not report.reached and not report.detail:
+                report.detail = "not waited for"
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [report.to_json() for report in self.reports.values()]
+
+    # -- the rules ------------------------------------------------------------------------------
+
+    def _settled(self, outcome: object, detail: str, offset: int, at: str) -> None:
+        if outcome == "pending" or Stage.HANDLED not in self.reports:
+            return
+        if outcome in _NOT_DELIVERED:
+            self.reports[Stage.HANDLED].detail = f"not delivered ({outcome}): {detail}".rstrip(": ")
+        else:
+            self._reach(Stage.HANDLED, offset, at, detail if outcome == "failed" else "")
+
+    def _judge_unwound(self) -> None:
+        if Stage.UNWOUND not in self.reports or self._run_end is None:
+            return
+        end = self._run_end
+        if self.signal is Signal.SIGTERM:  # and its cleanup: the entity stopped
+            if self._stopped is None:
+                return
+            end = max(end, self._stopped)
+        self._reach(Stage.UNWOUND, *end)
+        # No MCP call or child entity is followed yet: with none, downstream is the run's end.
+        self._reach(Stage.DOWNSTREAM, *end, "no MCP call or child entity in flight")
+
+    def _reach(self, stage: Stage, offset: int, at: str, detail: str = "") -> None:
+        report = self.reports.get(stage)
+        if report is not None and not report.reached:
+            report.reached, report.offset, report.at, report.detail = True, offset, at, detail
+
+    def _lost(self, why: str, terminal_too: bool = False) -> None:
+        """What is not reached now waits for a runtime that is gone (the entity's end does not:
+        a stopping entity's deadline still ends it, unless the stream itself closed)."""
+        for stage, report in self.reports.items():
+            if not report.reached and not report.detail and (terminal_too or stage is not Stage.TERMINAL):
+                report.detail = why

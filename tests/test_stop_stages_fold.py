@@ -1,0 +1,62 @@
+"""The stop-stage fold (``_wire/stop_stages.py``) on streams as the server writes them: each
+stage at the record that shows it, in every order those records come in."""
+
+from __future__ import annotations
+
+import pytest
+
+from electric_sdk._wire.stop_stages import StageFollow, parse_stage
+from electric_sdk.lifecycle import STAGES, Signal, Stage, StageUnavailable, check_stage, stages_of
+
+AT = "2026-12-06T00:00:00.000Z"
+
+
+def test_every_signal_has_accepted_and_the_stops_have_unwound() -> None:
+    for signal in Signal:
+        assert stages_of(signal)[0] is Stage.ACCEPTED
+    assert {s for s in Signal if Stage.UNWOUND in stages_of(s)} == {
+        Signal.SIGINT,
+        Signal.SIGTERM,
+        Signal.SIGKILL,
+    }
+    assert list(STAGES) == list(Stage)  # the table's order is the order stages are reached
+    with pytest.raises(
+        StageUnavailable, match="SIGUSR has no stage 'unwound'; its stages: accepted, handled"
+    ):
+        check_stage(Signal.SIGUSR, Stage.UNWOUND)
+    with pytest.raises(ValueError, match="unknown stage 'soon'"):
+        parse_stage(Signal.SIGTERM, "soon")
+
+
+def test_sigterm_whose_grace_ran_out_is_unwound_at_the_later_of_stopped_and_the_run_end() -> None:
+    follow = StageFollow(Signal.SIGTERM, "sig_5", 5, AT, Stage.TERMINAL, run_message_key="msg_1")
+    follow.see("state", "st_6", {"state": "stopping"}, 6, AT)
+    follow.see("state", "st_7", {"state": "stopped", "cause": "grace_expired"}, 7, AT)
+    assert follow.reports[Stage.TERMINAL].offset == 7
+    assert not follow.reports[Stage.UNWOUND].reached  # the run's end is still to come
+    assert not follow.done
+    follow.see("run", "run_8", {"message_key": "msg_1", "status": "aborted"}, 8, AT)
+    assert follow.reports[Stage.UNWOUND].offset == 8
+    assert follow.done
+
+
+def test_a_scoped_sigint_to_a_queued_message_is_unwound_at_once() -> None:
+    follow = StageFollow(
+        Signal.SIGINT, "sig_9", 9, AT, Stage.UNWOUND, run_message_key="msg_1", message_key="msg_4"
+    )
+    assert follow.done
+    assert follow.reports[Stage.UNWOUND].offset == 9
+
+
+def test_an_undelivered_sigusr_is_never_handled_and_a_lost_worker_is_named() -> None:
+    follow = StageFollow(Signal.SIGUSR, "sig_3", 3, AT, Stage.HANDLED)
+    follow.see("signal", "sig_3", {"outcome": "ignored", "detail": "the entity is paused"}, 3, AT)
+    assert follow.done
+    assert not follow.reached
+    assert follow.reports[Stage.HANDLED].detail == "not delivered (ignored): the entity is paused"
+    lost = StageFollow(Signal.SIGINT, "sig_3", 3, AT, Stage.UNWOUND, run_message_key="msg_1")
+    lost.see("state", "st_4", {"state": "idle", "cause": "runtime_lost"}, 4, AT)
+    assert lost.done
+    assert lost.reports[Stage.UNWOUND].detail == "the worker was lost"
+    lost.see("run", "run_5", {"message_key": "msg_1", "status": "aborted"}, 5, AT)  # written later after all
+    assert lost.reports[Stage.UNWOUND].reached
