@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -199,15 +197,3 @@ async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> 
         assert g.signals == []
         await h.send("again")
         assert h.causes == ["idle_timeout", "wake"]
-
-
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "runtime.md"
-
-
-async def test_the_docs_example_runs_as_written() -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    section = text[text.index("## Testing your agent") :]
-    block = section[section.index("```python\n") + len("```python\n") :]
-    module: dict[str, Any] = {"__name__": "docs_testing_example"}
-    exec(compile(block[: block.index("```")], "docs/runtime.md", "exec"), module)
-    await module["test_assistant"]()
