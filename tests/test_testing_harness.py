@@ -260,6 +260,12 @@ async def test_the_harness_the_client_and_the_http_stream_give_one_event_shape(t
     assert [e.to_json() for e in read] == over_http
     assert {tuple(e.to_json()) for e in harness} == {tuple(e.to_json()) for e in read}  # the same fields
 
+    # The run as the stream records it: its message, start, records, steps and end, in order.
+    def run(events: list[Event]) -> list[tuple[str, str, str]]:
+        kinds = ("message", "run", "note", STEP_EVENT)
+        return [(e.type, e.operation, e.value.get("status", "")) for e in events if e.type in kinds]
+
+    assert run(harness) == run(read)
     # What the entity's code wrote reads the same from the harness as from the server.
     for kind in ("note", "steered"):
         assert [e.value for e in _by_type(harness, kind)] == [e.value for e in _by_type(read, kind)]

@@ -51,6 +51,12 @@ from .steps import RunSteps, seconds
 __all__ = ["EntityHarness", "HarnessRun", "ManualClock"]
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+# A run's end as its RUN event records it (a lost run has none: its worker died).
+_RUN_STATUS = {
+    "completed": pb.RUN_STATUS_COMPLETED,
+    "failed": pb.RUN_STATUS_FAILED,
+    "aborted": pb.RUN_STATUS_ABORTED,
+}
 
 
 def _duration(value: DurationLike | None, default_ms: int) -> timedelta:
@@ -225,7 +231,14 @@ class EntityHarness:
             raise RuntimeError("a run is in progress: an entity runs one message at a time")
         if not STATE_RULES[self.entity.state].accepts_messages:
             raise RuntimeError(f"an entity in {self.entity.state.value!r} takes no message")
-        message = Message(key or f"m{next(self._keys)}", len(self.events), text, data, "test", attempt)
+        key = key or f"m{next(self._keys)}"
+        sent = next((e for e in self.events if e.type == "message" and e.key == key), None)
+        if sent is None:  # a redelivery's message is the one already in the stream
+            value = pb.MessageValue(text=text, sender="test")
+            if data is not None:
+                value.data.CopyFrom(json_argument(data, "data"))
+            sent = self._append(pb.Event(type="message", message=value), key)
+        message = Message(key, sent.offset, text, data, "test", attempt)
         run = HarnessRun(message, Context(self, message=message))
         if attempt > 1:  # as a worker loads them: the records of the run's earlier attempts
             run.ctx.steps = RunSteps(RunSteps.records(message.key, self.events))
@@ -243,6 +256,7 @@ class EntityHarness:
                 self._move(State.RUNNING, "wake")
                 continue
             await self._changed.wait()
+        self._run_event(run, pb.RUN_STATUS_STARTED)
         done = anyio.Event()
 
         async def body() -> None:
@@ -268,8 +282,9 @@ class EntityHarness:
         run.output = run.ctx.output.text
         if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM:
             self._term_output = run.output
-        if run.stopped_by is None or run.stopped_by.reason != "crash":
+        if run.stopped_by is None or run.stopped_by.reason != "crash":  # a dead worker writes nothing
             await self._flush(run.ctx, run.message.key)
+            self._run_event(run, _RUN_STATUS[run.status])
         self._run = None
         run.ended.set()
         if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGINT:
@@ -417,9 +432,23 @@ class EntityHarness:
         self._append(pb.Event(type="state", state=value), f"state_{len(self.events)}")
         self._ring()
 
+    def _run_event(self, run: HarnessRun, status: pb.RunStatus.ValueType) -> None:
+        message = run.message
+        value = pb.RunValue(
+            message_key=message.key,
+            message_offset=message.offset,
+            status=status,
+            attempt=message.attempt,
+            output=run.output,
+            error=run.error,
+        )
+        started = status == pb.RUN_STATUS_STARTED
+        operation = pb.OPERATION_INSERT if started else pb.OPERATION_UPDATE
+        self._append(pb.Event(type="run", run=value), f"run_{message.key}", operation)
+
     def _append(
         self, event: pb.Event, key: str, operation: pb.Operation.ValueType = pb.OPERATION_INSERT
-    ) -> None:
+    ) -> Event:
         """The event as the server would store it (offset, key, headers on the clock) and as a client
         reads it back: an ``Event``, its ``value`` the wire's JSON shape."""
         event.offset = len(self.events)
@@ -428,6 +457,7 @@ class EntityHarness:
         event.headers.timestamp.CopyFrom(timestamp_from_datetime(self.clock.now()))
         event.headers.txid = len(self.events) + 1
         self.events.append(Event.from_pb(event))
+        return self.events[-1]
 
     def _custom(self, type: str, data: Any) -> None:
         custom = pb.CustomValue()
