@@ -13,7 +13,7 @@ DATA   ?= .electric
 TS     := clients/typescript
 DASHBOARD_PORT ?= 8866
 
-.PHONY: dist run server cluster dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test bench typecheck clean
+.PHONY: dist run server cluster dashboard test lint openapi proto proto-check buf-lint buf-breaking pytest ts-gen ts-test ts-pack bench typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -114,6 +114,13 @@ ts-test: $(STAMP) $(BUF)
 	  BUF=$(abspath $(BUF)) sh $(TS)/scripts/check-gen.sh && \
 	  ELECTRIC_PYTHON=$(abspath $(PY)) npm test --prefix $(TS) --silent; \
 	else echo "typescript client test: skipped, Node.js/npm not found"; fi
+
+# The TypeScript client as a tarball, dist/electric-client-VERSION.tgz, built here (its prepack):
+# `npm install path/to/electric-client-VERSION.tgz` in any Node project builds nothing there.
+ts-pack:
+	npm ci --prefix $(TS) --loglevel=error --no-audit --no-fund
+	mkdir -p dist
+	npm pack ./$(TS) --pack-destination dist --loglevel=error
 
 test: lint buf-breaking proto-check pytest ts-test
 

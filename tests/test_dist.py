@@ -126,17 +126,24 @@ def test_the_server_extra_runs_dev_on_the_examples(dev: tuple[Path, str]) -> Non
 
 
 @pytest.mark.skipif(shutil.which("npm") is None, reason="Node.js/npm is not installed")
-def test_the_typescript_client_installs_from_another_folder(tmp_path: Path) -> None:
-    """`npm install path/to/clients/typescript` from a project elsewhere builds the client on install
-    (its `prepare`), from a copy with no node_modules/ and no dist/, as a fresh clone has."""
+def test_the_typescript_client_installs_from_its_tarball_with_no_build(tmp_path: Path) -> None:
+    """`make ts-pack`'s tarball (npm ci and npm pack, built by its prepack) installs into an empty
+    project with no build there: no TypeScript compiler is installed, no source comes along."""
     package = tmp_path / "typescript"
     shutil.copytree(
         ROOT / "clients" / "typescript", package, ignore=shutil.ignore_patterns("node_modules", "dist")
     )
+    _run("npm", "ci", "--loglevel=error", "--no-audit", "--no-fund", cwd=package)
+    _run("npm", "pack", ".", "--pack-destination", str(tmp_path), "--loglevel=error", cwd=package)
+    (tarball,) = tmp_path.glob("electric-client-*.tgz")
     project = tmp_path / "project"
     project.mkdir()
     (project / "package.json").write_text('{"name": "project", "version": "1.0.0", "type": "module"}\n')
-    _run("npm", "install", "--no-audit", "--no-fund", package, cwd=project)
+    _run("npm", "install", "--no-audit", "--no-fund", str(tarball), cwd=project)
+    installed = project / "node_modules" / "@electric" / "client"
+    assert not (project / "node_modules" / "typescript").exists(), "a compiler came with the client"
+    assert [p.name for p in installed.rglob("*.ts") if not p.name.endswith(".d.ts")] == []
+    assert not (installed / "src").exists(), "the client's sources came with it"
     shown = _run(
         "node",
         "-e",

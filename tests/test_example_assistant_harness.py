@@ -34,10 +34,10 @@ async def test_steering_and_the_sigterm_summary(app: App) -> None:
         await h.signal("SIGUSR", payload={"tone": "short"})
         run = await h.send("tides")
         assert (run.status, run.output) == ("completed", "tides: see 3 sources.")
-        steps = [e["data"]["name"] for e in h.events if e["type"] == "electric.step"]
+        steps = [e.value["data"]["name"] for e in h.events if e.type == "electric.step"]
         assert steps == ["tool:search", "model:answer"]
         await h.signal("SIGTERM")
         assert await h.wait_lifecycle(State.STOPPED) is State.STOPPED
         assert h.causes[-1] == "cleanup_complete"
-        summary = next(e["data"] for e in h.events if e["type"] == "summary")
+        summary = next(e.value["data"] for e in h.events if e.type == "summary")
         assert summary == {"turns": 2, "questions": ["tides"]}

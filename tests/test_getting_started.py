@@ -4,9 +4,11 @@ The page runs top to bottom in one shell session, as a reader would type it:
 each ```sh line is one command (its output and exit status checked against
 its comment: `backticked` fragments, ``…`` for anything, ``exit N``), the
 blocks introduced by "Save as `FILE`" are written as those files, and the
-```python block that is not a file runs where it stands. Two things differ
-from a reader's terminal: the project folder (`my_project`) is this test's
-temporary folder, and port 7701 is a free one.
+```python block that is not a file runs where it stands. Three things differ
+from a reader's terminal: the clone is a copy of this one's files in the test's
+temporary folder (the page makes its own virtualenv there, with only what it
+installs: the test checks the `[test]` extra's tools are not in it), the project
+folder (`my_project`) is in the temporary folder too, and port 7701 is a free one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +33,8 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SAVE_AS = re.compile(r"Save as `([^`]+)`")
 END = "__electric_getting_started_end__"
 pytestmark = pytest.mark.timeout(300)
+# What the `[test]` extra (and `make venv`) adds and an agent's virtualenv does not need.
+NOT_FOR_AN_AGENT = ["schemathesis", "jupyter_client", "ipykernel", "pytest", "mypy", "hypothesis"]
 
 
 class Shell:
@@ -81,18 +86,37 @@ def _free_port() -> int:
         return port
 
 
+def _clone(into: Path) -> Path:
+    """A copy of the clone's files (those git tracks, as they are on disk): no virtualenv, no build."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    return into
+
+
 @pytest.fixture
-def shell(tmp_path: Path) -> Iterator[Shell]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELECTRIC_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # the venv `make venv` made
-    session = Shell(ROOT, env)
+def clone(tmp_path: Path) -> Path:
+    return _clone(tmp_path / "clone")
+
+
+@pytest.fixture
+def shell(clone: Path) -> Iterator[Shell]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ELECTRIC_", "VIRTUAL_ENV", "PYTHON"))}
+    ours = str(Path(sys.executable).parent)  # this suite's virtualenv: not the reader's
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != ours)
+    session = Shell(clone, env)
     try:
         yield session
     finally:
         session.close()
 
 
-def test_the_getting_started_page_runs_as_written(shell: Shell, tmp_path: Path) -> None:
+def test_the_getting_started_page_runs_as_written(shell: Shell, clone: Path, tmp_path: Path) -> None:
     project, port = tmp_path / "my_project", str(_free_port())
     text = PAGE.read_text().replace("7701", port)
     blocks = [(m.start(), m.group(1), m.group(2)) for m in BLOCK.finditer(text)]
@@ -118,3 +142,15 @@ def test_the_getting_started_page_runs_as_written(shell: Shell, tmp_path: Path) 
             check_output("python block", output, fragments)
             ran += 1
     assert ran > 20  # the page's commands ran, not a few of them
+    python = clone / ".venv" / "bin" / "python"
+    found = subprocess.run(
+        [
+            str(python),
+            "-c",
+            f"import importlib.util as u; print([n for n in {NOT_FOR_AN_AGENT!r} if u.find_spec(n)])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert found == "[]", f"the page's virtualenv holds the test tools: {found}"

@@ -4,13 +4,17 @@ knows the entity, and never a wrong write when what it knows is wrong.
 Each test makes one guess wrong in one way (the row, the clock, the holder's
 liveness, a key already stored) and shows the database refuses that statement,
 the write is read and decided again, and what commits is what the two-trip
-path would have committed.
+path would have committed. They assert what was written and what was sent, not
+the guess's counters (``known.guesses``, ``known.misses``): a stall of a loaded
+machine makes a guess's clock or spare txid stale, which moves the counters
+and changes nothing written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +22,7 @@ import pytest
 from electric_server.fastpaths import forced
 from electric_server.store.base import EntityRecord, Idempotency, Mutation, NewEvent, Ref, Write, WriteContext
 from electric_server.store.postgres import PostgresStore
-from electric_server.store.postgres.known import CLOCK_LAG_MS, SPARE_TTL_MS, Known
+from electric_server.store.postgres.known import SPARE_TTL_MS, Known
 from electric_server.store.postgres.statements import (
     ONE_INSERT,
     ONE_KEY,
@@ -96,24 +100,28 @@ def _leased_to(ref: Ref, session: str) -> Write:
     return Write(ref, decide)
 
 
+# What one lone write to a known entity may send: its guess alone (committed); its guess, refused,
+# then the read and the update (a stall made its clock wrong: more than CLOCK_LAG_MS late at the
+# database); or the read and the update (a stall left its spare txid older than SPARE_TTL_MS).
+_ON_A_GUESS = [ONE_UPDATE_GUESSED]
+_A_GUESS_READ_AGAIN = [ONE_UPDATE_GUESSED, READ_AND_DRAW, ONE_UPDATE]
+_READ_FIRST = [READ_AND_DRAW, ONE_UPDATE]
+
+
 async def test_a_write_to_an_entity_the_replica_wrote_takes_one_statement(store: PostgresStore) -> None:
     ref: Ref = ("agent", "known")
     committed(await store.write(spawn(ref)))
     statements = _Statements()
     await statements.attach(store)
+    each: list[list[str]] = []
     for i in range(5):
+        before = len(await statements.logged())
         committed(await store.write(note(ref, str(i))))
-    # Each write sends its guess; one whose clock a stall of this loaded machine made wrong
-    # (more than CLOCK_LAG_MS late at the database) is read and sent again, and only then.
-    clock_misses = store.known.misses["clock"]
-    assert (store.known.guesses, store.known.misses["row"], store.known.misses["holder"]) == (
-        5 - clock_misses,
-        0,
-        0,
-    )
-    sent = await statements.logged()
-    assert sent.count(ONE_UPDATE_GUESSED) == 5
-    assert sent.count(READ_AND_DRAW) == sent.count(ONE_UPDATE) == clock_misses
+        each.append((await statements.logged())[before:])
+    assert all(sent in (_ON_A_GUESS, _A_GUESS_READ_AGAIN, _READ_FIRST) for sent in each), each
+    # One stall per write could leave none on its guess; five in a row are not a stall.
+    assert _ON_A_GUESS in each, each
+    assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"0", b"1", b"2", b"3", b"4"]
     await check_stream(store, ref)
 
 
@@ -132,7 +140,6 @@ async def test_a_row_written_by_another_replica_since_is_read_and_decided_again(
     a.known.forget(ref)
     a.known.learn(*stale)
     committed(await a.write(note(ref, "a")))
-    assert (a.known.guesses, a.known.misses["row"]) == (0, 1)
     committed(await b.write(note(ref, "b2")))
     a.known.forget(ref)
     a.known.learn(*stale)
@@ -143,8 +150,7 @@ async def test_a_row_written_by_another_replica_since_is_read_and_decided_again(
             raise ValueError("refused on a row below head 3")
         return note(ref, "a2").decide(current, ctx)
 
-    committed(await a.write(Write(ref, after_three)))
-    assert (a.known.guesses, a.known.misses["row"]) == (0, 1), "the refusal was not sent, nor answered"
+    committed(await a.write(Write(ref, after_three)))  # decided on the row read: not refused
     bodies = [e.body for e in await a.read_events(ref, 1, 10)]
     assert bodies == [b"b", b"a", b"b2", b"a2"]
     await check_stream(a, ref)
@@ -164,7 +170,6 @@ async def test_a_guessed_clock_off_the_databases_writes_nothing_and_is_read_agai
         store.known.forget(ref)
         store.known.learn(known[0]._replace(updated_at_ms=known[0].updated_at_ms + off), known[1])
     outcome = committed(await store.write(note(ref)))
-    assert store.known.misses["clock"] == 1
     stored = await store.get_entity(ref)
     assert stored is not None
     database_ms = await _database_ms(store)
@@ -173,8 +178,10 @@ async def test_a_guessed_clock_off_the_databases_writes_nothing_and_is_read_agai
     assert outcome.commit is not None
     assert outcome.commit.timestamp_ms == stored.updated_at_ms
     committed(await store.write(note(ref)))
-    # The clock read again makes the next guess (sent: committed, or wrong only by a stall).
-    assert store.known.guesses + store.known.misses["clock"] == 2
+    # The clock read again makes the next write's time the database's too.
+    stored = await store.get_entity(ref)
+    assert stored is not None
+    assert abs(stored.updated_at_ms - await _database_ms(store)) < 60_000
     await check_stream(store, ref)
 
 
@@ -191,16 +198,21 @@ async def test_a_holder_guessed_live_is_checked_by_the_database(store: PostgresS
     committed(await store.write(spawn(ref)))
     committed(await store.write(_leased_to(ref, "s-1")))
     committed(await store.write(_live_note(ref)))
-    assert store.known.misses["holder"] == 0
     await store.sessions.end(["s-1"])
-    committed(await store.write(_live_note(ref)))
-    assert store.known.misses["holder"] == 1
+    committed(await store.write(_live_note(ref)))  # written as the database sees the holder: gone
     bodies = [e.body for e in await store.read_events(ref, 1, 10)]
     assert bodies == [b'["s-1"]', b"[]"]
     await check_stream(store, ref)
 
 
-async def test_a_key_already_stored_is_replayed_not_written_on_a_guess(store: PostgresStore) -> None:
+@pytest.mark.parametrize("stall", ["none", "spare", "clock"])
+async def test_a_key_already_stored_is_replayed_not_written_on_a_guess(
+    store: PostgresStore, stall: str
+) -> None:
+    """The retry of a keyed write to an entity the replica knows is answered with the first
+    response and writes nothing, whether its guess is sent (the stored key refuses it) or a stall
+    of a loaded machine left the guess's spare txid or clock stale (then it is read first, or its
+    guess is refused for the clock)."""
     ref: Ref = ("agent", "keyed")
     committed(await store.write(spawn(ref)))
 
@@ -209,9 +221,15 @@ async def test_a_key_already_stored_is_replayed_not_written_on_a_guess(store: Po
 
     first = await store.write(keyed())
     assert not first.replayed
+    written = await store.get_entity(ref)
+    if stall == "spare":
+        store.known.age_spare(SPARE_TTL_MS + 1)
+    elif stall == "clock":
+        store.known.shift_clock(-3_600_000)
     again = await store.write(keyed())
-    assert (again.replayed, again.response) == (True, first.response)
-    assert store.known.misses["row"] == 1, "the guess's statement met the stored key and wrote nothing"
+    assert (again.replayed, again.response, again.commit) == (True, first.response, None)
+    assert await store.get_entity(ref) == written, "the retry wrote the entity's row again"
+    assert [e.body for e in await store.read_events(ref, 1, 10)] == [b"once"]
     assert len(await check_stream(store, ref)) == 2
 
 
@@ -223,8 +241,7 @@ async def test_a_refusal_or_no_op_is_answered_from_the_row_read_not_the_guess(st
     await statements.attach(store)
     outcome = await store.write(Write(ref, lambda current, ctx: Mutation()))
     assert outcome.commit is None
-    assert await statements.logged() == [READ_AND_DRAW]
-    assert store.known.guesses == 0
+    assert await statements.logged() == [READ_AND_DRAW]  # no guess sent
 
 
 async def test_a_spare_txid_older_than_a_second_is_not_used(store: PostgresStore) -> None:
@@ -258,10 +275,15 @@ def test_a_guessed_clock_is_never_ahead_of_the_reading_it_came_from() -> None:
     known = Known()
     assert known.now_ms(not_before=0) is None
     reading = 1_700_000_000_000
+    arrived = time.monotonic_ns()
     known.clock(reading)
     guess = known.now_ms(not_before=0)
+    since_ms = (time.monotonic_ns() - arrived) / 1_000_000
     assert guess is not None
-    assert reading - CLOCK_LAG_MS < guess <= reading
+    # The database's clock is at least the reading plus the time since it arrived, which a stall
+    # of a loaded machine between these lines makes more than a millisecond: the guess moves on
+    # with it, and is never ahead of it.
+    assert reading <= guess <= reading + since_ms
     assert known.now_ms(not_before=reading + 5) == reading + 5  # never before the row's own time
     record = EntityRecord("agent", "a", State.RUNNING, 0, 0, 0, 0, 0, False, None, 1)
     known.learn(record, 1)

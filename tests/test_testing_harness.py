@@ -6,16 +6,19 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
+import httpx
 import pytest
 from helpers import emitter_app
+from runtime.rt_support import COMPLETED, run_status, running_worker, until
 
+from electric_sdk.durable_state import STEP_EVENT
 from electric_sdk.lifecycle import Signal, State
+from electric_sdk.models import Event
 from electric_sdk.runtime import App, Context, Message, SignalInfo
-from electric_sdk.testing import EntityHarness, ManualClock
+from electric_sdk.testing import EntityHarness, ManualClock, TestServer
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +78,7 @@ async def test_a_run_with_state_steps_and_a_handler() -> None:
         run = await h.send("q")
         assert (run.status, run.output) == ("completed", "found:q answered tone=brief")
         assert h.state == {"prefs": {"tone": "brief"}, "history": ["q"]}
-        steps = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        steps = [e.value["data"] for e in h.events if e.type == "electric.step"]
         assert [(s["name"], s["outcome"]) for s in steps] == [("tool:search", "ok"), ("model:answer", "ok")]
 
 
@@ -91,8 +94,8 @@ async def test_an_emit_a_server_would_refuse_raises_in_the_harness_too() -> None
             ("fine", "kept"),
         ]:
             assert (await h.send(kind)).output.startswith(said), kind
-        assert [e["type"] for e in h.events if e["type"] != "run"].count("fine") == 1
-        assert not {"state", "two\nlines", "", "x" * 129} & {e["type"] for e in h.events}
+        assert [e.type for e in h.events if e.type != "run"].count("fine") == 1
+        assert not {"state", "two\nlines", "", "x" * 129} & {e.type for e in h.events}
 
 
 async def test_a_run_delivered_again_replays_its_recorded_steps() -> None:
@@ -201,13 +204,79 @@ async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> 
         assert h.causes == ["idle_timeout", "wake"]
 
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "runtime.md"
+def talker_app() -> App:
+    app = App(code_version="test")
+
+    @app.entity("talker")
+    class Talker:
+        async def on_message(self, ctx: Context, message: Message) -> str:
+            ctx.state["seen"].append(message.text)
+            found = await ctx.step("tool:look", lambda: f"found {message.text}")
+            async with ctx.step("tool:think"):  # a step as a block: a run event marks its start
+                ctx.output.write("thought ")
+            await ctx.emit("note", {"text": message.text, "n": [1, 2.5, True, None]})
+            return found
+
+        async def on_signal(self, ctx: Context, signal: SignalInfo) -> None:
+            await ctx.emit("steered", signal.payload)
+
+    return app
 
 
-async def test_the_docs_example_runs_as_written() -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    section = text[text.index("## Testing your agent") :]
-    block = section[section.index("```python\n") + len("```python\n") :]
-    module: dict[str, Any] = {"__name__": "docs_testing_example"}
-    exec(compile(block[: block.index("```")], "docs/runtime.md", "exec"), module)
-    await module["test_assistant"]()
+def _by_type(events: list[Event], kind: str) -> list[Event]:
+    return [e for e in events if e.type == kind]
+
+
+async def test_the_harness_the_client_and_the_http_stream_give_one_event_shape(tmp_path: Path) -> None:
+    """Issue 47: events read through the harness, the client (``events()``, ``watch()``) and the HTTP
+    stream come in one shape: the harness's and the client's are ``Event``s with the same fields,
+    and ``to_json()`` is what the HTTP stream sends."""
+    app = talker_app()
+    async with EntityHarness(app, "talker") as h:
+        await h.send("hello")
+        await h.signal("SIGUSR", payload={"tone": "short"})
+    harness = h.events
+
+    with TestServer(tmp_path / "electric", http="127.0.0.1:0") as server:
+        async with server.async_client() as client, running_worker(app, server.address):
+            await client.spawn("talker/t1")
+            await client.send("talker/t1", "hello")
+            await until(client, "talker/t1", run_status(COMPLETED))
+            await client.signal("talker/t1", "SIGUSR", payload={"tone": "short"})
+            steered = await until(client, "talker/t1", lambda e: e.type == "steered")
+            page = await client.events("talker/t1", 0, limit=1000)
+            watched = []
+            async for event in client.watch("talker/t1"):
+                watched.append(event)
+                if event.offset == steered.offset:
+                    break
+            async with httpx.AsyncClient(base_url=server.http_address) as http:
+                got = await http.get("/talker/t1/events", params={"offset": 0, "limit": 1000})
+                assert got.status_code == 200, got.text
+                over_http = got.json()["events"]
+    read = list(page.events)
+    assert all(type(e) is Event for e in [*harness, *read, *watched])
+    assert watched == read[: len(watched)]
+    assert [e.to_json() for e in read] == over_http
+    assert {tuple(e.to_json()) for e in harness} == {tuple(e.to_json()) for e in read}  # the same fields
+
+    # The run as the stream records it: its message, start, records, steps and end, in order.
+    def run(events: list[Event]) -> list[tuple[str, str, str]]:
+        kinds = ("message", "run", "note", STEP_EVENT)
+        return [(e.type, e.operation, e.value.get("status", "")) for e in events if e.type in kinds]
+
+    assert run(harness) == run(read)
+    # What the entity's code wrote reads the same from the harness as from the server.
+    for kind in ("note", "steered"):
+        assert [e.value for e in _by_type(harness, kind)] == [e.value for e in _by_type(read, kind)]
+    [h_step], [s_step] = (
+        [e for e in _by_type(events, "run") if e.value["status"] == "step"] for events in (harness, read)
+    )
+    assert set(h_step.value) == set(s_step.value)
+    assert (h_step.value["step"], h_step.value["attempt"]) == (s_step.value["step"], s_step.value["attempt"])
+    [h_record], [s_record] = (_by_type(events, STEP_EVENT) for events in (harness, read))
+    data = ("name", "outcome", "result", "ops")
+    assert [h_record.value["data"][k] for k in data] == [s_record.value["data"][k] for k in data]
+    h_signal, s_signal = _by_type(harness, "signal")[-1], _by_type(read, "signal")[-1]  # as settled
+    same = ("signal", "payload", "outcome", "previous_state", "new_state")  # the sender is whoever sent
+    assert [h_signal.value[k] for k in same] == [s_signal.value[k] for k in same]

@@ -7,7 +7,11 @@ loop and plays the runtime's part: each run gets a real ``Context`` (its
 worker would (SIGINT aborts the run at once, SIGUSR calls the handler,
 SIGTERM stops the run at its next step and runs the cleanup within the
 grace, SIGSTOP/SIGCONT/SIGHUP act between runs). Nothing is written
-anywhere: what the worker would append to the stream is kept in ``events``.
+anywhere: what the worker would append to the stream is kept in ``events``,
+as the ``Event``s a client reads (``Client.events()``, ``watch()``), built from
+the wire messages the server would store: one model, one shape (``to_json()``
+is the HTTP stream's), and a run's records are replayed from them by the
+runtime's own ``RunSteps.records``.
 
 Time is a ``ManualClock``: the grace and idle timeouts count on it, and a
 test moves it with ``clock.advance(seconds)``, so a 30 s grace takes no time.
@@ -29,6 +33,10 @@ from anyio.abc import TaskGroup
 
 from .. import lifecycle
 from .._proto.electric.v1 import types_pb2 as pb
+from .._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+from .._wire.json_values import json_to_value
+from .._wire.times import timestamp_from_datetime
+from ..arguments import json_argument
 from ..client._options import DurationLike
 from ..durable_state import STATE_EVENT, STEP_EVENT, SnapshotPolicy, apply
 from ..lifecycle import OPT_IN_TIMING, STATE_RULES, Action, Decision, Signal, SignalRejected, State, Timing
@@ -43,6 +51,12 @@ from .steps import RunSteps, seconds
 __all__ = ["EntityHarness", "HarnessRun", "ManualClock"]
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+# A run's end as its RUN event records it (a lost run has none: its worker died).
+_RUN_STATUS = {
+    "completed": pb.RUN_STATUS_COMPLETED,
+    "failed": pb.RUN_STATUS_FAILED,
+    "aborted": pb.RUN_STATUS_ABORTED,
+}
 
 
 def _duration(value: DurationLike | None, default_ms: int) -> timedelta:
@@ -163,8 +177,8 @@ class EntityHarness:
         self.instance: Any = self.etype.factory()
         self.codec = self.etype.codec
         self._lease_state = LeaseState(Loaded({}, -1, -1, 0, 0), SnapshotPolicy())
-        # What the worker would append: {"type": ..., "data": ...}, in order.
-        self.events: list[dict[str, Any]] = []
+        # What the worker and the server would append to the stream, in order (see _append).
+        self.events: list[Event] = []
         self.causes: list[str] = []  # the causes of the lifecycle's transitions, in order
         self.grace_deadline: datetime | None = None
         self._run: HarnessRun | None = None
@@ -217,12 +231,17 @@ class EntityHarness:
             raise RuntimeError("a run is in progress: an entity runs one message at a time")
         if not STATE_RULES[self.entity.state].accepts_messages:
             raise RuntimeError(f"an entity in {self.entity.state.value!r} takes no message")
-        message = Message(key or f"m{next(self._keys)}", len(self.events), text, data, "test", attempt)
+        key = key or f"m{next(self._keys)}"
+        sent = next((e for e in self.events if e.type == "message" and e.key == key), None)
+        if sent is None:  # a redelivery's message is the one already in the stream
+            value = pb.MessageValue(text=text, sender="test")
+            if data is not None:
+                value.data.CopyFrom(json_argument(data, "data"))
+            sent = self._append(pb.Event(type="message", message=value), key)
+        message = Message(key, sent.offset, text, data, "test", attempt)
         run = HarnessRun(message, Context(self, message=message))
-        if attempt > 1:
-            run.ctx.steps = RunSteps(
-                [(e["type"], e["data"]) for e in self.events if e["data"].get("run") == message.key]
-            )
+        if attempt > 1:  # as a worker loads them: the records of the run's earlier attempts
+            run.ctx.steps = RunSteps(RunSteps.records(message.key, self.events))
         self._run = run
         self._tg.start_soon(self._execute, run)
         return run
@@ -237,6 +256,7 @@ class EntityHarness:
                 self._move(State.RUNNING, "wake")
                 continue
             await self._changed.wait()
+        self._run_event(run, pb.RUN_STATUS_STARTED)
         done = anyio.Event()
 
         async def body() -> None:
@@ -262,8 +282,9 @@ class EntityHarness:
         run.output = run.ctx.output.text
         if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM:
             self._term_output = run.output
-        if run.stopped_by is None or run.stopped_by.reason != "crash":
+        if run.stopped_by is None or run.stopped_by.reason != "crash":  # a dead worker writes nothing
             await self._flush(run.ctx, run.message.key)
+            self._run_event(run, _RUN_STATUS[run.status])
         self._run = None
         run.ended.set()
         if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGINT:
@@ -301,7 +322,8 @@ class EntityHarness:
         run.status = "lost"
         live: dict[str, Any] = {}
         for event in self.events:
-            for op in event["data"].get("ops", ()) if isinstance(event["data"], dict) else ():
+            data = event.value.get("data") if event.type in (STEP_EVENT, STATE_EVENT) else None
+            for op in data.get("ops", ()) if isinstance(data, dict) else ():
                 apply(live, op)
         self._lease_state.live = live
         return run
@@ -317,9 +339,17 @@ class EntityHarness:
             raise SignalRejected(previous, sig)
         decision = lifecycle.decide(previous, sig, self._run is not None)
         info = SignalInfo(sig, "", len(self.events), reason, "test", payload, previous, decision.new_state)
-        self.events.append(
-            {"type": "signal", "data": {"signal": sig.value, "outcome": decision.outcome.value}}
+        value = pb.SignalValue(
+            signal=SIGNAL_TO_PB[sig],
+            sender="test",
+            reason=reason,
+            outcome=OUTCOME_TO_PB[decision.outcome],
+            previous_state=STATE_TO_PB[previous],
+            new_state=STATE_TO_PB[decision.new_state],
         )
+        if payload is not None:
+            value.payload.CopyFrom(json_argument(payload, "payload"))
+        self._append(pb.Event(type="signal", signal=value), f"sig_{len(self.events)}")
         if decision.new_state is not previous:
             self._move(decision.new_state, sig.value)
         action, run = decision.action, self._run
@@ -395,10 +425,45 @@ class EntityHarness:
     # -- the lifecycle and the idle timeout --------------------------------------------------
 
     def _move(self, new: State, cause: str) -> None:
+        previous = self.entity.state
         self.entity = replace(self.entity, state=new, updated_at=self.clock.now())
         self.causes.append(cause)
-        self.events.append({"type": "state", "data": {"state": new.value, "cause": cause}})
+        value = pb.StateValue(state=STATE_TO_PB[new], previous_state=STATE_TO_PB[previous], cause=cause)
+        self._append(pb.Event(type="state", state=value), f"state_{len(self.events)}")
         self._ring()
+
+    def _run_event(self, run: HarnessRun, status: pb.RunStatus.ValueType) -> None:
+        message = run.message
+        value = pb.RunValue(
+            message_key=message.key,
+            message_offset=message.offset,
+            status=status,
+            attempt=message.attempt,
+            output=run.output,
+            error=run.error,
+        )
+        started = status == pb.RUN_STATUS_STARTED
+        operation = pb.OPERATION_INSERT if started else pb.OPERATION_UPDATE
+        self._append(pb.Event(type="run", run=value), f"run_{message.key}", operation)
+
+    def _append(
+        self, event: pb.Event, key: str, operation: pb.Operation.ValueType = pb.OPERATION_INSERT
+    ) -> Event:
+        """The event as the server would store it (offset, key, headers on the clock) and as a client
+        reads it back: an ``Event``, its ``value`` the wire's JSON shape."""
+        event.offset = len(self.events)
+        event.key = key
+        event.headers.operation = operation
+        event.headers.timestamp.CopyFrom(timestamp_from_datetime(self.clock.now()))
+        event.headers.txid = len(self.events) + 1
+        self.events.append(Event.from_pb(event))
+        return self.events[-1]
+
+    def _custom(self, type: str, data: Any) -> None:
+        custom = pb.CustomValue()
+        if data is not None:
+            custom.data.CopyFrom(json_to_value(data))
+        self._append(pb.Event(type=type, custom=custom), f"rt_{len(self.events)}")
 
     def _ring(self) -> None:
         self._changed.set()
@@ -448,16 +513,31 @@ class EntityHarness:
             await anyio.lowlevel.checkpoint()
 
     async def record_step(self, ctx: Context, name: str) -> None:
-        self.events.append({"type": "run", "data": {"run": ctx.message_key, "step": name}})
+        run = self._run
+        message = ctx.message
+        if message is None:
+            return
+        value = pb.RunValue(
+            message_key=message.key,
+            message_offset=message.offset,
+            status=pb.RUN_STATUS_STEP,
+            step=name,
+            attempt=message.attempt,
+            output=run.ctx.output.text if run is not None and run.ctx is ctx else "",
+        )
+        self._append(pb.Event(type="run", run=value), f"run_{message.key}", pb.OPERATION_UPDATE)
 
     def declared_timeout(self, step: str, timeout_s: float) -> None:
         return None  # the worker's warning (host.py): the harness's SIGTERM is the test's own
 
     async def emit(self, type: str, data: Any) -> None:
-        self.events.append({"type": type, "data": data})
+        custom = pb.CustomValue()
+        if data is not None:
+            custom.data.CopyFrom(json_argument(data, "data"))  # refused as the worker refuses it
+        self._append(pb.Event(type=type, custom=custom), f"rt_{len(self.events)}")
 
     async def history(self) -> list[Event]:
-        raise NotImplementedError("the harness keeps no stream: read `harness.events`")
+        return list(self.events)
 
     def lease_state(self) -> LeaseState:
         return self._lease_state
@@ -467,9 +547,9 @@ class EntityHarness:
             ops = ctx.take_ops()
             if ops:
                 data["ops"] = ops
-        self.events.append({"type": STEP_EVENT, "data": data})
+        self._custom(STEP_EVENT, data)
 
     async def _flush(self, ctx: Context, run_key: str) -> None:
         if ctx.pending_ops:
             data = {"run": run_key, "seg": ctx.steps.index, "ops": ctx.take_ops()}
-            self.events.append({"type": STATE_EVENT, "data": data})
+            self._custom(STATE_EVENT, data)

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from runtime.rt_support import state_is, until
 
@@ -46,11 +47,25 @@ def logged_any(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+# A worker is a new Python process: on a loaded machine its start alone took most of the 10 s that
+# `until` gives one awaited event. Waiting for its session first gives the start a bound of its
+# own, so each `until` after it bounds only what the server and the worker do.
+WORKER_START_S = 60.0
+
+
+async def connected(client: AsyncClient, worker_id: str) -> None:
+    """Until the worker ``worker_id`` has a session: a session's start has no event to wait on."""
+    with anyio.fail_after(WORKER_START_S):
+        while worker_id not in {w.worker_id for w in await client.workers()}:  # noqa: ASYNC110
+            await anyio.sleep(0.02)  # a short pause between checks of a bounded wait
+
+
 async def test_pid_reused_after_the_worker_died(
     ns: Namespace, electric: TestServer, client: AsyncClient, tmp_path: Path
 ) -> None:
     tasks = _exec_file(tmp_path)
     first = ns.worker(tasks, electric.address, "w1")
+    await connected(client, "w1")
     await client.spawn("reuse/a")
     pid = await ready(client, "reuse/a")
     start = (await receipts(client, "reuse/a"))[0]
@@ -63,6 +78,7 @@ async def test_pid_reused_after_the_worker_died(
     sentinel = ns.take_pid(pid, log)
     assert sentinel == pid  # the old generation's PID now names an unrelated process
     ns.worker(tasks, electric.address, "w2")
+    await connected(client, "w2")
     await client.signal("reuse/a", "SIGTERM")  # paused → stopping: w2 is leased for the cleanup
     await until(client, "reuse/a", state_is("stopped", "cleanup_complete"))
     got = await receipts(client, "reuse/a")
@@ -85,6 +101,7 @@ async def test_pid_reused_after_the_generation_exited_on_its_own(
 ) -> None:
     tasks = _exec_file(tmp_path)
     ns.worker(tasks, electric.address, "w1")
+    await connected(client, "w1")
     await client.spawn("reuse/b")
     pid = await ready(client, "reuse/b")
     await client.signal("reuse/b", "SIGSTOP")

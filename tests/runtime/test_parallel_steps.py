@@ -122,7 +122,7 @@ async def test_parallel_steps_replay_by_name_whatever_order_they_start_in() -> N
         first = h.start("a,b,c")
         await g.held.wait()
         await h.crash()  # a and b recorded, c in flight
-        records = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        records = [e.value["data"] for e in h.events if e.type == "electric.step"]
         assert sorted((r["index"], r["key"], r["outcome"]) for r in records) == [
             (0, "tool:a", "ok"),
             (0, "tool:b", "ok"),
@@ -162,7 +162,7 @@ async def test_a_failing_parallel_step_is_retried_alone() -> None:
         run = await h.send("a,flaky,b")
         assert run.status == "completed", run.error
         assert g.calls == {"a": 1, "b": 1, "flaky": 3}
-        records = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        records = [e.value["data"] for e in h.events if e.type == "electric.step"]
         assert [r["outcome"] for r in records if r.get("key") == "tool:flaky"] == ["retry", "retry", "ok"]
         assert [r["index"] for r in records if r["name"] == "model:sum"] == [1]
 
@@ -220,7 +220,7 @@ async def test_typed_results_are_replayed_as_equal_objects() -> None:
         first = h.start()
         await g.held.wait()
         await h.crash()
-        records = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        records = [e.value["data"] for e in h.events if e.type == "electric.step"]
         assert records[0]["result"] == {"url": "https://b", "score": 1.5}
         assert records[0]["type"] == f"{__name__}:Hit"
         run = await h.send(key=first.message.key, attempt=2)
@@ -251,8 +251,8 @@ async def test_an_undecodable_record_names_the_step() -> None:
         await g.held.wait()
         await h.crash()
         for event in h.events:
-            if event["type"] == "electric.step":
-                event["data"]["type"] = "gone.module:Hit"  # code that no longer has the type
+            if event.type == "electric.step":
+                event.value["data"]["type"] = "gone.module:Hit"  # code that no longer has the type
         run = await h.send(key=first.message.key, attempt=2)
         assert run.status == "failed"
         assert "step 'tool:hit'" in run.error
@@ -301,7 +301,7 @@ async def test_ctx_gather_knows_steps_by_their_place_and_closes_its_group() -> N
         run = h.start("u1,u2,u3,u4")
         await held.wait()
         await h.crash()
-        records = [e["data"] for e in h.events if e["type"] == "electric.step"]
+        records = [e.value["data"] for e in h.events if e.type == "electric.step"]
         assert sorted((r["index"], r["key"]) for r in records if r["outcome"] == "ok") == [
             (0, "0:tool:fetch"),
             (0, "1:tool:fetch"),

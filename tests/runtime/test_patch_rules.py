@@ -26,14 +26,18 @@ pytestmark = pytest.mark.anyio
 
 
 def markers(h: EntityHarness) -> list[dict[str, Any]]:
-    return [e["data"] for e in h.events if e["type"] == "electric.step" and e["data"]["outcome"] == "patched"]
+    return [
+        e.value["data"]
+        for e in h.events
+        if e.type == "electric.step" and e.value["data"]["outcome"] == "patched"
+    ]
 
 
 def step_names(h: EntityHarness) -> list[tuple[int, str]]:
     return [
-        (e["data"]["index"], e["data"]["name"])
+        (e.value["data"]["index"], e.value["data"]["name"])
         for e in h.events
-        if e["type"] == "electric.step" and e["data"]["outcome"] == "ok"
+        if e.type == "electric.step" and e.value["data"]["outcome"] == "ok"
     ]
 
 
