@@ -190,9 +190,9 @@ async def test_two_batches_in_a_row_are_one_group_and_say_so_ctx_gather_is_a_gro
         again = await h.send("twice-ctx", key=run.message.key, attempt=2)  # each from its record
         assert again.output == "1a+1b,2a+2b"
         steps = [
-            e["data"]
+            e.value["data"]
             for e in h.events
-            if e["type"] == "electric.step" and e["data"]["run"] == run.message.key
+            if e.type == "electric.step" and e.value["data"]["run"] == run.message.key
         ]
         assert sorted((r["index"], r["name"]) for r in steps) == [
             (0, "tool:fetch"),
