@@ -298,7 +298,22 @@ class AsyncClient(SendCalls, VersionCalls):
         result = SignalResult.from_pb(response)
         if stage is None:
             return result
-        events = self.watch(result.ref, response.offset + 1)
+        return await self.wait_signal(result, stage, timeout_s, message_key=message_key)
+
+    async def wait_signal(
+        self,
+        result: SignalResult,
+        wait: Stage | str,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+        *,
+        message_key: str = "",
+    ) -> SignalResult:
+        """Wait for a stage of a signal already sent (its ``result``, as ``signal`` answered it
+        without a wait): the same answer ``signal(..., wait=...)`` gives. ``message_key``: the
+        message a scoped SIGINT named."""
+        stage, timeout_s = stage_wait(result.signal, wait, timeout)
+        assert stage is not None
+        events = self.watch(result.ref, result.raw.offset + 1)
         return await wait_stages(events, result, stage, timeout_s, message_key)
 
     async def interrupt(

@@ -233,6 +233,16 @@ class Client:
             timeout=timeout,
         )
 
+    def wait_signal(
+        self,
+        result: SignalResult,
+        wait: Stage | str,
+        timeout: DurationLike | None = None,
+        *,
+        message_key: str = "",
+    ) -> SignalResult:
+        return self._run(self._async.wait_signal, result, wait, timeout, message_key=message_key)
+
     def interrupt(
         self,
         ref: RefLike,

@@ -11,7 +11,15 @@ from ..client import AsyncClient, Client
 from ..lifecycle import Signal
 from ..models import SignalManyResult, SignalResult
 from ._live import ClientLoop, Feed, Source, UiThread, act
-from ._view import describe, error_html, note_html, result_text
+from ._view import (
+    BUTTON_STAGE_WAIT_S,
+    button_stage,
+    describe,
+    error_html,
+    note_html,
+    result_text,
+    stages_text,
+)
 
 
 class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
@@ -64,13 +72,30 @@ class LiveWidget(widgets.VBox):  # type: ignore[misc]  # ipywidgets ships no typ
         signal: Signal,
         call: Callable[[], Awaitable[SignalResult | SignalManyResult]],
     ) -> None:
-        """Send a signal on the client's loop; its result or error appears on the message line."""
+        """Send a signal on the client's loop; its result or error appears on the message line,
+        then, for one entity, how far it reached: its last stage (``button_stage``) is waited
+        for, and the line says each stage reached or not (a stop button that says "stopped"
+        only once the stream shows it)."""
+        stage = button_stage(signal)
 
         def report(outcome: SignalResult | SignalManyResult | BaseException) -> None:
             if isinstance(outcome, BaseException):
                 self._say(error_html(f"{signal.value}: {describe(outcome)}"))
+                return
+            text = result_text(outcome, signal)
+            if stage is None or not isinstance(outcome, SignalResult):
+                self._say(note_html(text))
+                return
+            self._say(note_html(f"{text}; waiting until {stage.value}…"))
+            bound = None if signal is Signal.SIGTERM else BUTTON_STAGE_WAIT_S
+            aio = self._client.aio
+            act(self._client, self._ui, lambda: aio.wait_signal(outcome, stage, bound), reached)
+
+        def reached(outcome: SignalResult | BaseException) -> None:
+            if isinstance(outcome, BaseException):
+                self._say(error_html(f"{signal.value}: {describe(outcome)}"))
             else:
-                self._say(note_html(result_text(outcome, signal)))
+                self._say(note_html(f"{result_text(outcome, signal)}: {stages_text(outcome)}"))
 
         self._say(note_html(f"sending {signal.value}…"))
         act(self._client, self._ui, call, report)

@@ -17,7 +17,7 @@ from typing import Any
 from .._wire.times import from_iso
 from ..errors import ElectricError
 from ..event_text import event_line
-from ..lifecycle import STATE_RULES, Signal, State, valid_signals
+from ..lifecycle import STATE_RULES, Signal, Stage, State, stages_of, valid_signals
 from ..models import Entity, EntityRef, Event, SignalManyResult, SignalResult
 
 # The six lifecycle buttons: label, what it does (the tooltip), ipywidgets button style.
@@ -96,6 +96,27 @@ def result_text(result: SignalResult | SignalManyResult, signal: Signal) -> str:
         )
     outcome = f", {result.outcome.value}" if result.outcome else ""
     return f"{result}{outcome} (txid {result.txid})"
+
+
+# How long a button's answer waits for its stage: past it, the line says the stage was not
+# reached yet (the signal stays sent). SIGTERM's end is bounded by the entity's grace already.
+BUTTON_STAGE_WAIT_S = 60.0
+
+
+def button_stage(signal: Signal) -> Stage | None:
+    """The stage a button's answer waits for: the last the signal has (``lifecycle.STAGES``),
+    None when it has only ``accepted``."""
+    stages = stages_of(signal)
+    return stages[-1] if len(stages) > 1 else None
+
+
+def stages_text(result: SignalResult) -> str:
+    """``accepted ✓ · unwound ✓ · downstream ✓``, or ``… · terminal ✗ (the worker was lost)``."""
+    parts = []
+    for report in result.stages:
+        mark = "✓" if report.reached else f"✗ ({report.detail})"
+        parts.append(f"{report.stage.value} {mark}")
+    return " · ".join(parts)
 
 
 def parse_payload(text: str) -> Any:

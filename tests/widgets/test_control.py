@@ -187,6 +187,26 @@ def test_stop_counts_down_to_the_grace_deadline(
     assert "grace ends" not in control.status.value
 
 
+def test_stop_and_kill_say_how_far_they_reached(
+    client: Client, worker: ThreadedWorker, opened: list[Any]
+) -> None:
+    """A button's line waits for its signal's last stage and names each one: SIGTERM says the
+    cleanup ran and the entity is stopped only once the stream shows it."""
+    control = running_control(opened, client, "probe/p1", grace_period="30s")
+    worker.hold_cleanups()
+    control.buttons[Signal.SIGTERM].click()
+    wait_for(control.message, "value", lambda text: "waiting until terminal" in text)
+    worker.release_cleanups()
+    line = wait_for(control.message, "value", lambda text: "terminal ✓" in text)
+    assert "accepted ✓ · unwound ✓ · downstream ✓ · reaped ✓ · terminal ✓" in line
+    assert client.get("probe/p1").state is State.STOPPED
+
+    other = running_control(opened, client, "probe/p2")
+    other.buttons[Signal.SIGKILL].click()
+    other.confirm_kill.confirm.click()
+    wait_for(other.message, "value", lambda text: "terminal ✓" in text)
+
+
 def test_errors_show_in_the_widget_not_as_tracebacks(
     client: Client, worker: ThreadedWorker, opened: list[Any]
 ) -> None:
