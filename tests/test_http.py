@@ -782,3 +782,39 @@ async def test_a_client_hanging_up_mid_body_is_one_quiet_line(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     events = (await http.get("/agent/hangup/events")).json()["events"]
     assert [e["type"] for e in events] == ["state"]  # nothing written
+
+
+async def test_a_malformed_chunked_body_refused_unread_logs_no_traceback(
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With --tokens a caller without one is refused before its body is read; when that body
+    breaks HTTP/1.1's chunked framing, uvicorn answers 400 itself and h11 refuses the route's
+    401 behind it. The client's fault: no traceback, no ERROR, a throttled line at most."""
+    caplog.set_level(logging.INFO)
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS_TOML)
+    tokens.chmod(0o600)
+    server = await start_server(tmp_path / "secured", http="127.0.0.1:0", tokens_file=tokens)
+    assert server.http is not None
+    assert server.http._server is not None
+    host, port = server.http.address.removeprefix("http://").rsplit(":", 1)
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /agent/a1/signal HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Transfer-Encoding: chunked\r\n\r\nzz\r\n{"signal": "SIGTERM"}\r\n0\r\n\r\n'
+        )
+        answer = await reader.read()  # to the end: uvicorn closes after its 400
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        writer.close()
+        await writer.wait_closed()
+    state = server.http._server.server_state
+    with anyio.fail_after(10):
+        while state.tasks or not [r for r in caplog.records if "broke HTTP/1.1" in r.getMessage()]:  # noqa: ASYNC110
+            await anyio.sleep(0.01)  # a short pause between checks of a bounded wait (every answer done)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert len([r for r in caplog.records if "broke HTTP/1.1" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "Invalid HTTP request" in r.getMessage()]) == 1
+    async with httpx.AsyncClient(base_url=server.http.address) as client:
+        headers = {"authorization": f"Bearer {TOKENS['admin'][0]}"}
+        assert (await client.put("/agent/a1", headers=headers)).status_code == 201  # it serves on
