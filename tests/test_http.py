@@ -818,3 +818,43 @@ async def test_a_malformed_chunked_body_refused_unread_logs_no_traceback(
     async with httpx.AsyncClient(base_url=server.http.address) as client:
         headers = {"authorization": f"Bearer {TOKENS['admin'][0]}"}
         assert (await client.put("/agent/a1", headers=headers)).status_code == 201  # it serves on
+
+
+async def test_what_the_openapi_document_bounds_the_door_refuses(
+    door: ElectricServer, http: httpx.AsyncClient
+) -> None:
+    """The document's limits are the door's (docs/http.md, "What the document promises"): an
+    Idempotency-Key outside 1-128 printable ASCII (an empty or blank one is no "no key"), a
+    text or reason past the document's maxLength in characters, a null data or payload; each
+    refused with its reason, writing nothing."""
+    assert (await http.put("/agent/lim")).status_code == 201
+    before = read_database(door.config.data_dir / "electric.db")
+    sigterm = {"signal": "SIGTERM"}
+    for key in (b"", b"a b", "é".encode(), b"k" * 129):
+        for method, path, body in (
+            ("PUT", "/agent/lim2", None),
+            ("DELETE", "/agent/lim", None),
+            ("POST", "/agent/lim/signal", sigterm),
+            ("POST", "/signal", {"selector": {"type": "agent"}, **sigterm}),
+            ("POST", "/agent/lim/messages", {"text": "hi"}),
+        ):
+            refused = await http.request(method, path, json=body, headers={b"idempotency-key": key})
+            assert error_of(refused) == (400, "INVALID_IDEMPOTENCY_KEY"), (key, method, path, refused.text)
+    for path, body, expected in (
+        ("/agent/lim/messages", {"text": "x" * 16385}, (413, "MESSAGE_TOO_LARGE")),
+        ("/agent/lim/messages", {"text": "hi", "data": None}, (400, "INVALID_FIELD")),
+        ("/agent/lim/signal", {"signal": "SIGTERM", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
+        ("/agent/lim/signal", {"signal": "SIGUSR", "payload": None}, (400, "INVALID_FIELD")),
+        ("/agent/lim/fork", {"id": "f", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
+    ):
+        assert error_of(await http.post(path, json=body)) == expected, (path, body)
+    for params in ({"wait": ""}, {"timeout": "soon"}, {"timeout": ""}):
+        refused = await http.post("/agent/lim/messages", params=params, json={"text": "hi"})
+        assert refused.status_code == 400, (params, refused.text)
+    assert read_database(door.config.data_dir / "electric.db") == before
+    # At the limits, taken; a timeout without wait is checked and unused (no run in the answer).
+    taken = await http.post("/agent/lim/messages", params={"timeout": "2h"}, json={"text": "é" * 16384})
+    assert taken.status_code == 200, taken.text
+    assert "run" not in taken.json()
+    signalled = await http.post("/agent/lim/signal", json={"signal": "SIGHUP", "reason": "é" * 256})
+    assert signalled.status_code == 200, signalled.text

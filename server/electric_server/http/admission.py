@@ -34,7 +34,16 @@ from ..core.auth import (
     refusal_of,
     type_denial,
 )
-from ..core.errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
+from ..core.errors import (
+    ApiError,
+    DoorContext,
+    abort_with,
+    http_error,
+    invalid_argument,
+    to_api_error,
+    unexpected,
+)
+from ..core.validation import IDEMPOTENCY_KEY_RE
 from ..log_throttle import LogThrottle
 from . import body
 from .query import Query
@@ -119,6 +128,14 @@ def admitted_endpoint(
         message = build(request, query, obj)
         key = headers.get("idempotency-key")
         if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+            # Given, it must be a key: an empty or blank header (HTTP trims blanks) is a
+            # client's mistake, not "no key", or its retry would write twice.
+            if not IDEMPOTENCY_KEY_RE.fullmatch(key):
+                raise invalid_argument(
+                    "INVALID_IDEMPOTENCY_KEY",
+                    f"Idempotency-Key must be 1-128 printable ASCII characters, got {key[:40]!r}",
+                    field="Idempotency-Key",
+                )
             message.idempotency_key = key  # type: ignore[attr-defined]
         if principal.types is not None:
             refused = type_denial(principal, message)

@@ -36,6 +36,7 @@ from ..core.validation import (
     MAX_TEXT_BYTES,
     NAME_RE,
 )
+from .body import MAX_REASON_CHARS, MAX_TEXT_CHARS
 from .routes import ROUTES, HttpRoute, served_paths
 
 Schema = dict[str, Any]
@@ -102,6 +103,7 @@ def _schemas() -> dict[str, Schema]:
     instant = {"type": "string", "format": "date-time"}
     epoch_ms = {"type": "integer", "description": "epoch milliseconds, as the RFC writes created_at"}
     count = {"type": "integer", "minimum": 0}
+    offset = {"type": "string", "pattern": "^[0-9]{20}$", "description": "an opaque token"}
     event_props = {
         "type": {"type": "string"},
         "key": {"type": "string"},
@@ -132,7 +134,6 @@ def _schemas() -> dict[str, Schema]:
         "Status": _obj(["status"], {"status": {"enum": ["alive", "ready"]}}),
         "Metrics": {"type": "string", "description": "Prometheus text format"},
         "OpenApi": {"type": "object"},
-        "SseText": {"type": "string", "description": "server-sent events"},
         "Entity": _obj(
             [
                 "url",
@@ -255,8 +256,8 @@ def _schemas() -> dict[str, Schema]:
             {
                 "code_version": {"type": "string", "description": "empty or absent: the newest announced"},
                 "ramp_version": {"type": "string"},
-                "ramp_percent": {"type": "integer", "minimum": 0, "maximum": 100},
-                "reason": {"type": "string"},
+                "ramp_percent": {"type": ["integer", "null"], "minimum": 0, "maximum": 100},
+                "reason": REASON,
             },
         ),
         "SignalResult": _obj(
@@ -344,6 +345,39 @@ def _schemas() -> dict[str, Schema]:
         },
         "StreamEvent": {**_obj(list(event_props), event_props), "description": "a State Protocol change"},
         "StreamEvents": {"type": "array", "items": _ref("schemas", "StreamEvent")},
+        "StreamSseEvent": _sse_events(
+            "one event of the stream's text/event-stream (live=sse): data events, each followed by "
+            "a control event; comment lines (: heartbeat) are no events",
+            data=_ref("schemas", "StreamEvents"),
+            control={
+                **_obj(
+                    ["streamNextOffset"],
+                    {
+                        "streamNextOffset": offset,
+                        "streamCursor": {"type": "string"},
+                        "upToDate": {"const": True},
+                        "streamClosed": {"const": True},
+                    },
+                ),
+                "description": "where the reader is: its next offset (also the SSE id), the "
+                "cursor, whether it is up to date or the stream closed (the last event then)",
+            },
+        ),
+        "EntityChange": _obj(
+            ["entity", "previous_state", "changed_at"],
+            {
+                "entity": _ref("schemas", "Entity"),
+                "previous_state": _nullable_enum(states),
+                "changed_at": instant,
+            },
+        ),
+        "EntitiesSseEvent": _sse_events(
+            "one event of GET /entities?live=sse: snapshot events, one snapshot-complete, then "
+            "a change event per commit; comment lines (: heartbeat) are no events",
+            snapshot={"type": "array", "items": _ref("schemas", "Entity")},
+            **{"snapshot-complete": _obj(["txid"], {"txid": txid})},
+            change={"type": "array", "items": _ref("schemas", "EntityChange")},
+        ),
         **_request_schemas(),
     }
 
@@ -356,7 +390,11 @@ PATH_TYPE = r"(?!_electric$)" + PATH_NAME
 # A new type over HTTP: not starting with "_" (RESERVED_NAME).
 NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
 COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
-REASON = {"type": "string", "maxLength": 256, "description": f"at most {MAX_REASON_BYTES} bytes of UTF-8"}
+REASON = {
+    "type": "string",
+    "maxLength": MAX_REASON_CHARS,
+    "description": f"at most {MAX_REASON_CHARS} characters (so at most {MAX_REASON_BYTES} bytes of UTF-8)",
+}
 # Any JSON value but null (a null message data or payload is none).
 JSON_VALUE = {
     "type": ["object", "array", "string", "number", "boolean"],
@@ -364,11 +402,40 @@ JSON_VALUE = {
 }
 
 
+def _sse_events(description: str, **events: Schema) -> Schema:
+    """One server-sent event, as OpenAPI 3.1 describes a text/event-stream (each event an object
+    of its fields): an event named as in ``events``, its ``data`` JSON of that schema."""
+    return {
+        "oneOf": [
+            _obj(
+                ["event", "data"],
+                {
+                    "event": {"const": name},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": schema,
+                    },
+                    "id": {"type": "string"},
+                },
+            )
+            for name, schema in events.items()
+        ],
+        "description": description,
+    }
+
+
 def _request_schemas() -> dict[str, Schema]:
     """What the routes accept, as exactly as JSON Schema says it: a request these allow is one
     the server takes (schemathesis's positive cases check it); http/body.py and core/validation.py
     hold the rules themselves."""
-    duration = {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS, "description": "milliseconds"}
+    # An optional number may also be null: the door reads it as absent (the default).
+    duration = {
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": MAX_DURATION_MS,
+        "description": "milliseconds (null or absent: the type's default)",
+    }
     states = {"type": "array", "items": {"enum": [s.value for s in State]}}
     # Only SIGUSR carries a payload; only SIGINT is scoped to a message (lifecycle.py).
     payload_signals = sorted(s.value for s in PAYLOAD_SIGNALS)
@@ -419,7 +486,11 @@ def _request_schemas() -> dict[str, Schema]:
             ["id"],
             {
                 "id": {"type": "string", "pattern": f"^{PATH_NAME}$"},
-                "offset": {**COUNT, "description": "fork before this offset (default: the origin's head)"},
+                "offset": {
+                    **COUNT,
+                    "type": ["integer", "null"],
+                    "description": "fork before this offset (null or absent: the origin's head)",
+                },
                 "reason": REASON,
             },
         ),
@@ -427,7 +498,11 @@ def _request_schemas() -> dict[str, Schema]:
             ["run"],
             {
                 "run": {"type": "string", "pattern": f"^{NAME}$", "description": "the run's message key"},
-                "from_step": {**COUNT, "description": "the first step executed again (default 0: all)"},
+                "from_step": {
+                    **COUNT,
+                    "type": ["integer", "null"],
+                    "description": "the first step executed again (null or absent: 0, all)",
+                },
                 "reason": REASON,
             },
         ),
@@ -450,12 +525,13 @@ def _request_schemas() -> dict[str, Schema]:
             ]
         },
         "MessageRequest": {
-            **_obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_BYTES // 4}, "data": JSON_VALUE}),
+            **_obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}, "data": JSON_VALUE}),
             "anyOf": [
                 {"required": ["text"], "properties": {"text": {"minLength": 1}}},
                 {"required": ["data"]},
             ],
-            "description": f"text (at most {MAX_TEXT_BYTES} bytes of UTF-8) and/or data",
+            "description": f"text (at most {MAX_TEXT_CHARS} characters, so at most {MAX_TEXT_BYTES} "
+            "bytes of UTF-8) and/or data",
         },
     }
 
