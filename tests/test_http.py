@@ -782,3 +782,79 @@ async def test_a_client_hanging_up_mid_body_is_one_quiet_line(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     events = (await http.get("/agent/hangup/events")).json()["events"]
     assert [e["type"] for e in events] == ["state"]  # nothing written
+
+
+async def test_a_malformed_chunked_body_refused_unread_logs_no_traceback(
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With --tokens a caller without one is refused before its body is read; when that body
+    breaks HTTP/1.1's chunked framing, uvicorn answers 400 itself and h11 refuses the route's
+    401 behind it. The client's fault: no traceback, no ERROR, a throttled line at most."""
+    caplog.set_level(logging.INFO)
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS_TOML)
+    tokens.chmod(0o600)
+    server = await start_server(tmp_path / "secured", http="127.0.0.1:0", tokens_file=tokens)
+    assert server.http is not None
+    assert server.http._server is not None
+    host, port = server.http.address.removeprefix("http://").rsplit(":", 1)
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /agent/a1/signal HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Transfer-Encoding: chunked\r\n\r\nzz\r\n{"signal": "SIGTERM"}\r\n0\r\n\r\n'
+        )
+        answer = await reader.read()  # to the end: uvicorn closes after its 400
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        writer.close()
+        await writer.wait_closed()
+    state = server.http._server.server_state
+    with anyio.fail_after(10):
+        while state.tasks or not [r for r in caplog.records if "broke HTTP/1.1" in r.getMessage()]:  # noqa: ASYNC110
+            await anyio.sleep(0.01)  # a short pause between checks of a bounded wait (every answer done)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert len([r for r in caplog.records if "broke HTTP/1.1" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "Invalid HTTP request" in r.getMessage()]) == 1
+    async with httpx.AsyncClient(base_url=server.http.address) as client:
+        headers = {"authorization": f"Bearer {TOKENS['admin'][0]}"}
+        assert (await client.put("/agent/a1", headers=headers)).status_code == 201  # it serves on
+
+
+async def test_what_the_openapi_document_bounds_the_door_refuses(
+    door: ElectricServer, http: httpx.AsyncClient
+) -> None:
+    """The document's limits are the door's (docs/http.md, "What the document promises"): an
+    Idempotency-Key outside 1-128 printable ASCII (an empty or blank one is no "no key"), a
+    text or reason past the document's maxLength in characters, a null data or payload; each
+    refused with its reason, writing nothing."""
+    assert (await http.put("/agent/lim")).status_code == 201
+    before = read_database(door.config.data_dir / "electric.db")
+    sigterm = {"signal": "SIGTERM"}
+    for key in (b"", b"a b", "é".encode(), b"k" * 129):
+        for method, path, body in (
+            ("PUT", "/agent/lim2", None),
+            ("DELETE", "/agent/lim", None),
+            ("POST", "/agent/lim/signal", sigterm),
+            ("POST", "/signal", {"selector": {"type": "agent"}, **sigterm}),
+            ("POST", "/agent/lim/messages", {"text": "hi"}),
+        ):
+            refused = await http.request(method, path, json=body, headers={b"idempotency-key": key})
+            assert error_of(refused) == (400, "INVALID_IDEMPOTENCY_KEY"), (key, method, path, refused.text)
+    for path, body, expected in (
+        ("/agent/lim/messages", {"text": "x" * 16385}, (413, "MESSAGE_TOO_LARGE")),
+        ("/agent/lim/messages", {"text": "hi", "data": None}, (400, "INVALID_FIELD")),
+        ("/agent/lim/signal", {"signal": "SIGTERM", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
+        ("/agent/lim/signal", {"signal": "SIGUSR", "payload": None}, (400, "INVALID_FIELD")),
+        ("/agent/lim/fork", {"id": "f", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
+    ):
+        assert error_of(await http.post(path, json=body)) == expected, (path, body)
+    for params in ({"wait": ""}, {"timeout": "soon"}, {"timeout": ""}):
+        refused = await http.post("/agent/lim/messages", params=params, json={"text": "hi"})
+        assert refused.status_code == 400, (params, refused.text)
+    assert read_database(door.config.data_dir / "electric.db") == before
+    # At the limits, taken; a timeout without wait is checked and unused (no run in the answer).
+    taken = await http.post("/agent/lim/messages", params={"timeout": "2h"}, json={"text": "é" * 16384})
+    assert taken.status_code == 200, taken.text
+    assert "run" not in taken.json()
+    signalled = await http.post("/agent/lim/signal", json={"signal": "SIGHUP", "reason": "é" * 256})
+    assert signalled.status_code == 200, signalled.text

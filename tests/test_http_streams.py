@@ -168,13 +168,27 @@ async def test_bad_offsets_and_queries_are_refused(http: httpx.AsyncClient) -> N
         {"offset": "abc"},
         {"offset": "-2"},
         {"offset": "1" * 21},
-        {"offset": "99"},  # past the end: not one this server sent
+        {"offset": " 1"},
         {"live": "forever"},
+        {"live": ""},
+        {"timeout": "soon"},
+        {"timeout": ""},
         {"offset": "-1", "limit": "3"},
     ):
         r = await http.get("/agent/q1/stream", params=params)
         assert r.status_code == 400, (params, r.text)
-        assert r.json()["error"]["code"] in {"INVALID_OFFSET", "INVALID_FIELD", "UNKNOWN_FIELD"}, r.text
+        assert r.json()["error"]["code"] in {
+            "INVALID_OFFSET",
+            "INVALID_FIELD",
+            "UNKNOWN_FIELD",
+            "INVALID_DURATION",
+        }, r.text
+    # Of the right form but past the end (not one this server sent): not there yet, 409, as a
+    # fork's offset past the head is; the largest 20 digits too.
+    for offset in ("99", "9" * 20):
+        r = await http.get("/agent/q1/stream", params={"offset": offset})
+        assert r.status_code == 409, (offset, r.text)
+        assert r.json()["error"]["code"] == "INVALID_OFFSET", r.text
     missing = await http.get("/agent/nobody/stream")
     assert missing.status_code == 404
     assert missing.json()["error"]["code"] == "ENTITY_NOT_FOUND"
@@ -529,3 +543,35 @@ async def test_sse_resumes_on_another_replica(
         async with sse(on_b, f"{one}/stream", offset=control["streamNextOffset"]) as stream:
             events, _ = await stream.batch()
         assert seen + events == await log_of(on_b, one)
+
+
+async def test_a_caller_bounds_live_reads_with_timeout(door: ElectricServer, http: httpx.AsyncClient) -> None:
+    """``timeout`` bounds how long a live read holds (the server's long-poll is 20 s here): a
+    long-poll at the tail answers 204 once it passes, an SSE response ends as on a drain (its
+    last control event says where to resume), and the entities' SSE too, which also takes the
+    list's page parameters (checked, the snapshot sent whole)."""
+    one = "/agent/bounded"
+    await http.put(one)
+    tail = (await http.get(f"{one}/stream")).headers["stream-next-offset"]
+    polled = await http.get(f"{one}/stream", params={"offset": tail, "live": "long-poll", "timeout": "20ms"})
+    assert polled.status_code == 204, polled.text
+    assert polled.headers["stream-next-offset"] == tail
+    with anyio.fail_after(10):
+        streamed = await http.get(f"{one}/stream", params={"offset": "-1", "live": "sse", "timeout": "50ms"})
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    last = [line for line in streamed.text.splitlines() if line.startswith("data: ")][-1]
+    assert json.loads(last.removeprefix("data: "))["streamNextOffset"] == tail
+    with anyio.fail_after(10):
+        watched = await http.get(
+            "/entities", params={"live": "sse", "timeout": "50ms", "page_size": "10", "type": "agent"}
+        )
+    assert watched.status_code == 200, watched.text
+    assert "event: snapshot-complete" in watched.text
+    for params in ({"page_size": "1001"}, {"page_token": "no-slash"}, {"timeout": "1 s"}):
+        refused = await http.get("/entities", params={"live": "sse", **params})
+        assert refused.status_code == 400, (params, refused.text)
+    # Without live, timeout is checked and unused.
+    assert (await http.get("/entities", params={"timeout": "5s"})).status_code == 200
+    assert (await http.get("/entities", params={"timeout": "soon"})).status_code == 400
+    assert (await http.get(f"{one}/stream", params={"timeout": "5s"})).status_code == 200

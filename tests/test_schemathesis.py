@@ -1,73 +1,115 @@
-"""schemathesis fuzzes a real server from the HTTP door's own OpenAPI document.
+"""schemathesis fuzzes a real server from the HTTP door's own OpenAPI document, with every check.
 
-Every operation the door serves (both path forms), in schemathesis's positive
-and negative modes, with a fixed seed: at least ``MIN_CASES`` calls against a
-server on loopback, each answer checked against the document (its status is
-listed, its content type and headers are the documented ones, its body matches
-the schema) and never a 5xx; after every refused call (4xx) the store's write
-counters (events, their head txid, entities, idempotency records, the txid
-counter) are what they were before it. A second, shorter run turns tokens on
-and sends each case with no token, an unknown one or one of test_auth's
-principals. The live modes (``live=long-poll``, ``live=sse``) never end, and a
-send's ``wait=run`` lasts until a run no worker starts has ended, so they are left out.
+Every operation of the document (both path forms, the live reads included), in
+schemathesis's positive and negative modes, against a server on loopback on
+SQLite and one on a PostgreSQL database of its own: each answer goes through
+every check schemathesis has (``schemathesis.checks``, as ``--checks all``): no
+5xx; its status, content type, headers and body (server-sent events included,
+event by event) as documented; a request the document allows is taken and one
+it refuses is refused. After every refused call (4xx) the store's write counters
+(events, their head txid, entities, idempotency records) are what they were.
+
+The seed changes with each run and is printed (and named by any failure):
+``ELECTRIC_FUZZ_SEED=N`` replays a run. A run lasts its time budget
+(``ELECTRIC_FUZZ_SECONDS``; shorter under ``ELECTRIC_FORCE_FALLBACKS``), then
+stops. Live reads and waits are bounded as a caller bounds them, with the
+documented ``timeout``: a case that would hold (``live=…``, ``wait=run``) with
+no timeout, or a valid one, gets a short one. A shorter run turns tokens on and
+sends each case with no token, an unknown one, or one of test_auth's principals.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import requests
 import schemathesis
 from electric_server.http.openapi import document
-from electric_server.http.routes import ROUTES
-from hypothesis import HealthCheck, given, settings
+from electric_server.http.query import DURATION_RE
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    allow_header_conformance,
-    content_type_conformance,
-    positive_data_acceptance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.config import SchemathesisConfig
+from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 from test_auth import TOKENS, TOKENS_TOML
 
 from electric_sdk.testing import TestServer
 
-MIN_CASES = 1000
-TOKEN_CASES = 300
+# A new seed each run (printed; named by a failure); ELECTRIC_FUZZ_SEED replays one.
+SEED = int(os.environ.get("ELECTRIC_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
+# The run's second pass (every fast path off) fuzzes briefly: the first pass fuzzed the door.
+FALLBACKS = bool(os.environ.get("ELECTRIC_FORCE_FALLBACKS"))
+BUDGET_S = float(os.environ.get("ELECTRIC_FUZZ_SECONDS") or (12 if FALLBACKS else 60))
+TOKEN_BUDGET_S = BUDGET_S / 3
+MIN_CASES = 100 if FALLBACKS else 500  # a run that calls fewer has not fuzzed
 # Entities spawned first, so generated calls reach existing entities too (a random name mostly
 # finds none).
 SEEDED = [("agent", f"a{n}") for n in range(4)]
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    positive_data_acceptance,  # the document is exact: a request it allows is taken (2xx, 404, 409)
-    allow_header_conformance,
-]
+load_all_checks()
+CHECKS_ALL = list(CHECKS.get_all())  # `--checks all`
+# schemathesis's defaults, but that a refusal may also be 413 (the document's answer to a text, a
+# payload or a body too large: MESSAGE_TOO_LARGE, PAYLOAD_TOO_LARGE, BODY_TOO_LARGE).
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "checks": {
+            "negative_data_rejection": {
+                "expected-statuses": [*NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES, "413"],
+            }
+        }
+    }
+)
+# How long a generated live read or wait holds: the caller's bound, the documented timeout.
+HOLD = "150ms"
+
+WriteCounters = Callable[[], tuple[Any, ...]]
 
 
-def write_counters(database: Path) -> tuple[Any, ...]:
+class _OutOfTime(Exception):
+    """The run's budget is spent: hypothesis stops at the first exception (no shrinking)."""
+
+
+def sqlite_counters(database: Path) -> WriteCounters:
     """What any write changes: the events and their head txid, entities, idempotency records,
     and the txid counter."""
-    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
-        return (
-            conn.execute("SELECT count(*), coalesce(max(txid), 0) FROM events").fetchone(),
-            conn.execute("SELECT count(*) FROM entities").fetchone(),
-            conn.execute("SELECT count(*) FROM idempotency").fetchone(),
-            tuple(conn.execute("SELECT name, value FROM meta ORDER BY name")),
-        )
+
+    def read() -> tuple[Any, ...]:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
+            return (
+                conn.execute("SELECT count(*), coalesce(max(txid), 0) FROM events").fetchone(),
+                conn.execute("SELECT count(*) FROM entities").fetchone(),
+                conn.execute("SELECT count(*) FROM idempotency").fetchone(),
+                tuple(conn.execute("SELECT name, value FROM meta ORDER BY name")),
+            )
+
+    return read
+
+
+def postgres_counters(conn: psycopg.Connection[Any]) -> WriteCounters:
+    """The same on PostgreSQL (its txid sequence moves in transactions that roll back too)."""
+
+    def read() -> tuple[Any, ...]:
+        with conn.transaction():
+            return tuple(
+                conn.execute(sql).fetchone()
+                for sql in (
+                    "SELECT count(*), coalesce(max(txid), 0) FROM events",
+                    "SELECT count(*) FROM entities",
+                    "SELECT count(*) FROM idempotency",
+                )
+            )
+
+    return read
 
 
 @pytest.fixture(scope="module")
@@ -76,76 +118,137 @@ def session() -> Iterator[requests.Session]:
         yield http
 
 
-def _seed(server: TestServer, session: requests.Session, headers: dict[str, str]) -> None:
+def _seed_entities(server: TestServer, session: requests.Session, headers: dict[str, str]) -> None:
     for type_, id_ in SEEDED:
         spawned = session.put(f"{server.http_address}/{type_}/{id_}", headers=headers, timeout=30)
         assert spawned.status_code == 201, spawned.text
 
 
 def _cases() -> st.SearchStrategy[schemathesis.Case]:
-    """Cases of every operation the door serves, random names and the seeded entities alike."""
-    schema = schemathesis.openapi.from_dict(document())
-    served_here = {route.operation for route in ROUTES if route.served_by_door}
+    """Cases of every operation in the document, random names and the seeded entities alike."""
+    schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
     strategies = []
     for result in schema.get_all_operations():
         operation = result.ok()
-        operation_id = operation.definition.raw.get("operationId", "")
-        if operation_id.removesuffix("Electric") not in served_here:
-            continue  # served by another module (http/streams.py), not mounted on this door
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
             strategies.append(operation.as_strategy(generation_mode=mode))
             if "{type}" in operation.path:
                 for type_, id_ in SEEDED[:2]:
                     fixed = {"type": type_, "id": id_}
                     strategies.append(operation.as_strategy(generation_mode=mode, path_parameters=fixed))
-    # The live modes never end, and a wait (wait=run, with its timeout) lasts until a run no worker
-    # is here to start has ended: both are tested where something answers them.
-    waits = {"live", "wait", "timeout"}
-    return st.one_of(strategies).filter(lambda case: not waits & set(case.query or {}))
+        # The live reads, on entities that exist, as often as the rest: each of their answers
+        # is checked against the document (the event streams event by event).
+        live = [p.definition["schema"]["enum"] for p in operation.query if p.name == "live"]
+        fixed = {"type": SEEDED[0][0], "id": SEEDED[0][1]} if "{id}" in operation.path else None
+        for mode in live[0] if live else ():
+            strategies.append(operation.as_strategy(path_parameters=fixed, query={"live": mode}))
+    return st.one_of(strategies)
+
+
+def _bounded(case: schemathesis.Case) -> None:
+    """A read that would hold (live, or a send's wait) gets the short timeout a caller would give
+    it; a timeout the door refuses is left to be refused."""
+    query = case.query
+    if not isinstance(query, dict) or not ({"live", "wait"} & set(query)):
+        return
+    timeout = query.get("timeout")
+    if timeout is None or (isinstance(timeout, str) and DURATION_RE.fullmatch(timeout)):
+        query["timeout"] = HOLD
 
 
 def fuzz(
-    server: TestServer, session: requests.Session, examples: int, tokens: list[dict[str, str]]
+    server: TestServer,
+    session: requests.Session,
+    counters: WriteCounters,
+    tokens: list[dict[str, str]],
+    *,
+    budget_s: float,
+    seed: int,
 ) -> Counter[int]:
-    """Call ``examples`` generated cases, each with one of ``tokens``' headers; the statuses."""
-    database = server.data_dir / "electric.db"
+    """Call generated cases for ``budget_s``, each with one of ``tokens``' headers and every
+    check; the statuses."""
     statuses: Counter[int] = Counter()
+    operations: Counter[str] = Counter()
+    streams: Counter[int] = Counter()  # the answers that were event streams
     started = time.monotonic()
+    keys = iter(range(10**9))
 
+    @hypothesis_seed(seed)
     @settings(
-        max_examples=examples,
-        derandomize=True,  # a fixed seed: the same cases every run
+        max_examples=10**6,  # the budget ends the run
         database=None,
         deadline=None,
+        phases=[Phase.generate],  # a failure stops the run as it is: the seed replays it
         suppress_health_check=list(HealthCheck),
     )
     @given(case=_cases(), auth=st.sampled_from(tokens))
     def call(case: schemathesis.Case, auth: dict[str, str]) -> None:
-        if "Idempotency-Key" in case.headers:  # a fresh key: a reused one with another request is a 400
-            case.headers["Idempotency-Key"] = f"key-{sum(statuses.values())}"
-        before = write_counters(database)
+        if time.monotonic() - started > budget_s:
+            raise _OutOfTime
+        key = (case.headers or {}).get("Idempotency-Key")
+        if (
+            isinstance(key, str)
+            and 1 <= len(key) <= 128
+            and key.isascii()
+            and key.isprintable()
+            and " " not in key
+        ):
+            # A fresh key: a reused one with another request is IDEMPOTENCY_KEY_REUSED (400).
+            case.headers["Idempotency-Key"] = f"key-{next(keys)}"
+        _bounded(case)
+        before = counters()
         response = case.call(base_url=server.http_address, session=session, headers=auth, timeout=30)
         statuses[response.status_code] += 1
-        case.validate_response(response, checks=CHECKS)
+        operations[f"{case.method} {case.path}"] += 1
+        if "text/event-stream" in str(response.headers.get("content-type")):
+            streams[response.status_code] += 1
+        case.validate_response(response, checks=CHECKS_ALL, headers=auth)
         if response.status_code >= 400:
-            assert write_counters(database) == before, f"refused {case.method} {case.formatted_path} wrote"
+            assert counters() == before, f"refused {case.method} {case.formatted_path} wrote"
 
-    call()
+    try:
+        call()
+    except _OutOfTime:
+        pass
+    except BaseException as exc:
+        raise AssertionError(
+            f"schemathesis found a fault (seed {seed}: ELECTRIC_FUZZ_SEED={SEED} replays the run)"
+        ) from exc
     cases = sum(statuses.values())
-    print(f"{cases} cases in {time.monotonic() - started:.1f}s; statuses {dict(sorted(statuses.items()))}")
-    assert not [s for s in statuses if s >= 500]
+    print(
+        f"schemathesis seed {seed} (ELECTRIC_FUZZ_SEED={SEED}), checks: "
+        f"{', '.join(c.__name__ for c in CHECKS_ALL)}; {cases} cases over {len(operations)} "
+        f"operations in {time.monotonic() - started:.1f}s; statuses {dict(sorted(statuses.items()))}, "
+        f"{sum(streams.values())} of them event streams"
+    )
+    assert cases >= MIN_CASES, f"only {cases} cases in {budget_s}s"
     return statuses
 
 
-@pytest.mark.slow
-def test_schemathesis_from_the_openapi_document(session: requests.Session) -> None:
-    with TestServer(http="127.0.0.1:0", synchronous="NORMAL") as server:
-        _seed(server, session, {})
-        statuses = fuzz(server, session, MIN_CASES + 100, [{}])
-    assert sum(statuses.values()) >= MIN_CASES
+def _assert_reached_past_refusals(statuses: Counter[int]) -> None:
     # The run reached past the refusals: the seeded entities answered, and some writes landed.
     assert statuses[200] > 0
     assert statuses[201] > 0
+
+
+@pytest.mark.slow
+def test_schemathesis_on_sqlite(session: requests.Session) -> None:
+    with TestServer(http="127.0.0.1:0", synchronous="NORMAL") as server:
+        _seed_entities(server, session, {})
+        counters = sqlite_counters(server.data_dir / "electric.db")
+        statuses = fuzz(server, session, counters, [{}], budget_s=BUDGET_S, seed=SEED)
+    _assert_reached_past_refusals(statuses)
+
+
+@pytest.mark.slow
+def test_schemathesis_on_postgres(session: requests.Session, postgres_url: str) -> None:
+    with (
+        TestServer(http="127.0.0.1:0", database_url=postgres_url) as server,
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+    ):
+        _seed_entities(server, session, {})
+        statuses = fuzz(server, session, postgres_counters(conn), [{}], budget_s=BUDGET_S, seed=SEED + 1)
+    _assert_reached_past_refusals(statuses)
 
 
 @pytest.mark.slow
@@ -159,8 +262,9 @@ def test_schemathesis_with_tokens(session: requests.Session, tmp_path: Path) -> 
         {"authorization": f"Bearer {token}"} for token, _principal, _scopes in TOKENS.values()
     ]
     with TestServer(http="127.0.0.1:0", synchronous="NORMAL", tokens_file=tokens_file) as server:
-        _seed(server, session, headers[2])  # admin
-        statuses = fuzz(server, session, TOKEN_CASES, headers)
+        _seed_entities(server, session, headers[2])  # admin
+        counters = sqlite_counters(server.data_dir / "electric.db")
+        statuses = fuzz(server, session, counters, headers, budget_s=TOKEN_BUDGET_S, seed=SEED + 2)
     assert statuses[401] > 0
     assert statuses[403] > 0
     assert statuses[200] > 0

@@ -248,7 +248,13 @@ def test_http_send_wait_run(server: TestServer, sdk: Client, ref: str, tmp_path:
         assert again["run"]["status"] == "completed"
 
         head = sdk.get(ref).head_offset
-        for params in ({"wait": "stopped"}, {"timeout": "1s"}, {"wait": "run", "timeout": "soon"}):
+        # (A timeout without wait is checked and unused, as the OpenAPI document allows it.)
+        for params in (
+            {"wait": "stopped"},
+            {"wait": ""},
+            {"timeout": "soon"},
+            {"wait": "run", "timeout": "soon"},
+        ):
             refused = http.post(path, params=params, json={"text": "x"})
             assert refused.status_code == 400, params
         assert sdk.get(ref).head_offset == head

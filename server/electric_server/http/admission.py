@@ -16,11 +16,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
+import h11
 from google.protobuf.message import Message
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as _StarletteJSON
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as AsgiMessage
 
 from ..core.auth import (
     ANONYMOUS,
@@ -31,7 +34,16 @@ from ..core.auth import (
     refusal_of,
     type_denial,
 )
-from ..core.errors import ApiError, DoorContext, abort_with, http_error, to_api_error, unexpected
+from ..core.errors import (
+    ApiError,
+    DoorContext,
+    abort_with,
+    http_error,
+    invalid_argument,
+    to_api_error,
+    unexpected,
+)
+from ..core.validation import IDEMPOTENCY_KEY_RE
 from ..log_throttle import LogThrottle
 from . import body
 from .query import Query
@@ -40,7 +52,16 @@ log = logging.getLogger(__name__)
 # Clients hanging up mid-body: at most a line a minute per method.
 _HANG_UPS = LogThrottle(60.0)
 
-__all__ = ["Build", "Endpoint", "JSONResponse", "Respond", "admitted_endpoint", "error_response"]
+__all__ = [
+    "Build",
+    "Endpoint",
+    "JSONResponse",
+    "Respond",
+    "ThrottledInvalidRequests",
+    "admitted_endpoint",
+    "error_response",
+    "quiet_on_broken_framing",
+]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # Path, query and JSON body → the gRPC request.
@@ -107,6 +128,14 @@ def admitted_endpoint(
         message = build(request, query, obj)
         key = headers.get("idempotency-key")
         if key is not None and "idempotency_key" in message.DESCRIPTOR.fields_by_name:
+            # Given, it must be a key: an empty or blank header (HTTP trims blanks) is a
+            # client's mistake, not "no key", or its retry would write twice.
+            if not IDEMPOTENCY_KEY_RE.fullmatch(key):
+                raise invalid_argument(
+                    "INVALID_IDEMPOTENCY_KEY",
+                    f"Idempotency-Key must be 1-128 printable ASCII characters, got {key[:40]!r}",
+                    field="Idempotency-Key",
+                )
             message.idempotency_key = key  # type: ignore[attr-defined]
         if principal.types is not None:
             refused = type_denial(principal, message)
@@ -154,3 +183,62 @@ def _admission_headers(scope: Scope) -> dict[str, str]:
         if name in _ADMISSION_HEADERS:
             found.setdefault(name.decode("latin-1"), value.decode("latin-1"))
     return found
+
+
+def quiet_on_broken_framing(app: ASGIApp) -> ASGIApp:
+    """``app``, answering nothing (and logging a throttled line, no traceback) once uvicorn's
+    h11 has given up on the connection under it.
+
+    A request whose body breaks HTTP/1.1's framing (a malformed chunk) is answered by the
+    protocol itself: 400, then the connection closes. The route may be answering it at the
+    same moment (a refused token needs no body), and h11 then refuses the route's answer;
+    uvicorn would log that as ``Exception in ASGI application`` with a traceback, for what is
+    the client's fault. The route's answer has nowhere to go, so it is dropped here."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        broken = False
+
+        async def guarded(message: AsgiMessage) -> None:
+            nonlocal broken
+            if broken:
+                return
+            try:
+                await send(message)
+            except h11.LocalProtocolError:
+                broken = True
+                if (left_out := _HANG_UPS.admit("framing")) is not None:
+                    more = f" ({left_out} more since the last such line)" if left_out else ""
+                    log.info(
+                        "a client's %s %s broke HTTP/1.1 framing; answered 400 and closed%s",
+                        scope.get("method", ""),
+                        scope.get("path", ""),
+                        more,
+                    )
+
+        await app(scope, receive, guarded)
+        if broken:
+            # uvicorn counts a response neither complete nor disconnected as the app's fault
+            # ("returned without completing response"); it has closed the connection, so the
+            # disconnect is on its way: wait for it (briefly, whatever comes).
+            with anyio.move_on_after(5):
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+
+    return wrapped
+
+
+class ThrottledInvalidRequests(logging.Filter):
+    """On uvicorn's logger: its line for each request that breaks HTTP/1.1 (``Invalid HTTP
+    request received.``) at most once a minute, counting those left out; any client can send
+    them, so one line each would let anyone fill the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "Invalid HTTP request received.":
+            return True
+        left_out = _HANG_UPS.admit("invalid-http")
+        if left_out:
+            record.msg = f"Invalid HTTP request received ({left_out} more since the last such line)."
+        return left_out is not None

@@ -24,6 +24,7 @@ from starlette.types import Receive
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH, json_to_value, nests_too_deep
 
 from ..core.errors import ApiError, invalid_argument
+from ..core.validation import MAX_REASON_BYTES, MAX_TEXT_BYTES
 
 # gRPC's own limit on a request (app.py, grpc.max_receive_message_length).
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -36,6 +37,13 @@ MAX_BODY_DEPTH = MAX_JSON_DEPTH + 2
 MAX_DURATION_FIELD_MS = 2**63 - 1
 
 JsonObject = dict[str, Any]
+
+# The service bounds a reason and a message's text in bytes of UTF-8; JSON Schema (the OpenAPI
+# document) can bound a string only in characters. A character is at most 4 bytes, so at most a
+# quarter as many characters is always within the bytes: the document says that, and the door
+# holds callers to it (with the service's own reasons), so the two agree both ways.
+MAX_REASON_CHARS = MAX_REASON_BYTES // 4
+MAX_TEXT_CHARS = MAX_TEXT_BYTES // 4
 
 
 def _no_constant(name: str) -> Any:
@@ -165,6 +173,26 @@ def string(obj: Mapping[str, Any], field: str, default: str = "") -> str:
     return value
 
 
+def reason(obj: Mapping[str, Any]) -> str:
+    """``reason``: at most ``MAX_REASON_CHARS`` characters (REASON_TOO_LONG)."""
+    value = string(obj, "reason")
+    if len(value) > MAX_REASON_CHARS:
+        raise invalid_argument(
+            "REASON_TOO_LONG", f"reason exceeds {MAX_REASON_CHARS} characters over HTTP", field="reason"
+        )
+    return value
+
+
+def text(obj: Mapping[str, Any]) -> str:
+    """A message's ``text``: at most ``MAX_TEXT_CHARS`` characters (MESSAGE_TOO_LARGE)."""
+    value = string(obj, "text")
+    if len(value) > MAX_TEXT_CHARS:
+        raise invalid_argument(
+            "MESSAGE_TOO_LARGE", f"text exceeds {MAX_TEXT_CHARS} characters over HTTP", field="text"
+        )
+    return value
+
+
 def boolean(obj: Mapping[str, Any], field: str) -> bool:
     value = obj.get(field, False)
     if not isinstance(value, bool):
@@ -204,7 +232,10 @@ def strings(obj: Mapping[str, Any], field: str) -> list[str]:
 
 
 def json_value(obj: Mapping[str, Any], field: str) -> Any:
-    """A JSON value as the wire's ``Value`` (its limits are the service's to check)."""
+    """A JSON value as the wire's ``Value`` (its limits are the service's to check); not null,
+    which would be a value that says "none" (leave the field out for none)."""
+    if obj[field] is None:
+        raise _wrong(field, "a JSON value other than null (leave it out for none)")
     try:
         return json_to_value(obj[field])
     except ValueError as exc:

@@ -55,13 +55,22 @@ from ..core.service import EntityService
 from ..fastpaths.http_cork import h11_protocol
 from ..fastpaths.route_table import routing
 from ..lifetime import Component, TaskGroup
-from .admission import Endpoint, JSONResponse, admitted_endpoint, error_response
+from .admission import (
+    Endpoint,
+    JSONResponse,
+    ThrottledInvalidRequests,
+    admitted_endpoint,
+    error_response,
+    quiet_on_broken_framing,
+)
 from .handlers import DoorParts, Metrics, Readiness
 from .openapi import render as render_openapi
 from .routes import PREFIX, ROUTES, HttpRoute, served_paths
 from .streams import EntityStreams
 
 log = logging.getLogger("electric.http")
+# uvicorn's line for each request that breaks HTTP/1.1, throttled (any client can send them).
+_INVALID_REQUESTS = ThrottledInvalidRequests()
 
 # CORS, with --cors-origin (off without): what a page's fetch may send, and may read back.
 CORS_ALLOW_HEADERS = [
@@ -140,7 +149,9 @@ class HttpDoor(Component):
         router = routing(self.routes, starlette)
         self.protocol = h11_protocol()
         # CORS outermost, so the table's answers and Starlette's get its headers alike.
-        self.app: ASGIApp = _Cors(router, **cors) if cors_origins else router
+        app: ASGIApp = _Cors(router, **cors) if cors_origins else router
+        # Outermost: a request uvicorn has answered itself (broken framing) gets nothing more.
+        self.app = quiet_on_broken_framing(app)
 
     # -- routes ------------------------------------------------------------------------------------
 
@@ -227,6 +238,9 @@ class HttpDoor(Component):
         except (OSError, ValueError) as exc:
             sock.close()
             raise ConfigError(f"cannot serve HTTP on {self.listen}: {exc}") from exc
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        if _INVALID_REQUESTS not in uvicorn_log.filters:
+            uvicorn_log.addFilter(_INVALID_REQUESTS)
         self._server = _Uvicorn(config)
         self._tasks.start_soon(self._server.serve(sockets=[sock]), name="electric-http")
         log.info("electric http listening on %s", self.address)

@@ -100,9 +100,7 @@ async def created(service: EntityService, request: Any, context: Any) -> Any:
 
 def fork(request: Request, query: Query, obj: body.JsonObject) -> Message:
     body.fields(obj, {"id", "offset", "reason"})
-    message = api.ForkEntityRequest(
-        origin=_ref(request), id=body.string(obj, "id"), reason=body.string(obj, "reason")
-    )
+    message = api.ForkEntityRequest(origin=_ref(request), id=body.string(obj, "id"), reason=body.reason(obj))
     offset = body.integer(obj, "offset", MAX_INT64)
     if offset is not None:
         message.offset = offset
@@ -115,5 +113,5 @@ def retry(request: Request, query: Query, obj: body.JsonObject) -> Message:
         ref=_ref(request),
         run=body.string(obj, "run"),
         from_step=body.integer(obj, "from_step", MAX_INT64) or 0,
-        reason=body.string(obj, "reason"),
+        reason=body.reason(obj),
     )

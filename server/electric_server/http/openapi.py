@@ -2,8 +2,9 @@
 
 ``document()`` reads ``routes.ROUTES`` (every route, its aliases under
 ``/_electric/entities``, its query, body, answers and error statuses) and the
-schemas below, which say what the one renderer (``_wire.rendering``) writes and
-what ``http/body.py`` accepts; enumerations are read from ``lifecycle`` and the
+schemas below, which say what the one renderer (``_wire.rendering``) writes (the
+event streams event by event), and ``http/request_schemas.py``'s, what the door
+accepts; enumerations are read from ``lifecycle`` and the
 wire's enums, never copied. The door serves it at ``GET /openapi.json``;
 ``docs/openapi.json`` is the same document, and a test fails when they differ.
 Regenerate it with ``make openapi`` (``scripts/genopenapi.py``).
@@ -13,32 +14,19 @@ from __future__ import annotations
 
 import json
 from importlib.metadata import version
-from typing import Any
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.enums import OPERATION_NAMES
 from electric_sdk._wire.run_outcome import RUN_ENDS
 from electric_sdk.lifecycle import (
-    MESSAGE_SCOPED_SIGNALS,
-    OPT_IN_TIMING,
-    PAYLOAD_SIGNALS,
     Outcome,
     Signal,
     State,
 )
 
 from ..core.errors import HTTP_STATUS
-from ..core.validation import (
-    MAX_DURATION_MS,
-    MAX_INT64,
-    MAX_PAYLOAD_BYTES,
-    MAX_REASON_BYTES,
-    MAX_TEXT_BYTES,
-    NAME_RE,
-)
+from .request_schemas import NEW_TYPE, PATH_NAME, PATH_TYPE, Schema, obj, request_schemas
 from .routes import ROUTES, HttpRoute, served_paths
-
-Schema = dict[str, Any]
 
 # The error codes (gRPC ErrorInfo reasons) each HTTP status carries; errors.HTTP_STATUS maps
 # the gRPC status and reason to the HTTP status, docs/http.md tabulates both (a test holds the
@@ -87,10 +75,6 @@ def _ref(kind: str, name: str) -> Schema:
     return {"$ref": f"#/components/{kind}/{name}"}
 
 
-def _obj(required: list[str], properties: Schema) -> Schema:
-    return {"type": "object", "required": required, "additionalProperties": False, "properties": properties}
-
-
 def _nullable_enum(values: list[str]) -> Schema:
     return {"enum": [*values, None]}
 
@@ -102,11 +86,12 @@ def _schemas() -> dict[str, Schema]:
     instant = {"type": "string", "format": "date-time"}
     epoch_ms = {"type": "integer", "description": "epoch milliseconds, as the RFC writes created_at"}
     count = {"type": "integer", "minimum": 0}
+    offset = {"type": "string", "pattern": "^[0-9]{20}$", "description": "an opaque token"}
     event_props = {
         "type": {"type": "string"},
         "key": {"type": "string"},
         "value": {"type": "object"},
-        "headers": _obj(
+        "headers": obj(
             ["operation", "timestamp", "txid"],
             {
                 "operation": {"enum": [*sorted(set(OPERATION_NAMES.values())), "unspecified"]},
@@ -116,10 +101,10 @@ def _schemas() -> dict[str, Schema]:
         ),
     }
     return {
-        "Error": _obj(
+        "Error": obj(
             ["error"],
             {
-                "error": _obj(
+                "error": obj(
                     ["code", "message", "details"],
                     {
                         "code": {"type": "string", "description": "the gRPC ErrorInfo reason"},
@@ -129,11 +114,10 @@ def _schemas() -> dict[str, Schema]:
                 )
             },
         ),
-        "Status": _obj(["status"], {"status": {"enum": ["alive", "ready"]}}),
+        "Status": obj(["status"], {"status": {"enum": ["alive", "ready"]}}),
         "Metrics": {"type": "string", "description": "Prometheus text format"},
         "OpenApi": {"type": "object"},
-        "SseText": {"type": "string", "description": "server-sent events"},
-        "Entity": _obj(
+        "Entity": obj(
             [
                 "url",
                 "type",
@@ -155,7 +139,7 @@ def _schemas() -> dict[str, Schema]:
                 "type": {"type": "string"},
                 "id": {"type": "string"},
                 "state": _nullable_enum(states),
-                "profile": _obj(
+                "profile": obj(
                     ["grace_period_ms", "idle_timeout_ms", "pending"],
                     {
                         "grace_period_ms": {"type": ["integer", "null"]},
@@ -182,7 +166,7 @@ def _schemas() -> dict[str, Schema]:
                     "description": "the worker holding the entity's lease while it is live (GetEntity, "
                     "ListEntities); null when none does, and in a watch's changes",
                     "anyOf": [
-                        _obj(
+                        obj(
                             ["worker_id", "session", "replica", "epoch"],
                             {
                                 "worker_id": {"type": "string"},
@@ -196,14 +180,14 @@ def _schemas() -> dict[str, Schema]:
                 },
             },
         ),
-        "EntitiesPage": _obj(
+        "EntitiesPage": obj(
             ["entities", "next_page_token"],
             {
                 "entities": {"type": "array", "items": _ref("schemas", "Entity")},
                 "next_page_token": {"type": "string", "description": "empty on the last page"},
             },
         ),
-        "Worker": _obj(
+        "Worker": obj(
             ["worker_id", "replica", "types", "code_version", "capacity", "leases_held", "last_heartbeat"],
             {
                 "worker_id": {"type": "string"},
@@ -215,8 +199,8 @@ def _schemas() -> dict[str, Schema]:
                 "last_heartbeat": instant,
             },
         ),
-        "WorkersList": _obj(["workers"], {"workers": {"type": "array", "items": _ref("schemas", "Worker")}}),
-        "CodeVersion": _obj(
+        "WorkersList": obj(["workers"], {"workers": {"type": "array", "items": _ref("schemas", "Worker")}}),
+        "CodeVersion": obj(
             [
                 "code_version",
                 "workers",
@@ -236,7 +220,7 @@ def _schemas() -> dict[str, Schema]:
                 "announced_seq": count,
             },
         ),
-        "TypeVersions": _obj(
+        "TypeVersions": obj(
             ["type", "versions", "selected", "current", "ramp_version", "ramp_percent"],
             {
                 "type": {"type": "string"},
@@ -247,19 +231,10 @@ def _schemas() -> dict[str, Schema]:
                 "ramp_percent": {"type": "integer", "minimum": 0, "maximum": 100},
             },
         ),
-        "VersionsList": _obj(
+        "VersionsList": obj(
             ["types"], {"types": {"type": "array", "items": _ref("schemas", "TypeVersions")}}
         ),
-        "SetVersionRequest": _obj(
-            [],
-            {
-                "code_version": {"type": "string", "description": "empty or absent: the newest announced"},
-                "ramp_version": {"type": "string"},
-                "ramp_percent": {"type": "integer", "minimum": 0, "maximum": 100},
-                "reason": {"type": "string"},
-            },
-        ),
-        "SignalResult": _obj(
+        "SignalResult": obj(
             ["url", "signal", "previous_state", "new_state", "created_at", "txid", "key", "outcome"],
             {
                 "url": {"type": "string"},
@@ -272,7 +247,7 @@ def _schemas() -> dict[str, Schema]:
                 "outcome": _nullable_enum([o.value for o in Outcome]),
             },
         ),
-        "SignalManyResult": _obj(
+        "SignalManyResult": obj(
             ["signalled", "ignored", "skipped", "not_found", "created_at"],
             {
                 "signalled": count,
@@ -282,7 +257,7 @@ def _schemas() -> dict[str, Schema]:
                 "created_at": epoch_ms,
             },
         ),
-        "MessageReceipt": _obj(
+        "MessageReceipt": obj(
             ["url", "key", "offset", "txid", "created_at", "state"],
             {
                 "url": {"type": "string"},
@@ -295,7 +270,7 @@ def _schemas() -> dict[str, Schema]:
             },
         ),
         "RunOutcome": {
-            **_obj(
+            **obj(
                 ["message_key", "status", "ended", "started", "attempt", "output", "error", "entity_state"],
                 {
                     "message_key": {"type": "string"},
@@ -312,7 +287,7 @@ def _schemas() -> dict[str, Schema]:
             "passed first, and the message stays delivered)",
         },
         "RetryReceipt": {
-            **_obj(
+            **obj(
                 ["url", "key", "offset", "txid", "created_at", "state", "retry_of", "from_step"],
                 {
                     "url": {"type": "string"},
@@ -327,8 +302,8 @@ def _schemas() -> dict[str, Schema]:
             ),
             "description": "the retry's message: its key is the new run's",
         },
-        "Event": _obj([*event_props, "offset"], {**event_props, "offset": count}),
-        "EventsPage": _obj(
+        "Event": obj([*event_props, "offset"], {**event_props, "offset": count}),
+        "EventsPage": obj(
             ["events", "next_offset", "head_offset", "end_of_stream"],
             {
                 "events": {"type": "array", "items": _ref("schemas", "Event")},
@@ -342,121 +317,65 @@ def _schemas() -> dict[str, Schema]:
             "additionalProperties": {"type": ["array", "object"]},
             "description": "ctx.state: each collection by name, a list or a keyed map of JSON values",
         },
-        "StreamEvent": {**_obj(list(event_props), event_props), "description": "a State Protocol change"},
+        "StreamEvent": {**obj(list(event_props), event_props), "description": "a State Protocol change"},
         "StreamEvents": {"type": "array", "items": _ref("schemas", "StreamEvent")},
-        **_request_schemas(),
+        "StreamSseEvent": _sse_events(
+            "one event of the stream's text/event-stream (live=sse): data events, each followed by "
+            "a control event; comment lines (: heartbeat) are no events",
+            data=_ref("schemas", "StreamEvents"),
+            control={
+                **obj(
+                    ["streamNextOffset"],
+                    {
+                        "streamNextOffset": offset,
+                        "streamCursor": {"type": "string"},
+                        "upToDate": {"const": True},
+                        "streamClosed": {"const": True},
+                    },
+                ),
+                "description": "where the reader is: its next offset (also the SSE id), the "
+                "cursor, whether it is up to date or the stream closed (the last event then)",
+            },
+        ),
+        "EntityChange": obj(
+            ["entity", "previous_state", "changed_at"],
+            {
+                "entity": _ref("schemas", "Entity"),
+                "previous_state": _nullable_enum(states),
+                "changed_at": instant,
+            },
+        ),
+        "EntitiesSseEvent": _sse_events(
+            "one event of GET /entities?live=sse: snapshot events, one snapshot-complete, then "
+            "a change event per commit; comment lines (: heartbeat) are no events",
+            snapshot={"type": "array", "items": _ref("schemas", "Entity")},
+            **{"snapshot-complete": obj(["txid"], {"txid": txid})},
+            change={"type": "array", "items": _ref("schemas", "EntityChange")},
+        ),
+        **request_schemas(),
     }
 
 
-NAME = NAME_RE.pattern
-# A name in the path: not "." or "..", which HTTP clients resolve away.
-PATH_NAME = r"(?!\.\.?$)" + NAME
-# The path's type: not "_electric", whose paths are the aliases' (GET /_electric/entities lists).
-PATH_TYPE = r"(?!_electric$)" + PATH_NAME
-# A new type over HTTP: not starting with "_" (RESERVED_NAME).
-NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
-COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
-REASON = {"type": "string", "maxLength": 256, "description": f"at most {MAX_REASON_BYTES} bytes of UTF-8"}
-# Any JSON value but null (a null message data or payload is none).
-JSON_VALUE = {
-    "type": ["object", "array", "string", "number", "boolean"],
-    "description": f"any JSON value, at most {MAX_PAYLOAD_BYTES} bytes encoded, nested at most 32 deep",
-}
-
-
-def _request_schemas() -> dict[str, Schema]:
-    """What the routes accept, as exactly as JSON Schema says it: a request these allow is one
-    the server takes (schemathesis's positive cases check it); http/body.py and core/validation.py
-    hold the rules themselves."""
-    duration = {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS, "description": "milliseconds"}
-    states = {"type": "array", "items": {"enum": [s.value for s in State]}}
-    # Only SIGUSR carries a payload; only SIGINT is scoped to a message (lifecycle.py).
-    payload_signals = sorted(s.value for s in PAYLOAD_SIGNALS)
-    scoped_signals = sorted(s.value for s in MESSAGE_SCOPED_SIGNALS)
-    plain_signals = sorted(s.value for s in Signal if s not in PAYLOAD_SIGNALS | MESSAGE_SCOPED_SIGNALS)
-    payload_signal = {"signal": {"enum": payload_signals}, "reason": REASON, "payload": JSON_VALUE}
-    plain_signal = {"signal": {"enum": plain_signals}, "reason": REASON}
-    # Only SIGTERM may ask to interrupt the step in progress (lifecycle.OPT_IN_TIMING), and only
-    # to one entity: SignalRequest's plain branch leaves it to its own.
-    interrupting = sorted(s.value for s in OPT_IN_TIMING)
-    interrupt_signal = {
-        "signal": {"enum": interrupting},
-        "reason": REASON,
-        "interrupt": {"type": "boolean", "description": "interrupt the step in progress at once"},
-    }
-    one_plain_signal = {
-        **plain_signal,
-        "signal": {"enum": [s for s in plain_signals if s not in interrupting]},
-    }
-    scoped_signal = {
-        "signal": {"enum": scoped_signals},
-        "reason": REASON,
-        "message_key": {"type": "string", "pattern": f"^{NAME}$", "description": "a message's key"},
-    }
-    type_or_states = {
-        **_obj([], {"type": {"type": "string", "pattern": f"^{NAME}$"}, "states": states}),
-        "anyOf": [
-            {"required": ["type"]},
-            {"required": ["states"], "properties": {"states": {"minItems": 1}}},
-        ],
-    }
-    refs = _obj(
-        ["refs"],
-        {
-            "refs": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "pattern": f"^/{NAME}/{NAME}$"},
-            }
-        },
-    )
-    selector = {"oneOf": [type_or_states, refs], "description": "a type and/or states, or refs"}
+def _sse_events(description: str, **events: Schema) -> Schema:
+    """One server-sent event, as OpenAPI 3.1 describes a text/event-stream (each event an object
+    of its fields): an event named as in ``events``, its ``data`` JSON of that schema."""
     return {
-        "SpawnRequest": _obj(
-            [], {"profile": _obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
-        ),
-        "ForkRequest": _obj(
-            ["id"],
-            {
-                "id": {"type": "string", "pattern": f"^{PATH_NAME}$"},
-                "offset": {**COUNT, "description": "fork before this offset (default: the origin's head)"},
-                "reason": REASON,
-            },
-        ),
-        "RetryRequest": _obj(
-            ["run"],
-            {
-                "run": {"type": "string", "pattern": f"^{NAME}$", "description": "the run's message key"},
-                "from_step": {**COUNT, "description": "the first step executed again (default 0: all)"},
-                "reason": REASON,
-            },
-        ),
-        "SignalRequest": {
-            "oneOf": [
-                _obj(["signal"], props)
-                for props in (payload_signal, one_plain_signal, scoped_signal, interrupt_signal)
-            ],
-            "description": "a payload only with SIGUSR, a message_key only with SIGINT, interrupt only "
-            "with SIGTERM; signal names "
-            "are also accepted as sigterm, TERM or SIGNAL_SIGTERM",
-        },
-        "SignalManyRequest": {
-            "oneOf": [
-                _obj(["selector", "signal"], {**props, "selector": selector})
-                for props in (
-                    payload_signal,
-                    {**plain_signal, "signal": {"enum": scoped_signals + plain_signals}},
-                )
-            ]
-        },
-        "MessageRequest": {
-            **_obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_BYTES // 4}, "data": JSON_VALUE}),
-            "anyOf": [
-                {"required": ["text"], "properties": {"text": {"minLength": 1}}},
-                {"required": ["data"]},
-            ],
-            "description": f"text (at most {MAX_TEXT_BYTES} bytes of UTF-8) and/or data",
-        },
+        "oneOf": [
+            obj(
+                ["event", "data"],
+                {
+                    "event": {"const": name},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": schema,
+                    },
+                    "id": {"type": "string"},
+                },
+            )
+            for name, schema in events.items()
+        ],
+        "description": description,
     }
 
 

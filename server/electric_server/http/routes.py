@@ -54,7 +54,7 @@ from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
 from . import body, forking, handlers, streams, waits
 from .admission import Build
 from .handlers import Handler
-from .query import Query
+from .query import DURATION_SCHEMA, Query, query_duration, query_int
 from .query import parse_states as _parse_states
 from .query import query_one as _query_one
 from .query import ref as _ref
@@ -161,22 +161,11 @@ def _parse_signal(text: str) -> pb.Signal.ValueType:
         raise invalid_argument("UNKNOWN_SIGNAL", str(exc), field="signal") from None
 
 
-def _query_int(query: Query, name: str, maximum: int) -> int:
-    values = query.get(name)
-    if not values:
-        return 0
-    if len(values) > 1 or not body.is_number(values[-1]) or int(values[-1]) > maximum:
-        raise invalid_argument(
-            "INVALID_FIELD", f"{name} must be one whole number from 0 to {maximum}", field=name
-        )
-    return int(values[-1])
-
-
 def _signal_fields(
     obj: body.JsonObject, message: api.SignalEntityRequest | api.SignalEntitiesRequest
 ) -> None:
     message.signal = _parse_signal(body.string(obj, "signal"))
-    message.reason = body.string(obj, "reason")
+    message.reason = body.reason(obj)
     if "payload" in obj:
         message.payload.CopyFrom(body.json_value(obj, "payload"))
 
@@ -208,10 +197,11 @@ def _delete(request: Request, query: Query, obj: body.JsonObject) -> Message:
 
 
 def _list(request: Request, query: Query, obj: body.JsonObject) -> Message:
+    query_duration(query, "timeout", waits.MAX_WAIT_MS)  # checked; a list holds no live read
     return api.ListEntitiesRequest(
         type=_query_one(query, "type"),
         states=_parse_states(query.get("state", []), "state"),
-        page_size=_query_int(query, "page_size", MAX_UINT32),
+        page_size=query_int(query, "page_size", MAX_UINT32),
         page_token=_query_one(query, "page_token"),
     )
 
@@ -253,8 +243,8 @@ def _signal_many(request: Request, query: Query, obj: body.JsonObject) -> Messag
 def _events(request: Request, query: Query, obj: body.JsonObject) -> Message:
     return api.ReadEventsRequest(
         ref=_ref(request),
-        from_offset=_query_int(query, "offset", MAX_UINT64),
-        limit=_query_int(query, "limit", MAX_UINT32),
+        from_offset=query_int(query, "offset", MAX_UINT64),
+        limit=query_int(query, "limit", MAX_UINT32),
     )
 
 
@@ -313,7 +303,7 @@ def _set_version(request: Request, query: Query, obj: body.JsonObject) -> Messag
         code_version=body.string(obj, "code_version"),
         ramp_version=body.string(obj, "ramp_version"),
         ramp_percent=body.integer(obj, "ramp_percent", 100) or 0,
-        reason=body.string(obj, "reason"),
+        reason=body.reason(obj),
     )
 
 
@@ -343,6 +333,7 @@ WRITE_ERRORS = (*SERVICE_ERRORS, 409, 413, 415, 429)
 
 _STATES = [s.value for s in State]
 _PAGE = {"type": "integer", "minimum": 0, "maximum": MAX_PAGE}
+_TYPE_FILTER = {"type": "string", "pattern": f"^({NAME_RE.pattern})?$"}
 _OFFSET = Param(
     "offset",
     "the first offset to read (0, the default: the start)",
@@ -389,22 +380,32 @@ ROUTES: tuple[HttpRoute, ...] = (
     _service(
         "GET", "/entities", "listEntities", "List entities (ListEntities)",
         Call(EntityService.ListEntities, _list, _entities_page, has_body=False),
-        Answer(200, "a page of entities", "EntitiesPage", also=(("text/event-stream", "SseText"),)),
-        SERVICE_ERRORS,
+        Answer(200, "a page of entities", "EntitiesPage", also=(("text/event-stream", "EntitiesSseEvent"),)),
+        (*SERVICE_ERRORS, 429),
         query=(
-            Param("type", "only entities of this type", {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}),
+            Param("type", "only entities of this type (empty: every type)", _TYPE_FILTER),
             Param("state", "only entities in these states (repeat it)", {"enum": _STATES}, repeated=True),
-            Param("page_size", "at most this many (0, the default: 100)", _PAGE),
             Param(
-                "page_token", "the previous page's next_page_token (TYPE/ID)",
-                {"type": "string", "pattern": f"^{NAME_RE.pattern}/{NAME_RE.pattern}$"},
+                "page_size", "at most this many (0, the default: 100); with live=sse checked, and the "
+                "snapshot sent whole", _PAGE,
+            ),
+            Param(
+                "page_token", "an opaque token: the previous page's next_page_token (with live=sse "
+                "checked, and the snapshot sent whole)",
+                {"type": "string", "pattern": f"^({NAME_RE.pattern}/{NAME_RE.pattern})?$"},
             ),
             Param(
                 "live", "sse: stream every entity's state changes as server-sent events",
                 {"enum": ["sse"]}, handler=streams.watch_entities,
             ),
+            Param(
+                "timeout", f"with live=sse: end the response after this long, e.g. 30s (at most "
+                f"{format_ms(waits.MAX_WAIT_MS)}; default: open until the server drains); without "
+                "live, checked and unused", DURATION_SCHEMA,
+            ),
         ),
-        description="With live=sse the response is a text/event-stream of state changes.",
+        description="With live=sse the response is a text/event-stream: snapshot events, one "
+        "snapshot-complete, then a change event per commit (docs/http.md, Live streams).",
     ),
     _service(
         "GET", "/workers", "listWorkers", "List the connected workers, on every replica (ListWorkers)",
@@ -417,7 +418,7 @@ ROUTES: tuple[HttpRoute, ...] = (
         "List each entity type's code versions and the one new wakes get (ListVersions)",
         Call(EntityService.ListVersions, _versions, _versions_json, has_body=False),
         Answer(200, "the types, by name", "VersionsList"), SERVICE_ERRORS, aliased=False,
-        query=(Param("type", "only this type", {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}),),
+        query=(Param("type", "only this type (empty: every type)", _TYPE_FILTER),),
     ),
     _service(
         "PUT", "/_electric/versions/{type}", "setVersion",
@@ -471,8 +472,9 @@ ROUTES: tuple[HttpRoute, ...] = (
             Param(
                 "timeout",
                 f"with wait: how long to wait, e.g. 500ms or 30s (default and maximum "
-                f"{format_ms(waits.MAX_WAIT_MS)}); then run.ended is false and the message stays delivered",
-                {"type": "string"}, handler=waits.send_and_wait,
+                f"{format_ms(waits.MAX_WAIT_MS)}: a longer one waits that long); then run.ended is "
+                "false and the message stays delivered. Without wait, checked and unused",
+                DURATION_SCHEMA, handler=waits.send_and_wait,
             ),
         ),
         description="With wait=run the answer comes once the message's run has ended (or the timeout "
@@ -507,7 +509,7 @@ ROUTES: tuple[HttpRoute, ...] = (
             Answer(
                 200, "the events after the offset, each a State Protocol change message", "StreamEvents",
                 headers=("Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor", "ETag"),
-                also=(("text/event-stream", "SseText"),),
+                also=(("text/event-stream", "StreamSseEvent"),),
             ),
             Answer(
                 204, "long-poll: nothing new before the timeout",
@@ -515,11 +517,25 @@ ROUTES: tuple[HttpRoute, ...] = (
             ),
             Answer(304, "catch-up: nothing new since the ETag given in If-None-Match", headers=("ETag",)),
         ),
-        (*SERVICE_ERRORS, 404, 405), scope="read", handler=streams.read_stream,
+        (*SERVICE_ERRORS, 404, 405, 409, 429), scope="read", handler=streams.read_stream,
         query=(
-            Param("offset", "the offset to read after; -1 (the default): the start", {"type": "string"}),
+            Param(
+                "offset", "an opaque token: a Stream-Next-Offset this server sent, -1 (the default) "
+                "(or empty) for the start, now for the tail; one of another form is 400 INVALID_OFFSET, one "
+                "past the stream's end 409 INVALID_OFFSET",
+                {"type": "string", "pattern": f"^({streams.OFFSET_RE.pattern})?$"},
+            ),
             Param("live", "wait for new events: long-poll or sse", {"enum": ["long-poll", "sse"]}),
-            Param("cursor", "the Stream-Cursor of the previous live response", {"type": "string"}),
+            Param(
+                "cursor", "an opaque token: the Stream-Cursor of the previous live response (any "
+                "string is taken; it only keeps caches from replaying an empty answer)", {"type": "string"},
+            ),
+            Param(
+                "timeout", f"how long a live read may hold, e.g. 5s: a long-poll answers 204 after it "
+                f"(default and at most the server's long-poll, 20 s), an SSE response ends after it "
+                f"as on a drain (at most {format_ms(waits.MAX_WAIT_MS)}; default: open until the "
+                "stream closes or the server drains); without live, checked and unused", DURATION_SCHEMA,
+            ),
         ),
         description="Writes (POST, PUT, DELETE) are refused with 405: an entity's stream changes "
         "only through the API.",

@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
+import grpc
 from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -49,7 +51,8 @@ from ..lifetime import TaskGroup
 from . import body
 from .admission import Endpoint, admitted_endpoint
 from .handlers import DoorParts
-from .query import Query, parse_states, query_one, ref
+from .query import Query, page_form, parse_states, query_duration, query_one, ref
+from .waits import MAX_WAIT_MS as MAX_HOLD_MS
 
 log = logging.getLogger("electric.http")
 
@@ -73,19 +76,37 @@ def format_offset(offset: int) -> str:
     return f"{offset:0{OFFSET_DIGITS}d}"
 
 
+# What an offset may look like: the document's pattern (http/routes.py), exactly.
+OFFSET_RE = re.compile(rf"-1|now|[0-9]{{1,{OFFSET_DIGITS}}}")
+
+
 def parse_offset(text: str) -> int | None:
-    """An offset this server issued (or ``-1``) as the event offset; None for ``now``."""
+    """An offset of the form this server issues (or ``-1``) as the event offset; None for
+    ``now``. One of another form is 400; one past the stream's end, 409 (``past_the_end``)."""
     if text == NOW:
         return None
     if text == START:
         return 0
-    if not (text.isascii() and text.isdigit() and len(text) <= OFFSET_DIGITS) or int(text) > MAX_INT64:
+    if not OFFSET_RE.fullmatch(text):
         raise invalid_argument(
             "INVALID_OFFSET",
             f"offset must be -1, now, or a Stream-Next-Offset this server sent; got {text[:40]!r}",
             field="offset",
         )
+    if int(text) > MAX_INT64:
+        raise past_the_end(int(text))
     return int(text)
+
+
+def past_the_end(offset: int) -> ApiError:
+    """An offset of the right form past the stream's end: not there yet (OUT_OF_RANGE, 409), as a
+    fork's offset past the origin's head is."""
+    return ApiError(
+        grpc.StatusCode.OUT_OF_RANGE,
+        "INVALID_OFFSET",
+        "offset is past the stream's end: not one this server sent",
+        {"field": "offset", "offset": str(offset)},
+    )
 
 
 def next_cursor(client: str) -> str:
@@ -107,6 +128,7 @@ class StreamQuery:
     offset: int | None  # None: the tail (``now``)
     live: str | None
     cursor: str
+    hold_s: float | None = None  # ``timeout``: how long the live read may hold; None: no bound
 
 
 def _etag(ref: pb.EntityRef, start: int, end: int, closed: bool) -> str:
@@ -177,9 +199,7 @@ class EntityStreams:
             raise _draining()  # not 204 at once: the client backs off instead of polling in a loop
         page = await self.service.ReadEvents(message, cast(Any, context))
         if message.from_offset > page.head_offset:
-            raise invalid_argument(
-                "INVALID_OFFSET", "offset is past the stream's end: not one this server sent", field="offset"
-            )
+            raise past_the_end(message.from_offset)
         if query.live == "sse":
             return self._sse(message, page, query)
         if query.live == "long-poll" and not page.events:
@@ -226,8 +246,9 @@ class EntityStreams:
             ),
         )
         item: object = None
+        hold_s = self.long_poll_s if query.hold_s is None else min(query.hold_s, self.long_poll_s)
         try:
-            async with asyncio.timeout(self.long_poll_s):
+            async with asyncio.timeout(hold_s):
                 item = await anext(watch)
         except TimeoutError:
             pass
@@ -323,7 +344,7 @@ class EntityStreams:
             finally:
                 current_principal.reset(reset)
 
-        return _SseResponse(frames(), self._heartbeats)
+        return _SseResponse(frames(), self._heartbeats, query.hold_s)
 
     # -- entities' state changes -------------------------------------------------------------------
 
@@ -349,7 +370,7 @@ class EntityStreams:
             finally:
                 await watch.aclose()
 
-        return _SseResponse(frames(), self._heartbeats)
+        return _SseResponse(frames(), self._heartbeats, request.state.hold_s)
 
 
 # -- the route table's handlers (http/routes.py): each admits its request as the door's other GET
@@ -360,7 +381,7 @@ def read_stream(parts: DoorParts) -> Endpoint | None:
     """``GET /{type}/{id}/stream``: the Durable Streams read."""
     if parts.streams is None:
         return None
-    names = {"offset", "live", "cursor"}
+    names = {"offset", "live", "cursor", "timeout"}
     return admitted_endpoint(parts.tokens, "ReadEvents", "read", names, _read_request, parts.streams.read)
 
 
@@ -368,27 +389,34 @@ def watch_entities(parts: DoorParts) -> Endpoint | None:
     """``GET /entities?live=sse``: every entity's state changes as server-sent events."""
     if parts.streams is None:
         return None
-    names = {"type", "state", "live"}
+    # The list's page parameters too: the document's one operation lists them all (the live
+    # form checks them as the list does; its snapshot is sent whole, so they shape nothing).
+    names = {"type", "state", "live", "timeout", "page_size", "page_token"}
     respond = parts.streams.watch_entities
     return admitted_endpoint(parts.tokens, "WatchEntities", "read", names, _watch_request, respond)
 
 
 def _read_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
     text = query_one(query, "offset") or START
-    live = query_one(query, "live") or None
+    live = query_one(query, "live") if "live" in query else None
     if live is not None and live not in LIVE_MODES:
         raise invalid_argument("INVALID_FIELD", "live must be long-poll or sse", field="live")
     resumed = request.headers.get("last-event-id")
     if live == "sse" and resumed:  # an EventSource's reconnection: it names the last control
         text = resumed
     offset = parse_offset(text)
-    request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"))
+    hold_ms = query_duration(query, "timeout", MAX_HOLD_MS)
+    hold_s = None if hold_ms is None else hold_ms / 1000
+    request.state.stream = StreamQuery(offset, live, query_one(query, "cursor"), hold_s)
     return api.ReadEventsRequest(ref=ref(request), from_offset=offset or 0, limit=MAX_PAGE)
 
 
 def _watch_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
     if query_one(query, "live") != "sse":
         raise invalid_argument("INVALID_FIELD", "the entities' live form is live=sse", field="live")
+    page_form(query)
+    hold_ms = query_duration(query, "timeout", MAX_HOLD_MS)
+    request.state.hold_s = None if hold_ms is None else hold_ms / 1000
     return api.WatchEntitiesRequest(
         type=query_one(query, "type"),
         states=parse_states(query.get("state", []), "state"),
@@ -437,12 +465,13 @@ class _SseResponse(StreamingResponse):
     whenever ``_Heartbeats`` finds it idle. The frames' watch is read by the task that sends,
     so a commit reaches a reader in one wake-up (no hand-over between tasks per message)."""
 
-    def __init__(self, frames: AsyncIterator[bytes], heartbeats: _Heartbeats) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], heartbeats: _Heartbeats, hold_s: float | None) -> None:
         super().__init__(
             frames, headers={"Cache-Control": "no-store", **SECURITY}, media_type="text/event-stream"
         )
         self.frames = frames
         self.heartbeats = heartbeats
+        self.hold_s = hold_s  # the caller's ``timeout``: the body ends then, as on a drain
         self.idle = True
         self._sending = asyncio.Lock()  # a heartbeat's write never lands inside another write
         self._done = False
@@ -458,7 +487,7 @@ class _SseResponse(StreamingResponse):
             gone = tasks.start_soon(_disconnected(receive), name="electric-sse-disconnect")
             self.heartbeats.add(self)
             try:
-                await asyncio.wait({sender, gone}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({sender, gone}, timeout=self.hold_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 self.heartbeats.responses.discard(self)
         async with self._sending:

@@ -32,14 +32,13 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.events import event_value_json
 from electric_sdk._wire.rendering import message_receipt_json
 from electric_sdk._wire.run_outcome import WAIT_KINDS, RunFollow
-from electric_sdk.durations import format_ms, parse_ms
 
 from ..core.auth import current_principal, denial, entity_scope
 from ..core.errors import DoorContext, invalid_argument
 from . import body
 from .admission import Endpoint, JSONResponse, admitted_endpoint
 from .handlers import DoorParts
-from .query import Query, query_one
+from .query import Query, query_duration, query_one
 from .query import ref as path_ref
 
 __all__ = ["MAX_WAIT_MS", "send_and_wait", "send_request"]
@@ -52,7 +51,7 @@ MAX_WAIT_MS = 3_600_000
 def send_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
     """The SendMessage of ``POST /{type}/{id}/messages``, with or without a wait."""
     body.fields(obj, {"text", "data"})
-    message = api.SendMessageRequest(ref=path_ref(request), text=body.string(obj, "text"))
+    message = api.SendMessageRequest(ref=path_ref(request), text=body.text(obj))
     if "data" in obj:
         message.data.CopyFrom(body.json_value(obj, "data"))
     return message
@@ -63,25 +62,18 @@ def _waited_request(request: Request, query: Query, obj: body.JsonObject) -> Mes
     return send_request(request, query, obj)
 
 
-def _wait_of(query: Query) -> int:
-    """The wait's bound in milliseconds; ``wait`` must name what to wait for."""
+def _wait_of(query: Query) -> int | None:
+    """The wait's bound in milliseconds (a longer ``timeout`` than ``MAX_WAIT_MS`` waits that
+    long); None without ``wait``: a ``timeout`` alone is checked, and the message only sent."""
+    timeout = query_duration(query, "timeout", MAX_WAIT_MS)
+    if "wait" not in query:
+        return None
     wait = query_one(query, "wait")
     if wait not in WAIT_KINDS:
         raise invalid_argument(
             "UNKNOWN_WAIT", f"wait must be one of {', '.join(WAIT_KINDS)}, got {wait[:40]!r}", field="wait"
         )
-    text = query_one(query, "timeout")
-    if not text:
-        return MAX_WAIT_MS
-    try:
-        ms = parse_ms(text)
-    except ValueError as exc:
-        raise invalid_argument("INVALID_DURATION", str(exc), field="timeout") from None
-    if ms > MAX_WAIT_MS:
-        raise invalid_argument(
-            "INVALID_DURATION", f"timeout may be at most {format_ms(MAX_WAIT_MS)}", field="timeout"
-        )
-    return ms
+    return MAX_WAIT_MS if timeout is None else timeout
 
 
 def send_and_wait(parts: DoorParts) -> Endpoint:
@@ -90,15 +82,22 @@ def send_and_wait(parts: DoorParts) -> Endpoint:
 
     async def respond(request: Request, message: Message, context: DoorContext) -> Response:
         assert isinstance(message, api.SendMessageRequest)
-        if parts.tokens is not None and (refused := denial(current_principal.get(), "read")):
-            raise refused  # the answer holds the run's output: reading it needs `read` (nothing sent)
         query: Query = {}
         for name, value in request.query_params.multi_items():
             query.setdefault(name, []).append(value)
         wait_ms = _wait_of(query)
+        # The answer holds the run's output: reading it needs `read` (refused, nothing is sent).
+        if (
+            wait_ms is not None
+            and parts.tokens is not None
+            and (refused := denial(current_principal.get(), "read"))
+        ):
+            raise refused
         receipt = await service.SendMessage(message, cast(Any, context))
         url = entity_url(message.ref.type, message.ref.id)
         answer = message_receipt_json(url, receipt)
+        if wait_ms is None:
+            return JSONResponse(answer)
         run = RunFollow(receipt.key, entity_state=answer["state"])
         with anyio.move_on_after(wait_ms / 1000):
             watch = api.WatchEventsRequest(ref=message.ref, from_offset=receipt.offset, accepts_batches=True)
