@@ -169,8 +169,15 @@ async def test_the_live_reads_mount_when_the_door_is_given_the_streams(door: Ele
     assert door.http is not None
     assert {route.operation for route in ROUTES if not route.served_by_door} == {"readStream"}
     handed_over = {(route.operation, p.name) for route in ROUTES for p in route.query if p.handler}
-    # sendMessage's wait is served by every door (http/waits.py): it needs no live reads.
-    assert handed_over == {("listEntities", "live"), ("sendMessage", "wait"), ("sendMessage", "timeout")}
+    # sendMessage's and signalEntity's waits are served by every door (http/waits.py,
+    # http/signal_waits.py): they need no live reads.
+    assert handed_over == {
+        ("listEntities", "live"),
+        ("sendMessage", "wait"),
+        ("sendMessage", "timeout"),
+        ("signalEntity", "wait"),
+        ("signalEntity", "timeout"),
+    }
     service, readiness = door.http.service, door.http.readiness
     # Draining from the start: the SSE watch then answers at once that the server is going away.
     config = door.config

@@ -44,6 +44,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.config._checks import NEGATIVE_DATA_REJECTION_EXPECTED_STATUSES
 from test_auth import TOKENS, TOKENS_TOML
 
+from electric_sdk.lifecycle import Signal, stages_of
 from electric_sdk.testing import TestServer
 
 # A new seed each run (printed; named by a failure); ELECTRIC_FUZZ_SEED replays one.
@@ -156,6 +157,22 @@ def _bounded(case: schemathesis.Case) -> None:
         query["timeout"] = HOLD
 
 
+def _stage_of_its_signal(case: schemathesis.Case) -> None:
+    """Which stages a signal's ``wait`` may name depends on the body's signal (lifecycle.STAGES),
+    which no schema of a query parameter can say: the parameter's description says a stage the
+    signal lacks is 400 STAGE_NOT_AVAILABLE (tests/runtime/test_stop_stages.py tests it). Such a
+    case waits for ``accepted`` instead, which every signal has."""
+    query, payload = case.query, case.body
+    if not isinstance(query, dict) or not isinstance(payload, dict) or "wait" not in query:
+        return
+    try:
+        signal = Signal.parse(str(payload.get("signal", "")))
+    except ValueError:
+        return  # refused for its signal, before its wait is read
+    if isinstance(query["wait"], str) and query["wait"] not in {stage.value for stage in stages_of(signal)}:
+        query["wait"] = "accepted"
+
+
 def fuzz(
     server: TestServer,
     session: requests.Session,
@@ -196,6 +213,7 @@ def fuzz(
             # A fresh key: a reused one with another request is IDEMPOTENCY_KEY_REUSED (400).
             case.headers["Idempotency-Key"] = f"key-{next(keys)}"
         _bounded(case)
+        _stage_of_its_signal(case)
         before = counters()
         response = case.call(base_url=server.http_address, session=session, headers=auth, timeout=30)
         statuses[response.status_code] += 1

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from electric_sdk import AsyncClient
@@ -229,3 +230,32 @@ async def test_the_cli_waits_for_a_stage_and_says_each(electric: TestServer, cli
         assert refused.returncode == 2
         assert "STAGE_NOT_AVAILABLE" in refused.stderr.decode()
         assert (await client.get("agent/c1")).state.value == "running"  # the refused kill sent nothing
+
+
+async def test_the_http_door_waits_for_a_stage_too(tmp_path: Path) -> None:
+    """`POST /{type}/{id}/signal?wait=unwound&timeout=30s`: the same stages as the SDK's; a stage
+    the signal lacks is 400 STAGE_NOT_AVAILABLE with nothing written."""
+    with TestServer(tmp_path / "electric", http="127.0.0.1:0") as server:
+        async with server.async_client() as client, running_worker(_app(), server.address):
+            key = await _in_step(client, "agent/h1")
+            base = f"{server.http_address}/agent/h1/signal"
+            async with httpx.AsyncClient(timeout=60) as http:
+                refused = await http.post(f"{base}?wait=handled", json={"signal": "SIGINT"})
+                assert refused.status_code == 400
+                assert refused.json()["error"]["code"] == "STAGE_NOT_AVAILABLE"
+                assert (await client.get("agent/h1")).state.value == "running"
+                answer = await http.post(f"{base}?wait=unwound&timeout=30s", json={"signal": "SIGINT"})
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["signal"] == "SIGINT"
+            stages = {s["stage"]: s for s in body["stages"]}
+            assert list(stages) == ["accepted", "unwound", "downstream"]
+            ended = await _offset_of(
+                client,
+                "agent/h1",
+                lambda e: (
+                    e.type == "run" and e.value["message_key"] == key and e.value["status"] == "aborted"
+                ),
+            )
+            assert stages["unwound"]["reached"] is True
+            assert stages["unwound"]["offset"] == ended

@@ -21,6 +21,7 @@ from electric_sdk._wire.run_outcome import RUN_ENDS
 from electric_sdk.lifecycle import (
     Outcome,
     Signal,
+    Stage,
     State,
 )
 
@@ -245,6 +246,25 @@ def _schemas() -> dict[str, Schema]:
                 "txid": txid,
                 "key": {"type": "string"},
                 "outcome": _nullable_enum([o.value for o in Outcome]),
+                "stages": {
+                    "type": "array",
+                    "items": _ref("schemas", "StageReport"),
+                    "description": "with wait: each stage the signal has, reached or not",
+                },
+            },
+        ),
+        "StageReport": obj(
+            ["stage", "reached", "offset", "at", "detail"],
+            {
+                "stage": {"enum": [stage.value for stage in Stage]},
+                "reached": {"type": "boolean"},
+                "offset": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "description": "the record that shows it",
+                },
+                "at": {"type": ["string", "null"], "description": "that record's time, RFC 3339"},
+                "detail": {"type": "string", "description": "why not reached; or a note on how it was"},
             },
         ),
         "SignalManyResult": obj(

@@ -45,13 +45,13 @@ from electric_sdk._wire.times import duration_from_ms
 from electric_sdk._wire.versions import type_versions_json
 from electric_sdk._wire.workers import worker_json
 from electric_sdk.durations import format_ms
-from electric_sdk.lifecycle import Signal, State
+from electric_sdk.lifecycle import Signal, Stage, State
 
 from ..core.auth import entity_scope
 from ..core.errors import invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
-from . import body, forking, handlers, streams, waits
+from . import body, forking, handlers, signal_waits, streams, waits
 from .admission import Build
 from .handlers import Handler
 from .query import DURATION_SCHEMA, Query, query_duration, query_int
@@ -215,6 +215,9 @@ def _signal(request: Request, query: Query, obj: body.JsonObject) -> Message:
     )
     _signal_fields(obj, message)
     return message
+
+
+_SIGNAL_WAIT = signal_waits.signal_and_wait(_signal)
 
 
 def _signal_many(request: Request, query: Query, obj: body.JsonObject) -> Message:
@@ -457,7 +460,26 @@ ROUTES: tuple[HttpRoute, ...] = (
     _service(
         "POST", f"{ONE}/signal", "signalEntity", "Signal an entity (SignalEntity)",
         Call(EntityService.SignalEntity, _signal, _signalled),
-        Answer(200, "the signal's result", "SignalResult"), (*WRITE_ERRORS, 404), body="SignalRequest",
+        Answer(200, "the signal's result (with wait: and each of its stages)", "SignalResult"),
+        (*WRITE_ERRORS, 404), body="SignalRequest",
+        query=(
+            Param(
+                "wait",
+                "a stage of the signal (docs/signals.md, stop receipts): answer once it, and each "
+                "stage before it, is reached or cannot be; a stage the signal does not have is 400 "
+                "STAGE_NOT_AVAILABLE and nothing is sent",
+                {"enum": [stage.value for stage in Stage]}, handler=_SIGNAL_WAIT,
+            ),
+            Param(
+                "timeout",
+                f"with wait: how long to wait, e.g. 500ms or 30s (default and maximum "
+                f"{format_ms(waits.MAX_WAIT_MS)}); the stages not reached by then say so and the "
+                "signal stays sent. Without wait, checked and unused",
+                DURATION_SCHEMA, handler=_SIGNAL_WAIT,
+            ),
+        ),
+        description="With wait=STAGE the answer comes once that stage of the signal is settled (or the "
+        "timeout passed): the result plus stages [{stage, reached, offset, at, detail}].",
     ),
     _service(
         "POST", f"{ONE}/messages", "sendMessage", "Send an entity a message (SendMessage)",
