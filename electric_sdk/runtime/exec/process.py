@@ -98,6 +98,9 @@ class Child(ABC):
         self.reaped = False
         # Its exit is recorded once (ExecHost._settle), by whoever saw it end first: set when done.
         self.settled: anyio.Event | None = None
+        # The shutdown policy under way on it (Enforcer.shut_down), and why it began: one per
+        # generation, so its graceful action is sent once. Set when that shutdown is over.
+        self.shutting_down: tuple[anyio.Event, str] | None = None
         # Reaped by someone else: it is gone, but nothing says how, and nothing proves it any more.
         self.lost = False
         # Its leader exited and its group was seen empty: over for good (nothing joins such a group

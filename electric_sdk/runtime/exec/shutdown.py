@@ -79,12 +79,34 @@ class Enforcer:
     async def shut_down(
         self, child: Child, reason: str, signal_key: str, grace_period: timedelta | None
     ) -> None:
-        """The shutdown policy on ``child``, to its end (exit, or force then exit)."""
+        """The shutdown policy on ``child``, to its end (exit, or force then exit); once per
+        generation: a second shutdown (a SIGTERM during the idle timeout's or a drain's) joins
+        the one under way, since a second graceful action (a second SIGINT) often means "quit
+        now" to the process, and the first's deadline already bounds it."""
         if self.killing:
             # A SIGKILL came before this shutdown began (a SIGTERM and a SIGKILL delivered close
             # together): its force ends the generation and says how; a graceful action now would
             # only race it. One that began first is cancelled by the SIGKILL (give_way).
             return
+        if (under_way := child.shutting_down) is not None:
+            over, first = under_way
+            await self._receipts.write(
+                "graceful", "refused", evidence=child.evidence, name=self._graceful_for(child)[0],
+                signal_key=signal_key,
+                reason=f"{reason}: nothing sent again, the shutdown under way ({first}) ends this generation",
+            )  # fmt: skip
+            await over.wait()
+            return
+        over = anyio.Event()
+        child.shutting_down = (over, reason)
+        try:
+            await self._shut_down(child, reason, signal_key, grace_period)
+        finally:
+            over.set()
+
+    async def _shut_down(
+        self, child: Child, reason: str, signal_key: str, grace_period: timedelta | None
+    ) -> None:
         if child.done():
             await self.settle(child, f"exited before the graceful action ({reason})", signal_key=signal_key)
             return
