@@ -347,7 +347,9 @@ class ElectricServer:
             add_health_and_reflection(server, self.health, (SERVICE_NAME,))
 
         await door.serve(services)
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        # Writes refused from the start (a full disk at the store's opening): reads serve, writes do not.
+        refused = health_pb2.HealthCheckResponse.NOT_SERVING if self._writes_fault is not None else None
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING, refused)
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain, then leave every component in reverse (``start``); safe to call more than once."""

@@ -103,7 +103,11 @@ class Faults:
     # -- the listeners ------------------------------------------------------------------------
 
     def subscribe(self, callback: FaultListener) -> Callable[[], None]:
+        """``callback`` hears every change from now on, and at once why writes are refused, if
+        they are (a disk already full when the store opened)."""
         self._listeners.append(callback)
+        if self._told is not None:
+            callback(self._told)
         return lambda: self._listeners.remove(callback)
 
     def tell(self, fault: StorageFault | None) -> None:

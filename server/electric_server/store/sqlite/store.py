@@ -39,6 +39,7 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ...settings import COMMIT_DELAY
 from ..base import (
     DamagedStore,
+    DiskFull,
     EntityRecord,
     FaultListener,
     Hub,
@@ -56,7 +57,7 @@ from ..rows import entity_from_row, event_from_row
 from ..sessions import MemorySessions
 from ..sql_reads import SQLReads
 from .damage import inspect_settled
-from .faults import classify
+from .faults import classify, full_at_start
 from .lone_write import LoneWrite
 from .schema import (
     PURGE_IDEMPOTENCY,
@@ -78,7 +79,7 @@ from .schema import (
     UPSERT_TYPE_PROFILE,
     UPSERT_VERSION_CHOICE,
 )
-from .wal import Wal
+from .wal import RESUME_ROOM, Wal
 from .writer import SQLiteWriter, connect
 
 # SCHEMA and now_ms are here too for the benchmarks, which build files the store's way.
@@ -187,11 +188,38 @@ class SQLiteStore(SQLReads):
             fault = classify(exc, str(self.path.parent))
             if fault is None:
                 raise
-            raise fault from exc
+            full = full_at_start(fault, self.path.parent, RESUME_ROOM)
+            if full is None:
+                raise fault from exc
+            self._open_read_only(full, exc)
+            return
         self._rconn = connect(self.path, self.synchronous)
         self.wal.open()
         self.lone_write.open(asyncio.get_running_loop())
         self.committer.start()
+
+    def _open_read_only(self, full: DiskFull, exc: BaseException) -> None:
+        """The disk was full at the opening: serve reads from the file opened read-only, with
+        every write refused (DISK_FULL), if SQLite can read it without writing (after a clean
+        stop: no WAL to replay), else raise ``full``. Writes come back with a start on a disk
+        with room: the writer is never opened here."""
+        if not self.path.exists():
+            raise full from exc
+        try:
+            conn = connect(self.path, self.synchronous, readonly=True, alone=True)
+            conn.execute(SELECT_NEXT_TXID).fetchone()
+        except sqlite3.Error as read_exc:
+            raise DiskFull(f"{full}; nor can it be read without writing ({read_exc})") from exc
+        self._rconn = conn
+        log.error(
+            "%s: the server starts read-only, every write refused (UNAVAILABLE/DISK_FULL). Free at "
+            "least %.1f MB on the file system of %s, then restart the server to take writes",
+            full,
+            RESUME_ROOM / 1e6,
+            self.path.parent,
+        )
+        self.faults.refusal = full
+        self.faults.tell(full)
 
     async def close(self) -> None:
         if not self.committer.writer_tasks:
