@@ -3,7 +3,7 @@
 After a clean stop on a disk that then filled up, SQLite cannot open the store for writing (it
 cannot size its shared-memory file: SQLITE_IOERR_SHMSIZE). The server names it a full disk and
 starts read-only: reads serve, writes answer UNAVAILABLE/DISK_FULL, the readiness of writes and
-``/readyz`` say no. A store it cannot even read without writing (a WAL left to replay) makes
+``/readyz`` say no; once space is freed writes resume by themselves. A store it cannot even read without writing (a WAL left to replay) makes
 `electric server` exit 75, naming the full disk, not 74, the code of a failed disk.
 """
 
@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import grpc
 import httpx
 import pytest
@@ -98,19 +99,37 @@ async def test_a_full_disk_at_the_start_serves_reads_and_refuses_writes(
         for service, status in (("", SERVING), (SERVICE_NAME, SERVING), (WRITES_HEALTH_NAME, NOT_SERVING)):
             check = await health.Check(health_pb2.HealthCheckRequest(service=service))
             assert check.status == status, service
-        assert (
-            await stub.GetEntity(api.GetEntityRequest(ref=REF))
-        ).entity.head_offset == 2  # nothing written
-    assert srv.http is not None
-    async with httpx.AsyncClient(base_url=srv.http.address, timeout=30) as http:
-        ready = await http.get("/readyz")
-    assert ready.status_code == 503
-    assert ready.json()["error"]["code"] == "DISK_FULL"
+        nothing = await stub.GetEntity(api.GetEntityRequest(ref=REF))
+        assert nothing.entity.head_offset == 2  # nothing written
+        assert srv.http is not None
+        async with httpx.AsyncClient(base_url=srv.http.address, timeout=30) as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["error"]["code"] == "DISK_FULL"
+
+        # Space comes back: the store opens for writing by itself, and writes resume.
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=WRITES_HEALTH_NAME))
+        assert (await watch.read()).status == NOT_SERVING
+        (small_disk / "filler").unlink()
+        with anyio.fail_after(10):
+            assert (await watch.read()).status == SERVING
+        watch.cancel()
+        await stub.SendMessage(api.SendMessageRequest(ref=REF, text="after"))
+        page = await stub.ReadEvents(api.ReadEventsRequest(ref=REF, limit=10))
+        assert [e.message.text for e in page.events if e.type == "message"] == ["kept", "after"]
     said = [r.getMessage() for r in caplog.records if "starts read-only" in r.getMessage()]
     assert len(said) == 1
     assert "is full" in said[0]
     assert str(data) in said[0]  # where to free space
     assert "SQLITE_IOERR_SHMSIZE" in said[0] or "SQLITE_FULL" in said[0]  # what SQLite said
+    assert len([r for r in caplog.records if "writes resume:" in r.getMessage()]) == 1
+    await srv.stop()
+
+    srv = await start_server(data, database_url=None)  # and all of it is there after a restart
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        page = await stub.ReadEvents(api.ReadEventsRequest(ref=REF, limit=10))
+        assert [e.message.text for e in page.events if e.type == "message"] == ["kept", "after"]
     await srv.stop()
 
 

@@ -110,7 +110,7 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "disk full at start",
         "`server`, `dev`: the disk holding the data directory is full and the store could not be "
         "opened even read-only (a WAL to replay needs room): free space and start again. One that "
-        "can be read starts read-only instead, every write refused with `DISK_FULL`",
+        "can be read starts read-only instead, every write refused with `DISK_FULL` until there is room",
     ),
     TIMEOUT: (
         "timed out",

@@ -179,7 +179,14 @@ class Faults:
         self.tell(fault)
         return fault.again()
 
-    def _resume(self) -> None:
+    def full_from_the_start(self, fault: DiskFull) -> None:
+        """The disk was full as the store opened (its backend logged how it goes on): writes are
+        refused until ``resume``."""
+        self.refusal = fault
+        self._full_since = time.monotonic()
+        self.tell(fault)
+
+    def resume(self) -> None:
         """The disk has room again: writes go on."""
         log.warning(
             "writes resume: the disk holding %s has room again (writes were refused for %.1f s)",
@@ -202,7 +209,7 @@ class Faults:
                 except Exception as exc:
                     self.write_fault(exc, "a retry after the disk was full")  # still full, or worse
                 else:
-                    self._resume()
+                    self.resume()
 
     # -- reads ---------------------------------------------------------------------------------
 

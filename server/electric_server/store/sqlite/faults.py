@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..base import DamagedStore, DiskFull, StorageFailed, StorageFault, StoreBusy
 
-__all__ = ["DAMAGED_REMEDY", "classify", "full_at_start", "roll_back"]
+__all__ = ["DAMAGED_REMEDY", "classify", "full_at_start", "has_room", "roll_back"]
 
 DAMAGED_REMEDY = (
     'what to do: restore a backup (docs/server.md, "Backups and restore"), or start the server with '
@@ -83,16 +83,26 @@ def full_at_start(fault: StorageFault, directory: Path, room: int) -> DiskFull |
         return fault
     if not isinstance(fault, StorageFailed):
         return None
-    try:
-        stat = os.statvfs(directory)
-    except OSError:
-        return None
-    free = stat.f_bavail * stat.f_frsize
-    if free >= room:
+    free = _free(directory)
+    if free is None or free >= room:
         return None
     return DiskFull(
         f"the disk holding {directory} is full ({free} bytes free) at the store's opening: {fault}"
     )
+
+
+def has_room(directory: Path, room: int) -> bool:
+    """Whether ``room`` bytes fit on ``directory``'s file system (unknown: try, and see)."""
+    free = _free(directory)
+    return free is None or free >= room
+
+
+def _free(directory: Path) -> int | None:
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
 
 
 def roll_back(conn: sqlite3.Connection) -> None:
