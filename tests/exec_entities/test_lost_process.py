@@ -13,13 +13,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 from runtime.rt_support import state_is, until
 
 from electric_sdk.testing import TestServer
 
-from .support import CHILD, alive, ready
+from .support import CHILD, alive, exited, ready
 from .test_receipts import shown_off_loop
 
 pytestmark = pytest.mark.anyio
@@ -34,16 +33,6 @@ def worker_proc() -> Iterator[list[subprocess.Popen[bytes]]]:
         if p.poll() is None:
             p.kill()
         p.wait(30)
-
-
-async def _exited(pid: int) -> None:
-    """Until ``pid`` has exited (its pidfd turns readable, whoever its parent is)."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        with anyio.fail_after(10):
-            await anyio.wait_readable(pidfd)
-    finally:
-        os.close(pidfd)
 
 
 async def test_get_shows_the_process_of_a_killed_worker_as_lost(
@@ -67,7 +56,7 @@ async def test_get_shows_the_process_of_a_killed_worker_as_lost(
             before = json.loads(await shown_off_loop(server, "--json", "get", "job/a"))
             worker_proc[0].kill()  # kill -9
             try:
-                await _exited(pid)  # the parent-death signal
+                await exited(pid)  # the parent-death signal
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)  # if it outlived its worker after all

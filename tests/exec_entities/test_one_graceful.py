@@ -6,10 +6,13 @@ A real process counts the signals it catches (child.py prints ``signal NAME`` fo
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,14 +20,15 @@ import anyio
 import pytest
 from runtime.rt_support import running_worker, state_is, until
 
-from electric_sdk import Event
+from electric_sdk import AsyncClient, Event
 from electric_sdk.runtime import App
 from electric_sdk.runtime.exec import ShutdownPolicy
 from electric_sdk.testing import ManualClock, TestServer
 
-from .support import child, line, output, ready, receipt, receipts
+from .support import CHILD, child, exited, line, logged, output, ready, receipt, receipts
 
 pytestmark = pytest.mark.anyio
+WORKER = (sys.executable, "-m", "electric_sdk.cli.main", "worker")
 
 
 def graceful_for(signal_key: str) -> Callable[[Event], bool]:
@@ -75,3 +79,54 @@ async def test_a_sigterm_joins_the_shutdown_under_way(
     ] == [""]
     # The idle timeout's end found the entity stopping: no attempt at `idle`, no host failure.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(30)
+
+
+def worker(tasks: Path, address: str, name: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*WORKER, "--exec", str(tasks), "--address", address, "--worker-id", name, "--grace", "1s"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+async def test_a_generation_taken_over_mid_shutdown_is_not_sent_its_graceful_action_again(
+    electric: TestServer, client: AsyncClient, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """w1 sends the SIGTERM's graceful SIGINT, then freezes and loses the lease; w2 takes the
+    generation over and resumes the cleanup: the deadline w1's receipt set stands, no SIGINT again."""
+    tasks = tmp_path / "tasks.toml"
+    log = tmp_path / "signals.log"  # its stdout is the frozen worker's pipe, read by nobody now
+    command = json.dumps([sys.executable, "-u", CHILD, "--log", str(log)])
+    tasks.write_text(
+        f'[[exec]]\nid = "job"\ncommand = {command}\ngrace_period = "20s"\n'
+        '[exec.shutdown]\ngraceful = "SIGINT"\ntimeout = "15s"\n'
+    )
+    workers.append(worker(tasks, electric.address, "w1", tmp_path / "w1.log"))
+    ref = "job/a"
+    await client.spawn(ref)
+    pid = await ready(client, ref)
+    await client.signal(ref, "SIGTERM")
+    await until(client, ref, line("signal SIGINT"))  # w1's graceful action, taken
+    workers[0].send_signal(signal.SIGSTOP)  # frozen: its lease ends, its process runs on
+    workers.append(worker(tasks, electric.address, "w2", tmp_path / "w2.log"))
+    recovered = await until(client, ref, receipt("recover", "issued"))
+    again = await until(client, ref, receipt("graceful"), recovered.offset)  # w2's word on it
+    # Signals are handled in the order of their numbers: a second SIGINT would be seen first.
+    os.kill(pid, signal.SIGTERM)  # it exits on it
+    await exited(pid)
+    await until(client, ref, state_is("stopped"))
+    assert logged(log, pid) == ["ready pid=" + str(pid), "signal SIGINT", "signal SIGTERM"]
+    assert again.value["disposition"] == "refused"
+    first = next(r for r in await receipts(client, ref) if r["action"] == "graceful")
+    assert again.value["deadline"] == first["deadline"]  # w1's deadline stands
