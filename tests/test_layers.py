@@ -19,7 +19,7 @@ CLI and ``testing``). The server keeps layers of its own (``SERVER_LAYERS``),
 its rooms by role from the bottom up:
 
 1. what every room may use: the settings table, the clock, the task groups of
-   components (``lifetime``), the refusal of a configuration, the log throttle,
+   components (``lifetime``), the refusal of a configuration, the log throttle and replica tag,
    and the fast paths' registry and seams;
 2. the store; 3. the service core;
 4. the doors (gRPC, HTTP) and the worker protocol (runtime), which do not
@@ -87,6 +87,7 @@ SERVER_LAYERS: list[tuple[str, ...]] = [
         "electric_server.lifetime",
         "electric_server.config_error",
         "electric_server.log_throttle",
+        "electric_server.log_replica",
         "electric_server.fastpaths",
     ),
     ("electric_server.store",),

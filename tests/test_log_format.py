@@ -62,6 +62,36 @@ def test_a_server_process_logs_json_lines(tmp_path: Path) -> None:
     seen = {(line["logger"], line["level"], line["message"]) for line in lines}
     assert ("uvicorn.error", "WARNING", "Invalid HTTP request received.") in seen
     assert ("electric.server", "INFO", "electric server stopped") in seen
+    # Every line names the replica `electric workers` shows, uvicorn's and the last one's too.
+    [start] = [line for line in lines if line["message"].startswith("electric server listening on")]
+    replica = re.search(r"replica (\w+)\)", start["message"])
+    assert replica is not None
+    assert {line.get("replica") for line in lines} == {replica.group(1)}
+
+
+def test_a_server_process_names_its_replica_on_every_text_line(tmp_path: Path) -> None:
+    with subprocess.Popen(
+        [
+            *(sys.executable, "-m", "electric_sdk.cli.main", "server"),
+            *("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data", str(tmp_path / "d")),
+            *("--drain-grace", "1s"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        stderr = _serve_then_stop(proc)
+    assert proc.returncode == 0, stderr
+    lines = stderr.splitlines()
+    line_format = re.compile(r"\S+ \S+ (INFO|WARNING) \[replica (\w+)\] (\S+): (.*)")
+    parsed = [line_format.fullmatch(line) for line in lines]
+    assert all(parsed), lines
+    [start] = [m for m in parsed if m is not None and m.group(4).startswith("electric server listening on")]
+    assert {m.group(2) for m in parsed if m is not None} == {start.group(2)}
+    assert start.group(4).endswith(f"replica {start.group(2)})")
+    assert ("uvicorn.error", "Invalid HTTP request received.") in {
+        (m.group(3), m.group(4)) for m in parsed if m is not None
+    }
 
 
 def test_the_formatter_keeps_exceptions_and_extra_fields() -> None:

@@ -97,7 +97,7 @@ def spawn(ctx: Invocation, args: argparse.Namespace) -> int:
 def get(ctx: Invocation, args: argparse.Namespace) -> int:
     entity = ctx.client.get(args.ref)
     tail = _tail(ctx, entity)
-    process = process_json(tail)
+    process = process_json(tail, entity)
     presence = presence_cmds.entity_presence(entity, presence_cmds.hosted(ctx))
     if ctx.out.json_mode:
         ctx.out.record(

@@ -28,6 +28,7 @@ STAGE_NOT_REACHED = 10
 DATA_DAMAGED = 65  # EX_DATAERR
 SOFTWARE = 70  # EX_SOFTWARE
 STORAGE_FAILED = 74  # EX_IOERR
+DISK_FULL = 75  # EX_TEMPFAIL: free space, and the same start works
 TIMEOUT = 124
 INTERRUPTED = 130
 BROKEN_PIPE = 141
@@ -111,6 +112,12 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "storage failed",
         "`server`, `dev`: the disk failed a write the server cannot take back (a failed WAL sync); "
         "the server acknowledged nothing more and stopped",
+    ),
+    DISK_FULL: (
+        "disk full at start",
+        "`server`, `dev`: the disk holding the data directory is full and the store could not be "
+        "opened even read-only (a WAL to replay needs room): free space and start again. One that "
+        "can be read starts read-only instead, every write refused with `DISK_FULL` until there is room",
     ),
     TIMEOUT: (
         "timed out",

@@ -80,10 +80,13 @@ def resolve_store(args: argparse.Namespace) -> bool:
 
 
 def storage_exit(command: str, exc: Exception) -> int:
-    """Report a store that refused to start (65: damaged) or failed (74), and the exit code."""
-    from electric_server import DamagedStore
+    """Report a store that refused to start (65: damaged; 75: a full disk) or failed (74), and
+    the exit code."""
+    from electric_server import DamagedStore, DiskFull
 
     print(f"electric {command}: {exc}", file=sys.stderr)
+    if isinstance(exc, DiskFull):
+        return exit_codes.DISK_FULL
     return exit_codes.DATA_DAMAGED if isinstance(exc, DamagedStore) else exit_codes.STORAGE_FAILED
 
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from .._wire.times import epoch_to_iso
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "OneLine", "add_log_format", "setup_logging"]
+__all__ = ["LOG_FORMATS", "JsonFormatter", "OneLine", "TextFormatter", "add_log_format", "setup_logging"]
 
 LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# A server's record names its replica (electric_server's log_replica.py), as `electric workers` does.
+REPLICA_TEXT_FORMAT = "%(asctime)s %(levelname)s [replica %(replica)s] %(name)s: %(message)s"
 
 # The attributes every LogRecord has; any other attribute came from ``extra=`` and is logged.
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -59,6 +61,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``; a record that names its server's replica, ``REPLICA_TEXT_FORMAT``."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._with_replica = logging.Formatter(REPLICA_TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        if hasattr(record, "replica"):
+            return self._with_replica.format(record)
+        return super().format(record)
+
+
 class OneLine(logging.Filter):
     """A record's traceback folded into its message as the exception's name and text. For asyncpg's
     pool, which logs every failed reconnect of its connections as a warning with a traceback,
@@ -79,7 +94,7 @@ def setup_logging(log_format: str, *, verbose: bool = False) -> None:
     """Log at INFO (DEBUG with ``verbose``) to stderr in ``log_format``, replacing any handler
     the root logger had."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
     logging.captureWarnings(True)
     pool_log = logging.getLogger("asyncpg.pool")

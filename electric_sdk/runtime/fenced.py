@@ -122,7 +122,7 @@ class WorkerLink(Protocol):
 
 
 class Fenced:
-    __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "released", "session")
+    __slots__ = ("_on_change", "_on_gone", "_txid", "entity", "lease", "lost", "released", "session")
 
     def __init__(
         self,
@@ -140,6 +140,9 @@ class Fenced:
         self._on_gone = on_gone
         # The lease went back with a write (``transition(release=True)``): no Release owed.
         self.released = False
+        # Why this host may write no more (the lease was fenced off, the session ended), once a
+        # write found out: what its run does after that is no longer the entity's.
+        self.lost: str | None = None
 
     @property
     def state(self) -> State:
@@ -180,19 +183,24 @@ class Fenced:
             try:
                 result = await self._stored(request)
             except SessionLost:
-                self._on_gone("session lost")
+                self._gone("session lost")
                 return None
             self.observe(result.entity)
             if result.applied:
                 return result
             if result.reason == "STALE_EPOCH" or result.entity.closed:
-                self._on_gone(f"write refused: {result.reason or 'closed'}")
+                self._gone(f"write refused: {result.reason or 'closed'}")
                 return None
             if not (retry and result.reason == "STATE_CHANGED"):
                 break
         if result is not None:
             log.info("%s: write refused: %s %s", self.entity.ref, result.reason, result.message)
         return result
+
+    def _gone(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = reason
+        self._on_gone(reason)
 
     async def _stored(self, request: rt.RuntimeWrite) -> rt.WriteResult:
         """The server's answer to ``request`` once it is not a storage fault. The request goes

@@ -320,7 +320,8 @@ class EntityHost(HostBase):
                             run.ctx.output.write(result)
                         ended.append((pb.RUN_STATUS_COMPLETED, ""))
                     except Exception as exc:
-                        if run.stopped_by is None:  # else it was abandoned: what it raised is moot
+                        # Abandoned, or fenced out (not its run any more): what it raised is moot.
+                        if run.stopped_by is None and not self.left_behind(f"run of {run.message.key}", exc):
                             log.exception("%s: on_message failed", self.entity.ref)
                             ended.append((pb.RUN_STATUS_FAILED, f"{type(exc).__name__}: {exc}"))
             finally:
@@ -519,7 +520,8 @@ class EntityHost(HostBase):
             result = "returned"
         except Exception as exc:
             result = "failed"
-            log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
+            if not self.left_behind(f"on_signal({info.signal.value})", exc):
+                log.exception("%s: on_signal(%s) failed", self.entity.ref, info.signal.value)
             return Effect.FAILED, f"{type(exc).__name__}: {exc}"
         finally:
             if (metrics := self._fenced.session.metrics) is not None:

@@ -123,6 +123,31 @@ class Lifetime(ABC):
         """The server has ended the lease (revoked, or given back with a write): no Release owed."""
         return self.revoked or self._fenced.released
 
+    @property
+    def lease_lost(self) -> str | None:
+        """Why this host no longer holds the entity's lease (revoked, fenced off, its session
+        ended), or None while it does (or its hosting ended its own way: idle, stopped, drained)."""
+        if self.revoked:
+            return self.end_reason
+        return self._fenced.lost
+
+    def left_behind(self, what: str, exc: Exception) -> bool:
+        """Whether ``what`` (a run, a handler) raised ``exc`` after this host lost its lease: then
+        it is no longer the entity's (the next holder runs the message again), and one WARNING
+        line says so, with no traceback and no record (the worker may write none)."""
+        if (lost := self.lease_lost) is None:
+            return False
+        log.warning(
+            "%s/%s: fenced out (%s): this worker no longer holds the lease; its %s ended with %s: %s",
+            self.lease.ref.type,
+            self.lease.ref.id,
+            lost,
+            what,
+            type(exc).__name__,
+            exc,
+        )
+        return True
+
     def revoke(self, reason: str) -> None:
         self.revoked = True
         self.end(f"revoked: {reason}")

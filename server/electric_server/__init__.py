@@ -7,7 +7,8 @@ this package (tests/test_layers.py). ``ConfigError`` (and ``DataDirLocked``,
 one of them), ``TokenFileError``, ``BackupError`` and ``TransferError`` are ``ValueError``s: a
 configuration that must not start, or a backup, restore, export or import refused.
 ``StorageFault``s are the store's: ``DamagedStore`` (refused to start, or found
-damage while running), ``StorageFailed`` (the disk failed; the server stopped),
+damage while running), ``StorageFailed`` (the disk failed; the server stopped), ``DiskFull``
+(a full disk at the start, where the store cannot even be read),
 ``DatabaseUnavailable`` (PostgreSQL cannot be reached: the server does not start).
 ``SETTINGS`` is every setting of ``ServerConfig`` (settings.py), which the CLI builds the options of
 ``server`` and ``dev`` from. Each name loads its module at its first use, so reading the table
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # what the checker sees; at run time ``__getattr__`` loads ea
     from .core.auth import TokenFileError
     from .lifetime import TasksCrashed
     from .settings import SETTINGS, Setting, parse_given, setting
-    from .store.base import DamagedStore, DatabaseUnavailable, StorageFailed, StorageFault
+    from .store.base import DamagedStore, DatabaseUnavailable, DiskFull, StorageFailed, StorageFault
     from .tools.backup import BackupError, StoreCopy, backup_data_dir, restore_data_dir
     from .tools.datadir import DataDirError, DataDirLocked
     from .tools.transfer import Progress, TransferError, Transferred, counted, export_store, import_store
@@ -43,7 +44,9 @@ _HOME = {
     "TasksCrashed": ".lifetime",
     **dict.fromkeys(["DataDirError", "DataDirLocked"], ".tools.datadir"),
     **dict.fromkeys(["SETTINGS", "Setting", "parse_given", "setting"], ".settings"),
-    **dict.fromkeys(["DamagedStore", "DatabaseUnavailable", "StorageFailed", "StorageFault"], ".store.base"),
+    **dict.fromkeys(
+        ["DamagedStore", "DatabaseUnavailable", "DiskFull", "StorageFailed", "StorageFault"], ".store.base"
+    ),
     **dict.fromkeys(
         ["Progress", "TransferError", "Transferred", "counted", "export_store", "import_store"],
         ".tools.transfer",
@@ -73,6 +76,7 @@ __all__ = [
     "DataDirError",
     "DataDirLocked",
     "DatabaseUnavailable",
+    "DiskFull",
     "ElectricServer",
     "Progress",
     "Report",

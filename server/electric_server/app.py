@@ -55,6 +55,7 @@ from .grpc.health_reflection import Health, add_health_and_reflection, tool_hint
 from .http.door import HttpDoor, check_cors_origins
 from .http.streams import EntityStreams
 from .lifetime import TaskGroup, TasksCrashed
+from .log_replica import new_replica_id, replica_ended, tag_logs
 from .metrics import ServerMetrics
 from .runtime.connect import RuntimeService
 from .runtime.hosting import Runtime
@@ -165,6 +166,8 @@ def _host(listen: str, flag: str = "--listen") -> str:
 class ElectricServer:
     def __init__(self, config: ServerConfig, store: Store | None = None) -> None:
         self.config = config
+        # This process in the session book, named by `electric workers`, on every log line it writes.
+        self.replica = new_replica_id()
         host = _host(config.listen)
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ConfigError("--tls-cert and --tls-key go together")
@@ -238,7 +241,10 @@ class ElectricServer:
         runtime, the metrics, the gRPC door (bound), the HTTP door (serving), then gRPC serves.
         A component that refuses to start unwinds exactly what started before it, in reverse, and
         its error is raised; ``stop`` is the same unwind, after the drain."""
+        tag_logs(self.replica)  # from here, every line this start logs (and its tasks) names it
         async with AsyncExitStack() as stack:
+            # Left last (by a failed start's unwind, or by stop's): the server is no longer live.
+            stack.callback(replica_ended, self.replica)
             await self._enter_store(stack)
             entities = await self._enter_core(stack)
             await self._enter_doors(stack, entities)
@@ -250,7 +256,7 @@ class ElectricServer:
             "electric server listening on %s (%s; replica %s)",
             self.address,
             self.config.where,
-            self.runtime.replica,
+            self.replica,
         )
         if self.forced_fallbacks:
             log.warning(
@@ -293,6 +299,7 @@ class ElectricServer:
                 config.poll_ms,
                 config.clock,
                 config.upgrade_after_ms,
+                self.replica,
             )
         )
         entities = EntityService(self.store, watches, self.runtime, self.caps)
@@ -340,12 +347,15 @@ class ElectricServer:
             add_health_and_reflection(server, self.health, (SERVICE_NAME,))
 
         await door.serve(services)
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        # Writes refused from the start (a full disk at the store's opening): reads serve, writes do not.
+        refused = health_pb2.HealthCheckResponse.NOT_SERVING if self._writes_fault is not None else None
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING, refused)
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain, then leave every component in reverse (``start``); safe to call more than once."""
         if self._lifetime is None:
             return
+        tag_logs(self.replica)  # stop may run as a task of its own (electric_sdk.testing's portal)
         lifetime, self._lifetime = self._lifetime, None
         await self._drain(self.config.drain_grace_s if grace is None else grace)
         try:

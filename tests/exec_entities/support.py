@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from runtime.rt_support import running_worker, state_is, until
 
 from electric_sdk import AsyncClient, Event
@@ -68,6 +69,16 @@ async def output(client: AsyncClient, ref: str) -> list[str]:
     return [
         ln for e in await events(client, ref) if e.type == "output" for ln in e.value["text"].splitlines()
     ]
+
+
+async def exited(pid: int) -> None:
+    """Until ``pid`` has exited (its pidfd turns readable, whoever its parent is)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        with anyio.fail_after(10):
+            await anyio.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
 
 
 def alive(pid: int) -> bool:

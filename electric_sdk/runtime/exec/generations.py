@@ -106,6 +106,7 @@ class Generations:
             )
         elif proof.pidfd is not None and self._backend == "posix":
             child = Adopted(started, proof.pidfd)
+            child.graceful_issued = stored.graceful
             self.child = child
             adopt(child)
             await self._receipts.write(

@@ -136,7 +136,8 @@ class ExecHost(HostBase):
                     left = self._idle_left_s()
                     if left <= 0:
                         await self._shutdown("idle timeout")
-                        if await self._go_idle("idle_timeout"):
+                        # A SIGTERM during that shutdown moved the entity to stopping: its cleanup ends it.
+                        if STATE_RULES[self.state].starts_runs and await self._go_idle("idle_timeout"):
                             return
                         continue
                     await self._bell.wait(left)

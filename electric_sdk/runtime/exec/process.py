@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
@@ -98,6 +99,12 @@ class Child(ABC):
         self.reaped = False
         # Its exit is recorded once (ExecHost._settle), by whoever saw it end first: set when done.
         self.settled: anyio.Event | None = None
+        # The shutdown policy under way on it (Enforcer.shut_down), and why it began: one per
+        # generation, so its graceful action is sent once. Set when that shutdown is over.
+        self.shutting_down: tuple[anyio.Event, str] | None = None
+        # A graceful action a worker before this one issued to it (taken over), as (its name, its
+        # deadline): not sent again; its deadline stands.
+        self.graceful_issued: tuple[str, datetime] | None = None
         # Reaped by someone else: it is gone, but nothing says how, and nothing proves it any more.
         self.lost = False
         # Its leader exited and its group was seen empty: over for good (nothing joins such a group

@@ -99,20 +99,29 @@ class Stored:
     started: Evidence | None  # the newest generation's evidence
     ended: bool  # its end was recorded: an exit, or a recovery that found it gone
     exit_status: int | None
+    # The last graceful action issued to it, as (its name, its deadline): a worker that takes it
+    # over does not send it again (shutdown.py).
+    graceful: tuple[str, datetime] | None = None
 
 
 def stored_generation(history: list[Event]) -> Stored:
     newest, started, ended, status = 0, None, False, None
+    graceful: tuple[str, datetime] | None = None
     for event in history:
         if event.type != "exec":
             continue
         value = event.value
         running = generation_running(value.get("action", ""), value.get("disposition", ""))
+        mine = started is not None and (value.get("generation") or {}).get("generation") == started.generation
         if value.get("action") == "start" and running and value.get("generation"):
-            started, ended, status = Evidence.from_json(value["generation"]), False, None
+            started, ended, status, graceful = Evidence.from_json(value["generation"]), False, None, None
             newest = max(newest, started.generation)
-        elif running is False and started is not None:
-            gen = value.get("generation") or {}
-            if gen.get("generation") == started.generation:
-                ended, status = True, value.get("exit_status")
-    return Stored(newest, started, ended, status)
+        elif running is False and mine:
+            ended, status = True, value.get("exit_status")
+        elif (
+            mine
+            and (value.get("action"), value.get("disposition")) == ("graceful", "issued")
+            and value.get("deadline")
+        ):
+            graceful = (str(value.get("action_name", "")), datetime.fromisoformat(value["deadline"]))
+    return Stored(newest, started, ended, status, graceful)

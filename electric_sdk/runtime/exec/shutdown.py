@@ -79,19 +79,45 @@ class Enforcer:
     async def shut_down(
         self, child: Child, reason: str, signal_key: str, grace_period: timedelta | None
     ) -> None:
-        """The shutdown policy on ``child``, to its end (exit, or force then exit)."""
+        """The shutdown policy on ``child``, to its end (exit, or force then exit); once per
+        generation: a second shutdown (a SIGTERM during the idle timeout's or a drain's) joins
+        the one under way, since a second graceful action (a second SIGINT) often means "quit
+        now" to the process, and the first's deadline already bounds it."""
         if self.killing:
             # A SIGKILL came before this shutdown began (a SIGTERM and a SIGKILL delivered close
             # together): its force ends the generation and says how; a graceful action now would
             # only race it. One that began first is cancelled by the SIGKILL (give_way).
             return
+        if (under_way := child.shutting_down) is not None:
+            over, first = under_way
+            await self._receipts.write(
+                "graceful", "refused", evidence=child.evidence, name=self._graceful_for(child)[0],
+                signal_key=signal_key,
+                reason=f"{reason}: nothing sent again, the shutdown under way ({first}) ends this generation",
+            )  # fmt: skip
+            await over.wait()
+            return
+        over = anyio.Event()
+        child.shutting_down = (over, reason)
+        try:
+            await self._shut_down(child, reason, signal_key, grace_period)
+        finally:
+            over.set()
+
+    async def _shut_down(
+        self, child: Child, reason: str, signal_key: str, grace_period: timedelta | None
+    ) -> None:
         if child.done():
             await self.settle(child, f"exited before the graceful action ({reason})", signal_key=signal_key)
             return
         timeout, why = self._etype.shutdown_timeout(grace_period)
         graceful, group = self._graceful_for(child)
+        earlier = child.graceful_issued
         with anyio.CancelScope() as scope:  # SIGKILL cancels the wait and forces at once
             self._scope = scope
+            if earlier is not None and earlier[0] == graceful:
+                await self._earlier_graceful(child, earlier, reason, signal_key)
+                return
             issued = await self.act(
                 child, "graceful", graceful, group=group, reason=reason, signal_key=signal_key
             )
@@ -122,6 +148,29 @@ class Enforcer:
             await self.force(child, f"{reason}: {still} at the deadline", signal_key, issued + timeout)
         if scope.cancelled_caught and self._generations.child is child and not child.reaped:
             return  # SIGKILL took over: _kill settles it
+
+    async def _earlier_graceful(
+        self, child: Child, earlier: tuple[str, datetime], reason: str, signal_key: str
+    ) -> None:
+        """The worker before this one issued the graceful action to this generation, which was then
+        taken over: it is not sent again (a second SIGINT often means "quit now"); its deadline
+        stands, and the force follows it."""
+        name, deadline = earlier
+        await self._receipts.write(
+            "graceful", "refused", evidence=child.evidence, name=name, group=True, deadline=deadline,
+            signal_key=signal_key,
+            reason=f"{reason}: nothing sent again, {name} was issued to this generation before it was "
+            "taken over; that deadline stands",
+        )  # fmt: skip
+        with anyio.move_on_after(max(0.0, (deadline - datetime.now(UTC)).total_seconds())):
+            await child.wait_done()
+        if child.done():
+            await self.settle(
+                child, f"exited after {name}, before the timeout; no force", signal_key=signal_key
+            )
+            return
+        still = describe_left(child.leftovers()) if child.gone() else "still running"
+        await self.force(child, f"{reason}: {still} at the deadline", signal_key, deadline)
 
     def _graceful_for(self, child: Child) -> tuple[str, bool]:
         """The graceful action for ``child`` and whether it goes to its group: the policy's, unless

@@ -61,11 +61,12 @@ class Runtime(Component):
         poll_ms: int = POLL.value,
         clock: Clock = SYSTEM_CLOCK,
         upgrade_after_ms: int = UPGRADE_AFTER.value,
+        replica: str = "",
     ) -> None:
         self.store = store
         self.clock = clock  # heartbeats' times (clock.py)
         self._unadvance: Callable[[], None] = lambda: None
-        self.replica = uuid.uuid4().hex[:12]  # this process, in the session book
+        self.replica = replica or uuid.uuid4().hex[:12]  # this process, in the session book (and its logs)
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.settle_ms = settle_ms

@@ -103,7 +103,11 @@ class Faults:
     # -- the listeners ------------------------------------------------------------------------
 
     def subscribe(self, callback: FaultListener) -> Callable[[], None]:
+        """``callback`` hears every change from now on, and at once why writes are refused, if
+        they are (a disk already full when the store opened)."""
         self._listeners.append(callback)
+        if self._told is not None:
+            callback(self._told)
         return lambda: self._listeners.remove(callback)
 
     def tell(self, fault: StorageFault | None) -> None:
@@ -175,7 +179,14 @@ class Faults:
         self.tell(fault)
         return fault.again()
 
-    def _resume(self) -> None:
+    def full_from_the_start(self, fault: DiskFull) -> None:
+        """The disk was full as the store opened (its backend logged how it goes on): writes are
+        refused until ``resume``."""
+        self.refusal = fault
+        self._full_since = time.monotonic()
+        self.tell(fault)
+
+    def resume(self) -> None:
         """The disk has room again: writes go on."""
         log.warning(
             "writes resume: the disk holding %s has room again (writes were refused for %.1f s)",
@@ -198,7 +209,7 @@ class Faults:
                 except Exception as exc:
                     self.write_fault(exc, "a retry after the disk was full")  # still full, or worse
                 else:
-                    self._resume()
+                    self.resume()
 
     # -- reads ---------------------------------------------------------------------------------
 

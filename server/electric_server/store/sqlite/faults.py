@@ -8,6 +8,10 @@
   the file system stopped accepting writes (a file system remounted read-only
   after an error fails writes with an I/O error). A failed WAL sync is a
   failure for good whatever its errno (the committer's durability step).
+- **Full at start**: a fault opening the store (often ``SQLITE_IOERR_SHMSIZE``:
+  SQLite cannot size the WAL's shared-memory file) while the file system has
+  less room than writes resume at (``full_at_start``): a ``DiskFull``, named so;
+  the store then serves reads from the file opened read-only, if it can.
 - **Damaged**: ``SQLITE_CORRUPT``, ``SQLITE_NOTADB`` (``DamagedStore``, for
   good too; the server exits 65).
 - **Busy**: ``SQLITE_BUSY``, ``SQLITE_LOCKED``, after the 10 s busy timeout
@@ -19,11 +23,13 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
+from pathlib import Path
 
 from ..base import DamagedStore, DiskFull, StorageFailed, StorageFault, StoreBusy
 
-__all__ = ["DAMAGED_REMEDY", "classify", "roll_back"]
+__all__ = ["DAMAGED_REMEDY", "classify", "full_at_start", "has_room", "roll_back"]
 
 DAMAGED_REMEDY = (
     'what to do: restore a backup (docs/server.md, "Backups and restore"), or start the server with '
@@ -67,6 +73,36 @@ def classify(exc: BaseException, where: str) -> StorageFault | None:
             return DiskFull(f"the disk holding {where} is full ({exc})")
         return StorageFailed(f"the storage of {where} failed ({exc})")
     return None
+
+
+def full_at_start(fault: StorageFault, directory: Path, room: int) -> DiskFull | None:
+    """The full disk ``fault`` is, when it met the store's opening while ``directory``'s file
+    system has less than ``room`` bytes free; None otherwise (a fault of another kind, or a disk
+    with room: then it is what it says)."""
+    if isinstance(fault, DiskFull):
+        return fault
+    if not isinstance(fault, StorageFailed):
+        return None
+    free = _free(directory)
+    if free is None or free >= room:
+        return None
+    return DiskFull(
+        f"the disk holding {directory} is full ({free} bytes free) at the store's opening: {fault}"
+    )
+
+
+def has_room(directory: Path, room: int) -> bool:
+    """Whether ``room`` bytes fit on ``directory``'s file system (unknown: try, and see)."""
+    free = _free(directory)
+    return free is None or free >= room
+
+
+def _free(directory: Path) -> int | None:
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
 
 
 def roll_back(conn: sqlite3.Connection) -> None:

@@ -36,9 +36,11 @@ from typing import Any, TypeVar
 from electric_sdk.lifecycle import State
 
 from ...clock import SYSTEM_CLOCK, Clock
+from ...lifetime import TaskGroup
 from ...settings import COMMIT_DELAY
 from ..base import (
     DamagedStore,
+    DiskFull,
     EntityRecord,
     FaultListener,
     Hub,
@@ -56,7 +58,7 @@ from ..rows import entity_from_row, event_from_row
 from ..sessions import MemorySessions
 from ..sql_reads import SQLReads
 from .damage import inspect_settled
-from .faults import classify
+from .faults import classify, full_at_start, has_room
 from .lone_write import LoneWrite
 from .schema import (
     PURGE_IDEMPOTENCY,
@@ -78,7 +80,7 @@ from .schema import (
     UPSERT_TYPE_PROFILE,
     UPSERT_VERSION_CHOICE,
 )
-from .wal import Wal
+from .wal import RESUME_ROOM, Wal
 from .writer import SQLiteWriter, connect
 
 # SCHEMA and now_ms are here too for the benchmarks, which build files the store's way.
@@ -153,6 +155,8 @@ class SQLiteStore(SQLReads):
         self.lone_write = LoneWrite(self.committer, self.wal, self.faults, self.writer)
         self.committer.here = self.lone_write
         self._rconn: sqlite3.Connection | None = None
+        # Opened read-only on a full disk: the task that opens the writer once there is room.
+        self._reopening: TaskGroup | None = None
 
     @property
     def disk_full_retry_s(self) -> float:
@@ -187,13 +191,70 @@ class SQLiteStore(SQLReads):
             fault = classify(exc, str(self.path.parent))
             if fault is None:
                 raise
-            raise fault from exc
+            full = full_at_start(fault, self.path.parent, RESUME_ROOM)
+            if full is None:
+                raise fault from exc
+            self._open_read_only(full, exc)
+            return
         self._rconn = connect(self.path, self.synchronous)
         self.wal.open()
         self.lone_write.open(asyncio.get_running_loop())
         self.committer.start()
 
+    def _open_read_only(self, full: DiskFull, exc: BaseException) -> None:
+        """The disk was full at the opening: serve reads from the file opened read-only, with
+        every write refused (DISK_FULL), if SQLite can read it without writing (after a clean
+        stop: no WAL to replay), else raise ``full``. Every ``retry_s`` the writer's opening is
+        tried again, once the disk has room: then writes resume (``_reopen``)."""
+        if not self.path.exists():
+            raise full from exc
+        try:
+            conn = connect(self.path, self.synchronous, readonly=True, alone=True)
+            conn.execute(SELECT_NEXT_TXID).fetchone()
+        except sqlite3.Error as read_exc:
+            raise DiskFull(f"{full}; nor can it be read without writing ({read_exc})") from exc
+        self._rconn = conn
+        log.error(
+            "%s: the server starts read-only, every write refused (UNAVAILABLE/DISK_FULL). Free at "
+            "least %.1f MB on the file system of %s; writes resume by themselves (the store tries "
+            "every %g s)",
+            full,
+            RESUME_ROOM / 1e6,
+            self.path.parent,
+            self.faults.retry_s,
+        )
+        self.faults.full_from_the_start(full)
+        self._reopening = TaskGroup("the store's opening once the disk has room")
+        self._reopening.start_soon(self._reopen(), name="electric-sqlite-reopen")
+
+    async def _reopen(self) -> None:
+        """Read-only on a full disk: once ``RESUME_ROOM`` fits, open the writer as ``open`` does,
+        and the reads' connection anew (the immutable one would not see the writes); writes resume."""
+        while True:
+            await asyncio.sleep(self.faults.retry_s)
+            if not has_room(self.path.parent, RESUME_ROOM):
+                continue
+            try:
+                await self.writer.open(self.accept_data_loss)
+            except Exception as exc:
+                fault = classify(exc, str(self.path.parent))
+                if fault is not None and full_at_start(fault, self.path.parent, RESUME_ROOM) is not None:
+                    continue  # the room went again meanwhile
+                self.faults.stop(exc, "the store's opening once the disk had room", exc_info=exc)
+                return
+            reads, self._rconn = self._rconn, connect(self.path, self.synchronous)
+            if reads is not None:
+                reads.close()
+            self.wal.open()
+            self.lone_write.open(asyncio.get_running_loop())
+            self.committer.start()
+            self.faults.resume()
+            return
+
     async def close(self) -> None:
+        if self._reopening is not None:
+            reopening, self._reopening = self._reopening, None
+            await reopening.aclose()
         if not self.committer.writer_tasks:
             if self._rconn is not None:
                 self._rconn.close()

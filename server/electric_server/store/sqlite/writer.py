@@ -47,17 +47,25 @@ from .walcheck import wal_path
 
 __all__ = ["SQLiteWriter", "connect"]
 
+# A WAL's header; its frames follow it.
+_WAL_HEADER_BYTES = 32
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-def connect(path: Path, synchronous: str, readonly: bool = False) -> sqlite3.Connection:
-    """A connection to the database at ``path``: the writer's, or a reader's."""
+def connect(path: Path, synchronous: str, readonly: bool = False, alone: bool = False) -> sqlite3.Connection:
+    """A connection to the database at ``path``: the writer's, or a reader's. ``alone`` (read-only):
+    nothing else may write the file (this server holds its data directory's lock), so a WAL with
+    no frame in it (one a failed opening left) is as good as none."""
     if readonly:
         # SQLite would create a missing WAL (empty), even read-only, hiding its loss from the
-        # next start (sqlite/damage.py); without one there is nothing to read in it anyway.
-        immutable = "" if wal_path(path).exists() else "&immutable=1"
+        # next start (sqlite/damage.py); without one there is nothing to read in it anyway. Immutable,
+        # SQLite needs no shared memory: it reads a file on a full disk.
+        wal = wal_path(path)
+        no_frames = not wal.exists() or (alone and wal.stat().st_size <= _WAL_HEADER_BYTES)
+        immutable = "&immutable=1" if no_frames else ""
         # As a URI: as_uri() escapes what a file name may hold and a URI may not ('?', '#', '%').
         uri = f"{path.resolve().as_uri()}?mode=ro{immutable}"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
@@ -228,8 +236,9 @@ class SQLiteWriter:
         """``fn`` with the connection, in the writer thread, once the connection is free (for
         statements aside from batches, and for tests and tools that ask the writer's connection)."""
         conn = self.conn
-        if conn is None:
-            raise RuntimeError("store is closed")
+        if conn is None:  # closed; or never opened, the disk being full at the start (sqlite/store.py)
+            refusal = self._faults.refusal
+            raise refusal.again() if refusal is not None else RuntimeError("store is closed")
         async with self.lock:
             return await asyncio.get_running_loop().run_in_executor(self._thread, fn, conn)
 
