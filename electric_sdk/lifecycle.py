@@ -19,16 +19,29 @@ messages, starts runs, needs a runtime, how a runtime takes it up) is
 ``STATE_RULES``; the outcome a runtime records for what it did about a signal
 is ``RUNTIME_OUTCOMES``; what a runtime may still append after the end is
 ``CLOSING_RECORDS``; the profile's default durations and the signals a
-handler may see are here too. The docs are generated from these tables, never
-retyped (``scripts/gendocs.py`` renders them).
+handler may see are here too, and so are the stop stages a signal's answer may
+wait for (``STAGES``). The docs are generated from these tables, never
+retyped (``scripts/gendocs.py`` renders them). The names the tables use
+(signals, timings, stages, actions, outcomes, effects, records) are defined in
+``lifecycle_names`` and re-exported here; they hold no rule.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from electric_sdk._signal_names import parse_signal
+from electric_sdk.lifecycle_names import (
+    POSIX_SIGNAL_NUMBERS,
+    Action,
+    Effect,
+    IdentityEnum,
+    MessageProgress,
+    Outcome,
+    Record,
+    Signal,
+    Stage,
+    Timing,
+)
 
 # fmt: off
 __all__ = [
@@ -52,36 +65,6 @@ DEFAULT_GRACE_MS = 30_000
 DEFAULT_IDLE_TIMEOUT_MS = 60_000
 
 
-class _Enum(enum.Enum):
-    """An enum whose members hash by identity. They are singletons compared by identity, so this
-    agrees with ``==``; Enum's own ``__hash__`` is Python code, run on each of the dozen lookups
-    in these tables that a signal makes on its way through the server."""
-
-    __hash__ = object.__hash__
-
-
-class Signal(_Enum):
-    SIGINT = "SIGINT"
-    SIGHUP = "SIGHUP"
-    SIGTERM = "SIGTERM"
-    SIGKILL = "SIGKILL"
-    SIGSTOP = "SIGSTOP"
-    SIGCONT = "SIGCONT"
-    SIGUSR = "SIGUSR"
-
-    @classmethod
-    def parse(cls, text: str | Signal) -> Signal:
-        """As ``kill(1)`` takes them: ``"SIGTERM"``, ``"sigterm"``, ``"TERM"`` and the numbers
-        POSIX fixes (``"15"``) → ``Signal.SIGTERM``; ValueError otherwise."""
-        if isinstance(text, Signal):
-            return text
-        return parse_signal(text, cls.__members__, POSIX_SIGNAL_NUMBERS, {s: s.value for s in cls})
-
-
-# The numbers `kill(1)` takes that POSIX fixes on every platform; SIGSTOP's and SIGCONT's
-# differ (SIGSTOP is 19 on Linux, 17 on macOS; SIGCONT 18 and 19), and SIGUSR is ours.
-POSIX_SIGNAL_NUMBERS = {1: Signal.SIGHUP, 2: Signal.SIGINT, 9: Signal.SIGKILL, 15: Signal.SIGTERM}
-
 # The signals entity code may register ``on_signal`` for: every one but the two the
 # runtime enforces unconditionally (ARCHITECTURE §3).
 HANDLEABLE = frozenset(Signal) - {Signal.SIGKILL, Signal.SIGSTOP}
@@ -103,14 +86,6 @@ SERVER_ABORTED_SIGNALS = frozenset({Signal.SIGINT})
 RELOAD_SIGNALS = frozenset({Signal.SIGHUP})
 
 
-class Timing(_Enum):
-    """When a signal acts on a run in progress (the RFC's "immediate" or "checked between")."""
-
-    AT_ONCE = "at once, even mid-step"
-    NEXT_STEP = "when the run starts its next step (a run that returns first is completed)"
-    AFTER_RUN = "once the current run has ended"
-
-
 # The RFC: SIGINT, SIGKILL and SIGUSR act as soon as they land, even mid-run; the others are
 # checked between model calls, tool calls and messages (SIGTERM's stop at the next step, the
 # rest once the run is over).
@@ -126,17 +101,6 @@ SIGNAL_TIMING: dict[Signal, Timing] = {
 # Per type, a signal may opt in to another timing (``app.entity(..., sigterm_interrupts=True)``:
 # SIGTERM cuts the step in progress, as SIGINT does, so the cleanup runs within the grace).
 OPT_IN_TIMING: dict[Signal, tuple[str, Timing]] = {Signal.SIGTERM: ("sigterm_interrupts", Timing.AT_ONCE)}
-
-
-class Stage(_Enum):
-    """How far a signal has reached: what a signal's answer may wait for (``wait=``)."""
-
-    ACCEPTED = "accepted"
-    HANDLED = "handled"
-    UNWOUND = "unwound"
-    DOWNSTREAM = "downstream"
-    REAPED = "reaped"
-    TERMINAL = "terminal"
 
 
 _STOPS = frozenset({Signal.SIGINT, Signal.SIGTERM, Signal.SIGKILL})
@@ -174,7 +138,7 @@ def check_stage(signal: Signal, stage: Stage) -> None:
         raise StageUnavailable(f"{signal.value} has no stage {stage.value!r}; its stages: {have}")
 
 
-class State(_Enum):
+class State(IdentityEnum):
     SPAWNING = "spawning"
     RUNNING = "running"
     IDLE = "idle"
@@ -254,49 +218,6 @@ def needs_runtime(state: State, message_waiting: bool) -> bool:
     """Whether an entity in ``state`` wants a runtime leased to it now."""
     rules = STATE_RULES[state]
     return rules.needs_runtime or (message_waiting and rules.wakes_for_message)
-
-
-class Action(_Enum):
-    """What the runtime does for a cell (ARCHITECTURE §3)."""
-
-    NONE = "none"
-    ABORT_RUN = "abort_run"  # SIGINT: cancel the run in progress now
-    RELOAD = "reload"  # SIGHUP: end the session after the run, next wake on new code
-    CLEANUP = "cleanup"  # SIGTERM: run on_signal(SIGTERM) within the grace
-    KILL = "kill"  # SIGKILL: cancel everything now, no handler
-    PAUSE = "pause"  # SIGSTOP: finish the run, deliver nothing new
-    RESUME = "resume"  # SIGCONT: deliver queued messages in order
-    DELIVER = "deliver"  # SIGUSR: call on_signal(SIGUSR, payload) now
-
-
-class Outcome(_Enum):
-    """A signal record's handling outcome."""
-
-    PENDING = "pending"
-    TRANSITIONED = "transitioned"
-    IGNORED = "ignored"
-    DELIVERED = "delivered"
-    ABORTED = "aborted"
-    SHUTDOWN_REQUESTED = "shutdown_requested"
-    FAILED = "failed"
-
-
-class MessageProgress(_Enum):
-    """How far the message a scoped signal names has got, as the server's record says."""
-
-    QUEUED = "queued"  # no run of it has started: it may not even have reached a runtime
-    STARTED = "started"  # a run of it started and has not ended (it may be in progress)
-    ENDED = "ended"  # its run ended or it was cancelled (or the entity has no such message)
-
-
-class Effect(_Enum):
-    """What a runtime did about a signal, which decides the outcome it records."""
-
-    ACTED = "acted"  # did the action: aborted the run, began the cleanup or the reload, enforced the state
-    DELIVERED = "delivered"  # passed it on: to on_signal (even with none registered), or to a process
-    NO_TARGET = "no_target"  # found nothing to act on: no run in progress, no process, the run ended
-    UNSUPPORTED = "unsupported"  # cannot carry it out (an exec backend without that signal)
-    FAILED = "failed"  # tried and failed: the handler raised, the process could not be proved
 
 
 class LifecycleError(Exception):
@@ -618,23 +539,6 @@ def check_runtime_transition(previous: State, new: State, cause: str) -> None:
         raise InvalidTransition(
             f"{previous.value} → {new.value} cannot have cause {cause!r} (allowed: {', '.join(sorted(causes))})"
         )
-
-
-class Record(_Enum):
-    """What a runtime appends to an entity's stream."""
-
-    TRANSITION = "transition"
-    SIGNAL_OUTCOME = "signal outcome"
-    RUN_START = "run start"
-    RUN_STEP = "run step"
-    # The last record of the run in progress (completed, aborted, failed).
-    RUN_END = "end of the run in progress"
-    # The record of a run that never started (a queued message cancelled).
-    RUN_CANCELLED = "cancelled message"
-    EXEC_RECEIPT = "exec receipt"
-    OUTPUT = "exec output"
-    STATE_CHANGES = "state changes"  # a run's or a handler's `ctx.state` changes not yet written
-    CUSTOM = "custom event"
 
 
 # The end (entering a terminal state) is final at once; the runtime may still close the story it

@@ -652,8 +652,12 @@ def test_module_imports_nothing_that_does_io() -> None:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "relative import"
             imported.add(node.module or "")
-    # _signal_names parses signal names (text only): it imports no more than typing's names.
-    assert imported == {"__future__", "enum", "dataclasses", "electric_sdk._signal_names"}
+    # lifecycle_names holds the vocabulary (enums), _signal_names parses signal names (text only).
+    assert imported == {"__future__", "dataclasses", "electric_sdk.lifecycle_names"}
+    names = ast.parse(inspect.getsource(importlib.import_module("electric_sdk.lifecycle_names")))
+    assert {n.module for n in ast.walk(names) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(names) if isinstance(n, ast.Import) for a in n.names
+    } == {"__future__", "enum", "electric_sdk._signal_names"}
     parser = ast.parse(inspect.getsource(importlib.import_module("electric_sdk._signal_names")))
     assert {n.module for n in ast.walk(parser) if isinstance(n, ast.ImportFrom)} == {
         "__future__",

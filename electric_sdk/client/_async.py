@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import copy
 import random
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -26,36 +25,29 @@ from .. import errors
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from .._proto.electric.v1 import types_pb2 as pb
-from .._wire.enums import signal_to_pb, state_from_pb, state_to_pb
-from .._wire.times import timestamp_to_datetime
+from .._wire.enums import state_from_pb, state_to_pb
 from ..arguments import (
     RefLike,
-    SignalLike,
     StateLike,
-    json_argument,
     parse_int64,
     parse_offset,
     parse_ref,
-    parse_signal,
     parse_states,
 )
 from ..channels import open_channel
 from ..durable_state import apply_all, ops_of
-from ..lifecycle import Signal, Stage
 from ..models import (
     Entity,
     EntityChange,
     Event,
     EventPage,
     MessageReceipt,
-    SignalManyResult,
-    SignalResult,
 )
 from ..presence import WorkerInfo
 from ..state_read import Loaded, load_state
 from ._options import ClientOptions, DurationLike, to_duration
 from ._sends import SendCalls, message_receipt, new_idempotency_key
-from ._stages import stage_wait, wait_stages
+from ._signal_calls import SignalCalls
 from ._versions import VersionCalls
 
 T = TypeVar("T")
@@ -76,7 +68,7 @@ def _health_status(answer: bytes) -> int:
 _CONNECTED_AFTER_S = 30.0
 
 
-class AsyncClient(SendCalls, VersionCalls):
+class AsyncClient(SendCalls, SignalCalls, VersionCalls):
     """The electric control plane, asynchronously.
 
     >>> async with AsyncClient("127.0.0.1:7700") as client:
@@ -260,175 +252,6 @@ class AsyncClient(SendCalls, VersionCalls):
         """The worker sessions connected now, on every replica, by worker id."""
         response: api.ListWorkersResponse = await self._call("ListWorkers", api.ListWorkersRequest())
         return [WorkerInfo.from_pb(w) for w in response.workers]
-
-    # -- signals ------------------------------------------------------------------------------
-
-    async def signal(
-        self,
-        ref: RefLike,
-        signal: SignalLike,
-        *,
-        reason: str = "",
-        payload: Any = None,
-        message_key: str = "",
-        idempotency_key: str | None = None,
-        interrupt: bool = False,
-        wait: Stage | str | None = None,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-    ) -> SignalResult:
-        """Send a signal; returns the RFC's result (previous → new state, txid). ``interrupt``
-        (SIGTERM only): the step in progress is interrupted at once, as by SIGINT, so the cleanup
-        runs within the grace with the run's partial output. ``wait``: a stage the signal has
-        (``lifecycle.STAGES``: ``unwound``, ``terminal``, …); the answer then comes once that
-        stage and those before it are settled, or ``timeout`` (from the signal's acceptance)
-        passes, with each stage reached or not in ``stages``."""
-        sig = parse_signal(signal)
-        stage, timeout_s = stage_wait(sig, wait, timeout)
-        request = api.SignalEntityRequest(
-            ref=parse_ref(ref).to_pb(),
-            signal=signal_to_pb(sig),
-            reason=reason,
-            message_key=message_key,
-            interrupt=interrupt,
-            idempotency_key=idempotency_key or new_idempotency_key(),
-        )
-        if payload is not None:
-            request.payload.CopyFrom(json_argument(payload, "payload"))
-        response: api.SignalEntityResponse = await self._call("SignalEntity", request)
-        result = SignalResult.from_pb(response)
-        if stage is None:
-            return result
-        return await self.wait_signal(result, stage, timeout_s, message_key=message_key)
-
-    async def wait_signal(
-        self,
-        result: SignalResult,
-        wait: Stage | str,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-        *,
-        message_key: str = "",
-    ) -> SignalResult:
-        """Wait for a stage of a signal already sent (its ``result``, as ``signal`` answered it
-        without a wait): the same answer ``signal(..., wait=...)`` gives. ``message_key``: the
-        message a scoped SIGINT named."""
-        stage, timeout_s = stage_wait(result.signal, wait, timeout)
-        assert stage is not None
-        events = self.watch(result.ref, result.raw.offset + 1)
-        return await wait_stages(events, result, stage, timeout_s, message_key)
-
-    async def interrupt(
-        self,
-        ref: RefLike,
-        *,
-        reason: str = "",
-        wait: Stage | str | None = None,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-    ) -> SignalResult:
-        """SIGINT: abort the current run; the entity stays alive. ``wait="unwound"``: answer once
-        the run's end is recorded (see ``signal``)."""
-        return await self.signal(ref, Signal.SIGINT, reason=reason, wait=wait, timeout=timeout)
-
-    async def reload(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGHUP: finish the current run, then pick up new code on the next wake."""
-        return await self.signal(ref, Signal.SIGHUP, reason=reason)
-
-    async def terminate(
-        self,
-        ref: RefLike,
-        *,
-        reason: str = "",
-        interrupt: bool = False,
-        wait: Stage | str | None = None,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-    ) -> SignalResult:
-        """SIGTERM: graceful shutdown within the entity's grace period; ``interrupt``: the step in
-        progress is cut at once rather than at its end, so the cleanup runs within the grace.
-        ``wait="terminal"``: answer once the entity is `stopped` (see ``signal``)."""
-        return await self.signal(
-            ref, Signal.SIGTERM, reason=reason, interrupt=interrupt, wait=wait, timeout=timeout
-        )
-
-    async def kill(
-        self,
-        ref: RefLike,
-        *,
-        reason: str = "",
-        wait: Stage | str | None = None,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-    ) -> SignalResult:
-        """SIGKILL: stop at once; no handler runs. ``wait="reaped"``: answer once an exec
-        entity's processes are gone (see ``signal``)."""
-        return await self.signal(ref, Signal.SIGKILL, reason=reason, wait=wait, timeout=timeout)
-
-    async def pause(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGSTOP: finish the current run, deliver no new message."""
-        return await self.signal(ref, Signal.SIGSTOP, reason=reason)
-
-    async def resume(self, ref: RefLike, *, reason: str = "") -> SignalResult:
-        """SIGCONT: resume delivery of queued messages."""
-        return await self.signal(ref, Signal.SIGCONT, reason=reason)
-
-    async def usr(
-        self,
-        ref: RefLike,
-        payload: Any = None,
-        *,
-        reason: str = "",
-        wait: Stage | str | None = None,
-        timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
-    ) -> SignalResult:
-        """SIGUSR: call the entity's on_signal handler with a JSON payload. ``wait="handled"``:
-        answer once the handler returned (see ``signal``)."""
-        return await self.signal(
-            ref, Signal.SIGUSR, reason=reason, payload=payload, wait=wait, timeout=timeout
-        )
-
-    async def signal_many(
-        self,
-        signal: SignalLike,
-        *,
-        type: str | None = None,
-        states: StateLike | Iterable[StateLike] | None = None,
-        refs: Sequence[RefLike] = (),
-        reason: str = "",
-        payload: Any = None,
-        idempotency_key: str | None = None,
-        interrupt: bool = False,
-    ) -> SignalManyResult:
-        """One signal to every entity matching the selector (type and/or states, or refs).
-        ``interrupt`` (SIGTERM only): each one's step in progress is interrupted at once, as by
-        ``terminate(interrupt=True)``."""
-        selector = api.EntitySelector(
-            type=type or "",
-            states=[state_to_pb(s) for s in parse_states(states)],
-            refs=[parse_ref(r).to_pb() for r in refs],
-        )
-        request = api.SignalEntitiesRequest(
-            selector=selector,
-            signal=signal_to_pb(parse_signal(signal)),
-            reason=reason,
-            idempotency_key=idempotency_key or new_idempotency_key(),
-            interrupt=interrupt,
-        )
-        if payload is not None:
-            request.payload.CopyFrom(json_argument(payload, "payload"))
-        response: api.SignalEntitiesResponse = await self._call("SignalEntities", request)
-        return SignalManyResult(
-            signalled=response.signalled,
-            ignored=response.ignored,
-            skipped=response.skipped,
-            not_found=response.not_found,
-            created_at=timestamp_to_datetime(response.created_at),
-        )
-
-    async def delete(self, ref: RefLike) -> SignalResult:
-        """Deprecated: exactly SIGKILL with reason "legacy delete". Use kill()."""
-        warnings.warn(
-            "delete() is deprecated: it sends SIGKILL; call kill() instead", DeprecationWarning, stacklevel=2
-        )
-        request = api.DeleteEntityRequest(ref=parse_ref(ref).to_pb(), idempotency_key=new_idempotency_key())
-        response: api.DeleteEntityResponse = await self._call("DeleteEntity", request)
-        return SignalResult.from_pb(response.result)
 
     # -- messages and events --------------------------------------------------------------------
 

@@ -23,10 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["Codec", "JSONCodec"]
+from .._wire.json_values import nests_too_deep
+from ..durable_state import MAX_VALUE_DEPTH
+from ..errors import InvalidStepResult
+
+__all__ = ["MAX_RESULT_BYTES", "Codec", "JSONCodec", "decode_result", "encode_result"]
+
+# A step's result, as JSON, is at most this many bytes: a step event must stay far below the
+# transport's message bound (4 MiB), and a replay reads every result of its run.
+MAX_RESULT_BYTES = 256 * 1024
 
 
 class Codec(Protocol):
@@ -108,3 +117,38 @@ def _dataclass(cls: type, data: Any) -> Any:
             raise TypeError(f"{_tag(cls)}: recorded as {type(data).__name__}, not an object") from None
         return cls(**data)
     return TypeAdapter(cls).validate_python(data)
+
+
+# -- a step result through the codec -------------------------------------------------------
+
+
+def encode_result(codec: Codec, name: str, result: Any) -> tuple[Any, str | None]:
+    """``result`` as its record holds it: (a JSON copy of what the codec made, its type tag)."""
+    try:
+        value, tag = codec.encode(result)
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidStepResult(
+            f"step {name!r}: its result must be JSON or a type the codec carries: {exc}"
+        ) from None
+    if len(text.encode()) > MAX_RESULT_BYTES:
+        raise InvalidStepResult(
+            f"step {name!r}: its result is {len(text.encode())} bytes as JSON; at most {MAX_RESULT_BYTES}"
+        )
+    copied = json.loads(text)
+    if nests_too_deep(copied, MAX_VALUE_DEPTH):
+        raise InvalidStepResult(f"step {name!r}: its result nests more than {MAX_VALUE_DEPTH} deep")
+    return copied, tag
+
+
+def decode_result(codec: Codec, name: str, data: dict[str, Any], where: str) -> Any:
+    """The value of a recorded (or just encoded) result; a clear error naming the step if the
+    codec cannot rebuild it (a type renamed or removed, another codec)."""
+    tag = data.get("type")
+    try:
+        return codec.decode(data.get("result"), None if tag is None else str(tag))
+    except Exception as exc:
+        kind = f" of type {tag}" if tag is not None else ""
+        raise InvalidStepResult(
+            f"step {name!r} ({where}): its recorded result{kind} cannot be decoded: {type(exc).__name__}: {exc}"
+        ) from exc

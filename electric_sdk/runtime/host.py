@@ -20,7 +20,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +56,7 @@ from .fenced import (
 )
 from .host_base import HostBase
 from .records import LeaseRecords
+from .run_in_flight import RunInFlight
 from .state import LeaseState
 
 __all__ = ["EntityHost"]
@@ -68,28 +69,6 @@ _RECENT = 32
 # A scoped SIGINT whose message's run had already ended, or was cancelled.
 _SCOPED_MISSED = runtime_outcome(Action.ABORT_RUN, Effect.NO_TARGET)
 _ABORTED = runtime_outcome(Action.ABORT_RUN, Effect.ACTED)
-
-
-@dataclass(slots=True)
-class _Run:
-    message: Message
-    ctx: Context
-    scope: anyio.CancelScope
-    # The host's wait for the run's body: set by the body's end, or by an abort, so a body stuck
-    # in a thread does not hold the abort up. An event, not a cancel scope: a cancel formats its
-    # task's repr into the reason (anyio), a tenth of a millisecond on an interrupt's path.
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    # The body's task has ended (returned, raised or unwound from a cancel).
-    body_done: bool = False
-    # Offset of the run's STARTED record: a signal appended before it cannot act on this run.
-    started_offset: int | None = None
-    # The signal that stopped the run, and whether its outcome is still ours to write.
-    stopped_by: SignalInfo | None = None
-    outcome_pending: bool = False
-    # How the signal stopped it, when not in the signal's usual way (its record's error says so).
-    how: str = ""
-    # Run-dependent signals delivered before the STARTED record's offset was known.
-    deferred: list[pb.Event] = field(default_factory=list)
 
 
 class EntityHost(HostBase):
@@ -127,7 +106,7 @@ class EntityHost(HostBase):
         # Pending SIGINTs scoped to a message that has not reached this host yet: it is cancelled
         # on arrival (the signal can overtake its message on the way to the worker).
         self._scoped: dict[str, tuple[SignalInfo, bool]] | None = None
-        self._run: _Run | None = None
+        self._run: RunInFlight | None = None
         self._reload: SignalInfo | None = None
         # Pending SIGHUPs that found no run: their outcome goes into the reload's own commit.
         self._reload_settles: list[tuple[SignalInfo, Outcome]] | None = None
@@ -261,7 +240,7 @@ class EntityHost(HostBase):
     # -- runs -------------------------------------------------------------------------------
 
     async def _run_message(self, message: Message) -> None:
-        run = _Run(message, Context(self, message=message), anyio.CancelScope())
+        run = RunInFlight(message, Context(self, message=message), anyio.CancelScope())
         self._run = run
         status: pb.RunStatus.ValueType | None = None
         error = ""
@@ -301,7 +280,7 @@ class EntityHost(HostBase):
             self._idle_since = self._fenced.session.now_s()
             self._bell.ring()
 
-    async def _execute(self, run: _Run) -> tuple[pb.RunStatus.ValueType | None, str]:
+    async def _execute(self, run: RunInFlight) -> tuple[pb.RunStatus.ValueType | None, str]:
         """The run's body, in a task of its own, and its status (None: stopped, or the session
         ended). The host waits for the body, or only until a signal aborts it: a body blocked in
         a thread that cannot be cancelled (``anyio.to_thread.run_sync`` without
@@ -339,23 +318,7 @@ class EntityHost(HostBase):
             await anyio.lowlevel.cancel_shielded_checkpoint()
         return ended[0] if ended and run.stopped_by is None else (None, "")
 
-    def _abort(self, run: _Run, info: SignalInfo, pending: bool, abandon: bool = True) -> None:
-        """Abort the run now: its scope is cancelled and (``abandon``) the host stops waiting for
-        it; else whoever aborted it abandons it, if need be (``_abandon_if_stuck``)."""
-        run.stopped_by, run.outcome_pending = info, pending
-        run.scope.cancel()
-        if abandon:
-            run.wake.set()
-
-    @staticmethod
-    def _abandon_if_stuck(run: _Run) -> bool:
-        """After one pass of the loop since its cancel: a body that has not unwound (blocked in a
-        thread that cannot be cancelled) is abandoned. Whether it unwound."""
-        if not run.body_done:
-            run.wake.set()
-        return run.body_done
-
-    async def _finish_run(self, run: _Run, status: pb.RunStatus.ValueType, error: str) -> None:
+    async def _finish_run(self, run: RunInFlight, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
         await self._records.flush(run.ctx, run.message.key)
         await self._ended(run.message, status, output=output, error=error)
@@ -413,7 +376,7 @@ class EntityHost(HostBase):
     def _enforce(self, info: SignalInfo, pending: bool, decision: lifecycle.Decision) -> None:
         action = decision.action
         if action is Action.ABORT_RUN and (run := self._run) is not None:
-            self._abort(run, info, pending)
+            run.abort(info, pending)
         elif action is Action.DELIVER:
             assert self._tg is not None
             self._tg.start_soon(self._deliver, info, pending)
@@ -431,7 +394,7 @@ class EntityHost(HostBase):
                 self._tg.start_soon(self._call_handler, handler, info)
             self._record_decision(info, pending, decision)
 
-    def _judge_deferred(self, run: _Run) -> None:
+    def _judge_deferred(self, run: RunInFlight) -> None:
         deferred, run.deferred = run.deferred, []
         for event in deferred:
             self._on_signal(event)
@@ -465,7 +428,7 @@ class EntityHost(HostBase):
         if run.started_offset is None:
             run.deferred.append(event)  # its STARTED result is on the way: judged again then
             return
-        self._abort(run, info, False)
+        run.abort(info, False)
 
     def _scoped_sigint(self, info: SignalInfo, pending: bool) -> None:
         """A SIGINT scoped to one message (headless runs) that the server left to us: that
@@ -476,7 +439,7 @@ class EntityHost(HostBase):
         run = self._run
         if run is not None and run.message.key == key:
             if run.stopped_by is None:
-                self._abort(run, info, pending)
+                run.abort(info, pending)
             elif pending:
                 self._report(info, _SCOPED_MISSED, "its run is already ending")
             return
@@ -491,7 +454,7 @@ class EntityHost(HostBase):
                     self._scoped[key] = (info, pending)
             return
         self._queue.remove(queued)
-        run = _Run(queued, Context(self, message=queued), anyio.CancelScope(), stopped_by=info)
+        run = RunInFlight(queued, Context(self, message=queued), anyio.CancelScope(), stopped_by=info)
         run.outcome_pending = pending
         self._tg.start_soon(self._finish_run, run, pb.RUN_STATUS_ABORTED, "cancelled before it started")
 
@@ -592,7 +555,7 @@ class EntityHost(HostBase):
             # the run's partial output within the grace.
             # The run's own task is not woken: the cleanup's task, queued behind the body's
             # unwinding, runs next and needs nothing the run's task does first.
-            self._abort(run, term, False, abandon=False)
+            run.abort(term, False, abandon=False)
             run.how = "interrupted mid-step"
         super()._start_cleanup(info, pending)
 
@@ -608,7 +571,7 @@ class EntityHost(HostBase):
             self._cleanup_scope = scope
             run = self._run
             cut = run is not None and run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM
-            if run is not None and cut and self._abandon_if_stuck(run):
+            if run is not None and cut and run.abandon_if_stuck():
                 # Interrupted, and its body has unwound: its partial output is final now, while
                 # the run's own task is yet to write its end (the handler's writes wait for it).
                 self._term_output = run.ctx.output.text

@@ -53,12 +53,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.to_thread
 
-from .._wire.json_values import nests_too_deep
 from ..client._options import DurationLike
-from ..durable_state import MAX_VALUE_DEPTH, STATE_EVENT, STEP_EVENT, Op, StateError
+from ..durable_state import STATE_EVENT, STEP_EVENT, Op, StateError
 from ..durations import parse_ms
 from ..errors import InvalidStepResult, NonDeterministicRun, StepFailed, StepTimeout
 from ..models import Event
+from .codec import MAX_RESULT_BYTES, decode_result, encode_result
 
 if TYPE_CHECKING:
     from ..models import EntityRef
@@ -82,9 +82,6 @@ __all__ = [
     "seconds",
 ]
 
-# A step's result, as JSON, is at most this many bytes: a step event must stay far below the
-# transport's message bound (4 MiB), and a replay reads every result of its run.
-MAX_RESULT_BYTES = 256 * 1024
 # A step's outcomes; ``retry`` and ``nondeterministic`` records are not outcomes.
 FINAL_OUTCOMES = ("ok", "error")
 # A parallel step's key is a name in the code and in the records: short, like a step's name.
@@ -397,38 +394,6 @@ class StepRecorder(Protocol):
     async def record_step(self, data: dict[str, Any]) -> None: ...
 
 
-def _encoded(codec: Codec, name: str, result: Any) -> tuple[Any, str | None]:
-    """``result`` as its record holds it: (a JSON copy of what the codec made, its type tag)."""
-    try:
-        value, tag = codec.encode(result)
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidStepResult(
-            f"step {name!r}: its result must be JSON or a type the codec carries: {exc}"
-        ) from None
-    if len(text.encode()) > MAX_RESULT_BYTES:
-        raise InvalidStepResult(
-            f"step {name!r}: its result is {len(text.encode())} bytes as JSON; at most {MAX_RESULT_BYTES}"
-        )
-    copied = json.loads(text)
-    if nests_too_deep(copied, MAX_VALUE_DEPTH):
-        raise InvalidStepResult(f"step {name!r}: its result nests more than {MAX_VALUE_DEPTH} deep")
-    return copied, tag
-
-
-def _decoded(codec: Codec, name: str, data: dict[str, Any], where: str) -> Any:
-    """The value of a recorded (or just encoded) result; a clear error naming the step if the
-    codec cannot rebuild it (a type renamed or removed, another codec)."""
-    tag = data.get("type")
-    try:
-        return codec.decode(data.get("result"), None if tag is None else str(tag))
-    except Exception as exc:
-        kind = f" of type {tag}" if tag is not None else ""
-        raise InvalidStepResult(
-            f"step {name!r} ({where}): its recorded result{kind} cannot be decoded: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
 def _failed(name: str, error: dict[str, Any], tries: int) -> StepFailed:
     cls = StepTimeout if error.get("type") == StepTimeout.__name__ else StepFailed
     text = f"step {name!r} failed after {tries} tr{'y' if tries == 1 else 'ies'}: {error['type']}: {error['message']}"
@@ -456,7 +421,7 @@ async def _try(
             result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
             if inspect.isawaitable(result):  # a plain function that returned a coroutine
                 result = await result
-        return _encoded(codec, name, result)
+        return encode_result(codec, name, result)
     assert timeout_s is not None  # reached only when the timeout cancelled the try
     raise StepTimeout(
         f"step {name!r} ran past its timeout ({timeout_s * 1000:.0f} ms)",
@@ -486,7 +451,7 @@ async def run_step(
         value, tag = await _try(
             run.codec, name, fn, args, kwargs, seconds(timeout) if timeout is not None else None
         )
-        return _decoded(run.codec, name, {"result": value, "type": tag}, "inside another step")
+        return decode_result(run.codec, name, {"result": value, "type": tag}, "inside another step")
     if steps.in_body():
         steps.settle(f"recorded step {name!r} called")
         if steps.body_step is not None:
@@ -512,7 +477,7 @@ async def run_step(
         if slot[1] is None:
             steps.index += 1
         if final["outcome"] == "ok":
-            return _decoded(run.codec, name, final, f"position {slot[0]} of run {run.message_key}")
+            return decode_result(run.codec, name, final, f"position {slot[0]} of run {run.message_key}")
         raise _failed(name, final["error"], int(final.get("try", 1)))
     member: Member | None = None
     if slot[1] is None:
@@ -588,7 +553,7 @@ async def _tries(
             data = {**base, "outcome": "ok", "try": attempt_no, "result": value}
             if tag is not None:
                 data["type"] = tag
-            result = _decoded(run.codec, name, data, "as just encoded")  # what a replay returns
+            result = decode_result(run.codec, name, data, "as just encoded")  # what a replay returns
         except InvalidStepResult as exc:
             error = {"type": type(exc).__name__, "message": str(exc)}
             await _record_final(

@@ -1,0 +1,51 @@
+"""The run an entity's host has in progress (host.py), and how it is aborted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+
+from .._proto.electric.v1 import types_pb2 as pb
+from .context import Context, Message, SignalInfo
+
+__all__ = ["RunInFlight"]
+
+
+@dataclass(slots=True)
+class RunInFlight:
+    """The run a host has in progress: its message, context and cancel scope, and how it ended."""
+
+    message: Message
+    ctx: Context
+    scope: anyio.CancelScope
+    # The host's wait for the run's body: set by the body's end, or by an abort, so a body stuck
+    # in a thread does not hold the abort up. An event, not a cancel scope: a cancel formats its
+    # task's repr into the reason (anyio), a tenth of a millisecond on an interrupt's path.
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    # The body's task has ended (returned, raised or unwound from a cancel).
+    body_done: bool = False
+    # Offset of the run's STARTED record: a signal appended before it cannot act on this run.
+    started_offset: int | None = None
+    # The signal that stopped the run, and whether its outcome is still ours to write.
+    stopped_by: SignalInfo | None = None
+    outcome_pending: bool = False
+    # How the signal stopped it, when not in the signal's usual way (its record's error says so).
+    how: str = ""
+    # Run-dependent signals delivered before the STARTED record's offset was known.
+    deferred: list[pb.Event] = field(default_factory=list)
+
+    def abort(self, info: SignalInfo, pending: bool, abandon: bool = True) -> None:
+        """Abort the run now: its scope is cancelled and (``abandon``) the host stops waiting for
+        it; else whoever aborted it abandons it, if need be (``abandon_if_stuck``)."""
+        self.stopped_by, self.outcome_pending = info, pending
+        self.scope.cancel()
+        if abandon:
+            self.wake.set()
+
+    def abandon_if_stuck(self) -> bool:
+        """After one pass of the loop since its cancel: a body that has not unwound (blocked in a
+        thread that cannot be cancelled) is abandoned. Whether it unwound."""
+        if not self.body_done:
+            self.wake.set()
+        return self.body_done
