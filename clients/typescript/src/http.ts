@@ -81,6 +81,30 @@ export interface SignalResponse {
   outcome: OutcomeName | null;
 }
 
+/** How far a signal has reached (docs/signals.md, "stop receipts"); which signal has which: docs. */
+export type StageName = "accepted" | "handled" | "unwound" | "downstream" | "reaped" | "terminal";
+
+/** One stage of a waited signal: reached (the record that shows it, its time), or not (why). */
+export interface StageReport {
+  stage: StageName;
+  reached: boolean;
+  offset: number | null;
+  at: string | null;
+  detail: string;
+}
+
+/** A signal's answer after `{ wait: STAGE }`: its result plus each stage the signal has. */
+export interface WaitedSignal extends SignalResponse {
+  stages: StageReport[];
+}
+
+export interface SignalWaitOptions extends CallOptions {
+  /** The stage to wait for: one the signal has (else 400 STAGE_NOT_AVAILABLE, nothing sent). */
+  wait: StageName;
+  /** How long, from the first attempt: a duration ("500ms", "30s") or milliseconds (default: the server's maximum, 1h). */
+  timeout?: string | number;
+}
+
 export interface Selector {
   type?: string;
   states?: StateName[];
@@ -281,9 +305,18 @@ export class ElectricHttpClient {
     return this.json("GET", withQuery("/entities", query), undefined, options);
   }
 
-  /** `POST /{type}/{id}/signal`. */
-  signal(ref: EntityRef, request: SignalRequest, call?: CallOptions): Promise<SignalResponse> {
-    return this.json("POST", `${entityPath(ref)}/signal`, request, call);
+  /**
+   * `POST /{type}/{id}/signal`. With `{ wait: STAGE, timeout }` (`?wait=STAGE&timeout=D`) the
+   * answer comes once that stage of the signal, and each before it, is reached or cannot be, or
+   * the timeout has passed: the result plus `stages`. A wait cut off is resumed with the same
+   * `Idempotency-Key` (made here when none is given): the signal is sent once.
+   */
+  signal(ref: EntityRef, request: SignalRequest, call: SignalWaitOptions): Promise<WaitedSignal>;
+  signal(ref: EntityRef, request: SignalRequest, call?: CallOptions): Promise<SignalResponse>;
+  signal(ref: EntityRef, request: SignalRequest, call?: CallOptions | SignalWaitOptions): Promise<SignalResponse> {
+    const path = `${entityPath(ref)}/signal`;
+    if (call === undefined || !("wait" in call)) return this.json("POST", path, request, call);
+    return this.postAndWait<WaitedSignal>(path, request, call);
   }
 
   /** `POST /signal`: one signal to every entity a selector names. */
@@ -305,19 +338,20 @@ export class ElectricHttpClient {
   send(ref: EntityRef, message: MessageRequest, call?: CallOptions | SendWaitOptions): Promise<MessageReceipt> {
     const path = `${entityPath(ref)}/messages`;
     if (call === undefined || !("wait" in call)) return this.json("POST", path, message, call);
-    return this.sendAndWait(path, message, call);
+    return this.postAndWait<WaitedReceipt>(path, message, call);
   }
 
-  private async sendAndWait(path: string, message: MessageRequest, call: SendWaitOptions): Promise<WaitedReceipt> {
+  /** A POST with `?wait=&timeout=`, resumed with the same Idempotency-Key when it is cut off. */
+  private async postAndWait<T>(path: string, message: unknown, call: SendWaitOptions | SignalWaitOptions): Promise<T> {
     const timeoutMs = call.timeout === undefined ? undefined : durationMs(call.timeout);
-    const keyed: SendWaitOptions = { ...call, idempotencyKey: call.idempotencyKey ?? crypto.randomUUID() };
+    const keyed: CallOptions = { ...call, idempotencyKey: call.idempotencyKey ?? crypto.randomUUID() };
     const started = Date.now();
     let backoffMs = 0;
     for (;;) {
       const query = new URLSearchParams({ wait: call.wait });
       if (timeoutMs !== undefined) query.set("timeout", `${Math.max(1, timeoutMs - (Date.now() - started))}ms`);
       try {
-        return await this.json<WaitedReceipt>("POST", withQuery(path, query), message, keyed);
+        return await this.json<T>("POST", withQuery(path, query), message, keyed);
       } catch (error) {
         const late = timeoutMs !== undefined && Date.now() - started >= timeoutMs;
         if (late || call.signal?.aborted || !passing(error)) throw error;

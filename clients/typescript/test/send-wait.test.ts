@@ -11,7 +11,7 @@ import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { ElectricHttpClient } from "../src/client.js";
+import { ElectricHttpClient, ElectricHttpError } from "../src/client.js";
 import { startElectricServer, type ElectricServer } from "./electric-server.js";
 
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -80,4 +80,31 @@ test("a timeout leaves the message delivered; the same key resumes the wait", { 
   assert.equal(again.key, late.key, "the same message, not a second one");
   assert.equal(again.run.status, "completed");
   assert.match(again.run.output ?? "", / done$/);
+});
+
+test("a signal waits for its stage: SIGINT unwound, a stage it lacks refused", { timeout: 60_000 }, async () => {
+  const ref = `headless/ts-c-${run}`;
+  await running(ref);
+  const gate = join(dir, "gate-c");
+  const held = await client.send(ref, { text: `hold ${gate}` });
+  const refused = await client.signal(ref, { signal: "SIGINT" }, { wait: "terminal" }).catch((error: unknown) => error);
+  assert.ok(refused instanceof ElectricHttpError);
+  assert.equal(refused.status, 400);
+  assert.equal(refused.code, "STAGE_NOT_AVAILABLE");
+  // Once the run has started (its record read back from the server), the SIGINT unwinds it: the
+  // answer names the run's aborted record.
+  for (let offset = 0; ; ) {
+    const page = await client.events(ref, { offset, limit: 100 });
+    const events = page.events as { type: string; value: { status?: string; message_key?: string } }[];
+    if (events.some((e) => e.type === "run" && e.value.status === "started" && e.value.message_key === held.key)) break;
+    offset = page.next_offset;
+  }
+  const stopped = await client.signal(ref, { signal: "SIGINT" }, { wait: "unwound", timeout: "30s" });
+  assert.deepEqual(stopped.stages.map((s) => s.stage), ["accepted", "unwound", "downstream"]);
+  const unwound = stopped.stages[1]!;
+  assert.equal(unwound.reached, true);
+  const page = await client.events(ref, { offset: unwound.offset!, limit: 1 });
+  const record = page.events[0] as { type: string; value: { status?: string; message_key?: string } };
+  assert.equal(record.type, "run");
+  assert.equal(record.value.message_key, held.key);
 });
