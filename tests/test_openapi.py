@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import jsonschema
 import pytest
 from electric_server.app import ElectricServer
 from electric_server.core.errors import HTTP_STATUS
@@ -244,3 +245,22 @@ async def test_waiting_for_a_run_over_http_needs_read_as_well_as_send(
             "error": None,
             "entity_state": "spawning",
         }
+
+
+def test_a_version_choice_the_document_allows_is_one_the_service_takes() -> None:
+    """SetVersion's rules the fuzz cannot reach (no worker announces a type there): a ramp is a
+    version and its 1-100 share together, or neither (INVALID_RAMP); a version is a label
+    (INVALID_CODE_VERSION)."""
+    schemas = document()["components"]["schemas"]
+    validator = jsonschema.Draft202012Validator(schemas["SetVersionRequest"])
+    for body, allowed in (
+        ({}, True),
+        ({"code_version": "1.9.0", "ramp_version": "", "ramp_percent": None}, True),
+        ({"ramp_version": "2.0.1", "ramp_percent": 10}, True),
+        ({"ramp_version": "2.0.1"}, False),
+        ({"ramp_version": "2.0.1", "ramp_percent": 0}, False),
+        ({"ramp_percent": 5}, False),
+        ({"code_version": "1.9\x01"}, False),
+        ({"code_version": "v" * 129}, False),
+    ):
+        assert validator.is_valid(body) is allowed, body

@@ -83,7 +83,8 @@ def query_duration(query: Query, name: str, maximum_ms: int) -> int | None:
 
 def page_form(query: Query) -> None:
     """Refuse a page_size or page_token a list would refuse for its form (the live form of
-    ``GET /entities``, which pages nothing, takes them as the list does)."""
+    ``GET /entities``, which pages nothing, takes them as the list does; the list's own check
+    is the service's, ``ListEntities``, which this one follows)."""
     page_size(query_int(query, "page_size", 2**32 - 1))
     token = query_one(query, "page_token")
     type_, _, id_ = token.partition("/")

@@ -39,6 +39,8 @@ PATH_NAME = r"(?!\.\.?$)" + NAME
 PATH_TYPE = r"(?!_electric$)" + PATH_NAME
 # A new type over HTTP: not starting with "_" (RESERVED_NAME).
 NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
+# A code version: at most 128 characters, none a control character (INVALID_CODE_VERSION).
+LABEL = {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]{0,128}$"}
 COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
 REASON = {
     "type": "string",
@@ -106,15 +108,26 @@ def request_schemas() -> dict[str, Schema]:
     )
     selector = {"oneOf": [type_or_states, refs], "description": "a type and/or states, or refs"}
     return {
-        "SetVersionRequest": obj(
-            [],
-            {
-                "code_version": {"type": "string", "description": "empty or absent: the newest announced"},
-                "ramp_version": {"type": "string"},
-                "ramp_percent": {"type": ["integer", "null"], "minimum": 0, "maximum": 100},
-                "reason": REASON,
-            },
-        ),
+        "SetVersionRequest": {
+            **obj(
+                [],
+                {
+                    "code_version": {**LABEL, "description": "empty or absent: the newest announced"},
+                    "ramp_version": LABEL,
+                    "ramp_percent": {"type": ["integer", "null"], "minimum": 0, "maximum": 100},
+                    "reason": REASON,
+                },
+            ),
+            # A ramp is a version and its share (1-100) together, or neither (INVALID_RAMP).
+            "anyOf": [
+                {"properties": {"ramp_version": {"const": ""}, "ramp_percent": {"enum": [0, None]}}},
+                {
+                    "required": ["ramp_version", "ramp_percent"],
+                    "properties": {"ramp_version": {"minLength": 1}, "ramp_percent": {"minimum": 1}},
+                },
+            ],
+            "description": "a version announced by the type's workers (else 409 VERSION_NOT_ANNOUNCED)",
+        },
         "SpawnRequest": obj(
             [], {"profile": obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
         ),

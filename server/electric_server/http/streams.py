@@ -14,6 +14,10 @@ a catch-up read is the service's ReadEvents and a live tail its WatchEvents / Wa
 long-poll answers 204, an SSE body ends) and the client resumes from its last offset here after a
 restart, or on another replica of the same PostgreSQL database.
 
+A caller bounds a live read with ``timeout``: a long-poll answers 204 once it passes, an SSE
+response ends as a drain ends it (so every call the OpenAPI document describes returns, and it
+can be fuzzed).
+
 Offsets are the entity's gap-free event offsets as 20 decimal digits: they sort as text, as the
 protocol asks, and keep their meaning across restarts and servers.
 """

@@ -63,8 +63,9 @@ def _waited_request(request: Request, query: Query, obj: body.JsonObject) -> Mes
 
 
 def _wait_of(query: Query) -> int | None:
-    """The wait's bound in milliseconds (a longer ``timeout`` than ``MAX_WAIT_MS`` waits that
-    long); None without ``wait``: a ``timeout`` alone is checked, and the message only sent."""
+    """The wait's bound in milliseconds (``timeout``, at most ``MAX_WAIT_MS``: a longer one
+    waits ``MAX_WAIT_MS``); None without ``wait``: a ``timeout`` alone is checked, and the
+    message only sent (the document lists the two apart, so it allows either alone)."""
     timeout = query_duration(query, "timeout", MAX_WAIT_MS)
     if "wait" not in query:
         return None
