@@ -128,7 +128,7 @@ async def test_the_doors_fast_paths_follow_their_switches(
     for forced, (router, protocol) in expected.items():
         monkeypatch.setenv(ENV, forced)
         built = HttpDoor(service, None, readiness, "127.0.0.1:0")
-        assert type(built.app) is router, forced
+        assert type(built.router) is router, forced  # under CORS and the broken-framing guard
         assert built.protocol is protocol, forced
 
 

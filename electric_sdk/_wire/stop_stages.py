@@ -34,12 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lifecycle import Signal, Stage, check_stage, stages_of
+from ..lifecycle import TERMINAL_STATES, Signal, Stage, check_stage, stages_of
 
 __all__ = ["StageFollow", "StageReport", "parse_stage"]
 
 _RUN_ENDS = ("completed", "failed", "aborted")
-_TERMINAL = ("stopped", "killed")
+_TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 # Outcomes that settle a signal without its handler having run.
 _NOT_DELIVERED = ("ignored",)
 

@@ -146,7 +146,7 @@ class HttpDoor(Component):
         starlette = Starlette(routes=self.routes, exception_handlers={HTTPException: route_error})
         # The fast paths' switches, read once here (fastpaths/): the route table in front of
         # Starlette, and uvicorn's h11 protocol with each turn's writes sent as one.
-        router = routing(self.routes, starlette)
+        router = self.router = routing(self.routes, starlette)
         self.protocol = h11_protocol()
         # CORS outermost, so the table's answers and Starlette's get its headers alike.
         app: ASGIApp = _Cors(router, **cors) if cors_origins else router
