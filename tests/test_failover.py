@@ -28,7 +28,7 @@ from test_replicas import (  # noqa: F401 - fixtures
 )
 from test_runtime_protocol import RawWorker, running
 
-from electric_sdk import AsyncClient, Event
+from electric_sdk import AsyncClient, Event, errors
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
@@ -180,3 +180,13 @@ async def test_the_hello_ends_the_old_sessions_leases_before_its_welcome(replica
         assert granted.epoch > lease.epoch
         await closed(old)
         await closed(new)
+
+
+@pytest.mark.parametrize(
+    "given", [{"keepalive_ms": 0}, {"keepalive_timeout_ms": True}, {"keepalive_ms": 1.5}]
+)
+async def test_a_keepalive_that_is_no_whole_positive_ms_is_refused(given: dict[str, Any]) -> None:
+    with pytest.raises(errors.InvalidArgument) as refused:
+        Worker(App("failover"), "127.0.0.1:1", **given)
+    assert refused.value.code == "VALUE_OUT_OF_RANGE"
+    assert next(iter(given)) in str(refused.value)

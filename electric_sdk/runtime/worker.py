@@ -498,7 +498,7 @@ class Worker:
 
     async def history(self, ref: pb.EntityRef) -> list[Event]:
         if self._client is None:
-            self._client = AsyncClient(options=self.options)
+            self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
         events: list[Event] = []
         offset = 0
         while True:
@@ -519,7 +519,7 @@ class Worker:
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage:
         """One page of the entity's stream (a host reads its durable state and recorded steps)."""
         if self._client is None:
-            self._client = AsyncClient(options=self.options)
+            self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
         return await self._client.events(f"{ref.type}/{ref.id}", from_offset, limit=limit)
 
     # -- shutdown ---------------------------------------------------------------------------
