@@ -52,6 +52,7 @@ BENCHES = [
     "bench_replica_signal",
     "bench_replicas",
     "bench_feed_cost",
+    "bench_failover",
 ]
 TIMEOUT_S = 1800  # per bench, including building the restart dataset the first time
 

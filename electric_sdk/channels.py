@@ -129,11 +129,18 @@ def _resolve(entries: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
 
 
 def open_channel(
-    address: str | Sequence[str], *, tls: bool = False, root_certificates: bytes | None = None
+    address: str | Sequence[str],
+    *,
+    tls: bool = False,
+    root_certificates: bytes | None = None,
+    options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.aio.Channel:
-    """A grpc.aio channel to the server or replicas at ``address`` (see the module's docstring)."""
+    """A grpc.aio channel to the server or replicas at ``address`` (see the module's docstring);
+    ``options`` replace the defaults of the same names (a worker's keepalive: runtime/worker.py)."""
     target = channel_target(address)
+    given = {name for name, _ in options}
+    merged = [*(o for o in target.options if o[0] not in given), *options]
     if tls or root_certificates:
         creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-        return grpc.aio.secure_channel(target.target, creds, options=target.options)
-    return grpc.aio.insecure_channel(target.target, options=target.options)
+        return grpc.aio.secure_channel(target.target, creds, options=merged)
+    return grpc.aio.insecure_channel(target.target, options=merged)

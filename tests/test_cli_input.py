@@ -145,6 +145,8 @@ def test_a_worker_with_bad_flags_says_so(live: TestServer) -> None:
     for flags, wanted in [
         (("--grace", "soon"), "electric worker: INVALID_DURATION: --grace: invalid duration 'soon'"),
         (("--capacity", "-1"), "electric worker: VALUE_OUT_OF_RANGE: capacity must be a whole number"),
+        (("--keepalive", "0ms"), "electric worker: INVALID_DURATION: --keepalive must be more than 0"),
+        (("--keepalive-timeout", "fast"), "electric worker: INVALID_DURATION: --keepalive-timeout: invalid"),
     ]:
         result = electric(live, "worker", APP, *flags)
         assert result.returncode == exit_codes.USAGE

@@ -39,6 +39,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--capacity", metavar="N", type=int, default=0, help="most entities hosted at once; 0: no limit"
     )
+    p.add_argument(
+        "--keepalive",
+        metavar="DURATION",
+        default="1s",
+        help="ping the session's replica once nothing came from it for this long (default %(default)s)",
+    )
+    p.add_argument(
+        "--keepalive-timeout",
+        metavar="DURATION",
+        default="500ms",
+        help="give up on a replica that answers no ping within this, and move to another "
+        '(default %(default)s; docs/scaling.md, "Failover")',
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log the runtime's decisions")
     add_log_format(p)
     p.add_argument(
@@ -254,6 +267,8 @@ async def _serve_until_drained(
             capacity=args.capacity,
             reload_app=reload_app,
             metrics=metrics,
+            keepalive_ms=round(duration_s(args.keepalive, "--keepalive") * 1000),
+            keepalive_timeout_ms=round(duration_s(args.keepalive_timeout, "--keepalive-timeout") * 1000),
         )
         if metrics is not None:
             metrics_server = _serve_metrics(metrics, args.metrics, getattr(args, "insecure", None))

@@ -77,12 +77,19 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
     """
 
     def __init__(
-        self, address: str | Sequence[str] | None = None, *, options: ClientOptions | None = None, **kw: Any
+        self,
+        address: str | Sequence[str] | None = None,
+        *,
+        options: ClientOptions | None = None,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        **kw: Any,
     ) -> None:
         opts = options or ClientOptions(**kw)
         if address is not None:
             opts = ClientOptions(**{**opts.__dict__, "address": address})
         self.options = opts
+        # gRPC channel arguments replacing the SDK's of the same names (a worker's keepalive).
+        self.channel_options = tuple(channel_options)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stub: api_grpc.EntityServiceStub | None = None
@@ -126,7 +133,9 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         opts = self.options
-        self._channel = open_channel(opts.address, tls=opts.tls, root_certificates=opts.root_certificates)
+        self._channel = open_channel(
+            opts.address, tls=opts.tls, root_certificates=opts.root_certificates, options=self.channel_options
+        )
         self._stub = api_grpc.EntityServiceStub(self._channel)
 
     def _stub_for_this_loop(self) -> api_grpc.EntityServiceStub:

@@ -3,9 +3,16 @@
 The worker says Hello (its id, the entity types it hosts with their profiles,
 its code version), heartbeats its leases at the interval the Welcome names,
 starts an ``EntityHost`` per granted lease, routes deliveries to it, and
-resolves fenced writes by request id. If the stream breaks it reconnects with
-backoff; the hosts of the broken session are stopped (their leases went with
-it) and the server leases the entities again.
+resolves fenced writes by request id. If the stream breaks it reconnects (at
+once the first time, then with backoff); the hosts of the broken session are
+stopped (their leases went with it) and the server leases the entities again.
+
+A replica that dies is noticed by the stream's own error (its connections
+reset) or, when nothing answers any more (its host gone, the network cut), by
+gRPC keepalive: a ping every ``keepalive_ms`` not answered within
+``keepalive_timeout_ms`` ends the stream. The hello on another replica ends
+the old session there at once, and its leases with it (docs/scaling.md,
+"Failover").
 
 Shutdown is two-phase (``await worker.shutdown(grace)``): take no new lease,
 let runs finish within the grace, then cancel what is left, give the leases
@@ -61,6 +68,9 @@ log = logging.getLogger("electric.runtime")
 _FATAL = (errors.Unauthenticated, errors.PermissionDenied, errors.InvalidArgument)
 # The hello's capacity is a uint32 on the wire.
 MAX_CAPACITY = 2**32 - 1
+# A session's keepalive: a replica that stops answering is given up on within 1.5 s at most.
+KEEPALIVE_MS = 1000
+KEEPALIVE_TIMEOUT_MS = 500
 
 
 def _seconds(value: DurationLike) -> float:
@@ -116,6 +126,8 @@ class Worker:
         reload_app: Callable[[], App] | None = None,
         metrics: WorkerMetrics | None = None,
         clock: WorkerClock | None = None,
+        keepalive_ms: int = KEEPALIVE_MS,
+        keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS,
     ) -> None:
         overrides: dict[str, Any] = {
             k: v for k, v in (("address", address), ("token", token)) if v is not None
@@ -132,6 +144,8 @@ class Worker:
                 code="VALUE_OUT_OF_RANGE",
             )
         self.capacity = capacity
+        self.keepalive_ms = _positive_ms("keepalive_ms", keepalive_ms)
+        self.keepalive_timeout_ms = _positive_ms("keepalive_timeout_ms", keepalive_timeout_ms)
         self.code_version = app.code_version
         self._max_backoff_s = max_backoff_s
         # Called on every wake (dev mode): the app to host the woken entity with.
@@ -179,11 +193,13 @@ class Worker:
     # -- running ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until ``shutdown``; reconnects with backoff. ``tg.start`` returns once welcomed."""
+        """Serve until ``shutdown``; reconnects (the first time at once, then with backoff).
+        ``tg.start`` returns once welcomed."""
         if self._running:
             raise RuntimeError("this worker is already running")
         self._running = True
         backoff = 0.05
+        at_once = -math.inf  # when a retry last went at once
         started = False
         welcomed = False
         loop = asyncio.get_running_loop()
@@ -218,8 +234,13 @@ class Worker:
                     self._session_ended(f"{error.code}: {error}")  # DNS may answer again; so retry
                 if self._stopping:
                     break
-                if not welcomed:
-                    backoff = min(backoff * 2, self._max_backoff_s)
+                if welcomed and anyio.current_time() - at_once > self._max_backoff_s:
+                    # A session that ran ended (e.g. its replica died): straight to the others, as
+                    # its entities wait for this worker's hello there; once per max_backoff_s, so
+                    # a replica that welcomes and hangs up again is not dialled in a loop.
+                    at_once = anyio.current_time()
+                    continue
+                backoff = min(backoff * 2, self._max_backoff_s)
                 await anyio.sleep(backoff * (0.5 + random.random()))
         finally:
             unsubscribe()
@@ -239,7 +260,10 @@ class Worker:
     async def _session(self, on_welcome: Callable[[], None]) -> None:
         """One Connect stream, until it ends; ``on_welcome`` is called once the server welcomed us."""
         channel = open_channel(
-            self.options.address, tls=self.options.tls, root_certificates=self.options.root_certificates
+            self.options.address,
+            tls=self.options.tls,
+            root_certificates=self.options.root_certificates,
+            options=self._keepalive(),
         )
         send, receive = anyio.create_memory_object_stream[rt.ConnectRequest | None](math.inf)
         try:
@@ -296,6 +320,19 @@ class Worker:
             receive.close()
             with anyio.CancelScope(shield=True):
                 await channel.close()
+
+    def _keepalive(self) -> tuple[tuple[str, Any], ...]:
+        # A ping once the session's connection has read nothing for keepalive_ms, even while no
+        # data flows (the server allows them: grpc/door.py); one unanswered in time ends the
+        # stream, UNAVAILABLE. gRPC (1.85) times a keepalive ping out by ping_timeout_ms, whose
+        # default is a minute, not by keepalive_timeout_ms alone: both are set.
+        return (
+            ("grpc.keepalive_time_ms", self.keepalive_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.http2.ping_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        )
 
     def _hosted(self) -> list[rt.HostedType]:
         # Under `electric dev` every reload is a new version: a run with no versioning of its own
@@ -461,7 +498,7 @@ class Worker:
 
     async def history(self, ref: pb.EntityRef) -> list[Event]:
         if self._client is None:
-            self._client = AsyncClient(options=self.options)
+            self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
         events: list[Event] = []
         offset = 0
         while True:
@@ -482,7 +519,7 @@ class Worker:
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage:
         """One page of the entity's stream (a host reads its durable state and recorded steps)."""
         if self._client is None:
-            self._client = AsyncClient(options=self.options)
+            self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
         return await self._client.events(f"{ref.type}/{ref.id}", from_offset, limit=limit)
 
     # -- shutdown ---------------------------------------------------------------------------
@@ -525,6 +562,15 @@ class Worker:
         if self._session_scope is not None:
             self._session_scope.cancel()
         await self._stopped.wait()
+
+
+def _positive_ms(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise errors.InvalidArgument(
+            f"{name} must be a whole number of milliseconds, at least 1, got {value!r}",
+            code="VALUE_OUT_OF_RANGE",
+        )
+    return value
 
 
 def _poll(receive: Any) -> rt.ConnectRequest | Empty | None:

@@ -46,8 +46,9 @@ class GrpcDoor:
             options=[
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", 4 * 1024 * 1024),
-                # Clients ping every 30 s to keep quiet watches alive; accept that
-                # rather than cutting them with "too many pings".
+                # Clients ping every 30 s to keep quiet watches alive, and workers every
+                # second to notice a dead replica (runtime/worker.py); accept that (no
+                # strike limit) rather than cutting them with "too many pings".
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.max_ping_strikes", 0),

@@ -193,7 +193,14 @@ class Runtime(Component):
             session.code_version,
             session.capacity,
         )
-        await self.store.sessions.open(row, self.lease_ttl_ms)
+        ended = await self.store.sessions.open(row, self.lease_ttl_ms)
+        mine = self.sessions.get(hello.worker_id)
+        if any(mine is None or session_id != mine.id for session_id in ended):
+            # Its session on another replica (one killed, or cut off from the worker) held leases
+            # that no live runtime holds now: they end before the welcome, not at a sweep's poll.
+            # Before this session is registered: a stream cancelled meanwhile leaves none behind
+            # (offer_all, below, offers it what they freed).
+            await self.sweep.end_lost()
         old = self.sessions.get(hello.worker_id)
         if old is not None:
             self.spawn(self.close(old, "runtime_lost"))

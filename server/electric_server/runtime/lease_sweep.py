@@ -5,7 +5,8 @@ Every ``poll`` (500 ms by default; ``electric server --poll``), each replica:
 1. ends its own sessions whose worker missed its heartbeats (runtime_lost);
 2. renews its row and its sessions' rows in the session book (one statement,
    however many leases they hold); a session missing from the book was ended
-   elsewhere (its worker said hello to another replica) and is closed here;
+   elsewhere (its worker said hello to another replica) and is closed here
+   (that hello ended the session's leases already: ``end_lost``);
 3. ends the leases whose holder is no longer live (its session or replica
    expired: e.g. a replica killed with its workers' sessions), as runtime_lost;
 4. closes the streams of ended entities that no live runtime may append to,
@@ -114,6 +115,19 @@ class LeaseSweep:
         await self._lost_leases(found.lost)
         await self._settled_streams(found.settled)
         await self._offers(found.unleased)
+
+    async def end_lost(self) -> None:
+        """End now the leases whose holder is no longer live (a hello ended its worker's session on
+        another replica), a page of them; what is left, or what the store refused, the poll ends."""
+        try:
+            lost = await self.runtime.store.lost_leases(_PAGE)
+            await self._lost_leases(lost)
+        except StorageFault as exc:
+            log.warning("the leases of a worker's ended session are left to the sweep: %s", exc)
+            self.wake()
+            return
+        if len(lost) >= _PAGE:
+            self.wake()
 
     async def _own_sessions(self) -> None:
         runtime = self.runtime

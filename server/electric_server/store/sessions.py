@@ -61,9 +61,9 @@ class SessionBook(abc.ABC):
     shared: bool = False
 
     @abc.abstractmethod
-    async def open(self, session: SessionRow, ttl_ms: int) -> None:
+    async def open(self, session: SessionRow, ttl_ms: int) -> list[str]:
         """Start ``session``, live for ``ttl_ms``; any other session of its worker id, on any
-        replica, ends at once (its leases' holder is no longer live)."""
+        replica, ends at once (its leases' holder is no longer live). Returns the ids it ended."""
 
     @abc.abstractmethod
     async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
@@ -116,12 +116,14 @@ class MemorySessions(SessionBook, Collection[str]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
-    async def open(self, session: SessionRow, ttl_ms: int) -> None:
-        for other in [s for s in self._rows.values() if s.worker_id == session.worker_id]:
-            self._forget(other.id)
+    async def open(self, session: SessionRow, ttl_ms: int) -> list[str]:
+        ended = [s.id for s in self._rows.values() if s.worker_id == session.worker_id]
+        for session_id in ended:
+            self._forget(session_id)
         self._rows[session.id] = session
         self._expiry[session.id] = self._clock.monotonic() + ttl_ms / 1000
         self._renewed_ms[session.id] = self._clock.now_ms()
+        return ended
 
     async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
         row = self._rows.get(session_id)

@@ -64,13 +64,14 @@ class PostgresSessions(SessionBook):
         self._wrote = wrote  # told when a heartbeat commits: the database takes writes
         self.forget_after_ms = FORGET_AFTER_MS
 
-    async def open(self, session: SessionRow, ttl_ms: int) -> None:
+    async def open(self, session: SessionRow, ttl_ms: int) -> list[str]:
         async with self._connection("a worker session's start") as conn, conn.transaction():
             await conn.execute(RENEW_REPLICA, session.replica, ttl_ms)
-            await conn.execute(END_WORKER_SESSIONS, session.worker_id)
+            ended = await conn.fetch(END_WORKER_SESSIONS, session.worker_id)
             await conn.execute(INSERT_SESSION, *session[:3], list(session.types), *session[4:], ttl_ms)
             await conn.execute(FORGET_SESSIONS, self.forget_after_ms)
             await conn.execute(FORGET_REPLICAS, self.forget_after_ms)
+        return [str(row[0]) for row in ended]
 
     async def announce(self, session_id: str, types: tuple[str, ...], code_version: str) -> None:
         async with self._connection("a worker's new code version") as conn:

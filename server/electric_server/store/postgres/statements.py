@@ -209,7 +209,8 @@ RENEW_REPLICA_AND_SESSIONS = (
     f"($1, {_EXPIRY}) ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at) "
     f"UPDATE sessions SET expires_at = {_EXPIRY} WHERE id = ANY($2::text[]) AND replica = $1 RETURNING id"
 )
-END_WORKER_SESSIONS = "DELETE FROM sessions WHERE worker_id = $1"
+# A hello ends its worker's other sessions, on any replica; the ids go back (their leases end now).
+END_WORKER_SESSIONS = "DELETE FROM sessions WHERE worker_id = $1 RETURNING id"
 INSERT_SESSION = (
     "INSERT INTO sessions (id, worker_id, replica, types, code_version, capacity, expires_at) "
     "VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond')"
