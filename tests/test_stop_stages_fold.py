@@ -60,3 +60,30 @@ def test_an_undelivered_sigusr_is_never_handled_and_a_lost_worker_is_named() -> 
     assert lost.reports[Stage.UNWOUND].detail == "the worker was lost"
     lost.see("run", "run_5", {"message_key": "msg_1", "status": "aborted"}, 5, AT)  # written later after all
     assert lost.reports[Stage.UNWOUND].reached
+
+
+def _mcp(call: str, phase: str, run: str = "msg_1", reason: str = "") -> dict[str, object]:
+    data = {"run": run, "call": call, "server": "tools", "tool": "slow", "phase": phase, "reason": reason}
+    return {"data": data}
+
+
+def test_downstream_waits_for_every_mcp_call_of_the_run_and_names_each() -> None:
+    follow = StageFollow(Signal.SIGINT, "sig_5", 5, AT, Stage.DOWNSTREAM, run_message_key="msg_1")
+    follow.see("electric.mcp", "e_6", _mcp("a", "started"), 6, AT)  # a second call, started late
+    follow.see("electric.mcp", "e_7", _mcp("b", "cancelled", reason="SIGINT"), 7, AT)
+    follow.see("electric.mcp", "e_8", _mcp("c", "ended", run="msg_0"), 8, AT)  # another run's
+    follow.see("run", "run_9", {"message_key": "msg_1", "status": "aborted"}, 9, AT)
+    assert follow.reports[Stage.UNWOUND].offset == 9
+    assert not follow.reports[Stage.DOWNSTREAM].reached  # call a has not ended
+    follow.see("electric.mcp", "e_10", _mcp("a", "bound_passed"), 10, AT)
+    report = follow.reports[Stage.DOWNSTREAM]
+    assert report.offset == 10
+    assert report.detail == "MCP: tools/slow bound_passed; tools/slow cancelled (SIGINT)"
+    assert follow.done
+
+
+def test_a_killed_run_reaches_downstream_with_its_end_and_says_its_calls_are_unrecorded() -> None:
+    follow = StageFollow(Signal.SIGKILL, "sig_5", 5, AT, Stage.DOWNSTREAM, run_message_key="msg_1")
+    follow.see("run", "run_6", {"message_key": "msg_1", "status": "aborted"}, 6, AT)
+    assert follow.reports[Stage.DOWNSTREAM].reached
+    assert "cancelled unrecorded" in follow.reports[Stage.DOWNSTREAM].detail

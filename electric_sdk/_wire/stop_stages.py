@@ -19,7 +19,11 @@ progress when it landed: ``run_message_key``, ``process_running``):
   message's run, if that one was running); none in progress: the signal's own
   settling. For SIGTERM also the end of the cleanup: the entity `stopped`;
 - ``downstream``: every MCP call and child entity of that run told, and each
-  ended or past its bound; a run with none reaches it with ``unwound``;
+  ended or past its bound: each MCP call cut shows as an ``electric.mcp`` record
+  of that run (``cancelled``, ``ended``, ``bound_passed``; runtime/mcp.py writes
+  them before the run's end); the detail names each. A run with none reaches it
+  with ``unwound``. After a SIGKILL the entity refuses writes: its calls are
+  cancelled unrecorded, and the detail says so;
 - ``reaped``: the exit receipt of the exec process that was running; none: at
   once;
 - ``terminal``: the entity's `stopped` or `killed` state record.
@@ -39,6 +43,8 @@ from ..lifecycle import TERMINAL_STATES, Signal, Stage, check_stage, stages_of
 __all__ = ["StageFollow", "StageReport", "parse_stage"]
 
 _RUN_ENDS = ("completed", "failed", "aborted")
+_MCP_EVENT = "electric.mcp"  # runtime/mcp.py's records
+_MCP_ENDS = ("ended", "cancelled", "bound_passed")
 _TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 # Outcomes that settle a signal without its handler having run.
 _NOT_DELIVERED = ("ignored",)
@@ -93,6 +99,8 @@ class StageFollow:
     next_offset: int = 0
     _run_end: tuple[int, str] | None = None
     _stopped: tuple[int, str] | None = None
+    # The run's MCP calls seen after the signal: call id -> (what, its end's offset and time).
+    _calls: dict[str, tuple[str, tuple[int, str] | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_stage(self.signal, self.wait)
@@ -133,6 +141,10 @@ class StageFollow:
         elif type == "run" and self._watches_run and value.get("message_key") == self.run_message_key:
             if value.get("status") in _RUN_ENDS and self._run_end is None:
                 self._run_end = (offset, at)
+        elif type == _MCP_EVENT and self._watches_run:
+            data = value.get("data")  # a custom event's value: {"data": ...}
+            if isinstance(data, dict) and data.get("run") == self.run_message_key:
+                self._mcp(data, offset, at)
         elif type == "exec" and value.get("action") == "exit" and self.process_running:
             self._reach(Stage.REAPED, offset, at)
         elif type == "state":
@@ -182,8 +194,30 @@ class StageFollow:
                 return
             end = max(end, self._stopped)
         self._reach(Stage.UNWOUND, *end)
-        # No MCP call or child entity is followed yet: with none, downstream is the run's end.
-        self._reach(Stage.DOWNSTREAM, *end, "no MCP call or child entity in flight")
+        self._judge_downstream(end)
+
+    def _mcp(self, value: dict[str, Any], offset: int, at: str) -> None:
+        call, phase = str(value.get("call", "")), value.get("phase")
+        what = f"{value.get('server')}/{value.get('tool')} {phase}"
+        if value.get("reason"):
+            what += f" ({value.get('reason')})"
+        if phase == "started":
+            self._calls.setdefault(call, (what, None))
+        elif phase in _MCP_ENDS:
+            self._calls[call] = (what, (offset, at))
+
+    def _judge_downstream(self, end: tuple[int, str]) -> None:
+        """With the run's end seen (its cut calls' records come before it): every call seen ended."""
+        if any(ended is None for _, ended in self._calls.values()):
+            return
+        if not self._calls:
+            detail = "no MCP call or child entity in flight"
+            if self.signal is Signal.SIGKILL:
+                detail += " recorded (a killed entity's calls are cancelled unrecorded)"
+            self._reach(Stage.DOWNSTREAM, *end, detail)
+            return
+        last = max([end, *(ended for _, ended in self._calls.values() if ended is not None)])
+        self._reach(Stage.DOWNSTREAM, *last, "MCP: " + "; ".join(what for what, _ in self._calls.values()))
 
     def _reach(self, stage: Stage, offset: int, at: str, detail: str = "") -> None:
         report = self.reports.get(stage)

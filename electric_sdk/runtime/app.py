@@ -39,6 +39,7 @@ from .exec import spec as exec_spec
 from .exec.config import load_exec_file
 from .exec.reply import Reply
 from .exec.spec import Backend, ExecType, ShutdownPolicy
+from .mcp import McpServer
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
 
@@ -123,7 +124,27 @@ class App:
         # How step results are recorded and rebuilt (codec.py): JSON, dataclasses, pydantic models.
         self.codec: Codec = codec or JSONCodec()
         self.types: dict[str, EntityType] = {}
+        self.mcp_servers: dict[str, McpServer] = {}
         self._code_version = code_version
+
+    def mcp_server(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] = (),
+        url: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> McpServer:
+        """Declare an MCP server its entities call tools of (``ctx.call_tool``, docs/runtime.md):
+        ``command`` starts it as a subprocess (stdio), ``url`` reaches it over streamable HTTP.
+
+        >>> search = app.mcp_server("search", command=["python", "search_server.py"])
+        """
+        if name in self.mcp_servers:
+            raise ValueError(f"MCP server {name!r} is declared twice")
+        server = McpServer(name, tuple(command), url, dict(env) if env is not None else None)
+        self.mcp_servers[name] = server
+        return server
 
     def entity(
         self,

@@ -30,6 +30,8 @@ from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
 from .codec import Codec
+from .mcp import McpServer
+from .mcp import call_tool as mcp_call
 from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
 from .steps import Member, Retry, RunSteps, current_member, current_step_key, gather_steps, run_step, seconds
@@ -272,6 +274,25 @@ class Context:
         so steps of the same name need no key. The first to fail cancels the others (their steps
         cut short have no record) and its error is raised."""
         return await gather_steps(self.steps, aws)
+
+    async def call_tool(
+        self,
+        server: McpServer,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - the step's own bound
+    ) -> list[Any]:
+        """Call an MCP tool as the recorded step ``mcp:<server>/<tool>`` (mcp.py)::
+
+            found = await ctx.call_tool(search, "search", {"q": "electric"}, timeout="30s")
+
+        returns the result's content as JSON (a replay answers it from the record); a signal that
+        ends the run cancels the call at the server."""
+        timeout_s = seconds(timeout) if timeout is not None else None
+        return await self.step(
+            f"mcp:{server.name}/{tool}", mcp_call, self, server, tool, arguments, timeout_s
+        )
 
     @property
     def step_key(self) -> str:

@@ -55,6 +55,7 @@ from .fenced import (
     message_of,
 )
 from .host_base import HostBase
+from .mcp import settle
 from .records import LeaseRecords
 from .run_in_flight import RunInFlight
 from .state import LeaseState
@@ -320,6 +321,7 @@ class EntityHost(HostBase):
 
     async def _finish_run(self, run: RunInFlight, status: pb.RunStatus.ValueType, error: str) -> None:
         output = run.ctx.output.text
+        await settle(self)  # a cut MCP call's record comes before the run's end
         await self._records.flush(run.ctx, run.message.key)
         await self._ended(run.message, status, output=output, error=error)
         info = run.stopped_by

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -25,7 +26,18 @@ log = logging.getLogger("electric.runtime")
 
 class Lifetime(ABC):
     # Slots: a worker may host ten thousand entities (a dict per host costs more than its fields).
-    __slots__ = ("_bell", "_draining", "_early", "_fenced", "_tg", "end_reason", "lease", "on_end", "revoked")
+    __slots__ = (
+        "_bell",
+        "_draining",
+        "_early",
+        "_fenced",
+        "_tg",
+        "end_reason",
+        "lease",
+        "mcp",
+        "on_end",
+        "revoked",
+    )
 
     def __init__(self, session: WorkerLink, grant: rt.LeaseGranted) -> None:
         self.lease = rt.Lease()
@@ -38,6 +50,8 @@ class Lifetime(ABC):
         self._draining = False
         self.end_reason: str | None = None
         self.revoked = False
+        # The host's MCP sessions (mcp.py), opened at a run's first tool call; closed at the end.
+        self.mcp: Any = None
         # Called with the host when its task ends (the worker forgets it and gives the lease back).
         self.on_end: Callable[[Lifetime], None] | None = None
 
@@ -53,6 +67,8 @@ class Lifetime(ABC):
         finally:
             with anyio.CancelScope(shield=True):
                 await self._after()
+                if self.mcp is not None:
+                    await self.mcp.aclose()
             if self.on_end is not None:
                 self.on_end(self)
 

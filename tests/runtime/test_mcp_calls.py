@@ -1,0 +1,116 @@
+"""MCP tool calls (issue 48, point 2): ``ctx.call_tool`` against real MCP servers written with
+the official SDK, on stdio (a subprocess) and streamable HTTP (uvicorn on loopback). The server
+reports over loopback when a slow call started and when it saw its cancel; every wait is on
+those reports and on the stream."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Leases
+
+from electric_sdk import AsyncClient
+from electric_sdk.lifecycle import Stage
+from electric_sdk.models import SignalResult
+from electric_sdk.runtime import App, Context, Message
+from electric_sdk.runtime.mcp import McpServer
+from electric_sdk.testing import TestServer
+
+from .mcp_support import Sightings, http_server, sightings, stdio_command
+from .rt_support import running_worker, until
+
+pytestmark = [pytest.mark.anyio]
+
+
+@pytest.fixture
+def leases() -> Leases:
+    """5 s leases: nothing here is about a lease lapsing, and an MCP server starting on a loaded
+    machine (a Python subprocess) could otherwise see a 0.6 s lease lapse mid-call."""
+    return Leases(ttl_ms=5_000, heartbeat_ms=100)
+
+
+def _app(found: Sightings, url: str = "") -> App:
+    app = App("mcp-calls", code_version="t")
+    tools = app.mcp_server("tools", url=url) if url else app.mcp_server("tools", command=stdio_command(found))
+
+    class Agent:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            if message.text == "fast":
+                found = await ctx.call_tool(tools, "fast", {"text": "hi"}, timeout="30s")
+                await ctx.emit("answer", found)
+                return
+            await ctx.call_tool(tools, "slow", {"tag": message.text}, timeout="1h")
+
+    app.entity("agent", grace_period="20s", idle_timeout="1h")(Agent)
+    cutter = type("Cutter", (Agent,), {})
+    app.entity("cutter", grace_period="20s", idle_timeout="1h", sigterm_interrupts=True)(cutter)
+    return app
+
+
+def _downstream(result: SignalResult) -> str:
+    (report,) = [r for r in result.stages if r.stage is Stage.DOWNSTREAM]
+    assert report.reached, report
+    return report.detail
+
+
+async def _cut(client: AsyncClient, found: Sightings, ref: str, signal: str) -> SignalResult:
+    tag = ref.replace("/", "-")
+    await client.spawn(ref)
+    await client.send(ref, tag)
+    await found.wait(tag, "started")
+    await until(client, ref, lambda e: e.type == "progress")  # progress reaches the stream
+    kw = {"interrupt": True} if signal == "SIGTERM" else {}
+    result = await client.signal(ref, signal, wait="downstream", timeout="30s", **kw)
+    await found.wait(tag, "cancelled")  # the server saw the cancel
+    return result
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGKILL"])
+async def test_a_signal_cancels_the_stdio_call_in_flight(
+    signal: str, electric: TestServer, client: AsyncClient
+) -> None:
+    ref = "cutter/c1" if signal == "SIGTERM" else "agent/c1"
+    async with sightings() as found, running_worker(_app(found), electric.address):
+        result = await _cut(client, found, ref, signal)
+    detail = _downstream(result)
+    if signal == "SIGKILL":  # a killed entity refuses writes: the call is cancelled unrecorded
+        assert "cancelled unrecorded" in detail
+    else:
+        assert "tools/slow cancelled" in detail
+        assert signal in detail
+
+
+async def test_sigint_cancels_the_http_call_in_flight(electric: TestServer, client: AsyncClient) -> None:
+    async with (
+        sightings() as found,
+        http_server(found) as url,
+        running_worker(_app(found, url), electric.address),
+    ):
+        result = await _cut(client, found, "agent/h1", "SIGINT")
+    assert "tools/slow cancelled (SIGINT)" in _downstream(result)
+
+
+async def test_a_finished_call_gets_no_cancel(electric: TestServer, client: AsyncClient) -> None:
+    async with sightings() as found, running_worker(_app(found), electric.address):
+        await client.spawn("agent/f1")
+        await client.send("agent/f1", "fast")
+        answer = await until(client, "agent/f1", lambda e: e.type == "answer")
+        assert answer.value == {"data": [{"type": "text", "text": "echo hi"}]}
+        result = await client.signal("agent/f1", "SIGINT", wait="downstream", timeout="30s")
+        assert _downstream(result) == "no MCP call or child entity in flight"
+        events = (await client.events("agent/f1", 0, 100)).events
+        phases = [e.value["data"]["phase"] for e in events if e.type == "electric.mcp"]
+        assert phases == ["started", "ended"]
+        # The same session's next slow call is cut: a cancel for the finished one would come first.
+        await _cut(client, found, "agent/f2", "SIGINT")
+    assert [what for (tag, what) in found.seen if what == "cancelled"] == ["cancelled"]
+
+
+def test_a_server_is_stdio_or_http() -> None:
+    with pytest.raises(ValueError, match="one of them"):
+        McpServer("x")
+    with pytest.raises(ValueError, match="one of them"):
+        McpServer("x", command=("a",), url="http://x")
+    app = App("t")
+    app.mcp_server("x", url="http://127.0.0.1:1/mcp")
+    with pytest.raises(ValueError, match="declared twice"):
+        app.mcp_server("x", command=["a"])
