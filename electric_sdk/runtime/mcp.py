@@ -11,7 +11,10 @@ content as JSON, so a replay answers it from the record. Around the call the run
 ``electric.mcp`` records that the stop fold reads (``_wire/stop_stages.py``, ``downstream``)::
 
     {"run": message key, "call": id, "server": name, "tool": tool, "phase": started | ended |
-     cancelled | bound_passed, "reason": ...}
+     cancelled, "reason": ...}
+
+(the fold also takes ``bound_passed``, for a call given up on without its end; nothing writes
+it yet: a cut call's record is bounded by ``RECORD_BOUND_S`` instead.)
 
 A signal that ends the run (SIGINT, an interrupting SIGTERM, SIGKILL, the grace deadline)
 cancels the call's task: the SDK then tells the server the way its transport defines
