@@ -38,6 +38,7 @@ def test_sigterm_whose_grace_ran_out_is_unwound_at_the_later_of_stopped_and_the_
     follow.see("run", "run_8", {"message_key": "msg_1", "status": "aborted"}, 8, AT)
     assert follow.reports[Stage.UNWOUND].offset == 8
     assert follow.done
+    assert "cancelled unrecorded" in follow.reports[Stage.DOWNSTREAM].detail  # cut by the deadline
 
 
 def test_a_scoped_sigint_to_a_queued_message_is_unwound_at_once() -> None:

@@ -22,8 +22,8 @@ progress when it landed: ``run_message_key``, ``process_running``):
   ended or past its bound: each MCP call cut shows as an ``electric.mcp`` record
   of that run (``cancelled``, ``ended``, ``bound_passed``; runtime/mcp.py writes
   them before the run's end); the detail names each. A run with none reaches it
-  with ``unwound``. After a SIGKILL the entity refuses writes: its calls are
-  cancelled unrecorded, and the detail says so;
+  with ``unwound``. An entity ended (SIGKILL, the grace deadline) refuses
+  writes: the calls its end cut are cancelled unrecorded, and the detail says so;
 - ``reaped``: the exit receipt of the exec process that was running; none: at
   once;
 - ``terminal``: the entity's `stopped` or `killed` state record.
@@ -212,12 +212,21 @@ class StageFollow:
             return
         if not self._calls:
             detail = "no MCP call or child entity in flight"
-            if self.signal is Signal.SIGKILL:
-                detail += " recorded (a killed entity's calls are cancelled unrecorded)"
+            if self._cut_by_end:
+                detail += " recorded (calls cut by the entity's end are cancelled unrecorded)"
             self._reach(Stage.DOWNSTREAM, *end, detail)
             return
         last = max([end, *(ended for _, ended in self._calls.values() if ended is not None)])
         self._reach(Stage.DOWNSTREAM, *last, "MCP: " + "; ".join(what for what, _ in self._calls.values()))
+
+    @property
+    def _cut_by_end(self) -> bool:
+        """The run was cut by the entity's end (SIGKILL; the grace deadline, whose run's end comes
+        after `stopped`): the ended entity refused its MCP calls' records."""
+        if self.signal is Signal.SIGKILL:
+            return True
+        stopped, end = self._stopped, self._run_end
+        return stopped is not None and end is not None and end[0] > stopped[0] and self._watches_run
 
     def _reach(self, stage: Stage, offset: int, at: str, detail: str = "") -> None:
         report = self.reports.get(stage)

@@ -21,8 +21,9 @@ cancels the call's task: the SDK then tells the server the way its transport def
 (``notifications/cancelled`` over stdio, the SDK's reason ``caller cancelled``: the request id
 is the SDK's own, so the signal is named in the ``cancelled`` record instead; on streamable HTTP
 the request's POST is aborted). The run's end record waits (bounded) for these records
-(``settle``), so a stop's fold sees every call's end before the run's. After a SIGKILL the
-entity is ended and refuses writes: its calls are cancelled all the same, unrecorded.
+(``settle``), so a stop's fold sees every call's end before the run's. After a SIGKILL or the
+grace deadline the entity is ended and refuses writes: its calls are cancelled all the same,
+unrecorded.
 
 MCP progress notifications become ``progress`` events, at most one per call per 100 ms.
 """

@@ -42,6 +42,7 @@ def _app(found: Sightings, url: str = "") -> App:
 
     app.entity("agent", grace_period="20s", idle_timeout="1h")(Agent)
     cutter = type("Cutter", (Agent,), {})
+    app.entity("brief", grace_period="1s", idle_timeout="1h")(type("Brief", (Agent,), {}))
     app.entity("cutter", grace_period="20s", idle_timeout="1h", sigterm_interrupts=True)(cutter)
     return app
 
@@ -77,6 +78,20 @@ async def test_a_signal_cancels_the_stdio_call_in_flight(
     else:
         assert "tools/slow cancelled" in detail
         assert signal in detail
+
+
+async def test_the_grace_deadline_cancels_the_call_sigterm_waited_for(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """A plain SIGTERM waits for the step; its grace deadline (1 s) cuts it, and the server
+    sees the cancel."""
+    async with sightings() as found, running_worker(_app(found), electric.address):
+        await client.spawn("brief/g1")
+        await client.send("brief/g1", "brief-g1")
+        await found.wait("brief-g1", "started")
+        result = await client.terminate("brief/g1", wait="downstream", timeout="30s")
+        await found.wait("brief-g1", "cancelled")
+    assert "cancelled unrecorded" in _downstream(result)  # the stopped entity refused the record
 
 
 async def test_sigint_cancels_the_http_call_in_flight(electric: TestServer, client: AsyncClient) -> None:
