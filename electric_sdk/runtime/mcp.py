@@ -18,9 +18,8 @@ it yet: a cut call's record is bounded by ``RECORD_BOUND_S`` instead.)
 
 A signal that ends the run (SIGINT, an interrupting SIGTERM, SIGKILL, the grace deadline)
 cancels the call's task: the SDK then tells the server the way its transport defines
-(``notifications/cancelled`` over stdio, the SDK's reason ``caller cancelled``: the request id
-is the SDK's own, so the signal is named in the ``cancelled`` record instead; on streamable HTTP
-the request's POST is aborted). The run's end record waits (bounded) for these records
+(``notifications/cancelled`` with the request id, its reason naming the signal, e.g. ``SIGINT``;
+on streamable HTTP the request's POST is aborted too), and the ``cancelled`` record names it. The run's end record waits (bounded) for these records
 (``settle``), so a stop's fold sees every call's end before the run's. After a SIGKILL or the
 grace deadline the entity is ended and refuses writes: its calls are cancelled all the same,
 unrecorded.
@@ -32,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,47 @@ def _import_client() -> None:
     import mcp.client.streamable_http  # noqa: F401
 
 
+# Why the calling task's call is being cut (set by call_tool, read when the SDK writes its cancel:
+# both in the call's task).
+_CUT: contextvars.ContextVar[Callable[[], str] | None] = contextvars.ContextVar(
+    "electric_mcp_cut", default=None
+)
+
+
+class _NamingCancels:
+    """The session's write stream: the SDK's ``notifications/cancelled`` for a call cut by a
+    signal carries the signal as its reason instead of the SDK's "caller cancelled" (the request
+    id is the SDK's own, so the cancel is renamed on its way out rather than sent twice)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def send(self, item: Any) -> None:
+        why = _CUT.get()
+        message: Any = getattr(item, "message", None)
+        if why is not None and getattr(message, "method", None) == "notifications/cancelled":
+            from mcp.shared.message import SessionMessage
+            from mcp.types import JSONRPCNotification
+
+            params = {**(message.params or {}), "reason": why()}
+            renamed = JSONRPCNotification(jsonrpc="2.0", method=message.method, params=params)
+            item = SessionMessage(message=renamed, metadata=item.metadata)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _NamingCancels:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._inner.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class _Session:
     """One server's session, held open by a task of its own until closed."""
 
@@ -110,7 +151,7 @@ class _Session:
                     from mcp.client.streamable_http import streamable_http_client
 
                     read, write = await stack.enter_async_context(streamable_http_client(self.server.url))
-                session = await stack.enter_async_context(ClientSession(read, write))
+                session = await stack.enter_async_context(ClientSession(read, _NamingCancels(write)))
                 await session.initialize()
                 self.session = session
                 self.ready.set()
@@ -210,6 +251,7 @@ async def call_tool(
         last[0] = now
         await _emit_progress(host, {**base, "progress": value, "total": total, "message": message})
 
+    _CUT.set(lambda: _why(host, run))  # this task's own context: the step's
     try:
         await _record(host, {**base, "phase": "started", "reason": ""})
         result = await session.call_tool(

@@ -3,7 +3,8 @@
 ``python mcp_server_app.py stdio REPORT_PORT`` or ``... http PORT REPORT_PORT``. Tools: ``fast``
 answers at once; ``slow`` reports progress until it is cancelled. Each sighting is sent as one
 line to the test's listener on loopback ``REPORT_PORT``: ``<tag> started``, and ``<tag>
-cancelled <time.time_ns()>`` when the server saw the cancel.
+cancelled <time.time_ns()>`` when the server saw the cancel, ``reason <reason>`` for each
+``notifications/cancelled`` (its spaces as ``_``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 
 import anyio
+from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("electric-test")
@@ -40,6 +42,16 @@ async def slow(tag: str, ctx: Context) -> str:
         _report(f"{tag} cancelled {time.time_ns()}")
         raise
     return "done"
+
+
+async def _cancelled(ctx: object, params: types.CancelledNotificationParams) -> None:
+    """The cancel as sent: its reason (the SDK cancels the tool itself, before this runs)."""
+    _report(f"reason {(params.reason or '').replace(' ', '_')}")
+
+
+server._lowlevel_server.add_notification_handler(
+    "notifications/cancelled", types.CancelledNotificationParams, _cancelled
+)
 
 
 if __name__ == "__main__":

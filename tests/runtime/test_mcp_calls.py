@@ -62,6 +62,8 @@ async def _cut(client: AsyncClient, found: Sightings, ref: str, signal: str) -> 
     kw = {"interrupt": True} if signal == "SIGTERM" else {}
     result = await client.signal(ref, signal, wait="downstream", timeout="30s", **kw)
     await found.wait(tag, "cancelled")  # the server saw the cancel
+    # The runtime names the signal in the cancel it sends.
+    await found.wait("reason", "SIGTERM_(interrupted_mid-step)" if signal == "SIGTERM" else signal)
     return result
 
 
