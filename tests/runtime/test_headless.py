@@ -643,7 +643,9 @@ def test_an_unreachable_server(procs: list[Proc]) -> None:
     cli = run(procs, NO_SERVER, "headless/x", "--message", "hi", "--json", "--call-timeout", "500ms")
     assert cli.wait() == exit_codes.UNAVAILABLE
     error, complete = terminal(cli.records())
-    assert error["name"] == "unavailable"
+    # Refused at once, or, on a loaded machine, the 500 ms deadline passes first while retrying:
+    # both are "the server did not answer", one exit code (docs/cli.md).
+    assert error["name"] in ("unavailable", "deadline_exceeded")
     assert complete["exit_code"] == exit_codes.UNAVAILABLE
 
 
