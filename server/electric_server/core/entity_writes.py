@@ -96,7 +96,7 @@ def state_event(
     return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
 
 
-def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide:
+def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None, parent: str = "") -> Decide:
     """A new entity in `spawning`; a profile value the request left unset (None) is its type's
     default, fixed at its first lease (runtime/profiles.py): the server's default holds its place."""
 
@@ -122,6 +122,7 @@ def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide
             txid=ctx.txid,
             grace_pending=grace_ms is None,
             idle_timeout_pending=idle_timeout_ms is None,
+            parent=parent,
         )
         return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
 

@@ -114,6 +114,9 @@ class EntityRecord(NamedTuple):
     # run in flight, cleared by the next grant. The bound a type allows is counted from it, so
     # the deadline outlives a restart.
     waiting_since_ms: int | None = None
+    # The entity it was spawned as a child of, as "type/id" (names hold no "/"); "" a root. Set
+    # at the spawn and never changed: the cascade sweep (core/cascade.py) reads it.
+    parent: str = ""
 
     @property
     def ref(self) -> Ref:
@@ -364,9 +367,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
-        """Entities ordered by (type, id), strictly after ``after``."""
+        """Entities ordered by (type, id), strictly after ``after``; ``parent`` set ("type/id"):
+        only its children."""
 
     @abc.abstractmethod
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]: ...

@@ -302,10 +302,13 @@ class PostgresStore(SQLReads):
         return entity_from_row(rows[0]) if rows else None
 
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
         where: list[str] = []
         args: list[object] = []
+        if parent:
+            args.append(parent)
+            where.append(f"parent = ${len(args)}")
         if type:
             args.append(type)
             where.append(f"type = ${len(args)}")

@@ -70,6 +70,7 @@ _ENTITY_DEFINITIONS = {
     "run_key": "TEXT NOT NULL DEFAULT ''",
     "run_version": "TEXT NOT NULL DEFAULT ''",
     "waiting_since_ms": "INTEGER",
+    "parent": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -152,6 +153,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     # After the columns: an older file gains lease_session just above.
     conn.execute(_HOLDER_INDEX)
     conn.execute(_WAITING_INDEX)
+    conn.execute(_PARENT_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
     # A run in flight bound to its code version waits for a worker of it from now (the bound on
     # that wait counts from here: runtime/versions.py).
@@ -172,6 +174,10 @@ SELECT_WAITING_RUNS = (
     f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_waiting "
     "WHERE waiting_since_ms IS NOT NULL AND lease_session = '' AND closed = 0 "
     "ORDER BY waiting_since_ms LIMIT ?"
+)
+# Children by parent: `ls --parent` and the cascade sweep (core/cascade.py); roots are not in it.
+_PARENT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_by_parent ON entities (parent, type, id) WHERE parent <> ''"
 )
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"

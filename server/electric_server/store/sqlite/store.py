@@ -332,9 +332,12 @@ class SQLiteStore(SQLReads):
         return entity_from_row(row) if row else None
 
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
         where, args = [], []
+        if parent:
+            where.append("parent = ?")
+            args.append(parent)
         if type:
             where.append("type = ?")
             args.append(type)
