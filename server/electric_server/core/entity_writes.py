@@ -67,6 +67,9 @@ class SignalSpec:
     message_key: str = ""
     # SIGTERM only: the step in progress is interrupted at once (lifecycle.OPT_IN_TIMING).
     interrupt: bool = False
+    # SIGTERM only: the grace ends by then at the latest (a cascade from a parent: its own
+    # deadline, so a tree stops within its root's grace; core/cascade.py). None: the entity's grace.
+    latest_deadline_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +139,11 @@ def _transition(
     cause: str,
     signal_key: str = "",
     leased: bool = False,
+    latest_deadline_ms: int | None = None,
 ) -> tuple[NewEvent, EntityRecord]:
     deadline = ctx.now_ms + current.grace_ms if STATE_RULES[new].cleanup else None
+    if deadline is not None and latest_deadline_ms is not None:
+        deadline = max(ctx.now_ms, min(deadline, latest_deadline_ms))
     event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
     # A terminal entity's stream closes (EOF) once nobody is left to write its
     # last records: at once without a lease, else when the lease ends.
@@ -213,7 +219,9 @@ def signal(
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
             leased = holds_lease(current, ctx)
-            event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)
+            event, record = _transition(
+                record, decision.new_state, ctx, "signal", key, leased, spec.latest_deadline_ms
+            )
             events.append(event)
         return Mutation(events, record, Signalled(key, decision))
 
@@ -270,7 +278,9 @@ def _signal_waiting(
     if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
         record = record.replace(reload_pending=True)
     if decision.transitions:
-        event, record = _transition(record, decision.new_state, ctx, "signal", key)
+        event, record = _transition(
+            record, decision.new_state, ctx, "signal", key, latest_deadline_ms=spec.latest_deadline_ms
+        )
         events.append(event)
     return Mutation(events, record, Signalled(key, decision))
 

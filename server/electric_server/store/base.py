@@ -131,6 +131,16 @@ class EntityRecord(NamedTuple):
         return self._replace(**changes)
 
 
+class CascadeFind(NamedTuple):
+    """A child its parent's end has not reached yet (``Store.cascades_due``; core/cascade.py)."""
+
+    child: Ref
+    parent: Ref
+    parent_state: State
+    # The parent's grace deadline while it is `stopping` (None otherwise).
+    parent_deadline_ms: int | None
+
+
 class SweepFinds(NamedTuple):
     """What a lease sweep found to do (``Store.sweep_finds``)."""
 
@@ -389,6 +399,11 @@ class Store(abc.ABC):
     async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
         """`stopping` entities whose grace deadline has passed by the store's clock, and their
         deadlines; rows another transaction is writing now are skipped (SKIP LOCKED)."""
+
+    @abc.abstractmethod
+    async def cascades_due(self, limit: int) -> list[CascadeFind]:
+        """Open children whose parent is shutting down or has ended and that its signal has not
+        reached yet: not ended, and (unless the parent was killed) not `stopping` already."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

@@ -62,7 +62,7 @@ from ..database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, r
 from ..faults import Faults
 from ..feed_order import FeedOrder
 from ..rows import entity_from_row, event_from_row
-from ..sql_reads import SQLReads
+from ..sql_reads import SQLReads, cascades_due_sql
 from .connections import Connections
 from .faults import LOST, setup_refusal
 from .feed import DEFAULT_POLL_S, Doorbell, FeedReader
@@ -112,6 +112,7 @@ class PostgresStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_cascades_due = cascades_due_sql("$1", ' COLLATE "C"')
 
     def __init__(
         self,

@@ -56,7 +56,7 @@ from ..faults import DISK_FULL_RETRY_S, Faults
 from ..outcome import now_ms
 from ..rows import entity_from_row, event_from_row
 from ..sessions import MemorySessions
-from ..sql_reads import SQLReads
+from ..sql_reads import SQLReads, cascades_due_sql
 from .damage import inspect_settled
 from .faults import classify, full_at_start, has_room
 from .lone_write import LoneWrite
@@ -102,6 +102,7 @@ class SQLiteStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_cascades_due = cascades_due_sql("?")
 
     def __init__(
         self,

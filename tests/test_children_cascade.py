@@ -1,0 +1,137 @@
+"""A parent's SIGTERM and SIGKILL cascade down its tree of children, durably.
+
+Real servers (SQLite, and PostgreSQL for `both_stores`), real signals through the
+client; waits are on the entities' states (``wait_for_state``), never sleeps.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import ServerProcess
+from electric_server.core import entity_writes
+from electric_server.store.base import Write
+from electric_server.store.sqlite.store import SQLiteStore
+from electric_server.tools.datadir import database_path
+
+from electric_sdk import AsyncClient, State
+from electric_sdk._wire.times import timestamp_to_datetime
+from electric_sdk.lifecycle import Signal
+from electric_sdk.runtime import App, Context, Message
+from electric_sdk.runtime.worker import Worker
+from electric_sdk.testing import TestServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
+
+WAIT_S = 30.0
+ENDED = (State.STOPPED, State.KILLED)
+
+
+def hosting_app() -> App:
+    """Types ``boss`` and ``team`` whose entities stay `running` (an idle timeout of an hour)."""
+    app = App("children")
+
+    async def never(ctx: Context, message: Message) -> None:
+        await anyio.sleep_forever()
+
+    app.entity("boss", idle_timeout="1h")(never)
+    app.entity("team", idle_timeout="1h")(never)
+    return app
+
+
+@pytest.fixture
+async def worker(electric: TestServer) -> AsyncIterator[Worker]:
+    hosted = Worker(hosting_app(), [electric.address], worker_id="w-children")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        yield hosted
+        await hosted.shutdown(0)
+
+
+async def tree(client: AsyncClient, root_grace_s: float = 2.0, *, running: bool = True) -> list[str]:
+    """/boss/root → /team/a, /team/b → /team/a1: three levels, each `running` (``running``: a
+    worker hosts them); the children's grace is long."""
+    await client.spawn("boss/root", grace_period=timedelta(seconds=root_grace_s))
+    long = timedelta(seconds=600)
+    await client.spawn("team/a", grace_period=long, parent="boss/root")
+    await client.spawn("team/b", grace_period=long, parent="boss/root")
+    await client.spawn("team/a1", grace_period=long, parent="team/a")
+    for ref in ("boss/root", "team/a", "team/b", "team/a1") if running else ():
+        await client.wait_for_state(ref, State.RUNNING, timeout=WAIT_S)
+    return ["team/a", "team/b", "team/a1"]
+
+
+async def ended_by_cascade(client: AsyncClient, ref: str) -> State:
+    ended = await client.wait_for_state(ref, ENDED, timeout=WAIT_S)
+    signals = [e for e in (await client.events(ref, 0, limit=100)).events if e.type == "signal"]
+    # One signal (a runtime settles it: its record, then an update of it, under one key).
+    assert {(s.key, s.to_json()["value"]["sender"]) for s in signals} == {
+        (signals[0].key, "electric:cascade")
+    }
+    return ended.state
+
+
+async def test_sigterm_to_a_root_stops_every_descendant_within_the_roots_grace(
+    client: AsyncClient, worker: Worker
+) -> None:
+    descendants = await tree(client)
+    await client.spawn("team/other", grace_period=timedelta(seconds=600))  # not in the tree
+    await client.wait_for_state("team/other", State.RUNNING, timeout=WAIT_S)
+    sent = await client.signal("boss/root", "SIGTERM")
+    assert sent.new_state is State.STOPPING
+    # The root's grace deadline: its SIGTERM's commit time plus its grace (2 s).
+    root_deadline = sent.created_at + timedelta(seconds=2)
+    for ref in descendants:
+        assert await ended_by_cascade(client, ref) is State.STOPPED
+        # Its `stopping` record's deadline: its own grace (600 s) cut to what remained of the root's.
+        events = (await client.events(ref, 0, limit=100)).events
+        [stopping] = [e for e in events if e.state is State.STOPPING]
+        assert stopping.raw.state.HasField("deadline")
+        assert timestamp_to_datetime(stopping.raw.state.deadline) <= root_deadline
+    assert (await client.get("team/other")).state is State.RUNNING
+
+
+async def test_sigkill_to_a_root_kills_every_descendant(client: AsyncClient, worker: Worker) -> None:
+    descendants = await tree(client, root_grace_s=600)
+    await client.kill("boss/root")
+    for ref in descendants:
+        assert await ended_by_cascade(client, ref) is State.KILLED
+
+
+async def test_a_cascade_cut_short_by_a_kill_9_finishes_after_a_restart(
+    tmp_path: Path, server_process: Callable[..., ServerProcess]
+) -> None:
+    """The root's SIGKILL is committed by a server whose cascade never ran (kill -9 first): the
+    next server finds the children from the store alone, and signals each once."""
+    data = tmp_path / "data"
+    first = server_process(data)
+    async with AsyncClient(first.address) as client:
+        # No worker: a SIGKILL reaches children in any state, `spawning` too.
+        descendants = await tree(client, root_grace_s=600, running=False)
+        await client.spawn("team/c", parent="boss/root")
+    first.send(signal.SIGKILL)
+    first.wait()
+    # The root's kill, written through the store's own write as the server writes it, with no
+    # server running: as if one committed it and died before its cascade ran.
+    store = SQLiteStore(database_path(data))
+    await store.open()
+    try:
+        spec = entity_writes.SignalSpec(Signal.SIGKILL)
+        await store.write(Write(("boss", "root"), entity_writes.signal(("boss", "root"), spec)))
+        assert [f.child for f in await store.cascades_due(10)] == [
+            ("team", "a"),
+            ("team", "b"),
+            ("team", "c"),
+        ]
+    finally:
+        await store.close()
+    second = server_process(data)
+    async with AsyncClient(second.address) as client:
+        for ref in [*descendants, "team/c"]:
+            assert await ended_by_cascade(client, ref) is State.KILLED
+
