@@ -135,3 +135,45 @@ async def test_a_cascade_cut_short_by_a_kill_9_finishes_after_a_restart(
         for ref in [*descendants, "team/c"]:
             assert await ended_by_cascade(client, ref) is State.KILLED
 
+
+def delegating_app() -> App:
+    """``lead`` spawns a child ``helper`` and sends it its message, waiting for the run;
+    ``helper`` answers; ``lead`` answers with the helper's output."""
+    app = App("children-delegate")
+
+    @app.entity("lead", idle_timeout="1h")
+    async def lead(ctx: Context, message: Message) -> str:
+        child = await ctx.spawn(f"helper/{ctx.ref.id}")
+        answer = await ctx.send(child, message.text, wait="run", timeout="30s")
+        return f"lead got: {answer['output']}"
+
+    @app.entity("helper", idle_timeout="1h")
+    async def helper(ctx: Context, message: Message) -> str:
+        return f"helped with {message.text}"
+
+    return app
+
+
+async def test_entity_code_spawns_a_child_and_waits_for_its_run(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    hosted = Worker(delegating_app(), [electric.address], worker_id="w-delegate")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await client.spawn("lead/l1")
+        result = await client.send("lead/l1", "sources", wait="run", timeout=WAIT_S)
+        assert result.output == "lead got: helped with sources"
+        child = await client.get("helper/l1")
+        assert child.parent is not None
+        assert child.parent.url == "/lead/l1"
+        steps = [
+            e.value["data"]["name"]
+            for e in (await client.events("lead/l1", 0, limit=100)).events
+            if e.type == "electric.step"
+        ]
+        assert "electric:spawn /helper/l1" in steps
+        assert "electric:send /helper/l1" in steps
+        # Its SIGKILL reaches the child its code spawned.
+        await client.kill("lead/l1")
+        assert (await client.wait_for_state("helper/l1", ENDED, timeout=WAIT_S)).state is State.KILLED
+        await hosted.shutdown(0)
