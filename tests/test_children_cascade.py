@@ -177,3 +177,27 @@ async def test_entity_code_spawns_a_child_and_waits_for_its_run(
         await client.kill("lead/l1")
         assert (await client.wait_for_state("helper/l1", ENDED, timeout=WAIT_S)).state is State.KILLED
         await hosted.shutdown(0)
+
+
+async def test_a_detach_type_leaves_its_children_running(electric: TestServer, client: AsyncClient) -> None:
+    app = hosting_app()
+
+    @app.entity("lone", idle_timeout="1h", children="detach")
+    async def lone(ctx: Context, message: Message) -> None:
+        await anyio.sleep_forever()
+
+    hosted = Worker(app, [electric.address], worker_id="w-detach")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await client.spawn("lone/d")
+        await client.spawn("team/dc", parent="lone/d")
+        await client.spawn("boss/c")
+        await client.spawn("team/cc", parent="boss/c")
+        for ref in ("lone/d", "team/dc", "boss/c", "team/cc"):
+            await client.wait_for_state(ref, State.RUNNING, timeout=WAIT_S)
+        await client.kill("lone/d")
+        await client.kill("boss/c")
+        # The pass that killed boss/c's child read the store after lone/d was killed too.
+        await client.wait_for_state("team/cc", State.KILLED, timeout=WAIT_S)
+        assert (await client.get("team/dc")).state is State.RUNNING
+        await hosted.shutdown(0)

@@ -163,6 +163,9 @@ class TypeProfile(NamedTuple):
     # pinned runs wait ``upgrade_after_ms`` (None: for good).
     versioning: str = ""
     upgrade_after_ms: int | None = None
+    # "detach": the type's entities' SIGTERM and SIGKILL do not reach their children; "" they
+    # do (core/cascade.py). The newest version's announcement holds.
+    children: str = ""
 
 
 class VersionChoice(NamedTuple):

@@ -36,6 +36,10 @@ def cascades_due_sql(limit_placeholder: str, collate: str = "") -> str:
         f"FROM entities c JOIN entities p ON c.parent = (p.type || '/' || p.id){collate} "
         f"WHERE c.parent <> '' AND c.state NOT IN ({terminal}) AND p.state IN ({ending}) "
         f"AND (p.state = '{State.KILLED.value}' OR c.state IN ({movable})) "
+        # The parent's type's policy, as its newest code version announced it.
+        f"AND NOT EXISTS (SELECT 1 FROM type_profiles tp WHERE tp.type = p.type{collate} "
+        "AND tp.children = 'detach' "
+        f"AND tp.seq = (SELECT max(t2.seq) FROM type_profiles t2 WHERE t2.type = p.type{collate})) "
         f"ORDER BY c.type, c.id LIMIT {limit_placeholder}"
     )
 

@@ -238,13 +238,15 @@ CREATE TABLE version_choices (
     ramp_percent integer NOT NULL
 );
 """,
-    # Child entities (EntityRecord.parent) and the index the cascade sweep and `ls --parent` read.
+    # Child entities (EntityRecord.parent), each type's children policy (TypeProfile.children),
+    # and the index the cascade sweep and `ls --parent` read.
     # Expand-only: a replica of version 6 runs beside it (it spawns roots; its statements name
     # their columns, so the new one keeps its default).
     7: """
 ALTER TABLE entities ADD COLUMN parent text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN parent text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN b_parent text;
+ALTER TABLE type_profiles ADD COLUMN children text NOT NULL DEFAULT '';
 CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '';
 """,
 }

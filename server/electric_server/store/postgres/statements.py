@@ -251,12 +251,16 @@ PURGE_IDEMPOTENCY = (
     "FOR UPDATE SKIP LOCKED)"
 )
 
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = (
+    "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms, children "
+    "FROM type_profiles"
+)
 UPSERT_TYPE_PROFILE = (
     "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
-    "upgrade_after_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (type, code_version) DO UPDATE SET "
-    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
-    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+    "upgrade_after_ms, children) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (type, code_version) "
+    "DO UPDATE SET grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms, "
+    "children = excluded.children"
 )
 SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
 UPSERT_VERSION_CHOICE = (

@@ -136,7 +136,11 @@ CREATE TABLE IF NOT EXISTS version_choices (
 ) WITHOUT ROWID;
 """
 # Columns type_profiles gained after its first release (an older file gains them when opened).
-_PROFILE_ADDED = {"versioning": "TEXT NOT NULL DEFAULT ''", "upgrade_after_ms": "INTEGER"}
+_PROFILE_ADDED = {
+    "versioning": "TEXT NOT NULL DEFAULT ''",
+    "upgrade_after_ms": "INTEGER",
+    "children": "TEXT NOT NULL DEFAULT ''",
+}
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -240,12 +244,16 @@ SELECT_ENDED_OPEN_HOLDERS = (
     f"SELECT {_KEY}, lease_session, updated_at FROM entities INDEXED BY entities_ended_open "
     f"WHERE closed = 0 AND state IN ({_TERMINAL})"
 )
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = (
+    "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms, children "
+    "FROM type_profiles"
+)
 UPSERT_TYPE_PROFILE = (
     "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
-    "upgrade_after_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (type, code_version) DO UPDATE SET "
+    "upgrade_after_ms, children) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (type, code_version) DO UPDATE SET "
     "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
-    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms, "
+    "children = excluded.children"
 )
 SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
 UPSERT_VERSION_CHOICE = (
