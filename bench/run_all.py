@@ -38,6 +38,7 @@ BENCHES = [
     "bench_sigterm_interrupt",
     "bench_version_grant",
     "bench_send_wait",
+    "bench_cascade",
     "bench_steps",
     "bench_parallel_steps",
     "bench_exec",
