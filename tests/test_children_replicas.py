@@ -63,7 +63,9 @@ async def test_a_sigterm_cascade_survives_the_kill_9_of_the_replica_that_took_it
         root_deadline = sent.created_at + timedelta(seconds=3)
         for ref in ("team/a", "team/b", "team/a1"):
             assert await ended_by_cascade(on_b, ref) is State.STOPPED
+            # A child whose lease was on A's worker session went idle when A died (runtime_lost),
+            # and an idle entity's SIGTERM stops it at once: no `stopping` record then.
             events = (await on_c.events(ref, 0, limit=100)).events
-            [stopping] = [e for e in events if e.state is State.STOPPING]
-            assert timestamp_to_datetime(stopping.raw.state.deadline) <= root_deadline
+            for stopping in [e for e in events if e.state is State.STOPPING]:
+                assert timestamp_to_datetime(stopping.raw.state.deadline) <= root_deadline
         assert (await on_c.wait_for_state("boss/root", ENDED, timeout=WAIT_S)).state is State.STOPPED
