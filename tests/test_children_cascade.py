@@ -10,6 +10,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -201,3 +202,32 @@ async def test_a_detach_type_leaves_its_children_running(electric: TestServer, c
         await client.wait_for_state("team/cc", State.KILLED, timeout=WAIT_S)
         assert (await client.get("team/dc")).state is State.RUNNING
         await hosted.shutdown(0)
+
+
+async def child_records(client: AsyncClient, parent: str, count: int) -> list[dict[str, Any]]:
+    """The parent's first ``count`` ``electric.child`` records, waited for on its stream."""
+    found: list[dict[str, Any]] = []
+    with anyio.fail_after(WAIT_S):
+        async for event in client.watch(parent, 0):
+            if event.type == "electric.child":
+                found.append(event.value["data"])
+                if len(found) == count:
+                    return found
+    raise AssertionError(f"{parent}'s stream ended with {found}")
+
+
+async def test_a_childs_end_is_recorded_once_in_its_parents_stream(
+    client: AsyncClient, worker: Worker
+) -> None:
+    await tree(client, root_grace_s=600)
+    await client.kill("team/a1")
+    await client.signal("team/b", "SIGTERM")
+    records = await child_records(client, "team/a", 1)
+    assert records == [{"child": "/team/a1", "state": "killed", "cause": "signal"}]
+    [ended_b] = await child_records(client, "boss/root", 1)
+    assert ended_b["child"] == "/team/b"
+    assert ended_b["state"] == "stopped"
+    # Told once: a later child's end is the next record, with none repeated between.
+    await client.kill("team/a")
+    later = await child_records(client, "boss/root", 2)
+    assert [r["child"] for r in later] == ["/team/b", "/team/a"]

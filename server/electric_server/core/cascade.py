@@ -15,6 +15,12 @@ idempotency key named for the parent and the signal, in the child's own
 scope, so two replicas, or one sweep and its retry after a crash, signal a
 child once. The signal's own write re-checks the child's state, so a child
 that ended meanwhile is left as it is.
+
+A child's end is recorded in its parent's stream, an ``electric.child`` record
+{child, state, cause}, keyed by the child (so written once), while that stream
+is open; the child is then marked told (``EntityRecord.parent_told``), so the
+sweep finds each ended child once, after a restart too. A parent whose stream
+has closed (it ended before the child) gets no record.
 """
 
 from __future__ import annotations
@@ -25,16 +31,34 @@ import hashlib
 import logging
 from collections.abc import Callable
 
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.entities import entity_url
+from electric_sdk._wire.events import event_body
+from electric_sdk._wire.json_values import json_to_value
 from electric_sdk.lifecycle import STATE_RULES, Signal, SignalRejected, State
 
 from ..lifetime import Component, TaskGroup
 from ..settings import POLL
-from ..store.base import CascadeFind, Commit, Idempotency, StorageFault, Store, Write
+from ..store.base import (
+    CascadeFind,
+    Commit,
+    Decide,
+    EntityRecord,
+    Idempotency,
+    Mutation,
+    NewEvent,
+    StorageFault,
+    Store,
+    Write,
+    WriteContext,
+)
 from . import entity_writes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Cascade", "cascade_key"]
+__all__ = ["CHILD_EVENT", "Cascade", "cascade_key"]
+
+CHILD_EVENT = "electric.child"
 
 PAGE = 256  # children signalled per pass
 CASCADE_SENDER = "electric:cascade"
@@ -83,18 +107,22 @@ class Cascade(Component):
     async def _run(self) -> None:
         while not self._stopping:
             self._wakeup.clear()
+            more = False
             try:
                 found = await self.store.cascades_due(PAGE)
                 if found:
                     await self._signal(found)
+                ended = await self.store.children_ended(PAGE)
+                if ended:
+                    await self._tell_parents(ended)
+                more = len(found) >= PAGE or len(ended) >= PAGE
             except StorageFault:
                 pass  # the store has said why; the next pass will do
             except Exception:  # a bug must not end the cascade (nor its server's stop)
                 log.exception("the cascade of parents' signals failed")
-                found = []
             if self._stopping:
                 return
-            if len(found) >= PAGE:
+            if more:
                 continue  # more wait: the next page at once
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self.poll_s)
@@ -132,3 +160,54 @@ class Cascade(Component):
                 continue  # found again by the next pass
             if outcome.commit is not None:
                 self.signalled += 1
+
+    async def _tell_parents(self, ended: list[EntityRecord]) -> None:
+        for child in ended:
+            parent_type, _, parent_id = child.parent.partition("/")
+            parent = (parent_type, parent_id)
+            cause = await self._end_cause(child)
+            key = f"child-{child.type}.{child.id}"
+            digest = hashlib.sha256(f"child\0{key}".encode()).digest()
+            told = await self.store.write_many(
+                [Write(parent, _record_child(child, cause), Idempotency(key, digest), lambda _c: b"")]
+            )
+            if isinstance(told[0], BaseException):
+                if not isinstance(told[0], StorageFault):
+                    log.error("the record of /%s/%s's end in its parent failed: %s", *child.ref, told[0])
+                continue  # found again by the next pass
+            marked = await self.store.write_many([Write(child.ref, _mark_told)])
+            if isinstance(marked[0], BaseException) and not isinstance(marked[0], StorageFault):
+                log.error("marking /%s/%s's parent told failed: %s", *child.ref, marked[0])
+
+    async def _end_cause(self, child: EntityRecord) -> str:
+        """The cause its terminal `state` record names (the last state record in its stream)."""
+        events = await self.store.read_events(child.ref, max(0, child.head_offset - 50), 50)
+        for event in reversed(events):
+            if event.kind == "state":
+                return pb.Event.FromString(event.body).state.cause
+        return ""
+
+
+def _record_child(child: EntityRecord, cause: str) -> Decide:
+    """The parent's ``electric.child`` record of the child's end, unless its stream has closed."""
+    data = {"child": entity_url(*child.ref), "state": child.state.value, "cause": cause}
+
+    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        if current is None or current.closed:
+            return Mutation()
+        custom = pb.CustomValue(data=json_to_value(data))
+        event = NewEvent(
+            CHILD_EVENT,
+            f"child_{child.type}.{child.id}",
+            entity_writes.INSERT,
+            event_body(pb.Event(custom=custom)),
+        )
+        return Mutation([event], current)
+
+    return decide
+
+
+def _mark_told(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+    if current is None or current.parent_told:
+        return Mutation()
+    return Mutation([], current.replace(parent_told=True))

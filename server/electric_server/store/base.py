@@ -117,6 +117,9 @@ class EntityRecord(NamedTuple):
     # The entity it was spawned as a child of, as "type/id" (names hold no "/"); "" a root. Set
     # at the spawn and never changed: the cascade sweep (core/cascade.py) reads it.
     parent: str = ""
+    # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
+    # or there was no open stream to record it in.
+    parent_told: bool = False
 
     @property
     def ref(self) -> Ref:
@@ -407,6 +410,10 @@ class Store(abc.ABC):
     async def cascades_due(self, limit: int) -> list[CascadeFind]:
         """Open children whose parent is shutting down or has ended and that its signal has not
         reached yet: not ended, and (unless the parent was killed) not `stopping` already."""
+
+    @abc.abstractmethod
+    async def children_ended(self, limit: int) -> list[EntityRecord]:
+        """Ended children whose end is not recorded in their parent's stream yet."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from electric_sdk.lifecycle import STATE_RULES, TERMINAL_STATES, Signal, State, decide
 
-from .base import CascadeFind, Ref, Store, TypeProfile, VersionChoice
+from .base import CascadeFind, EntityRecord, Ref, Store, TypeProfile, VersionChoice
+from .rows import entity_from_row
 
 __all__ = ["SQLReads", "cascades_due_sql"]
 
@@ -55,6 +56,8 @@ class SQLReads(Store):
     select_bound_runs: str
     # The children a parent's signal has not reached; its one parameter, the limit.
     select_cascades_due: str
+    # Ended children whose parent is not told yet; its one parameter, the limit.
+    select_children_ended: str
 
     @abc.abstractmethod
     async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
@@ -76,6 +79,9 @@ class SQLReads(Store):
             CascadeFind((str(ct), str(ci)), (str(pt), str(pi)), State(ps), None if d is None else int(d))
             for ct, ci, pt, pi, ps, d in rows
         ]
+
+    async def children_ended(self, limit: int) -> list[EntityRecord]:
+        return [entity_from_row(r) for r in await self.fetch(self.select_children_ended, (limit,))]
 
     async def bound_runs(self, type_: str) -> list[tuple[str, int, int]]:
         rows = await self.fetch(self.select_bound_runs, (type_,))

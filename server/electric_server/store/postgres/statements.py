@@ -49,6 +49,7 @@ __all__ = [
     "SAVEPOINT",
     "SELECT_BACKEND_START",
     "SELECT_BOUND_RUNS",
+    "SELECT_CHILDREN_ENDED",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
@@ -83,6 +84,11 @@ _E_LIST = ", ".join(f'e."{c}"' for c in ENTITY_COLUMNS)
 
 SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
 SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
+# Ended children whose parent is not told yet (core/cascade.py), through entities_untold.
+SELECT_CHILDREN_ENDED = (
+    f"SELECT {_ENTITY_LIST} FROM entities WHERE parent <> '' AND NOT parent_told "
+    f"AND state IN ({TERMINAL}) LIMIT $1"
+)
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.

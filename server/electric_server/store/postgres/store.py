@@ -76,6 +76,7 @@ from .sessions import PostgresSessions
 from .statements import (
     PURGE_IDEMPOTENCY,
     SELECT_BOUND_RUNS,
+    SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -112,6 +113,7 @@ class PostgresStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_children_ended = SELECT_CHILDREN_ENDED
     select_cascades_due = cascades_due_sql("$1", ' COLLATE "C"')
 
     def __init__(

@@ -21,6 +21,7 @@ __all__ = [
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
     "SELECT_BOUND_RUNS",
+    "SELECT_CHILDREN_ENDED",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENDED_OPEN_HOLDERS",
     "SELECT_ENTITIES",
@@ -71,6 +72,7 @@ _ENTITY_DEFINITIONS = {
     "run_version": "TEXT NOT NULL DEFAULT ''",
     "waiting_since_ms": "INTEGER",
     "parent": "TEXT NOT NULL DEFAULT ''",
+    "parent_told": "INTEGER NOT NULL DEFAULT 0",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -158,6 +160,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute(_HOLDER_INDEX)
     conn.execute(_WAITING_INDEX)
     conn.execute(_PARENT_INDEX)
+    conn.execute(_UNTOLD_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
     # A run in flight bound to its code version waits for a worker of it from now (the bound on
     # that wait counts from here: runtime/versions.py).
@@ -182,6 +185,15 @@ SELECT_WAITING_RUNS = (
 # Children by parent: `ls --parent` and the cascade sweep (core/cascade.py); roots are not in it.
 _PARENT_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_parent ON entities (parent, type, id) WHERE parent <> ''"
+)
+# Ended children whose parent is not told yet: few, whatever the table's size.
+_UNTOLD_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_untold ON entities (type, id) "
+    f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL})"
+)
+SELECT_CHILDREN_ENDED = (
+    f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_untold "
+    f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL}) LIMIT ?"
 )
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"

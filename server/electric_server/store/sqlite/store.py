@@ -64,6 +64,7 @@ from .schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
     SELECT_BOUND_RUNS,
+    SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
     SELECT_ENDED_OPEN_HOLDERS,
     SELECT_ENTITIES,
@@ -102,6 +103,7 @@ class SQLiteStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_children_ended = SELECT_CHILDREN_ENDED
     select_cascades_due = cascades_due_sql("?")
 
     def __init__(
