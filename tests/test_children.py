@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -76,3 +77,15 @@ async def test_a_spawn_under_an_unknown_or_ended_parent_is_refused_and_writes_no
     assert result.returncode != 0
     assert "boss/nobody" in result.stderr
     assert not await client.list("worker")
+
+
+async def test_the_http_door_spawns_a_child_and_refuses_an_unknown_parent(http: Any) -> None:
+    assert (await http.put("/boss/root")).status_code in (200, 201)
+    child = await http.put("/team/a", json={"parent": "/boss/root"})
+    assert child.status_code in (200, 201), child.text
+    assert child.json()["parent"] == "/boss/root"
+    assert (await http.get("/team/a")).json()["parent"] == "/boss/root"
+    orphan = await http.put("/team/b", json={"parent": "boss/nobody"})
+    assert orphan.status_code == 404
+    assert orphan.json()["error"]["code"] == "PARENT_NOT_FOUND"
+    assert (await http.get("/team/b")).status_code == 404
