@@ -39,6 +39,7 @@ BENCHES = [
     "bench_version_grant",
     "bench_send_wait",
     "bench_mcp_cancel",
+    "bench_cascade",
     "bench_steps",
     "bench_parallel_steps",
     "bench_exec",

@@ -129,6 +129,8 @@ class Entity:
     bound_code_version: str | None = None
     # Since when that run waits for a worker of its version (no lease); None: it does not wait.
     waiting_since: datetime | None = None
+    # The entity it was spawned as a child of; None: a root.
+    parent: EntityRef | None = None
 
     @property
     def waiting_for_code(self) -> str | None:
@@ -158,6 +160,7 @@ class Entity:
             holder=LeaseHolder.from_pb(m.holder) if m.HasField("holder") else None,
             bound_code_version=m.bound_code_version or None,
             waiting_since=timestamp_to_datetime(m.waiting_since) if m.HasField("waiting_since") else None,
+            parent=EntityRef(m.parent.type, m.parent.id) if m.HasField("parent") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +181,8 @@ class Entity:
             rows.append(("stopping deadline", to_iso(self.stopping_deadline)))
         if self.holder:
             rows.append(("worker", self.holder.worker_id))
+        if self.parent:
+            rows.append(("parent", self.parent.url))
         return _html_table(self.ref.url, rows)
 
 

@@ -56,6 +56,8 @@ class EntityFields(Protocol):
     def run_version(self) -> str: ...
     @property
     def waiting_since_ms(self) -> int | None: ...
+    @property
+    def parent(self) -> str: ...
 
 
 class HolderFields(Protocol):
@@ -67,6 +69,11 @@ class HolderFields(Protocol):
     def worker_id(self) -> str: ...
     @property
     def replica(self) -> str: ...
+
+
+def parent_key(type_: str, id_: str) -> str:
+    """How a record names its parent ("type/id": names hold no "/")."""
+    return f"{type_}/{id_}"
 
 
 def entity_url(type_: str, id_: str) -> str:
@@ -107,6 +114,9 @@ def entity_to_pb(record: EntityFields, holder: HolderFields | None = None) -> pb
         # shutting down: a SIGTERM's cleanup goes to the version new wakes get.
         if record.waiting_since_ms is not None and not STATE_RULES[record.state].shutting_down:
             message.waiting_since.CopyFrom(timestamp_from_ms(record.waiting_since_ms))
+    if record.parent:
+        parent_type, _, parent_id = record.parent.partition("/")
+        message.parent.CopyFrom(pb.EntityRef(type=parent_type, id=parent_id))
     if holder is not None:
         message.holder.CopyFrom(
             pb.LeaseHolder(

@@ -68,6 +68,7 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
         "waiting_since": to_iso(timestamp_to_datetime(m.waiting_since))
         if m.HasField("waiting_since")
         else None,
+        "parent": entity_url(m.parent.type, m.parent.id) if m.HasField("parent") else None,
     }
 
 

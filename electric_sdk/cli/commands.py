@@ -86,7 +86,9 @@ def parse_json(text: str | None, flag: str) -> Any:
 
 
 def spawn(ctx: Invocation, args: argparse.Namespace) -> int:
-    entity = ctx.client.spawn(args.ref, grace_period=args.grace, idle_timeout=args.idle_timeout)
+    entity = ctx.client.spawn(
+        args.ref, grace_period=args.grace, idle_timeout=args.idle_timeout, parent=args.parent
+    )
     if ctx.out.json_mode:
         ctx.out.record(entity.to_json())
     else:
@@ -150,7 +152,7 @@ def recent_events_lines(tail: list[Event]) -> str:
 def ls(ctx: Invocation, args: argparse.Namespace) -> int:
     # One more than asked tells whether --limit cut the list, without a count of them all.
     limit = args.limit + 1 if args.limit is not None else None
-    entities = ctx.client.list(args.type, states_of(args), limit=limit)
+    entities = ctx.client.list(args.type, states_of(args), limit=limit, parent=args.parent)
     truncated = args.limit is not None and len(entities) > args.limit
     entities = entities[: args.limit] if truncated else entities
     types = presence_cmds.hosted(ctx)

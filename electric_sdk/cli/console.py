@@ -260,6 +260,8 @@ def entity_detail(entity: Entity) -> str:
         ("txid", str(entity.txid)),
         ("worker", holder_text(entity.holder)),
     ]
+    if entity.parent is not None:
+        fields.append(("parent", entity.parent.url))
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
     if entity.bound_code_version is not None:

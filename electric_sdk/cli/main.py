@@ -168,12 +168,14 @@ def _client_commands(sub: Subparsers) -> None:
     grace, idle = DEFAULT_GRACE_MS // 1000, DEFAULT_IDLE_TIMEOUT_MS // 1000
     p.add_argument("--grace", metavar="DURATION", help=f"SIGTERM grace period (server default {grace}s)")
     p.add_argument("--idle-timeout", metavar="DURATION", help=f"idle timeout (server default {idle}s)")
+    p.add_argument("--parent", metavar="TYPE/ID", help="the entity it works for: its SIGTERM/SIGKILL cascade")
 
     p = add("get", commands.get, "show one entity")
     p.add_argument("ref", metavar="TYPE/ID", help=REF_HELP)
 
     p = add("ls", commands.ls, "list entities, ordered by type and id")
     p.add_argument("--type", help="only entities of this type")
+    p.add_argument("--parent", metavar="TYPE/ID", help="only the children of this entity")
     _states(p, "entities")
     p.add_argument("--limit", type=_positive, metavar="N", help="at most N entities")
 

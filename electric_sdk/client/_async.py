@@ -211,8 +211,11 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
         grace_period: DurationLike | None = None,
         idle_timeout: DurationLike | None = None,
         idempotency_key: str | None = None,
+        parent: RefLike | None = None,
     ) -> Entity:
-        """Create an entity in `spawning`. Raises EntityExists if the id was ever used."""
+        """Create an entity in `spawning`. Raises EntityExists if the id was ever used. ``parent``:
+        the entity it works for (it must exist and not have ended); its SIGTERM and SIGKILL
+        cascade to the child (docs/runtime.md, "Child entities")."""
         r = parse_ref(ref)
         profile = pb.Profile()
         try:
@@ -225,6 +228,8 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
         request = api.SpawnEntityRequest(
             ref=r.to_pb(), profile=profile, idempotency_key=idempotency_key or new_idempotency_key()
         )
+        if parent is not None:
+            request.parent.CopyFrom(parse_ref(parent).to_pb())
         response: api.SpawnEntityResponse = await self._call("SpawnEntity", request)
         return Entity.from_pb(response.entity)
 
@@ -241,8 +246,10 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
         *,
         limit: int | None = None,
         page_size: int = 500,
+        parent: RefLike | None = None,
     ) -> list[Entity]:
-        """Entities ordered by type and id, all pages (or the first ``limit``)."""
+        """Entities ordered by type and id, all pages (or the first ``limit``); ``parent``: only
+        its children."""
         out: list[Entity] = []
         token = ""
         wanted = [state_to_pb(s) for s in parse_states(states)]
@@ -251,6 +258,8 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
             request = api.ListEntitiesRequest(
                 type=type or "", states=wanted, page_size=size, page_token=token
             )
+            if parent is not None:
+                request.parent.CopyFrom(parse_ref(parent).to_pb())
             response: api.ListEntitiesResponse = await self._call("ListEntities", request)
             out.extend(Entity.from_pb(e) for e in response.entities)
             token = response.next_page_token

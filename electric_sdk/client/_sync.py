@@ -161,6 +161,7 @@ class Client:
         grace_period: DurationLike | None = None,
         idle_timeout: DurationLike | None = None,
         idempotency_key: str | None = None,
+        parent: RefLike | None = None,
     ) -> Entity:
         return self._run(
             self._async.spawn,
@@ -168,6 +169,7 @@ class Client:
             grace_period=grace_period,
             idle_timeout=idle_timeout,
             idempotency_key=idempotency_key,
+            parent=parent,
         )
 
     def get(self, ref: RefLike) -> Entity:
@@ -180,8 +182,9 @@ class Client:
         *,
         limit: int | None = None,
         page_size: int = 500,
+        parent: RefLike | None = None,
     ) -> list[Entity]:
-        return self._run(self._async.list, type, states, limit=limit, page_size=page_size)
+        return self._run(self._async.list, type, states, limit=limit, page_size=page_size, parent=parent)
 
     def workers(self) -> builtins.list[WorkerInfo]:
         return self._run(self._async.workers)

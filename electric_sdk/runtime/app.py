@@ -158,6 +158,7 @@ class App:
         versioning: Versioning | None = None,
         upgrade_after: DurationLike | None = None,
         sigterm_interrupts: bool = False,
+        children: Literal["cascade", "detach"] = "cascade",
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
@@ -169,9 +170,16 @@ class App:
         pinned for ``electric server --upgrade-after`` (10 min), then upgraded (docs/runtime.md,
         "Deploys"); ``sigterm_interrupts``: a SIGTERM interrupts the step in progress at once, as
         SIGINT does, so ``on_signal(SIGTERM)`` runs within the grace (default: at the next step
-        boundary, the RFC's timing; ``lifecycle.OPT_IN_TIMING``)."""
+        boundary, the RFC's timing; ``lifecycle.OPT_IN_TIMING``); ``children``: whether its
+        entities' SIGTERM and SIGKILL cascade to their child entities (``"cascade"``, the default)
+        or leave them as they are (``"detach"``; docs/runtime.md, "Child entities")."""
         probe = EntityType(
-            name, _no_handler, SimpleNamespace, versioning=versioning, upgrade_after=upgrade_after
+            name,
+            _no_handler,
+            SimpleNamespace,
+            versioning=versioning,
+            upgrade_after=upgrade_after,
+            children=children,
         )
         policy = snapshots or SnapshotPolicy()
         if not TYPE_NAME.fullmatch(name):
@@ -187,6 +195,7 @@ class App:
                     etype = _class_type(name, target, grace_period, idle_timeout, wanted, state, policy)
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
                     etype.sigterm_interrupts = sigterm_interrupts
+                    etype.children = children
                     etype.codec = self.codec
                     self.types[name] = etype
                     return target
@@ -203,6 +212,7 @@ class App:
                     versioning=probe.versioning,
                     upgrade_after=probe.upgrade_after,
                     sigterm_interrupts=sigterm_interrupts,
+                    children=children,
                     codec=self.codec,
                 )
             self.types[name] = etype

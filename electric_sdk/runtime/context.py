@@ -21,7 +21,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from ..client._options import DurationLike
 from ..durable_state import MAX_PENDING_BYTES, RESERVED_PREFIX, Op, StateError, apply
@@ -29,12 +29,16 @@ from ..errors import InvalidArgument, RunAborted
 from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .children import send_step, spawn_step
 from .codec import Codec
 from .mcp import McpServer
 from .mcp import call_tool as mcp_call
 from .patches import deprecate_patch, patched, unwritten_markers
 from .state import LeaseState, StateView
 from .steps import Member, Retry, RunSteps, current_member, current_step_key, gather_steps, run_step, seconds
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
 
 T = TypeVar("T")
 
@@ -136,6 +140,7 @@ class _Host(Protocol):
     async def history(self) -> list[Event]: ...
     def lease_state(self) -> LeaseState: ...
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None: ...
+    def client(self) -> AsyncClient: ...  # the worker's, for ctx.spawn and ctx.send
 
 
 class Context:
@@ -293,6 +298,39 @@ class Context:
         return await self.step(
             f"mcp:{server.name}/{tool}", mcp_call, self, server, tool, arguments, timeout_s
         )
+
+    async def spawn(
+        self,
+        ref: str | EntityRef,
+        /,
+        *,
+        grace_period: DurationLike | None = None,
+        idle_timeout: DurationLike | None = None,
+    ) -> EntityRef:
+        """Spawn a child entity of this one, as a recorded step (a run delivered again does not
+        spawn it twice); this entity's SIGTERM and SIGKILL cascade to it::
+
+            helper = await ctx.spawn("researcher/r1")
+        """
+        return await spawn_step(self, ref, grace_period, idle_timeout)
+
+    async def send(
+        self,
+        ref: str | EntityRef,
+        text: str = "",
+        /,
+        *,
+        data: Any = None,
+        wait: Literal["run"] | None = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - the wait's bound, as client.send's
+    ) -> dict[str, Any]:
+        """Send an entity (a child, say) a message, as a recorded step; with ``wait="run"``, wait
+        for the run it starts. Answers the receipt's, or the run result's, JSON (as recorded)::
+
+            answer = await ctx.send(helper, "find sources", wait="run", timeout="5m")
+            text = answer["output"]
+        """
+        return await send_step(self, ref, text, data, wait, timeout)
 
     @property
     def step_key(self) -> str:

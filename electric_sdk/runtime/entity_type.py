@@ -104,6 +104,9 @@ class EntityType:
     # Whether a SIGTERM interrupts the step in progress at once (as SIGINT does) instead of
     # waiting for the run's next step boundary (lifecycle.OPT_IN_TIMING).
     sigterm_interrupts: bool = False
+    # "detach": its entities' SIGTERM and SIGKILL leave their children as they are; "cascade"
+    # (the default) reaches them (docs/runtime.md, Child entities).
+    children: str = "cascade"
     # The steps a worker has warned of (a declared timeout past the grace): each is named once.
     warned_steps: set[str] = field(default_factory=set, repr=False, compare=False)
     # How its steps' results are recorded and rebuilt: the app's (``App(codec=...)``).
@@ -116,6 +119,10 @@ class EntityType:
             raise DefinitionError(
                 f"entity type {self.name!r}: versioning must be one of {', '.join(VERSIONINGS)}, "
                 f"got {self.versioning!r}"
+            )
+        if self.children not in ("cascade", "detach"):
+            raise DefinitionError(
+                f"entity type {self.name!r}: children must be 'cascade' or 'detach', got {self.children!r}"
             )
         if self.upgrade_after is not None and self.versioning != "pinned":
             raise DefinitionError(
@@ -164,6 +171,7 @@ class EntityType:
             hosted.versioning = VERSIONING_TO_PB[versioning]
         if self.upgrade_after is not None:
             hosted.upgrade_after.CopyFrom(to_duration(self.upgrade_after))
+        hosted.detach_children = self.children == "detach"
         return hosted
 
     @overload

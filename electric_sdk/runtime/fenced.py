@@ -31,6 +31,7 @@ from ..models import Entity, Event, EventPage
 from .context import Message, RetryOf, SignalInfo
 
 if TYPE_CHECKING:
+    from ..client import AsyncClient
     from .metrics import WorkerMetrics
 
 __all__ = [
@@ -114,6 +115,7 @@ class WorkerLink(Protocol):
     async def history(self, ref: pb.EntityRef) -> list[Event]: ...
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage: ...
     def now_s(self) -> float: ...  # the idle timeouts' clock, in seconds (Worker.now_s)
+    def client(self) -> AsyncClient: ...  # the worker's client (entity code's ctx.spawn, ctx.send)
     @property
     def code_version(self) -> str: ...  # the version a run's STARTED record names
 

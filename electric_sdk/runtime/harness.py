@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
@@ -41,6 +41,9 @@ from ..client._options import DurationLike
 from ..durable_state import STATE_EVENT, STEP_EVENT, SnapshotPolicy, apply
 from ..lifecycle import OPT_IN_TIMING, STATE_RULES, Action, Decision, Signal, SignalRejected, State, Timing
 from ..models import Entity, EntityRef, Event
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
 from ..state_read import Loaded
 from .app import App
 from .context import Context, Message, SignalInfo
@@ -529,6 +532,10 @@ class EntityHarness:
 
     def declared_timeout(self, step: str, timeout_s: float) -> None:
         return None  # the worker's warning (host.py): the harness's SIGTERM is the test's own
+
+    def client(self) -> AsyncClient:
+        # The harness has no server (ctx.spawn and ctx.send need one: test them with a TestServer).
+        raise RuntimeError("ctx.spawn and ctx.send need a server: run the entity under a TestServer's worker")
 
     async def emit(self, type: str, data: Any) -> None:
         custom = pb.CustomValue()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import lifecycle
 from .._proto.electric.v1 import runtime_service_pb2 as rt
@@ -28,6 +28,9 @@ from ..lifecycle import MESSAGE_SCOPED_SIGNALS, STATE_RULES, Action, Effect, Out
 from .context import Message, SignalInfo
 from .fenced import DEFAULT_IDLE_TIMEOUT, WorkerLink
 from .lifetime import Lifetime
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
 
 __all__ = ["HostBase"]
 
@@ -54,6 +57,10 @@ class HostBase(Lifetime):
         self._term: SignalInfo | None = None
         # The `stopping` event's deadline, once seen: the cleanup ends then.
         self.grace_deadline: datetime | None = self.entity.stopping_deadline
+
+    def client(self) -> AsyncClient:
+        """The worker's client (entity code's ctx.spawn and ctx.send: children.py)."""
+        return self._fenced.session.client()
 
     # -- lifetime -----------------------------------------------------------------------------
 

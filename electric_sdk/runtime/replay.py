@@ -30,7 +30,7 @@ import copy
 from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -40,6 +40,9 @@ from ..durable_state import SnapshotPolicy, StateError
 from ..errors import InvalidArgument, NonDeterministicRun, StepFailed
 from ..lifecycle import STATE_RULES
 from ..models import Entity, Event, EventPage
+
+if TYPE_CHECKING:
+    from ..client import AsyncClient
 from ..state_read import Loaded, load_state
 from .app import App
 from .context import Context, Message
@@ -185,6 +188,10 @@ class _ReplayHost:
 
     def declared_timeout(self, step: str, timeout_s: float) -> None:
         return None  # a replay check stops nothing
+
+    def client(self) -> AsyncClient:
+        # A replay runs no step that is recorded (ctx.spawn's, ctx.send's): it reaches no server.
+        raise RuntimeError("a replay check does not reach the server: a spawn or send outside its record")
 
     async def emit(self, type: str, data: Any) -> None:
         return None

@@ -496,13 +496,17 @@ class Worker:
     def ack(self, lease: rt.Lease, offset: int) -> None:
         self._send(rt.ConnectRequest(ack=rt.Ack(ref=lease.ref, epoch=lease.epoch, offset=offset)))
 
-    async def history(self, ref: pb.EntityRef) -> list[Event]:
+    def client(self) -> AsyncClient:
+        """The worker's client to the server (made at first use; closed with the worker)."""
         if self._client is None:
             self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
+        return self._client
+
+    async def history(self, ref: pb.EntityRef) -> list[Event]:
         events: list[Event] = []
         offset = 0
         while True:
-            page = await self._client.events(f"{ref.type}/{ref.id}", offset, limit=500)
+            page = await self.client().events(f"{ref.type}/{ref.id}", offset, limit=500)
             events.extend(page.events)
             if not page.events or page.next_offset >= page.head_offset:
                 return events
@@ -518,9 +522,7 @@ class Worker:
 
     async def events_page(self, ref: pb.EntityRef, from_offset: int, limit: int) -> EventPage:
         """One page of the entity's stream (a host reads its durable state and recorded steps)."""
-        if self._client is None:
-            self._client = AsyncClient(options=self.options, channel_options=self._keepalive())
-        return await self._client.events(f"{ref.type}/{ref.id}", from_offset, limit=limit)
+        return await self.client().events(f"{ref.type}/{ref.id}", from_offset, limit=limit)
 
     # -- shutdown ---------------------------------------------------------------------------
 

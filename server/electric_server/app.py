@@ -44,6 +44,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
 from .core.auth import TokenTable
 from .core.caps import Caps
+from .core.cascade import Cascade
 from .core.errors import ApiError, storage_error
 from .core.reaper import Reaper
 from .core.service import EntityService
@@ -219,6 +220,7 @@ class ElectricServer:
         # The live watches (core/watch.py), once started: what tests and operators count open watches by.
         self.watches: Watches | None = None
         self._reaper: Reaper | None = None
+        self.cascade: Cascade | None = None
         self.metrics: ServerMetrics | None = None
         self._datadir_lock: DataDirLock | None = None
         # A failure of the store for good: the server must stop (see drain_on_failure).
@@ -289,6 +291,8 @@ class ElectricServer:
                 self.store, config.idempotency_retention_ms, config.settle_ms, config.poll_ms, config.clock
             )
         )
+        # A parent's SIGTERM and SIGKILL reach its children (core/cascade.py).
+        self.cascade = await stack.enter_async_context(Cascade(self.store, config.poll_ms))
         self.runtime = await stack.enter_async_context(
             Runtime(
                 self.store,

@@ -67,6 +67,9 @@ class SignalSpec:
     message_key: str = ""
     # SIGTERM only: the step in progress is interrupted at once (lifecycle.OPT_IN_TIMING).
     interrupt: bool = False
+    # SIGTERM only: the grace ends by then at the latest (a cascade from a parent: its own
+    # deadline, so a tree stops within its root's grace; core/cascade.py). None: the entity's grace.
+    latest_deadline_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,7 @@ def state_event(
     return NewEvent("state", key, INSERT, event_body(pb.Event(state=value)))
 
 
-def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide:
+def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None, parent: str = "") -> Decide:
     """A new entity in `spawning`; a profile value the request left unset (None) is its type's
     default, fixed at its first lease (runtime/profiles.py): the server's default holds its place."""
 
@@ -122,6 +125,7 @@ def spawn(ref: Ref, grace_ms: int | None, idle_timeout_ms: int | None) -> Decide
             txid=ctx.txid,
             grace_pending=grace_ms is None,
             idle_timeout_pending=idle_timeout_ms is None,
+            parent=parent,
         )
         return Mutation([state_event(f"state_{ctx.txid}", INITIAL_STATE, None, "spawn")], record)
 
@@ -135,8 +139,11 @@ def _transition(
     cause: str,
     signal_key: str = "",
     leased: bool = False,
+    latest_deadline_ms: int | None = None,
 ) -> tuple[NewEvent, EntityRecord]:
     deadline = ctx.now_ms + current.grace_ms if STATE_RULES[new].cleanup else None
+    if deadline is not None and latest_deadline_ms is not None:
+        deadline = max(ctx.now_ms, min(deadline, latest_deadline_ms))
     event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
     # A terminal entity's stream closes (EOF) once nobody is left to write its
     # last records: at once without a lease, else when the lease ends.
@@ -212,7 +219,9 @@ def signal(
             record = record.replace(reload_pending=True)  # the next wake runs the newest code
         if decision.transitions:
             leased = holds_lease(current, ctx)
-            event, record = _transition(record, decision.new_state, ctx, "signal", key, leased)
+            event, record = _transition(
+                record, decision.new_state, ctx, "signal", key, leased, spec.latest_deadline_ms
+            )
             events.append(event)
         return Mutation(events, record, Signalled(key, decision))
 
@@ -269,7 +278,9 @@ def _signal_waiting(
     if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
         record = record.replace(reload_pending=True)
     if decision.transitions:
-        event, record = _transition(record, decision.new_state, ctx, "signal", key)
+        event, record = _transition(
+            record, decision.new_state, ctx, "signal", key, latest_deadline_ms=spec.latest_deadline_ms
+        )
         events.append(event)
     return Mutation(events, record, Signalled(key, decision))
 

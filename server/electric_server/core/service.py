@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk._wire.entities import entity_to_pb, entity_url
+from electric_sdk._wire.entities import entity_to_pb, entity_url, parent_key
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.limits import PAGE_BYTES
@@ -139,16 +139,37 @@ class EntityService(api_grpc.EntityServiceServicer):
         ref = v.ref(request.ref)
         # What the request leaves unset is the type's default, fixed at the first lease.
         grace, idle = v.profile_ms(request.profile, "profile")
+        parent = await self._parent(request) if request.HasField("parent") else ""
         response = await _write(
             self.store,
             ref,
-            entity_writes.spawn(ref, grace, idle),
+            entity_writes.spawn(ref, grace, idle, parent),
             _idempotency("SpawnEntity", request),
             lambda c: api.SpawnEntityResponse(entity=entity_to_pb(c.after)),  # type: ignore[arg-type]
             api.SpawnEntityResponse,
         )
         await self.presence.arrived(ref[0], "a spawn")
         return response
+
+    async def _parent(self, request: api.SpawnEntityRequest) -> str:
+        """The spawn's parent, which must exist and not have ended. Read before the spawn's own
+        write: a parent that ends between the two still cascades to the child (core/cascade.py).
+        No cycle can arise: the new entity has no children, and a parent is never changed."""
+        ref = v.ref(request.parent, "parent")
+        record = await self.store.get_entity(ref)
+        url = entity_url(*ref)
+        if record is None:
+            raise ApiError(
+                grpc.StatusCode.NOT_FOUND, "PARENT_NOT_FOUND", f"No parent entity {url}", {"parent": url}
+            )
+        if record.state.terminal:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "PARENT_ENDED",
+                f"Parent entity {url} has ended ({record.state.value})",
+                {"parent": url, "state": record.state.value},
+            )
+        return parent_key(*ref)
 
     @translate
     async def GetEntity(self, request: api.GetEntityRequest, context: Ctx) -> api.GetEntityResponse:
@@ -165,7 +186,8 @@ class EntityService(api_grpc.EntityServiceServicer):
         states = v.states(request.states)
         limit = v.page_size(request.page_size)
         after = _decode_page_token(request.page_token)
-        records = await self.store.list_entities(type_, states, after, limit + 1)
+        parent = parent_key(*v.ref(request.parent, "parent")) if request.HasField("parent") else ""
+        records = await self.store.list_entities(type_, states, after, limit + 1, parent)
         page = records[:limit]
         token = _encode_page_token(page[-1].ref) if len(records) > limit else ""
         return api.ListEntitiesResponse(entities=await self._with_holders(page), next_page_token=token)

@@ -135,6 +135,7 @@ def _schemas() -> dict[str, Schema]:
                 "holder",
                 "bound_code_version",
                 "waiting_since",
+                "parent",
             ],
             {
                 "url": {"type": "string"},
@@ -163,6 +164,10 @@ def _schemas() -> dict[str, Schema]:
                     "type": ["string", "null"],
                     "format": "date-time",
                     "description": "since when that run waits for a worker of its version (no lease)",
+                },
+                "parent": {
+                    "type": ["string", "null"],
+                    "description": "the entity it was spawned as a child of (/{type}/{id}); null for a root",
                 },
                 "holder": {
                     "description": "the worker holding the entity's lease while it is live (GetEntity, "

@@ -129,7 +129,17 @@ def request_schemas() -> dict[str, Schema]:
             "description": "a version announced by the type's workers (else 409 VERSION_NOT_ANNOUNCED)",
         },
         "SpawnRequest": obj(
-            [], {"profile": obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration})}
+            [],
+            {
+                "profile": obj([], {"grace_period_ms": duration, "idle_timeout_ms": duration}),
+                "parent": {
+                    "type": "string",
+                    "pattern": f"^/?{PATH_NAME}/{PATH_NAME}$",
+                    "description": "the entity it works for, /{type}/{id}: it must exist and not have "
+                    "ended (else 404 PARENT_NOT_FOUND or 409 PARENT_ENDED); its SIGTERM and SIGKILL "
+                    "cascade to the child",
+                },
+            },
         ),
         "ForkRequest": obj(
             ["id"],

@@ -172,13 +172,16 @@ def _signal_fields(
 
 def _spawn(request: Request, query: Query, obj: body.JsonObject) -> Message:
     """A spawn, or a fork with the Durable Streams fork headers (http/forking.py)."""
-    body.fields(obj, {"profile"})
+    body.fields(obj, {"profile", "parent"})
     ref = _ref(request)
     if ref.type.startswith("_"):
         raise invalid_argument(
             "RESERVED_NAME", "entity types starting with '_' are reserved over HTTP", field="ref.type"
         )
     message = api.SpawnEntityRequest(ref=ref)
+    if "parent" in obj:
+        parent_type, _, parent_id = body.string(obj, "parent").strip("/").partition("/")
+        message.parent.CopyFrom(pb.EntityRef(type=parent_type, id=parent_id))  # validated by the service
     profile = body.mapping(obj, "profile")
     body.fields(profile, {"grace_period_ms", "idle_timeout_ms"}, "profile.")
     for name, wire in (("grace_period_ms", "grace_period"), ("idle_timeout_ms", "idle_timeout")):

@@ -164,7 +164,11 @@ class Runtime(Component):
         # them) and stored before the worker hears back.
         announced = [
             self.type_profiles.announce(
-                h.type, code_version, h.profile if h.HasField("profile") else None, *versioning(h, "hello")
+                h.type,
+                code_version,
+                h.profile if h.HasField("profile") else None,
+                *versioning(h, "hello"),
+                "detach" if h.detach_children else "",
             )
             for h in hosted
         ]

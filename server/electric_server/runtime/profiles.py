@@ -46,6 +46,7 @@ class TypeProfiles:
         profile: pb.Profile | None,
         versioning: str = "",
         upgrade_after_ms: int | None = None,
+        children: str = "",
     ) -> TypeProfile:
         """A worker's announcement (its profile was checked with the hello): in effect at once, so
         the next lease uses it; ``save`` stores it. ``versioning``: what its runs do when they must
@@ -55,7 +56,7 @@ class TypeProfiles:
             self._seq += 1
         grace, idle = v.profile_ms(profile, "hello.types.profile") if profile is not None else (None, None)
         seq = known.seq if known else self._seq
-        announced = TypeProfile(type_, code_version, seq, grace, idle, versioning, upgrade_after_ms)
+        announced = TypeProfile(type_, code_version, seq, grace, idle, versioning, upgrade_after_ms, children)
         self._keep(announced)
         return announced
 

@@ -114,6 +114,12 @@ class EntityRecord(NamedTuple):
     # run in flight, cleared by the next grant. The bound a type allows is counted from it, so
     # the deadline outlives a restart.
     waiting_since_ms: int | None = None
+    # The entity it was spawned as a child of, as "type/id" (names hold no "/"); "" a root. Set
+    # at the spawn and never changed: the cascade sweep (core/cascade.py) reads it.
+    parent: str = ""
+    # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
+    # or there was no open stream to record it in.
+    parent_told: bool = False
 
     @property
     def ref(self) -> Ref:
@@ -126,6 +132,16 @@ class EntityRecord(NamedTuple):
 
     def replace(self, **changes: Any) -> EntityRecord:
         return self._replace(**changes)
+
+
+class CascadeFind(NamedTuple):
+    """A child its parent's end has not reached yet (``Store.cascades_due``; core/cascade.py)."""
+
+    child: Ref
+    parent: Ref
+    parent_state: State
+    # The parent's grace deadline while it is `stopping` (None otherwise).
+    parent_deadline_ms: int | None
 
 
 class SweepFinds(NamedTuple):
@@ -150,6 +166,9 @@ class TypeProfile(NamedTuple):
     # pinned runs wait ``upgrade_after_ms`` (None: for good).
     versioning: str = ""
     upgrade_after_ms: int | None = None
+    # "detach": the type's entities' SIGTERM and SIGKILL do not reach their children; "" they
+    # do (core/cascade.py). The newest version's announcement holds.
+    children: str = ""
 
 
 class VersionChoice(NamedTuple):
@@ -364,9 +383,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
-        """Entities ordered by (type, id), strictly after ``after``."""
+        """Entities ordered by (type, id), strictly after ``after``; ``parent`` set ("type/id"):
+        only its children."""
 
     @abc.abstractmethod
     async def read_events(self, ref: Ref, from_offset: int, limit: int) -> list[StoredEvent]: ...
@@ -385,6 +405,15 @@ class Store(abc.ABC):
     async def due_deadlines(self, limit: int) -> list[tuple[Ref, int]]:
         """`stopping` entities whose grace deadline has passed by the store's clock, and their
         deadlines; rows another transaction is writing now are skipped (SKIP LOCKED)."""
+
+    @abc.abstractmethod
+    async def cascades_due(self, limit: int) -> list[CascadeFind]:
+        """Open children whose parent is shutting down or has ended and that its signal has not
+        reached yet: not ended, and (unless the parent was killed) not `stopping` already."""
+
+    @abc.abstractmethod
+    async def children_ended(self, limit: int) -> list[EntityRecord]:
+        """Ended children whose end is not recorded in their parent's stream yet."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

@@ -59,7 +59,14 @@ _STATE = _FIELDS.index("state")
 # The booleans, which SQL drivers may return as integers.
 _BOOLEANS = tuple(
     _FIELDS.index(name)
-    for name in ("closed", "reload_pending", "grace_pending", "idle_timeout_pending", "process_running")
+    for name in (
+        "closed",
+        "reload_pending",
+        "grace_pending",
+        "idle_timeout_pending",
+        "process_running",
+        "parent_told",
+    )
 )
 _CANCELLED = _FIELDS.index("cancelled_messages")
 # What a commit sets on the entity it writes (see ``advanced``).

@@ -29,6 +29,7 @@ class SpawnEntityRequest(_message.Message):
     REF_FIELD_NUMBER: _builtins.int
     PROFILE_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
     idempotency_key: _builtins.str
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
@@ -36,16 +37,24 @@ class SpawnEntityRequest(_message.Message):
     def profile(self) -> _types_pb2.Profile:
         """Unset fields take the defaults (grace 30 s, idle timeout 60 s)."""
 
+    @_builtins.property
+    def parent(self) -> _types_pb2.EntityRef:
+        """The entity this one works for (its parent): it must exist and not have
+        ended. Recorded for good; a parent's SIGTERM/SIGKILL cascade to it as its
+        type's `children` policy says (docs/runtime.md, Child entities).
+        """
+
     def __init__(
         self,
         *,
         ref: _types_pb2.EntityRef | None = ...,
         profile: _types_pb2.Profile | None = ...,
         idempotency_key: _builtins.str = ...,
+        parent: _types_pb2.EntityRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "ref", b"ref"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parent", b"parent", "profile", b"profile", "ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "profile", b"profile", "ref", b"ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "parent", b"parent", "profile", b"profile", "ref", b"ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -119,6 +128,7 @@ class ListEntitiesRequest(_message.Message):
     STATES_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     """Empty: every type."""
     page_size: _builtins.int
@@ -129,6 +139,10 @@ class ListEntitiesRequest(_message.Message):
     def states(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.State.ValueType]:
         """Empty: every state."""
 
+    @_builtins.property
+    def parent(self) -> _types_pb2.EntityRef:
+        """Set: only the children of this entity."""
+
     def __init__(
         self,
         *,
@@ -136,10 +150,11 @@ class ListEntitiesRequest(_message.Message):
         states: _abc.Iterable[_types_pb2.State.ValueType] | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        parent: _types_pb2.EntityRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["parent", b"parent"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "states", b"states", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "parent", b"parent", "states", b"states", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,11 +30,17 @@ class HostedType(_message.Message):
     PROFILE_FIELD_NUMBER: _builtins.int
     VERSIONING_FIELD_NUMBER: _builtins.int
     UPGRADE_AFTER_FIELD_NUMBER: _builtins.int
+    DETACH_CHILDREN_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     versioning: _types_pb2.Versioning.ValueType
     """What happens to a run bound to this code version (it started on it)
     when it must be delivered again and no worker announcing the version is
     connected.
+    """
+    detach_children: _builtins.bool
+    """The entity type's children stay as they are when one of its entities
+    stops or is killed (App.entity(children="detach")); unset: its SIGTERM and
+    SIGKILL cascade to them (docs/runtime.md, Child entities).
     """
     @_builtins.property
     def profile(self) -> _types_pb2.Profile:
@@ -53,10 +59,11 @@ class HostedType(_message.Message):
         profile: _types_pb2.Profile | None = ...,
         versioning: _types_pb2.Versioning.ValueType = ...,
         upgrade_after: _duration_pb2.Duration | None = ...,
+        detach_children: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "upgrade_after", b"upgrade_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach_children", b"detach_children", "profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -358,6 +358,7 @@ class Entity(_message.Message):
     HOLDER_FIELD_NUMBER: _builtins.int
     BOUND_CODE_VERSION_FIELD_NUMBER: _builtins.int
     WAITING_SINCE_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -406,6 +407,10 @@ class Entity(_message.Message):
         the entity): since when. `get` and `ls` say "waiting for code VERSION".
         """
 
+    @_builtins.property
+    def parent(self) -> Global___EntityRef:
+        """The entity it was spawned as a child of; unset for a root."""
+
     def __init__(
         self,
         *,
@@ -423,10 +428,11 @@ class Entity(_message.Message):
         holder: Global___LeaseHolder | None = ...,
         bound_code_version: _builtins.str = ...,
         waiting_since: _timestamp_pb2.Timestamp | None = ...,
+        parent: Global___EntityRef | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "parent", b"parent", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_code_version", b"bound_code_version", "closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_code_version", b"bound_code_version", "closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "parent", b"parent", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -58,6 +58,8 @@ _ADDED_TYPES = {
     "run_key": "text NOT NULL DEFAULT ''",  # version 4
     "run_version": "text NOT NULL DEFAULT ''",  # version 6
     "waiting_since_ms": "bigint",  # version 6
+    "parent": "text NOT NULL DEFAULT ''",  # version 7
+    "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -236,6 +238,22 @@ CREATE TABLE version_choices (
     ramp_version text NOT NULL,
     ramp_percent integer NOT NULL
 );
+""",
+    # Child entities (EntityRecord.parent), each type's children policy (TypeProfile.children),
+    # and the index the cascade sweep and `ls --parent` read.
+    # Expand-only: a replica of version 6 runs beside it (it spawns roots; its statements name
+    # their columns, so the new one keeps its default).
+    7: f"""
+ALTER TABLE entities ADD COLUMN parent text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN parent text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_parent text;
+ALTER TABLE entities ADD COLUMN parent_told boolean NOT NULL DEFAULT false;
+ALTER TABLE commit_feed ADD COLUMN parent_told boolean NOT NULL DEFAULT false;
+ALTER TABLE commit_feed ADD COLUMN b_parent_told boolean;
+ALTER TABLE type_profiles ADD COLUMN children text NOT NULL DEFAULT '';
+CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '';
+CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
+    AND state IN ({TERMINAL});
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

@@ -49,6 +49,7 @@ __all__ = [
     "SAVEPOINT",
     "SELECT_BACKEND_START",
     "SELECT_BOUND_RUNS",
+    "SELECT_CHILDREN_ENDED",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENTITIES",
     "SELECT_ENTITY",
@@ -83,6 +84,11 @@ _E_LIST = ", ".join(f'e."{c}"' for c in ENTITY_COLUMNS)
 
 SELECT_ENTITY = f"SELECT {_ENTITY_LIST} FROM entities WHERE type = $1 AND id = $2"
 SELECT_ENTITIES = f"SELECT {_ENTITY_LIST} FROM entities"  # the caller adds WHERE, ORDER and LIMIT
+# Ended children whose parent is not told yet (core/cascade.py), through entities_untold.
+SELECT_CHILDREN_ENDED = (
+    f"SELECT {_ENTITY_LIST} FROM entities WHERE parent <> '' AND NOT parent_told "
+    f"AND state IN ({TERMINAL}) LIMIT $1"
+)
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.
@@ -251,12 +257,16 @@ PURGE_IDEMPOTENCY = (
     "FOR UPDATE SKIP LOCKED)"
 )
 
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = (
+    "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms, children "
+    "FROM type_profiles"
+)
 UPSERT_TYPE_PROFILE = (
     "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
-    "upgrade_after_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (type, code_version) DO UPDATE SET "
-    "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
-    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+    "upgrade_after_ms, children) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (type, code_version) "
+    "DO UPDATE SET grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms, "
+    "children = excluded.children"
 )
 SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
 UPSERT_VERSION_CHOICE = (

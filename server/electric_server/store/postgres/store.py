@@ -62,7 +62,7 @@ from ..database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, r
 from ..faults import Faults
 from ..feed_order import FeedOrder
 from ..rows import entity_from_row, event_from_row
-from ..sql_reads import SQLReads
+from ..sql_reads import SQLReads, cascades_due_sql
 from .connections import Connections
 from .faults import LOST, setup_refusal
 from .feed import DEFAULT_POLL_S, Doorbell, FeedReader
@@ -76,6 +76,7 @@ from .sessions import PostgresSessions
 from .statements import (
     PURGE_IDEMPOTENCY,
     SELECT_BOUND_RUNS,
+    SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
     SELECT_ENTITIES,
     SELECT_ENTITY,
@@ -112,6 +113,8 @@ class PostgresStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_children_ended = SELECT_CHILDREN_ENDED
+    select_cascades_due = cascades_due_sql("$1", ' COLLATE "C"')
 
     def __init__(
         self,
@@ -302,10 +305,13 @@ class PostgresStore(SQLReads):
         return entity_from_row(rows[0]) if rows else None
 
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
         where: list[str] = []
         args: list[object] = []
+        if parent:
+            args.append(parent)
+            where.append(f"parent = ${len(args)}")
         if type:
             args.append(type)
             where.append(f"type = ${len(args)}")

@@ -21,6 +21,7 @@ __all__ = [
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
     "SELECT_BOUND_RUNS",
+    "SELECT_CHILDREN_ENDED",
     "SELECT_DUE_DEADLINES",
     "SELECT_ENDED_OPEN_HOLDERS",
     "SELECT_ENTITIES",
@@ -70,6 +71,8 @@ _ENTITY_DEFINITIONS = {
     "run_key": "TEXT NOT NULL DEFAULT ''",
     "run_version": "TEXT NOT NULL DEFAULT ''",
     "waiting_since_ms": "INTEGER",
+    "parent": "TEXT NOT NULL DEFAULT ''",
+    "parent_told": "INTEGER NOT NULL DEFAULT 0",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -135,7 +138,11 @@ CREATE TABLE IF NOT EXISTS version_choices (
 ) WITHOUT ROWID;
 """
 # Columns type_profiles gained after its first release (an older file gains them when opened).
-_PROFILE_ADDED = {"versioning": "TEXT NOT NULL DEFAULT ''", "upgrade_after_ms": "INTEGER"}
+_PROFILE_ADDED = {
+    "versioning": "TEXT NOT NULL DEFAULT ''",
+    "upgrade_after_ms": "INTEGER",
+    "children": "TEXT NOT NULL DEFAULT ''",
+}
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -152,6 +159,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     # After the columns: an older file gains lease_session just above.
     conn.execute(_HOLDER_INDEX)
     conn.execute(_WAITING_INDEX)
+    conn.execute(_PARENT_INDEX)
+    conn.execute(_UNTOLD_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
     # A run in flight bound to its code version waits for a worker of it from now (the bound on
     # that wait counts from here: runtime/versions.py).
@@ -172,6 +181,19 @@ SELECT_WAITING_RUNS = (
     f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_waiting "
     "WHERE waiting_since_ms IS NOT NULL AND lease_session = '' AND closed = 0 "
     "ORDER BY waiting_since_ms LIMIT ?"
+)
+# Children by parent: `ls --parent` and the cascade sweep (core/cascade.py); roots are not in it.
+_PARENT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_by_parent ON entities (parent, type, id) WHERE parent <> ''"
+)
+# Ended children whose parent is not told yet: few, whatever the table's size.
+_UNTOLD_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_untold ON entities (type, id) "
+    f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL})"
+)
+SELECT_CHILDREN_ENDED = (
+    f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_untold "
+    f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL}) LIMIT ?"
 )
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"
@@ -234,12 +256,16 @@ SELECT_ENDED_OPEN_HOLDERS = (
     f"SELECT {_KEY}, lease_session, updated_at FROM entities INDEXED BY entities_ended_open "
     f"WHERE closed = 0 AND state IN ({_TERMINAL})"
 )
-SELECT_TYPE_PROFILES = "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms FROM type_profiles"
+SELECT_TYPE_PROFILES = (
+    "SELECT type, code_version, seq, grace_ms, idle_timeout_ms, versioning, upgrade_after_ms, children "
+    "FROM type_profiles"
+)
 UPSERT_TYPE_PROFILE = (
     "INSERT INTO type_profiles (type, code_version, seq, grace_ms, idle_timeout_ms, versioning, "
-    "upgrade_after_ms) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (type, code_version) DO UPDATE SET "
+    "upgrade_after_ms, children) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (type, code_version) DO UPDATE SET "
     "grace_ms = excluded.grace_ms, idle_timeout_ms = excluded.idle_timeout_ms, "
-    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms"
+    "versioning = excluded.versioning, upgrade_after_ms = excluded.upgrade_after_ms, "
+    "children = excluded.children"
 )
 SELECT_VERSION_CHOICES = "SELECT type, selected, ramp_version, ramp_percent FROM version_choices"
 UPSERT_VERSION_CHOICE = (

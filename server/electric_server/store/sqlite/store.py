@@ -56,7 +56,7 @@ from ..faults import DISK_FULL_RETRY_S, Faults
 from ..outcome import now_ms
 from ..rows import entity_from_row, event_from_row
 from ..sessions import MemorySessions
-from ..sql_reads import SQLReads
+from ..sql_reads import SQLReads, cascades_due_sql
 from .damage import inspect_settled
 from .faults import classify, full_at_start, has_room
 from .lone_write import LoneWrite
@@ -64,6 +64,7 @@ from .schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
     SELECT_BOUND_RUNS,
+    SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
     SELECT_ENDED_OPEN_HOLDERS,
     SELECT_ENTITIES,
@@ -102,6 +103,8 @@ class SQLiteStore(SQLReads):
     select_type_profiles = SELECT_TYPE_PROFILES
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
+    select_children_ended = SELECT_CHILDREN_ENDED
+    select_cascades_due = cascades_due_sql("?")
 
     def __init__(
         self,
@@ -332,9 +335,12 @@ class SQLiteStore(SQLReads):
         return entity_from_row(row) if row else None
 
     async def list_entities(
-        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int
+        self, type: str | None, states: Sequence[State], after: Ref | None, limit: int, parent: str = ""
     ) -> list[EntityRecord]:
         where, args = [], []
+        if parent:
+            where.append("parent = ?")
+            args.append(parent)
         if type:
             where.append("type = ?")
             args.append(type)

@@ -1,0 +1,71 @@
+"""A tree of entities across three replicas: the root's SIGTERM stops every descendant within its
+grace though the replica that took the SIGTERM is killed (kill -9) at once.
+
+Real `electric server` replicas on one PostgreSQL database (test_replicas.py's fixture: polls of
+20 ms, sessions living 1 s past their last renewal) and a worker given every replica's address.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from test_children_cascade import ENDED, WAIT_S, ended_by_cascade, hosting_app
+from test_replicas import (  # noqa: F401 - fixtures
+    StartReplica,
+    anyio_backend,
+    one_loop,
+    replica,
+)
+
+from electric_sdk import AsyncClient, State
+from electric_sdk._wire.times import timestamp_to_datetime
+from electric_sdk.runtime.worker import Worker
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def three(replica: StartReplica) -> AsyncIterator[tuple[Any, Any, Any]]:  # noqa: F811
+    a, b, c = replica(), replica(), replica()
+    worker = Worker(
+        hosting_app(),
+        [a.address, b.address, c.address],
+        worker_id="w-tree",
+        keepalive_ms=100,
+        keepalive_timeout_ms=200,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        yield a, b, c
+        await worker.shutdown(0)
+
+
+async def test_a_sigterm_cascade_survives_the_kill_9_of_the_replica_that_took_it(
+    three: tuple[Any, Any, Any],
+) -> None:
+    a, b, c = three
+    long = timedelta(seconds=600)
+    async with AsyncClient(a.address) as on_a, AsyncClient(b.address) as on_b, AsyncClient(c.address) as on_c:
+        await on_a.spawn("boss/root", grace_period=timedelta(seconds=3))
+        await on_b.spawn("team/a", grace_period=long, parent="boss/root")
+        await on_b.spawn("team/b", grace_period=long, parent="boss/root")
+        await on_c.spawn("team/a1", grace_period=long, parent="team/a")
+        for ref in ("boss/root", "team/a", "team/b", "team/a1"):
+            await on_b.wait_for_state(ref, State.RUNNING, timeout=WAIT_S)
+        sent = await on_a.signal("boss/root", "SIGTERM")
+        a.send(signal.SIGKILL)  # at once: its own cascade may or may not have begun
+        a.wait()
+        root_deadline = sent.created_at + timedelta(seconds=3)
+        for ref in ("team/a", "team/b", "team/a1"):
+            assert await ended_by_cascade(on_b, ref) is State.STOPPED
+            # A child whose lease was on A's worker session went idle when A died (runtime_lost),
+            # and an idle entity's SIGTERM stops it at once: no `stopping` record then.
+            events = (await on_c.events(ref, 0, limit=100)).events
+            for stopping in [e for e in events if e.state is State.STOPPING]:
+                assert timestamp_to_datetime(stopping.raw.state.deadline) <= root_deadline
+        assert (await on_c.wait_for_state("boss/root", ENDED, timeout=WAIT_S)).state is State.STOPPED
