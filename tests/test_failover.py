@@ -173,8 +173,21 @@ async def test_the_hello_ends_the_old_sessions_leases_before_its_welcome(replica
         await new.next("welcome")
         entity = (await stub(to_b).GetEntity(api.GetEntityRequest(ref=ref))).entity
         assert entity.state == pb.STATE_IDLE  # its lease ended as lost: running → idle
-        stale = await old.write(ref, lease.epoch, pb.STATE_IDLE, custom=rt.CustomEvent(type="step"))
-        assert not stale.applied
+        # A, alive, can no longer write under the old epoch: refused, or (A having seen its session
+        # end first, as a loaded machine may) the old session's stream ends instead of an answer.
+        # Either way nothing is written.
+        head = (
+            await stub(to_b).ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=0, limit=1))
+        ).head_offset
+        outcome: list[str] = []
+        try:
+            stale = await old.write(ref, lease.epoch, pb.STATE_IDLE, custom=rt.CustomEvent(type="step"))
+            outcome.append("applied" if stale.applied else "refused")
+        except AssertionError as ended:
+            outcome.append("session ended" if "the session ended" in str(ended) else repr(ended))
+        assert outcome in (["refused"], ["session ended"])
+        after = await stub(to_b).ReadEvents(api.ReadEventsRequest(ref=ref, from_offset=head, limit=100))
+        assert [e.type for e in after.events if e.type == "step"] == []
         await stub(to_b).SendMessage(api.SendMessageRequest(ref=ref, text="wake"))
         granted = (await new.next("lease_granted")).lease
         assert granted.epoch > lease.epoch
