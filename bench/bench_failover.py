@@ -114,12 +114,16 @@ class Cluster:
             proc.stop(5)
 
 
-async def _next_record(client: Any, ref: str, offset: int, attempt: int) -> float:
-    """Wait for a step record of a later attempt than ``attempt``; when it arrived (perf_counter)."""
+async def _next_record(client: Any, ref: str, offset: int, attempt: int, live: asyncio.Event) -> float:
+    """Wait for a step record of a later attempt than ``attempt``; when it arrived (perf_counter).
+    ``live`` is set at the first step record seen: the watch is open and caught up."""
     watch = cast(AsyncGenerator[Any, None], client.watch(ref, offset))
     async with contextlib.aclosing(watch) as events:
         async for event in events:
-            if event.type == "electric.step" and int(event.value["data"]["attempt"]) > attempt:
+            if event.type != "electric.step":
+                continue
+            live.set()
+            if int(event.value["data"]["attempt"]) > attempt:
                 return time.perf_counter()
     raise RuntimeError(f"{ref}: the stream ended before the run's next record")
 
@@ -148,8 +152,10 @@ async def _round(cluster: Cluster, worker_id: str, n: int, how: signal.Signals, 
     holder = cluster.index_of(sessions[0].replica)
     watcher = cluster.procs[(holder + 1) % 3].address
     async with AsyncClient(watcher) as client:
-        waiting = asyncio.ensure_future(_next_record(client, ref, offset, attempt))
-        await asyncio.sleep(0.2)  # the watch is open and caught up (a step lands every TICK_S)
+        live = asyncio.Event()
+        waiting = asyncio.ensure_future(_next_record(client, ref, offset, attempt, live))
+        # A step lands every TICK_S: the first one the watch sees says it is open and caught up.
+        await asyncio.wait_for(live.wait(), WAIT_S)
         ended_at = time.perf_counter()
         cluster.end(holder, how)
         arrived = await asyncio.wait_for(waiting, wait_s)
@@ -164,6 +170,7 @@ def _worker_id(log: Path) -> str:
         m = re.search(r"worker (\S+) connected to", log.read_text())
         if m:
             return m.group(1)
+        # The worker process's own log line is the only word of its connection: read it again.
         time.sleep(0.05)
     raise RuntimeError(f"the worker did not connect:\n{log.read_text()[-2000:]}")
 

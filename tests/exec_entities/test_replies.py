@@ -37,6 +37,11 @@ WORDS = (
 )
 
 
+def _run_started(event: object) -> bool:
+    value = getattr(event, "value", {})
+    return getattr(event, "type", "") == "run" and value.get("status") == "started"
+
+
 def words(*flags: str) -> list[str]:
     return [sys.executable, "-u", "-c", WORDS, *flags]
 
@@ -101,11 +106,7 @@ async def test_sigint_aborts_the_wait_for_a_reply(electric: TestServer, client: 
         await client.spawn("words/a")
         receipt = await client.send("words/a", "mute")
 
-        def started(event: object) -> bool:
-            value = getattr(event, "value", {})
-            return getattr(event, "type", "") == "run" and value.get("status") == "started"
-
-        await until(client, "words/a", started, receipt.offset)
+        await until(client, "words/a", _run_started, receipt.offset)
         await client.interrupt("words/a", reason="test")
         result = await client.wait_run(receipt, 30)
         assert result.status == "aborted"
@@ -136,11 +137,7 @@ async def test_sigterm_during_a_reply_stops_the_process_and_ends_the_wait(
         await client.spawn("words/a")
         receipt = await client.send("words/a", "mute")
 
-        def started(event: object) -> bool:
-            value = getattr(event, "value", {})
-            return getattr(event, "type", "") == "run" and value.get("status") == "started"
-
-        await until(client, "words/a", started, receipt.offset)
+        await until(client, "words/a", _run_started, receipt.offset)
         await client.terminate("words/a", reason="test")
         result = await client.wait_run(receipt, 30)
         assert result.status == "aborted"
