@@ -48,6 +48,7 @@ from .core.cascade import Cascade
 from .core.errors import ApiError, storage_error
 from .core.reaper import Reaper
 from .core.service import EntityService
+from .core.validation import reserved_types
 from .core.watch import Watches
 from .fastpaths import forced_fallbacks
 from .fastpaths.acceptors import Acceptors
@@ -276,6 +277,8 @@ class ElectricServer:
             stack.callback(lock.release)
             self._datadir_lock = lock
         await stack.enter_async_context(self.store)  # DamagedStore, or another StorageFault, refuses
+        if reserved := await reserved_types(self.store):  # made before "." was reserved (docs/http.md)
+            log.warning("entity types starting with '.' are reserved, no new one is made: %s", reserved)
         self._health_updates = await stack.enter_async_context(TaskGroup("the server's health"))
         self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
         stack.callback(self._stop_following_store)

@@ -137,6 +137,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     @translate
     async def SpawnEntity(self, request: api.SpawnEntityRequest, context: Ctx) -> api.SpawnEntityResponse:
         ref = v.ref(request.ref)
+        v.new_type(ref[0], "ref.type")
         # What the request leaves unset is the type's default, fixed at the first lease.
         grace, idle = v.profile_ms(request.profile, "profile")
         parent = await self._parent(request) if request.HasField("parent") else ""
@@ -416,6 +417,7 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def ForkEntity(self, request: api.ForkEntityRequest, context: Ctx) -> api.ForkEntityResponse:
         origin = v.ref(request.origin, "origin")
         ref = (origin[0], v.name(request.id, "id"))
+        v.new_type(ref[0], "origin.type")  # a fork is a new entity of its origin's type
         offset = request.offset if request.HasField("offset") else None
         reason = v.reason(request.reason)
         idem = _idempotency("ForkEntity", request)

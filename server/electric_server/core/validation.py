@@ -36,7 +36,7 @@ from electric_sdk._wire.json_values import MAX_JSON_DEPTH
 from electric_sdk.event_types import MAX_LABEL_CHARS, is_label
 from electric_sdk.lifecycle import Signal, State
 
-from ..store.base import Ref
+from ..store.base import Ref, Store
 from .errors import invalid_argument
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -69,6 +69,39 @@ def name(value: str, field: str) -> str:
             field=field,
         )
     return value
+
+
+# A new entity type may not start with "." (RESERVED_NAME, both doors): the HTTP door's paths are
+# /{type}/{id}, and /.well-known/... is A2A's agent card (docs/a2a.md), among other registered
+# well-known paths. Types created before this rule still serve; the server names them at start.
+RESERVED_TYPE_PREFIX = "."
+
+
+def new_type(value: str, field: str) -> str:
+    """A type a spawn creates: a name, not starting with ``RESERVED_TYPE_PREFIX``."""
+    if value.startswith(RESERVED_TYPE_PREFIX):
+        raise invalid_argument(
+            "RESERVED_NAME",
+            f"entity types starting with {RESERVED_TYPE_PREFIX!r} are reserved (/.well-known/ paths), "
+            f"got {value[:140]!r}",
+            field=field,
+        )
+    return value
+
+
+async def reserved_types(store: Store, most: int = 20) -> list[str]:
+    """The entity types of stored entities that start with ``RESERVED_TYPE_PREFIX`` (made before
+    the rule), at most ``most``: the server warns of them at start. Entities are ordered by
+    (type, id), so each type costs one read; "~" sorts after every character of a name."""
+    found: list[str] = []
+    after: Ref = (RESERVED_TYPE_PREFIX, "")
+    while len(found) < most:
+        page = await store.list_entities(None, [], after, 1)
+        if not page or not page[0].type.startswith(RESERVED_TYPE_PREFIX):
+            break
+        found.append(page[0].type)
+        after = (page[0].type, "~" * 129)
+    return found
 
 
 def code_version(value: str, field: str) -> str:

@@ -505,7 +505,7 @@ def document() -> Schema:
             "schemas": _schemas(),
             "parameters": {
                 "type": path_name("type", PATH_TYPE, "the entity's type"),
-                "newType": path_name("type", NEW_TYPE, "the new entity's type (not starting with _)"),
+                "newType": path_name("type", NEW_TYPE, "the new entity's type (not starting with _ or .)"),
                 "id": path_name("id", PATH_NAME, "the entity's id"),
                 "idempotencyKey": {
                     "name": "Idempotency-Key",

@@ -37,8 +37,8 @@ NAME = NAME_RE.pattern
 PATH_NAME = r"(?!\.\.?$)" + NAME
 # The path's type: not "_electric", whose paths are the aliases' (GET /_electric/entities lists).
 PATH_TYPE = r"(?!_electric$)" + PATH_NAME
-# A new type over HTTP: not starting with "_" (RESERVED_NAME).
-NEW_TYPE = r"(?!\.\.?$)[A-Za-z0-9.-][A-Za-z0-9_.-]{0,127}"
+# A new type over HTTP: not starting with "_" nor, on either door, "." (RESERVED_NAME).
+NEW_TYPE = r"[A-Za-z0-9-][A-Za-z0-9_.-]{0,127}"
 # A code version: at most 128 characters, none a control character (INVALID_CODE_VERSION).
 LABEL = {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]{0,128}$"}
 COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT64}
