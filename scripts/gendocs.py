@@ -9,7 +9,8 @@ block of docs/runtime.md that says, for each signal, when it acts on a run
 tables of docs/server.md: the options, from the server's settings table
 (server/electric_server/settings.py: each flag, its default, its range), and
 the fast paths, from their registry (server/electric_server/fastpaths/__init__.py:
-each with what it buys, what it risks, its fallback and its bench row). Each block
+each with what it buys, what it risks, its fallback and its bench row); and the A2A
+task states of docs/a2a.md, from server/electric_server/a2a/states.py. Each block
 sits between a `<!-- BEGIN GENERATED: ... -->` marker and the next
 `<!-- END GENERATED -->`; the prose around the blocks is the page's own and is
 kept as it is. If the page does not exist yet it is created from a starter
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
 RUNTIME_DOC = ROOT / "docs" / "runtime.md"
 SERVER_DOC = ROOT / "docs" / "server.md"
+A2A_DOC = ROOT / "docs" / "a2a.md"
 for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import the code from it
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
@@ -68,6 +70,7 @@ OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 WAITING_BEGIN = "<!-- BEGIN GENERATED: waiting run -->"
 STAGES_BEGIN = "<!-- BEGIN GENERATED: stop stages -->"
+A2A_STATES_BEGIN = "<!-- BEGIN GENERATED: a2a task states -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
 
@@ -273,6 +276,7 @@ SOURCES = {
     DOC.name: "electric_sdk/lifecycle.py",
     RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
     SERVER_DOC.name: "server/electric_server/settings.py and fastpaths/__init__.py",
+    A2A_DOC.name: "server/electric_server/a2a/states.py",
 }
 
 
@@ -313,6 +317,18 @@ def stages_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def a2a_states_table() -> str:
+    """The A2A task state each record of the entity's stream makes (``a2a/states.py``'s rows)."""
+    from electric_server.a2a.states import ROWS  # no A2A SDK needed: the table is plain data
+
+    lines = ["| stream record | value | A2A task state | means |", "|---|---|---|---|"]
+    for row in ROWS:
+        record = f"`{row.record}`" if row.record else "(none)"
+        value = f"`{row.value}`" if row.value else "any"
+        lines.append(f"| {record} | {value} | `{row.state}` | {row.says} |")
+    return "\n".join(lines) + "\n"
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
@@ -320,6 +336,8 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
         return {TIMING_BEGIN: timing_table()}
     if page == SERVER_DOC.name:
         return {OPTIONS_BEGIN: options_table(), FASTPATHS_BEGIN: fastpath_table()}
+    if page == A2A_DOC.name:
+        return {A2A_STATES_BEGIN: a2a_states_table()}
     return {
         TABLE_BEGIN: markdown_table(),
         WAITING_BEGIN: waiting_table(),
@@ -392,10 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--path",
         type=Path,
         action="append",
-        help="a page (default: docs/signals.md, docs/runtime.md and docs/server.md)",
+        help="a page (default: docs/signals.md, docs/runtime.md, docs/server.md and docs/a2a.md)",
     )
     opts = parser.parse_args(argv)
-    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC]
+    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC, A2A_DOC]
     failed = 0
     for path in paths:
         if opts.check:

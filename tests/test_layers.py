@@ -24,7 +24,8 @@ its rooms by role from the bottom up:
 2. the store; 3. the service core;
 4. the doors (gRPC, HTTP) and the worker protocol (runtime), which do not
    import one another;
-5. the assembly (``app``, ``metrics``, the package's re-exports) and the
+5. the A2A face, in front of the HTTP door;
+6. the assembly (``app``, ``metrics``, the package's re-exports) and the
    offline tools beside it. Every import counts, at module level or inside a
 function (a function-level import may keep ``--help`` fast; it may not hide a
 circle); imports under ``if TYPE_CHECKING:`` count for the layers but not for
@@ -94,6 +95,8 @@ SERVER_LAYERS: list[tuple[str, ...]] = [
     ("electric_server.store",),
     ("electric_server.core",),
     ("electric_server.grpc", "electric_server.http", "electric_server.runtime"),
+    # The A2A face: in front of the HTTP door, on the official SDK (the [a2a] extra).
+    ("electric_server.a2a",),
     ("electric_server.app", "electric_server.metrics", "electric_server.tools", "electric_server"),
 ]
 # Rooms of one layer that must not import one another: the two doors and the runtime.

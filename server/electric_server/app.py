@@ -40,6 +40,7 @@ from electric_sdk._signals import drain_on_signals
 from electric_sdk.listen import is_loopback, listen_host
 
 from . import settings
+from .a2a import check_a2a
 from .clock import SYSTEM_CLOCK, Clock
 from .config_error import ConfigError
 from .core.auth import TokenTable
@@ -113,6 +114,7 @@ class ServerConfig:
     sse_heartbeat_ms: int = settings.SSE_HEARTBEAT.value
     http_long_poll_ms: int = settings.HTTP_LONG_POLL.value
     cors_origins: tuple[str, ...] = settings.CORS_ORIGINS.value
+    a2a: bool = settings.A2A.value
     # Not a setting but a test hook: what time it is for grace deadlines, writes and worker
     # sessions (clock.py); a test's manual clock makes a 30 s grace pass at once. SQLite only: on
     # PostgreSQL the database's clock judges.
@@ -190,6 +192,7 @@ class ElectricServer:
             except OSError as exc:
                 raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
         check_cors_origins(config.cors_origins, config.http)
+        check_a2a(config.a2a, config.http)
         self.tokens = (
             TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
         )
@@ -277,7 +280,7 @@ class ElectricServer:
             stack.callback(lock.release)
             self._datadir_lock = lock
         await stack.enter_async_context(self.store)  # DamagedStore, or another StorageFault, refuses
-        if reserved := await reserved_types(self.store):  # made before "." was reserved (docs/http.md)
+        if reserved := await reserved_types(self.store):  # made before "." was reserved (docs/a2a.md)
             log.warning("entity types starting with '.' are reserved, no new one is made: %s", reserved)
         self._health_updates = await stack.enter_async_context(TaskGroup("the server's health"))
         self._unsubscribe_faults = self.store.subscribe_faults(self._on_store_fault)
@@ -333,19 +336,22 @@ class ElectricServer:
                     long_poll_s=config.http_long_poll_ms / 1000,
                 )
             )
-            self.http = await stack.enter_async_context(
-                HttpDoor(
-                    entities,
-                    self.tokens,
-                    self.readiness,
-                    config.http,
-                    grace_s=config.drain_grace_s,
-                    tls=(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None,
-                    metrics=self.metrics.render if self.metrics is not None else None,
-                    cors_origins=config.cors_origins,
-                    streams=streams,
-                )
+            http = HttpDoor(
+                entities,
+                self.tokens,
+                self.readiness,
+                config.http,
+                grace_s=config.drain_grace_s,
+                tls=(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None,
+                metrics=self.metrics.render if self.metrics is not None else None,
+                cors_origins=config.cors_origins,
+                streams=streams,
             )
+            if config.a2a:
+                from .a2a.face import A2AFace  # the [a2a] extra: imported only with --a2a
+
+                http.app = A2AFace(http.app, entities, self.tokens)
+            self.http = await stack.enter_async_context(http)
         runtime = RuntimeService(self.runtime, self.caps, config.hello_timeout_ms)
 
         def services(server: grpc.aio.Server) -> None:

@@ -1,0 +1,307 @@
+"""A2A's operations answered by the entity service: the SDK's ``RequestHandler``.
+
+Every answer is read from the entity's stream (``tasks.py``), so any replica answers it and a
+subscription resumes after a restart; nothing is kept in the SDK's task stores. The caller is
+``current_principal`` (set by ``face.py`` from the bearer token), recorded as the message's and
+the SIGINT's sender as for any other door. What each operation does is docs/a2a.md's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+import grpc
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+
+from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
+from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk._wire.enums import signal_from_pb
+from electric_sdk._wire.events import event_value_json
+from electric_sdk._wire.stop_stages import StageFollow
+from electric_sdk._wire.times import timestamp_to_datetime, to_iso
+from electric_sdk.lifecycle import Stage
+
+from ..core.errors import ApiError
+from ..core.service import EntityService
+from ..core.validation import IDEMPOTENCY_KEY_RE, NAME_RE
+from .tasks import TaskFold, TaskRef, door_context, follow, new_context_id, read_task, task_ref
+
+__all__ = ["AGENT_TYPE", "EntityAgents"]
+
+# The ServerCallContext's state key for the agent's entity type ("" the root agent's: any type).
+AGENT_TYPE = "electric.a2a.type"
+# How long CancelTask waits for the run to unwind before it answers with the task as it is.
+CANCEL_WAIT_S = 600.0
+
+
+def _agent_type(call: ServerCallContext) -> str:
+    return str(call.state.get(AGENT_TYPE, ""))
+
+
+def _refused(exc: ApiError) -> A2AError:
+    """The service's refusal as A2A's error: its reason and message kept in ``data``."""
+    data = {"reason": exc.reason, **exc.metadata}
+    text = f"{exc.reason}: {exc.message}"
+    if exc.code is grpc.StatusCode.NOT_FOUND:
+        return TaskNotFoundError(text, data)
+    if exc.code is grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidParamsError(text, data)
+    return InvalidRequestError(text, data)
+
+
+class EntityAgents(RequestHandler):
+    """Each entity type an A2A agent; the root agent (type "") takes contexts ``TYPE/ID``."""
+
+    def __init__(self, service: EntityService) -> None:
+        self.service = service
+
+    # -- where --------------------------------------------------------------------------------
+
+    def _entity(self, call: ServerCallContext, context_id: str) -> tuple[str, str]:
+        """The entity a context names: the agent's type and the context as its id (``TYPE/ID``
+        at the root agent, or at a type's agent naming its own type)."""
+        agent = _agent_type(call)
+        type_, slash, id_ = context_id.partition("/")
+        if not slash:
+            type_, id_ = agent, context_id
+        if not agent and not slash:
+            raise InvalidParamsError(f"contextId must be TYPE/ID at the root agent, got {context_id[:140]!r}")
+        if agent and type_ != agent:
+            raise InvalidParamsError(f"contextId {context_id[:140]!r} names another type than {agent!r}")
+        for name in (type_, id_):
+            if not NAME_RE.fullmatch(name):
+                raise InvalidParamsError(f"contextId must name an entity: [A-Za-z0-9_.-], got {name[:140]!r}")
+        return type_, id_
+
+    def _context_id(self, call: ServerCallContext, where: TaskRef) -> str:
+        return where.id if _agent_type(call) else f"{where.type}/{where.id}"
+
+    def _task(self, call: ServerCallContext, task_id: str) -> TaskRef:
+        where = task_ref(task_id)
+        agent = _agent_type(call)
+        if agent and where.type != agent:
+            raise TaskNotFoundError(f"no task {task_id[:200]!r} at the agent of {agent!r}")
+        return where
+
+    async def _read(self, call: ServerCallContext, where: TaskRef) -> TaskFold:
+        try:
+            return await read_task(self.service, where, self._context_id(call, where))
+        except ApiError as exc:
+            raise _refused(exc) from None
+
+    # -- messages -----------------------------------------------------------------------------
+
+    async def _send(self, params: a2a.SendMessageRequest, call: ServerCallContext) -> TaskFold:
+        """The message written to its entity (spawned first if absent); the task it starts."""
+        message = params.message
+        if message.task_id:
+            # Each message is its own task. A reply to an input-required task (ctx.ask) is
+            # where a message will continue one; until then a task id here is refused.
+            raise InvalidParamsError("taskId: each message starts its own task; send without a taskId")
+        texts: list[str] = []
+        data: Any = None
+        for part in message.parts:
+            kind = part.WhichOneof("content")
+            if kind == "text":
+                texts.append(part.text)
+            elif kind == "data" and data is None:
+                data = part.data
+            else:
+                raise ContentTypeNotSupportedError(f"a {kind} part: text parts and one data part are served")
+        type_, id_ = self._entity(call, message.context_id or new_context_id())
+        request = api.SendMessageRequest(ref=pb.EntityRef(type=type_, id=id_), text="\n".join(texts))
+        if data is not None:
+            request.data.CopyFrom(data)
+        # The A2A message id keys the write: a client's retry of the same message writes once.
+        key = message.message_id
+        request.idempotency_key = (
+            key if IDEMPOTENCY_KEY_RE.fullmatch(key) else hashlib.sha256(key.encode()).hexdigest()
+        )
+        try:
+            try:
+                sent = await self.service.SendMessage(request, door_context())
+            except ApiError as exc:
+                if exc.reason != "ENTITY_NOT_FOUND":
+                    raise
+                # A2A's first message makes its context: the entity is spawned, as the type's
+                # defaults have it (a spawn that lost a race to another is as good).
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self.service.SpawnEntity(
+                            api.SpawnEntityRequest(ref=request.ref), door_context()
+                        )
+                    except ApiError as spawned:
+                        if spawned.reason != "ENTITY_EXISTS":
+                            raise
+                sent = await self.service.SendMessage(request, door_context())
+        except ApiError as exc:
+            raise _refused(exc) from None
+        where = TaskRef(type_, id_, sent.offset)
+        fold = TaskFold(where, self._context_id(call, where), next_offset=where.offset)
+        # The message's own record, as the stream has it (a replayed send's too).
+        fold.key, fold.state = sent.key, "submitted"
+        fold.at.CopyFrom(sent.created_at)
+        fold.user = a2a.Message(
+            message_id=sent.key,
+            context_id=fold.context_id,
+            task_id=where.task_id,
+            role=a2a.ROLE_USER,
+            parts=message.parts,
+        )
+        fold.next_offset = where.offset + 1
+        return fold
+
+    async def on_message_send(self, params: a2a.SendMessageRequest, context: ServerCallContext) -> a2a.Task:
+        fold = await self._send(params, context)
+        if not params.configuration.return_immediately:
+            async for _ in follow(self.service, fold):
+                pass
+        return fold.task()
+
+    async def on_message_send_stream(
+        self, params: a2a.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        fold = await self._send(params, context)
+        yield fold.task()
+        async for event in self._updates(fold):
+            yield event
+
+    async def _updates(self, fold: TaskFold) -> AsyncGenerator[Event]:
+        """Each change of the task, live, until it ended: its artifact before its last status."""
+        async for _event, changed in follow(self.service, fold):
+            if not changed:
+                continue
+            if fold.ended and (artifact := fold.artifact_update()) is not None:
+                yield artifact
+            yield fold.update()
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    async def on_get_task(self, params: a2a.GetTaskRequest, context: ServerCallContext) -> a2a.Task:
+        fold = await self._read(context, self._task(context, params.id))
+        return fold.task(params.history_length if params.HasField("history_length") else None)
+
+    async def on_list_tasks(
+        self, params: a2a.ListTasksRequest, context: ServerCallContext
+    ) -> a2a.ListTasksResponse:
+        if not params.context_id:
+            raise InvalidParamsError("contextId is required: the tasks of one entity are listed")
+        type_, id_ = self._entity(context, params.context_id)
+        start = int(params.page_token) if params.page_token.isdigit() else 0
+        size = min(params.page_size or 50, 100)
+        folds = await self._messages(type_, id_, start, size, context)
+        wanted = params.status if params.status else None
+        tasks = [f.task(params.history_length if params.HasField("history_length") else None) for f in folds]
+        tasks = [t for t in tasks if wanted is None or t.status.state == wanted]
+        token = str(folds[-1].where.offset + 1) if len(folds) == size else ""
+        return a2a.ListTasksResponse(tasks=tasks, next_page_token=token, page_size=size)
+
+    async def _messages(
+        self, type_: str, id_: str, start: int, size: int, call: ServerCallContext
+    ) -> list[TaskFold]:
+        """The first ``size`` messages from ``start`` on, each task folded to the head."""
+        folds: list[TaskFold] = []
+        offset = start
+        ref = pb.EntityRef(type=type_, id=id_)
+        while True:
+            try:
+                page = await self.service.ReadEvents(
+                    api.ReadEventsRequest(ref=ref, from_offset=offset, limit=1000), door_context()
+                )
+            except ApiError as exc:
+                raise _refused(exc) from None
+            for event in page.events:
+                if event.WhichOneof("value") == "message" and len(folds) < size:
+                    where = TaskRef(type_, id_, event.offset)
+                    folds.append(TaskFold(where, self._context_id(call, where), next_offset=event.offset))
+                for fold in folds:
+                    if event.offset >= fold.where.offset:
+                        fold.see(event)
+            if not page.events or page.next_offset >= page.head_offset:
+                return folds
+            offset = page.next_offset
+
+    async def on_cancel_task(self, params: a2a.CancelTaskRequest, context: ServerCallContext) -> a2a.Task:
+        where = self._task(context, params.id)
+        fold = await self._read(context, where)
+        if fold.ended:
+            raise TaskNotCancelableError(f"task {params.id!r} has ended: {fold.state}")
+        request = api.SignalEntityRequest(
+            ref=where.ref, signal=pb.SIGNAL_SIGINT, message_key=fold.key, reason="A2A CancelTask"
+        )
+        try:
+            signalled = await self.service.SignalEntity(request, door_context())
+        except ApiError as exc:
+            raise _refused(exc) from None
+        stages = StageFollow(
+            signal_from_pb(signalled.signal),
+            signalled.key,
+            signalled.offset,
+            to_iso(timestamp_to_datetime(signalled.created_at)),
+            Stage.UNWOUND,
+            run_message_key=signalled.run_message_key,
+            process_running=signalled.process_running,
+            message_key=fold.key,
+        )
+        # Answered once the run is unwound ("Stopped means stopped"), read from the stream.
+        with anyio.move_on_after(CANCEL_WAIT_S):
+            if not stages.done:
+                gone = TaskFold(where, fold.context_id, next_offset=signalled.offset + 1)
+                gone.key, gone.state = fold.key, "submitted"
+                async for event, _changed in follow(self.service, gone):
+                    at = to_iso(timestamp_to_datetime(event.headers.timestamp))
+                    stages.see(event.type, event.key, event_value_json(event), event.offset, at)
+                    if stages.done:
+                        break
+        return (await self._read(context, where)).task()
+
+    async def on_subscribe_to_task(
+        self, params: a2a.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event]:
+        fold = await self._read(context, self._task(context, params.id))
+        yield fold.task()
+        async for event in self._updates(fold):
+            yield event
+
+    # -- not served ---------------------------------------------------------------------------
+
+    async def on_create_task_push_notification_config(
+        self, params: a2a.TaskPushNotificationConfig, context: ServerCallContext
+    ) -> a2a.TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError("push notifications are not served: SubscribeToTask")
+
+    async def on_get_task_push_notification_config(
+        self, params: a2a.GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> a2a.TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError("push notifications are not served: SubscribeToTask")
+
+    async def on_list_task_push_notification_configs(
+        self, params: a2a.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> a2a.ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError("push notifications are not served: SubscribeToTask")
+
+    async def on_delete_task_push_notification_config(
+        self, params: a2a.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError("push notifications are not served: SubscribeToTask")
+
+    async def on_get_extended_agent_card(
+        self, params: a2a.GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> a2a.AgentCard:
+        raise ExtendedAgentCardNotConfiguredError("no extended agent card: the card is the public one")

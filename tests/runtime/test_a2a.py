@@ -1,0 +1,238 @@
+"""The A2A face (issue 49, item 1; docs/a2a.md) driven by the official Python client, a2a-sdk.
+
+A real server with ``--a2a`` on its HTTP door, on either store; a worker on the test's loop.
+Every wait is on a stream (A2A's or the entity's), never a sleep.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.client.card_resolver import A2ACardResolver
+from a2a.client.errors import A2AClientError, AgentCardResolutionError
+from a2a.types import a2a_pb2 as a2a
+from a2a.utils.errors import TaskNotCancelableError
+
+from electric_sdk import AsyncClient
+from electric_sdk.runtime import App, Context, Message
+from electric_sdk.testing import TestServer
+
+from .rt_support import running_worker, until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
+
+TOKENS = """
+[[tokens]]
+token = "all-scopes"
+principal = "a2a-caller"
+scopes = ["admin"]
+
+[[tokens]]
+token = "read-only"
+principal = "reader"
+scopes = ["read"]
+"""
+AGENT = "/_electric/a2a/types/agent"
+ALL = "all-scopes"
+
+
+def _app() -> App:
+    app = App(code_version="a2a")
+
+    @app.entity("agent", grace_period="20s", idle_timeout="1h")
+    class Agent:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            if message.text == "hold":
+                ctx.output.write("thinking")
+                await ctx.emit("in_step", None)
+                await ctx.step("model", anyio.sleep, 3600)
+            ctx.output.write(f"echo: {message.text}")
+
+    return app
+
+
+@pytest.fixture
+def a2a_server(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    tokens.chmod(0o600)
+    with TestServer(
+        tmp_path / "electric", http="127.0.0.1:0", a2a=True, tokens_file=tokens, database_url=database_url
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+async def native(a2a_server: TestServer) -> AsyncIterator[AsyncClient]:
+    async with a2a_server.async_client(token=ALL) as c:
+        yield c
+
+
+@asynccontextmanager
+async def _client(
+    server: TestServer, token: str = ALL, streaming: bool = True, binding: str = "JSONRPC"
+) -> AsyncIterator[Any]:
+    """The official client of the type's agent, found by its card, with ``token``."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        async with await create_client(server.http_address + AGENT, client_config=config) as client:
+            yield client
+
+
+def _message(text: str, context_id: str = "") -> a2a.SendMessageRequest:
+    message = a2a.Message(
+        message_id=uuid.uuid4().hex, role=a2a.ROLE_USER, parts=[a2a.Part(text=text)], context_id=context_id
+    )
+    return a2a.SendMessageRequest(message=message)
+
+
+async def _last_task(stream: AsyncIterator[a2a.StreamResponse]) -> tuple[a2a.Task, list[int]]:
+    """The task the stream started, its state after every event, and those states."""
+    task: a2a.Task | None = None
+    states: list[int] = []
+    async for response in stream:
+        if response.HasField("task"):
+            task = response.task
+        elif response.HasField("status_update"):
+            assert task is not None
+            task.status.CopyFrom(response.status_update.status)
+        elif response.HasField("artifact_update"):
+            assert task is not None
+            task.artifacts.append(response.artifact_update.artifact)
+        assert task is not None
+        states.append(task.status.state)
+    assert task is not None
+    return task, states
+
+
+async def test_cards_name_the_agents_and_what_is_not_served(a2a_server: TestServer) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {ALL}"}) as http,
+    ):
+        root = await A2ACardResolver(http, a2a_server.http_address).get_agent_card()
+        card = await A2ACardResolver(http, a2a_server.http_address + AGENT).get_agent_card()
+    assert [s.id for s in root.skills] == ["agent"]
+    assert root.supported_interfaces[0].url == a2a_server.http_address + "/_electric/a2a"
+    assert {i.protocol_binding for i in card.supported_interfaces} == {"JSONRPC", "HTTP+JSON"}
+    assert card.supported_interfaces[0].url == a2a_server.http_address + AGENT
+    assert card.capabilities.streaming
+    assert not card.capabilities.push_notifications
+    assert "push notifications" in card.description
+    assert "bearer" in card.security_schemes
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_send_and_stream_a_message_to_an_entity(
+    a2a_server: TestServer, native: AsyncClient, binding: str
+) -> None:
+    async with running_worker(_app(), a2a_server.address, token=ALL):
+        async with _client(a2a_server, binding=binding) as client:
+            # No context: A2A's server makes one, here a new entity.
+            task, states = await _last_task(client.send_message(_message("hi")))
+            assert states[0] == a2a.TASK_STATE_SUBMITTED
+            assert states[-1] == a2a.TASK_STATE_COMPLETED
+            assert task.artifacts[0].parts[0].text == "echo: hi"
+            entity = f"agent/{task.context_id}"
+            # The second message goes to the same entity: its own task, the same context.
+            again, _ = await _last_task(client.send_message(_message("again", task.context_id)))
+            assert again.context_id == task.context_id
+            assert again.id != task.id
+            got = await client.get_task(a2a.GetTaskRequest(id=task.id))
+            assert got.status.state == a2a.TASK_STATE_COMPLETED
+            assert got.history[0].parts[0].text == "hi"
+            listed = await client.list_tasks(a2a.ListTasksRequest(context_id=task.context_id))
+            assert [t.id for t in listed.tasks] == [task.id, again.id]
+        messages = [e for e in (await native.events(entity, 0, 100)).events if e.type == "message"]
+        assert [m.value["sender"] for m in messages] == ["a2a-caller", "a2a-caller"]
+
+
+async def test_cancel_mid_step_is_a_sigint_answered_once_unwound(
+    a2a_server: TestServer, native: AsyncClient
+) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        _client(a2a_server, streaming=False) as client,
+    ):
+        request = _message("hold", "c1")
+        request.configuration.return_immediately = True
+        (sent,) = [r async for r in client.send_message(request)]
+        await until(native, "agent/c1", lambda e: e.type == "in_step")
+        canceled = await client.cancel_task(a2a.CancelTaskRequest(id=sent.task.id))
+        assert canceled.status.state == a2a.TASK_STATE_CANCELED
+        events = (await native.events("agent/c1", 0, 100)).events
+        sigints = [e for e in events if e.type == "signal" and e.operation == "insert"]
+        assert len(sigints) == 1, [(e.type, e.value) for e in events]
+        sigint = sigints[0]
+        assert sigint.value["signal"] == "SIGINT"
+        assert sigint.value["sender"] == "a2a-caller"
+        assert sigint.value["message_key"] == canceled.history[0].message_id
+        ended = [e for e in events if e.type == "run" and e.value["status"] == "aborted"]
+        assert ended
+        assert ended[-1].offset > sigint.offset
+        # An ended task is not cancelable, and nothing more is written.
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(a2a.CancelTaskRequest(id=sent.task.id))
+        assert len((await native.events("agent/c1", 0, 100)).events) == len(events)
+
+
+async def test_subscribe_follows_a_task_across_a_restart(a2a_server: TestServer, native: AsyncClient) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        _client(a2a_server, streaming=False) as client,
+    ):
+        request = _message("hold", "s1")
+        request.configuration.return_immediately = True
+        (sent,) = [r async for r in client.send_message(request)]
+        await until(native, "agent/s1", lambda e: e.type == "in_step")
+    # The server restarts on its data (its port changes): the task is read from the stream.
+    a2a_server.stop()
+    a2a_server.start()
+    async with a2a_server.async_client(token=ALL) as again:
+        async with _client(a2a_server) as client, anyio.create_task_group() as tg:
+            seen: list[int] = []
+            subscribed = anyio.Event()
+
+            async def subscribe() -> None:
+                async for response in client.subscribe(a2a.SubscribeToTaskRequest(id=sent.task.id)):
+                    state = (
+                        response.task.status.state
+                        if response.HasField("task")
+                        else response.status_update.status.state
+                    )
+                    seen.append(state)
+                    subscribed.set()
+
+            tg.start_soon(subscribe)
+            await subscribed.wait()
+            await again.interrupt("agent/s1")
+        assert seen[-1] == a2a.TASK_STATE_CANCELED
+
+
+async def test_a_token_without_its_scope_is_refused_nothing_written(
+    a2a_server: TestServer, native: AsyncClient
+) -> None:
+    # An unknown token gets not even the card; a token without `send` gets the card, not a send.
+    with pytest.raises(AgentCardResolutionError, match="401"):
+        async with _client(a2a_server, token="not-a-token"):
+            pass
+    async with _client(a2a_server, token="read-only", streaming=False) as client:
+        with pytest.raises(A2AClientError, match="403"):
+            _ = [r async for r in client.send_message(_message("hi", "a1"))]
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            a2a_server.http_address + AGENT,
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}},
+            headers={"Authorization": "Bearer read-only"},
+        )
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "MISSING_SCOPE"
+    assert await native.list() == []
