@@ -236,3 +236,20 @@ async def test_a_token_without_its_scope_is_refused_nothing_written(
         assert answer.status_code == 403
         assert answer.json()["error"]["code"] == "MISSING_SCOPE"
     assert await native.list() == []
+
+
+async def test_cancel_of_a_queued_task_skips_its_message(a2a_server: TestServer, native: AsyncClient) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        _client(a2a_server, streaming=False) as client,
+    ):
+        hold, queued = _message("hold", "q1"), _message("queued", "q1")
+        hold.configuration.return_immediately = queued.configuration.return_immediately = True
+        (first,) = [r async for r in client.send_message(hold)]
+        await until(native, "agent/q1", lambda e: e.type == "in_step")
+        (second,) = [r async for r in client.send_message(queued)]
+        canceled = await client.cancel_task(a2a.CancelTaskRequest(id=second.task.id))
+        assert canceled.status.state == a2a.TASK_STATE_CANCELED
+        # The run in progress is not the canceled task's: it goes on.
+        running = await client.get_task(a2a.GetTaskRequest(id=first.task.id))
+        assert running.status.state == a2a.TASK_STATE_WORKING

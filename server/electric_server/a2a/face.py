@@ -181,7 +181,6 @@ class A2AFace:
             ),
             supported_interfaces=interfaces,
             version=__version__,
-            documentation_url="https://github.com/electric/electric/blob/main/docs/a2a.md",
             capabilities=a2a.AgentCapabilities(streaming=True, push_notifications=False),
             default_input_modes=["text/plain", "application/json"],
             default_output_modes=["text/plain"],

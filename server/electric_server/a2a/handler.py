@@ -40,7 +40,7 @@ from electric_sdk.lifecycle import Stage
 from ..core.errors import ApiError
 from ..core.service import EntityService
 from ..core.validation import IDEMPOTENCY_KEY_RE, NAME_RE
-from .tasks import TaskFold, TaskRef, door_context, follow, new_context_id, read_task, task_ref
+from .tasks import TaskFold, TaskRef, door_context, follow, new_context_id, read_on, read_task, task_ref
 
 __all__ = ["AGENT_TYPE", "EntityAgents"]
 
@@ -259,17 +259,20 @@ class EntityAgents(RequestHandler):
             process_running=signalled.process_running,
             message_key=fold.key,
         )
-        # Answered once the run is unwound ("Stopped means stopped"), read from the stream.
+        # Answered once the run is unwound ("Stopped means stopped"): the stages are folded from
+        # the records after the signal's, the task from where its read stopped (no read again).
         with anyio.move_on_after(CANCEL_WAIT_S):
             if not stages.done:
-                gone = TaskFold(where, fold.context_id, next_offset=signalled.offset + 1)
-                gone.key, gone.state = fold.key, "submitted"
-                async for event, _changed in follow(self.service, gone):
+                async for event, _changed in follow(self.service, fold, until_ended=False):
+                    if event.offset <= signalled.offset:
+                        continue
                     at = to_iso(timestamp_to_datetime(event.headers.timestamp))
                     stages.see(event.type, event.key, event_value_json(event), event.offset, at)
                     if stages.done:
                         break
-        return (await self._read(context, where)).task()
+        # A stage reached by the signal's own record (a queued message's cancel) may leave records
+        # of the same write unseen by the fold.
+        return (await read_on(self.service, fold)).task()
 
     async def on_subscribe_to_task(
         self, params: a2a.SubscribeToTaskRequest, context: ServerCallContext

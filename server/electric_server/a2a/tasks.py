@@ -27,7 +27,7 @@ from ..core.service import EntityService
 from ..core.validation import NAME_RE
 from .states import ENDED, state_of
 
-__all__ = ["TaskFold", "TaskRef", "door_context", "follow", "read_task", "task_ref"]
+__all__ = ["TaskFold", "TaskRef", "door_context", "follow", "read_on", "read_task", "task_ref"]
 
 SEP = "~"
 _PAGE = 1000
@@ -174,29 +174,38 @@ def door_context(peer: str = "a2a") -> Any:
 
 async def read_task(service: EntityService, where: TaskRef, context_id: str) -> TaskFold:
     """The task as the stream has it now: read from its message on until it ended or the head."""
-    fold = TaskFold(where, context_id, next_offset=where.offset)
-    while True:
-        request = api.ReadEventsRequest(ref=where.ref, from_offset=fold.next_offset, limit=_PAGE)
+    fold = await read_on(service, TaskFold(where, context_id, next_offset=where.offset))
+    if not fold.key:
+        raise TaskNotFoundError(f"no task {where.task_id!r}: no message at that offset")
+    return fold
+
+
+async def read_on(service: EntityService, fold: TaskFold) -> TaskFold:
+    """``fold`` brought up to the stream's head (or its end), from ``fold.next_offset``."""
+    while not fold.ended:
+        request = api.ReadEventsRequest(ref=fold.where.ref, from_offset=fold.next_offset, limit=_PAGE)
         try:
             page = await service.ReadEvents(request, door_context())
         except ApiError as exc:
             if exc.reason == "ENTITY_NOT_FOUND":
-                raise TaskNotFoundError(f"no task {where.task_id!r}: {exc.message}") from None
+                raise TaskNotFoundError(f"no task {fold.where.task_id!r}: {exc.message}") from None
             raise
         for event in page.events:
             fold.see(event)
             if fold.ended:
-                return fold
+                break
         if not page.events or page.next_offset >= page.head_offset:
-            if not fold.key:
-                raise TaskNotFoundError(f"no task {where.task_id!r}: no message at that offset")
-            return fold
+            break
         fold.next_offset = page.next_offset
+    return fold
 
 
-async def follow(service: EntityService, fold: TaskFold) -> AsyncIterator[tuple[pb.Event, bool]]:
+async def follow(
+    service: EntityService, fold: TaskFold, *, until_ended: bool = True
+) -> AsyncIterator[tuple[pb.Event, bool]]:
     """The entity's records from ``fold.next_offset`` on, live, each folded before it is yielded
-    with whether it changed the task; ends once the task ended or the stream closed."""
+    with whether it changed the task; ends once the task ended (``until_ended``) or the stream
+    closed."""
     request = api.WatchEventsRequest(ref=fold.where.ref, from_offset=fold.next_offset, accepts_batches=True)
     stream = cast(AsyncGenerator[Any, None], service.WatchEvents(request, door_context()))
     try:
@@ -208,7 +217,7 @@ async def follow(service: EntityService, fold: TaskFold) -> AsyncIterator[tuple[
             for event in message.events.events if kind == "events" else [message.event]:
                 changed = fold.see(event)
                 yield event, changed
-                if fold.ended:
+                if fold.ended and until_ended:
                     return
     finally:
         await stream.aclose()
