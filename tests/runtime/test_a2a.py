@@ -253,3 +253,11 @@ async def test_cancel_of_a_queued_task_skips_its_message(a2a_server: TestServer,
         # The run in progress is not the canceled task's: it goes on.
         running = await client.get_task(a2a.GetTaskRequest(id=first.task.id))
         assert running.status.state == a2a.TASK_STATE_WORKING
+
+
+def test_a2a_needs_the_http_door(tmp_path: Path) -> None:
+    from electric_server import ElectricServer, ServerConfig
+    from electric_server.config_error import ConfigError
+
+    with pytest.raises(ConfigError, match="--a2a needs --http"):
+        ElectricServer(ServerConfig(data_dir=tmp_path, a2a=True))
