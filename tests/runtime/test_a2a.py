@@ -19,7 +19,11 @@ from a2a.client import ClientConfig, create_client
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.client.errors import A2AClientError, AgentCardResolutionError
 from a2a.types import a2a_pb2 as a2a
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+)
 
 from electric_sdk import AsyncClient
 from electric_sdk.runtime import App, Context, Message
@@ -39,6 +43,12 @@ scopes = ["admin"]
 token = "read-only"
 principal = "reader"
 scopes = ["read"]
+
+[[tokens]]
+token = "other-type"
+principal = "other"
+scopes = ["admin"]
+types = ["other"]
 """
 AGENT = "/_electric/a2a/types/agent"
 ALL = "all-scopes"
@@ -235,7 +245,37 @@ async def test_a_token_without_its_scope_is_refused_nothing_written(
         )
         assert answer.status_code == 403
         assert answer.json()["error"]["code"] == "MISSING_SCOPE"
+    # A token limited to other types: not this type's agent, not the root agent.
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer other-type"}) as http:
+        for path in (AGENT, "/_electric/a2a"):
+            answer = await http.post(
+                a2a_server.http_address + path,
+                json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "agent~a1~1"}},
+            )
+            assert answer.status_code == 403
+            assert answer.json()["error"]["code"] == "TYPE_NOT_ALLOWED"
     assert await native.list() == []
+
+
+async def test_the_root_agent_takes_type_and_id_and_serves_no_push(
+    a2a_server: TestServer, native: AsyncClient
+) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {ALL}"}, timeout=30) as http,
+    ):
+        config = ClientConfig(streaming=False, httpx_client=http)
+        async with await create_client(a2a_server.http_address, client_config=config) as client:
+            (sent,) = [r async for r in client.send_message(_message("root", "agent/r1"))]
+            assert sent.task.context_id == "agent/r1"
+            assert sent.task.status.state == a2a.TASK_STATE_COMPLETED
+            with pytest.raises(InvalidParamsError, match="contextId must be TYPE/ID"):
+                _ = [r async for r in client.send_message(_message("no type", "r2"))]
+            with pytest.raises(PushNotificationNotSupportedError):
+                await client.create_task_push_notification_config(
+                    a2a.TaskPushNotificationConfig(task_id=sent.task.id, url="http://127.0.0.1:9/hook")
+                )
+    assert [(e.ref.type, e.ref.id) for e in await native.list()] == [("agent", "r1")]
 
 
 async def test_cancel_of_a_queued_task_skips_its_message(a2a_server: TestServer, native: AsyncClient) -> None:
