@@ -26,7 +26,7 @@ from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_ro
 from a2a.types import a2a_pb2 as a2a
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_CURRENT
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -125,6 +125,8 @@ class A2AFace:
                 self._admit(principal, needs, type_)
         except ApiError as error:
             return await error_response(error)(scope, receive, send)
+        except ClientDisconnect:
+            return  # gone before its body arrived: nothing to answer, nothing done
         if card:
             root = str(request.base_url).rstrip("/")
             content = agent_card_to_dict(await self._card(type_, root + base, principal))

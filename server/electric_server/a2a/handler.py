@@ -151,6 +151,8 @@ class EntityAgents(RequestHandler):
                             raise
                 sent = await self.service.SendMessage(request, door_context())
         except ApiError as exc:
+            # The hook of states.py's `reject` row: a message a double-texting `reject` policy
+            # refuses (ENTITY_BUSY, nothing written) is to be answered here as a `rejected` task.
             raise _refused(exc) from None
         where = TaskRef(type_, id_, sent.offset)
         fold = TaskFold(where, self._context_id(call, where), next_offset=where.offset)
