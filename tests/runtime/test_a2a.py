@@ -23,6 +23,7 @@ from a2a.utils.errors import (
     InvalidParamsError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
+    UnsupportedOperationError,
 )
 
 from electric_sdk import AsyncClient
@@ -206,25 +207,28 @@ async def test_subscribe_follows_a_task_across_a_restart(a2a_server: TestServer,
     # The server restarts on its data (its port changes): the task is read from the stream.
     a2a_server.stop()
     a2a_server.start()
-    async with a2a_server.async_client(token=ALL) as again:
-        async with _client(a2a_server) as client, anyio.create_task_group() as tg:
-            seen: list[int] = []
-            subscribed = anyio.Event()
+    async with a2a_server.async_client(token=ALL) as again, _client(a2a_server) as client:
+        seen: list[int] = []
+        subscribed = anyio.Event()
 
-            async def subscribe() -> None:
-                async for response in client.subscribe(a2a.SubscribeToTaskRequest(id=sent.task.id)):
-                    state = (
-                        response.task.status.state
-                        if response.HasField("task")
-                        else response.status_update.status.state
-                    )
-                    seen.append(state)
-                    subscribed.set()
+        async def subscribe() -> None:
+            async for response in client.subscribe(a2a.SubscribeToTaskRequest(id=sent.task.id)):
+                state = (
+                    response.task.status.state
+                    if response.HasField("task")
+                    else response.status_update.status.state
+                )
+                seen.append(state)
+                subscribed.set()
 
+        async with anyio.create_task_group() as tg:
             tg.start_soon(subscribe)
             await subscribed.wait()
             await again.interrupt("agent/s1")
         assert seen[-1] == a2a.TASK_STATE_CANCELED
+        # An ended task has nothing more to follow (GetTask reads it), as the SDK's own handler says.
+        with pytest.raises(UnsupportedOperationError):
+            _ = [r async for r in client.subscribe(a2a.SubscribeToTaskRequest(id=sent.task.id))]
 
 
 async def test_a_token_without_its_scope_is_refused_nothing_written(

@@ -27,6 +27,7 @@ from a2a.utils.errors import (
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
+    UnsupportedOperationError,
 )
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
@@ -280,6 +281,8 @@ class EntityAgents(RequestHandler):
         self, params: a2a.SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         fold = await self._read(context, self._task(context, params.id))
+        if fold.ended:  # as the SDK's own handler answers: nothing more will come
+            raise UnsupportedOperationError(f"task {params.id!r} has ended: {fold.state} (GetTask reads it)")
         yield fold.task()
         async for event in self._updates(fold):
             yield event

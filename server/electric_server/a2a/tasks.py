@@ -206,6 +206,8 @@ async def follow(
     """The entity's records from ``fold.next_offset`` on, live, each folded before it is yielded
     with whether it changed the task; ends once the task ended (``until_ended``) or the stream
     closed."""
+    if fold.ended and until_ended:
+        return
     request = api.WatchEventsRequest(ref=fold.where.ref, from_offset=fold.next_offset, accepts_batches=True)
     stream = cast(AsyncGenerator[Any, None], service.WatchEvents(request, door_context()))
     try:
