@@ -79,7 +79,7 @@ def test_downstream_waits_for_every_mcp_call_of_the_run_and_names_each() -> None
     follow.see("electric.mcp", "e_10", _mcp("a", "bound_passed"), 10, AT)
     report = follow.reports[Stage.DOWNSTREAM]
     assert report.offset == 10
-    assert report.detail == "MCP: tools/slow bound_passed; tools/slow cancelled (SIGINT)"
+    assert report.detail == "MCP tools/slow bound_passed; MCP tools/slow cancelled (SIGINT)"
     assert follow.done
 
 

@@ -18,10 +18,11 @@ progress when it landed: ``run_message_key``, ``process_running``):
 - ``unwound``: the end record of the run in progress (a scoped SIGINT: of its
   message's run, if that one was running); none in progress: the signal's own
   settling. For SIGTERM also the end of the cleanup: the entity `stopped`;
-- ``downstream``: every MCP call and child entity of that run told, and each
-  ended or past its bound: each MCP call cut shows as an ``electric.mcp`` record
-  of that run (``cancelled``, ``ended``, ``bound_passed``; runtime/mcp.py writes
-  them before the run's end); the detail names each. A run with none reaches it
+- ``downstream``: every MCP call, A2A call and child entity of that run told, and
+  each ended or past its bound: each call cut shows as an ``electric.mcp`` (or
+  ``electric.a2a``) record of that run (``cancelled``, ``ended``, ``bound_passed``;
+  runtime/mcp.py and runtime/a2a_calls.py write them before the run's end); the
+  detail names each. A run with none reaches it
   with ``unwound``. An entity ended (SIGKILL, the grace deadline) refuses
   writes: the calls its end cut are cancelled unrecorded, and the detail says so;
 - ``reaped``: the exit receipt of the exec process that was running; none: at
@@ -44,6 +45,7 @@ __all__ = ["StageFollow", "StageReport", "parse_stage"]
 
 _RUN_ENDS = ("completed", "failed", "aborted")
 _MCP_EVENT = "electric.mcp"  # runtime/mcp.py's records
+_A2A_EVENT = "electric.a2a"  # runtime/a2a_calls.py's, in the same phases
 _MCP_ENDS = ("ended", "cancelled", "bound_passed")
 _TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 # Outcomes that settle a signal without its handler having run.
@@ -141,7 +143,7 @@ class StageFollow:
         elif type == "run" and self._watches_run and value.get("message_key") == self.run_message_key:
             if value.get("status") in _RUN_ENDS and self._run_end is None:
                 self._run_end = (offset, at)
-        elif type == _MCP_EVENT and self._watches_run:
+        elif type in (_MCP_EVENT, _A2A_EVENT) and self._watches_run:
             data = value.get("data")  # a custom event's value: {"data": ...}
             if isinstance(data, dict) and data.get("run") == self.run_message_key:
                 self._mcp(data, offset, at)
@@ -198,7 +200,10 @@ class StageFollow:
 
     def _mcp(self, value: dict[str, Any], offset: int, at: str) -> None:
         call, phase = str(value.get("call", "")), value.get("phase")
-        what = f"{value.get('server')}/{value.get('tool')} {phase}"
+        if "agent" in value:  # an A2A call's
+            what = f"A2A {value.get('agent')} task {value.get('task') or '(unnamed)'} {phase}"
+        else:
+            what = f"MCP {value.get('server')}/{value.get('tool')} {phase}"
         if value.get("reason"):
             what += f" ({value.get('reason')})"
         if phase == "started":
@@ -211,13 +216,13 @@ class StageFollow:
         if any(ended is None for _, ended in self._calls.values()):
             return
         if not self._calls:
-            detail = "no MCP call or child entity in flight"
+            detail = "no MCP call, A2A call or child entity in flight"
             if self._cut_by_end:
                 detail += " recorded (calls cut by the entity's end are cancelled unrecorded)"
             self._reach(Stage.DOWNSTREAM, *end, detail)
             return
         last = max([end, *(ended for _, ended in self._calls.values() if ended is not None)])
-        self._reach(Stage.DOWNSTREAM, *last, "MCP: " + "; ".join(what for what, _ in self._calls.values()))
+        self._reach(Stage.DOWNSTREAM, *last, "; ".join(what for what, _ in self._calls.values()))
 
     @property
     def _cut_by_end(self) -> bool:

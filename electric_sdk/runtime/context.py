@@ -29,6 +29,8 @@ from ..errors import InvalidArgument, RunAborted
 from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .a2a_calls import A2AAgent
+from .a2a_calls import call_agent as a2a_call
 from .children import send_step, spawn_step
 from .codec import Codec
 from .mcp import McpServer
@@ -298,6 +300,23 @@ class Context:
         return await self.step(
             f"mcp:{server.name}/{tool}", mcp_call, self, server, tool, arguments, timeout_s
         )
+
+    async def call_agent(
+        self,
+        agent: A2AAgent,
+        text: str,
+        *,
+        data: Any = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - the step's own bound
+    ) -> dict[str, Any]:
+        """Send another A2A agent a message as the recorded step ``a2a:<agent>`` (a2a_calls.py)::
+
+            found = await ctx.call_agent(researcher, "find the paper", timeout="5m")
+
+        returns ``{"task", "context", "state", "text", "artifacts"}`` once the task ends (a replay
+        answers it from the record); a signal that ends the run sends the agent ``CancelTask``."""
+        timeout_s = seconds(timeout) if timeout is not None else None
+        return await self.step(f"a2a:{agent.name}", a2a_call, self, agent, text, data, timeout_s)
 
     async def spawn(
         self,
