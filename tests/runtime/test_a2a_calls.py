@@ -6,7 +6,6 @@ was asked to cancel; every wait is on those reports and on the stream."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,7 @@ from electric_sdk.runtime import App, Context, Message
 from electric_sdk.runtime.a2a_calls import A2AAgent
 from electric_sdk.testing import TestServer
 
-from .mcp_support import Sightings, sightings
+from .mcp_support import Sightings, free_port, sightings
 from .rt_support import running_worker, until
 
 pytestmark = [pytest.mark.anyio]
@@ -38,16 +37,9 @@ def leases() -> Leases:
     return Leases(ttl_ms=5_000, heartbeat_ms=100)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def a2a_agent(found: Sightings) -> AsyncIterator[str]:
-    port = _free_port()
+    port = free_port()
     async with await anyio.open_process([sys.executable, str(AGENT), str(port), str(found.port)]) as proc:
         try:
             await found.wait("-", "listening")
