@@ -52,13 +52,13 @@ from ..store.base import (
     Write,
     WriteContext,
 )
-from . import entity_writes
+from . import child_interrupts, entity_writes
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CHILD_EVENT", "Cascade", "cascade_key"]
 
-CHILD_EVENT = "electric.child"
+CHILD_EVENT = child_interrupts.CHILD_EVENT
 
 PAGE = 256  # children signalled per pass
 CASCADE_SENDER = "electric:cascade"
@@ -85,6 +85,8 @@ class Cascade(Component):
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
+        if after is not None and after.interrupted_runs:
+            self._wakeup.set()  # a run aborted by SIGINT: its children are due theirs
         # A parent entering a state its children follow; the sweep finds whether it has any.
         if (
             after is not None
@@ -115,7 +117,10 @@ class Cascade(Component):
                 ended = await self.store.children_ended(PAGE)
                 if ended:
                     await self._tell_parents(ended)
-                more = len(found) >= PAGE or len(ended) >= PAGE
+                interrupted = await self.store.interrupts_due(PAGE)
+                if interrupted:
+                    await self._interrupt(interrupted)
+                more = len(found) >= PAGE or len(ended) >= PAGE or len(interrupted) >= PAGE
             except StorageFault:
                 pass  # the store has said why; the next pass will do
             except Exception:  # a bug must not end the cascade (nor its server's stop)
@@ -160,6 +165,19 @@ class Cascade(Component):
                 continue  # found again by the next pass
             if outcome.commit is not None:
                 self.signalled += 1
+
+    async def _interrupt(self, parents: list[EntityRecord]) -> None:
+        profiles = await self.store.type_profiles()
+        for parent in parents:
+            # The type's policy, as its newest code version announced it.
+            newest = max((p for p in profiles if p.type == parent.type), key=lambda p: p.seq, default=None)
+            detached = newest is not None and newest.children == "detach"
+            try:
+                await child_interrupts.tell_children(self.store, parent, detached)
+            except StorageFault:
+                raise
+            except Exception as exc:  # one parent's failure must not stop the others'
+                log.error("the SIGINT cascade from /%s/%s failed: %s", *parent.ref, exc)
 
     async def _tell_parents(self, ended: list[EntityRecord]) -> None:
         for child in ended:

@@ -29,7 +29,7 @@ from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
 
-from ..core import message_cursor
+from ..core import child_interrupts, message_cursor
 from ..core.entity_writes import INSERT, UPDATE, state_event
 from ..core.errors import not_found
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
@@ -356,6 +356,8 @@ def runtime_write(
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
                 record = message_cursor.ended(record, run.message_offset, run.message_key)
+                if run.status == pb.RUN_STATUS_ABORTED:  # its children's SIGINT is due
+                    record = child_interrupts.mark_interrupted(record, run.message_key, run.message_offset)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))

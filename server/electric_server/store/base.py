@@ -120,6 +120,10 @@ class EntityRecord(NamedTuple):
     # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
     # or there was no open stream to record it in.
     parent_told: bool = False
+    # Runs of this entity a SIGINT aborted whose children are still to be told (core/cascade.py,
+    # the SIGINT cascade): "key@offset" of each run's message, space-separated; "" none. Set in
+    # the commit of the run's aborted end, cleared once each child of that run got its SIGINT.
+    interrupted_runs: str = ""
 
     @property
     def ref(self) -> Ref:
@@ -414,6 +418,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def children_ended(self, limit: int) -> list[EntityRecord]:
         """Ended children whose end is not recorded in their parent's stream yet."""
+
+    @abc.abstractmethod
+    async def interrupts_due(self, limit: int) -> list[EntityRecord]:
+        """Entities with aborted runs whose children are still to be told (``interrupted_runs``)."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

@@ -60,6 +60,7 @@ _ADDED_TYPES = {
     "waiting_since_ms": "bigint",  # version 6
     "parent": "text NOT NULL DEFAULT ''",  # version 7
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
+    "interrupted_runs": "text NOT NULL DEFAULT ''",  # version 8
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -254,6 +255,15 @@ ALTER TABLE type_profiles ADD COLUMN children text NOT NULL DEFAULT '';
 CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '';
 CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
     AND state IN ({TERMINAL});
+""",
+    # The SIGINT cascade's due runs (EntityRecord.interrupted_runs) and the index its sweep
+    # reads. Expand-only: a replica of version 7 runs beside it (it never sets the column, so
+    # the runs it aborts tell no children).
+    8: """
+ALTER TABLE entities ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_interrupted_runs text;
+CREATE INDEX entities_interrupted ON entities (type, id) WHERE interrupted_runs <> '';
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

@@ -58,6 +58,7 @@ __all__ = [
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
     "SELECT_IDEMPOTENCY_MANY",
+    "SELECT_INTERRUPTS_DUE",
     "SELECT_LOST_LEASES",
     "SELECT_SETTLED",
     "SELECT_STOPPING_DEADLINES",
@@ -89,6 +90,9 @@ SELECT_CHILDREN_ENDED = (
     f"SELECT {_ENTITY_LIST} FROM entities WHERE parent <> '' AND NOT parent_told "
     f"AND state IN ({TERMINAL}) LIMIT $1"
 )
+# Entities whose aborted runs' children are still to be told (core/cascade.py), through
+# entities_interrupted.
+SELECT_INTERRUPTS_DUE = f"SELECT {_ENTITY_LIST} FROM entities WHERE interrupted_runs <> '' LIMIT $1"
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.

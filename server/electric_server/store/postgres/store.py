@@ -83,6 +83,7 @@ from .statements import (
     SELECT_EVENTS,
     SELECT_HEAD_TXID,
     SELECT_IDEMPOTENCY,
+    SELECT_INTERRUPTS_DUE,
     SELECT_LOST_LEASES,
     SELECT_SETTLED,
     SELECT_STOPPING_DEADLINES,
@@ -114,6 +115,7 @@ class PostgresStore(SQLReads):
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
     select_children_ended = SELECT_CHILDREN_ENDED
+    select_interrupts_due = SELECT_INTERRUPTS_DUE
     select_cascades_due = cascades_due_sql("$1", ' COLLATE "C"')
 
     def __init__(
