@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,18 @@ async def first(client: AsyncClient, ref: str, match: Callable[[Any], bool]) -> 
     raise AssertionError(f"{ref}'s stream ended")
 
 
-def child_phase(phase: str, child: str = "") -> Callable[[Any], bool]:
+def child_phase(phase: str) -> Callable[[Any], bool]:
     def match(event: Any) -> bool:
         data = event.value.get("data") if event.type == "electric.child" else None
-        return isinstance(data, dict) and data.get("phase") == phase and data.get("child", "").endswith(child)
+        return isinstance(data, dict) and data.get("phase") == phase
 
     return match
+
+
+async def told(client: AsyncClient, lead: str) -> dict[str, dict[str, Any]]:
+    """The children the ``told`` record of ``lead``'s run names, by URL."""
+    record = await first(client, lead, child_phase("told"))
+    return {c["child"]: c for c in record.value["data"]["children"]}
 
 
 def run_status(status: str) -> Callable[[Any], bool]:
@@ -101,11 +108,12 @@ async def test_sigint_aborting_a_run_interrupts_the_children_working_for_it(
         assert value["message_key"] == message
         assert "/lead/l1" in value["reason"]
         assert "SIGINT" in value["reason"]
-        # Each child of the run is recorded told in the lead's stream.
-        told = await first(client, "lead/l1", child_phase("interrupted", "/helper/l1"))
-        assert told.value["data"]["message"] == message
-        assert told.value["data"]["outcome"]
-        await first(client, "lead/l1", child_phase("interrupted", "/helper/l1-idle"))
+        # Each child of the run is recorded told in the lead's stream, after the run's end.
+        children = await told(client, "lead/l1")
+        assert children["/helper/l1"]["message"] == message
+        assert children["/helper/l1"]["signal"] == "SIGINT"
+        assert children["/helper/l1"]["outcome"] == "aborted"
+        assert children["/helper/l1-idle"]["message"] == ""  # only spawned: unscoped
         # The entities go on: a SIGINT ends a run, not an entity.
         assert (await client.get("helper/l1")).state is not State.STOPPED
         assert (await client.get("lead/l1")).state is State.RUNNING
@@ -120,8 +128,7 @@ async def test_a_detach_type_leaves_its_childrens_runs_alone(
         await tg.start(hosted.run)
         await delegate(client, "lead/d1")
         await client.signal("lead/d1", "SIGINT")
-        told = await first(client, "lead/d1", child_phase("interrupted", "/helper/d1"))
-        assert told.value["data"]["outcome"] == "detached"
+        assert (await told(client, "lead/d1"))["/helper/d1"]["outcome"] == "detached"
         events = (await client.events("helper/d1", 0, limit=100)).events
         assert not [e for e in events if e.type == "signal"]
         assert not [e for e in events if run_status("aborted")(e)]
@@ -139,7 +146,8 @@ def _delegation(data: dict[str, Any]) -> Any:
 
 def _mark(run: str) -> Any:
     def decide(current: Any, ctx: Any) -> Mutation:
-        return Mutation([], child_interrupts.mark_interrupted(current, run, 0))
+        # As the commit of a delegating run's aborted end leaves it: due.
+        return Mutation([], current.replace(interrupted_runs=f"{run}@0"))
 
     return decide
 
@@ -165,14 +173,15 @@ async def test_a_sigint_cascade_is_found_in_the_store_after_a_restart_and_sent_o
             await store.write(Write(("lead", "r1"), _delegation(delegation)))
         await store.write(Write(("lead", "r1"), _mark("msg_9")))
         [due] = await store.interrupts_due(10)
+        assert due.ref == ("lead", "r1")
         assert due.interrupted_runs == "msg_9@0"
     finally:
         await store.close()
     second = server_process(data)
     async with AsyncClient(second.address) as client:
-        other = await first(client, "lead/r1", child_phase("interrupted", "/helper/other"))
-        assert other.value["data"]["outcome"] == "not signalled"
-        await first(client, "lead/r1", child_phase("interrupted", "/helper/r1"))
+        children = await told(client, "lead/r1")
+        assert children["/helper/other"]["outcome"] == "not signalled"
+        assert children["/helper/r1"]["signal"] == "SIGINT"
         signals = [e for e in (await client.events("helper/r1", 0, limit=100)).events if e.type == "signal"]
         assert {(s.key, s.to_json()["value"]["sender"]) for s in signals} == {
             (signals[0].key, "electric:cascade")
@@ -195,3 +204,41 @@ async def test_a_sigint_cascade_is_found_in_the_store_after_a_restart_and_sent_o
         assert await store.interrupts_due(10) == []
     finally:
         await store.close()
+
+
+def stage(result: Any, name: str) -> dict[str, Any]:
+    return next(s for s in result.to_json()["stages"] if s["stage"] == name)
+
+
+async def test_sigints_downstream_names_each_child_told(electric: TestServer, client: AsyncClient) -> None:
+    hosted = Worker(delegating_app(), [electric.address], worker_id="w-interrupt-downstream")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await delegate(client, "lead/s1")
+        result = await client.interrupt("lead/s1", wait="downstream", timeout="30s")
+        downstream = stage(result, "downstream")
+        assert downstream["reached"], result.to_json()
+        assert "/helper/s1 SIGINT aborted" in downstream["detail"]
+        assert "/helper/s1-idle SIGINT" in downstream["detail"]
+        # Reached at the server's told record, after the run's end.
+        assert downstream["offset"] > stage(result, "unwound")["offset"]
+        await hosted.shutdown(0)
+
+
+async def test_sigterms_downstream_waits_for_the_runs_children_within_the_parents_grace(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    hosted = Worker(delegating_app(), [electric.address], worker_id="w-term-downstream")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await client.spawn("lead/t1", grace_period=timedelta(seconds=1))
+        await client.send("lead/t1", "sources")
+        sent = await first(client, "lead/t1", child_phase("sent"))
+        await first(client, sent.value["data"]["child"].strip("/"), run_status("started"))
+        # The lead's run goes on (it waits for its child's run) until its grace runs out.
+        result = await client.terminate("lead/t1", wait="downstream", timeout="30s")
+        downstream = stage(result, "downstream")
+        assert downstream["reached"], result.to_json()
+        assert "/helper/t1 SIGTERM" in downstream["detail"]
+        assert (await client.get("helper/t1")).state in (State.STOPPING, State.STOPPED)
+        await hosted.shutdown(0)

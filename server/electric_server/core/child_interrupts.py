@@ -1,27 +1,36 @@
-"""A SIGINT that aborts a run reaches the children working for that run (issue 48, item 3).
+"""The children working for a run, reached when it ends cut short (issue 48, item 3).
 
 Which children worked for a run is in the parent's own stream: entity code's
 ``ctx.spawn`` and ``ctx.send`` write an ``electric.child`` record of that run
 (``{"phase": "spawned" | "sent", "run", "child", "message"}``; runtime/children.py)
-as the server answers them, before the run's end. When a run's end is recorded
-`aborted` while the entity is not shutting down (a SIGINT's: a SIGTERM or
-SIGKILL reaches every child through core/cascade.py), that commit marks the run
-due (``EntityRecord.interrupted_runs``, "key@offset" of its message). The sweep
-here finds the due runs in the store, so it survives a restart and any
-replica's death; it reads the run's records from its message's offset to its
-end, and gives each child of the parent named there a SIGINT: scoped to each
-message the run sent it, or unscoped if none is known (a child only spawned,
-or a send cut before its answer). A delegated entity that is not the parent's
-child is someone else's, and is left alone.
+as the server answers them, before the run's end. The first one marks the run
+as delegating (a ``~key@offset`` entry in ``EntityRecord.interrupted_runs``).
+The commit of the run's end then decides (``run_ended``): a run that ended
+`aborted`, or any run that ended while the entity is shutting down or has
+ended, becomes due (``key@offset``), and the same commit appends an
+``interrupting`` record of the run just before the run's end, so a reader of
+the stream knows a ``told`` record of it is to come. Any other end forgets it.
 
-Each SIGINT carries an idempotency key named for the parent, the run and the
-message (in the child's scope, so for the child too): two replicas, or a sweep
-and its retry after a crash, signal a child once. Each child told is then
-recorded in the parent's stream (phase ``interrupted``, with the SIGINT's
-outcome, keyed so once, while the stream is open); the stop fold reads those
-records for the ``downstream`` stage (_wire/stop_stages.py). Last, the run is
-cleared from the parent's due runs. A type with ``children="detach"`` records
-its children as detached instead of signalling them.
+The sweep here finds the due runs in the store (core/cascade.py calls it), so
+it survives a restart and any replica's death. It reads the run's records from
+its message's offset to its end and tells each child of the parent named there:
+
+- the parent is not shutting down (a SIGINT aborted the run): a SIGINT scoped
+  to each message the run sent it, or unscoped if none is known (a child only
+  spawned, or a send cut before its answer), idempotency key named for the
+  parent, the run and the message in the child's scope;
+- it is shutting down or ended: the parent's own cascade signal (SIGTERM, or
+  SIGKILL once killed), under the cascade's own key (``cascade_key``), so it is
+  the one core/cascade.py gives every child and a child gets it once.
+
+A delegated entity that is not the parent's child is someone else's, and is
+left alone; a type with ``children="detach"`` leaves its children as they are.
+Last, one ``told`` record of the run, naming each child and what its signal
+came to (outcome, detail, its state and bound after it), is appended to the
+parent's stream (while it is open) in the commit that clears the run: once.
+The stop fold reads the ``interrupting`` and ``told`` records for the
+``downstream`` stage, and the ``ended`` record of each child's end
+(core/cascade.py) for a SIGTERM's children (_wire/stop_stages.py).
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url, parent_key
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.json_values import json_to_value, value_to_json
-from electric_sdk.lifecycle import STATE_RULES, Signal, SignalRejected
+from electric_sdk._wire.times import epoch_to_iso
+from electric_sdk.lifecycle import STATE_RULES, Signal, SignalRejected, State
 
 from ..store.base import (
     Commit,
+    Decide,
     EntityRecord,
     Idempotency,
     Mutation,
@@ -52,31 +63,89 @@ from . import entity_writes, message_cursor
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHILD_EVENT", "DELEGATIONS", "mark_interrupted", "tell_children"]
+__all__ = [
+    "CHILD_EVENT",
+    "DELEGATIONS",
+    "SENDER",
+    "cascade_key",
+    "delegated",
+    "run_ended",
+    "started",
+    "stop_write",
+    "tell_children",
+]
 
 CHILD_EVENT = "electric.child"
 DELEGATIONS = ("spawned", "sent")  # the phases entity code's steps write
 SENDER = "electric:cascade"
 _PAGE = 256
+_PENDING = "~"  # a delegating run's entry, not due (yet)
 
 
-def mark_interrupted(record: EntityRecord, message_key: str, offset: int) -> EntityRecord:
-    """``record`` after its run of ``message_key`` (at ``offset``) ended aborted: due for the
-    SIGINT cascade, unless it is shutting down or ended (its children get its SIGTERM or SIGKILL)."""
-    rules = STATE_RULES[record.state]
-    if rules.shutting_down or record.state.terminal or not message_key:
+def _entries(record: EntityRecord) -> list[str]:
+    return record.interrupted_runs.split()
+
+
+def _with(record: EntityRecord, entries: list[str]) -> EntityRecord:
+    # Due entries first: "has a due run" is then "not empty and not starting with ~" (the sweep's
+    # index says it with these words).
+    ordered = [e for e in entries if not e.startswith(_PENDING)] + [
+        e for e in entries if e.startswith(_PENDING)
+    ]
+    return record.replace(interrupted_runs=" ".join(ordered))
+
+
+def delegated(record: EntityRecord, run: str) -> EntityRecord:
+    """``record`` after a delegation record of its run of message ``run``: the run is delegating
+    (from its message's offset, the cursor while it runs)."""
+    entries = _entries(record)
+    if not run or any(e.rpartition("@")[0].lstrip(_PENDING) == run for e in entries):
         return record
-    entry = f"{message_key}@{offset}"
-    runs = record.interrupted_runs.split()
-    return record if entry in runs else record.replace(interrupted_runs=" ".join([*runs, entry]))
+    return _with(record, [*entries, f"{_PENDING}{run}@{record.message_cursor}"])
 
 
-def _unmark(entry: str) -> Any:
+def started(record: EntityRecord, run: str) -> EntityRecord:
+    """A run of message ``run`` started: a delegating run whose end was never recorded (its lease
+    was lost) and is not this one is forgotten."""
+    entries = _entries(record)
+    kept = [e for e in entries if not e.startswith(_PENDING) or e[1:].rpartition("@")[0] == run]
+    return record if kept == entries else _with(record, kept)
+
+
+def run_ended(record: EntityRecord, run: str, aborted: bool) -> tuple[EntityRecord, list[NewEvent]]:
+    """``record`` after its run of message ``run`` ended, and the events to append before the
+    run's end: a delegating run cut short (aborted, or the entity is shutting down or ended) is
+    due, with its ``interrupting`` record; any other end forgets it."""
+    entries = _entries(record)
+    mine = [e for e in entries if e.startswith(_PENDING) and e[1:].rpartition("@")[0] == run]
+    if not mine:
+        return record, []
+    rest = [e for e in entries if e not in mine]
+    rules = STATE_RULES[record.state]
+    if not (aborted or rules.shutting_down or record.state.terminal):
+        return _with(record, rest), []
+    data = {"phase": "interrupting", "run": run}
+    custom = pb.CustomValue(data=json_to_value(data))
+    event = NewEvent(
+        CHILD_EVENT, f"interrupting_{run}", entity_writes.INSERT, event_body(pb.Event(custom=custom))
+    )
+    return _with(record, [*rest, mine[0][1:]]), [event]
+
+
+def _unmark(entry: str, told: dict[str, Any]) -> Decide:
+    """Clear ``entry`` and append the run's ``told`` record (while the stream is open), once."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if current is None or entry not in current.interrupted_runs.split():
+        if current is None or entry not in _entries(current):
             return Mutation()
-        runs = [r for r in current.interrupted_runs.split() if r != entry]
-        return Mutation([], current.replace(interrupted_runs=" ".join(runs)))
+        record = _with(current, [e for e in _entries(current) if e != entry])
+        if current.closed:
+            return Mutation([], record)
+        if record.state.terminal and not record.lease_session and not record.children_due:
+            record = record.replace(closed=True)  # kept open for this record alone
+        custom = pb.CustomValue(data=json_to_value(told))
+        body = event_body(pb.Event(custom=custom))
+        return Mutation([NewEvent(CHILD_EVENT, f"told_{told['run']}", entity_writes.INSERT, body)], record)
 
     return decide
 
@@ -85,8 +154,42 @@ def _digest(kind: str, key: str) -> bytes:
     return hashlib.sha256(f"{kind}\0{key}".encode()).digest()
 
 
+def cascade_key(signal: Signal, parent: Ref) -> str:
+    """The idempotency key of ``signal`` cascaded from ``parent`` (in the child's scope)."""
+    return f"cascade-{signal.name.lower()}-{parent[0]}.{parent[1]}"
+
+
+def stop_signal(parent_state: State) -> Signal:
+    """The signal a parent's end gives its children."""
+    return Signal.SIGKILL if parent_state is State.KILLED else Signal.SIGTERM
+
+
+def stop_write(
+    child: Ref, parent: Ref, parent_state: State, parent_deadline_ms: int | None, encode: Any = None
+) -> Write:
+    """The cascade's signal to ``child`` of a parent shutting down or ended: SIGTERM whose grace
+    ends by the parent's deadline at the latest, or SIGKILL once it was killed."""
+    signal = stop_signal(parent_state)
+    key = cascade_key(signal, parent)
+    spec = entity_writes.SignalSpec(
+        signal,
+        reason=f"its parent {entity_url(*parent)} is {parent_state.value}",
+        sender=SENDER,
+        # A parent that has stopped already has no grace left to give.
+        latest_deadline_ms=None
+        if signal is Signal.SIGKILL
+        else (parent_deadline_ms if parent_deadline_ms is not None else 0),
+    )
+    return Write(
+        child,
+        entity_writes.signal(child, spec),
+        Idempotency(key, _digest("cascade", key)),
+        encode or (lambda _c: b""),
+    )
+
+
 async def run_delegations(store: Store, parent: Ref, run: str, offset: int) -> dict[str, list[str]]:
-    """The children ``run`` (its message's key, at ``offset``) delegated to, as its records name
+    """The children ``run`` (its message's key, from ``offset``) delegated to, as its records name
     them: child URL -> the message keys it sent each ("" unknown), in order."""
     found: dict[str, list[str]] = {}
     while True:
@@ -115,8 +218,20 @@ def _child_ref(url: str) -> Ref | None:
     return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
 
 
-async def _interrupt(store: Store, parent: Ref, run: str, child: Ref, message: str) -> dict[str, str]:
-    """One child's SIGINT for ``run`` (scoped to ``message`` unless ""): what it came to."""
+def _encode(commit: Commit) -> bytes:
+    """A child's signal's answer, kept for the ``told`` record (and its idempotent replay)."""
+    detail, outcome = "", ""
+    for event in commit.events:
+        if event.kind == "signal":
+            detail = pb.Event.FromString(event.body).signal.detail
+    if isinstance(commit.result, entity_writes.Signalled):
+        outcome = commit.result.decision.outcome.value
+    if outcome == "pending":  # a runtime holds it: told, and its runtime settles it
+        outcome, detail = "told", detail or "its runtime settles it"
+    return json.dumps({"outcome": outcome, "detail": detail}).encode()
+
+
+def _sigint(parent: Ref, run: str, child: Ref, message: str, located: Any, in_flight: Any) -> Write:
     key = f"cascade-sigint-{parent[0]}.{parent[1]}-{run}" + (f"-{message}" if message else "")
     spec = entity_writes.SignalSpec(
         Signal.SIGINT,
@@ -124,69 +239,59 @@ async def _interrupt(store: Store, parent: Ref, run: str, child: Ref, message: s
         sender=SENDER,
         message_key=message,
     )
-    located = await message_cursor.locate(store, child, message) if message else None
-    in_flight = None if message else await message_cursor.at_cursor(store, child)
+    signal = entity_writes.signal(child, spec, located, in_flight)
+    return Write(child, signal, Idempotency(key, _digest("sigint", key)), _encode)
 
-    def encode(commit: Commit) -> bytes:
-        detail, outcome = "", ""
-        for event in commit.events:
-            if event.kind == "signal":
-                value = pb.Event.FromString(event.body).signal
-                detail = value.detail
-        result = commit.result
-        if isinstance(result, entity_writes.Signalled):
-            outcome = result.decision.outcome.value
-        return json.dumps({"outcome": outcome, "detail": detail}).encode()
 
-    write = Write(
-        child,
-        entity_writes.signal(child, spec, located, in_flight),
-        Idempotency(key, _digest("sigint", key)),
-        encode,
-    )
+async def _tell(store: Store, parent: EntityRecord, run: str, child: Ref, message: str) -> dict[str, Any]:
+    """One child's signal for ``run``: what it came to, and the child's state and bound after it."""
+    if STATE_RULES[parent.state].shutting_down or parent.state.terminal:
+        signal = stop_signal(parent.state)
+        write = stop_write(child, parent.ref, parent.state, parent.stopping_deadline_ms, _encode)
+    else:
+        signal = Signal.SIGINT
+        located = await message_cursor.locate(store, child, message) if message else None
+        in_flight = None if message else await message_cursor.at_cursor(store, child)
+        write = _sigint(parent.ref, run, child, message, located, in_flight)
     [done] = await store.write_many([write])
+    told: dict[str, Any] = {"signal": signal.value}
     if isinstance(done, SignalRejected):
-        return {"outcome": "refused", "detail": str(done)}
-    if isinstance(done, BaseException):
+        told |= {"outcome": "refused", "detail": str(done)}
+    elif isinstance(done, BaseException):
         raise done
-    answer: dict[str, str] = json.loads(done.response or b"{}")
-    return answer
-
-
-def _record(parent: Ref, data: dict[str, Any]) -> Write:
-    """The parent's ``interrupted`` record of one child, once (keyed), while its stream is open."""
-    key = f"interrupt_{data['run']}_{data['child']}_{data['message']}"
-
-    def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if current is None or current.closed:
-            return Mutation()
-        custom = pb.CustomValue(data=json_to_value(data))
-        event = NewEvent(CHILD_EVENT, key, entity_writes.INSERT, event_body(pb.Event(custom=custom)))
-        return Mutation([event], current)
-
-    return Write(parent, decide, Idempotency(key, _digest("interrupted", key)), lambda _c: b"")
+    else:
+        answer = json.loads(done.response or b"{}") or {"outcome": "signalled", "detail": "by the cascade"}
+        told |= answer
+    now = await store.get_entity(child)
+    if now is not None:
+        told["state"] = now.state.value
+        if now.stopping_deadline_ms is not None:
+            told["bound"] = epoch_to_iso(now.stopping_deadline_ms / 1000)
+    return told
 
 
 async def tell_children(store: Store, parent: EntityRecord, detached: bool) -> None:
-    """Every due run of ``parent``: each child working for it told, recorded, and the run cleared.
-    Raises what the store raised; the next pass does the rest (each step is once)."""
-    for entry in parent.interrupted_runs.split():
+    """Every due run of ``parent``: each child working for it told, then the run cleared with its
+    ``told`` record. Raises what the store raised; the next pass does the rest (each step is once)."""
+    for entry in _entries(parent):
+        if entry.startswith(_PENDING):
+            continue
         run, _, at = entry.rpartition("@")
-        delegated = await run_delegations(store, parent.ref, run, int(at or 0))
-        for url, messages in delegated.items():
+        delegated_to = await run_delegations(store, parent.ref, run, int(at or 0))
+        children: list[dict[str, Any]] = []
+        for url, messages in delegated_to.items():
             child = _child_ref(url)
             record = None if child is None else await store.get_entity(child)
             for message in messages or [""]:
-                data = {"phase": "interrupted", "run": run, "child": url, "message": message}
+                report: dict[str, Any] = {"child": url, "message": message}
                 if child is None or record is None or record.parent != parent_key(*parent.ref):
-                    data |= {"outcome": "not signalled", "detail": "not a child of this entity"}
+                    report |= {"outcome": "not signalled", "detail": "not a child of this entity"}
                 elif detached:
-                    data |= {"outcome": "detached", "detail": "its parent's type leaves its children"}
+                    report |= {"outcome": "detached", "detail": "its parent's type leaves its children"}
                 else:
-                    data |= await _interrupt(store, parent.ref, run, child, message)
-                [told] = await store.write_many([_record(parent.ref, data)])
-                if isinstance(told, BaseException):
-                    raise told
-        [cleared] = await store.write_many([Write(parent.ref, _unmark(entry))])
+                    report |= await _tell(store, parent, run, child, message)
+                children.append(report)
+        told = {"phase": "told", "run": run, "children": children}
+        [cleared] = await store.write_many([Write(parent.ref, _unmark(entry, told))])
         if isinstance(cleared, BaseException):
             raise cleared

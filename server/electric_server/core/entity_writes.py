@@ -146,8 +146,10 @@ def _transition(
         deadline = max(ctx.now_ms, min(deadline, latest_deadline_ms))
     event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
     # A terminal entity's stream closes (EOF) once nobody is left to write its
-    # last records: at once without a lease, else when the lease ends.
-    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal and not leased)
+    # last records: at once without a lease, else when the lease ends (or, if later, once
+    # the server has told its cut run's children: core/child_interrupts.py).
+    closed = new.terminal and not leased and not current.children_due
+    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=closed)
     return event, record
 
 

@@ -25,6 +25,7 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.exec_receipts import receipt_says_running
+from electric_sdk._wire.json_values import value_to_json
 from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
@@ -154,14 +155,19 @@ def close_ended(pending: Inserts, settle_ms: int) -> Decide:
             return Mutation()
         if holds_lease(current, ctx) and ctx.now_ms < current.updated_at_ms + settle_ms:
             return Mutation()  # its runtime may still append its closing records
+        if current.children_due and ctx.now_ms < current.updated_at_ms + settle_ms:
+            return Mutation()  # the server's `told` record of its cut run's children is coming
         detail = f"not handled: the runtime's lease ended after the entity's end ({current.state.value})"
-        return _let_go(
+        mutation = _let_go(
             Mutation([_ignored(key, insert, detail) for key, insert in pending.items()], current),
             current.lease_epoch,
             "settled",
             None,
             ctx,
         )
+        assert mutation.entity is not None
+        mutation.entity = mutation.entity.replace(closed=True)  # the told record's wait is bounded too
+        return mutation
 
     return decide
 
@@ -181,7 +187,9 @@ def _let_go(
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     if message_cursor.awaiting_record(record):
         mutation.events.append(_unrecorded_abort(record.run_key, f"its lease ended ({cause})"))
-    closed = record.closed or record.state.terminal
+    # An ended entity whose cut run's children are still to be told keeps its stream open for
+    # the server's `told` record (core/child_interrupts.py closes it then).
+    closed = record.closed or (record.state.terminal and not record.children_due)
     mutation.entity = record.replace(
         run_key="",  # a run in progress is lost with its lease: its message is delivered again
         lease_epoch=epoch + 1,
@@ -352,12 +360,14 @@ def runtime_write(
                 record = message_cursor.started(
                     record, run.message_offset, run.attempt, abortable, run.code_version
                 )
+                record = child_interrupts.started(record, run.message_key)
             elif run.status in _TERMINAL_RUNS:
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
                 record = message_cursor.ended(record, run.message_offset, run.message_key)
-                if run.status == pb.RUN_STATUS_ABORTED:  # its children's SIGINT is due
-                    record = child_interrupts.mark_interrupted(record, run.message_key, run.message_offset)
+                # A delegating run cut short: its children are due their signal (and told so).
+                aborted = run.status == pb.RUN_STATUS_ABORTED
+                record, events = child_interrupts.run_ended(record, run.message_key, aborted)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))
@@ -370,7 +380,12 @@ def runtime_write(
             if problem is not None:
                 raise Refused("INVALID_EVENT_TYPE", problem, current)
             custom = pb.CustomValue(data=write.custom.data)
-            return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
+            record = current
+            if kind == child_interrupts.CHILD_EVENT:  # entity code's delegation (runtime/children.py)
+                data = value_to_json(write.custom.data)
+                if isinstance(data, dict) and data.get("phase") in child_interrupts.DELEGATIONS:
+                    record = child_interrupts.delegated(current, str(data.get("run", "")))
+            return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], record)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
             running = receipt_says_running(write.exec)

@@ -120,14 +120,20 @@ class EntityRecord(NamedTuple):
     # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
     # or there was no open stream to record it in.
     parent_told: bool = False
-    # Runs of this entity a SIGINT aborted whose children are still to be told (core/cascade.py,
-    # the SIGINT cascade): "key@offset" of each run's message, space-separated; "" none. Set in
-    # the commit of the run's aborted end, cleared once each child of that run got its SIGINT.
+    # Its runs that delegated to children ("~key@offset" of each run's message) and those cut
+    # short whose children are due their signal ("key@offset", leading), space-separated; ""
+    # none (core/child_interrupts.py).
     interrupted_runs: str = ""
 
     @property
     def ref(self) -> Ref:
         return (self.type, self.id)
+
+    @property
+    def children_due(self) -> bool:
+        """Whether a run of it cut short still owes its children their signal, and its stream
+        the ``told`` record (core/child_interrupts.py): an ended entity's stream stays open till then."""
+        return self.interrupted_runs[:1] not in ("", "~")
 
     @property
     def message_waiting(self) -> bool:
@@ -421,7 +427,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def interrupts_due(self, limit: int) -> list[EntityRecord]:
-        """Entities with aborted runs whose children are still to be told (``interrupted_runs``)."""
+        """Entities with runs whose children are due their signal (``interrupted_runs``)."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

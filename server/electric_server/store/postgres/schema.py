@@ -256,14 +256,16 @@ CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '
 CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
     AND state IN ({TERMINAL});
 """,
-    # The SIGINT cascade's due runs (EntityRecord.interrupted_runs) and the index its sweep
-    # reads. Expand-only: a replica of version 7 runs beside it (it never sets the column, so
-    # the runs it aborts tell no children).
+    # The delegating runs and those whose children are due their signal
+    # (EntityRecord.interrupted_runs; core/child_interrupts.py), and the index the sweep reads
+    # (due entries lead the column, pending ones start with "~"). Expand-only: a replica of
+    # version 7 runs beside it (it never sets the column, so the runs it ends tell no children).
     8: """
 ALTER TABLE entities ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN b_interrupted_runs text;
-CREATE INDEX entities_interrupted ON entities (type, id) WHERE interrupted_runs <> '';
+CREATE INDEX entities_interrupted ON entities (type, id)
+    WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%';
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

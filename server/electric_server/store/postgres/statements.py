@@ -92,7 +92,10 @@ SELECT_CHILDREN_ENDED = (
 )
 # Entities whose aborted runs' children are still to be told (core/cascade.py), through
 # entities_interrupted.
-SELECT_INTERRUPTS_DUE = f"SELECT {_ENTITY_LIST} FROM entities WHERE interrupted_runs <> '' LIMIT $1"
+SELECT_INTERRUPTS_DUE = (
+    f"SELECT {_ENTITY_LIST} FROM entities "
+    "WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%' LIMIT $1"
+)
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.

@@ -198,13 +198,12 @@ SELECT_CHILDREN_ENDED = (
     f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_untold "
     f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL}) LIMIT ?"
 )
-# Entities whose aborted runs' children are still to be told: few, and each briefly.
-_INTERRUPTED_INDEX = (
-    "CREATE INDEX IF NOT EXISTS entities_interrupted ON entities (type, id) WHERE interrupted_runs <> ''"
-)
+# Entities with runs whose children are due their signal (due entries lead the column,
+# delegating ones start with "~"): few, and each briefly.
+_INTERRUPTED_INDEX = "CREATE INDEX IF NOT EXISTS entities_interrupted ON entities (type, id) WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%'"
 SELECT_INTERRUPTS_DUE = (
     f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_interrupted "
-    "WHERE interrupted_runs <> '' LIMIT ?"
+    "WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%' LIMIT ?"
 )
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"
