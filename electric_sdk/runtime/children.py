@@ -14,7 +14,9 @@ an ``electric.child`` record of the run (``{"phase": "spawned" | "sent", "run",
 reaches the children named there (server core/child_interrupts.py), and the stop
 fold's ``downstream`` stage waits for them (_wire/stop_stages.py). A send cut
 before its answer is recorded with no message key: its child's SIGINT is then
-unscoped.
+unscoped. A send with ``wake=True`` says so in its record (with the message's
+offset): the server delivers that run's end to this entity as a message (server
+core/child_wakes.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from .. import errors
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._wire.json_values import json_to_value
 from ..client._options import DurationLike
@@ -39,11 +42,11 @@ CHILD_EVENT = "electric.child"
 RECORD_BOUND_S = 5.0  # a cut send's record waits this long at most
 
 
-async def _record(ctx: Context, phase: str, child: EntityRef, message: str = "") -> None:
+async def _record(ctx: Context, phase: str, child: EntityRef, message: str = "", **more: Any) -> None:
     fenced = getattr(ctx._host, "_fenced", None)
     if fenced is None:  # the test harness keeps no stream
         return
-    data = {"phase": phase, "run": ctx.message_key, "child": child.url, "message": message}
+    data = {"phase": phase, "run": ctx.message_key, "child": child.url, "message": message, **more}
     # Written straight through the lease, as runtime/mcp.py's records: before the run's end.
     await fenced.write(retry=True, custom=rt.CustomEvent(type=CHILD_EVENT, data=json_to_value(data)))
 
@@ -74,9 +77,15 @@ async def send_step(
     data: Any,
     wait: Literal["run"] | None,
     timeout: DurationLike | None,  # noqa: ASYNC109 - the wait's bound, as client.send's
+    wake: bool = False,
 ) -> dict[str, Any]:
     target = EntityRef.parse(ref)
     timeout_s = wait_timeout_s(wait, timeout)  # checked before anything is sent
+    if wake and wait is not None:
+        raise errors.InvalidArgument(
+            "wake=True wakes this entity when the run ends; it does not combine with wait='run'",
+            code="USAGE",
+        )
 
     async def send() -> dict[str, Any]:
         client = ctx._host.client()
@@ -91,7 +100,9 @@ async def send_step(
             ):
                 await _record(ctx, "sent", target)
             raise
-        await _record(ctx, "sent", target, receipt.key)
+        # wake: the server delivers the run's end to this entity (server core/child_wakes.py).
+        wake_me = {"offset": receipt.offset, "wake": True} if wake else {}
+        await _record(ctx, "sent", target, receipt.key, **wake_me)
         if wait == "run":
             return (await client.wait_run(receipt, timeout_s)).to_json()
         return receipt.to_json()

@@ -23,7 +23,8 @@ sweep finds each ended child once, after a restart too. A parent whose stream
 has closed (it ended before the child) gets no record.
 
 The same sweep tells the children of each run cut short (a SIGINT's: each child
-working for that run gets a SIGINT), found in the store too: core/child_interrupts.py.
+working for that run gets a SIGINT), found in the store too: core/child_interrupts.py;
+and wakes the entities waiting for a run's end they delegated: core/child_wakes.py.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from ..store.base import (
     Write,
     WriteContext,
 )
-from . import child_interrupts, entity_writes
+from . import child_interrupts, child_wakes, entity_writes
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +80,16 @@ class Cascade(Component):
         self._tasks = TaskGroup("the cascade")
         self._unsubscribe: Callable[[], None] = lambda: None
         self.signalled = 0  # cascaded signals written, for tests and status
+        self._awaiting = False  # some entity waits for a run's end (core/child_wakes.py)
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
-        if after is not None and after.interrupted_runs[:1] not in ("", "~"):
-            self._wakeup.set()  # a run aborted by SIGINT: its children are due theirs
+        if after is not None and after.children_due:
+            self._wakeup.set()  # a run cut short: its children are due their signal
+        if after is not None and after.awaited_runs:
+            self._awaiting = True  # an entity waits to be woken by a run's end
+        if self._awaiting and any(event.kind == "run" for event in commit.events):
+            self._wakeup.set()  # perhaps the end it waits for
         # A parent entering a state its children follow; the sweep finds whether it has any.
         if (
             after is not None
@@ -117,6 +123,10 @@ class Cascade(Component):
                 interrupted = await self.store.interrupts_due(PAGE)
                 if interrupted:
                     await self._interrupt(interrupted)
+                waiting = await self.store.awaiting(PAGE)
+                self._awaiting = bool(waiting)
+                if waiting:
+                    await child_wakes.wake_senders(self.store, waiting)
                 more = len(found) >= PAGE or len(ended) >= PAGE or len(interrupted) >= PAGE
             except StorageFault:
                 pass  # the store has said why; the next pass will do

@@ -30,7 +30,7 @@ from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
 
-from ..core import child_interrupts, message_cursor
+from ..core import child_interrupts, child_wakes, message_cursor
 from ..core.entity_writes import INSERT, UPDATE, state_event
 from ..core.errors import not_found
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
@@ -385,6 +385,7 @@ def runtime_write(
                 data = value_to_json(write.custom.data)
                 if isinstance(data, dict) and data.get("phase") in child_interrupts.DELEGATIONS:
                     record = child_interrupts.delegated(current, str(data.get("run", "")))
+                    record = child_wakes.awaiting(record, data)
             return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], record)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)

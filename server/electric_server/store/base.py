@@ -124,6 +124,9 @@ class EntityRecord(NamedTuple):
     # short whose children are due their signal ("key@offset", leading), space-separated; ""
     # none (core/child_interrupts.py).
     interrupted_runs: str = ""
+    # Runs of other entities it asked to be woken by the end of ("type/id@key@offset" of each
+    # message it sent them with ``wake``), space-separated; "" none (core/child_wakes.py).
+    awaited_runs: str = ""
 
     @property
     def ref(self) -> Ref:
@@ -424,6 +427,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def children_ended(self, limit: int) -> list[EntityRecord]:
         """Ended children whose end is not recorded in their parent's stream yet."""
+
+    @abc.abstractmethod
+    async def awaiting(self, limit: int) -> list[EntityRecord]:
+        """Entities waiting to be woken by another's run's end (``awaited_runs``)."""
 
     @abc.abstractmethod
     async def interrupts_due(self, limit: int) -> list[EntityRecord]:

@@ -60,6 +60,8 @@ class SQLReads(Store):
     select_children_ended: str
     # Entities whose aborted runs' children are still to be told; its one parameter, the limit.
     select_interrupts_due: str
+    # Entities waiting to be woken by another's run's end; its one parameter, the limit.
+    select_awaiting: str
 
     @abc.abstractmethod
     async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
@@ -87,6 +89,9 @@ class SQLReads(Store):
 
     async def interrupts_due(self, limit: int) -> list[EntityRecord]:
         return [entity_from_row(r) for r in await self.fetch(self.select_interrupts_due, (limit,))]
+
+    async def awaiting(self, limit: int) -> list[EntityRecord]:
+        return [entity_from_row(r) for r in await self.fetch(self.select_awaiting, (limit,))]
 
     async def bound_runs(self, type_: str) -> list[tuple[str, int, int]]:
         rows = await self.fetch(self.select_bound_runs, (type_,))

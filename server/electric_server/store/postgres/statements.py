@@ -47,6 +47,7 @@ __all__ = [
     "RENEW_REPLICA_AND_SESSIONS",
     "ROLLBACK_TO_SAVEPOINT",
     "SAVEPOINT",
+    "SELECT_AWAITING",
     "SELECT_BACKEND_START",
     "SELECT_BOUND_RUNS",
     "SELECT_CHILDREN_ENDED",
@@ -96,6 +97,9 @@ SELECT_INTERRUPTS_DUE = (
     f"SELECT {_ENTITY_LIST} FROM entities "
     "WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%' LIMIT $1"
 )
+# Entities waiting to be woken by another's run's end (core/child_wakes.py), through
+# entities_awaiting.
+SELECT_AWAITING = f"SELECT {_ENTITY_LIST} FROM entities WHERE awaited_runs <> '' LIMIT $1"
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.
