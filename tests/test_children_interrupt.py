@@ -242,3 +242,25 @@ async def test_sigterms_downstream_waits_for_the_runs_children_within_the_parent
         assert "/helper/t1 SIGTERM" in downstream["detail"]
         assert (await client.get("helper/t1")).state in (State.STOPPING, State.STOPPED)
         await hosted.shutdown(0)
+
+
+async def test_a_sigint_to_a_run_waiting_for_its_worker_reaches_its_children(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """The worker hosting the lead and its child is gone, its runs in flight: the server records
+    the lead's run aborted with no runtime, and its child's run is aborted too."""
+    hosted = Worker(delegating_app(), [electric.address], worker_id="w-interrupt-gone")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        message = await delegate(client, "lead/g1")
+        tg.cancel_scope.cancel()  # the worker goes, its runs in flight
+    await client.interrupt("lead/g1")
+    ended = await first(client, "lead/g1", run_status("aborted"))
+    # The server recorded its end, no runtime: as a run waiting for a worker of its version, or
+    # (its worker's session not yet seen gone) once that lease ended.
+    error = ended.value["error"]
+    assert "waited for a worker" in error or "no partial output: its lease ended" in error, error
+    children = await told(client, "lead/g1")
+    assert children["/helper/g1"]["message"] == message
+    assert children["/helper/g1"]["outcome"] == "aborted"
+    await first(client, "helper/g1", run_status("aborted"))

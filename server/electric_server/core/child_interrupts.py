@@ -60,85 +60,23 @@ from ..store.base import (
     WriteContext,
 )
 from . import entity_writes, message_cursor
+from .delegations import CHILD_EVENT, DELEGATIONS, entries_of, with_entries
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "CHILD_EVENT",
-    "DELEGATIONS",
-    "SENDER",
-    "cascade_key",
-    "delegated",
-    "run_ended",
-    "started",
-    "stop_write",
-    "tell_children",
-]
+__all__ = ["CHILD_EVENT", "DELEGATIONS", "SENDER", "cascade_key", "stop_write", "tell_children"]
 
-CHILD_EVENT = "electric.child"
-DELEGATIONS = ("spawned", "sent")  # the phases entity code's steps write
 SENDER = "electric:cascade"
 _PAGE = 256
-_PENDING = "~"  # a delegating run's entry, not due (yet)
-
-
-def _entries(record: EntityRecord) -> list[str]:
-    return record.interrupted_runs.split()
-
-
-def _with(record: EntityRecord, entries: list[str]) -> EntityRecord:
-    # Due entries first: "has a due run" is then "not empty and not starting with ~" (the sweep's
-    # index says it with these words).
-    ordered = [e for e in entries if not e.startswith(_PENDING)] + [
-        e for e in entries if e.startswith(_PENDING)
-    ]
-    return record.replace(interrupted_runs=" ".join(ordered))
-
-
-def delegated(record: EntityRecord, run: str) -> EntityRecord:
-    """``record`` after a delegation record of its run of message ``run``: the run is delegating
-    (from its message's offset, the cursor while it runs)."""
-    entries = _entries(record)
-    if not run or any(e.rpartition("@")[0].lstrip(_PENDING) == run for e in entries):
-        return record
-    return _with(record, [*entries, f"{_PENDING}{run}@{record.message_cursor}"])
-
-
-def started(record: EntityRecord, run: str) -> EntityRecord:
-    """A run of message ``run`` started: a delegating run whose end was never recorded (its lease
-    was lost) and is not this one is forgotten."""
-    entries = _entries(record)
-    kept = [e for e in entries if not e.startswith(_PENDING) or e[1:].rpartition("@")[0] == run]
-    return record if kept == entries else _with(record, kept)
-
-
-def run_ended(record: EntityRecord, run: str, aborted: bool) -> tuple[EntityRecord, list[NewEvent]]:
-    """``record`` after its run of message ``run`` ended, and the events to append before the
-    run's end: a delegating run cut short (aborted, or the entity is shutting down or ended) is
-    due, with its ``interrupting`` record; any other end forgets it."""
-    entries = _entries(record)
-    mine = [e for e in entries if e.startswith(_PENDING) and e[1:].rpartition("@")[0] == run]
-    if not mine:
-        return record, []
-    rest = [e for e in entries if e not in mine]
-    rules = STATE_RULES[record.state]
-    if not (aborted or rules.shutting_down or record.state.terminal):
-        return _with(record, rest), []
-    data = {"phase": "interrupting", "run": run}
-    custom = pb.CustomValue(data=json_to_value(data))
-    event = NewEvent(
-        CHILD_EVENT, f"interrupting_{run}", entity_writes.INSERT, event_body(pb.Event(custom=custom))
-    )
-    return _with(record, [*rest, mine[0][1:]]), [event]
 
 
 def _unmark(entry: str, told: dict[str, Any]) -> Decide:
     """Clear ``entry`` and append the run's ``told`` record (while the stream is open), once."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        if current is None or entry not in _entries(current):
+        if current is None or entry not in entries_of(current):
             return Mutation()
-        record = _with(current, [e for e in _entries(current) if e != entry])
+        record = with_entries(current, [e for e in entries_of(current) if e != entry])
         if current.closed:
             return Mutation([], record)
         if record.state.terminal and not record.lease_session and not record.children_due:
@@ -273,8 +211,8 @@ async def _tell(store: Store, parent: EntityRecord, run: str, child: Ref, messag
 async def tell_children(store: Store, parent: EntityRecord, detached: bool) -> None:
     """Every due run of ``parent``: each child working for it told, then the run cleared with its
     ``told`` record. Raises what the store raised; the next pass does the rest (each step is once)."""
-    for entry in _entries(parent):
-        if entry.startswith(_PENDING):
+    for entry in entries_of(parent):
+        if entry.startswith("~"):  # a delegating run, not due
             continue
         run, _, at = entry.rpartition("@")
         delegated_to = await run_delegations(store, parent.ref, run, int(at or 0))

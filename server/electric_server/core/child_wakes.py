@@ -94,6 +94,20 @@ async def _run_end(store: Store, child: Ref, key: str, offset: int) -> dict[str,
     return None
 
 
+async def _deliver(store: Store, sender: Ref, child: Ref, key: str, end: dict[str, str]) -> int:
+    """The run's ``end`` as a message to ``sender``, once; 1 if it took it (0: it has ended)."""
+    url = entity_url(*child)
+    data = {"child": url, "message": key, **end}
+    text = f"{url} ended its run of {key}: {end['status']}"
+    idem_key = f"wake-{child[0]}.{child[1]}-{key}"
+    idem = Idem(idem_key, hashlib.sha256(f"wake\0{idem_key}".encode()).digest())
+    send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER)
+    [sent] = await store.write_many([Write(sender, send, idem, lambda _c: b"")])
+    if isinstance(sent, StorageFault):
+        raise sent
+    return 0 if isinstance(sent, BaseException) else 1  # an ended sender refuses it
+
+
 async def wake_senders(store: Store, senders: list[EntityRecord]) -> int:
     """Deliver each awaited run's end that has come; how many were delivered. Raises what the
     store raised; the next pass does the rest (each delivery is once)."""
@@ -102,19 +116,16 @@ async def wake_senders(store: Store, senders: list[EntityRecord]) -> int:
         for entry in sender.awaited_runs.split():
             name, key, offset = entry.split("@")
             child_type, _, child_id = name.partition("/")
-            end = await _run_end(store, (child_type, child_id), key, int(offset))
-            if end is None:
+            # An ended sender is woken no more: its wait is dropped unread.
+            end = (
+                None
+                if sender.state.terminal
+                else await _run_end(store, (child_type, child_id), key, int(offset))
+            )
+            if end is None and not sender.state.terminal:
                 continue
-            url = entity_url(child_type, child_id)
-            data = {"child": url, "message": key, **end}
-            text = f"{url} ended its run of {key}: {end['status']}"
-            idem_key = f"wake-{child_type}.{child_id}-{key}"
-            idem = Idem(idem_key, hashlib.sha256(f"wake\0{idem_key}".encode()).digest())
-            send = entity_writes.send_message(sender.ref, text, json_to_value(data), WAKE_SENDER)
-            [sent] = await store.write_many([Write(sender.ref, send, idem, lambda _c: b"")])
-            if isinstance(sent, StorageFault):
-                raise sent
-            delivered += not isinstance(sent, BaseException)  # an ended sender is woken no more
+            if end is not None:
+                delivered += await _deliver(store, sender.ref, (child_type, child_id), key, end)
             [cleared] = await store.write_many([Write(sender.ref, _cleared(entry))])
             if isinstance(cleared, BaseException):
                 raise cleared

@@ -34,7 +34,7 @@ from electric_sdk.lifecycle import (
 
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 from ..store.sessions import holds_lease
-from . import message_cursor
+from . import delegations, message_cursor
 from .errors import ApiError, not_found
 
 INSERT = pb.OPERATION_INSERT
@@ -277,6 +277,9 @@ def _signal_waiting(
         )
         events.append(NewEvent("run", f"run_{target.key}", UPDATE, event_body(pb.Event(run=run))))
         record = message_cursor.aborted(record).replace(run_key="")  # its end is recorded here
+        # A delegating run's children are due their SIGINT (core/child_interrupts.py).
+        record, interrupting = delegations.run_ended(record, target.key, True)
+        events[-1:-1] = interrupting  # just before the run's end
     if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
         record = record.replace(reload_pending=True)
     if decision.transitions:
