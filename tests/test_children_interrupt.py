@@ -264,3 +264,16 @@ async def test_a_sigint_to_a_run_waiting_for_its_worker_reaches_its_children(
     assert children["/helper/g1"]["message"] == message
     assert children["/helper/g1"]["outcome"] == "aborted"
     await first(client, "helper/g1", run_status("aborted"))
+
+
+def test_a_stopping_parents_run_signals_only_the_children_its_cascade_would() -> None:
+    """Under the cascade's own key, a SIGTERM a child ignores now would be the one it never gets:
+    a `spawning` child waits for the cascade, as ``Store.cascades_due`` has it."""
+    reaches = child_interrupts.stop_reaches
+    assert reaches(State.STOPPING, State.RUNNING)
+    assert reaches(State.STOPPED, State.IDLE)
+    assert not reaches(State.STOPPING, State.SPAWNING)
+    assert not reaches(State.STOPPING, State.STOPPED)
+    assert reaches(State.KILLED, State.SPAWNING)
+    assert reaches(State.KILLED, State.STOPPING)
+    assert not reaches(State.KILLED, State.KILLED)

@@ -40,6 +40,7 @@ import json
 import logging
 from typing import Any
 
+from electric_sdk import lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url, parent_key
 from electric_sdk._wire.events import event_body
@@ -181,16 +182,31 @@ def _sigint(parent: Ref, run: str, child: Ref, message: str, located: Any, in_fl
     return Write(child, signal, Idempotency(key, _digest("sigint", key)), _encode)
 
 
-async def _tell(store: Store, parent: EntityRecord, run: str, child: Ref, message: str) -> dict[str, Any]:
+def stop_reaches(parent_state: State, child_state: State) -> bool:
+    """Whether the cascade signals a child in ``child_state`` now: not ended, and (unless the
+    parent was killed) one a SIGTERM moves; a `spawning` child is signalled once it has started
+    (the rule ``Store.cascades_due`` reads in SQL)."""
+    if child_state.terminal:
+        return False
+    return parent_state is State.KILLED or lifecycle.decide(child_state, Signal.SIGTERM, None).transitions
+
+
+async def _tell(
+    store: Store, parent: EntityRecord, run: str, child: EntityRecord, message: str
+) -> dict[str, Any]:
     """One child's signal for ``run``: what it came to, and the child's state and bound after it."""
+    signal = stop_signal(parent.state)
     if STATE_RULES[parent.state].shutting_down or parent.state.terminal:
-        signal = stop_signal(parent.state)
-        write = stop_write(child, parent.ref, parent.state, parent.stopping_deadline_ms, _encode)
+        if not stop_reaches(parent.state, child.state):
+            # Under the cascade's own key, the signal now would be the one it never sends again.
+            why = f"it is {child.state.value}: the cascade signals it once a {signal.value} would move it"
+            return {"signal": signal.value, "outcome": "not yet", "detail": why, "state": child.state.value}
+        write = stop_write(child.ref, parent.ref, parent.state, parent.stopping_deadline_ms, _encode)
     else:
         signal = Signal.SIGINT
-        located = await message_cursor.locate(store, child, message) if message else None
-        in_flight = None if message else await message_cursor.at_cursor(store, child)
-        write = _sigint(parent.ref, run, child, message, located, in_flight)
+        located = await message_cursor.locate(store, child.ref, message) if message else None
+        in_flight = None if message else await message_cursor.at_cursor(store, child.ref)
+        write = _sigint(parent.ref, run, child.ref, message, located, in_flight)
     [done] = await store.write_many([write])
     told: dict[str, Any] = {"signal": signal.value}
     if isinstance(done, SignalRejected):
@@ -200,7 +216,7 @@ async def _tell(store: Store, parent: EntityRecord, run: str, child: Ref, messag
     else:
         answer = json.loads(done.response or b"{}") or {"outcome": "signalled", "detail": "by the cascade"}
         told |= answer
-    now = await store.get_entity(child)
+    now = await store.get_entity(child.ref)
     if now is not None:
         told["state"] = now.state.value
         if now.stopping_deadline_ms is not None:
@@ -227,7 +243,7 @@ async def tell_children(store: Store, parent: EntityRecord, detached: bool) -> N
                 elif detached:
                     report |= {"outcome": "detached", "detail": "its parent's type leaves its children"}
                 else:
-                    report |= await _tell(store, parent, run, child, message)
+                    report |= await _tell(store, parent, run, record, message)
                 children.append(report)
         told = {"phase": "told", "run": run, "children": children}
         [cleared] = await store.write_many([Write(parent.ref, _unmark(entry, told))])
