@@ -342,14 +342,19 @@ class Context:
         data: Any = None,
         wait: Literal["run"] | None = None,
         timeout: DurationLike | None = None,  # noqa: ASYNC109 - the wait's bound, as client.send's
+        wake: bool = False,
     ) -> dict[str, Any]:
         """Send an entity (a child, say) a message, as a recorded step; with ``wait="run"``, wait
         for the run it starts. Answers the receipt's, or the run result's, JSON (as recorded)::
 
             answer = await ctx.send(helper, "find sources", wait="run", timeout="5m")
             text = answer["output"]
+
+        ``wake=True`` instead: this run goes on (and may end); when the run the message starts
+        ends, its end is delivered to this entity as a message from ``electric:child``, data
+        ``{"child", "message", "status", "output", "error"}`` (docs/runtime.md, "Child entities").
         """
-        return await send_step(self, ref, text, data, wait, timeout)
+        return await send_step(self, ref, text, data, wait, timeout, wake)
 
     @property
     def step_key(self) -> str:
