@@ -1,0 +1,171 @@
+"""The MCP face (issue 49, point 2; docs/mcp.md) with the official MCP client, on stdio
+(``electric mcp`` as a process) and on the door's streamable HTTP (``/mcp``): the tools listed,
+a send that waits for its run, a send cancelled mid-run (a SIGINT scoped to its message,
+recorded, the run aborted) and a connection dropped mid-run (the run goes on and completes).
+Every wait is on the probe's gates and on the entity's stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import psutil
+import pytest
+from conftest import Leases
+
+from electric_sdk import AsyncClient
+from electric_sdk.testing import TestServer
+
+from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, until
+
+pytestmark = [pytest.mark.anyio]
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = Path(__file__).with_name("mcp_face_client.py")
+TOOLS = ["list", "get", "spawn", "send", "signal", "events"]
+
+
+@pytest.fixture
+def leases() -> Leases:
+    """5 s leases: nothing here is about a lease lapsing, and a face started as a process on a
+    loaded machine could otherwise see a short lease lapse mid-run."""
+    return Leases(ttl_ms=5_000, heartbeat_ms=100)
+
+
+@asynccontextmanager
+async def stdio_session(address: str) -> AsyncIterator[Any]:
+    """The official client's session with ``electric mcp --address ADDRESS`` on stdio."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    args = ["-m", "electric_sdk.cli.main", "mcp", "--address", address]
+    async with AsyncExitStack() as stack:
+        read, write = await stack.enter_async_context(
+            stdio_client(StdioServerParameters(command=sys.executable, args=args))
+        )
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        yield session
+
+
+def _answer(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    answer: dict[str, Any] = json.loads(result.content[0].text)
+    assert answer == result.structured_content
+    return answer
+
+
+async def test_stdio_lists_the_tools_and_refuses_bad_input(electric: TestServer, client: AsyncClient) -> None:
+    async with stdio_session(electric.address) as session:
+        listed = await session.list_tools()
+        assert [t.name for t in listed.tools] == TOOLS
+        send = next(t for t in listed.tools if t.name == "send")
+        assert send.input_schema["required"] == ["ref"]
+        # An unknown argument is refused before anything is sent, with the door's reason.
+        refused = await session.call_tool("spawn", {"ref": "probe/x", "colour": "red"})
+        assert refused.is_error
+        assert refused.structured_content["error"]["code"] == "UNKNOWN_FIELD"
+        missing = await session.call_tool("get", {"ref": "probe/nope"})
+        assert missing.is_error
+        assert missing.structured_content["error"]["code"] == "ENTITY_NOT_FOUND"
+    assert await client.list() == []
+
+
+async def test_stdio_send_waits_for_the_run(electric: TestServer, client: AsyncClient) -> None:
+    probe = Probe()
+    async with running_worker(probe_app(probe), electric.address), stdio_session(electric.address) as session:
+        spawned = _answer(await session.call_tool("spawn", {"ref": "probe/s1"}))
+        assert spawned["state"] == "spawning"
+        seen: list[str] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            seen.append(message or "")
+
+        answer = _answer(
+            await session.call_tool("send", {"ref": "probe/s1", "text": "hi"}, progress_callback=progress)
+        )
+        assert answer["run"]["status"] == "completed"
+        assert answer["run"]["output"] == "done hi"
+        assert seen  # the run's records came as progress
+        got = _answer(await session.call_tool("get", {"ref": "probe/s1"}))
+        assert got["state"] in {"running", "idle"}
+        page = _answer(await session.call_tool("events", {"ref": "probe/s1", "limit": 3}))
+        assert len(page["events"]) == 3
+        listed = _answer(await session.call_tool("list", {"type": "probe"}))
+        assert [e["url"] for e in listed["entities"]] == ["/probe/s1"]
+
+
+async def _cancel_mid_run(session: Any, client: AsyncClient, probe: Probe, ref: str) -> None:
+    """Send ``hold``, cancel the call once its step is open; SIGINT recorded, run aborted."""
+    await client.spawn(ref)
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            await session.call_tool("send", {"ref": ref, "text": "hold"})
+
+        tg.start_soon(call)
+        with anyio.fail_after(TIMEOUT_S):
+            await probe.entered.wait()
+        tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled (and aborts an HTTP POST)
+    sigint = await until(client, ref, lambda e: e.type == "signal" and e.value.get("signal") == "SIGINT")
+    assert sigint.value["message_key"]
+    assert "MCP client" in sigint.value["reason"]
+    assert "cancelled its send" in sigint.value["reason"]
+    aborted = await until(
+        client, ref, lambda e: e.type == "run" and e.value.get("status") == "aborted", sigint.offset
+    )
+    assert aborted.value["message_key"] == sigint.value["message_key"]
+
+
+async def test_stdio_cancel_is_a_sigint_of_the_message(electric: TestServer, client: AsyncClient) -> None:
+    probe = Probe()
+    async with running_worker(probe_app(probe), electric.address), stdio_session(electric.address) as session:
+        await _cancel_mid_run(session, client, probe, "probe/c1")
+
+
+async def _drop_mid_run(client: AsyncClient, probe: Probe, ref: str, *argv: str) -> None:
+    """The client process killed mid-call: no cancel is sent, so the run goes on and completes."""
+    await client.spawn(ref)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = await anyio.open_process(
+        [sys.executable, str(CLIENT), *argv, ref, "hold"], env=env, cwd=ROOT, stdout=None, stderr=None
+    )
+    try:
+        with anyio.fail_after(TIMEOUT_S * 2):
+            await probe.entered.wait()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGKILL)
+        with anyio.fail_after(TIMEOUT_S):
+            await proc.wait()
+        # The face notices the drop: a stdio face ends once its stdin closes.
+        _gone, alive = await anyio.to_thread.run_sync(lambda: psutil.wait_procs(children, timeout=TIMEOUT_S))
+        assert not alive, alive
+        probe.release.set()
+        done = await until(client, ref, lambda e: e.type == "run" and e.value.get("status") == "completed")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    events = (await client.events(ref, 0, 1000)).events
+    assert not [e for e in events if e.type == "signal" and e.value.get("signal") == "SIGINT"]
+    assert done.value["output"] == "partial more"
+
+
+async def test_stdio_drop_detaches_the_run(electric: TestServer, client: AsyncClient) -> None:
+    probe = Probe()
+    async with running_worker(probe_app(probe), electric.address):
+        await _drop_mid_run(client, probe, "probe/d1", "stdio", electric.address)
+
+
+def test_the_tools_are_generated_from_the_route_table() -> None:
+    from electric_server.http.mcp_tools import render
+
+    text = (ROOT / "electric_sdk" / "mcp_face" / "tools.json").read_text(encoding="utf-8")
+    assert text == render(), "stale: run `python scripts/genmcptools.py`"
