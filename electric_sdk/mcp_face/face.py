@@ -23,9 +23,11 @@ sender and a reason naming the MCP client and request; a drop leaves the run goi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol
 
@@ -209,9 +211,16 @@ def _progress_text(kind: str, value: Mapping[str, Any]) -> str:
     return f"run {status}" + (f" (step {step})" if step is not None else "")
 
 
-def build_server(backend: Backend, *, http: bool, name: str = "electric") -> Any:
+def build_server(
+    backend: Backend,
+    *,
+    http: bool,
+    bind: Callable[[Any], AbstractContextManager[None]] | None = None,
+    name: str = "electric",
+) -> Any:
     """The official SDK's low-level MCP server, serving the tools over ``backend``; ``http``:
-    served on streamable HTTP (whose newest revision cancels by closing the stream)."""
+    served on streamable HTTP (whose newest revision cancels by closing the stream). ``bind``:
+    entered around each tool call with the SDK's request context (the door's: who calls)."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
@@ -225,7 +234,8 @@ def build_server(backend: Backend, *, http: bool, name: str = "electric") -> Any
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         try:
-            answer = await face.call(ctx, params.name, params.arguments or {})
+            with bind(ctx) if bind is not None else contextlib.nullcontext():
+                answer = await face.call(ctx, params.name, params.arguments or {})
         except Refusal as exc:
             error = {"error": {"code": exc.code, "message": exc.message}}
             return types.CallToolResult(

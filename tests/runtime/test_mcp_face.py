@@ -10,7 +10,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,36 @@ async def stdio_session(address: str) -> AsyncIterator[Any]:
         session = await stack.enter_async_context(ClientSession(read, write))
         await session.initialize()
         yield session
+
+
+@asynccontextmanager
+async def http_session(url: str, token: str | None = None) -> AsyncIterator[Any]:
+    """The official client's session with the door's /mcp (streamable HTTP)."""
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=30))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        yield session
+
+
+@pytest.fixture
+def door(tmp_path: Path, database_url: str | None) -> Iterator[TestServer]:
+    """A server whose HTTP door serves the MCP face (``--http``, ``--mcp``)."""
+    with TestServer(
+        tmp_path / "door",
+        http="127.0.0.1:0",
+        mcp=True,
+        lease_ttl_ms=5_000,
+        heartbeat_interval_ms=100,
+        database_url=database_url,
+    ) as server:
+        yield server
 
 
 def _answer(result: Any) -> dict[str, Any]:
@@ -144,7 +174,7 @@ async def _drop_mid_run(client: AsyncClient, probe: Probe, ref: str, *argv: str)
         proc.send_signal(signal.SIGKILL)
         with anyio.fail_after(TIMEOUT_S):
             await proc.wait()
-        # The face notices the drop: a stdio face ends once its stdin closes.
+        # A stdio face notices the drop: it ends once its stdin closes.
         _gone, alive = await anyio.to_thread.run_sync(lambda: psutil.wait_procs(children, timeout=TIMEOUT_S))
         assert not alive, alive
         probe.release.set()
@@ -162,6 +192,103 @@ async def test_stdio_drop_detaches_the_run(electric: TestServer, client: AsyncCl
     probe = Probe()
     async with running_worker(probe_app(probe), electric.address):
         await _drop_mid_run(client, probe, "probe/d1", "stdio", electric.address)
+
+
+async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> None:
+    probe = Probe()
+    async with (
+        running_worker(probe_app(probe), door.address),
+        http_session(f"{door.http_address}/mcp") as session,
+    ):
+        listed = await session.list_tools()
+        assert [t.name for t in listed.tools] == TOOLS
+        _answer(await session.call_tool("spawn", {"ref": "probe/h1"}))
+        seen: list[str] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            seen.append(message or "")
+
+        answer = _answer(
+            await session.call_tool("send", {"ref": "probe/h1", "text": "hi"}, progress_callback=progress)
+        )
+        assert answer["run"]["status"] == "completed"
+        assert answer["run"]["output"] == "done hi"
+        assert seen
+        # A refusal is the door's own: its reason, nothing written.
+        refused = await session.call_tool("signal", {"ref": "probe/h1", "signal": "SIGFOO"})
+        assert refused.is_error
+        assert refused.structured_content["error"]["code"] == "UNKNOWN_SIGNAL"
+
+
+async def test_http_cancel_is_a_sigint_of_the_message(door: TestServer) -> None:
+    probe = Probe()
+    async with (
+        door.async_client() as client,
+        running_worker(probe_app(probe), door.address),
+        http_session(f"{door.http_address}/mcp") as session,
+    ):
+        await _cancel_mid_run(session, client, probe, "probe/hc1")
+
+
+async def test_http_drop_detaches_the_run(door: TestServer) -> None:
+    probe = Probe()
+    async with door.async_client() as client, running_worker(probe_app(probe), door.address):
+        await _drop_mid_run(client, probe, "probe/hd1", "http", f"{door.http_address}/mcp")
+
+
+TOKENS = """
+[[tokens]]
+token = "admin-token"
+principal = "admin"
+scopes = ["admin"]
+
+[[tokens]]
+token = "alice-token"
+principal = "alice"
+scopes = ["read", "send", "signal"]
+
+[[tokens]]
+token = "reader-token"
+principal = "reader"
+scopes = ["read"]
+"""
+
+
+async def test_http_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
+    import httpx
+
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    tokens.chmod(0o600)
+    probe = Probe()
+    with TestServer(
+        tmp_path / "secured", http="127.0.0.1:0", mcp=True, tokens_file=tokens, lease_ttl_ms=5_000
+    ) as server:
+        url = f"{server.http_address}/mcp"
+        async with httpx.AsyncClient() as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                refused = await http.post(
+                    url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers
+                )
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"] == "Bearer"
+                assert refused.json()["error"]["code"] == "UNAUTHENTICATED"
+        async with (
+            server.async_client(token="admin-token") as client,
+            running_worker(probe_app(probe), server.address, token="admin-token"),
+        ):
+            async with http_session(url, "reader-token") as session:
+                assert [t.name for t in (await session.list_tools()).tools] == TOOLS
+                denied = await session.call_tool("spawn", {"ref": "probe/t1"})
+                assert denied.is_error
+                assert denied.structured_content["error"]["code"] == "MISSING_SCOPE"
+            assert await client.list() == []  # nothing was written
+            async with http_session(url, "alice-token") as session:
+                await _cancel_mid_run(session, client, probe, "probe/t2")
+            sigint = await until(
+                client, "probe/t2", lambda e: e.type == "signal" and e.value["signal"] == "SIGINT"
+            )
+            assert sigint.value["sender"] == "alice"
 
 
 def test_the_tools_are_generated_from_the_route_table() -> None:
