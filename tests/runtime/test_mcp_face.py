@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -289,6 +291,55 @@ async def test_http_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
                 client, "probe/t2", lambda e: e.type == "signal" and e.value["signal"] == "SIGINT"
             )
             assert sigint.value["sender"] == "alice"
+
+
+# The MCP inspector's CLI, installed from npm by name into its own prefix (npm prunes what a
+# prefix's install did not ask for, so not beside the Makefile's buf in .tools).
+INSPECTOR_VERSION = "2.12.0"
+INSPECTOR_PREFIX = ROOT / ".tools" / "mcp-inspector"
+INSPECTOR = INSPECTOR_PREFIX / "node_modules" / ".bin" / "mcp-inspector"
+
+
+@pytest.fixture(scope="module")
+def inspector() -> Path:
+    if not INSPECTOR.exists():
+        if shutil.which("npm") is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(
+                    "the MCP inspector is installed from npm, and Node.js/npm is missing: CI must run it"
+                )
+            pytest.skip("Node.js/npm is not installed: the MCP inspector (installed from npm) cannot be")
+        INSPECTOR_PREFIX.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--silent", "--prefix", str(INSPECTOR_PREFIX), "--no-save", "--no-audit", "--no-fund",
+             f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
+            check=True,
+            timeout=600,
+        )  # fmt: skip
+    return INSPECTOR
+
+
+def _inspector_tools(inspector: Path, *target: str) -> list[str]:
+    """``mcp-inspector --cli TARGET --method tools/list --strict``: the tools' names (strict: a
+    schema its portability check warns of fails the call)."""
+    done = subprocess.run(
+        [str(inspector), "--cli", *target, "--method", "tools/list", "--strict"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr.lower(), done.stderr
+    return [tool["name"] for tool in json.loads(done.stdout)["tools"]]
+
+
+def test_the_inspector_lists_the_tools(inspector: Path, tmp_path: Path) -> None:
+    with TestServer(tmp_path / "inspected", http="127.0.0.1:0", mcp=True) as server:
+        assert _inspector_tools(inspector, f"{server.http_address}/mcp", "--transport", "http") == TOOLS
+        stdio = [sys.executable, "-m", "electric_sdk.cli.main", "mcp", "--address", server.address]
+        assert _inspector_tools(inspector, *stdio) == TOOLS
 
 
 def test_the_tools_are_generated_from_the_route_table() -> None:

@@ -93,6 +93,26 @@ def _schema(route: HttpRoute) -> Schema:
     return _merged(request_schemas()[route.body], properties, required)
 
 
+def _portable(schema: Any) -> Any:
+    """``schema`` with each ``"type": [...]`` as ``anyOf`` single types: the same values, in the
+    form clients that map tool schemas onto one-type dialects take (the MCP inspector's
+    --strict warns of the other)."""
+    if isinstance(schema, list):
+        return [_portable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _portable(value) for key, value in schema.items()}
+    kinds = out.get("type")
+    if isinstance(kinds, list):
+        del out["type"]
+        one_of_each = [{"type": kind} for kind in kinds]
+        if "anyOf" in out:  # its own stays: both must hold
+            out["allOf"] = [*out.get("allOf", []), {"anyOf": one_of_each}]
+        else:
+            out["anyOf"] = one_of_each
+    return out
+
+
 def tools() -> list[dict[str, Any]]:
     """The tools as MCP's ``tools/list`` lists them: name, description, inputSchema."""
     out = []
@@ -100,7 +120,7 @@ def tools() -> list[dict[str, Any]]:
         route = _route(operation)
         # The summary only: a route's description speaks of HTTP (headers, live=sse).
         description = " ".join(filter(None, (route.summary + ".", more)))
-        out.append({"name": name, "description": description, "inputSchema": _schema(route)})
+        out.append({"name": name, "description": description, "inputSchema": _portable(_schema(route))})
     return out
 
 
