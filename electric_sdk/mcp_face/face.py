@@ -136,9 +136,10 @@ def _client_name(ctx: Any) -> str:
 class Face:
     """The tools' calls over one backend."""
 
-    def __init__(self, backend: Backend, http: bool) -> None:
+    def __init__(self, backend: Backend, http: bool, draining: Callable[[], bool] | None = None) -> None:
         self.backend = backend
         self.http = http
+        self.draining = draining or (lambda: False)
         self.tools = tool_list()
         self._allowed = {t["name"]: _allowed(t["inputSchema"]) for t in self.tools}
 
@@ -186,7 +187,8 @@ class Face:
                 else:
                     run.stream_closed()
         except anyio.get_cancelled_exc_class():
-            if _cancelled_by_client(ctx, self.http):
+            # A server draining cuts its calls too: that is no client's cancel.
+            if not self.draining() and _cancelled_by_client(ctx, self.http):
                 with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_BOUND_S):
                     await self._interrupt(ctx, ref, key)
             else:
@@ -216,17 +218,19 @@ def build_server(
     *,
     http: bool,
     bind: Callable[[Any], AbstractContextManager[None]] | None = None,
+    draining: Callable[[], bool] | None = None,
     name: str = "electric",
 ) -> Any:
     """The official SDK's low-level MCP server, serving the tools over ``backend``; ``http``:
     served on streamable HTTP (whose newest revision cancels by closing the stream). ``bind``:
-    entered around each tool call with the SDK's request context (the door's: who calls)."""
+    entered around each tool call with the SDK's request context (the door's: who calls).
+    ``draining``: true once the server drains, whose cut calls are detached, never cancelled."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
     from ..version import __version__
 
-    face = Face(backend, http)
+    face = Face(backend, http, draining)
     listed = [types.Tool.model_validate(t) for t in face.tools]
 
     async def list_tools(ctx: Any, params: Any) -> Any:

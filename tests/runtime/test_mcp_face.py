@@ -199,6 +199,7 @@ async def test_stdio_drop_detaches_the_run(electric: TestServer, client: AsyncCl
 async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> None:
     probe = Probe()
     async with (
+        door.async_client() as client,
         running_worker(probe_app(probe), door.address),
         http_session(f"{door.http_address}/mcp") as session,
     ):
@@ -220,6 +221,16 @@ async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> Non
         refused = await session.call_tool("signal", {"ref": "probe/h1", "signal": "SIGFOO"})
         assert refused.is_error
         assert refused.structured_content["error"]["code"] == "UNKNOWN_SIGNAL"
+        # Past its timeout a send answers that the run has not ended; the message stays delivered.
+        waited = _answer(
+            await session.call_tool("send", {"ref": "probe/h1", "text": "hold", "timeout": "200ms"})
+        )
+        assert waited["run"]["ended"] is False
+        probe.release.set()
+        key = waited["key"]
+        done = await until(client, "probe/h1", lambda e: e.type == "run" and e.value.get("message_key") == key
+                           and e.value.get("status") == "completed")  # fmt: skip
+        assert done.value["output"] == "partial more"
 
 
 async def test_http_cancel_is_a_sigint_of_the_message(door: TestServer) -> None:
@@ -230,6 +241,21 @@ async def test_http_cancel_is_a_sigint_of_the_message(door: TestServer) -> None:
         http_session(f"{door.http_address}/mcp") as session,
     ):
         await _cancel_mid_run(session, client, probe, "probe/hc1")
+
+
+async def test_http_2026_closing_the_stream_is_the_cancel(door: TestServer) -> None:
+    """On 2026-07-28 HTTP (no session, one POST per request) the client cancels by closing the
+    request's response stream: the same SIGINT of the message."""
+    from mcp import Client
+
+    probe = Probe()
+    async with (
+        door.async_client() as client,
+        running_worker(probe_app(probe), door.address),
+        Client(f"{door.http_address}/mcp", mode="2026-07-28") as modern,
+    ):
+        assert [t.name for t in (await modern.list_tools()).tools] == TOOLS
+        await _cancel_mid_run(modern, client, probe, "probe/m1")
 
 
 async def test_http_drop_detaches_the_run(door: TestServer) -> None:

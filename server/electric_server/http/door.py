@@ -261,6 +261,8 @@ class HttpDoor(Component):
 
     def drain(self) -> None:
         """Stop accepting; in-flight requests go on, within the grace (``stop`` awaits them)."""
+        if self.mcp is not None:
+            self.mcp.drain()
         if self._server is not None:
             self._server.should_exit = True
 

@@ -174,7 +174,9 @@ class McpDoor:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
         self.tokens = tokens
-        server = build_server(DoorBackend(endpoints, service, tokens), http=True, bind=self._bind)
+        self.draining = False
+        backend = DoorBackend(endpoints, service, tokens)
+        server = build_server(backend, http=True, bind=self._bind, draining=lambda: self.draining)
         self.manager = StreamableHTTPSessionManager(app=server)
         self._closing = anyio.Event()
         self._running = anyio.Event()
@@ -216,7 +218,13 @@ class McpDoor:
         tasks.start_soon(hold(), name="electric-mcp")
         await self._running.wait()
 
+    def drain(self) -> None:
+        """From now on a call cut is the server's doing: detached, never a cancel (2026-07-28
+        HTTP takes a closed stream for the client's cancel)."""
+        self.draining = True
+
     def close(self) -> None:
+        self.drain()
         self._closing.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
