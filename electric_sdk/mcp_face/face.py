@@ -141,15 +141,20 @@ class Face:
         self.http = http
         self.draining = draining or (lambda: False)
         self.tools = tool_list()
-        self._allowed = {t["name"]: _allowed(t["inputSchema"]) for t in self.tools}
+        self.allowed = {t["name"]: _allowed(t["inputSchema"]) for t in self.tools}
 
     async def call(self, ctx: Any, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
-        allowed = self._allowed.get(name)
-        if allowed is None:
-            raise Refusal("UNKNOWN_TOOL", f"no tool {name!r}; the tools: {', '.join(self._allowed)}")
+        allowed = self.allowed[name]  # an unknown tool is the protocol's error (build_server)
         unknown = sorted(set(args) - allowed)
         if unknown:  # refused before anything is sent, as the door refuses an unknown field
             raise Refusal("UNKNOWN_FIELD", f"{name}: unknown argument {unknown[0]!r}")
+        try:
+            return await self._call(ctx, name, args)
+        except (TypeError, ValueError, AttributeError) as exc:
+            # An argument of the wrong shape that the backend tripped over before sending it.
+            raise Refusal("INVALID_FIELD", f"{name}: {exc}") from None
+
+    async def _call(self, ctx: Any, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
         b = self.backend
         if name == "list":
             return await b.list(args)
@@ -237,6 +242,12 @@ def build_server(
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
+        if params.name not in face.allowed:  # MCP: "errors in finding the tool" are protocol errors
+            from mcp.shared.exceptions import MCPError
+            from mcp_types.jsonrpc import INVALID_PARAMS
+
+            tools = ", ".join(face.allowed)
+            raise MCPError(INVALID_PARAMS, f"no tool {params.name!r}; the tools: {tools}")
         try:
             with bind(ctx) if bind is not None else contextlib.nullcontext():
                 answer = await face.call(ctx, params.name, params.arguments or {})

@@ -104,6 +104,11 @@ async def test_stdio_lists_the_tools_and_refuses_bad_input(electric: TestServer,
         refused = await session.call_tool("spawn", {"ref": "probe/x", "colour": "red"})
         assert refused.is_error
         assert refused.structured_content["error"]["code"] == "UNKNOWN_FIELD"
+        shaped = await session.call_tool("spawn", {"ref": "probe/x", "profile": "long"})
+        assert shaped.is_error
+        assert shaped.structured_content["error"]["code"] == "INVALID_FIELD"
+        with pytest.raises(Exception, match="no tool 'launch'"):
+            await session.call_tool("launch", {})
         missing = await session.call_tool("get", {"ref": "probe/nope"})
         assert missing.is_error
         assert missing.structured_content["error"]["code"] == "ENTITY_NOT_FOUND"
