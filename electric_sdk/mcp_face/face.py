@@ -188,7 +188,9 @@ class Face:
                     # Its run's records, and the progress its entity reports while it runs.
                     if (ours and kind == "run") or (kind == "progress" and run.started):
                         seen += 1
-                        await ctx.session.report_progress(seen, None, _progress_text(kind, value))
+                        # A stream gone (an HTTP client that dropped) stops the progress, not the wait.
+                        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                            await ctx.session.report_progress(seen, None, _progress_text(kind, value))
                 else:
                     run.stream_closed()
         except anyio.get_cancelled_exc_class():

@@ -23,15 +23,27 @@ import psutil
 import pytest
 from conftest import Leases
 
-from electric_sdk import AsyncClient
+from electric_sdk import AsyncClient, Event
 from electric_sdk.testing import TestServer
 
-from .rt_support import TIMEOUT_S, Probe, probe_app, running_worker, until
+from .rt_support import Probe, probe_app, running_worker
 
 pytestmark = [pytest.mark.anyio]
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).with_name("mcp_face_client.py")
 TOOLS = ["list", "get", "spawn", "send", "signal", "events"]
+# A bound on each wait, generous: on a loaded 2-core machine a face process's start and a run's
+# first step have taken over rt_support's 10 s. Every wait still ends on its event.
+WAIT_S = 60.0
+
+
+async def _until(client: AsyncClient, ref: str, predicate: Any, start: int = 0) -> Event:
+    """The first event of the entity's stream (from ``start``) that matches."""
+    with anyio.fail_after(WAIT_S):
+        async for event in client.watch(ref, start):
+            if predicate(event):
+                return event
+    raise AssertionError(f"{ref}: the stream ended before the awaited event")
 
 
 @pytest.fixture
@@ -148,14 +160,14 @@ async def _cancel_mid_run(session: Any, client: AsyncClient, probe: Probe, ref: 
             await session.call_tool("send", {"ref": ref, "text": "hold"})
 
         tg.start_soon(call)
-        with anyio.fail_after(TIMEOUT_S):
+        with anyio.fail_after(WAIT_S):
             await probe.entered.wait()
         tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled (and aborts an HTTP POST)
-    sigint = await until(client, ref, lambda e: e.type == "signal" and e.value.get("signal") == "SIGINT")
+    sigint = await _until(client, ref, lambda e: e.type == "signal" and e.value.get("signal") == "SIGINT")
     assert sigint.value["message_key"]
     assert "MCP client" in sigint.value["reason"]
     assert "cancelled its send" in sigint.value["reason"]
-    aborted = await until(
+    aborted = await _until(
         client, ref, lambda e: e.type == "run" and e.value.get("status") == "aborted", sigint.offset
     )
     assert aborted.value["message_key"] == sigint.value["message_key"]
@@ -175,17 +187,17 @@ async def _drop_mid_run(client: AsyncClient, probe: Probe, ref: str, *argv: str)
         [sys.executable, str(CLIENT), *argv, ref, "hold"], env=env, cwd=ROOT, stdout=None, stderr=None
     )
     try:
-        with anyio.fail_after(TIMEOUT_S * 2):
+        with anyio.fail_after(WAIT_S):
             await probe.entered.wait()
         children = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGKILL)
-        with anyio.fail_after(TIMEOUT_S):
+        with anyio.fail_after(WAIT_S):
             await proc.wait()
         # A stdio face notices the drop: it ends once its stdin closes.
-        _gone, alive = await anyio.to_thread.run_sync(lambda: psutil.wait_procs(children, timeout=TIMEOUT_S))
+        _gone, alive = await anyio.to_thread.run_sync(lambda: psutil.wait_procs(children, timeout=WAIT_S))
         assert not alive, alive
         probe.release.set()
-        done = await until(client, ref, lambda e: e.type == "run" and e.value.get("status") == "completed")
+        done = await _until(client, ref, lambda e: e.type == "run" and e.value.get("status") == "completed")
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -233,11 +245,12 @@ async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> Non
         assert waited["run"]["ended"] is False
         probe.release.set()
         key = waited["key"]
-        done = await until(client, "probe/h1", lambda e: e.type == "run" and e.value.get("message_key") == key
+        done = await _until(client, "probe/h1", lambda e: e.type == "run" and e.value.get("message_key") == key
                            and e.value.get("status") == "completed")  # fmt: skip
         assert done.value["output"] == "partial more"
 
 
+@pytest.mark.both_stores
 async def test_http_cancel_is_a_sigint_of_the_message(door: TestServer) -> None:
     probe = Probe()
     async with (
@@ -318,7 +331,7 @@ async def test_http_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
             assert await client.list() == []  # nothing was written
             async with http_session(url, "alice-token") as session:
                 await _cancel_mid_run(session, client, probe, "probe/t2")
-            sigint = await until(
+            sigint = await _until(
                 client, "probe/t2", lambda e: e.type == "signal" and e.value["signal"] == "SIGINT"
             )
             assert sigint.value["sender"] == "alice"
