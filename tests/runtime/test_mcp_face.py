@@ -6,6 +6,7 @@ Every wait is on the probe's gates and on the entity's stream."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -274,6 +275,40 @@ async def test_http_2026_closing_the_stream_is_the_cancel(door: TestServer) -> N
     ):
         assert [t.name for t in (await modern.list_tools()).tools] == TOOLS
         await _cancel_mid_run(modern, client, probe, "probe/m1")
+
+
+async def test_a_draining_door_detaches_a_2026_send(tmp_path: Path) -> None:
+    """The server stopping ends a 2026-07-28 send whose stream closing would be the client's
+    cancel: the run is left alone, no SIGINT is written (read back after a restart on the same
+    data)."""
+    from mcp import Client
+
+    probe = Probe()
+    data = tmp_path / "drained"
+    server = TestServer(data, http="127.0.0.1:0", mcp=True, lease_ttl_ms=5_000).start()
+    try:
+        async with running_worker(probe_app(probe), server.address), server.async_client() as client:
+            await client.spawn("probe/dr1")
+            async with Client(f"{server.http_address}/mcp", mode="2026-07-28") as modern:
+                async with anyio.create_task_group() as tg:
+
+                    async def call() -> None:
+                        with contextlib.suppress(Exception):  # the server goes away under it
+                            await modern.call_tool("send", {"ref": "probe/dr1", "text": "hold"})
+
+                    tg.start_soon(call)
+                    with anyio.fail_after(WAIT_S):
+                        await probe.entered.wait()
+                    await anyio.to_thread.run_sync(server.stop)
+                    tg.cancel_scope.cancel()
+                probe.release.set()
+    finally:
+        server.stop()
+    with TestServer(data) as again:
+        async with again.async_client() as client:
+            events = (await client.events("probe/dr1", 0, 1000)).events
+    assert [e for e in events if e.type == "message"]
+    assert not [e for e in events if e.type == "signal" and e.value.get("signal") == "SIGINT"]
 
 
 async def test_http_drop_detaches_the_run(door: TestServer) -> None:
