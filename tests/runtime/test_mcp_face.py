@@ -421,6 +421,14 @@ def test_the_inspector_lists_the_tools(inspector: Path, tmp_path: Path) -> None:
         assert _inspector_tools(inspector, *stdio) == TOOLS
 
 
+def test_mcp_needs_http(tmp_path: Path) -> None:
+    from electric_server import ElectricServer, ServerConfig
+    from electric_server.config_error import ConfigError
+
+    with pytest.raises(ConfigError, match="--mcp needs --http"):
+        ElectricServer(ServerConfig(data_dir=tmp_path, mcp=True))
+
+
 def test_the_tools_are_generated_from_the_route_table() -> None:
     from electric_server.http.mcp_tools import render
 
