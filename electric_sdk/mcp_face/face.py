@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any, Protocol
@@ -148,13 +148,12 @@ class Face:
         unknown = sorted(set(args) - allowed)
         if unknown:  # refused before anything is sent, as the door refuses an unknown field
             raise Refusal("UNKNOWN_FIELD", f"{name}: unknown argument {unknown[0]!r}")
-        try:
-            return await self._call(ctx, name, args)
-        except (TypeError, ValueError, AttributeError) as exc:
-            # An argument of the wrong shape that the backend tripped over before sending it.
-            raise Refusal("INVALID_FIELD", f"{name}: {exc}") from None
+        if name == "send":
+            return await self.send(ctx, _ref(args), {k: v for k, v in args.items() if k != "ref"})
+        with _shape_checked(name):
+            return await self._call(name, args)
 
-    async def _call(self, ctx: Any, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _call(self, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
         b = self.backend
         if name == "list":
             return await b.list(args)
@@ -166,16 +165,17 @@ class Face:
             return await b.spawn(ref, rest)
         if name == "signal":
             return await b.signal(ref, rest)
-        if name == "events":
-            return await b.events(ref, _whole(args, "offset"), _whole(args, "limit"))
-        return await self.send(ctx, ref, rest)
+        return await b.events(ref, _whole(args, "offset"), _whole(args, "limit"))
 
     async def send(self, ctx: Any, ref: str, args: Mapping[str, Any]) -> dict[str, Any]:
         timeout_s = _timeout_s(args)  # checked before anything is sent
         text = args.get("text", "")
         if not isinstance(text, str):
             raise Refusal("INVALID_FIELD", f"text: expected a string, got {text!r}")
-        receipt = await self.backend.send(ref, text, args.get("data"))
+        # Shielded: a cancel that comes while the message is being sent waits for its key, and then
+        # interrupts it (at the wait's first checkpoint) like any other.
+        with anyio.CancelScope(shield=True), _shape_checked("send"):
+            receipt = await self.backend.send(ref, text, args.get("data"))
         key = receipt["key"]
         run = RunFollow(key, entity_state=receipt.get("state"))
         seen = 0
@@ -211,10 +211,21 @@ class Face:
             log.info("MCP cancel of %s on %s: %s: %s", key, ref, exc.code, exc.message)
 
 
+@contextlib.contextmanager
+def _shape_checked(name: str) -> Iterator[None]:
+    """An argument of the wrong shape that a backend trips over before sending anything (a
+    profile that is not an object) is the door's INVALID_FIELD."""
+    try:
+        yield
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise Refusal("INVALID_FIELD", f"{name}: {exc}") from None
+
+
 def _progress_text(kind: str, value: Mapping[str, Any]) -> str:
     if kind == "progress":
-        message = value.get("message") or value.get("data", {})
-        return str(message if isinstance(message, str) else json.dumps(message))[:200]
+        data = value.get("data", value)
+        message = data["message"] if isinstance(data, dict) and data.get("message") else data
+        return str(message if isinstance(message, str) else json.dumps(message, default=str))[:200]
     status = value.get("status", "")
     step = value.get("step")
     return f"run {status}" + (f" (step {step})" if step is not None else "")

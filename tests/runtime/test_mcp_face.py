@@ -25,6 +25,7 @@ import pytest
 from conftest import Leases
 
 from electric_sdk import AsyncClient, Event
+from electric_sdk.runtime import App, Context, Message
 from electric_sdk.testing import TestServer
 
 from .rt_support import Probe, probe_app, running_worker
@@ -133,17 +134,18 @@ async def test_stdio_send_waits_for_the_run(electric: TestServer, client: AsyncC
     async with running_worker(probe_app(probe), electric.address), stdio_session(electric.address) as session:
         spawned = _answer(await session.call_tool("spawn", {"ref": "probe/s1"}))
         assert spawned["state"] == "spawning"
-        seen: list[str] = []
+        some = anyio.Event()
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
-            seen.append(message or "")
+            some.set()
 
         answer = _answer(
             await session.call_tool("send", {"ref": "probe/s1", "text": "hi"}, progress_callback=progress)
         )
         assert answer["run"]["status"] == "completed"
         assert answer["run"]["output"] == "done hi"
-        assert seen  # the run's records came as progress
+        with anyio.fail_after(WAIT_S):  # the run's records came as progress (called back in a task)
+            await some.wait()
         got = _answer(await session.call_tool("get", {"ref": "probe/s1"}))
         assert got["state"] in {"running", "idle"}
         page = _answer(await session.call_tool("events", {"ref": "probe/s1", "limit": 3}))
@@ -224,17 +226,9 @@ async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> Non
         listed = await session.list_tools()
         assert [t.name for t in listed.tools] == TOOLS
         _answer(await session.call_tool("spawn", {"ref": "probe/h1"}))
-        seen: list[str] = []
-
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            seen.append(message or "")
-
-        answer = _answer(
-            await session.call_tool("send", {"ref": "probe/h1", "text": "hi"}, progress_callback=progress)
-        )
+        answer = _answer(await session.call_tool("send", {"ref": "probe/h1", "text": "hi"}))
         assert answer["run"]["status"] == "completed"
         assert answer["run"]["output"] == "done hi"
-        assert seen
         # A refusal is the door's own: its reason, nothing written.
         refused = await session.call_tool("signal", {"ref": "probe/h1", "signal": "SIGFOO"})
         assert refused.is_error
@@ -249,6 +243,47 @@ async def test_http_lists_the_tools_and_sends_and_waits(door: TestServer) -> Non
         done = await _until(client, "probe/h1", lambda e: e.type == "run" and e.value.get("message_key") == key
                            and e.value.get("status") == "completed")  # fmt: skip
         assert done.value["output"] == "partial more"
+
+
+def _talker() -> App:
+    """``talker``: a run of two steps, each reporting ``progress`` as it goes."""
+    app = App("mcp-face-talker", code_version="t")
+
+    @app.entity("talker")
+    class Talker:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            for n in (1, 2):
+                async with ctx.step(f"tool:part{n}"):
+                    await ctx.emit("progress", {"message": f"part {n} of 2"})
+            ctx.output.write("spoke")
+
+    return app
+
+
+async def test_http_send_reports_the_run_as_progress(door: TestServer) -> None:
+    seen: list[tuple[float, str]] = []
+    last = anyio.Event()
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message or ""))
+        if message == "part 2 of 2":
+            last.set()
+
+    async with (
+        running_worker(_talker(), door.address),
+        http_session(f"{door.http_address}/mcp") as session,
+    ):
+        _answer(await session.call_tool("spawn", {"ref": "talker/p1"}))
+        answer = _answer(
+            await session.call_tool("send", {"ref": "talker/p1", "text": "go"}, progress_callback=progress)
+        )
+        assert answer["run"]["output"] == "spoke"
+        with anyio.fail_after(WAIT_S):  # the client calls back in tasks of its own
+            await last.wait()
+    messages = [m for _, m in seen]
+    assert "part 1 of 2" in messages
+    assert "run started" in messages
+    assert sorted(v for v, _ in seen) == list(range(1, len(seen) + 1))  # each counted once
 
 
 @pytest.mark.both_stores
