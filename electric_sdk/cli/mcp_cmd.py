@@ -82,6 +82,10 @@ class ClientBackend:
 
     async def send(self, ref: str, text: str, data: Any) -> dict[str, Any]:
         r = self._ref(ref)
+        if self.client.options.token:
+            # The send waits by reading the stream: a token without `read` is refused here, before
+            # anything is sent, as the HTTP door's wait=run refuses it.
+            await self._call("GetEntity", api.GetEntityRequest(ref=r))
         request = api.SendMessageRequest(ref=r, text=text, idempotency_key=new_idempotency_key())
         if data is not None:
             try:

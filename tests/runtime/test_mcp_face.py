@@ -56,12 +56,12 @@ def leases() -> Leases:
 
 
 @asynccontextmanager
-async def stdio_session(address: str) -> AsyncIterator[Any]:
-    """The official client's session with ``electric mcp --address ADDRESS`` on stdio."""
+async def stdio_session(address: str, *more: str) -> AsyncIterator[Any]:
+    """The official client's session with ``electric mcp --address ADDRESS MORE`` on stdio."""
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    args = ["-m", "electric_sdk.cli.main", "mcp", "--address", address]
+    args = ["-m", "electric_sdk.cli.main", "mcp", "--address", address, *more]
     async with AsyncExitStack() as stack:
         read, write = await stack.enter_async_context(
             stdio_client(StdioServerParameters(command=sys.executable, args=args))
@@ -364,13 +364,18 @@ principal = "alice"
 scopes = ["read", "send", "signal"]
 
 [[tokens]]
+token = "sender-token"
+principal = "sender"
+scopes = ["send"]
+
+[[tokens]]
 token = "reader-token"
 principal = "reader"
 scopes = ["read"]
 """
 
 
-async def test_http_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
+async def test_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
     import httpx
 
     tokens = tmp_path / "tokens.toml"
@@ -398,7 +403,18 @@ async def test_http_bearer_tokens_and_scopes_apply(tmp_path: Path) -> None:
                 denied = await session.call_tool("spawn", {"ref": "probe/t1"})
                 assert denied.is_error
                 assert denied.structured_content["error"]["code"] == "MISSING_SCOPE"
-            assert await client.list() == []  # nothing was written
+            async with http_session(url, "sender-token") as session:
+                _answer(await session.call_tool("spawn", {"ref": "probe/t0"}))
+                # The send waits by reading the stream: without `read` it is refused, nothing sent.
+                blind = await session.call_tool("send", {"ref": "probe/t0", "text": "hi"})
+                assert blind.is_error
+                assert blind.structured_content["error"]["code"] == "MISSING_SCOPE"
+            async with stdio_session(server.address, "--token", "sender-token") as session:
+                blind = await session.call_tool("send", {"ref": "probe/t0", "text": "hi"})
+                assert blind.is_error
+                assert blind.structured_content["error"]["code"] == "MISSING_SCOPE"
+            assert not [e for e in (await client.events("probe/t0")).events if e.type == "message"]
+            assert [e.ref.url for e in await client.list()] == ["/probe/t0"]  # nothing else written
             async with http_session(url, "alice-token") as session:
                 await _cancel_mid_run(session, client, probe, "probe/t2")
             sigint = await _until(

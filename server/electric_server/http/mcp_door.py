@@ -113,15 +113,19 @@ class DoorBackend:
     async def spawn(self, ref: str, args: Mapping[str, Any]) -> dict[str, Any]:
         return await self._route("spawnEntity", "PUT", *self._one(ref), body=args)
 
+    def _may_read(self) -> None:
+        if self.tokens is not None and (refused := denial(current_principal.get(), "read")):
+            raise Refusal(refused.reason, refused.message)
+
     async def send(self, ref: str, text: str, data: Any) -> dict[str, Any]:
+        self._may_read()  # the send waits by reading the stream, as wait=run: refused, nothing is sent
         body: dict[str, Any] = {"text": text} if text else {}
         if data is not None:
             body["data"] = data
         return await self._route("sendMessage", "POST", *self._one(ref), body=body)
 
     async def follow(self, ref: str, offset: int) -> AsyncIterator[tuple[str, str, dict[str, Any], int]]:
-        if self.tokens is not None and (refused := denial(current_principal.get(), "read")):
-            raise Refusal(refused.reason, refused.message)  # the wait reads the stream, as wait=run does
+        self._may_read()
         type_, _, id_ = ref.partition("/")
         watch = api.WatchEventsRequest(
             ref=pb.EntityRef(type=type_, id=id_), from_offset=offset, accepts_batches=True
