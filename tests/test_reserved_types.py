@@ -59,3 +59,20 @@ async def test_a_type_made_before_the_rule_serves_and_is_warned_of(
             api.SendMessageRequest(ref=pb.EntityRef(type=".old", id="a"), text="hi")
         )
         assert sent.key
+
+
+async def test_a_fork_of_a_type_made_before_the_rule_is_refused(start_server: StartServer) -> None:
+    srv = await start_server()
+    ref = (".old", "a")
+    await srv.store.write(Write(ref, entity_writes.spawn(ref, None, None)))
+    async with grpc.aio.insecure_channel(srv.address) as channel:
+        stub = api_grpc.EntityServiceStub(channel)
+        for origin, code, reason in (
+            (pb.EntityRef(type=".old", id="a"), grpc.StatusCode.INVALID_ARGUMENT, "RESERVED_NAME"),
+            (pb.EntityRef(type=".none", id="a"), grpc.StatusCode.NOT_FOUND, "ENTITY_NOT_FOUND"),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.ForkEntity(api.ForkEntityRequest(origin=origin, id="b"))
+            assert (refused.value.code(), error_info(refused.value).reason) == (code, reason)
+        listed = await stub.ListEntities(api.ListEntitiesRequest())
+    assert [(e.ref.type, e.ref.id) for e in listed.entities] == [(".old", "a")]

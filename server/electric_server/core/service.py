@@ -417,7 +417,6 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def ForkEntity(self, request: api.ForkEntityRequest, context: Ctx) -> api.ForkEntityResponse:
         origin = v.ref(request.origin, "origin")
         ref = (origin[0], v.name(request.id, "id"))
-        v.new_type(ref[0], "origin.type")  # a fork is a new entity of its origin's type
         offset = request.offset if request.HasField("offset") else None
         reason = v.reason(request.reason)
         idem = _idempotency("ForkEntity", request)
@@ -426,6 +425,9 @@ class EntityService(api_grpc.EntityServiceServicer):
         if idem is not None and (stored := await self._replayed(ref, idem)) is not None:
             return api.ForkEntityResponse.FromString(stored)
         record, events = await forks.origin_events(self.store, origin, offset)
+        # A fork is a new entity of its origin's type: refused for a type made before "." was
+        # reserved, once the origin is known to exist (an absent one is ENTITY_NOT_FOUND).
+        v.new_type(ref[0], "origin.type")
 
         def build(c: Commit) -> api.ForkEntityResponse:
             response = api.ForkEntityResponse(
