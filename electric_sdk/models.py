@@ -341,6 +341,10 @@ class MessageReceipt:
     txid: int
     created_at: datetime
     state: State
+    # The double-texting policy the server applied ("enqueue" when no run was in progress; ""
+    # from a server that predates policies), and the SIGINT an interrupt or rollback appended.
+    policy: str = ""
+    signal_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -352,6 +356,8 @@ class MessageReceipt:
             # writes epoch milliseconds (the HTTP door's send response keeps its own shape).
             "created_at": to_iso(self.created_at),
             "state": self.state.value,
+            **({"policy": self.policy} if self.policy else {}),
+            **({"signal_key": self.signal_key} if self.signal_key else {}),
         }
 
     def _repr_html_(self) -> str:

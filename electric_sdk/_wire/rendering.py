@@ -131,7 +131,7 @@ def signal_many_json(m: api.SignalEntitiesResponse) -> dict[str, Any]:
     }
 
 
-def message_receipt_json(url: str, m: api.SendMessageResponse) -> dict[str, Any]:
+def message_receipt_json(url: str, m: api.SendMessageResponse | api.RetryRunResponse) -> dict[str, Any]:
     return {
         "url": url,
         "key": m.key,
@@ -139,4 +139,7 @@ def message_receipt_json(url: str, m: api.SendMessageResponse) -> dict[str, Any]
         "txid": str(m.txid),
         "created_at": _epoch_ms(m.created_at),
         "state": _state(m.state),
+        # A send's double-texting answer (a retry's receipt has none).
+        **({"policy": m.policy} if isinstance(m, api.SendMessageResponse) and m.policy else {}),
+        **({"signal_key": m.signal_key} if isinstance(m, api.SendMessageResponse) and m.signal_key else {}),
     }

@@ -9,10 +9,9 @@ partial output; KILL (SIGKILL) cancels the whole task group, no handler runs;
 DELIVER (SIGUSR) runs the handler as its own task beside the run; CLEANUP
 (SIGTERM) stops the run at its next step boundary, then runs the handler
 within the rest of the grace and writes stopping → stopped if it returns in
-time; PAUSE/RESUME (SIGSTOP/SIGCONT) take effect between runs (a run starts
-only in ``running``); RELOAD (SIGHUP) writes running → idle after the run.
-Writes are fenced (fenced.py): a refusal meaning the entity moved on ends it.
-"""
+time; PAUSE/RESUME (SIGSTOP/SIGCONT) take effect between runs (a run starts only
+in ``running``); RELOAD (SIGHUP) writes running → idle after the run. Writes are
+fenced (fenced.py): a refusal meaning the entity moved on ends it."""
 
 from __future__ import annotations
 
@@ -249,6 +248,7 @@ class EntityHost(HostBase):
             if (started := await self._started(message)) is None:
                 return
             run.started_offset = started.entity.head_offset - 1
+            run.state_before = self._records.state_copy() if self.etype.may_roll_back else None
             self._judge_deferred(run)
             # Delivered again, or a retry: what its (or the retried run's) attempts recorded is replayed.
             if message.attempt > 1 or message.retry_of is not None:
@@ -323,6 +323,7 @@ class EntityHost(HostBase):
         output = run.ctx.output.text
         await settle(self)  # a cut MCP call's record comes before the run's end
         await self._records.flush(run.ctx, run.message.key)
+        await self._records.restore(run)  # a rollback policy's SIGINT: after the run's own changes
         await self._ended(run.message, status, output=output, error=error)
         info = run.stopped_by
         if info is not None and info.signal is Signal.SIGINT:

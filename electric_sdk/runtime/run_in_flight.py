@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from .._proto.electric.v1 import types_pb2 as pb
+from ..durable_state import Collections
 from .context import Context, Message, SignalInfo
 
 __all__ = ["RunInFlight"]
@@ -32,6 +33,8 @@ class RunInFlight:
     outcome_pending: bool = False
     # How the signal stopped it, when not in the signal's usual way (its record's error says so).
     how: str = ""
+    # The state at the run's start, for a type whose messages may roll it back (records.restore).
+    state_before: Collections | None = None
     # Run-dependent signals delivered before the STARTED record's offset was known.
     deferred: list[pb.Event] = field(default_factory=list)
 

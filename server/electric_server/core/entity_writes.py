@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf import struct_pb2
 
-from electric_sdk import lifecycle
+from electric_sdk import busy, lifecycle
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.times import timestamp_from_ms
+from electric_sdk.busy import BusyPolicy
 from electric_sdk.lifecycle import (
     DEFAULT_GRACE_MS,
     DEFAULT_IDLE_TIMEOUT_MS,
@@ -35,7 +36,7 @@ from electric_sdk.lifecycle import (
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 from ..store.sessions import holds_lease
 from . import message_cursor
-from .errors import ApiError, not_found
+from .errors import ApiError, busy_policy_not_allowed, entity_busy, not_found
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
@@ -304,7 +305,23 @@ def _aborts_run(
     return message_cursor.run_in_progress(current, holds_lease(current, ctx))
 
 
-def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str) -> Decide:
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """The result of a message write, for the response."""
+
+    key: str
+    # The policy applied (electric_sdk/busy.py): enqueue when no run was in progress.
+    policy: BusyPolicy
+    # The SIGINT an aborting policy appended ("" none).
+    signal_key: str = ""
+
+
+def send_message(
+    ref: Ref, text: str, data: struct_pb2.Value | None, sender: str, policy: BusyPolicy | None = None
+) -> Decide:
+    """A message appended, judged in its own write by the double-texting policy (``policy``: the
+    message's own, None its type's; electric_sdk/busy.py) against the run in progress then."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
             raise not_found(*ref)
@@ -315,14 +332,44 @@ def send_message(ref: Ref, text: str, data: struct_pb2.Value | None, sender: str
                 f"Cannot send a message to a {current.state.value} entity",
                 {"entity": entity_url(*ref), "state": current.state.value},
             )
+        live = holds_lease(current, ctx)
+        try:
+            applied = busy.applied(current.on_busy, current.on_busy_choices, policy, _busy(current, live))
+        except busy.PolicyNotAllowed as exc:
+            raise busy_policy_not_allowed(
+                entity_url(*ref), policy.value if policy else "", str(exc)
+            ) from None
+        if applied is BusyPolicy.REJECT:
+            raise entity_busy(entity_url(*ref), current.run_key, applied.value)
+        key = f"msg_{ctx.txid}"
+        events: list[NewEvent] = []
+        record = current
+        signal_key = ""
+        if applied in busy.ABORTS_RUN and _aborts_run(current, ctx, Signal.SIGINT, None, None):
+            # The run in progress is aborted in this very write, by a SIGINT in the sender's name.
+            payload = struct_pb2.Value()
+            payload.struct_value.update({busy.SIGINT_PAYLOAD_KEY: applied.value, "message": key})
+            spec = SignalSpec(Signal.SIGINT, busy.signal_reason(applied, key), payload, sender)
+            aborted = signal(ref, spec)(current, ctx)
+            assert aborted.entity is not None
+            assert isinstance(aborted.result, Signalled)
+            events, record, signal_key = list(aborted.events), aborted.entity, aborted.result.key
+        elif applied in busy.ABORTS_RUN:
+            applied = BusyPolicy.ENQUEUE  # a run the server may not abort (an exec host's): it queues
         value = pb.MessageValue(text=text, sender=sender)
         if data is not None:
             value.data.CopyFrom(data)
-        key = f"msg_{ctx.txid}"
-        record = message_cursor.sent(current)
-        return Mutation([NewEvent("message", key, INSERT, event_body(pb.Event(message=value)))], record, key)
+        record = message_cursor.sent(record, len(events))
+        events.append(NewEvent("message", key, INSERT, event_body(pb.Event(message=value))))
+        return Mutation(events, record, Sent(key, applied, signal_key))
 
     return decide
+
+
+def _busy(current: EntityRecord, live: bool) -> bool:
+    """Whether a run of the entity is in progress for a message's policy: started under a live
+    lease and not ended (a SIGINT that aborted it ended it)."""
+    return live and current.cursor_attempt > 0
 
 
 def expire_grace(ref: Ref, deadline_ms: int, settle_ms: int) -> Decide:

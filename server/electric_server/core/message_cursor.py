@@ -118,9 +118,10 @@ def forked(record: EntityRecord, offset: int) -> EntityRecord:
     return record.replace(message_cursor=offset, cursor_attempt=0, last_message_offset=-1)
 
 
-def sent(record: EntityRecord) -> EntityRecord:
-    """A message is about to be appended (it gets the head offset)."""
-    return record.replace(last_message_offset=record.head_offset)
+def sent(record: EntityRecord, events_before: int = 0) -> EntityRecord:
+    """A message is about to be appended, after ``events_before`` other events of its write (it
+    gets the head offset plus those)."""
+    return record.replace(last_message_offset=record.head_offset + events_before)
 
 
 def started(

@@ -387,22 +387,26 @@ class EntityService(api_grpc.EntityServiceServicer):
         data = v.json_value(request.data, request.HasField("data"), "data")
         if not text and data is None:
             raise invalid_argument("EMPTY_MESSAGE", "a message needs text or data", field="text")
+        policy = v.busy_policy(request.policy)
         sender = current_principal.get().name
 
         def build(c: Commit) -> api.SendMessageResponse:
             assert c.after is not None
+            sent: entity_writes.Sent = c.result
             return api.SendMessageResponse(
-                key=c.result,
-                offset=c.events[0].offset,
+                key=sent.key,
+                offset=c.events[-1].offset,
                 txid=c.txid,
                 created_at=timestamp_from_ms(c.timestamp_ms),
                 state=STATE_TO_PB[c.after.state],
+                policy=sent.policy.value,
+                signal_key=sent.signal_key,
             )
 
         response = await _write(
             self.store,
             ref,
-            entity_writes.send_message(ref, text, data, sender),
+            entity_writes.send_message(ref, text, data, sender, policy),
             _idempotency("SendMessage", request),
             build,
             api.SendMessageResponse,

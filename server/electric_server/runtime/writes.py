@@ -67,13 +67,15 @@ def grant(
     session: str,
     type_default: TypeProfile | None = None,
     seen_bound: str = "",
+    busy: tuple[str, str] = ("", ""),
 ) -> Decide:
     """Take a new lease for worker session ``session``: granted if the epoch is the one seen and
     no live runtime holds the entity (a holder whose session ended loses its lease here first,
     as ``end_lease`` with runtime_lost). The epoch grows, so every older holder is fenced off.
     The first lease fixes the profile values the spawn left to the type (``type_default``).
     ``seen_bound``: the code version the run in flight was bound to when the session was chosen
-    for it (binding.py); refused if that changed meanwhile."""
+    for it (binding.py); refused if that changed meanwhile. ``busy``: the session's type's
+    double-texting policy and choices, which the entity's messages are judged by from now on."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
@@ -94,7 +96,13 @@ def grant(
         epoch = base.lease_epoch + 1
         # No run is in progress under a new lease (one lost with a restart is delivered again).
         record = resolve(base, type_default).replace(
-            lease_epoch=epoch, reload_pending=False, lease_session=session, run_key="", waiting_since_ms=None
+            lease_epoch=epoch,
+            reload_pending=False,
+            lease_session=session,
+            run_key="",
+            waiting_since_ms=None,
+            on_busy=busy[0],
+            on_busy_choices=busy[1],
         )
         return Mutation(events, record, Granted(epoch))
 

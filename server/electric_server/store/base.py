@@ -120,6 +120,12 @@ class EntityRecord(NamedTuple):
     # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
     # or there was no open stream to record it in.
     parent_told: bool = False
+    # What a message does while a run is in progress (electric_sdk/busy.py), as the type of the
+    # lease's worker announced it at the last grant ("" none yet: enqueue), and the policies its
+    # messages may choose besides enqueue, reject and that one (comma-joined). Kept on the record
+    # so the message's own write judges it on any replica.
+    on_busy: str = ""
+    on_busy_choices: str = ""
 
     @property
     def ref(self) -> Ref:

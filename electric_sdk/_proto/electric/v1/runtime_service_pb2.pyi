@@ -31,6 +31,8 @@ class HostedType(_message.Message):
     VERSIONING_FIELD_NUMBER: _builtins.int
     UPGRADE_AFTER_FIELD_NUMBER: _builtins.int
     DETACH_CHILDREN_FIELD_NUMBER: _builtins.int
+    ON_BUSY_FIELD_NUMBER: _builtins.int
+    ON_BUSY_CHOICES_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     versioning: _types_pb2.Versioning.ValueType
     """What happens to a run bound to this code version (it started on it)
@@ -42,6 +44,11 @@ class HostedType(_message.Message):
     stops or is killed (App.entity(children="detach")); unset: its SIGTERM and
     SIGKILL cascade to them (docs/runtime.md, Child entities).
     """
+    on_busy: _builtins.str
+    """What a message does while a run of an entity of this type is in progress
+    (App.entity(on_busy=...): "enqueue", "reject", "interrupt" or "rollback");
+    unset: "enqueue", the RFC's rule (docs/double-texting.md).
+    """
     @_builtins.property
     def profile(self) -> _types_pb2.Profile:
         """Defaults for entities of this type spawned without a profile."""
@@ -52,6 +59,12 @@ class HostedType(_message.Message):
         replayed on the version selected for new wakes; unset: it waits for good.
         """
 
+    @_builtins.property
+    def on_busy_choices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The policies a message may choose for itself besides "enqueue", "reject"
+        and on_busy (App.entity(on_busy_choices=...)).
+        """
+
     def __init__(
         self,
         *,
@@ -60,10 +73,12 @@ class HostedType(_message.Message):
         versioning: _types_pb2.Versioning.ValueType = ...,
         upgrade_after: _duration_pb2.Duration | None = ...,
         detach_children: _builtins.bool = ...,
+        on_busy: _builtins.str = ...,
+        on_busy_choices: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "upgrade_after", b"upgrade_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach_children", b"detach_children", "profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach_children", b"detach_children", "on_busy", b"on_busy", "on_busy_choices", b"on_busy_choices", "profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -60,6 +60,8 @@ _ADDED_TYPES = {
     "waiting_since_ms": "bigint",  # version 6
     "parent": "text NOT NULL DEFAULT ''",  # version 7
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
+    "on_busy": "text NOT NULL DEFAULT ''",  # version 8
+    "on_busy_choices": "text NOT NULL DEFAULT ''",  # version 8
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -254,6 +256,17 @@ ALTER TABLE type_profiles ADD COLUMN children text NOT NULL DEFAULT '';
 CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '';
 CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
     AND state IN ({TERMINAL});
+""",
+    # Each entity's double-texting policy (EntityRecord.on_busy, electric_sdk/busy.py), set at
+    # its lease grants. Expand-only: a replica of version 7 runs beside it (its statements name
+    # their columns; its grants leave the policy as it was, its sends enqueue).
+    8: """
+ALTER TABLE entities ADD COLUMN on_busy text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN on_busy text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_on_busy text;
+ALTER TABLE commit_feed ADD COLUMN b_on_busy_choices text;
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

@@ -73,6 +73,8 @@ _ENTITY_DEFINITIONS = {
     "waiting_since_ms": "INTEGER",
     "parent": "TEXT NOT NULL DEFAULT ''",
     "parent_told": "INTEGER NOT NULL DEFAULT 0",
+    "on_busy": "TEXT NOT NULL DEFAULT ''",
+    "on_busy_choices": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
