@@ -224,7 +224,7 @@ def _print_signal(ctx: Invocation, result: SignalResult, wait: str | None = None
 def send(ctx: Invocation, args: argparse.Namespace) -> int:
     data = parse_json(args.data, "--data")
     if args.wait is None:
-        receipt = ctx.client.send(args.ref, args.text, data=data)
+        receipt = ctx.client.send(args.ref, args.text, data=data, policy=args.policy)
         if ctx.out.json_mode:
             ctx.out.record(receipt.to_json())
         else:
@@ -233,7 +233,9 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
     limit = getattr(args, "timeout", None)
     timeout_s = duration_s(limit, "--timeout") if limit else None
     try:
-        result = ctx.client.send(args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s)
+        result = ctx.client.send(
+            args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s, policy=args.policy
+        )
     except errors.RunNotEnded as exc:
         if ctx.out.json_mode:
             ctx.out.record({"receipt": exc.receipt.to_json(), "status": exc.run_status, "ended": False})

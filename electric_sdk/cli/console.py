@@ -300,9 +300,11 @@ def stage_line(report: StageReport) -> str:
 
 
 def receipt_line(receipt: MessageReceipt) -> str:
+    # A policy other than enqueue acted on the run in progress: the line says so, and how.
+    acted = f"; {receipt.policy} by {receipt.signal_key}" if receipt.signal_key else ""
     return (
         f"{receipt.ref.url}: message {receipt.key} at offset {receipt.offset} "
-        f"({receipt.state.value}, txid {receipt.txid})"
+        f"({receipt.state.value}, txid {receipt.txid}{acted})"
     )
 
 

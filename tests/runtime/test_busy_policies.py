@@ -8,11 +8,15 @@ for), then sends the second message; waits are on the stream, never sleeps.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from electric_sdk import AsyncClient, Event
@@ -231,3 +235,32 @@ async def test_two_messages_racing_through_two_replicas(
     assert aborted_held[0].key == receipts[0].signal_key
     # The last message runs to its end: nothing holds it (its text is not "hold").
     await until(hosted, ref, run_of(receipts[1].key, COMPLETED))
+
+
+async def test_reject_over_http_and_the_cli(tmp_path: Path, start_worker: Callable[..., Any]) -> None:
+    """The HTTP door answers a rejected message 409 with the RFC's error body; `electric send`
+    exits 4 saying ENTITY_BUSY; `--policy` is the message's own choice."""
+    with TestServer(tmp_path / "door", http="127.0.0.1:0") as server:
+        start_worker(server.address)
+        async with AsyncClient(server.address) as client:
+            await hold(client, "rejecting/h1")
+            head = (await client.get("rejecting/h1")).head_offset
+            async with httpx.AsyncClient(base_url=server.http_address) as http:
+                busy = await http.post("/rejecting/h1/messages", json={"text": "x"})
+                unknown = await http.post("/rejecting/h1/messages", json={"text": "x", "policy": "shout"})
+            assert busy.status_code == 409
+            assert busy.json()["error"]["code"] == "ENTITY_BUSY"
+            assert busy.json()["error"]["details"]["policy"] == "reject"
+            assert unknown.status_code == 400
+            assert unknown.json()["error"]["code"] == "INVALID_BUSY_POLICY"
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ELECTRIC_")}
+            electric = [sys.executable, "-m", "electric_sdk.cli.main", "--address", server.address, "send"]
+            refused = await anyio.run_process([*electric, "rejecting/h1", "x"], check=False, env=env)
+            assert refused.returncode == 4
+            assert b"ENTITY_BUSY" in refused.stderr
+            assert (await client.get("rejecting/h1")).head_offset == head  # nothing written, any door
+            queued = await anyio.run_process(
+                [*electric, "rejecting/h1", "y", "--policy", "enqueue", "--json"], check=False, env=env
+            )
+            assert queued.returncode == 0, queued.stderr
+            assert json.loads(queued.stdout)["policy"] == "enqueue"
