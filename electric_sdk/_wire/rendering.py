@@ -69,6 +69,10 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
         if m.HasField("waiting_since")
         else None,
         "parent": entity_url(m.parent.type, m.parent.id) if m.HasField("parent") else None,
+        # Its last run asked for input (ctx.ask) and no reply came yet: the next message is the reply.
+        "awaiting_input": {"run": m.awaiting_input.run, "question": m.awaiting_input.question}
+        if m.HasField("awaiting_input")
+        else None,
     }
 
 

@@ -155,7 +155,7 @@ def wait_timeout_s(wait: str | None, timeout: DurationLike | None) -> float | No
 
 
 def run_result(receipt: MessageReceipt, run: RunFollow) -> RunResult:
-    return RunResult(receipt, run.status, run.output, run.error, run.attempt, run.entity_state)
+    return RunResult(receipt, run.status, run.output, run.error, run.attempt, run.entity_state, run.question)
 
 
 def message_receipt(

@@ -28,7 +28,7 @@ from .._wire.json_values import value_to_json
 from .._wire.times import timestamp_to_datetime
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
 from ..models import Entity, Event, EventPage
-from .context import Message, RetryOf, SignalInfo
+from .context import Message, Reply, RetryOf, SignalInfo
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -292,7 +292,11 @@ def message_of(event: pb.Event, attempt: int) -> Message:
     retry_of = None
     if m.HasField("retry"):
         retry_of = RetryOf(m.retry.message_key, m.retry.message_offset, m.retry.from_step)
-    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of)
+    reply = None
+    if m.HasField("reply"):
+        reply_data = value_to_json(m.reply.data) if m.reply.HasField("data") else None
+        reply = Reply(m.reply.ask_key, m.reply.text, reply_data)
+    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of, reply)
 
 
 def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:

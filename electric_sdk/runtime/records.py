@@ -90,26 +90,36 @@ class LeaseRecords:
         if message.retry_of is None:
             return RunSteps(own)
         retried = message.retry_of
+        reply = message.reply is not None
         return RunSteps(
-            await self._retried(retried.key, retried.offset, retried.from_step, message.offset) + own
+            await self._retried(retried.key, retried.offset, retried.from_step, message.offset, reply) + own
         )
 
-    async def _retried(self, key: str, offset: int, upto: int, end: int) -> list[tuple[str, dict[str, Any]]]:
+    async def _retried(
+        self, key: str, offset: int, upto: int, end: int, reply: bool = False
+    ) -> list[tuple[str, dict[str, Any]]]:
         """Run ``key``'s records of steps before ``upto``, written between its message at ``offset``
         and ``end``. A retried run that was itself a retry recorded only the steps it executed:
-        those before its own from-step come from the run it retried, and so on down the chain."""
-        if upto <= 0:
+        those before its own from-step come from the run it retried, and so on down the chain.
+        ``reply``: the run asked at step ``upto`` (``ctx.ask``) and this resumes it, so the state
+        changes it made before asking (segment ``upto``) are its too, not to be made again."""
+        if upto <= 0 and not reply:
             return []
         found = await read_range(self._page, offset, offset + 1)
         below: list[tuple[str, dict[str, Any]]] = []
         retry = found[0].value.get("retry") if found and found[0].type == "message" else None
         if isinstance(retry, dict):
             from_step = min(upto, int(retry["from_step"]))
+            asked = "reply" in found[0].value and from_step == int(retry["from_step"])
             below = await self._retried(
-                str(retry["message_key"]), int(retry["message_offset"]), from_step, offset
+                str(retry["message_key"]), int(retry["message_offset"]), from_step, offset, asked
             )
         events = await read_range(self._page, offset + 1, end)
-        return below + [r for r in RunSteps.records(key, events) if _segment(r) < upto]
+        return below + [
+            r
+            for r in RunSteps.records(key, events)
+            if _segment(r) < upto or (reply and r[0] == STATE_EVENT and _segment(r) == upto)
+        ]
 
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
         # Only a step's outcome carries the run's changes: a replay skips the changes of a segment

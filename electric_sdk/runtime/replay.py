@@ -63,7 +63,7 @@ __all__ = [
 
 # How long the code of one run may wait between two steps before it is reported unchecked.
 DEFAULT_RUN_TIMEOUT_S = 10.0
-_ENDED = (pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED)
+_ENDED = (pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED, pb.RUN_STATUS_INPUT_REQUIRED)
 
 
 @dataclass(frozen=True, slots=True)

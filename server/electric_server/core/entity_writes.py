@@ -316,11 +316,27 @@ class Sent:
     signal_key: str = ""
 
 
+class NeedsAsk(Exception):
+    """The entity awaits input and the write was not given the asking run's message (read it,
+    then write again: ``send_message``'s ``asked``); ``offset`` is where it is."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the asking message at offset {offset} is needed")
+        self.offset = offset
+
+
 def send_message(
-    ref: Ref, text: str, data: struct_pb2.Value | None, sender: str, policy: BusyPolicy | None = None
+    ref: Ref,
+    text: str,
+    data: struct_pb2.Value | None,
+    sender: str,
+    policy: BusyPolicy | None = None,
+    asked: tuple[str, pb.MessageValue] | None = None,
 ) -> Decide:
     """A message appended, judged in its own write by the double-texting policy (``policy``: the
-    message's own, None its type's; electric_sdk/busy.py) against the run in progress then."""
+    message's own, None its type's; electric_sdk/busy.py) against the run in progress then. To an
+    entity awaiting input it is the reply (``_reply``): ``asked`` is the asking run's message
+    (key, value), read before the write (``NeedsAsk`` without it)."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
@@ -356,14 +372,42 @@ def send_message(
             events, record, signal_key = list(aborted.events), aborted.entity, aborted.result.key
         elif applied in busy.ABORTS_RUN:
             applied = BusyPolicy.ENQUEUE  # a run the server may not abort (an exec host's): it queues
-        value = pb.MessageValue(text=text, sender=sender)
-        if data is not None:
-            value.data.CopyFrom(data)
+        if current.awaiting_run:
+            if asked is None or asked[0] != current.awaiting_run:
+                raise NeedsAsk(current.awaiting_offset)
+            value, record = _reply(current, asked[1], text, data, sender), record.replace(awaiting_run="")
+        else:
+            value = pb.MessageValue(text=text, sender=sender)
+            if data is not None:
+                value.data.CopyFrom(data)
         record = message_cursor.sent(record, len(events))
         events.append(NewEvent("message", key, INSERT, event_body(pb.Event(message=value))))
         return Mutation(events, record, Sent(key, applied, signal_key))
 
     return decide
+
+
+def _reply(
+    current: EntityRecord, asking: pb.MessageValue, text: str, data: struct_pb2.Value | None, sender: str
+) -> pb.MessageValue:
+    """The reply to the run awaiting input: the asking message's text and data again (the same code
+    runs), resuming its steps at the ask (a retry from the ask's step), with what was sent."""
+    value = pb.MessageValue(text=asking.text, sender=sender)
+    if asking.HasField("data"):
+        value.data.CopyFrom(asking.data)
+    value.retry.CopyFrom(
+        pb.RunRetry(
+            message_key=current.awaiting_run,
+            message_offset=current.awaiting_offset,
+            from_step=current.awaiting_step,
+            sender=sender,
+            reason="reply to its question",
+        )
+    )
+    value.reply.CopyFrom(pb.InputReply(ask_key=current.awaiting_run, text=text))
+    if data is not None:
+        value.reply.data.CopyFrom(data)
+    return value
 
 
 def _busy(current: EntityRecord, live: bool) -> bool:

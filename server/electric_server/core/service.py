@@ -403,16 +403,27 @@ class EntityService(api_grpc.EntityServiceServicer):
                 signal_key=sent.signal_key,
             )
 
-        response = await _write(
-            self.store,
-            ref,
-            entity_writes.send_message(ref, text, data, sender, policy),
-            _idempotency("SendMessage", request),
-            build,
-            api.SendMessageResponse,
-        )
+        asked: tuple[str, pb.MessageValue] | None = None
+        while True:
+            try:
+                response = await _write(
+                    self.store,
+                    ref,
+                    entity_writes.send_message(ref, text, data, sender, policy, asked),
+                    _idempotency("SendMessage", request),
+                    build,
+                    api.SendMessageResponse,
+                )
+                break
+            except entity_writes.NeedsAsk as needs:
+                # A reply to a run awaiting input: its message is read, then the write is judged again.
+                asked = await self._asking_message(ref, needs.offset)
         await self.presence.arrived(ref[0], "a message")
         return response
+
+    async def _asking_message(self, ref: Ref, offset: int) -> tuple[str, pb.MessageValue]:
+        (found,) = await self.store.read_events(ref, offset, 1)
+        return found.key, pb.Event.FromString(found.body).message
 
     # -- fork and retry ---------------------------------------------------------------
 

@@ -137,6 +137,7 @@ def _schemas() -> dict[str, Schema]:
                 "bound_code_version",
                 "waiting_since",
                 "parent",
+                "awaiting_input",
             ],
             {
                 "url": {"type": "string"},
@@ -169,6 +170,14 @@ def _schemas() -> dict[str, Schema]:
                 "parent": {
                     "type": ["string", "null"],
                     "description": "the entity it was spawned as a child of (/{type}/{id}); null for a root",
+                },
+                "awaiting_input": {
+                    "description": "its last run asked for input (ctx.ask): that run's message key and "
+                    "question; the next message sent is the reply. null: nothing is asked",
+                    "anyOf": [
+                        obj(["run", "question"], {"run": {"type": "string"}, "question": {"type": "string"}}),
+                        {"type": "null"},
+                    ],
                 },
                 "holder": {
                     "description": "the worker holding the entity's lease while it is live (GetEntity, "

@@ -38,7 +38,12 @@ from .profiles import resolve
 
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
 MAX_OUTPUT_CHARS = 64 * 1024
-_TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+_TERMINAL_RUNS = {
+    pb.RUN_STATUS_COMPLETED,
+    pb.RUN_STATUS_ABORTED,
+    pb.RUN_STATUS_FAILED,
+    pb.RUN_STATUS_INPUT_REQUIRED,
+}
 # Outcomes a runtime may report: not `pending` (what it settles) nor none at all.
 _UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
 
@@ -364,6 +369,17 @@ def runtime_write(
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
                 record = message_cursor.ended(record, run.message_offset, run.message_key)
+                if run.status == pb.RUN_STATUS_INPUT_REQUIRED:  # the next message is its reply
+                    if len(run.question) > MAX_OUTPUT_CHARS:
+                        raise Refused(
+                            "OUTPUT_TOO_LARGE", f"a question holds at most {MAX_OUTPUT_CHARS} characters"
+                        )
+                    record = record.replace(
+                        awaiting_run=run.message_key,
+                        awaiting_offset=run.message_offset,
+                        awaiting_question=run.question,
+                        awaiting_step=run.ask_step,
+                    )
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))

@@ -126,6 +126,13 @@ class EntityRecord(NamedTuple):
     # so the message's own write judges it on any replica.
     on_busy: str = ""
     on_busy_choices: str = ""
+    # Its last run asked for input (``ctx.ask``; a RUN_STATUS_INPUT_REQUIRED end) and no reply came
+    # yet: that run's message key ("" none) and offset, its question, and the ask's step index
+    # (where the reply's run resumes). The next message sent is the reply (entity_writes.reply).
+    awaiting_run: str = ""
+    awaiting_offset: int = 0
+    awaiting_question: str = ""
+    awaiting_step: int = 0
 
     @property
     def ref(self) -> Ref:

@@ -62,6 +62,10 @@ _ADDED_TYPES = {
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
     "on_busy": "text NOT NULL DEFAULT ''",  # version 8
     "on_busy_choices": "text NOT NULL DEFAULT ''",  # version 8
+    "awaiting_run": "text NOT NULL DEFAULT ''",  # version 8
+    "awaiting_offset": "bigint NOT NULL DEFAULT 0",  # version 8
+    "awaiting_question": "text NOT NULL DEFAULT ''",  # version 8
+    "awaiting_step": "bigint NOT NULL DEFAULT 0",  # version 8
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -258,7 +262,7 @@ CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT p
     AND state IN ({TERMINAL});
 """,
     # Each entity's double-texting policy (EntityRecord.on_busy, electric_sdk/busy.py), set at
-    # its lease grants. Expand-only: a replica of version 7 runs beside it (its statements name
+    # its lease grants, and the run awaiting input (EntityRecord.awaiting_run, ctx.ask). Expand-only: a replica of version 7 runs beside it (its statements name
     # their columns; its grants leave the policy as it was, its sends enqueue).
     8: """
 ALTER TABLE entities ADD COLUMN on_busy text NOT NULL DEFAULT '';
@@ -267,6 +271,18 @@ ALTER TABLE commit_feed ADD COLUMN on_busy text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN b_on_busy text;
 ALTER TABLE commit_feed ADD COLUMN b_on_busy_choices text;
+ALTER TABLE entities ADD COLUMN awaiting_run text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN awaiting_offset bigint NOT NULL DEFAULT 0;
+ALTER TABLE entities ADD COLUMN awaiting_question text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN awaiting_step bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN awaiting_run text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaiting_offset bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN awaiting_question text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaiting_step bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_run text;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_offset bigint;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_question text;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_step bigint;
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

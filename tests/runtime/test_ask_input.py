@@ -1,0 +1,116 @@
+"""Input-required: ``await ctx.ask(question)`` ends the run asking; the next message is the reply.
+
+A real server (SQLite, and PostgreSQL for ``both_stores``) and real worker processes. The
+entity's step before the ask appends a line to a file, so a test sees that the reply's run
+replays it from the record instead of running it again, across a worker's restart too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from electric_sdk import AsyncClient
+from electric_sdk.testing import TestServer
+
+from .rt_support import app_module, worker_processes
+
+pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
+
+WAIT_S = 30.0
+
+APP = """
+from pathlib import Path
+
+from electric_sdk.runtime import App
+
+app = App(code_version="ask")
+
+
+def greet(text):
+    with Path("greeted.log").open("a") as log:  # one line each time the step really runs
+        log.write(text + "\\n")
+    return "hello " + text
+
+
+@app.entity("asker", idle_timeout="1h")
+async def asker(ctx, message):
+    greeting = await ctx.step("model:greet", greet, message.text)
+    ctx.state["asked"].append(message.text)
+    color = await ctx.ask(f"which color for the {message.text}?")
+    size = await ctx.ask("which size?")
+    ctx.output.write(f"{greeting}: {color} {size}")
+"""
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    return app_module(tmp_path, "ask_app", APP)
+
+
+@pytest.fixture
+def start_worker(app_dir: Path) -> Iterator[Callable[..., Any]]:
+    with worker_processes(app_dir, "ask_app:app") as start:
+        yield start
+
+
+async def test_a_run_asks_and_the_next_message_replies(
+    electric: TestServer, start_worker: Callable[..., Any], app_dir: Path
+) -> None:
+    start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        await client.spawn("asker/a1")
+        asked = await client.send("asker/a1", "bike", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+        assert asked.question == "which color for the bike?"
+        entity = await client.get("asker/a1")
+        assert entity.awaiting_input is not None
+        assert (entity.awaiting_input.run, entity.awaiting_input.question) == (
+            asked.receipt.key,
+            "which color for the bike?",
+        )
+        assert entity.to_json()["awaiting_input"] == {
+            "run": asked.receipt.key,
+            "question": "which color for the bike?",
+        }
+        # The reply runs the same code again: the step and the first ask replay, the second asks.
+        second = await client.send("asker/a1", "red", wait="run", timeout=WAIT_S)
+        assert second.status == "input_required"
+        assert second.question == "which size?"
+        done = await client.send("asker/a1", "large", wait="run", timeout=WAIT_S)
+        assert done.status == "completed", done
+        assert done.output == "hello bike: red large"
+        assert (await client.get("asker/a1")).awaiting_input is None
+        assert (app_dir / "greeted.log").read_text() == "bike\n"  # run once, replayed twice
+        assert await client.state("asker/a1") == {"asked": ["bike"]}  # its changes made once
+        events = (await client.events("asker/a1", 0, limit=1000)).events
+        replies = [e.value["reply"] for e in events if e.type == "message" and "reply" in e.value]
+        assert replies == [
+            {"ask_key": asked.receipt.key, "text": "red"},
+            {"ask_key": second.receipt.key, "text": "large"},
+        ]
+        ends = [e.value for e in events if e.type == "run" and e.value["status"] == "input_required"]
+        assert [(e["question"], e["ask_step"]) for e in ends] == [
+            ("which color for the bike?", 1),
+            ("which size?", 2),
+        ]
+
+
+async def test_a_reply_after_the_worker_restarted(
+    electric: TestServer, start_worker: Callable[..., Any], app_dir: Path
+) -> None:
+    first = start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        await client.spawn("asker/a2")
+        asked = await client.send("asker/a2", "car", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+        first.kill()
+        first.wait(WAIT_S)
+        start_worker(electric.address)
+        answered = await client.send("asker/a2", "blue", wait="run", timeout=WAIT_S)
+        assert answered.status == "input_required", answered
+        assert answered.question == "which size?"
+        assert (app_dir / "greeted.log").read_text() == "car\n"
