@@ -9,7 +9,9 @@ where the type allows it:
 - ``reject``: refused with ENTITY_BUSY, nothing written;
 - ``interrupt``: a SIGINT aborts the run (sender: the message's, reason naming the policy);
 - ``rollback``: the same, and the entity's ``ctx.state`` is restored to its value before the
-  aborted run by a visible restore record.
+  aborted run by a visible restore record;
+- ``steer``: offered to the running run (``ctx.take_steer``, at a step boundary of its code's
+  choosing): recorded as taken at its step, or run as any message once the run ends without it.
 
 A message always may choose ``enqueue`` or ``reject`` (they touch only itself) and its type's
 own policy; a type widens that with ``on_busy_choices``. With no run in progress every policy
@@ -44,10 +46,11 @@ class BusyPolicy(StrEnum):
     REJECT = "reject"
     INTERRUPT = "interrupt"
     ROLLBACK = "rollback"
+    STEER = "steer"
 
 
 # A policy's name, as App.entity and a send take it.
-BusyPolicyName = Literal["enqueue", "reject", "interrupt", "rollback"]
+BusyPolicyName = Literal["enqueue", "reject", "interrupt", "rollback", "steer"]
 DEFAULT_POLICY = BusyPolicy.ENQUEUE
 # Policies any message may choose: they act on the message alone, never on another's run.
 ALWAYS_CHOOSABLE = frozenset({BusyPolicy.ENQUEUE, BusyPolicy.REJECT})

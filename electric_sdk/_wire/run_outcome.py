@@ -17,7 +17,8 @@ How a message's run ends, as the stream says it:
   stopped or was killed) before it started;
 - a stream that closed after the run started and before its end: ``aborted``;
 - ``input_required`` (with its ``question``): the run asked for input
-  (``ctx.ask``); the reply to it is a message of its own, whose run resumes it.
+  (``ctx.ask``); the reply to it is a message of its own, whose run resumes it;
+- ``steered``: a steering message the run in progress took (``ctx.take_steer``).
 
 Before its end the status is ``queued`` or ``started``: what a wait that timed
 out reports.
@@ -31,11 +32,11 @@ from typing import Any
 __all__ = ["RUN_ENDS", "RUN_WAIT", "WAIT_KINDS", "RunFollow"]
 
 # The statuses of a message's run that end it.
-RUN_ENDS = ("completed", "failed", "aborted", "cancelled", "input_required")
+RUN_ENDS = ("completed", "failed", "aborted", "cancelled", "input_required", "steered")
 # What a send can wait for (one kind so far; the stop stages wait for theirs alike).
 RUN_WAIT = "run"
 WAIT_KINDS = (RUN_WAIT,)
-_RECORDED_ENDS = ("completed", "failed", "aborted", "input_required")
+_RECORDED_ENDS = ("completed", "failed", "aborted", "input_required", "steered")
 
 
 @dataclass

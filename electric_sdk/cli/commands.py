@@ -252,7 +252,12 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
 
 
 # How a waited run's end is the command's exit code (as `electric run`'s).
-_RUN_EXIT = {"completed": exit_codes.OK, "failed": exit_codes.RUN_FAILED, "input_required": exit_codes.OK}
+_RUN_EXIT = {
+    "completed": exit_codes.OK,
+    "failed": exit_codes.RUN_FAILED,
+    "input_required": exit_codes.OK,
+    "steered": exit_codes.OK,
+}
 
 
 def fork(ctx: Invocation, args: argparse.Namespace) -> int:

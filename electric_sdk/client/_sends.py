@@ -85,7 +85,7 @@ class SendCalls:
         """Send the entity a message; its receipt. With ``wait="run"``, wait for the run it starts
         and answer how it ended (``RunResult``); past ``timeout`` (from the message's acceptance;
         None: no bound), ``RunNotEnded`` (the message stays delivered). ``policy``: what it does
-        if a run is in progress ("enqueue", "reject", "interrupt", "rollback"; None: its type's
+        if a run is in progress ("enqueue", "reject", "interrupt", "rollback", "steer"; None: its type's
         policy; docs/double-texting.md): a rejected message raises ``EntityBusy``."""
         timeout_s = wait_timeout_s(wait, timeout)
         r = parse_ref(ref)

@@ -177,7 +177,7 @@ class App:
         entities' SIGTERM and SIGKILL cascade to their child entities (``"cascade"``, the default)
         or leave them as they are (``"detach"``; docs/runtime.md, "Child entities"); ``on_busy``:
         what a message does while a run is in progress (``"enqueue"``, the default, ``"reject"``,
-        ``"interrupt"`` or ``"rollback"``), and ``on_busy_choices`` the policies a message may
+        ``"interrupt"``, ``"rollback"`` or ``"steer"``), and ``on_busy_choices`` the policies a message may
         choose for itself besides enqueue, reject and ``on_busy`` (docs/double-texting.md)."""
         probe = EntityType(
             name,

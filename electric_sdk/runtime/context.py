@@ -60,6 +60,8 @@ class Message:
     # run that asked for input (then ``reply`` is what was sent: ``ctx.ask`` returns its text).
     retry_of: RetryOf | None = None
     reply: Reply | None = None
+    # Sent with the "steer" policy while a run was in progress: offered to it (``ctx.take_steer``).
+    steer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +311,38 @@ class Context:
             return str(await self.step(ASK_STEP, _answer, text))
         raise InputRequired(question, position)
 
+    async def take_steer(self, *, wait: bool = False) -> Message | None:
+        """The oldest steering message (sent with the "steer" policy while this run was in
+        progress) not taken yet, or None (``wait``: until one arrives); a step boundary of the
+        code's choosing, recorded as the step ``electric:steer`` (a replay answers it from the record). A message taken here is
+        done: recorded ``steered`` into this run at this step, never run on its own; one no run
+        takes runs as any other message once this run ends."""
+        self._check_open()
+        message = self.message
+        if message is None:
+            raise InvalidArgument("ctx.take_steer is for a run's code, not a signal handler", code="USAGE")
+        take = getattr(self._host, "take_steer", None)
+        position = self.steps.index
+
+        async def offered() -> dict[str, Any] | None:
+            taken = await take(message, position, wait) if take is not None else None
+            if taken is None:
+                return None
+            return {
+                "key": taken.key,
+                "offset": taken.offset,
+                "text": taken.text,
+                "data": taken.data,
+                "sender": taken.sender,
+            }
+
+        found = await self.step(STEER_STEP, offered)
+        if found is None:
+            return None
+        return Message(
+            found["key"], found["offset"], found["text"], found["data"], found["sender"], 1, steer=True
+        )
+
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Run ``aws`` side by side and return their results in order, their recorded steps in a
         group of their own, each known by its place in this call (and its name)::
@@ -528,6 +562,8 @@ class _Step:
 
 # The recorded step an answered ``ctx.ask`` is: its result is the reply's text.
 ASK_STEP = "electric:ask"
+# The recorded step a ``ctx.take_steer`` is: its result is the message taken, or None.
+STEER_STEP = "electric:steer"
 
 
 def _answer(text: str) -> str:

@@ -51,6 +51,31 @@ app.entity("rejecting", idle_timeout="1h", on_busy="reject")(work)
 app.entity("interrupting", idle_timeout="1h", on_busy="interrupt")(work)
 app.entity("rolling", idle_timeout="1h", on_busy="rollback")(work)
 app.entity("chooser", idle_timeout="1h", on_busy_choices=["interrupt"])(work)
+
+
+@app.entity("steerable", idle_timeout="1h", on_busy="steer")
+class Steerable:
+    go = None
+
+    async def on_message(self, ctx, message):
+        if message.text == "work":  # takes the first steering message at its first recorded step
+            await ctx.emit("holding", {"message": message.key})
+            async with ctx.step("tool:first"):
+                pass
+            taken = await ctx.take_steer(wait=True)
+            ctx.output.write(f"steered by {taken.text}")
+        elif message.text == "ignore":  # holds until SIGUSR, taking no steering
+            self.go = anyio.Event()
+            await ctx.emit("holding", {"message": message.key})
+            async with ctx.step("tool:wait"):
+                await self.go.wait()
+            ctx.output.write("ignored")
+        else:
+            ctx.output.write("done " + message.text)
+
+    async def on_signal(self, ctx, signal):
+        if self.go is not None:
+            self.go.set()
 """
 
 
@@ -72,11 +97,11 @@ def holding(event: Event) -> bool:
     return event.type == "holding"
 
 
-async def hold(client: AsyncClient, ref: str) -> str:
+async def hold(client: AsyncClient, ref: str, text: str = "hold") -> str:
     """Spawn ``ref``, start a run that holds, and wait until it holds in its step (the step's
     record is its last write until it ends): its message's key."""
     await client.spawn(ref)
-    receipt = await client.send(ref, "hold")
+    receipt = await client.send(ref, text)
     await until(client, ref, holding, receipt.offset)
     await until(client, ref, run_of(receipt.key, STEP), receipt.offset)
     return receipt.key
@@ -264,3 +289,42 @@ async def test_reject_over_http_and_the_cli(tmp_path: Path, start_worker: Callab
             )
             assert queued.returncode == 0, queued.stderr
             assert json.loads(queued.stdout)["policy"] == "enqueue"
+
+
+@pytest.mark.both_stores
+async def test_steer_is_taken_by_the_run_at_its_step(hosted: AsyncClient) -> None:
+    held = await hold(hosted, "steerable/s1", "work")
+    steer = await hosted.send("steerable/s1", "go left")
+    assert steer.policy == "steer"
+    done = await until(hosted, "steerable/s1", run_of(held, COMPLETED))
+    assert done.value["output"] == "steered by go left"
+    taken = await hosted.wait_run(steer, WAIT_S)
+    assert taken.status == "steered"
+    events = (await hosted.events("steerable/s1", 0, limit=1000)).events
+    runs = [e.value for e in events if e.type == "run" and e.value["message_key"] == steer.key]
+    assert runs == [
+        {
+            "message_key": steer.key,
+            "message_offset": steer.offset,
+            "status": "steered",
+            "attempt": 1,
+            "steered_into": held,
+            "steered_step": 0,
+        }
+    ]  # consumed at step 0 (the first recorded one), never run on its own
+    message = next(e for e in events if e.key == steer.key)
+    assert message.value["steer"] is True
+    after = await hosted.send("steerable/s1", "after", wait="run", timeout=WAIT_S)
+    assert (after.status, after.output) == ("completed", "done after")
+    assert not (await hosted.get("steerable/s1")).raw.message_waiting
+
+
+@pytest.mark.both_stores
+async def test_steer_not_taken_runs_as_a_message_after_the_run(hosted: AsyncClient) -> None:
+    held = await hold(hosted, "steerable/s2", "ignore")
+    late = await hosted.send("steerable/s2", "late")
+    assert late.policy == "steer"
+    await hosted.usr("steerable/s2")
+    await until(hosted, "steerable/s2", run_of(held, COMPLETED))
+    result = await hosted.wait_run(late, WAIT_S)
+    assert (result.status, result.output) == ("completed", "done late")

@@ -370,14 +370,18 @@ def send_message(
             assert aborted.entity is not None
             assert isinstance(aborted.result, Signalled)
             events, record, signal_key = list(aborted.events), aborted.entity, aborted.result.key
-        elif applied in busy.ABORTS_RUN:
-            applied = BusyPolicy.ENQUEUE  # a run the server may not abort (an exec host's): it queues
+        elif applied in busy.ABORTS_RUN or (
+            applied is BusyPolicy.STEER and not message_cursor.run_in_progress(current, live)
+        ):
+            applied = (
+                BusyPolicy.ENQUEUE
+            )  # a run the server may not abort or steer (an exec host's): it queues
         if current.awaiting_run:
             if asked is None or asked[0] != current.awaiting_run:
                 raise NeedsAsk(current.awaiting_offset)
             value, record = _reply(current, asked[1], text, data, sender), record.replace(awaiting_run="")
         else:
-            value = pb.MessageValue(text=text, sender=sender)
+            value = pb.MessageValue(text=text, sender=sender, steer=applied is BusyPolicy.STEER)
             if data is not None:
                 value.data.CopyFrom(data)
         record = message_cursor.sent(record, len(events))

@@ -16,7 +16,7 @@ decide function the inserts of the signals the lease was given (``Inserts``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from electric_sdk import lifecycle
@@ -298,6 +298,17 @@ _RECORDS = {
 }
 
 
+def _steered(current: EntityRecord, run: pb.RunValue, earlier: Sequence[int]) -> EntityRecord:
+    """A steering message taken by the run in progress (``ctx.take_steer``): done, never run on
+    its own, as a cancelled one (``earlier``: the messages before it still to run)."""
+    offset = run.message_offset
+    if not message_cursor.deliverable(current, offset) or offset == current.message_cursor:
+        raise Refused("MESSAGE_DONE", f"the message at offset {offset} is done or running", current)
+    if (none := message_cursor.beyond(current, offset)) is not None:
+        raise Refused("INVALID_MESSAGE_OFFSET", none, current)
+    return message_cursor.cancelled(current, message_cursor.Located(run.message_key, offset, tuple(earlier)))
+
+
 def runtime_write(
     ref: Ref, write: rt.RuntimeWrite, inserts: Inserts, unsettled: Inserts | None = None
 ) -> Decide:
@@ -365,6 +376,8 @@ def runtime_write(
                 record = message_cursor.started(
                     record, run.message_offset, run.attempt, abortable, run.code_version
                 )
+            elif run.status == pb.RUN_STATUS_STEERED:
+                record = _steered(current, run, write.earlier_messages)
             elif run.status in _TERMINAL_RUNS:
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
@@ -381,7 +394,7 @@ def runtime_write(
                         awaiting_step=run.ask_step,
                     )
             run_key = f"run_{run.message_key}" if run.message_key else key
-            operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
+            operation = INSERT if run.status in (pb.RUN_STATUS_STARTED, pb.RUN_STATUS_STEERED) else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))
             return Mutation(events, record)
         if op == "signal_outcome":

@@ -409,7 +409,7 @@ class SendMessageRequest(_message.Message):
     idempotency_key: _builtins.str
     policy: _builtins.str
     """What this message does if a run of the entity is in progress: "enqueue",
-    "reject", "interrupt" or "rollback" (docs/double-texting.md);
+    "reject", "interrupt", "rollback" or "steer" (docs/double-texting.md);
     unset: the entity type's policy. A type lets its messages choose "enqueue",
     "reject" and its own policy, and any it lists in on_busy_choices; another
     is refused with BUSY_POLICY_NOT_ALLOWED.

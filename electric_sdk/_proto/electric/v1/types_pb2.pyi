@@ -161,6 +161,10 @@ class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.V
     steps are kept, and the next message sent to the entity is the reply, which
     runs the same code again, replaying its steps (docs/double-texting.md).
     """
+    RUN_STATUS_STEERED: _RunStatus.ValueType  # 7
+    """A steering message (policy "steer") taken by the run in progress through
+    ctx.take_steer: done, never run on its own (RunValue.steered_into, steered_step).
+    """
 
 class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
     """The status a run event reports."""
@@ -175,6 +179,10 @@ RUN_STATUS_INPUT_REQUIRED: RunStatus.ValueType  # 6
 """The run ended asking for input (`await ctx.ask(question)`): its state and
 steps are kept, and the next message sent to the entity is the reply, which
 runs the same code again, replaying its steps (docs/double-texting.md).
+"""
+RUN_STATUS_STEERED: RunStatus.ValueType  # 7
+"""A steering message (policy "steer") taken by the run in progress through
+ctx.take_steer: done, never run on its own (RunValue.steered_into, steered_step).
 """
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
@@ -642,8 +650,14 @@ class MessageValue(_message.Message):
     SENDER_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     REPLY_FIELD_NUMBER: _builtins.int
+    STEER_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     sender: _builtins.str
+    steer: _builtins.bool
+    """Sent with the "steer" policy while a run was in progress: offered to that
+    run (ctx.take_steer); if the run ends without taking it, it runs as any
+    other message.
+    """
     @_builtins.property
     def data(self) -> _struct_pb2.Value:
         """Optional structured content, any JSON value."""
@@ -667,10 +681,11 @@ class MessageValue(_message.Message):
         sender: _builtins.str = ...,
         retry: Global___RunRetry | None = ...,
         reply: Global___InputReply | None = ...,
+        steer: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry", "sender", b"sender", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry", "sender", b"sender", "steer", b"steer", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -717,6 +732,8 @@ class RunValue(_message.Message):
     CODE_VERSION_FIELD_NUMBER: _builtins.int
     QUESTION_FIELD_NUMBER: _builtins.int
     ASK_STEP_FIELD_NUMBER: _builtins.int
+    STEERED_INTO_FIELD_NUMBER: _builtins.int
+    STEERED_STEP_FIELD_NUMBER: _builtins.int
     message_key: _builtins.str
     """Key of the message event this run processes."""
     status: Global___RunStatus.ValueType
@@ -737,6 +754,11 @@ class RunValue(_message.Message):
     run's steps (where its reply's run resumes).
     """
     ask_step: _builtins.int
+    steered_into: _builtins.str
+    """RUN_STATUS_STEERED: the message key of the run that took this message, and
+    the step at which it did.
+    """
+    steered_step: _builtins.int
     def __init__(
         self,
         *,
@@ -750,10 +772,12 @@ class RunValue(_message.Message):
         code_version: _builtins.str = ...,
         question: _builtins.str = ...,
         ask_step: _builtins.int = ...,
+        steered_into: _builtins.str = ...,
+        steered_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask_step", b"ask_step", "attempt", b"attempt", "code_version", b"code_version", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "question", b"question", "status", b"status", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask_step", b"ask_step", "attempt", b"attempt", "code_version", b"code_version", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "question", b"question", "status", b"status", "steered_into", b"steered_into", "steered_step", b"steered_step", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
