@@ -7,10 +7,14 @@ replays it from the record instead of running it again, across a worker's restar
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from electric_sdk import AsyncClient
@@ -114,3 +118,18 @@ async def test_a_reply_after_the_worker_restarted(
         assert answered.status == "input_required", answered
         assert answered.question == "which size?"
         assert (app_dir / "greeted.log").read_text() == "car\n"
+
+
+async def test_electric_run_ends_with_the_question(
+    electric: TestServer, start_worker: Callable[..., Any]
+) -> None:
+    """A headless run that asks ends without failure: its last record names the question."""
+    start_worker(electric.address)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELECTRIC_")}
+    args = [sys.executable, "-m", "electric_sdk.cli.main", "--address", electric.address, "--json", "run"]
+    done = await anyio.run_process([*args, "asker/a3", "--spawn", "--message", "boat"], check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    last = json.loads(done.stdout.splitlines()[-1])
+    assert last["type"] == "session_complete"
+    assert last["status"] == "input_required"
+    assert last["run"]["question"] == "which color for the boat?"
