@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from electric_sdk import AsyncClient
+from electric_sdk import AsyncClient, State
 from electric_sdk.testing import TestServer
 
 from .rt_support import app_module, worker_processes
@@ -47,6 +47,13 @@ async def asker(ctx, message):
     color = await ctx.ask(f"which color for the {message.text}?")
     size = await ctx.ask("which size?")
     ctx.output.write(f"{greeting}: {color} {size}")
+
+
+@app.entity("brief", idle_timeout="100ms")
+async def brief(ctx, message):
+    greeting = await ctx.step("model:greet", greet, message.text)
+    answer = await ctx.ask("and then?")
+    ctx.output.write(f"{greeting}, then {answer}")
 """
 
 
@@ -133,3 +140,22 @@ async def test_electric_run_ends_with_the_question(
     assert last["type"] == "session_complete"
     assert last["status"] == "input_required"
     assert last["run"]["question"] == "which color for the boat?"
+
+
+async def test_an_entity_awaiting_input_goes_idle_and_its_reply_wakes_it(
+    electric: TestServer, start_worker: Callable[..., Any], app_dir: Path
+) -> None:
+    """The ask holds nothing: the idle timeout ends the session as between any two runs (no
+    lease), and the reply wakes the entity and resumes the run."""
+    start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        await client.spawn("brief/b1")
+        asked = await client.send("brief/b1", "tea", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+        await client.wait_for_state("brief/b1", State.IDLE, timeout=WAIT_S)
+        entity = await client.get("brief/b1")
+        assert entity.holder is None  # no lease: the idle timeout ended the session
+        assert entity.awaiting_input is not None
+        done = await client.send("brief/b1", "biscuits", wait="run", timeout=WAIT_S)
+        assert (done.status, done.output) == ("completed", "hello tea, then biscuits")
+        assert (app_dir / "greeted.log").read_text() == "tea\n"
