@@ -159,3 +159,19 @@ async def test_an_entity_awaiting_input_goes_idle_and_its_reply_wakes_it(
         done = await client.send("brief/b1", "biscuits", wait="run", timeout=WAIT_S)
         assert (done.status, done.output) == ("completed", "hello tea, then biscuits")
         assert (app_dir / "greeted.log").read_text() == "tea\n"
+
+
+async def test_a_fork_of_an_entity_awaiting_input_awaits_nothing(
+    electric: TestServer, start_worker: Callable[..., Any]
+) -> None:
+    """The question is its origin's: the fork's next message is a message of its own."""
+    start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        await client.spawn("asker/origin")
+        asked = await client.send("asker/origin", "kite", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+        fork = await client.fork("asker/origin", "forked")
+        assert fork.awaiting_input is None
+        own = await client.send("asker/forked", "sled", wait="run", timeout=WAIT_S)
+        assert (own.status, own.question) == ("input_required", "which color for the sled?")
+        assert (await client.get("asker/origin")).awaiting_input is not None

@@ -376,11 +376,14 @@ def send_message(
             applied = (
                 BusyPolicy.ENQUEUE
             )  # a run the server may not abort or steer (an exec host's): it queues
-        if current.awaiting_run:
-            if asked is None or asked[0] != current.awaiting_run:
-                raise NeedsAsk(current.awaiting_offset)
+        if current.awaiting_run and asked is None:
+            raise NeedsAsk(current.awaiting_offset)
+        if current.awaiting_run and asked is not None and asked[0] == current.awaiting_run:
             value, record = _reply(current, asked[1], text, data, sender), record.replace(awaiting_run="")
         else:
+            # Not awaiting; or what was read is not the asking message (a question asked since
+            # the read; a record that names none): a plain message, and nothing is awaited.
+            record = record.replace(awaiting_run="")
             value = pb.MessageValue(text=text, sender=sender, steer=applied is BusyPolicy.STEER)
             if data is not None:
                 value.data.CopyFrom(data)

@@ -422,8 +422,11 @@ class EntityService(api_grpc.EntityServiceServicer):
         return response
 
     async def _asking_message(self, ref: Ref, offset: int) -> tuple[str, pb.MessageValue]:
-        (found,) = await self.store.read_events(ref, offset, 1)
-        return found.key, pb.Event.FromString(found.body).message
+        """The asking run's message (its key "" if there is none at ``offset``)."""
+        found = await self.store.read_events(ref, offset, 1)
+        if not found or found[0].kind != "message":
+            return "", pb.MessageValue()
+        return found[0].key, pb.Event.FromString(found[0].body).message
 
     # -- fork and retry ---------------------------------------------------------------
 
