@@ -28,6 +28,7 @@ __all__ = [
     "ABORTS_RUN",
     "ALWAYS_CHOOSABLE",
     "DEFAULT_POLICY",
+    "POLICIES",
     "SIGINT_PAYLOAD_KEY",
     "BusyPolicy",
     "BusyPolicyName",
@@ -49,6 +50,30 @@ class BusyPolicy(StrEnum):
     STEER = "steer"
 
 
+# What each policy does while a run is in progress, and what it writes: docs/double-texting.md's
+# table is generated from this (scripts/gendocs.py), never retyped.
+POLICIES: dict[BusyPolicy, tuple[str, str]] = {
+    BusyPolicy.ENQUEUE: (
+        "the message queues behind the run (the RFC's rule; the default)",
+        "the message",
+    ),
+    BusyPolicy.REJECT: (
+        "refused: `ENTITY_BUSY` (gRPC `FAILED_PRECONDITION` with `ErrorInfo`; HTTP 409; CLI exit 4)",
+        "nothing",
+    ),
+    BusyPolicy.INTERRUPT: (
+        "a SIGINT aborts the run in progress, then the message is queued",
+        "the SIGINT (inserted and settled `aborted`), then the message, in one commit",
+    ),
+    BusyPolicy.ROLLBACK: (
+        "as `interrupt`, and the entity's `ctx.state` goes back to its value from before the aborted run",
+        "as `interrupt`; then the runtime appends the run's own changes and a restore record",
+    ),
+    BusyPolicy.STEER: (
+        "offered to the run in progress (`ctx.take_steer`); run as any message if the run ends without taking it",
+        'the message (`"steer": true`); when taken, its `steered` run record',
+    ),
+}
 # A policy's name, as App.entity and a send take it.
 BusyPolicyName = Literal["enqueue", "reject", "interrupt", "rollback", "steer"]
 DEFAULT_POLICY = BusyPolicy.ENQUEUE
@@ -65,7 +90,7 @@ SIGINT_PAYLOAD_KEY = "on_busy"
 
 def signal_reason(policy: BusyPolicy, message_key: str) -> str:
     """The reason of the SIGINT an aborting ``policy`` appends for message ``message_key``."""
-    return f"on_busy={policy.value}: message {message_key} runs next"
+    return f"on_busy={policy.value}: message {message_key} arrived while it ran"
 
 
 def rollback_requested(payload: object) -> bool:
