@@ -52,7 +52,10 @@ def test_a_rollback_sigint_is_told_from_any_other() -> None:
     assert busy.rollback_requested({"on_busy": "rollback", "message": "msg_1"})
     assert not busy.rollback_requested({"on_busy": "interrupt"})
     assert not busy.rollback_requested(None)
-    assert busy.signal_reason(BusyPolicy.INTERRUPT, "msg_9") == "on_busy=interrupt: message msg_9 arrived while it ran"
+    assert (
+        busy.signal_reason(BusyPolicy.INTERRUPT, "msg_9")
+        == "on_busy=interrupt: message msg_9 arrived while it ran"
+    )
 
 
 def test_every_policy_has_its_docs_row() -> None:

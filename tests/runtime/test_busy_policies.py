@@ -64,6 +64,16 @@ class Steerable:
                 pass
             taken = await ctx.take_steer(wait=True)
             ctx.output.write(f"steered by {taken.text}")
+        elif message.text == "crash":  # takes one, then holds on its first attempt only
+            await ctx.emit("holding", {"message": message.key})
+            async with ctx.step("tool:first"):
+                pass
+            taken = await ctx.take_steer(wait=True)
+            if ctx.attempt == 1:
+                await ctx.emit("took", {"text": taken.text})
+                async with ctx.step("tool:hold"):
+                    await anyio.sleep_forever()
+            ctx.output.write(f"steered by {taken.text} on attempt {ctx.attempt}")
         elif message.text == "ignore":  # holds until SIGUSR, taking no steering
             self.go = anyio.Event()
             await ctx.emit("holding", {"message": message.key})
@@ -328,3 +338,26 @@ async def test_steer_not_taken_runs_as_a_message_after_the_run(hosted: AsyncClie
     await until(hosted, "steerable/s2", run_of(held, COMPLETED))
     result = await hosted.wait_run(late, WAIT_S)
     assert (result.status, result.output) == ("completed", "done late")
+
+
+@pytest.mark.both_stores
+async def test_a_steer_taken_is_taken_again_by_the_runs_next_attempt(
+    electric: TestServer, start_worker: Callable[..., Any]
+) -> None:
+    """The worker dies after its run took a steering message: the run's next attempt, on another
+    worker, replays the take from its record (the same message), and the message never runs."""
+    first = start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        held = await hold(client, "steerable/s3", "crash")
+        steer = await client.send("steerable/s3", "go right")
+        await until(client, "steerable/s3", lambda e: e.type == "took", steer.offset)
+        first.kill()
+        first.wait(WAIT_S)
+        start_worker(electric.address)
+        done = await until(client, "steerable/s3", run_of(held, COMPLETED))
+        assert done.value["output"] == "steered by go right on attempt 2"
+        events = (await client.events("steerable/s3", 0, limit=1000)).events
+        statuses = [
+            e.value["status"] for e in events if e.type == "run" and e.value["message_key"] == steer.key
+        ]
+        assert statuses == ["steered"]
