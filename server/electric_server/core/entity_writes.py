@@ -373,17 +373,17 @@ def send_message(
         elif applied in busy.ABORTS_RUN or (
             applied is BusyPolicy.STEER and not message_cursor.run_in_progress(current, live)
         ):
-            applied = (
-                BusyPolicy.ENQUEUE
-            )  # a run the server may not abort or steer (an exec host's): it queues
+            # A run the server may not abort nor steer (an exec host's): the message queues.
+            applied = BusyPolicy.ENQUEUE
         if current.awaiting_run and asked is None:
             raise NeedsAsk(current.awaiting_offset)
         if current.awaiting_run and asked is not None and asked[0] == current.awaiting_run:
             value, record = _reply(current, asked[1], text, data, sender), record.replace(awaiting_run="")
         else:
-            # Not awaiting; or what was read is not the asking message (a question asked since
-            # the read; a record that names none): a plain message, and nothing is awaited.
-            record = record.replace(awaiting_run="")
+            if current.awaiting_run:
+                # What was read is not the asking message (a question asked since the read; a
+                # record that names none): a plain message, and nothing is awaited any more.
+                record = record.replace(awaiting_run="")
             value = pb.MessageValue(text=text, sender=sender, steer=applied is BusyPolicy.STEER)
             if data is not None:
                 value.data.CopyFrom(data)
