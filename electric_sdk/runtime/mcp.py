@@ -47,7 +47,7 @@ from .._wire.json_values import json_to_value
 if TYPE_CHECKING:
     from .context import Context
 
-__all__ = ["MCP_EVENT", "PROGRESS_EVENT", "McpServer", "McpSessions", "call_tool", "settle"]
+__all__ = ["MCP_EVENT", "PROGRESS_EVENT", "McpServer", "McpSessions", "call_tool", "settle", "why_cut"]
 
 MCP_EVENT = "electric.mcp"
 PROGRESS_EVENT = "progress"
@@ -202,7 +202,7 @@ def sessions_of(host: Any) -> McpSessions:
     return sessions
 
 
-def _why(host: Any, run: Any) -> str:
+def why_cut(host: Any, run: Any) -> str:
     """Which signal cut the call (the run's stopper; the host's end)."""
     info = getattr(run, "stopped_by", None)
     if info is not None:
@@ -251,7 +251,7 @@ async def call_tool(
         last[0] = now
         await _emit_progress(host, {**base, "progress": value, "total": total, "message": message})
 
-    _CUT.set(lambda: _why(host, run))  # this task's own context: the step's
+    _CUT.set(lambda: why_cut(host, run))  # this task's own context: the step's
     try:
         await _record(host, {**base, "phase": "started", "reason": ""})
         result = await session.call_tool(
@@ -260,7 +260,7 @@ async def call_tool(
     except anyio.get_cancelled_exc_class():
         # The SDK has sent its cancel (stdio) or aborted the POST (HTTP) by now.
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_BOUND_S):
-            await _record(host, {**base, "phase": "cancelled", "reason": _why(host, run)})
+            await _record(host, {**base, "phase": "cancelled", "reason": why_cut(host, run)})
         raise
     except BaseException as exc:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_BOUND_S):

@@ -120,10 +120,16 @@ class EntityRecord(NamedTuple):
     # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
     # or there was no open stream to record it in.
     parent_told: bool = False
+    # Its runs that delegated to children ("~key@offset" of each run's message) and those cut
+    # short whose children are due their signal ("key@offset", leading), space-separated; ""
+    # none (core/child_interrupts.py).
+    interrupted_runs: str = ""
+    # Runs of other entities it asked to be woken by the end of ("type/id@key@offset" of each
+    # message it sent them with ``wake``), space-separated; "" none (core/child_wakes.py).
+    awaited_runs: str = ""
     # What a message does while a run is in progress (electric_sdk/busy.py), as the type of the
     # lease's worker announced it at the last grant ("" none yet: enqueue), and the policies its
-    # messages may choose besides enqueue, reject and that one (comma-joined). Kept on the record
-    # so the message's own write judges it on any replica.
+    # messages may also choose (comma-joined): the message's own write judges it, on any replica.
     on_busy: str = ""
     on_busy_choices: str = ""
     # Its last run asked for input (``ctx.ask``; a RUN_STATUS_INPUT_REQUIRED end) and no reply came
@@ -137,6 +143,12 @@ class EntityRecord(NamedTuple):
     @property
     def ref(self) -> Ref:
         return (self.type, self.id)
+
+    @property
+    def children_due(self) -> bool:
+        """Whether a run of it cut short still owes its children their signal, and its stream
+        the ``told`` record (core/child_interrupts.py): an ended entity's stream stays open till then."""
+        return self.interrupted_runs[:1] not in ("", "~")
 
     @property
     def message_waiting(self) -> bool:
@@ -427,6 +439,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def children_ended(self, limit: int) -> list[EntityRecord]:
         """Ended children whose end is not recorded in their parent's stream yet."""
+
+    @abc.abstractmethod
+    async def awaiting(self, limit: int) -> list[EntityRecord]:
+        """Entities waiting to be woken by another's run's end (``awaited_runs``)."""
+
+    @abc.abstractmethod
+    async def interrupts_due(self, limit: int) -> list[EntityRecord]:
+        """Entities with runs whose children are due their signal (``interrupted_runs``)."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

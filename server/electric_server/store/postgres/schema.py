@@ -60,12 +60,14 @@ _ADDED_TYPES = {
     "waiting_since_ms": "bigint",  # version 6
     "parent": "text NOT NULL DEFAULT ''",  # version 7
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
-    "on_busy": "text NOT NULL DEFAULT ''",  # version 8
-    "on_busy_choices": "text NOT NULL DEFAULT ''",  # version 8
-    "awaiting_run": "text NOT NULL DEFAULT ''",  # version 8
-    "awaiting_offset": "bigint NOT NULL DEFAULT 0",  # version 8
-    "awaiting_question": "text NOT NULL DEFAULT ''",  # version 8
-    "awaiting_step": "bigint NOT NULL DEFAULT 0",  # version 8
+    "interrupted_runs": "text NOT NULL DEFAULT ''",  # version 8
+    "awaited_runs": "text NOT NULL DEFAULT ''",  # version 8
+    "on_busy": "text NOT NULL DEFAULT ''",  # version 9
+    "on_busy_choices": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_run": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_offset": "bigint NOT NULL DEFAULT 0",  # version 9
+    "awaiting_question": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_step": "bigint NOT NULL DEFAULT 0",  # version 9
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -261,10 +263,28 @@ CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '
 CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
     AND state IN ({TERMINAL});
 """,
-    # Each entity's double-texting policy (EntityRecord.on_busy, electric_sdk/busy.py), set at
-    # its lease grants, and the run awaiting input (EntityRecord.awaiting_run, ctx.ask). Expand-only: a replica of version 7 runs beside it (its statements name
-    # their columns; its grants leave the policy as it was, its sends enqueue).
+    # The delegating runs and those whose children are due their signal
+    # (EntityRecord.interrupted_runs; core/child_interrupts.py), and the index the sweep reads
+    # (due entries lead the column, pending ones start with "~"). Expand-only: a replica of
+    # version 7 runs beside it (it never sets the column, so the runs it ends tell no children).
+    # And the runs an entity asked to be woken by the end of (EntityRecord.awaited_runs;
+    # core/child_wakes.py), with the index their sweep reads.
     8: """
+ALTER TABLE entities ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_interrupted_runs text;
+CREATE INDEX entities_interrupted ON entities (type, id)
+    WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%';
+ALTER TABLE entities ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_awaited_runs text;
+CREATE INDEX entities_awaiting ON entities (type, id) WHERE awaited_runs <> '';
+""",
+    # Each entity's double-texting policy (EntityRecord.on_busy, electric_sdk/busy.py), set at
+    # its lease grants, and the run awaiting input (EntityRecord.awaiting_run, ctx.ask).
+    # Expand-only: a replica of version 8 runs beside it (its statements name their columns;
+    # its grants leave the policy as it was, its sends enqueue).
+    9: """
 ALTER TABLE entities ADD COLUMN on_busy text NOT NULL DEFAULT '';
 ALTER TABLE entities ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN on_busy text NOT NULL DEFAULT '';
