@@ -156,13 +156,24 @@ async def test_interrupt_aborts_the_run_in_its_own_write_and_runs_next(hosted: A
     assert done.value["output"] == "done second"
 
 
+async def electric_state(address: str, ref: str) -> bytes:
+    """`electric state REF --json`'s output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELECTRIC_")}
+    args = [sys.executable, "-m", "electric_sdk.cli.main", "--address", address, "--json", "state", ref]
+    done = await anyio.run_process(args, env=env)
+    return done.stdout
+
+
 @pytest.mark.both_stores
-async def test_rollback_restores_the_state_from_before_the_aborted_run(hosted: AsyncClient) -> None:
+async def test_rollback_restores_the_state_from_before_the_aborted_run(
+    electric: TestServer, hosted: AsyncClient
+) -> None:
     await hosted.spawn("rolling/b1")
     first = await hosted.send("rolling/b1", "kept", wait="run", timeout=WAIT_S)
     assert first.status == "completed"
     before = await hosted.state("rolling/b1")
     assert before == {"notes": ["kept"]}
+    printed_before = await electric_state(electric.address, "rolling/b1")
     start = (await hosted.get("rolling/b1")).head_offset
     receipt = await hosted.send("rolling/b1", "hold")
     await until(hosted, "rolling/b1", holding, start)
@@ -170,6 +181,7 @@ async def test_rollback_restores_the_state_from_before_the_aborted_run(hosted: A
     assert peek.policy == "rollback"
     await until(hosted, "rolling/b1", run_of(peek.key, COMPLETED))
     assert await hosted.state("rolling/b1") == before
+    assert await electric_state(electric.address, "rolling/b1") == printed_before
     events = (await hosted.events("rolling/b1", start, limit=1000)).events
     states = [(e.offset, e.value["data"]) for e in events if e.type == "electric.state"]
     restore = [(offset, data) for offset, data in states if "restore" in data]
