@@ -262,6 +262,9 @@ def entity_detail(entity: Entity) -> str:
     ]
     if entity.parent is not None:
         fields.append(("parent", entity.parent.url))
+    if entity.awaiting_input is not None:  # ctx.ask: the next message sent is the reply
+        asked = entity.awaiting_input
+        fields.insert(1, ("awaiting input", f"{asked.question} (asked by the run of {asked.run})"))
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
     if entity.bound_code_version is not None:

@@ -87,6 +87,18 @@ async def test_a_run_asks_and_the_next_message_replies(
             "run": asked.receipt.key,
             "question": "which color for the bike?",
         }
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ELECTRIC_")}
+        args = [
+            sys.executable,
+            "-m",
+            "electric_sdk.cli.main",
+            "--address",
+            electric.address,
+            "get",
+            "asker/a1",
+        ]
+        shown = (await anyio.run_process(args, env=env)).stdout.decode()
+        assert f"awaiting input  which color for the bike? (asked by the run of {asked.receipt.key})" in shown
         # The reply runs the same code again: the step and the first ask replay, the second asks.
         second = await client.send("asker/a1", "red", wait="run", timeout=WAIT_S)
         assert second.status == "input_required"
