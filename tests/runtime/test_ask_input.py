@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from electric_sdk import AsyncClient, State
-from electric_sdk.testing import TestServer
+from electric_sdk.testing import TestServer, replay
 
 from .rt_support import app_module, worker_processes
 
@@ -187,3 +187,20 @@ async def test_a_fork_of_an_entity_awaiting_input_awaits_nothing(
         own = await client.send("asker/forked", "sled", wait="run", timeout=WAIT_S)
         assert (own.status, own.question) == ("input_required", "which color for the sled?")
         assert (await client.get("asker/origin")).awaiting_input is not None
+
+
+async def test_the_replay_check_replays_an_asking_run_to_its_ask(
+    electric: TestServer, start_worker: Callable[..., Any], app_dir: Path
+) -> None:
+    """`testing.replay` over every run: one that ended asking replays up to its ask, where its
+    record ends, and passes."""
+    start_worker(electric.address)
+    async with AsyncClient(electric.address) as client:
+        await client.spawn("asker/r1")
+        asked = await client.send("asker/r1", "bike", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+    namespace: dict[str, Any] = {}
+    exec(compile((app_dir / "ask_app.py").read_text(), "ask_app.py", "exec"), namespace)
+    result = replay(namespace["app"], server=electric, types=["asker"], all_runs=True)
+    result.assert_replays()
+    assert (app_dir / "greeted.log").read_text() == "bike\n"  # the step answered from its record
