@@ -316,9 +316,9 @@ class Context:
     async def take_steer(self, *, wait: bool = False) -> Message | None:
         """The oldest steering message (sent with the "steer" policy while this run was in
         progress) not taken yet, or None (``wait``: until one arrives); a step boundary of the
-        code's choosing, recorded as the step ``electric:steer`` (a replay answers it from the record). A message taken here is
-        done: recorded ``steered`` into this run at this step, never run on its own; one no run
-        takes runs as any other message once this run ends."""
+        code's choosing, recorded as the step ``electric:steer`` (a replay answers it from the
+        record). A message taken here is done: recorded ``steered`` into this run at this step,
+        never run on its own; one no run takes runs as any other message once this run ends."""
         self._check_open()
         message = self.message
         if message is None:
