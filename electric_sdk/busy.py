@@ -134,6 +134,8 @@ def applied(type_policy: str, type_choices: str, requested: BusyPolicy | None, b
     ("" none: enqueue, no extras), ``requested`` the message's own (None: the type's), ``busy``
     whether a run is in progress. A choice the type does not allow raises ``PolicyNotAllowed``,
     busy or not, so a sender learns of it before it matters."""
+    if requested is None:  # the send's hot path: the type's policy, enqueue unless busy
+        return BusyPolicy(type_policy) if busy and type_policy else DEFAULT_POLICY
     own = BusyPolicy(type_policy) if type_policy else DEFAULT_POLICY
     if requested is not None and requested is not own and requested not in ALWAYS_CHOOSABLE:
         extra = {BusyPolicy(c) for c in type_choices.split(",") if c}
@@ -142,6 +144,4 @@ def applied(type_policy: str, type_choices: str, requested: BusyPolicy | None, b
             raise PolicyNotAllowed(
                 f"this entity's type does not let a message choose {requested.value!r} (it allows {allowed})"
             )
-    if not busy:
-        return DEFAULT_POLICY
-    return requested if requested is not None else own
+    return requested if busy else DEFAULT_POLICY

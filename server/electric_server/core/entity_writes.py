@@ -9,6 +9,7 @@ or raises to refuse (nothing is written). Lifecycle rules come from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import grpc
 from google.protobuf import struct_pb2
@@ -40,6 +41,8 @@ from .errors import ApiError, busy_policy_not_allowed, entity_busy, not_found
 
 INSERT = pb.OPERATION_INSERT
 UPDATE = pb.OPERATION_UPDATE
+# The policies a send compares with, bound once: an enum member's lookup costs a send 0.3 us.
+_ENQUEUE, _REJECT, _STEER = BusyPolicy.ENQUEUE, BusyPolicy.REJECT, BusyPolicy.STEER
 
 
 # The error of a cancelled message's run record, by how far the message had got.
@@ -310,9 +313,9 @@ def _aborts_run(
     return message_cursor.run_in_progress(current, holds_lease(current, ctx))
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """The result of a message write, for the response."""
+class Sent(NamedTuple):
+    """The result of a message write, for the response (a NamedTuple: built on every send, and
+    several times faster than a frozen dataclass)."""
 
     key: str
     # The policy applied (electric_sdk/busy.py): enqueue when no run was in progress.
@@ -360,13 +363,15 @@ def send_message(
             raise busy_policy_not_allowed(
                 entity_url(*ref), policy.value if policy else "", str(exc)
             ) from None
-        if applied is BusyPolicy.REJECT:
-            raise entity_busy(entity_url(*ref), current.run_key, applied.value)
         key = f"msg_{ctx.txid}"
         events: list[NewEvent] = []
         record = current
         signal_key = ""
-        if applied in busy.ABORTS_RUN and _aborts_run(current, ctx, Signal.SIGINT, None, None):
+        if applied is _ENQUEUE:
+            pass  # the hot path: no run in progress, or the RFC's rule
+        elif applied is _REJECT:
+            raise entity_busy(entity_url(*ref), current.run_key, applied.value)
+        elif applied in busy.ABORTS_RUN and _aborts_run(current, ctx, Signal.SIGINT, None, None):
             # The run in progress is aborted in this very write, by a SIGINT in the sender's name.
             payload = struct_pb2.Value()
             payload.struct_value.update({busy.SIGINT_PAYLOAD_KEY: applied.value, "message": key})
@@ -376,7 +381,7 @@ def send_message(
             assert isinstance(aborted.result, Signalled)
             events, record, signal_key = list(aborted.events), aborted.entity, aborted.result.key
         elif applied in busy.ABORTS_RUN or (
-            applied is BusyPolicy.STEER and not message_cursor.run_in_progress(current, live)
+            applied is _STEER and not message_cursor.run_in_progress(current, live)
         ):
             # A run the server may not abort nor steer (an exec host's): the message queues.
             applied = BusyPolicy.ENQUEUE
@@ -389,7 +394,9 @@ def send_message(
                 # What was read is not the asking message (a question asked since the read; a
                 # record that names none): a plain message, and nothing is awaited any more.
                 record = record.replace(awaiting_run="")
-            value = pb.MessageValue(text=text, sender=sender, steer=applied is BusyPolicy.STEER)
+            value = pb.MessageValue(text=text, sender=sender)
+            if applied is _STEER:
+                value.steer = True
             if data is not None:
                 value.data.CopyFrom(data)
         record = message_cursor.sent(record, len(events))
