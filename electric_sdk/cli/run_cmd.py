@@ -196,6 +196,7 @@ class RunView(RunFollow):
             "attempt": self.attempt,
             "output": self.output,
             "error": self.error,
+            **({"question": self.question} if self.question is not None else {}),
         }
 
 
@@ -213,6 +214,8 @@ _RUN_FATE = {
     "cancelled": "the message was cancelled before its run started",
     "completed": "the run had completed before the interrupt landed",
     "failed": "the run had failed before the interrupt landed",
+    "input_required": "the run had asked for input before the interrupt landed",
+    "steered": "the message had steered the run in progress before the interrupt landed",
     "unknown": "what became of the run is unknown: its end was not seen within the grace",
     "not_sent": "the message was not sent",
 }
@@ -363,8 +366,10 @@ class HeadlessRun:
             return Ending(stop.name, stop.exit_code, stop.name.upper(), message, stop.signal)
         if error is not None:
             return _from_error(error)
-        if run.status == "completed":
-            return Ending("completed", exit_codes.OK)
+        if run.status in ("completed", "input_required", "steered"):
+            # Ends that are no failure: the run asked its question (the next message replies), or
+            # the message was taken by the run in progress (docs/double-texting.md).
+            return Ending(run.status, exit_codes.OK)
         if run.status == "failed":
             return Ending("run_failed", exit_codes.RUN_FAILED, "RUN_FAILED", f"the run failed: {run.error}")
         by_entity_signal = run.error in (Signal.SIGTERM.value, Signal.SIGKILL.value)

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar, overload
 
+from ..busy import BusyPolicyName
 from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
@@ -177,6 +178,8 @@ class App:
         upgrade_after: DurationLike | None = None,
         sigterm_interrupts: bool = False,
         children: Literal["cascade", "detach"] = "cascade",
+        on_busy: BusyPolicyName = "enqueue",
+        on_busy_choices: Iterable[BusyPolicyName] = (),
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
@@ -190,7 +193,10 @@ class App:
         SIGINT does, so ``on_signal(SIGTERM)`` runs within the grace (default: at the next step
         boundary, the RFC's timing; ``lifecycle.OPT_IN_TIMING``); ``children``: whether its
         entities' SIGTERM and SIGKILL cascade to their child entities (``"cascade"``, the default)
-        or leave them as they are (``"detach"``; docs/runtime.md, "Child entities")."""
+        or leave them as they are (``"detach"``; docs/runtime.md, "Child entities"); ``on_busy``:
+        what a message does while a run is in progress (``"enqueue"``, the default, ``"reject"``,
+        ``"interrupt"``, ``"rollback"`` or ``"steer"``), and ``on_busy_choices`` the policies a message may
+        choose for itself besides enqueue, reject and ``on_busy`` (docs/double-texting.md)."""
         probe = EntityType(
             name,
             _no_handler,
@@ -198,6 +204,8 @@ class App:
             versioning=versioning,
             upgrade_after=upgrade_after,
             children=children,
+            on_busy=on_busy,
+            on_busy_choices=tuple(on_busy_choices),
         )
         policy = snapshots or SnapshotPolicy()
         if not TYPE_NAME.fullmatch(name):
@@ -214,6 +222,7 @@ class App:
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
                     etype.sigterm_interrupts = sigterm_interrupts
                     etype.children = children
+                    etype.on_busy, etype.on_busy_choices = probe.on_busy, probe.on_busy_choices
                     etype.codec = self.codec
                     self.types[name] = etype
                     return target
@@ -231,6 +240,8 @@ class App:
                     upgrade_after=probe.upgrade_after,
                     sigterm_interrupts=sigterm_interrupts,
                     children=children,
+                    on_busy=probe.on_busy,
+                    on_busy_choices=probe.on_busy_choices,
                     codec=self.codec,
                 )
             self.types[name] = etype
