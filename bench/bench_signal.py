@@ -320,7 +320,7 @@ def raw_commit_latency(path: Path, count: int) -> dict[str, float]:
     conn.execute("INSERT INTO meta VALUES ('next_txid', 1)")
     conn.execute(
         "INSERT INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, 0, 0, 0, NULL, 0, "
-        "0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0)"
+        "0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0, '', '')"
     )
     body = b"x" * 40
     lat = []
@@ -334,7 +334,7 @@ def raw_commit_latency(path: Path, count: int) -> dict[str, float]:
         )
         conn.execute(
             "INSERT OR REPLACE INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, ?, ?, 0, "
-            "NULL, ?, 0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0)",
+            "NULL, ?, 0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0, '', '')",
             (now_ms(), i + 1, i),
         )
         conn.execute("UPDATE meta SET value = ? WHERE name = 'next_txid'", (i + 2,))

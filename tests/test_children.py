@@ -56,6 +56,17 @@ async def test_a_child_records_its_parent_and_ls_lists_a_parents_children(
     assert "parent" in cli(electric, "get", "worker/a1").stdout
     spawned = cli(electric, "spawn", "worker/d", "--parent", "boss/root", "--json")
     assert json.loads(spawned.stdout)["parent"] == "/boss/root"
+    # `get` names a parent's children (the first few; `ls --parent` lists them all).
+    root = json.loads(cli(electric, "get", "boss/root", "--json").stdout)
+    assert [c["url"] for c in root["children"]] == ["/worker/a", "/worker/b", "/worker/d"]
+    assert root["children"][0]["state"] == "spawning"
+    assert root["children_truncated"] is False
+    assert (
+        "children  /worker/a (spawning), /worker/b (spawning), /worker/d"
+        in cli(electric, "get", "boss/root").stdout
+    )
+    assert json.loads(cli(electric, "get", "worker/c", "--json").stdout)["children"] == []
+    assert "children" not in cli(electric, "get", "worker/c").stdout
 
 
 async def test_a_spawn_under_an_unknown_or_ended_parent_is_refused_and_writes_nothing(

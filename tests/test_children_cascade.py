@@ -223,7 +223,7 @@ async def test_a_childs_end_is_recorded_once_in_its_parents_stream(
     await client.kill("team/a1")
     await client.signal("team/b", "SIGTERM")
     records = await child_records(client, "team/a", 1)
-    assert records == [{"child": "/team/a1", "state": "killed", "cause": "signal"}]
+    assert records == [{"phase": "ended", "child": "/team/a1", "state": "killed", "cause": "signal"}]
     [ended_b] = await child_records(client, "boss/root", 1)
     assert ended_b["child"] == "/team/b"
     assert ended_b["state"] == "stopped"

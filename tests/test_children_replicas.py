@@ -1,5 +1,6 @@
 """A tree of entities across three replicas: the root's SIGTERM stops every descendant within its
-grace though the replica that took the SIGTERM is killed (kill -9) at once.
+grace, and a SIGINT reaches the children working for the run it aborted, though the replica that
+took the signal is killed (kill -9) at once.
 
 Real `electric server` replicas on one PostgreSQL database (test_replicas.py's fixture: polls of
 20 ms, sessions living 1 s past their last renewal) and a worker given every replica's address.
@@ -15,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 from test_children_cascade import ENDED, WAIT_S, ended_by_cascade, hosting_app
+from test_children_interrupt import delegate, delegating_app, first, run_status, told
 from test_replicas import (  # noqa: F401 - fixtures
     StartReplica,
     anyio_backend,
@@ -69,3 +71,35 @@ async def test_a_sigterm_cascade_survives_the_kill_9_of_the_replica_that_took_it
             for stopping in [e for e in events if e.state is State.STOPPING]:
                 assert timestamp_to_datetime(stopping.raw.state.deadline) <= root_deadline
         assert (await on_c.wait_for_state("boss/root", ENDED, timeout=WAIT_S)).state is State.STOPPED
+
+
+async def test_a_sigint_cascade_survives_the_kill_9_of_the_replica_that_took_it(
+    replica: StartReplica,  # noqa: F811
+) -> None:
+    """The lead's SIGINT goes to replica A, killed at once: its child's run of the lead's message
+    is aborted all the same, by one SIGINT, whichever replica's sweep sent it."""
+    a, b, c = replica(), replica(), replica()
+    worker = Worker(
+        delegating_app(),
+        [a.address, b.address, c.address],
+        worker_id="w-sigint-tree",
+        keepalive_ms=100,
+        keepalive_timeout_ms=200,
+    )
+    async with (
+        anyio.create_task_group() as tg,
+        AsyncClient(a.address) as on_a,
+        AsyncClient(b.address) as on_b,
+    ):
+        await tg.start(worker.run)
+        message = await delegate(on_b, "lead/k1")
+        await on_a.signal("lead/k1", "SIGINT")
+        a.send(signal.SIGKILL)  # at once: its sweep may or may not have begun
+        a.wait()
+        await first(on_b, "helper/k1", run_status("aborted"))
+        children = await told(on_b, "lead/k1")
+        assert children["/helper/k1"]["message"] == message
+        events = (await on_b.events("helper/k1", 0, limit=100)).events
+        signals = {e.key: e.to_json()["value"] for e in events if e.type == "signal"}
+        assert [(s["sender"], s["message_key"]) for s in signals.values()] == [("electric:cascade", message)]
+        await worker.shutdown(0)

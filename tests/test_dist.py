@@ -77,6 +77,16 @@ def test_the_base_install_is_the_client_and_says_which_extra_serves(venv: Path, 
     assert server.returncode == 2, server.stderr
     assert "pip install 'electric-sdk[server]'" in server.stderr
     assert "Traceback" not in server.stderr
+    # The MCP face's tools ship in the wheel; serving them needs the [mcp] extra, and says so.
+    _run(
+        venv / "bin" / "python",
+        "-c",
+        "from electric_sdk.mcp_face import tool_list; assert len(tool_list()) == 6",
+    )
+    mcp = _run(venv / "bin" / "electric", "mcp", check=False)
+    assert mcp.returncode == 2, mcp.stderr
+    assert "pip install 'electric-sdk[mcp]'" in mcp.stderr
+    assert "Traceback" not in mcp.stderr
 
 
 @pytest.fixture

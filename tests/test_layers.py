@@ -58,6 +58,8 @@ LAYERS: list[tuple[str, ...]] = [
         "electric_sdk.state_read",
         "electric_sdk.event_types",
         "electric_sdk.version",
+        # The MCP face over a backend of either side: the CLI's client, the door's service.
+        "electric_sdk.mcp_face",
     ),
     (
         "electric_sdk.models",

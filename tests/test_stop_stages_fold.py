@@ -79,7 +79,7 @@ def test_downstream_waits_for_every_mcp_call_of_the_run_and_names_each() -> None
     follow.see("electric.mcp", "e_10", _mcp("a", "bound_passed"), 10, AT)
     report = follow.reports[Stage.DOWNSTREAM]
     assert report.offset == 10
-    assert report.detail == "MCP: tools/slow bound_passed; tools/slow cancelled (SIGINT)"
+    assert report.detail == "MCP tools/slow bound_passed; MCP tools/slow cancelled (SIGINT)"
     assert follow.done
 
 
@@ -88,3 +88,68 @@ def test_a_killed_run_reaches_downstream_with_its_end_and_says_its_calls_are_unr
     follow.see("run", "run_6", {"message_key": "msg_1", "status": "aborted"}, 6, AT)
     assert follow.reports[Stage.DOWNSTREAM].reached
     assert "cancelled unrecorded" in follow.reports[Stage.DOWNSTREAM].detail
+
+
+def _child(phase: str, run: str = "msg_1", **more: object) -> dict[str, object]:
+    return {"data": {"phase": phase, "run": run, **more}}
+
+
+def test_a_sigints_downstream_waits_for_the_servers_told_record_of_the_runs_children() -> None:
+    follow = StageFollow(Signal.SIGINT, "sig_5", 5, AT, Stage.DOWNSTREAM, run_message_key="msg_1")
+    follow.see("electric.child", "e_6", _child("interrupting", run="msg_0"), 6, AT)  # another run's
+    follow.see("electric.child", "e_7", _child("interrupting"), 7, AT)
+    follow.see("run", "run_8", {"message_key": "msg_1", "status": "aborted"}, 8, AT)
+    assert follow.reports[Stage.UNWOUND].offset == 8
+    assert not follow.reports[Stage.DOWNSTREAM].reached  # its children are not told yet
+    children = [
+        {"child": "/helper/a", "message": "msg_3", "signal": "SIGINT", "outcome": "aborted", "detail": "x"},
+        {"child": "/other/b", "message": "", "outcome": "not signalled", "detail": "not a child"},
+    ]
+    follow.see("electric.child", "e_9", _child("told", children=children), 9, AT)
+    report = follow.reports[Stage.DOWNSTREAM]
+    assert report.offset == 9
+    assert report.detail == "children: /helper/a SIGINT aborted (x); /other/b not signalled (not a child)"
+
+
+def test_a_sigterms_children_settle_by_their_end_or_the_parents_grace_deadline() -> None:
+    told = [
+        {"child": "/helper/a", "signal": "SIGTERM", "outcome": "transitioned", "state": "stopping"},
+        {"child": "/helper/b", "signal": "SIGTERM", "outcome": "transitioned", "state": "stopping"},
+    ]
+    for cause, reached in (("cleanup_done", False), ("grace_expired", True)):
+        follow = StageFollow(Signal.SIGTERM, "sig_5", 5, AT, Stage.DOWNSTREAM, run_message_key="msg_1")
+        follow.see("electric.child", "e_6", _child("interrupting"), 6, AT)
+        follow.see("run", "run_7", {"message_key": "msg_1", "status": "aborted"}, 7, AT)
+        follow.see("electric.child", "e_8", _child("told", children=told), 8, AT)
+        follow.see(
+            "electric.child",
+            "e_9",
+            {"data": {"phase": "ended", "child": "/helper/a", "state": "stopped"}},
+            9,
+            AT,
+        )
+        assert not follow.reports[Stage.DOWNSTREAM].reached  # /helper/b is still stopping
+        follow.see("state", "st_10", {"state": "stopped", "cause": cause}, 10, AT)
+        assert follow.reports[Stage.DOWNSTREAM].reached is reached
+        if reached:
+            assert "/helper/a SIGTERM transitioned, ended stopped" in follow.reports[Stage.DOWNSTREAM].detail
+            assert (
+                "/helper/b SIGTERM transitioned, its bound passed" in follow.reports[Stage.DOWNSTREAM].detail
+            )
+        else:
+            follow.see(
+                "electric.child",
+                "e_11",
+                {"data": {"phase": "ended", "child": "/helper/b", "state": "stopped"}},
+                11,
+                AT,
+            )
+            assert follow.reports[Stage.DOWNSTREAM].offset == 11
+
+
+def test_a_sigkills_children_are_said_killed_by_the_cascade_when_unrecorded() -> None:
+    follow = StageFollow(Signal.SIGKILL, "sig_5", 5, AT, Stage.DOWNSTREAM, run_message_key="msg_1")
+    follow.see("electric.child", "e_6", _child("interrupting"), 6, AT)
+    follow.see("run", "run_7", {"message_key": "msg_1", "status": "aborted"}, 7, AT)
+    assert follow.reports[Stage.DOWNSTREAM].reached
+    assert "killed by the server's cascade" in follow.reports[Stage.DOWNSTREAM].detail

@@ -75,7 +75,16 @@ async def fill(server: ElectricServer, seed_state: SeedState) -> list[tuple[str,
                 await signal(pb.SIGNAL_SIGUSR, "focus")
                 await server.store.write(Write(key, _runtime_fields))
     await server.store.store_type_profile(TypeProfile("agent", "v1", 1, 5000, None))
-    await server.store.store_type_profile(TypeProfile("agent", "v2", 2, None, 7000))
+    # Every field of a profile moves, its versioning and its children's policy too.
+    await server.store.store_type_profile(
+        TypeProfile("agent", "v2", 2, None, 7000, "pinned", 60_000, "detach")
+    )
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        # A child moves with its parent named (the cascade reaches it after an import too).
+        child = api.SpawnEntityRequest(
+            ref=pb.EntityRef(type="agent", id="child"), parent=pb.EntityRef(type="agent", id="e001")
+        )
+        await api_grpc.EntityServiceStub(channel).SpawnEntity(child)
     return keys
 
 

@@ -18,12 +18,22 @@ progress when it landed: ``run_message_key``, ``process_running``):
 - ``unwound``: the end record of the run in progress (a scoped SIGINT: of its
   message's run, if that one was running); none in progress: the signal's own
   settling. For SIGTERM also the end of the cleanup: the entity `stopped`;
-- ``downstream``: every MCP call and child entity of that run told, and each
-  ended or past its bound: each MCP call cut shows as an ``electric.mcp`` record
-  of that run (``cancelled``, ``ended``, ``bound_passed``; runtime/mcp.py writes
-  them before the run's end); the detail names each. A run with none reaches it
-  with ``unwound``. An entity ended (SIGKILL, the grace deadline) refuses
-  writes: the calls its end cut are cancelled unrecorded, and the detail says so;
+- ``downstream``: every MCP call, A2A call and child entity of that run told, and
+  each ended or past its bound: each call cut shows as an ``electric.mcp`` (or
+  ``electric.a2a``) record of that run (``cancelled``, ``ended``, ``bound_passed``;
+  runtime/mcp.py and runtime/a2a_calls.py write them before the run's end); the
+  detail names each. A run that delegated to
+  children and was cut short has an ``electric.child`` ``interrupting`` record
+  just before its end, then the server's ``told`` record of it, naming each
+  child and what its signal came to (server core/child_interrupts.py): a
+  SIGINT's child is settled by it (its run aborted, its message cancelled, or
+  nothing of it left to abort); a SIGTERM's child once its end is recorded
+  (``electric.child`` ``ended``) or its bound passed (its grace ends by the
+  parent's: the parent's `stopped` by ``grace_expired``). A SIGKILL's children
+  are killed by the server's cascade, unrecorded when the parent's stream has
+  closed: the detail says so. A run with none reaches it with ``unwound``. An
+  entity ended (SIGKILL, the grace deadline) refuses writes: the calls its end
+  cut are cancelled unrecorded, and the detail says so;
 - ``reaped``: the exit receipt of the exec process that was running; none: at
   once;
 - ``terminal``: the entity's `stopped` or `killed` state record.
@@ -44,7 +54,9 @@ __all__ = ["StageFollow", "StageReport", "parse_stage"]
 
 _RUN_ENDS = ("completed", "failed", "aborted")
 _MCP_EVENT = "electric.mcp"  # runtime/mcp.py's records
+_A2A_EVENT = "electric.a2a"  # runtime/a2a_calls.py's, in the same phases
 _MCP_ENDS = ("ended", "cancelled", "bound_passed")
+_CHILD_EVENT = "electric.child"  # the runtime's delegations, the server's told and ended records
 _TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 # Outcomes that settle a signal without its handler having run.
 _NOT_DELIVERED = ("ignored",)
@@ -101,6 +113,14 @@ class StageFollow:
     _stopped: tuple[int, str] | None = None
     # The run's MCP calls seen after the signal: call id -> (what, its end's offset and time).
     _calls: dict[str, tuple[str, tuple[int, str] | None]] = field(default_factory=dict)
+    # The run's children: due a ``told`` record (its ``interrupting`` record seen), the told
+    # children once it came (and where), each child's end seen, and whether the entity's grace
+    # deadline passed (so each SIGTERM child's bound did).
+    _children_due: bool = False
+    _told: list[dict[str, Any]] | None = None
+    _told_at: tuple[int, str] | None = None
+    _child_ends: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    _grace_passed: bool = False
 
     def __post_init__(self) -> None:
         check_stage(self.signal, self.wait)
@@ -141,15 +161,20 @@ class StageFollow:
         elif type == "run" and self._watches_run and value.get("message_key") == self.run_message_key:
             if value.get("status") in _RUN_ENDS and self._run_end is None:
                 self._run_end = (offset, at)
-        elif type == _MCP_EVENT and self._watches_run:
+        elif type in (_MCP_EVENT, _A2A_EVENT) and self._watches_run:
             data = value.get("data")  # a custom event's value: {"data": ...}
             if isinstance(data, dict) and data.get("run") == self.run_message_key:
                 self._mcp(data, offset, at)
+        elif type == _CHILD_EVENT:
+            data = value.get("data")
+            if isinstance(data, dict):
+                self._child(data, offset, at)
         elif type == "exec" and value.get("action") == "exit" and self.process_running:
             self._reach(Stage.REAPED, offset, at)
         elif type == "state":
             state = value.get("state")
             if state in _TERMINAL:
+                self._grace_passed = value.get("cause") == "grace_expired"
                 self._stopped = (offset, at)
                 self._reach(Stage.TERMINAL, offset, at)
             elif state == "idle" and value.get("cause") == "runtime_lost":
@@ -158,6 +183,10 @@ class StageFollow:
 
     def stream_closed(self) -> None:
         """The stream ended: what is not reached now never will be."""
+        report = self.reports.get(Stage.DOWNSTREAM)
+        if report is not None and not report.reached and not report.detail and self._told:
+            _, _, said = self._children()
+            report.detail = "the entity's stream closed before its children's ends: " + "; ".join(said)
         self._lost("the entity's stream closed", terminal_too=True)
 
     def timed_out(self, bound: str) -> None:
@@ -198,7 +227,10 @@ class StageFollow:
 
     def _mcp(self, value: dict[str, Any], offset: int, at: str) -> None:
         call, phase = str(value.get("call", "")), value.get("phase")
-        what = f"{value.get('server')}/{value.get('tool')} {phase}"
+        if "agent" in value:  # an A2A call's
+            what = f"A2A {value.get('agent')} task {value.get('task') or '(unnamed)'} {phase}"
+        else:
+            what = f"MCP {value.get('server')}/{value.get('tool')} {phase}"
         if value.get("reason"):
             what += f" ({value.get('reason')})"
         if phase == "started":
@@ -206,18 +238,64 @@ class StageFollow:
         elif phase in _MCP_ENDS:
             self._calls[call] = (what, (offset, at))
 
+    def _child(self, data: dict[str, Any], offset: int, at: str) -> None:
+        phase = data.get("phase")
+        if phase == "ended":
+            self._child_ends[str(data.get("child"))] = (str(data.get("state")), offset, at)
+        elif not self._watches_run or data.get("run") != self.run_message_key:
+            return
+        elif phase == "interrupting":
+            self._children_due = True
+        elif phase == "told" and self._told is None:
+            children = data.get("children")
+            self._told = [c for c in children if isinstance(c, dict)] if isinstance(children, list) else []
+            self._told_at = (offset, at)
+
+    def _children(self) -> tuple[bool, list[tuple[int, str]], list[str]]:
+        """Whether the run's children are settled; the records that settled them; each one said."""
+        if not self._children_due:
+            return True, [], []
+        if self._told is None or self._told_at is None:
+            if self.signal is Signal.SIGKILL:  # the parent's end may close its stream first
+                return True, [], ["children: killed by the server's cascade (unrecorded: the entity ended)"]
+            return False, [], []
+        settled, at, said = True, [self._told_at], []
+        for child in self._told:
+            url = str(child.get("child"))
+            what = f"{url} {child.get('signal', '')} {child.get('outcome', '')}".replace("  ", " ")
+            if child.get("detail"):
+                what += f" ({child.get('detail')})"
+            ended = self._child_ends.get(url)
+            if ended is not None:
+                what += f", ended {ended[0]}"
+                at.append(ended[1:])
+            elif child.get("signal") == Signal.SIGTERM.value and child.get("state") not in _TERMINAL:
+                if self._grace_passed and self._stopped is not None:
+                    bound = child.get("bound") or "the parent's grace deadline"
+                    what += f", its bound passed ({bound})"
+                    at.append(self._stopped)
+                else:
+                    settled = False
+            said.append(what)
+        return settled, at, ["children: " + "; ".join(said)] if said else []
+
     def _judge_downstream(self, end: tuple[int, str]) -> None:
-        """With the run's end seen (its cut calls' records come before it): every call seen ended."""
+        """With the run's end seen (its cut calls' records come before it): every call seen ended,
+        and every child of the run told and settled."""
         if any(ended is None for _, ended in self._calls.values()):
             return
-        if not self._calls:
-            detail = "no MCP call or child entity in flight"
+        settled, children_at, children = self._children()
+        if not settled:
+            return
+        if not self._calls and not self._told:
+            detail = "no MCP call, A2A call or child entity in flight"
             if self._cut_by_end:
                 detail += " recorded (calls cut by the entity's end are cancelled unrecorded)"
-            self._reach(Stage.DOWNSTREAM, *end, detail)
+            self._reach(Stage.DOWNSTREAM, *end, "; ".join([detail, *children]))
             return
-        last = max([end, *(ended for _, ended in self._calls.values() if ended is not None)])
-        self._reach(Stage.DOWNSTREAM, *last, "MCP: " + "; ".join(what for what, _ in self._calls.values()))
+        last = max([end, *children_at, *(ended for _, ended in self._calls.values() if ended is not None)])
+        said = ["; ".join(what for what, _ in self._calls.values())] if self._calls else []
+        self._reach(Stage.DOWNSTREAM, *last, "; ".join([*said, *children]))
 
     @property
     def _cut_by_end(self) -> bool:

@@ -101,12 +101,20 @@ def get(ctx: Invocation, args: argparse.Namespace) -> int:
     tail = _tail(ctx, entity)
     process = process_json(tail, entity)
     presence = presence_cmds.entity_presence(entity, presence_cmds.hosted(ctx))
+    # Its children, the first few (`ls --parent` lists them all): one more says whether there are more.
+    children = ctx.client.list(parent=entity.ref, limit=SHOWN_CHILDREN + 1)
     if ctx.out.json_mode:
         ctx.out.record(
-            entity.to_json() | ({"process": process} if process else {}) | recent_events_json(tail) | presence
+            entity.to_json()
+            | ({"process": process} if process else {})
+            | children_json(children)
+            | recent_events_json(tail)
+            | presence
         )
     else:
         sections = [console.entity_detail(entity)]
+        if children:
+            sections.append(children_line(entity, children))
         if process:
             sections.append(process_lines(process))
         if "warning" in presence:
@@ -114,6 +122,23 @@ def get(ctx: Invocation, args: argparse.Namespace) -> int:
         sections.append(recent_events_lines(tail))
         ctx.out.line("\n".join(sections))
     return 0
+
+
+# How many of an entity's children `get` names.
+SHOWN_CHILDREN = 20
+
+
+def children_json(children: list[Entity]) -> dict[str, Any]:
+    """``children``: the first ``SHOWN_CHILDREN`` (url and state); ``children_truncated`` if more."""
+    shown = [{"url": c.ref.url, "state": c.state.value} for c in children[:SHOWN_CHILDREN]]
+    return {"children": shown, "children_truncated": len(children) > SHOWN_CHILDREN}
+
+
+def children_line(entity: Entity, children: list[Entity]) -> str:
+    """``  children  /team/a (running), /team/b (stopped)``, and how to list them all if more."""
+    named = ", ".join(f"{c.ref.url} ({c.state.value})" for c in children[:SHOWN_CHILDREN])
+    more = f", ... (all: electric ls --parent {entity.ref})" if len(children) > SHOWN_CHILDREN else ""
+    return f"  children  {named}{more}"
 
 
 # How far back `get` looks for an exec entity's receipts.

@@ -43,6 +43,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "electric replay-check myapp.agents:app --server 127.0.0.1:7700",
         "electric replay-check myapp.agents:app --file streams.jsonl --all-runs",
     ),
+    "mcp": ("electric mcp --address 127.0.0.1:7700",),
     "completion": ("electric completion bash >> ~/.bashrc", "electric completion zsh >> ~/.zshrc"),
 }
 

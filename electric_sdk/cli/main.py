@@ -26,6 +26,7 @@ from . import (
     exit_codes,
     help_text,
     local,
+    mcp_cmd,
     presence_cmds,
     replay_cmd,
     run_cmd,
@@ -260,6 +261,9 @@ def _client_commands(sub: Subparsers) -> None:
     p = add("watch", streams.watch, "watch entity states live (a table on a terminal)")
     p.add_argument("--type", help="only entities of this type")
     _states(p, "entities entering or leaving")
+
+    p = add("mcp", mcp_cmd.command, mcp_cmd.SUMMARY)
+    p.epilog = "Needs the mcp extra: pip install 'electric-sdk[mcp]'. See docs/mcp.md."
 
     p = add("replay-check", replay_cmd.command, replay_cmd.SUMMARY)
     replay_cmd.add_arguments(p)

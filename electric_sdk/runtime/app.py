@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar, overload
 from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
+from .a2a_calls import A2AAgent
 from .code_version import source_version
 from .codec import Codec, JSONCodec
 from .entity_type import (
@@ -126,6 +127,7 @@ class App:
         self.codec: Codec = codec or JSONCodec()
         self.types: dict[str, EntityType] = {}
         self.mcp_servers: dict[str, McpServer] = {}
+        self.a2a_agents: dict[str, A2AAgent] = {}
         self._code_version = code_version
 
     def mcp_server(
@@ -150,6 +152,21 @@ class App:
         server = McpServer(name, tuple(command), url, dict(env) if env is not None else None, bound)
         self.mcp_servers[name] = server
         return server
+
+    def a2a_agent(
+        self, name: str, *, url: str, token: str = "", cancel_bound: DurationLike = "2s"
+    ) -> A2AAgent:
+        """Declare an A2A agent its entities send messages to (``ctx.call_agent``,
+        docs/runtime.md): ``url`` is where its card is read; ``token`` a bearer token;
+        ``cancel_bound`` how long it has to answer a cut call's ``CancelTask``.
+
+        >>> researcher = app.a2a_agent("researcher", url="http://127.0.0.1:9000/")
+        """
+        if name in self.a2a_agents:
+            raise ValueError(f"A2A agent {name!r} is declared twice")
+        agent = A2AAgent(name, url, token, seconds(cancel_bound))
+        self.a2a_agents[name] = agent
+        return agent
 
     def entity(
         self,

@@ -29,6 +29,8 @@ from ..errors import InvalidArgument, RunAborted
 from ..event_types import custom_type_problem
 from ..lifecycle import Signal, State
 from ..models import Entity, EntityRef, Event
+from .a2a_calls import A2AAgent
+from .a2a_calls import call_agent as a2a_call
 from .children import send_step, spawn_step
 from .codec import Codec
 from .mcp import McpServer
@@ -299,6 +301,23 @@ class Context:
             f"mcp:{server.name}/{tool}", mcp_call, self, server, tool, arguments, timeout_s
         )
 
+    async def call_agent(
+        self,
+        agent: A2AAgent,
+        text: str,
+        *,
+        data: Any = None,
+        timeout: DurationLike | None = None,  # noqa: ASYNC109 - the step's own bound
+    ) -> dict[str, Any]:
+        """Send another A2A agent a message as the recorded step ``a2a:<agent>`` (a2a_calls.py)::
+
+            found = await ctx.call_agent(researcher, "find the paper", timeout="5m")
+
+        returns ``{"task", "context", "state", "text", "artifacts"}`` once the task ends (a replay
+        answers it from the record); a signal that ends the run sends the agent ``CancelTask``."""
+        timeout_s = seconds(timeout) if timeout is not None else None
+        return await self.step(f"a2a:{agent.name}", a2a_call, self, agent, text, data, timeout_s)
+
     async def spawn(
         self,
         ref: str | EntityRef,
@@ -323,14 +342,19 @@ class Context:
         data: Any = None,
         wait: Literal["run"] | None = None,
         timeout: DurationLike | None = None,  # noqa: ASYNC109 - the wait's bound, as client.send's
+        wake: bool = False,
     ) -> dict[str, Any]:
         """Send an entity (a child, say) a message, as a recorded step; with ``wait="run"``, wait
         for the run it starts. Answers the receipt's, or the run result's, JSON (as recorded)::
 
             answer = await ctx.send(helper, "find sources", wait="run", timeout="5m")
             text = answer["output"]
+
+        ``wake=True`` instead: this run goes on (and may end); when the run the message starts
+        ends, its end is delivered to this entity as a message from ``electric:child``, data
+        ``{"child", "message", "status", "output", "error"}`` (docs/runtime.md, "Child entities").
         """
-        return await send_step(self, ref, text, data, wait, timeout)
+        return await send_step(self, ref, text, data, wait, timeout, wake)
 
     @property
     def step_key(self) -> str:

@@ -32,6 +32,7 @@ class Lifetime(ABC):
         "_early",
         "_fenced",
         "_tg",
+        "a2a",
         "end_reason",
         "lease",
         "mcp",
@@ -52,6 +53,8 @@ class Lifetime(ABC):
         self.revoked = False
         # The host's MCP sessions (mcp.py), opened at a run's first tool call; closed at the end.
         self.mcp: Any = None
+        # Its A2A clients (a2a_calls.py), made at a run's first call to an agent; closed at the end.
+        self.a2a: Any = None
         # Called with the host when its task ends (the worker forgets it and gives the lease back).
         self.on_end: Callable[[Lifetime], None] | None = None
 
@@ -69,6 +72,8 @@ class Lifetime(ABC):
                 await self._after()
                 if self.mcp is not None:
                     await self.mcp.aclose()
+                if self.a2a is not None:
+                    await self.a2a.aclose()
             if self.on_end is not None:
                 self.on_end(self)
 

@@ -50,7 +50,7 @@ from .._wire.json_values import json_to_value
 if TYPE_CHECKING:
     from .context import Context
 
-__all__ = ["MCP_EVENT", "PROGRESS_EVENT", "McpServer", "McpSessions", "call_tool", "settle"]
+__all__ = ["MCP_EVENT", "PROGRESS_EVENT", "McpServer", "McpSessions", "call_tool", "settle", "why_cut"]
 
 MCP_EVENT = "electric.mcp"
 PROGRESS_EVENT = "progress"
@@ -219,7 +219,7 @@ def sessions_of(host: Any) -> McpSessions:
     return sessions
 
 
-def _why(host: Any, run: Any) -> str:
+def why_cut(host: Any, run: Any) -> str:
     """Which signal cut the call (the run's stopper; the host's end)."""
     info = getattr(run, "stopped_by", None)
     if info is not None:
@@ -269,7 +269,7 @@ async def call_tool(
         last[0] = now
         await _emit_progress(host, {**base, "progress": value, "total": total, "message": message})
 
-    _CUT.set(lambda: _why(host, run))  # this task's own context: the step's, copied to the SDK's
+    _CUT.set(lambda: why_cut(host, run))  # this task's own context: the step's, copied to the SDK's
     sdk_call: asyncio.Task[Any] | None = None
     try:
         await _record(host, {**base, "phase": "started", "reason": ""})
@@ -303,7 +303,7 @@ async def call_tool(
 async def _cut(host: Any, run: Any, base: dict[str, Any], server: McpServer, sdk_call: Any) -> None:
     """The call was cut: tell the server (bounded), then record how that went."""
     told = await _tell(sdk_call, server.cancel_bound_s)
-    why = _why(host, run)
+    why = why_cut(host, run)
     if not told:
         why += f"; the server did not take the cancel within {server.cancel_bound_s:g}s"
     with anyio.move_on_after(RECORD_BOUND_S):

@@ -56,11 +56,13 @@ class RowSlot:
     def widgets(self) -> list[Any]:
         return [self.tick, self.name, self.cells, self.box]
 
-    def show(self, ref: EntityRef, cells: str, *, ticked: bool, opened: bool) -> None:
+    def show(self, ref: EntityRef, cells: str, *, ticked: bool, opened: bool, label: str = "") -> None:
+        """``label``: the id as shown (indented under its parent in the tree order)."""
         if ref != self.ref:
             self.ref = ref
-            self.name.description = ref.id
             self.name.tooltip = f"open {ref.url}"
+        if self.name.description != (label or ref.id):
+            self.name.description = label or ref.id
         self.cells.value = cells
         self._showing = True
         try:

@@ -35,6 +35,7 @@ from ._table_view import (
     page_of,
     row_html,
     select,
+    tree_labels,
 )
 from ._view import alert_html, error_html, note_html, parse_payload
 
@@ -323,7 +324,8 @@ class EntityTable(LiveWidget):
         page = page_of(matching, query.page, self.page_size)
         self._visible = tuple(e.ref for e in page.rows)
         now = datetime.now(UTC)
-        rows = [(e.ref, row_html(e, self._hosted, now)) for e in page.rows]
+        labels = tree_labels(matching) if query.sort == "tree" else {}
+        rows = [(e.ref, row_html(e, self._hosted, now), labels.get(e.ref, e.ref.id)) for e in page.rows]
         loading = self._watching is None or not self._watching.covers(query.watch_filter())
         summary = count_text(len(matching), loading)
         # The types seen, and those a connected worker hosts (a table begun on one type sees no other).
@@ -338,7 +340,7 @@ class EntityTable(LiveWidget):
     def _render(
         self,
         entities: tuple[Entity, ...] | None,
-        rows: list[tuple[EntityRef, str]],
+        rows: list[tuple[EntityRef, str, str]],
         number: int,
         pages: int,
         summary: str,
@@ -347,8 +349,8 @@ class EntityTable(LiveWidget):
     ) -> None:
         if self._closed:
             return
-        for slot, (ref, cells) in zip(self.slots, rows, strict=False):
-            slot.show(ref, cells, ticked=ref in self._ticked, opened=ref == self.opened)
+        for slot, (ref, cells, label) in zip(self.slots, rows, strict=False):
+            slot.show(ref, cells, ticked=ref in self._ticked, opened=ref == self.opened, label=label)
         for slot in self.slots[len(rows) :]:
             slot.hide()
         self.summary.value = note_html(summary)

@@ -32,6 +32,8 @@ SORTS: dict[str, tuple[str, Callable[[Entity], tuple[object, ...]]]] = {
     "newest": ("newest first", lambda e: (-e.created_at.timestamp(), e.ref.type, e.ref.id)),
     "changed": ("last change first", lambda e: (-e.updated_at.timestamp(), e.ref.type, e.ref.id)),
     "name": ("type, id", lambda e: (e.ref.type, e.ref.id)),
+    # Each entity followed by its children (and theirs), by type and id: ``tree_order``.
+    "tree": ("parent, children", lambda e: (e.ref.type, e.ref.id)),
 }
 
 # Columns after the id: header, width, alignment. The row's cells use the same.
@@ -42,6 +44,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("last change", "92px", "right"),
     ("age", "56px", "right"),
     ("worker", "64px", "center"),
+    ("parent", "120px", "left"),
 )
 
 
@@ -95,7 +98,46 @@ class TableQuery:
 def select(entities: Iterable[Entity], query: TableQuery) -> list[Entity]:
     """The entities matching ``query``, in its order."""
     key = SORTS.get(query.sort, SORTS["newest"])[1]
-    return sorted((e for e in entities if query.matches(e)), key=key)
+    matching = sorted((e for e in entities if query.matches(e)), key=key)
+    return tree_order(matching) if query.sort == "tree" else matching
+
+
+def tree_order(entities: Sequence[Entity]) -> list[Entity]:
+    """``entities`` (in their order) as a tree: each followed by its children, depth first. An
+    entity whose parent is not among them leads a tree of its own."""
+    shown = {e.ref for e in entities}
+    children: dict[object, list[Entity]] = {}
+    for e in entities:
+        if e.parent is not None and e.parent in shown and e.parent != e.ref:
+            children.setdefault(e.parent, []).append(e)
+    ordered: list[Entity] = []
+    seen: set[object] = set()
+
+    def walk(e: Entity) -> None:
+        if e.ref in seen:  # no cycle can arise (a parent is set once), but a table must not hang
+            return
+        seen.add(e.ref)
+        ordered.append(e)
+        for child in children.get(e.ref, ()):
+            walk(child)
+
+    for e in entities:
+        if e.parent is None or e.parent not in shown:
+            walk(e)
+    ordered.extend(e for e in entities if e.ref not in seen)
+    return ordered
+
+
+def tree_labels(ordered: Sequence[Entity]) -> dict[object, str]:
+    """Each entity's id as the tree shows it, indented under its parent (``tree_order``'s
+    order): ``└ a1`` for a child, ``  └ a11`` for a grandchild."""
+    depth: dict[object, int] = {}
+    labels: dict[object, str] = {}
+    for e in ordered:
+        level = depth.get(e.parent, -1) + 1 if e.parent is not None else 0
+        depth[e.ref] = level
+        labels[e.ref] = e.ref.id if level == 0 else "\u2003" * (level - 1) + "\u2514 " + e.ref.id
+    return labels
 
 
 @dataclass(frozen=True)
@@ -146,7 +188,7 @@ def state_html(entity: Entity) -> str:
 
 
 def row_html(entity: Entity, hosted: frozenset[str] | None, now: datetime) -> str:
-    """A row's cells after its id: type, state, events, last change, age, worker."""
+    """A row's cells after its id: type, state, events, last change, age, worker, parent."""
     if hosted is None:
         worker, tip = "?", "the connected workers are not known (yet)"
     else:
@@ -166,6 +208,10 @@ def row_html(entity: Entity, hosted: frozenset[str] | None, now: datetime) -> st
         (f"{ago(entity.updated_at, now)} ago", to_iso(entity.updated_at)),
         (ago(entity.created_at, now), to_iso(entity.created_at)),
         (f"<b style='color:#dc3545'>{worker}</b>" if worker == "no" else html.escape(worker), tip),
+        (
+            html.escape(f"{entity.parent.type}/{entity.parent.id}") if entity.parent else "",
+            f"a child of {entity.parent.url}" if entity.parent else "",
+        ),
     )
     cells = "".join(
         _cell(text, width, align, column=name, title=title)

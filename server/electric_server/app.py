@@ -112,6 +112,7 @@ class ServerConfig:
     sse_heartbeat_ms: int = settings.SSE_HEARTBEAT.value
     http_long_poll_ms: int = settings.HTTP_LONG_POLL.value
     cors_origins: tuple[str, ...] = settings.CORS_ORIGINS.value
+    mcp: bool = settings.MCP.value
     # Not a setting but a test hook: what time it is for grace deadlines, writes and worker
     # sessions (clock.py); a test's manual clock makes a 30 s grace pass at once. SQLite only: on
     # PostgreSQL the database's clock judges.
@@ -189,6 +190,8 @@ class ElectricServer:
             except OSError as exc:
                 raise ConfigError(f"cannot read the TLS certificate or key: {exc}") from exc
         check_cors_origins(config.cors_origins, config.http)
+        if config.mcp and not config.http:
+            raise ConfigError("--mcp needs --http: the MCP face is served on the HTTP door's /mcp")
         self.tokens = (
             TokenTable.load(config.tokens_file, config.allow_readable_tokens) if config.tokens_file else None
         )
@@ -341,6 +344,7 @@ class ElectricServer:
                     metrics=self.metrics.render if self.metrics is not None else None,
                     cors_origins=config.cors_origins,
                     streams=streams,
+                    mcp=config.mcp,
                 )
             )
         runtime = RuntimeService(self.runtime, self.caps, config.hello_timeout_ms)

@@ -183,6 +183,9 @@ HTTP_LONG_POLL = Setting("http_long_poll_ms", DURATION, "20s", see="[http.md](ht
 CORS_ORIGINS = Setting("cors_origins", ORIGINS, "", flag="--cors-origin", dev=True,
     see="[http.md](http.md#cors)",
     help="let pages of this origin call the HTTP API, e.g. https://app.example (repeat it); none: CORS off")
+MCP = Setting("mcp", FLAG, "off", flag="--mcp", dev=True, see="[mcp.md](mcp.md)",
+    help="also serve the control plane as MCP tools on the HTTP door's /mcp (streamable HTTP; needs --http "
+    "and electric-sdk[mcp])")
 DATA_DIR = Setting("data_dir", DIRECTORY, ".electric", flag="--data", dev=True,
     see="[The data directory](#the-data-directory)",
     help="the data directory: holds electric.db and LOCK, for one server at a time; not used with "
@@ -267,7 +270,7 @@ WATCH_FEED_EVENTS = Setting("watch_feed_events", COUNT, "100000", see='"Many wat
 
 # In the order `electric server --help` and docs/server.md list them.
 SETTINGS: tuple[Setting[Any], ...] = (
-    LISTEN, HTTP, SSE_HEARTBEAT, HTTP_LONG_POLL, CORS_ORIGINS,
+    LISTEN, HTTP, SSE_HEARTBEAT, HTTP_LONG_POLL, CORS_ORIGINS, MCP,
     DATA_DIR, DATABASE_URL, DATABASE_POOL, DATABASE_TIMEOUT, SYNCHRONOUS, COMMIT_DELAY,
     ACCEPT_DATA_LOSS, DISK_FULL_RETRY,
     TOKENS_FILE, ALLOW_READABLE_TOKENS, TLS_CERT, TLS_KEY, INSECURE,

@@ -57,7 +57,7 @@ def stdio_command(found: Sightings) -> list[str]:
     return [sys.executable, str(SERVER), "stdio", str(found.port)]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
@@ -67,7 +67,7 @@ def _free_port() -> int:
 @asynccontextmanager
 async def http_server(found: Sightings) -> AsyncIterator[str]:
     """The server on streamable HTTP (uvicorn on loopback): its URL once it listens."""
-    port = _free_port()
+    port = free_port()
     async with await anyio.open_process(
         [sys.executable, str(SERVER), "http", str(port), str(found.port)]
     ) as proc:

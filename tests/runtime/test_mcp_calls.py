@@ -120,7 +120,7 @@ async def test_a_finished_call_gets_no_cancel(electric: TestServer, client: Asyn
         answer = await until(client, "agent/f1", lambda e: e.type == "answer")
         assert answer.value == {"data": [{"type": "text", "text": "echo hi"}]}
         result = await client.signal("agent/f1", "SIGINT", wait="downstream", timeout="30s")
-        assert _downstream(result) == "no MCP call or child entity in flight"
+        assert _downstream(result) == "no MCP call, A2A call or child entity in flight"
         events = (await client.events("agent/f1", 0, 100)).events
         phases = [e.value["data"]["phase"] for e in events if e.type == "electric.mcp"]
         assert phases == ["started", "ended"]

@@ -256,3 +256,30 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def test_the_tree_order_shows_each_child_under_its_parent(client: Client, opened: list[Any]) -> None:
+    client.spawn("boss/root")
+    client.spawn("aide/a", parent="boss/root")
+    client.spawn("aide/a1", parent="aide/a")
+    client.spawn("aide/b", parent="boss/root")
+    client.spawn("zed/x")
+    table = table_for(opened, client)
+    table.sort.value = "tree"
+    order = ["boss/root", "aide/a", "aide/a1", "aide/b", "zed/x"]
+    # The rows are shown before ``entities`` is set (last, in the same render).
+    wait_for(table, "entities", lambda entities: [str(e.ref) for e in entities] == order)
+    assert shown(table) == order
+    assert [slot.name.description for slot in table.slots if slot.ref is not None] == [
+        "root",
+        "\u2514 a",
+        "\u2003\u2514 a1",
+        "\u2514 b",
+        "x",
+    ]
+    assert cell(table, "aide/a1", "parent") == "aide/a"
+    assert cell(table, "boss/root", "parent") == ""
+    table.sort.value = "name"  # another order shows the plain ids again
+    by_name = ["aide/a", "aide/a1", "aide/b", "boss/root", "zed/x"]
+    wait_for(table, "entities", lambda entities: [str(e.ref) for e in entities] == by_name)
+    assert [s.name.description for s in table.slots if s.ref is not None] == ["a", "a1", "b", "root", "x"]

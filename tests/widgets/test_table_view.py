@@ -20,24 +20,27 @@ from electric_sdk.widgets._table_view import (
     page_of,
     row_html,
     select,
+    tree_labels,
+    tree_order,
 )
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def entity(ref: str, state: State, age_s: int = 0, *, waiting: bool = False) -> Entity:
+def entity(ref: str, state: State, age_s: int = 0, *, waiting: bool = False, parent: str = "") -> Entity:
     type_, id_ = ref.split("/")
     created = timestamp_from_datetime(NOW - timedelta(seconds=age_s))
-    return Entity.from_pb(
-        pb.Entity(
-            ref=pb.EntityRef(type=type_, id=id_),
-            state=state_to_pb(state),
-            created_at=created,
-            updated_at=created,
-            head_offset=age_s,
-            message_waiting=waiting,
-        )
+    m = pb.Entity(
+        ref=pb.EntityRef(type=type_, id=id_),
+        state=state_to_pb(state),
+        created_at=created,
+        updated_at=created,
+        head_offset=age_s,
+        message_waiting=waiting,
     )
+    if parent:
+        m.parent.CopyFrom(pb.EntityRef(type=parent.split("/", maxsplit=1)[0], id=parent.split("/")[1]))
+    return Entity.from_pb(m)
 
 
 FLEET = [
@@ -117,3 +120,23 @@ def test_a_row_says_whether_a_worker_hosts_its_type() -> None:
     assert ">-<" in row_html(FLEET[2], frozenset({"research"}), NOW)  # idle, nothing to run
     assert ">no<" in row_html(entity("writer/w3", State.IDLE, waiting=True), frozenset(), NOW)
     assert ">?<" in row_html(waiting, None, NOW)  # the workers are not known yet
+
+
+def test_the_tree_order_nests_children_and_lets_orphans_lead() -> None:
+    def child(ref: str, parent: str) -> Entity:
+        return entity(ref, State.RUNNING, parent=parent)
+
+    fleet = [
+        child("team/b", "boss/root"),
+        child("team/a1", "team/a"),
+        entity("boss/root", State.RUNNING),
+        child("team/a", "boss/root"),
+        child("team/z", "boss/gone"),  # its parent is not shown: a tree of its own
+    ]
+    ordered = tree_order(sorted(fleet, key=lambda e: (e.ref.type, e.ref.id)))
+    assert refs(ordered) == ["boss/root", "team/a", "team/a1", "team/b", "team/z"]
+    labels = tree_labels(ordered)
+    assert [labels[e.ref] for e in ordered] == ["root", "\u2514 a", "\u2003\u2514 a1", "\u2514 b", "z"]
+    assert refs(select(fleet, TableQuery(sort="tree"))) == refs(ordered)
+    assert "data-col='parent'" in row_html(ordered[1], frozenset(), NOW)
+    assert ">boss/root<" in row_html(ordered[1], frozenset(), NOW)

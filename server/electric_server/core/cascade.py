@@ -17,10 +17,14 @@ child once. The signal's own write re-checks the child's state, so a child
 that ended meanwhile is left as it is.
 
 A child's end is recorded in its parent's stream, an ``electric.child`` record
-{child, state, cause}, keyed by the child (so written once), while that stream
+{phase: "ended", child, state, cause}, keyed by the child (so written once), while that stream
 is open; the child is then marked told (``EntityRecord.parent_told``), so the
 sweep finds each ended child once, after a restart too. A parent whose stream
 has closed (it ended before the child) gets no record.
+
+The same sweep tells the children of each run cut short (a SIGINT's: each child
+working for that run gets a SIGINT), found in the store too: core/child_interrupts.py;
+and wakes the entities waiting for a run's end they delegated: core/child_wakes.py.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.json_values import json_to_value
-from electric_sdk.lifecycle import STATE_RULES, Signal, SignalRejected, State
+from electric_sdk.lifecycle import STATE_RULES, SignalRejected
 
 from ..lifetime import Component, TaskGroup
 from ..settings import POLL
@@ -52,25 +56,19 @@ from ..store.base import (
     Write,
     WriteContext,
 )
-from . import entity_writes
+from . import child_interrupts, child_wakes, entity_writes
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CHILD_EVENT", "Cascade", "cascade_key"]
 
-CHILD_EVENT = "electric.child"
+CHILD_EVENT = child_interrupts.CHILD_EVENT
 
 PAGE = 256  # children signalled per pass
 CASCADE_SENDER = "electric:cascade"
 
 
-def cascade_key(signal: Signal, parent: tuple[str, str]) -> str:
-    """The idempotency key of ``signal`` cascaded from ``parent`` (in the child's scope)."""
-    return f"cascade-{signal.name.lower()}-{parent[0]}.{parent[1]}"
-
-
-def _signal_of(find: CascadeFind) -> Signal:
-    return Signal.SIGKILL if find.parent_state is State.KILLED else Signal.SIGTERM
+cascade_key = child_interrupts.cascade_key
 
 
 class Cascade(Component):
@@ -82,9 +80,16 @@ class Cascade(Component):
         self._tasks = TaskGroup("the cascade")
         self._unsubscribe: Callable[[], None] = lambda: None
         self.signalled = 0  # cascaded signals written, for tests and status
+        self._awaiting = False  # some entity waits for a run's end (core/child_wakes.py)
 
     def _on_commit(self, commit: Commit) -> None:
         after = commit.after
+        if after is not None and after.children_due:
+            self._wakeup.set()  # a run cut short: its children are due their signal
+        if after is not None and after.awaited_runs:
+            self._awaiting = True  # an entity waits to be woken by a run's end
+        if self._awaiting and any(event.kind == "run" for event in commit.events):
+            self._wakeup.set()  # perhaps the end it waits for
         # A parent entering a state its children follow; the sweep finds whether it has any.
         if (
             after is not None
@@ -115,7 +120,14 @@ class Cascade(Component):
                 ended = await self.store.children_ended(PAGE)
                 if ended:
                     await self._tell_parents(ended)
-                more = len(found) >= PAGE or len(ended) >= PAGE
+                interrupted = await self.store.interrupts_due(PAGE)
+                if interrupted:
+                    await self._interrupt(interrupted)
+                waiting = await self.store.awaiting(PAGE)
+                self._awaiting = bool(waiting)
+                if waiting:
+                    await child_wakes.wake_senders(self.store, waiting)
+                more = len(found) >= PAGE or len(ended) >= PAGE or len(interrupted) >= PAGE
             except StorageFault:
                 pass  # the store has said why; the next pass will do
             except Exception:  # a bug must not end the cascade (nor its server's stop)
@@ -128,28 +140,10 @@ class Cascade(Component):
                 await asyncio.wait_for(self._wakeup.wait(), self.poll_s)
 
     async def _signal(self, found: list[CascadeFind]) -> None:
-        writes = []
-        for find in found:
-            signal = _signal_of(find)
-            key = cascade_key(signal, find.parent)
-            spec = entity_writes.SignalSpec(
-                signal,
-                reason=f"its parent /{find.parent[0]}/{find.parent[1]} is {find.parent_state.value}",
-                sender=CASCADE_SENDER,
-                # A parent that has stopped already has no grace left to give.
-                latest_deadline_ms=None
-                if signal is Signal.SIGKILL
-                else (find.parent_deadline_ms if find.parent_deadline_ms is not None else 0),
-            )
-            digest = hashlib.sha256(f"cascade\0{key}".encode()).digest()
-            writes.append(
-                Write(
-                    find.child,
-                    entity_writes.signal(find.child, spec),
-                    Idempotency(key, digest),
-                    lambda _c: b"",
-                )
-            )
+        writes = [
+            child_interrupts.stop_write(find.child, find.parent, find.parent_state, find.parent_deadline_ms)
+            for find in found
+        ]
         outcomes = await self.store.write_many(writes)
         for find, outcome in zip(found, outcomes, strict=True):
             if isinstance(outcome, SignalRejected):
@@ -160,6 +154,19 @@ class Cascade(Component):
                 continue  # found again by the next pass
             if outcome.commit is not None:
                 self.signalled += 1
+
+    async def _interrupt(self, parents: list[EntityRecord]) -> None:
+        profiles = await self.store.type_profiles()
+        for parent in parents:
+            # The type's policy, as its newest code version announced it.
+            newest = max((p for p in profiles if p.type == parent.type), key=lambda p: p.seq, default=None)
+            detached = newest is not None and newest.children == "detach"
+            try:
+                await child_interrupts.tell_children(self.store, parent, detached)
+            except StorageFault:
+                raise
+            except Exception as exc:  # one parent's failure must not stop the others'
+                log.error("the SIGINT cascade from /%s/%s failed: %s", *parent.ref, exc)
 
     async def _tell_parents(self, ended: list[EntityRecord]) -> None:
         for child in ended:
@@ -190,7 +197,7 @@ class Cascade(Component):
 
 def _record_child(child: EntityRecord, cause: str) -> Decide:
     """The parent's ``electric.child`` record of the child's end, unless its stream has closed."""
-    data = {"child": entity_url(*child.ref), "state": child.state.value, "cause": cause}
+    data = {"phase": "ended", "child": entity_url(*child.ref), "state": child.state.value, "cause": cause}
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed:

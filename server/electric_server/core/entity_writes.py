@@ -34,7 +34,7 @@ from electric_sdk.lifecycle import (
 
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
 from ..store.sessions import holds_lease
-from . import message_cursor
+from . import delegations, message_cursor
 from .errors import ApiError, not_found
 
 INSERT = pb.OPERATION_INSERT
@@ -146,8 +146,10 @@ def _transition(
         deadline = max(ctx.now_ms, min(deadline, latest_deadline_ms))
     event = state_event(f"state_{ctx.txid}", new, current.state, cause, signal_key, deadline)
     # A terminal entity's stream closes (EOF) once nobody is left to write its
-    # last records: at once without a lease, else when the lease ends.
-    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=new.terminal and not leased)
+    # last records: at once without a lease, else when the lease ends (or, if later, once
+    # the server has told its cut run's children: core/child_interrupts.py).
+    closed = new.terminal and not leased and not current.children_due
+    record = current.replace(state=new, stopping_deadline_ms=deadline, closed=closed)
     return event, record
 
 
@@ -275,6 +277,9 @@ def _signal_waiting(
         )
         events.append(NewEvent("run", f"run_{target.key}", UPDATE, event_body(pb.Event(run=run))))
         record = message_cursor.aborted(record).replace(run_key="")  # its end is recorded here
+        # A delegating run's children are due their SIGINT (core/child_interrupts.py).
+        record, interrupting = delegations.run_ended(record, target.key, True)
+        events[-1:-1] = interrupting  # just before the run's end
     if spec.signal in RELOAD_SIGNALS and not current.reload_pending:
         record = record.replace(reload_pending=True)
     if decision.transitions:

@@ -34,7 +34,7 @@ import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import uvicorn
@@ -67,6 +67,9 @@ from .handlers import DoorParts, Metrics, Readiness
 from .openapi import render as render_openapi
 from .routes import PREFIX, ROUTES, HttpRoute, served_paths
 from .streams import EntityStreams
+
+if TYPE_CHECKING:
+    from .mcp_door import McpDoor
 
 log = logging.getLogger("electric.http")
 # uvicorn's line for each request that breaks HTTP/1.1, throttled (any client can send them).
@@ -122,6 +125,7 @@ class HttpDoor(Component):
         metrics: Metrics | None = None,
         streams: EntityStreams | None = None,
         cors_origins: tuple[str, ...] = (),
+        mcp: bool = False,
     ) -> None:
         self.service = service
         self.tokens = tokens
@@ -148,6 +152,14 @@ class HttpDoor(Component):
         # Starlette, and uvicorn's h11 protocol with each turn's writes sent as one.
         router = self.router = routing(self.routes, starlette)
         self.protocol = h11_protocol()
+        # With --mcp: /mcp, the MCP face (http/mcp_door.py), whose tool calls are the routes'.
+        self.mcp: McpDoor | None = None
+        if mcp:
+            from .mcp_door import McpDoor, with_mcp
+
+            endpoints = {r.operation: e for r in ROUTES if r.call is not None and (e := self._endpoint(r))}
+            self.mcp = McpDoor(endpoints, service, tokens)
+            router = with_mcp(router, self.mcp)
         # CORS outermost, so the table's answers and Starlette's get its headers alike.
         app: ASGIApp = _Cors(router, **cors) if cors_origins else router
         # Outermost: a request uvicorn has answered itself (broken framing) gets nothing more.
@@ -242,17 +254,23 @@ class HttpDoor(Component):
         if _INVALID_REQUESTS not in uvicorn_log.filters:
             uvicorn_log.addFilter(_INVALID_REQUESTS)
         self._server = _Uvicorn(config)
+        if self.mcp is not None:
+            await self.mcp.serve(self._tasks)
         self._tasks.start_soon(self._server.serve(sockets=[sock]), name="electric-http")
         log.info("electric http listening on %s", self.address)
 
     def drain(self) -> None:
         """Stop accepting; in-flight requests go on, within the grace (``stop`` awaits them)."""
+        if self.mcp is not None:
+            self.mcp.drain()
         if self._server is not None:
             self._server.should_exit = True
 
     async def stop(self) -> None:
         """Stop accepting; in-flight requests finish within the grace. Safe to repeat."""
         self.drain()
+        if self.mcp is not None:
+            self.mcp.close()  # its sessions end with it: a send waiting in one is detached
         await self._tasks.wait()  # uvicorn's own shutdown: its grace, then it ends what is left
         await self._tasks.aclose()
 

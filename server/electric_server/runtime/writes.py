@@ -25,11 +25,12 @@ from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_STATE
 from electric_sdk._wire.events import event_body
 from electric_sdk._wire.exec_receipts import receipt_says_running
+from electric_sdk._wire.json_values import value_to_json
 from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.event_types import custom_type_problem
 from electric_sdk.lifecycle import Record, State
 
-from ..core import message_cursor
+from ..core import child_wakes, delegations, message_cursor
 from ..core.entity_writes import INSERT, UPDATE, state_event
 from ..core.errors import not_found
 from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, TypeProfile, WriteContext
@@ -90,7 +91,8 @@ def grant(
             if base.closed:
                 raise Refused("ENTITY_CLOSED", "the entity ended: no lease is granted", current)
         if message_cursor.awaiting_record(base):  # an earlier lease ended with no _let_go (a restart)
-            events = [*events, _unrecorded_abort(base.run_key, "its runtime's lease ended")]
+            base, ended = _unrecorded_abort(base, "its runtime's lease ended")
+            events = [*events, *ended]
         epoch = base.lease_epoch + 1
         # No run is in progress under a new lease (one lost with a restart is delivered again).
         record = resolve(base, type_default).replace(
@@ -154,14 +156,19 @@ def close_ended(pending: Inserts, settle_ms: int) -> Decide:
             return Mutation()
         if holds_lease(current, ctx) and ctx.now_ms < current.updated_at_ms + settle_ms:
             return Mutation()  # its runtime may still append its closing records
+        if current.children_due and ctx.now_ms < current.updated_at_ms + settle_ms:
+            return Mutation()  # the server's `told` record of its cut run's children is coming
         detail = f"not handled: the runtime's lease ended after the entity's end ({current.state.value})"
-        return _let_go(
+        mutation = _let_go(
             Mutation([_ignored(key, insert, detail) for key, insert in pending.items()], current),
             current.lease_epoch,
             "settled",
             None,
             ctx,
         )
+        assert mutation.entity is not None
+        mutation.entity = mutation.entity.replace(closed=True)  # the told record's wait is bounded too
+        return mutation
 
     return decide
 
@@ -180,8 +187,11 @@ def _let_go(
     detail = _not_handled(cause, record.state)
     mutation.events.extend(_ignored(key, insert, detail) for key, insert in (unsettled or {}).items())
     if message_cursor.awaiting_record(record):
-        mutation.events.append(_unrecorded_abort(record.run_key, f"its lease ended ({cause})"))
-    closed = record.closed or record.state.terminal
+        record, ended = _unrecorded_abort(record, f"its lease ended ({cause})")
+        mutation.events.extend(ended)
+    # An ended entity whose cut run's children are still to be told keeps its stream open for
+    # the server's `told` record (core/child_interrupts.py closes it then).
+    closed = record.closed or (record.state.terminal and not record.children_due)
     mutation.entity = record.replace(
         run_key="",  # a run in progress is lost with its lease: its message is delivered again
         lease_epoch=epoch + 1,
@@ -215,14 +225,17 @@ def _aborted_after_all(run: pb.RunValue) -> pb.RunValue:
     return value
 
 
-def _unrecorded_abort(message_key: str, why: str) -> NewEvent:
-    """The end of a run a SIGINT aborted whose runtime never recorded it (``why``)."""
+def _unrecorded_abort(record: EntityRecord, why: str) -> tuple[EntityRecord, list[NewEvent]]:
+    """The end of the run a SIGINT aborted (``record.run_key``'s) whose runtime never recorded it
+    (``why``), and ``record`` after it (a delegating run's children are due their SIGINT)."""
+    message_key = record.run_key
     run = pb.RunValue(
         message_key=message_key,
         status=pb.RUN_STATUS_ABORTED,
         error=f"SIGINT (no partial output: {why} before recording it)",
     )
-    return NewEvent("run", f"run_{message_key}", UPDATE, event_body(pb.Event(run=run)))
+    record, events = delegations.run_ended(record, message_key, True)
+    return record, [*events, NewEvent("run", f"run_{message_key}", UPDATE, event_body(pb.Event(run=run)))]
 
 
 def _ignored(key: str, insert: pb.SignalValue, detail: str) -> NewEvent:
@@ -339,7 +352,8 @@ def runtime_write(
             return Mutation([event, *settled], current.replace(state=new, stopping_deadline_ms=None))
         if op == "run":
             run = write.run
-            record, events = current, []
+            record = current
+            events: list[NewEvent] = []
             if run.status == pb.RUN_STATUS_STARTED:
                 # A message that was cancelled (or is done) never runs, whoever still has it queued.
                 if (done := message_cursor.refuses_start(current, run.message_offset)) is not None:
@@ -347,15 +361,19 @@ def runtime_write(
                 if (none := message_cursor.beyond(current, run.message_offset)) is not None:
                     raise Refused("INVALID_MESSAGE_OFFSET", none, current)  # a broken worker's
                 if message_cursor.awaiting_record(current):
-                    events.append(_unrecorded_abort(current.run_key, "its runtime started the next run"))
+                    record, events = _unrecorded_abort(current, "its runtime started the next run")
                 abortable = run.message_key if write.server_may_abort else ""
                 record = message_cursor.started(
                     record, run.message_offset, run.attempt, abortable, run.code_version
                 )
+                record = delegations.started(record, run.message_key)
             elif run.status in _TERMINAL_RUNS:
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
                 record = message_cursor.ended(record, run.message_offset, run.message_key)
+                # A delegating run cut short: its children are due their signal (and told so).
+                aborted = run.status == pb.RUN_STATUS_ABORTED
+                record, events = delegations.run_ended(record, run.message_key, aborted)
             run_key = f"run_{run.message_key}" if run.message_key else key
             operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))
@@ -368,7 +386,13 @@ def runtime_write(
             if problem is not None:
                 raise Refused("INVALID_EVENT_TYPE", problem, current)
             custom = pb.CustomValue(data=write.custom.data)
-            return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], current)
+            record = current
+            if kind == delegations.CHILD_EVENT:  # entity code's delegation (runtime/children.py)
+                data = value_to_json(write.custom.data)
+                if isinstance(data, dict) and data.get("phase") in delegations.DELEGATIONS:
+                    record = delegations.delegated(current, str(data.get("run", "")))
+                    record = child_wakes.awaiting(record, data)
+            return Mutation([NewEvent(kind, key, INSERT, event_body(pb.Event(custom=custom)))], record)
         if op == "exec":
             receipt = pb.Event(exec=write.exec)
             running = receipt_says_running(write.exec)

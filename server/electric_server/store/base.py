@@ -120,10 +120,23 @@ class EntityRecord(NamedTuple):
     # Its end is recorded in its parent's stream (an `electric.child` record; core/cascade.py),
     # or there was no open stream to record it in.
     parent_told: bool = False
+    # Its runs that delegated to children ("~key@offset" of each run's message) and those cut
+    # short whose children are due their signal ("key@offset", leading), space-separated; ""
+    # none (core/child_interrupts.py).
+    interrupted_runs: str = ""
+    # Runs of other entities it asked to be woken by the end of ("type/id@key@offset" of each
+    # message it sent them with ``wake``), space-separated; "" none (core/child_wakes.py).
+    awaited_runs: str = ""
 
     @property
     def ref(self) -> Ref:
         return (self.type, self.id)
+
+    @property
+    def children_due(self) -> bool:
+        """Whether a run of it cut short still owes its children their signal, and its stream
+        the ``told`` record (core/child_interrupts.py): an ended entity's stream stays open till then."""
+        return self.interrupted_runs[:1] not in ("", "~")
 
     @property
     def message_waiting(self) -> bool:
@@ -414,6 +427,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def children_ended(self, limit: int) -> list[EntityRecord]:
         """Ended children whose end is not recorded in their parent's stream yet."""
+
+    @abc.abstractmethod
+    async def awaiting(self, limit: int) -> list[EntityRecord]:
+        """Entities waiting to be woken by another's run's end (``awaited_runs``)."""
+
+    @abc.abstractmethod
+    async def interrupts_due(self, limit: int) -> list[EntityRecord]:
+        """Entities with runs whose children are due their signal (``interrupted_runs``)."""
 
     @abc.abstractmethod
     async def lost_leases(self, limit: int) -> list[tuple[Ref, int]]:

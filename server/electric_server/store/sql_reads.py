@@ -58,6 +58,10 @@ class SQLReads(Store):
     select_cascades_due: str
     # Ended children whose parent is not told yet; its one parameter, the limit.
     select_children_ended: str
+    # Entities whose aborted runs' children are still to be told; its one parameter, the limit.
+    select_interrupts_due: str
+    # Entities waiting to be woken by another's run's end; its one parameter, the limit.
+    select_awaiting: str
 
     @abc.abstractmethod
     async def fetch(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
@@ -82,6 +86,12 @@ class SQLReads(Store):
 
     async def children_ended(self, limit: int) -> list[EntityRecord]:
         return [entity_from_row(r) for r in await self.fetch(self.select_children_ended, (limit,))]
+
+    async def interrupts_due(self, limit: int) -> list[EntityRecord]:
+        return [entity_from_row(r) for r in await self.fetch(self.select_interrupts_due, (limit,))]
+
+    async def awaiting(self, limit: int) -> list[EntityRecord]:
+        return [entity_from_row(r) for r in await self.fetch(self.select_awaiting, (limit,))]
 
     async def bound_runs(self, type_: str) -> list[tuple[str, int, int]]:
         rows = await self.fetch(self.select_bound_runs, (type_,))

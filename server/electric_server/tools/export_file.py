@@ -5,7 +5,10 @@ a line of its own, named by its one key, in this order:
 
 ```
 {"electric_export": 1, "source": "sqlite", "exported_at_ms": 1764590000000, "head_txid": 4821}
-{"type_profile": ["chat", "3f2a", 1, 5000, null]}                 type, code_version, seq, grace_ms, idle_timeout_ms
+{"type_profile": ["chat", "3f2a", 1, 5000, null, "", null, ""]}  every TypeProfile field, in order:
+                                                                   type, code_version, seq, grace_ms,
+                                                                   idle_timeout_ms, versioning,
+                                                                   upgrade_after_ms, children
 {"entity": {"type": "chat", "id": "c1", "state": "idle", ...}}     every EntityRecord field, by name
 {"event": ["chat", "c1", 0, "state", "", 1, 1764..., 17, "CgR..."]} type, id, then StoredEvent's fields; body in base64
 {"idempotency": ["chat", "c1", "key", "aGFz...", "cmVz...", 1764...]} type, id, key, request hash, response, created_at_ms

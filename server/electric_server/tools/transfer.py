@@ -45,7 +45,8 @@ __all__ = ["Progress", "TransferError", "Transferred", "export_store", "import_s
 # Rows written to the target per statement.
 _CHUNK = 1_000
 _IDEMPOTENCY_COLUMNS = ("type", "id", "key", "request_hash", "response", "created_at")
-_PROFILE_COLUMNS = ("type", "code_version", "seq", "grace_ms", "idle_timeout_ms")
+# Every field, in the record's order (a column left out here would be lost on the way to PostgreSQL).
+_PROFILE_COLUMNS = TypeProfile._fields
 _ENTITY_ORDER = " ORDER BY type, id"
 
 

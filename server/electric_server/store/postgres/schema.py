@@ -60,6 +60,8 @@ _ADDED_TYPES = {
     "waiting_since_ms": "bigint",  # version 6
     "parent": "text NOT NULL DEFAULT ''",  # version 7
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
+    "interrupted_runs": "text NOT NULL DEFAULT ''",  # version 8
+    "awaited_runs": "text NOT NULL DEFAULT ''",  # version 8
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -254,6 +256,23 @@ ALTER TABLE type_profiles ADD COLUMN children text NOT NULL DEFAULT '';
 CREATE INDEX entities_by_parent ON entities (parent, type, id) WHERE parent <> '';
 CREATE INDEX entities_untold ON entities (type, id) WHERE parent <> '' AND NOT parent_told
     AND state IN ({TERMINAL});
+""",
+    # The delegating runs and those whose children are due their signal
+    # (EntityRecord.interrupted_runs; core/child_interrupts.py), and the index the sweep reads
+    # (due entries lead the column, pending ones start with "~"). Expand-only: a replica of
+    # version 7 runs beside it (it never sets the column, so the runs it ends tell no children).
+    # And the runs an entity asked to be woken by the end of (EntityRecord.awaited_runs;
+    # core/child_wakes.py), with the index their sweep reads.
+    8: """
+ALTER TABLE entities ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN interrupted_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_interrupted_runs text;
+CREATE INDEX entities_interrupted ON entities (type, id)
+    WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%';
+ALTER TABLE entities ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_awaited_runs text;
+CREATE INDEX entities_awaiting ON entities (type, id) WHERE awaited_runs <> '';
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

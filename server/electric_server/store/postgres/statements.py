@@ -47,6 +47,7 @@ __all__ = [
     "RENEW_REPLICA_AND_SESSIONS",
     "ROLLBACK_TO_SAVEPOINT",
     "SAVEPOINT",
+    "SELECT_AWAITING",
     "SELECT_BACKEND_START",
     "SELECT_BOUND_RUNS",
     "SELECT_CHILDREN_ENDED",
@@ -58,6 +59,7 @@ __all__ = [
     "SELECT_HEAD_TXID",
     "SELECT_IDEMPOTENCY",
     "SELECT_IDEMPOTENCY_MANY",
+    "SELECT_INTERRUPTS_DUE",
     "SELECT_LOST_LEASES",
     "SELECT_SETTLED",
     "SELECT_STOPPING_DEADLINES",
@@ -89,6 +91,15 @@ SELECT_CHILDREN_ENDED = (
     f"SELECT {_ENTITY_LIST} FROM entities WHERE parent <> '' AND NOT parent_told "
     f"AND state IN ({TERMINAL}) LIMIT $1"
 )
+# Entities whose aborted runs' children are still to be told (core/cascade.py), through
+# entities_interrupted.
+SELECT_INTERRUPTS_DUE = (
+    f"SELECT {_ENTITY_LIST} FROM entities "
+    "WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%' LIMIT $1"
+)
+# Entities waiting to be woken by another's run's end (core/child_wakes.py), through
+# entities_awaiting.
+SELECT_AWAITING = f"SELECT {_ENTITY_LIST} FROM entities WHERE awaited_runs <> '' LIMIT $1"
 # A write locks its rows with, after the record's columns, the transaction that last wrote each
 # (``xact``, NULL if none since version 2; feed_order.py), and sets it to its own; then whether
 # the row's lease holder is live (store/sessions.py), judged under the lock.

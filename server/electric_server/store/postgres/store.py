@@ -75,6 +75,7 @@ from .schema import SchemaTooNew, migrate
 from .sessions import PostgresSessions
 from .statements import (
     PURGE_IDEMPOTENCY,
+    SELECT_AWAITING,
     SELECT_BOUND_RUNS,
     SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
@@ -83,6 +84,7 @@ from .statements import (
     SELECT_EVENTS,
     SELECT_HEAD_TXID,
     SELECT_IDEMPOTENCY,
+    SELECT_INTERRUPTS_DUE,
     SELECT_LOST_LEASES,
     SELECT_SETTLED,
     SELECT_STOPPING_DEADLINES,
@@ -114,6 +116,8 @@ class PostgresStore(SQLReads):
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
     select_children_ended = SELECT_CHILDREN_ENDED
+    select_interrupts_due = SELECT_INTERRUPTS_DUE
+    select_awaiting = SELECT_AWAITING
     select_cascades_due = cascades_due_sql("$1", ' COLLATE "C"')
 
     def __init__(

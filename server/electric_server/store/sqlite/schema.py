@@ -20,6 +20,7 @@ __all__ = [
     "INSERT_IDEMPOTENCY",
     "PURGE_IDEMPOTENCY",
     "SCHEMA",
+    "SELECT_AWAITING",
     "SELECT_BOUND_RUNS",
     "SELECT_CHILDREN_ENDED",
     "SELECT_DUE_DEADLINES",
@@ -30,6 +31,7 @@ __all__ = [
     "SELECT_HELD_BY",
     "SELECT_HOLDERS",
     "SELECT_IDEMPOTENCY",
+    "SELECT_INTERRUPTS_DUE",
     "SELECT_NEXT_TXID",
     "SELECT_STOPPING_DEADLINES",
     "SELECT_TYPE_PROFILES",
@@ -73,6 +75,8 @@ _ENTITY_DEFINITIONS = {
     "waiting_since_ms": "INTEGER",
     "parent": "TEXT NOT NULL DEFAULT ''",
     "parent_told": "INTEGER NOT NULL DEFAULT 0",
+    "interrupted_runs": "TEXT NOT NULL DEFAULT ''",
+    "awaited_runs": "TEXT NOT NULL DEFAULT ''",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)
@@ -161,6 +165,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute(_WAITING_INDEX)
     conn.execute(_PARENT_INDEX)
     conn.execute(_UNTOLD_INDEX)
+    conn.execute(_INTERRUPTED_INDEX)
+    conn.execute(_AWAITING_INDEX)
     # One server: the sessions were in its memory (store/sessions.py), so no holder outlives it.
     # A run in flight bound to its code version waits for a worker of it from now (the bound on
     # that wait counts from here: runtime/versions.py).
@@ -194,6 +200,21 @@ _UNTOLD_INDEX = (
 SELECT_CHILDREN_ENDED = (
     f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_untold "
     f"WHERE parent <> '' AND parent_told = 0 AND state IN ({_TERMINAL}) LIMIT ?"
+)
+# Entities with runs whose children are due their signal (due entries lead the column,
+# delegating ones start with "~"): few, and each briefly.
+_INTERRUPTED_INDEX = "CREATE INDEX IF NOT EXISTS entities_interrupted ON entities (type, id) WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%'"
+SELECT_INTERRUPTS_DUE = (
+    f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_interrupted "
+    "WHERE interrupted_runs <> '' AND interrupted_runs NOT LIKE '~%' LIMIT ?"
+)
+# Entities waiting to be woken by another's run's end: few, each until that run ends.
+_AWAITING_INDEX = (
+    "CREATE INDEX IF NOT EXISTS entities_awaiting ON entities (type, id) WHERE awaited_runs <> ''"
+)
+SELECT_AWAITING = (
+    f"SELECT {', '.join(ENTITY_COLUMNS)} FROM entities INDEXED BY entities_awaiting "
+    "WHERE awaited_runs <> '' LIMIT ?"
 )
 _HOLDER_INDEX = (
     "CREATE INDEX IF NOT EXISTS entities_by_holder ON entities (lease_session) WHERE lease_session <> ''"

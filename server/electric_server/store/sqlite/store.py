@@ -63,6 +63,7 @@ from .lone_write import LoneWrite
 from .schema import (
     PURGE_IDEMPOTENCY,
     SCHEMA,
+    SELECT_AWAITING,
     SELECT_BOUND_RUNS,
     SELECT_CHILDREN_ENDED,
     SELECT_DUE_DEADLINES,
@@ -73,6 +74,7 @@ from .schema import (
     SELECT_HELD_BY,
     SELECT_HOLDERS,
     SELECT_IDEMPOTENCY,
+    SELECT_INTERRUPTS_DUE,
     SELECT_NEXT_TXID,
     SELECT_STOPPING_DEADLINES,
     SELECT_TYPE_PROFILES,
@@ -104,6 +106,8 @@ class SQLiteStore(SQLReads):
     select_version_choices = SELECT_VERSION_CHOICES
     select_bound_runs = SELECT_BOUND_RUNS
     select_children_ended = SELECT_CHILDREN_ENDED
+    select_interrupts_due = SELECT_INTERRUPTS_DUE
+    select_awaiting = SELECT_AWAITING
     select_cascades_due = cascades_due_sql("?")
 
     def __init__(
