@@ -41,7 +41,7 @@ from .exec import spec as exec_spec
 from .exec.config import load_exec_file
 from .exec.reply import Reply
 from .exec.spec import Backend, ExecType, ShutdownPolicy
-from .mcp import McpServer
+from .mcp import DEFAULT_CANCEL_BOUND_S, McpServer
 from .steps import seconds
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
@@ -138,15 +138,19 @@ class App:
         command: Sequence[str] = (),
         url: str = "",
         env: Mapping[str, str] | None = None,
+        cancel_bound: DurationLike | None = None,
     ) -> McpServer:
         """Declare an MCP server its entities call tools of (``ctx.call_tool``, docs/runtime.md):
-        ``command`` starts it as a subprocess (stdio), ``url`` reaches it over streamable HTTP.
+        ``command`` starts it as a subprocess (stdio), ``url`` reaches it over streamable HTTP;
+        ``cancel_bound``: how long a call cut by a signal may take to tell the server before it is
+        given up on, recorded ``bound_passed`` (default 1s).
 
         >>> search = app.mcp_server("search", command=["python", "search_server.py"])
         """
         if name in self.mcp_servers:
             raise ValueError(f"MCP server {name!r} is declared twice")
-        server = McpServer(name, tuple(command), url, dict(env) if env is not None else None)
+        bound = DEFAULT_CANCEL_BOUND_S if cancel_bound is None else seconds(cancel_bound)
+        server = McpServer(name, tuple(command), url, dict(env) if env is not None else None, bound)
         self.mcp_servers[name] = server
         return server
 
