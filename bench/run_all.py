@@ -43,6 +43,7 @@ BENCHES = [
     "bench_steps",
     "bench_parallel_steps",
     "bench_exec",
+    "bench_exec_reaped",
     "bench_worker_metrics",
     "bench_http",
     "bench_fastpaths",

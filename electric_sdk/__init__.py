@@ -10,6 +10,7 @@ from .code_versions import CodeVersionInfo, TypeVersions
 from .errors import (
     DeadlineExceeded,
     ElectricError,
+    EntityBusy,
     EntityExists,
     EntityNotFound,
     EntityTerminal,
@@ -51,6 +52,7 @@ __all__ = [
     "DeadlineExceeded",
     "ElectricError",
     "Entity",
+    "EntityBusy",
     "EntityChange",
     "EntityExists",
     "EntityNotFound",

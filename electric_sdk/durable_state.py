@@ -52,6 +52,7 @@ __all__ = [
     "json_copy",
     "ops_of",
     "rebuild",
+    "restore_ops",
 ]
 
 RESERVED_PREFIX = "electric."
@@ -59,7 +60,8 @@ STATE_EVENT = "electric.state"
 STEP_EVENT = "electric.step"
 SNAPSHOT_EVENT = "electric.snapshot"
 
-# An op: ["append", name, value] | ["set", name, key, value] | ["del", name, key] | ["clear", name].
+# An op: ["append", name, value] | ["set", name, key, value] | ["del", name, key] | ["clear", name]
+# | ["drop", name] (the collection is gone, as if never changed: a rollback's restore writes it).
 Op = list[Any]
 Collections = dict[str, Any]  # name -> list | dict[str, Any]
 # Bounds that keep every write far below the server's 4 MiB a message: the changes a context makes
@@ -109,6 +111,8 @@ def apply(state: Collections, op: Op) -> None:
             current = state.get(name)
             if current is not None:
                 current.clear()
+        case ["drop", str(name)]:
+            state.pop(name, None)
         case _:
             raise StateError(f"not a state op: {op!r}")
 
@@ -116,6 +120,25 @@ def apply(state: Collections, op: Op) -> None:
 def apply_all(state: Collections, ops: Iterable[Op]) -> None:
     for op in ops:
         apply(state, op)
+
+
+def restore_ops(now: Collections, before: Collections) -> list[Op]:
+    """The ops that make ``now`` equal ``before`` again (a rollback's restore record): each
+    collection that differs is cleared and refilled, or dropped if ``before`` had none."""
+    ops: list[Op] = []
+    for name in sorted(now.keys() | before.keys()):
+        was = before.get(name)
+        if now.get(name) == was:
+            continue
+        if was is None:
+            ops.append(["drop", name])
+            continue
+        ops.append(["drop", name])
+        if isinstance(was, list):
+            ops.extend(["append", name, value] for value in was)
+        else:
+            ops.extend(["set", name, key, value] for key, value in was.items())
+    return ops
 
 
 def bears_state(event_type: str) -> bool:

@@ -9,7 +9,8 @@
     ├── EntityExists             ALREADY_EXISTS (ids are never reused, not even after stopped/killed)
     ├── FailedPrecondition       FAILED_PRECONDITION
     │   ├── InvalidSignal            the entity is stopped or killed ("Cannot signal a stopped entity")
-    │   └── EntityTerminal           a message to a stopped or killed entity, or ``ctx.emit`` after its end
+    │   ├── EntityTerminal           a message to a stopped or killed entity, or ``ctx.emit`` after its end
+    │   └── EntityBusy               a message refused by a ``reject`` policy: a run was in progress
     ├── Unauthenticated          UNAUTHENTICATED (missing or unknown token)
     ├── PermissionDenied         PERMISSION_DENIED (missing scope, entity type not allowed)
     ├── Unavailable              UNAVAILABLE (server down or draining; retried automatically)
@@ -42,6 +43,7 @@ from grpc_status import rpc_status
 __all__ = [
     "DeadlineExceeded",
     "ElectricError",
+    "EntityBusy",
     "EntityExists",
     "EntityNotFound",
     "EntityTerminal",
@@ -119,6 +121,13 @@ class InvalidSignal(FailedPrecondition):
 
 class EntityTerminal(FailedPrecondition):
     default_code = "ENTITY_TERMINAL"
+
+
+class EntityBusy(FailedPrecondition):
+    """A message refused by its ``reject`` double-texting policy: a run of the entity was in
+    progress, and nothing was written (docs/double-texting.md)."""
+
+    default_code = "ENTITY_BUSY"
 
 
 class Unauthenticated(ElectricError):
@@ -206,6 +215,7 @@ _BY_REASON: dict[str, type[ElectricError]] = {
     "IDEMPOTENCY_KEY_REUSED": IdempotencyKeyReused,
     "INVALID_SIGNAL": InvalidSignal,
     "ENTITY_TERMINAL": EntityTerminal,
+    "ENTITY_BUSY": EntityBusy,
     "WATCH_LAGGING": WatchLagging,
 }
 _BY_STATUS: dict[grpc.StatusCode, type[ElectricError]] = {

@@ -26,6 +26,7 @@ from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime,
 from .lifecycle import Outcome, Signal, Stage, State
 
 __all__ = [
+    "AwaitingInput",
     "Entity",
     "EntityChange",
     "EntityRef",
@@ -131,6 +132,9 @@ class Entity:
     waiting_since: datetime | None = None
     # The entity it was spawned as a child of; None: a root.
     parent: EntityRef | None = None
+    # Its last run asked for input (``ctx.ask``): that run's message key and its question; the
+    # next message sent is the reply. None: nothing is asked.
+    awaiting_input: AwaitingInput | None = None
 
     @property
     def waiting_for_code(self) -> str | None:
@@ -161,6 +165,9 @@ class Entity:
             bound_code_version=m.bound_code_version or None,
             waiting_since=timestamp_to_datetime(m.waiting_since) if m.HasField("waiting_since") else None,
             parent=EntityRef(m.parent.type, m.parent.id) if m.HasField("parent") else None,
+            awaiting_input=AwaitingInput(m.awaiting_input.run, m.awaiting_input.question)
+            if m.HasField("awaiting_input")
+            else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -183,7 +190,17 @@ class Entity:
             rows.append(("worker", self.holder.worker_id))
         if self.parent:
             rows.append(("parent", self.parent.url))
+        if self.awaiting_input:
+            rows.append(("awaiting input", self.awaiting_input.question))
         return _html_table(self.ref.url, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingInput:
+    """A run that ended asking for input (``ctx.ask``): its message key and its question."""
+
+    run: str
+    question: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +358,10 @@ class MessageReceipt:
     txid: int
     created_at: datetime
     state: State
+    # The double-texting policy the server applied ("enqueue" when no run was in progress; ""
+    # from a server that predates policies), and the SIGINT an interrupt or rollback appended.
+    policy: str = ""
+    signal_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -352,6 +373,8 @@ class MessageReceipt:
             # writes epoch milliseconds (the HTTP door's send response keeps its own shape).
             "created_at": to_iso(self.created_at),
             "state": self.state.value,
+            **({"policy": self.policy} if self.policy else {}),
+            **({"signal_key": self.signal_key} if self.signal_key else {}),
         }
 
     def _repr_html_(self) -> str:
@@ -364,7 +387,8 @@ class RunResult:
 
     ``status``: ``completed`` (``output``), ``failed`` (``error``), ``aborted`` (the partial
     ``output``; ``error`` names what aborted it), ``cancelled`` (a scoped SIGINT, or the entity's
-    end, before it started). A wait that times out raises ``RunNotEnded`` instead.
+    end, before it started), ``input_required`` (``ctx.ask``: ``question``; the next message sent
+    is the reply). A wait that times out raises ``RunNotEnded`` instead.
     """
 
     receipt: MessageReceipt
@@ -373,6 +397,7 @@ class RunResult:
     error: str | None
     attempt: int
     entity_state: str | None
+    question: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -386,6 +411,7 @@ class RunResult:
             "error": self.error,
             "attempt": self.attempt,
             "entity_state": self.entity_state,
+            **({"question": self.question} if self.question is not None else {}),
         }
 
     def _repr_html_(self) -> str:

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "signals.md"
 RUNTIME_DOC = ROOT / "docs" / "runtime.md"
 SERVER_DOC = ROOT / "docs" / "server.md"
+BUSY_DOC = ROOT / "docs" / "double-texting.md"
 A2A_DOC = ROOT / "docs" / "a2a.md"
 for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import the code from it
     if str(_path) not in sys.path:
@@ -39,6 +40,7 @@ for _path in (ROOT / "server", ROOT):  # run as a script from a checkout: import
 from electric_server.fastpaths import BENCH, FAST_PATHS  # noqa: E402
 from electric_server.settings import SETTINGS, Setting  # noqa: E402
 
+from electric_sdk.busy import POLICIES  # noqa: E402
 from electric_sdk.lifecycle import (  # noqa: E402
     CLOSING_RECORDS,
     DEFAULT_GRACE_MS,
@@ -70,6 +72,7 @@ OPTIONS_BEGIN = "<!-- BEGIN GENERATED: server options -->"
 FASTPATHS_BEGIN = "<!-- BEGIN GENERATED: fast paths -->"
 WAITING_BEGIN = "<!-- BEGIN GENERATED: waiting run -->"
 STAGES_BEGIN = "<!-- BEGIN GENERATED: stop stages -->"
+POLICIES_BEGIN = "<!-- BEGIN GENERATED: busy policies -->"
 A2A_STATES_BEGIN = "<!-- BEGIN GENERATED: a2a task states -->"
 END = "<!-- END GENERATED -->"
 _ANY_BEGIN = "<!-- BEGIN GENERATED"
@@ -276,6 +279,7 @@ SOURCES = {
     DOC.name: "electric_sdk/lifecycle.py",
     RUNTIME_DOC.name: "electric_sdk/lifecycle.py",
     SERVER_DOC.name: "server/electric_server/settings.py and fastpaths/__init__.py",
+    BUSY_DOC.name: "electric_sdk/busy.py",
     A2A_DOC.name: "server/electric_server/a2a/states.py",
 }
 
@@ -329,6 +333,13 @@ def a2a_states_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def policies_table() -> str:
+    """What each double-texting policy does while a run is in progress (``busy.POLICIES``)."""
+    lines = ["| policy | while a run is in progress | written |", "|---|---|---|"]
+    lines += [f"| `{policy.value}` | {does} | {writes} |" for policy, (does, writes) in POLICIES.items()]
+    return "\n".join(lines) + "\n"
+
+
 def blocks(page: str = DOC.name) -> dict[str, str]:
     """Each generated block of ``page`` (a file name): its BEGIN marker and the text that goes
     between the markers."""
@@ -336,6 +347,8 @@ def blocks(page: str = DOC.name) -> dict[str, str]:
         return {TIMING_BEGIN: timing_table()}
     if page == SERVER_DOC.name:
         return {OPTIONS_BEGIN: options_table(), FASTPATHS_BEGIN: fastpath_table()}
+    if page == BUSY_DOC.name:
+        return {POLICIES_BEGIN: policies_table()}
     if page == A2A_DOC.name:
         return {A2A_STATES_BEGIN: a2a_states_table()}
     return {
@@ -410,10 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--path",
         type=Path,
         action="append",
-        help="a page (default: docs/signals.md, docs/runtime.md, docs/server.md and docs/a2a.md)",
+        help="a page (default: docs/signals.md, runtime.md, server.md, double-texting.md and a2a.md)",
     )
     opts = parser.parse_args(argv)
-    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC, A2A_DOC]
+    paths: list[Path] = opts.path or [DOC, RUNTIME_DOC, SERVER_DOC, BUSY_DOC, A2A_DOC]
     failed = 0
     for path in paths:
         if opts.check:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from electric_server.settings import SETTINGS, Setting
 
+from electric_sdk.busy import BusyPolicy
 from electric_sdk.lifecycle import (
     OPT_IN_TIMING,
     RUNTIME_TRANSITIONS,
@@ -224,3 +225,14 @@ def test_server_options_drift_fails_the_check_and_regeneration_keeps_prose(tmp_p
     assert gendocs.write(page) is True
     assert page.read_text(encoding="utf-8") == with_note
     assert gendocs.check(page) is None
+
+
+BUSY_DOC = ROOT / "docs" / "double-texting.md"
+
+
+def test_double_texting_policies_table_matches_busy_py() -> None:
+    problem = gendocs.check(BUSY_DOC)
+    assert problem is None, f"{problem}\n\ndocs/double-texting.md is stale: run `python scripts/gendocs.py`"
+    block = _block(BUSY_DOC.read_text(encoding="utf-8"), gendocs.POLICIES_BEGIN)
+    assert block == "\n" + gendocs.policies_table()
+    assert all(f"| `{policy.value}` |" in block for policy in BusyPolicy)

@@ -46,6 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "electric_sdk._proto",
         "electric_sdk.lifecycle",
+        "electric_sdk.busy",
         "electric_sdk.lifecycle_names",
         "electric_sdk._signal_names",
         "electric_sdk._wire",

@@ -44,6 +44,7 @@ PUBLIC_API = [
     "EntityExists",
     "EntityNotFound",
     "EntityRef",
+    "EntityBusy",
     "EntityTerminal",
     "Event",
     "EventPage",

@@ -280,3 +280,18 @@ async def test_the_harness_the_client_and_the_http_stream_give_one_event_shape(t
     h_signal, s_signal = _by_type(harness, "signal")[-1], _by_type(read, "signal")[-1]  # as settled
     same = ("signal", "payload", "outcome", "previous_state", "new_state")  # the sender is whoever sent
     assert [h_signal.value[k] for k in same] == [s_signal.value[k] for k in same]
+
+
+async def test_a_run_that_asks_ends_input_required_in_the_harness() -> None:
+    """ctx.ask ends the run as on a server; the harness records the question (it has no reply)."""
+    app = App("asking")
+
+    @app.entity("asker")
+    async def asker(ctx: Context, message: Message) -> None:
+        await ctx.ask(f"why {message.text}?")
+
+    async with EntityHarness(app, "asker") as h:
+        run = await h.send("now")
+        assert (run.status, run.question) == ("input_required", "why now?")
+        ended = [e.value for e in h.events if e.type == "run" and e.value["status"] == "input_required"]
+        assert [e["question"] for e in ended] == ["why now?"]

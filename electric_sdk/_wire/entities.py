@@ -58,6 +58,10 @@ class EntityFields(Protocol):
     def waiting_since_ms(self) -> int | None: ...
     @property
     def parent(self) -> str: ...
+    @property
+    def awaiting_run(self) -> str: ...
+    @property
+    def awaiting_question(self) -> str: ...
 
 
 class HolderFields(Protocol):
@@ -117,6 +121,10 @@ def entity_to_pb(record: EntityFields, holder: HolderFields | None = None) -> pb
     if record.parent:
         parent_type, _, parent_id = record.parent.partition("/")
         message.parent.CopyFrom(pb.EntityRef(type=parent_type, id=parent_id))
+    if record.awaiting_run:
+        message.awaiting_input.CopyFrom(
+            pb.AwaitingInput(run=record.awaiting_run, question=record.awaiting_question)
+        )
     if holder is not None:
         message.holder.CopyFrom(
             pb.LeaseHolder(

@@ -116,6 +116,13 @@ def event_value_json(m: pb.Event) -> dict[str, Any]:
                 "sender": retry.sender,
                 "reason": retry.reason,
             }
+        if msg.steer:
+            out["steer"] = True
+        if msg.HasField("reply"):
+            reply: dict[str, Any] = {"ask_key": msg.reply.ask_key, "text": msg.reply.text}
+            if msg.reply.HasField("data"):
+                reply["data"] = value_to_json(msg.reply.data)
+            out["reply"] = reply
         return out
     if kind == "run":
         r = m.run
@@ -125,9 +132,13 @@ def event_value_json(m: pb.Event) -> dict[str, Any]:
             "status": RUN_STATUS_NAMES.get(r.status, "unspecified"),
             "attempt": r.attempt,
         }
-        for name in ("step", "output", "error", "code_version"):
+        for name in ("step", "output", "error", "code_version", "question", "steered_into"):
             if getattr(r, name):
                 run[name] = getattr(r, name)
+        if r.status == pb.RUN_STATUS_INPUT_REQUIRED:
+            run["ask_step"] = r.ask_step
+        if r.status == pb.RUN_STATUS_STEERED:
+            run["steered_step"] = r.steered_step
         return run
     if kind == "custom":
         data = value_to_json(m.custom.data) if m.custom.HasField("data") else None

@@ -69,6 +69,10 @@ def entity_json(m: pb.Entity) -> dict[str, Any]:
         if m.HasField("waiting_since")
         else None,
         "parent": entity_url(m.parent.type, m.parent.id) if m.HasField("parent") else None,
+        # Its last run asked for input (ctx.ask) and no reply came yet: the next message is the reply.
+        "awaiting_input": {"run": m.awaiting_input.run, "question": m.awaiting_input.question}
+        if m.HasField("awaiting_input")
+        else None,
     }
 
 
@@ -131,7 +135,7 @@ def signal_many_json(m: api.SignalEntitiesResponse) -> dict[str, Any]:
     }
 
 
-def message_receipt_json(url: str, m: api.SendMessageResponse) -> dict[str, Any]:
+def message_receipt_json(url: str, m: api.SendMessageResponse | api.RetryRunResponse) -> dict[str, Any]:
     return {
         "url": url,
         "key": m.key,
@@ -139,4 +143,7 @@ def message_receipt_json(url: str, m: api.SendMessageResponse) -> dict[str, Any]
         "txid": str(m.txid),
         "created_at": _epoch_ms(m.created_at),
         "state": _state(m.state),
+        # A send's double-texting answer (a retry's receipt has none).
+        **({"policy": m.policy} if isinstance(m, api.SendMessageResponse) and m.policy else {}),
+        **({"signal_key": m.signal_key} if isinstance(m, api.SendMessageResponse) and m.signal_key else {}),
     }

@@ -15,7 +15,10 @@ How a message's run ends, as the stream says it:
 - ``cancelled``: an ``aborted`` record for a run that never started (a scoped
   SIGINT cancelled the queued message), or a stream that closed (the entity
   stopped or was killed) before it started;
-- a stream that closed after the run started and before its end: ``aborted``.
+- a stream that closed after the run started and before its end: ``aborted``;
+- ``input_required`` (with its ``question``): the run asked for input
+  (``ctx.ask``); the reply to it is a message of its own, whose run resumes it;
+- ``steered``: a steering message the run in progress took (``ctx.take_steer``).
 
 Before its end the status is ``queued`` or ``started``: what a wait that timed
 out reports.
@@ -29,11 +32,11 @@ from typing import Any
 __all__ = ["RUN_ENDS", "RUN_WAIT", "WAIT_KINDS", "RunFollow"]
 
 # The statuses of a message's run that end it.
-RUN_ENDS = ("completed", "failed", "aborted", "cancelled")
+RUN_ENDS = ("completed", "failed", "aborted", "cancelled", "input_required", "steered")
 # What a send can wait for (one kind so far; the stop stages wait for theirs alike).
 RUN_WAIT = "run"
 WAIT_KINDS = (RUN_WAIT,)
-_RECORDED_ENDS = ("completed", "failed", "aborted")
+_RECORDED_ENDS = ("completed", "failed", "aborted", "input_required", "steered")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class RunFollow:
     attempt: int = 0
     output: str | None = None
     error: str | None = None
+    question: str | None = None  # input_required: what the run asked
     entity_state: str | None = None  # the entity's state, as the latest state event says
     started_offset: int = -1  # the latest STARTED record's offset
     end_offset: int = -1  # the offset of the record that ended the run
@@ -74,6 +78,7 @@ class RunFollow:
             self.attempt = int(value.get("attempt", 1))
         elif status in _RECORDED_ENDS:
             self.output, self.error = value.get("output"), value.get("error")
+            self.question = value.get("question")
             self.status = status if status != "aborted" or self.started else "cancelled"
             self.end_offset = offset
         return True
@@ -93,5 +98,6 @@ class RunFollow:
             "attempt": self.attempt,
             "output": self.output,
             "error": self.error,
+            **({"question": self.question} if self.question is not None else {}),
             "entity_state": self.entity_state,
         }

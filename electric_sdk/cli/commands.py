@@ -249,7 +249,7 @@ def _print_signal(ctx: Invocation, result: SignalResult, wait: str | None = None
 def send(ctx: Invocation, args: argparse.Namespace) -> int:
     data = parse_json(args.data, "--data")
     if args.wait is None:
-        receipt = ctx.client.send(args.ref, args.text, data=data)
+        receipt = ctx.client.send(args.ref, args.text, data=data, policy=args.policy)
         if ctx.out.json_mode:
             ctx.out.record(receipt.to_json())
         else:
@@ -258,7 +258,9 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
     limit = getattr(args, "timeout", None)
     timeout_s = duration_s(limit, "--timeout") if limit else None
     try:
-        result = ctx.client.send(args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s)
+        result = ctx.client.send(
+            args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s, policy=args.policy
+        )
     except errors.RunNotEnded as exc:
         if ctx.out.json_mode:
             ctx.out.record({"receipt": exc.receipt.to_json(), "status": exc.run_status, "ended": False})
@@ -275,7 +277,12 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
 
 
 # How a waited run's end is the command's exit code (as `electric run`'s).
-_RUN_EXIT = {"completed": exit_codes.OK, "failed": exit_codes.RUN_FAILED}
+_RUN_EXIT = {
+    "completed": exit_codes.OK,
+    "failed": exit_codes.RUN_FAILED,
+    "input_required": exit_codes.OK,
+    "steered": exit_codes.OK,
+}
 
 
 def fork(ctx: Invocation, args: argparse.Namespace) -> int:

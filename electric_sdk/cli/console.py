@@ -262,6 +262,9 @@ def entity_detail(entity: Entity) -> str:
     ]
     if entity.parent is not None:
         fields.append(("parent", entity.parent.url))
+    if entity.awaiting_input is not None:  # ctx.ask: the next message sent is the reply
+        asked = entity.awaiting_input
+        fields.insert(1, ("awaiting input", f"{asked.question} (asked by the run of {asked.run})"))
     if entity.stopping_deadline is not None:
         fields.insert(1, ("stopping until", when(entity.stopping_deadline, ms=True)))
     if entity.bound_code_version is not None:
@@ -300,9 +303,11 @@ def stage_line(report: StageReport) -> str:
 
 
 def receipt_line(receipt: MessageReceipt) -> str:
+    # A policy other than enqueue acted on the run in progress: the line says so, and how.
+    acted = f"; {receipt.policy} by {receipt.signal_key}" if receipt.signal_key else ""
     return (
         f"{receipt.ref.url}: message {receipt.key} at offset {receipt.offset} "
-        f"({receipt.state.value}, txid {receipt.txid})"
+        f"({receipt.state.value}, txid {receipt.txid}{acted})"
     )
 
 

@@ -67,7 +67,8 @@ MEANINGS: dict[int, tuple[str, str]] = {
         "invalid signal or failed precondition",
         "invalid signal or failed precondition: `INVALID_SIGNAL` (the entity is stopped or killed), "
         "`ENTITY_TERMINAL` (a message to a stopped or killed entity; `retry` of a run of one: fork it "
-        "instead), `RUN_NOT_RETRYABLE` (`retry` of a run that did not fail or abort)",
+        "instead), `RUN_NOT_RETRYABLE` (`retry` of a run that did not fail or abort), `ENTITY_BUSY` "
+        "(`send` refused by a reject policy while a run is in progress), `BUSY_POLICY_NOT_ALLOWED`",
     ),
     UNAVAILABLE: (
         "unavailable or deadline exceeded",

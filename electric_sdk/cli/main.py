@@ -18,6 +18,7 @@ from typing import Any, NoReturn, TypeAlias
 
 from .. import errors
 from .._wire.run_outcome import WAIT_KINDS
+from ..busy import BusyPolicy
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Stage
 from . import (
     commands,
@@ -207,6 +208,12 @@ def _client_commands(sub: Subparsers) -> None:
         "--wait",
         choices=WAIT_KINDS,
         help="run: wait for the run the message starts and print how it ended (exit 8 failed, 9 aborted)",
+    )
+    p.add_argument(
+        "--policy",
+        choices=[policy.value for policy in BusyPolicy],
+        help="what the message does if a run is in progress (default: its entity type's policy; "
+        "reject refused exits 4 with ENTITY_BUSY; docs/double-texting.md)",
     )
     p.epilog = (
         "With --wait, --timeout bounds the wait from the message's acceptance (default none; exit 124 "

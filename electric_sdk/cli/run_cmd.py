@@ -10,8 +10,10 @@ Our own process's signals (seed 004): the first SIGINT or SIGTERM interrupts
 the command's own run through the control plane, with an entity SIGINT scoped
 to its message (it aborts that message's run if it is the current one,
 cancels the message if it has not started, touches nothing else); the command
-then waits up to ``--grace`` for the run to end, prints what really happened
-to it and exits 130 or 143. A second signal exits at once (128 + its number);
+then waits up to ``--grace`` for that SIGINT to reach the stage ``--stop-wait``
+names (``unwound``: the run ended and is recorded; run_stages.py) and for the
+run's end, prints each stage reached and what really happened to the run, and
+exits 130 or 143. A second signal exits at once (128 + its number);
 so does the grace running out, after saying the run's fate is unknown. Only
 the command's own ``--timeout`` is a timeout (124). The handlers exist only
 while the run is followed; the dispositions before it are restored after it.
@@ -39,11 +41,12 @@ from .._signals import two_stage_signals
 from .._wire.run_outcome import RunFollow
 from ..client import AsyncClient, ClientOptions, RetryPolicy
 from ..durations import format_ms
-from ..lifecycle import STATE_RULES, Signal
+from ..lifecycle import STATE_RULES, Signal, Stage
 from ..models import EntityRef, Event, MessageReceipt
 from . import console, exit_codes
 from .commands import DEFAULT_ADDRESS, STREAM_RECONNECT_S, duration_s, parse_json, with_hint
 from .console import Console
+from .run_stages import DEFAULT_STOP_WAIT, STOP_STAGES, Receipts
 
 SCHEMA = "electric.run/v1"
 DEFAULT_GRACE = "5s"
@@ -67,7 +70,17 @@ def add_parser(sub: argparse._SubParsersAction[Any]) -> None:
         "--grace",
         metavar="DURATION",
         default=DEFAULT_GRACE,
-        help="after a signal or --timeout, how long to wait for the run to end (default %(default)s)",
+        help="after a signal or --timeout, how long to wait for the interrupt's stage and the run's end "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--stop-wait",
+        metavar="STAGE",
+        choices=STOP_STAGES,
+        default=DEFAULT_STOP_WAIT,
+        help="after a signal or --timeout, the stage the run's interrupt (a SIGINT) must reach before "
+        "the command exits, printed with each stage reached: accepted (committed), unwound (the run "
+        "ended and is recorded), downstream (and its MCP calls told) (default %(default)s)",
     )
     p.add_argument(
         "--call-timeout",
@@ -103,6 +116,7 @@ class Settings:
     grace_s: float
     timeout_s: float | None
     options: ClientOptions
+    stop_wait: Stage = Stage.UNWOUND
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -131,6 +145,7 @@ class Settings:
                 retry=RetryPolicy(total_s=call_s),
                 reconnect_s=max(call_s, STREAM_RECONNECT_S),
             ),
+            stop_wait=Stage(args.stop_wait),
         )
 
 
@@ -196,6 +211,7 @@ class RunView(RunFollow):
             "attempt": self.attempt,
             "output": self.output,
             "error": self.error,
+            **({"question": self.question} if self.question is not None else {}),
         }
 
 
@@ -213,8 +229,13 @@ _RUN_FATE = {
     "cancelled": "the message was cancelled before its run started",
     "completed": "the run had completed before the interrupt landed",
     "failed": "the run had failed before the interrupt landed",
+    "input_required": "the run had asked for input before the interrupt landed",
+    "steered": "the message had steered the run in progress before the interrupt landed",
     "unknown": "what became of the run is unknown: its end was not seen within the grace",
     "not_sent": "the message was not sent",
+    # --stop-wait accepted: the command left once the interrupt was committed.
+    "queued": "the interrupt was accepted; what it did to the message was not waited for",
+    "started": "the interrupt was accepted; the run's end was not waited for",
 }
 # The entity states (as the stream names them) in which its runs are over for good.
 _SHUTTING_DOWN = frozenset(state.value for state, rules in STATE_RULES.items() if rules.shutting_down)
@@ -239,6 +260,9 @@ class HeadlessRun:
         self._client: AsyncClient | None = None
         self._tg: TaskGroup | None = None
         self._scope: anyio.CancelScope | None = None  # made on the loop, in main()
+        self._follow_scope: anyio.CancelScope | None = None
+        self.receipts = Receipts(settings.stop_wait)
+        self._interrupt_answered: anyio.Event | None = None
         self._signalled: list[int] = []
         self._signal_arrived: anyio.Event | None = None
         self._send_started = False
@@ -270,8 +294,10 @@ class HeadlessRun:
         self._note(console.event_line(event))
 
     def finish(self, ending: Ending) -> int:
-        """The terminal records: ``error`` (unless the run completed), then ``session_complete``."""
+        """The terminal records: the interrupts' ``stop_stages``, ``error`` (unless the run
+        completed), then ``session_complete``."""
         run = self.run
+        stop = self.receipts.print_answers(self._record, self._note, SCHEMA)
         if ending.code:
             self.out.stderr.write(f"electric: {ending.code}: {ending.message}\n")
             self.out.stderr.flush()
@@ -296,6 +322,7 @@ class HeadlessRun:
                 "message_key": self.receipt.key if self.receipt else None,
                 "run": run.to_json(),
                 "entity_state": run.entity_state,
+                "stop": stop,
                 "elapsed_ms": round((time.monotonic() - self._started_at) * 1000),
             }
         )
@@ -308,7 +335,9 @@ class HeadlessRun:
 
     async def main(self) -> int:
         self._scope = anyio.CancelScope()
+        self._follow_scope = anyio.CancelScope()
         self._signal_arrived = anyio.Event()
+        self._interrupt_answered = anyio.Event()
         async with AsyncClient(options=self.settings.options) as client, anyio.create_task_group() as tg:
             self._client, self._tg = client, tg
             tg.start_soon(self._stop_on_signal)
@@ -329,11 +358,14 @@ class HeadlessRun:
 
     async def _session(self) -> Ending:
         assert self._scope is not None
+        assert self._follow_scope is not None
         error: errors.ElectricError | None = None
         with self._scope:
             try:
                 await self._send()
-                await self._follow()
+                with self._follow_scope:  # cut once the interrupt is accepted, with --stop-wait accepted
+                    await self._follow()
+                await self._interrupts_answered()
             except errors.ElectricError as exc:
                 error = with_hint(exc, self.settings.options.address)  # as every command says it
                 if isinstance(exc, errors.EntityNotFound) and not self.settings.spawn:
@@ -342,6 +374,13 @@ class HeadlessRun:
                     self.run.status = "unknown"  # the connection was lost: the run may go on
         if self._scope.cancelled_caught and self._send_started:
             self.run.status = "unknown"  # the grace ran out before the run's end was seen
+            self.receipts.close(
+                f"not reached within --grace {format_ms(round(self.settings.grace_s * 1000))}"
+            )
+        elif error is not None:
+            self.receipts.close(f"not seen: the stream was lost ({error.code})")
+        else:  # every stage of a SIGINT comes by its run's end
+            self.receipts.close("not reached by the end of the run")
         return self._ending(error)
 
     def _ending(self, error: errors.ElectricError | None) -> Ending:
@@ -363,8 +402,10 @@ class HeadlessRun:
             return Ending(stop.name, stop.exit_code, stop.name.upper(), message, stop.signal)
         if error is not None:
             return _from_error(error)
-        if run.status == "completed":
-            return Ending("completed", exit_codes.OK)
+        if run.status in ("completed", "input_required", "steered"):
+            # Ends that are no failure: the run asked its question (the next message replies), or
+            # the message was taken by the run in progress (docs/double-texting.md).
+            return Ending(run.status, exit_codes.OK)
         if run.status == "failed":
             return Ending("run_failed", exit_codes.RUN_FAILED, "RUN_FAILED", f"the run failed: {run.error}")
         by_entity_signal = run.error in (Signal.SIGTERM.value, Signal.SIGKILL.value)
@@ -417,6 +458,7 @@ class HeadlessRun:
         watch = cast(AsyncGenerator[Event, None], self._client.watch(self.ref, self.receipt.offset))
         async with contextlib.aclosing(watch) as events:
             async for event in events:
+                self.receipts.see(event)
                 was_started = run.started_offset
                 if run.see(event.type, event.key, event.value, event.offset):
                     self._show(event)
@@ -433,6 +475,7 @@ class HeadlessRun:
                 elif event.type not in _OTHERS_RECORDS and run.started:
                     self._show(event)  # a custom event written while the run is in progress
         run.stream_closed()
+        self.receipts.stream_closed()
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -467,6 +510,7 @@ class HeadlessRun:
                 self.stop = stop  # a signal is never reported as a timeout: it takes over
             return
         self.stop = stop
+        self.receipts.start()  # before any interrupt: what the watch shows from now on may follow it
         self._scope.deadline = min(self._scope.deadline, anyio.current_time() + self.settings.grace_s)
         # A backstop on its own thread: the loop ends the command at the deadline unless it is wedged.
         self._watchdog = threading.Timer(self.settings.grace_s + WATCHDOG_MARGIN_S, self._watchdog_exit)
@@ -475,6 +519,14 @@ class HeadlessRun:
         if not self._send_started:
             self._scope.cancel()  # nothing was sent: nothing to interrupt
         self._reconsider()
+
+    async def _interrupts_answered(self) -> None:
+        """After the run's end: the answers of interrupts still in flight, whose receipts it
+        settles (an interrupt that landed after the run's end is at once all it will be)."""
+        while self._interrupts_in_flight:
+            assert self._interrupt_answered is not None
+            self._interrupt_answered = anyio.Event()
+            await self._interrupt_answered.wait()
 
     def _watchdog_exit(self) -> None:
         os._exit(self.stop.exit_code if self.stop else exit_codes.ERROR)
@@ -512,7 +564,13 @@ class HeadlessRun:
             return
         finally:
             self._interrupts_in_flight -= 1
+            assert self._interrupt_answered is not None
+            self._interrupt_answered.set()
         self._interrupts_sent.append(result.key)
+        self.receipts.add(result, message_key)
+        if self.receipts.wait is Stage.ACCEPTED:
+            assert self._follow_scope is not None
+            self._follow_scope.cancel()  # no later stage is waited for, nor the run's end
         self._reconsider()  # its record may already have been seen, before a later STARTED
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, cast, overload
 
 import anyio
 
-from .. import errors
+from .. import busy, errors
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._wire.enums import state_from_pb
 from .._wire.run_outcome import WAIT_KINDS, RunFollow
@@ -33,6 +33,7 @@ from ._options import DurationLike, to_duration
 
 __all__ = [
     "SendCalls",
+    "busy_policy_argument",
     "follow_run",
     "message_receipt",
     "new_idempotency_key",
@@ -54,6 +55,7 @@ class SendCalls:
         idempotency_key: str | None = None,
         wait: None = None,
         timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+        policy: str | None = None,
     ) -> MessageReceipt: ...
 
     @overload
@@ -66,6 +68,7 @@ class SendCalls:
         idempotency_key: str | None = None,
         wait: Literal["run"],
         timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+        policy: str | None = None,
     ) -> RunResult: ...
 
     async def send(
@@ -77,14 +80,20 @@ class SendCalls:
         idempotency_key: str | None = None,
         wait: Literal["run"] | None = None,
         timeout: DurationLike | None = None,  # noqa: ASYNC109 - a wait's bound, in every door alike
+        policy: str | None = None,
     ) -> MessageReceipt | RunResult:
         """Send the entity a message; its receipt. With ``wait="run"``, wait for the run it starts
         and answer how it ended (``RunResult``); past ``timeout`` (from the message's acceptance;
-        None: no bound), ``RunNotEnded`` (the message stays delivered)."""
+        None: no bound), ``RunNotEnded`` (the message stays delivered). ``policy``: what it does
+        if a run is in progress ("enqueue", "reject", "interrupt", "rollback", "steer"; None: its type's
+        policy; docs/double-texting.md): a rejected message raises ``EntityBusy``."""
         timeout_s = wait_timeout_s(wait, timeout)
         r = parse_ref(ref)
         request = api.SendMessageRequest(
-            ref=r.to_pb(), text=text, idempotency_key=idempotency_key or new_idempotency_key()
+            ref=r.to_pb(),
+            text=text,
+            idempotency_key=idempotency_key or new_idempotency_key(),
+            policy=busy_policy_argument(policy),
         )
         if data is not None:
             request.data.CopyFrom(json_argument(data, "data"))
@@ -119,6 +128,15 @@ async def follow_run(events: AsyncIterator[Event], run: RunFollow) -> None:
     run.stream_closed()
 
 
+def busy_policy_argument(policy: str | None) -> str:
+    """A send's ``policy``, checked before anything is sent ("" the type's)."""
+    try:
+        parsed = busy.parse(policy or "")
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc), code="INVALID_BUSY_POLICY") from None
+    return parsed.value if parsed else ""
+
+
 def wait_timeout_s(wait: str | None, timeout: DurationLike | None) -> float | None:
     """The wait's bound in seconds, once both are checked: an unknown wait, or a timeout without
     a wait, is refused before anything is sent."""
@@ -137,7 +155,7 @@ def wait_timeout_s(wait: str | None, timeout: DurationLike | None) -> float | No
 
 
 def run_result(receipt: MessageReceipt, run: RunFollow) -> RunResult:
-    return RunResult(receipt, run.status, run.output, run.error, run.attempt, run.entity_state)
+    return RunResult(receipt, run.status, run.output, run.error, run.attempt, run.entity_state, run.question)
 
 
 def message_receipt(
@@ -146,7 +164,18 @@ def message_receipt(
     state = state_from_pb(response.state)
     assert state is not None
     created = timestamp_to_datetime(response.created_at)
-    return MessageReceipt(ref, response.key, response.offset, response.txid, created, state)
+    if isinstance(response, api.RetryRunResponse):
+        return MessageReceipt(ref, response.key, response.offset, response.txid, created, state)
+    return MessageReceipt(
+        ref,
+        response.key,
+        response.offset,
+        response.txid,
+        created,
+        state,
+        response.policy,
+        response.signal_key,
+    )
 
 
 def new_idempotency_key() -> str:

@@ -342,6 +342,7 @@ class Client:
         idempotency_key: str | None = None,
         wait: None = None,
         timeout: DurationLike | None = None,
+        policy: str | None = None,
     ) -> MessageReceipt: ...
 
     @overload
@@ -354,6 +355,7 @@ class Client:
         idempotency_key: str | None = None,
         wait: Literal["run"],
         timeout: DurationLike | None = None,
+        policy: str | None = None,
     ) -> RunResult: ...
 
     def send(
@@ -365,9 +367,10 @@ class Client:
         idempotency_key: str | None = None,
         wait: Literal["run"] | None = None,
         timeout: DurationLike | None = None,
+        policy: str | None = None,
     ) -> MessageReceipt | RunResult:
         """As ``AsyncClient.send``: with ``wait="run"``, how the message's run ended
-        (``RunResult``), or ``RunNotEnded`` past ``timeout``."""
+        (``RunResult``), or ``RunNotEnded`` past ``timeout``; ``policy`` as there."""
         return self._run(
             self._async.send,
             ref,
@@ -376,6 +379,7 @@ class Client:
             idempotency_key=idempotency_key,
             wait=wait,
             timeout=timeout,
+            policy=policy,
         )
 
     def fork(

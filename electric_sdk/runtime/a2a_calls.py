@@ -238,7 +238,8 @@ async def call_agent(
         return {"run": ctx.message_key, "call": call, "agent": agent.name, "task": follow.task}
 
     # The stop fold waits for this call's record before the run's end is judged (mcp.settle).
-    done = sessions_of(host).in_flight[call] = anyio.Event()
+    done = anyio.Event()
+    sessions_of(host).in_flight[call] = (done, agent.cancel_bound_s)  # mcp.settle waits up to the bound
     stream = _Stream(client, SendMessageRequest(message=message), follow)
     try:
         await record(host, {**base(), "phase": "started", "reason": ""})

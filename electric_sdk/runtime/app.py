@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from types import SimpleNamespace
 from typing import Any, Literal, TypeVar, overload
 
+from ..busy import BusyPolicyName
 from ..client._options import DurationLike
 from ..durable_state import SnapshotPolicy
 from ..lifecycle import HANDLEABLE, Signal
@@ -40,7 +41,7 @@ from .exec import spec as exec_spec
 from .exec.config import load_exec_file
 from .exec.reply import Reply
 from .exec.spec import Backend, ExecType, ShutdownPolicy
-from .mcp import McpServer
+from .mcp import DEFAULT_CANCEL_BOUND_S, McpServer
 from .steps import seconds
 
 __all__ = ["HANDLEABLE", "App", "AppReloader", "DefinitionError", "EntityType", "load_app"]
@@ -137,15 +138,19 @@ class App:
         command: Sequence[str] = (),
         url: str = "",
         env: Mapping[str, str] | None = None,
+        cancel_bound: DurationLike | None = None,
     ) -> McpServer:
         """Declare an MCP server its entities call tools of (``ctx.call_tool``, docs/runtime.md):
-        ``command`` starts it as a subprocess (stdio), ``url`` reaches it over streamable HTTP.
+        ``command`` starts it as a subprocess (stdio), ``url`` reaches it over streamable HTTP;
+        ``cancel_bound``: how long a call cut by a signal may take to tell the server before it is
+        given up on, recorded ``bound_passed`` (default 1s).
 
         >>> search = app.mcp_server("search", command=["python", "search_server.py"])
         """
         if name in self.mcp_servers:
             raise ValueError(f"MCP server {name!r} is declared twice")
-        server = McpServer(name, tuple(command), url, dict(env) if env is not None else None)
+        bound = DEFAULT_CANCEL_BOUND_S if cancel_bound is None else seconds(cancel_bound)
+        server = McpServer(name, tuple(command), url, dict(env) if env is not None else None, bound)
         self.mcp_servers[name] = server
         return server
 
@@ -177,6 +182,8 @@ class App:
         upgrade_after: DurationLike | None = None,
         sigterm_interrupts: bool = False,
         children: Literal["cascade", "detach"] = "cascade",
+        on_busy: BusyPolicyName = "enqueue",
+        on_busy_choices: Iterable[BusyPolicyName] = (),
     ) -> _Define:
         """Define an entity type from a class (returned unchanged) or an async function
         (an ``EntityType`` is returned, so ``@fn.on_signal`` can add a handler). ``state``: whether
@@ -190,7 +197,10 @@ class App:
         SIGINT does, so ``on_signal(SIGTERM)`` runs within the grace (default: at the next step
         boundary, the RFC's timing; ``lifecycle.OPT_IN_TIMING``); ``children``: whether its
         entities' SIGTERM and SIGKILL cascade to their child entities (``"cascade"``, the default)
-        or leave them as they are (``"detach"``; docs/runtime.md, "Child entities")."""
+        or leave them as they are (``"detach"``; docs/runtime.md, "Child entities"); ``on_busy``:
+        what a message does while a run is in progress (``"enqueue"``, the default, ``"reject"``,
+        ``"interrupt"``, ``"rollback"`` or ``"steer"``), and ``on_busy_choices`` the policies a message may
+        choose for itself besides enqueue, reject and ``on_busy`` (docs/double-texting.md)."""
         probe = EntityType(
             name,
             _no_handler,
@@ -198,6 +208,8 @@ class App:
             versioning=versioning,
             upgrade_after=upgrade_after,
             children=children,
+            on_busy=on_busy,
+            on_busy_choices=tuple(on_busy_choices),
         )
         policy = snapshots or SnapshotPolicy()
         if not TYPE_NAME.fullmatch(name):
@@ -214,6 +226,7 @@ class App:
                     etype.versioning, etype.upgrade_after = probe.versioning, probe.upgrade_after
                     etype.sigterm_interrupts = sigterm_interrupts
                     etype.children = children
+                    etype.on_busy, etype.on_busy_choices = probe.on_busy, probe.on_busy_choices
                     etype.codec = self.codec
                     self.types[name] = etype
                     return target
@@ -231,6 +244,8 @@ class App:
                     upgrade_after=probe.upgrade_after,
                     sigterm_interrupts=sigterm_interrupts,
                     children=children,
+                    on_busy=probe.on_busy,
+                    on_busy_choices=probe.on_busy_choices,
                     codec=self.codec,
                 )
             self.types[name] = etype

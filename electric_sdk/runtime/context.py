@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Context", "Message", "Output", "RetryOf", "SignalInfo"]
+__all__ = ["Context", "InputRequired", "Message", "Output", "Reply", "RetryOf", "SignalInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +58,30 @@ class Message:
     sender: str
     # 1 on first delivery, +1 for each redelivery after a lost lease.
     attempt: int
-    # Set when the message runs a failed or aborted run again (``electric retry``).
+    # Set when the message runs a failed or aborted run again (``electric retry``), or resumes a
+    # run that asked for input (then ``reply`` is what was sent: ``ctx.ask`` returns its text).
     retry_of: RetryOf | None = None
+    reply: Reply | None = None
+    # Sent with the "steer" policy while a run was in progress: offered to it (``ctx.take_steer``).
+    steer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The reply to a run's ``ctx.ask``: the asking run's message key, and what was sent."""
+
+    ask_key: str
+    text: str
+    data: Any = None
+
+
+class InputRequired(BaseException):
+    """Raised by ``ctx.ask`` to end the run asking for input (a BaseException, so entity code's
+    ``except Exception`` lets it through); the host records the run ``input_required``."""
+
+    def __init__(self, question: str, step: int) -> None:
+        super().__init__(question)
+        self.question, self.step = question, step
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +293,57 @@ class Context:
         if timeout is not None and self.message is not None:
             self._host.declared_timeout(name, seconds(timeout))
         return run_step(self, name, fn, args, kwargs, retry=retry, timeout=timeout, key=key)
+
+    async def ask(self, question: str) -> str:
+        """Ask for input: the run ends now, recorded ``input_required`` with ``question`` (its state
+        and steps kept, no lease held); the next message sent to the entity is the reply, and its
+        run runs this code again, replaying the steps before the ask, where ``ask`` returns the
+        reply's text (a recorded step, ``electric:ask``; its data is ``message.reply.data``)."""
+        self._check_open()
+        message = self.message
+        if message is None:
+            raise InvalidArgument("ctx.ask is for a run's code, not a signal handler", code="USAGE")
+        position = self.steps.index
+        reply = message.reply
+        answering = (
+            reply is not None and message.retry_of is not None and message.retry_of.from_step == position
+        )
+        if answering or self.steps.recorded_at(position):
+            text = reply.text if answering and reply is not None else ""
+            return str(await self.step(ASK_STEP, _answer, text))
+        raise InputRequired(question, position)
+
+    async def take_steer(self, *, wait: bool = False) -> Message | None:
+        """The oldest steering message (sent with the "steer" policy while this run was in
+        progress) not taken yet, or None (``wait``: until one arrives); a step boundary of the
+        code's choosing, recorded as the step ``electric:steer`` (a replay answers it from the
+        record). A message taken here is done: recorded ``steered`` into this run at this step,
+        never run on its own; one no run takes runs as any other message once this run ends."""
+        self._check_open()
+        message = self.message
+        if message is None:
+            raise InvalidArgument("ctx.take_steer is for a run's code, not a signal handler", code="USAGE")
+        take = getattr(self._host, "take_steer", None)
+        position = self.steps.index
+
+        async def offered() -> dict[str, Any] | None:
+            taken = await take(message, position, wait) if take is not None else None
+            if taken is None:
+                return None
+            return {
+                "key": taken.key,
+                "offset": taken.offset,
+                "text": taken.text,
+                "data": taken.data,
+                "sender": taken.sender,
+            }
+
+        found = await self.step(STEER_STEP, offered)
+        if found is None:
+            return None
+        return Message(
+            found["key"], found["offset"], found["text"], found["data"], found["sender"], 1, steer=True
+        )
 
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Run ``aws`` side by side and return their results in order, their recorded steps in a
@@ -509,3 +582,13 @@ class _Step:
         # last step has ended returns, and is recorded completed.
         if self._ctx.message is not None:
             self._ctx.current_step = None
+
+
+# The recorded step an answered ``ctx.ask`` is: its result is the reply's text.
+ASK_STEP = "electric:ask"
+# The recorded step a ``ctx.take_steer`` is: its result is the message taken, or None.
+STEER_STEP = "electric:steer"
+
+
+def _answer(text: str) -> str:
+    return text

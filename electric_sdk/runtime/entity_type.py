@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, overload
 
+from .. import busy
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._proto.electric.v1 import types_pb2 as pb
 from .._wire.versions import VERSIONING_TO_PB
@@ -107,10 +108,19 @@ class EntityType:
     # "detach": its entities' SIGTERM and SIGKILL leave their children as they are; "cascade"
     # (the default) reaches them (docs/runtime.md, Child entities).
     children: str = "cascade"
+    # What a message does while a run is in progress (electric_sdk/busy.py; the server judges it),
+    # and the policies a message may choose besides enqueue, reject and that one.
+    on_busy: str = "enqueue"
+    on_busy_choices: tuple[str, ...] = ()
     # The steps a worker has warned of (a declared timeout past the grace): each is named once.
     warned_steps: set[str] = field(default_factory=set, repr=False, compare=False)
     # How its steps' results are recorded and rebuilt: the app's (``App(codec=...)``).
     codec: Codec = field(default_factory=JSONCodec)
+
+    @property
+    def may_roll_back(self) -> bool:
+        """Whether a message may roll a run of it back: each run keeps a copy of its start's state."""
+        return busy.BusyPolicy.ROLLBACK.value in (self.on_busy, *self.on_busy_choices)
 
     def __post_init__(self) -> None:
         if not TYPE_NAME.fullmatch(self.name):
@@ -124,6 +134,12 @@ class EntityType:
             raise DefinitionError(
                 f"entity type {self.name!r}: children must be 'cascade' or 'detach', got {self.children!r}"
             )
+        try:
+            if busy.parse(self.on_busy) is None:
+                raise ValueError("on_busy must name a policy")
+            busy.parse_choices(self.on_busy_choices)
+        except ValueError as exc:
+            raise DefinitionError(f"entity type {self.name!r}: {exc}") from None
         if self.upgrade_after is not None and self.versioning != "pinned":
             raise DefinitionError(
                 f"entity type {self.name!r}: upgrade_after bounds a pinned run's wait: "
@@ -172,6 +188,8 @@ class EntityType:
         if self.upgrade_after is not None:
             hosted.upgrade_after.CopyFrom(to_duration(self.upgrade_after))
         hosted.detach_children = self.children == "detach"
+        hosted.on_busy = self.on_busy
+        hosted.on_busy_choices.extend(sorted(busy.parse_choices(self.on_busy_choices)))
         return hosted
 
     @overload

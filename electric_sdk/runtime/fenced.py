@@ -28,7 +28,7 @@ from .._wire.json_values import value_to_json
 from .._wire.times import timestamp_to_datetime
 from ..lifecycle import DEFAULT_GRACE_MS, DEFAULT_IDLE_TIMEOUT_MS, Outcome, State
 from ..models import Entity, Event, EventPage
-from .context import Message, RetryOf, SignalInfo
+from .context import Message, Reply, RetryOf, SignalInfo
 
 if TYPE_CHECKING:
     from ..client import AsyncClient
@@ -253,10 +253,16 @@ class Fenced:
             await self.write(retry=True, signal_outcome=_update(info, outcome, detail))
 
     async def run(
-        self, message: Message, status: pb.RunStatus.ValueType, server_may_abort: bool = False, **fields: Any
+        self,
+        message: Message,
+        status: pb.RunStatus.ValueType,
+        server_may_abort: bool = False,
+        earlier: Sequence[int] = (),
+        **fields: Any,
     ) -> rt.WriteResult | None:
         """A run's record; ``server_may_abort`` (with STARTED): a SIGINT may abort the run in its
-        own commit (``RuntimeWrite.server_may_abort``)."""
+        own commit (``RuntimeWrite.server_may_abort``); ``earlier`` (with STEERED): the messages
+        before it still to run (``RuntimeWrite.earlier_messages``)."""
         value = pb.RunValue(
             message_key=message.key,
             status=status,
@@ -267,7 +273,9 @@ class Fenced:
         if status == pb.RUN_STATUS_STARTED:  # the attempt is bound to the code that started it
             value.code_version = self.session.code_version
         # A run starts only in the state the host saw; its later records follow the entity.
-        extra = {"server_may_abort": True} if server_may_abort else {}
+        extra: dict[str, Any] = {"server_may_abort": True} if server_may_abort else {}
+        if earlier:
+            extra["earlier_messages"] = list(earlier)
         result = await self.write(retry=status != pb.RUN_STATUS_STARTED, run=value, **extra)
         metrics = self.session.metrics
         if metrics is not None and status == pb.RUN_STATUS_STARTED and result is not None and result.applied:
@@ -292,7 +300,11 @@ def message_of(event: pb.Event, attempt: int) -> Message:
     retry_of = None
     if m.HasField("retry"):
         retry_of = RetryOf(m.retry.message_key, m.retry.message_offset, m.retry.from_step)
-    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of)
+    reply = None
+    if m.HasField("reply"):
+        reply_data = value_to_json(m.reply.data) if m.reply.HasField("data") else None
+        reply = Reply(m.reply.ask_key, m.reply.text, reply_data)
+    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of, reply, m.steer)
 
 
 def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:

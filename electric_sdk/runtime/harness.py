@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..client import AsyncClient
 from ..state_read import Loaded
 from .app import App
-from .context import Context, Message, SignalInfo
+from .context import Context, InputRequired, Message, SignalInfo
 from .entity_type import EntityType
 from .state import LeaseState
 from .steps import RunSteps, seconds
@@ -59,6 +59,7 @@ _RUN_STATUS = {
     "completed": pb.RUN_STATUS_COMPLETED,
     "failed": pb.RUN_STATUS_FAILED,
     "aborted": pb.RUN_STATUS_ABORTED,
+    "input_required": pb.RUN_STATUS_INPUT_REQUIRED,
 }
 
 
@@ -116,8 +117,8 @@ class ManualClock:
 
 @dataclass(slots=True)
 class HarnessRun:
-    """One run of ``on_message``: ``await run.wait()`` for its ``status`` (completed, failed or
-    aborted), ``output`` and ``error``."""
+    """One run of ``on_message``: ``await run.wait()`` for its ``status`` (completed, failed,
+    aborted or input_required: then ``question``, what ``ctx.ask`` asked), ``output`` and ``error``."""
 
     message: Message
     ctx: Context
@@ -125,6 +126,7 @@ class HarnessRun:
     status: str = ""
     output: str = ""
     error: str = ""
+    question: str = ""
     stopped_by: SignalInfo | None = None
     ended: anyio.Event = field(default_factory=anyio.Event)
 
@@ -270,6 +272,8 @@ class EntityHarness:
                     if isinstance(result, str) and result and not len(run.ctx.output):
                         run.ctx.output.write(result)
                     run.status = "completed"
+            except InputRequired as asked:  # ctx.ask ended it (the harness has no reply to give)
+                run.status, run.question = "input_required", asked.question
             except Exception as exc:
                 run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
             finally:
@@ -444,6 +448,7 @@ class EntityHarness:
             attempt=message.attempt,
             output=run.output,
             error=run.error,
+            question=run.question,
         )
         started = status == pb.RUN_STATUS_STARTED
         operation = pb.OPERATION_INSERT if started else pb.OPERATION_UPDATE

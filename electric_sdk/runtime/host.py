@@ -9,10 +9,9 @@ partial output; KILL (SIGKILL) cancels the whole task group, no handler runs;
 DELIVER (SIGUSR) runs the handler as its own task beside the run; CLEANUP
 (SIGTERM) stops the run at its next step boundary, then runs the handler
 within the rest of the grace and writes stopping → stopped if it returns in
-time; PAUSE/RESUME (SIGSTOP/SIGCONT) take effect between runs (a run starts
-only in ``running``); RELOAD (SIGHUP) writes running → idle after the run.
-Writes are fenced (fenced.py): a refusal meaning the entity moved on ends it.
-"""
+time; PAUSE/RESUME (SIGSTOP/SIGCONT) take effect between runs (a run starts only
+in ``running``); RELOAD (SIGHUP) writes running → idle after the run. Writes are
+fenced (fenced.py): a refusal meaning the entity moved on ends it."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ from ..lifecycle import (
 )
 from ..models import Event
 from .codec import Codec
-from .context import Context, Message, SignalInfo
+from .context import Context, InputRequired, Message, SignalInfo
 from .entity_type import EntityType
 from .fenced import (
     DEFAULT_GRACE,
@@ -249,6 +248,7 @@ class EntityHost(HostBase):
             if (started := await self._started(message)) is None:
                 return
             run.started_offset = started.entity.head_offset - 1
+            run.state_before = self._records.state_copy() if self.etype.may_roll_back else None
             self._judge_deferred(run)
             # Delivered again, or a retry: what its (or the retried run's) attempts recorded is replayed.
             if message.attempt > 1 or message.retry_of is not None:
@@ -299,6 +299,9 @@ class EntityHost(HostBase):
                         if isinstance(result, str) and result and not len(run.ctx.output):
                             run.ctx.output.write(result)
                         ended.append((pb.RUN_STATUS_COMPLETED, ""))
+                    except InputRequired as asked:  # ctx.ask: the run ends waiting for its reply
+                        run.asked = asked
+                        ended.append((pb.RUN_STATUS_INPUT_REQUIRED, ""))
                     except Exception as exc:
                         # Abandoned, or fenced out (not its run any more): what it raised is moot.
                         if run.stopped_by is None and not self.left_behind(f"run of {run.message.key}", exc):
@@ -314,8 +317,7 @@ class EntityHost(HostBase):
         self._tg.start_soon(body)
         await run.wake.wait()
         if not done.is_set():
-            # Aborted: one pass of the loop lets a body that can be cancelled unwind first, so
-            # what its ``finally`` writes is part of the partial output, as before.
+            # Aborted: one pass of the loop lets a body that can be cancelled unwind first (its finally's output counts).
             await anyio.lowlevel.cancel_shielded_checkpoint()
         return ended[0] if ended and run.stopped_by is None else (None, "")
 
@@ -323,7 +325,8 @@ class EntityHost(HostBase):
         output = run.ctx.output.text
         await settle(self)  # a cut MCP call's record comes before the run's end
         await self._records.flush(run.ctx, run.message.key)
-        await self._ended(run.message, status, output=output, error=error)
+        await self._records.restore(run)  # a rollback policy's SIGINT: after the run's own changes
+        await self._ended(run.message, status, output=output, error=error, **run.asked_fields())
         info = run.stopped_by
         if info is not None and info.signal is Signal.SIGINT:
             if run.outcome_pending:
@@ -552,11 +555,9 @@ class EntityHost(HostBase):
             and run.stopped_by is None
             and self._interrupts(term)
         ):
-            # The type opted in: the step in progress is cut now, as by SIGINT (in the delivery
-            # itself, so the run unwinds while the cleanup's task starts), and the cleanup gets
-            # the run's partial output within the grace.
-            # The run's own task is not woken: the cleanup's task, queued behind the body's
-            # unwinding, runs next and needs nothing the run's task does first.
+            # The type opted in: the step is cut now, as by SIGINT (in the delivery itself, so the run
+            # unwinds while the cleanup's task starts; not waking the run's task: the cleanup's, queued
+            # behind the body's unwinding, runs next), and the cleanup gets the partial output in time.
             run.abort(term, False, abandon=False)
             run.how = "interrupted mid-step"
         super()._start_cleanup(info, pending)

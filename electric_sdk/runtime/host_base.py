@@ -118,6 +118,25 @@ class HostBase(Lifetime):
             self._queue.insert(0, message)
         return None
 
+    async def take_steer(self, run: Message, step: int, wait: bool = False) -> Message | None:
+        """``ctx.take_steer`` of ``run`` at ``step``: the oldest steering message queued (``wait``:
+        once one arrives), recorded as taken (RUN_STATUS_STEERED) and so done; None when there is
+        none, or it is done already."""
+        while (taken := next((m for m in self._queue if m.steer and m.offset > run.offset), None)) is None:
+            if not wait:
+                return None
+            await self._bell.wait()  # rung by each message's arrival
+        self._queue.remove(taken)
+        earlier = [run.offset, *(m.offset for m in self._queue if m.offset < taken.offset)]
+        status = pb.RUN_STATUS_STEERED
+        result = await self._fenced.run(
+            taken, status, earlier=earlier, steered_into=run.key, steered_step=step
+        )
+        if result is None or not result.applied:
+            return None
+        self._fenced.ack(taken.offset)
+        return taken
+
     async def _ended(self, message: Message, status: pb.RunStatus.ValueType, **fields: Any) -> None:
         """A run's last record; its message is then done with (acknowledged)."""
         await self._fenced.run(message, status, **fields)

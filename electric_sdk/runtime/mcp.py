@@ -11,15 +11,18 @@ content as JSON, so a replay answers it from the record. Around the call the run
 ``electric.mcp`` records that the stop fold reads (``_wire/stop_stages.py``, ``downstream``)::
 
     {"run": message key, "call": id, "server": name, "tool": tool, "phase": started | ended |
-     cancelled, "reason": ...}
-
-(the fold also takes ``bound_passed``, for a call given up on without its end; nothing writes
-it yet: a cut call's record is bounded by ``RECORD_BOUND_S`` instead.)
+     cancelled | bound_passed, "reason": ...}
 
 A signal that ends the run (SIGINT, an interrupting SIGTERM, SIGKILL, the grace deadline)
-cancels the call's task: the SDK then tells the server the way its transport defines
+cancels the call: the SDK then tells the server the way its transport defines
 (``notifications/cancelled`` with the request id, its reason naming the signal, e.g. ``SIGINT``;
-on streamable HTTP the request's POST is aborted too), and the ``cancelled`` record names it. The run's end record waits (bounded) for these records
+on streamable HTTP the request's POST is aborted too), and the ``cancelled`` record names it.
+The SDK's call runs in a task of its own, so that telling the server is bounded by the server's
+``cancel_bound`` (default ``DEFAULT_CANCEL_BOUND_S``): the SDK writes its cancel shielded, and a
+server that is not reading its input (a tool blocking its event loop ignores the cancel, and its
+stdin pipe fills up) would hold the step for the SDK's own bound (5 s) or longer. Past the
+bound the call is given up on, recorded ``bound_passed``; the SDK's task goes on alone, until
+its write ends or the session closes. The run's end record waits (bounded) for these records
 (``settle``), so a stop's fold sees every call's end before the run's. After a SIGKILL or the
 grace deadline the entity is ended and refuses writes: its calls are cancelled all the same,
 unrecorded.
@@ -53,18 +56,26 @@ MCP_EVENT = "electric.mcp"
 PROGRESS_EVENT = "progress"
 # At most one progress event per call in this many seconds.
 PROGRESS_EVERY_S = 0.1
-# How long a cut call's record, and the run's end waiting for it, may take.
+# How long a cut call's record, and the run's end waiting for it (past the call's cancel bound),
+# may take.
 RECORD_BOUND_S = 2.0
+# How long a cut call may take to tell its server, unless its server says otherwise: telling is a
+# local write (a pipe, a POST aborted), so a second means the server is not taking it.
+DEFAULT_CANCEL_BOUND_S = 1.0
+# A run's end waits for its cut calls' records: a longer bound would hold it past any grace.
+MAX_CANCEL_BOUND_S = 60.0
 
 
 @dataclass(frozen=True)
 class McpServer:
-    """An MCP server: ``command`` (stdio, a subprocess) or ``url`` (streamable HTTP)."""
+    """An MCP server: ``command`` (stdio, a subprocess) or ``url`` (streamable HTTP);
+    ``cancel_bound_s``: how long a call cut by a signal may take to tell it (then ``bound_passed``)."""
 
     name: str
     command: tuple[str, ...] = ()
     url: str = ""
     env: dict[str, str] | None = field(default=None, hash=False)
+    cancel_bound_s: float = DEFAULT_CANCEL_BOUND_S
 
     def __post_init__(self) -> None:
         if bool(self.command) == bool(self.url):
@@ -73,6 +84,11 @@ class McpServer:
             )
         if not self.name or "/" in self.name:
             raise ValueError(f"MCP server name {self.name!r}: non-empty, no '/'")
+        if not 0 < self.cancel_bound_s <= MAX_CANCEL_BOUND_S:
+            raise ValueError(
+                f"MCP server {self.name!r}: cancel_bound must be more than 0 and at most "
+                f"{MAX_CANCEL_BOUND_S:g}s, got {self.cancel_bound_s:g}s"
+            )
 
 
 def _import_client() -> None:
@@ -175,7 +191,8 @@ class McpSessions:
 
     def __init__(self) -> None:
         self._open: dict[McpServer, _Session] = {}
-        self.in_flight: dict[str, anyio.Event] = {}  # call id -> set once its records are written
+        # call id -> (set once its records are written, its server's cancel bound)
+        self.in_flight: dict[str, tuple[anyio.Event, float]] = {}
 
     async def session(self, server: McpServer) -> Any:
         held = self._open.get(server)
@@ -188,7 +205,7 @@ class McpSessions:
         for one in held:
             one.closing.set()
         with anyio.move_on_after(RECORD_BOUND_S * 2):
-            for one in held:
+            for one in held:  # a call given up on past its bound ends with its session here
                 with contextlib.suppress(BaseException):
                     await one.task
 
@@ -241,7 +258,8 @@ async def call_tool(
     session = await sessions.session(server)
     call = uuid.uuid4().hex[:12]
     base = {"run": ctx.message_key, "call": call, "server": server.name, "tool": tool}
-    done = sessions.in_flight[call] = anyio.Event()
+    done = anyio.Event()
+    sessions.in_flight[call] = (done, server.cancel_bound_s)
     last = [0.0]
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
@@ -251,16 +269,20 @@ async def call_tool(
         last[0] = now
         await _emit_progress(host, {**base, "progress": value, "total": total, "message": message})
 
-    _CUT.set(lambda: why_cut(host, run))  # this task's own context: the step's
+    _CUT.set(lambda: why_cut(host, run))  # this task's own context: the step's, copied to the SDK's
+    sdk_call: asyncio.Task[Any] | None = None
     try:
         await _record(host, {**base, "phase": "started", "reason": ""})
-        result = await session.call_tool(
-            tool, arguments, read_timeout_seconds=timeout_s, progress_callback=progress
+        sdk_call = asyncio.get_running_loop().create_task(
+            session.call_tool(tool, arguments, read_timeout_seconds=timeout_s, progress_callback=progress),
+            name=f"mcp {server.name}/{tool} {call}",
         )
+        result = await asyncio.shield(sdk_call)  # cut: the SDK's task is cancelled below, bounded
     except anyio.get_cancelled_exc_class():
-        # The SDK has sent its cancel (stdio) or aborted the POST (HTTP) by now.
-        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_BOUND_S):
-            await _record(host, {**base, "phase": "cancelled", "reason": why_cut(host, run)})
+        # Told and recorded in a task of its own, waited for whatever cancels come meanwhile: a
+        # call in a task the run started (asyncio.gather) is cancelled again at each pass of the
+        # loop while the run's scope is cancelled, which no anyio shield keeps out.
+        await _whatever_comes(asyncio.get_running_loop().create_task(_cut(host, run, base, server, sdk_call)))
         raise
     except BaseException as exc:
         with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_BOUND_S):
@@ -278,12 +300,45 @@ async def call_tool(
     return [c.model_dump(mode="json", exclude_none=True) for c in content]
 
 
+async def _cut(host: Any, run: Any, base: dict[str, Any], server: McpServer, sdk_call: Any) -> None:
+    """The call was cut: tell the server (bounded), then record how that went."""
+    told = await _tell(sdk_call, server.cancel_bound_s)
+    why = why_cut(host, run)
+    if not told:
+        why += f"; the server did not take the cancel within {server.cancel_bound_s:g}s"
+    with anyio.move_on_after(RECORD_BOUND_S):
+        await _record(host, {**base, "phase": "cancelled" if told else "bound_passed", "reason": why})
+
+
+async def _whatever_comes(task: asyncio.Task[None]) -> None:
+    """Wait for ``task`` (itself bounded), taking no cancel meanwhile."""
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+
+
+async def _tell(sdk_call: asyncio.Task[Any] | None, bound_s: float) -> bool:
+    """Cancel the SDK's call, which tells the server (its cancel written, shielded, by the SDK):
+    whether it ended within ``bound_s``. Past it the task is left to end on its own."""
+    if sdk_call is None:
+        return True  # cut before the call was made: nothing to tell
+    sdk_call.cancel()
+    with anyio.move_on_after(bound_s):
+        await asyncio.wait({sdk_call})  # its end, whatever it was (not raised here), is all that counts
+    if not sdk_call.done():
+        # Whatever it ends with later is retrieved, so that asyncio does not log it as lost.
+        sdk_call.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return False
+    return True
+
+
 async def settle(host: Any) -> None:
-    """The run is ending: its cut calls' records first (bounded), so the fold sees them before
-    the run's end."""
+    """The run is ending: its cut calls' records first (bounded: each call's cancel bound, then
+    its record's), so the fold sees them before the run's end."""
     sessions = getattr(host, "mcp", None)
     if not isinstance(sessions, McpSessions) or not sessions.in_flight:
         return
-    with anyio.move_on_after(RECORD_BOUND_S):
-        for done in list(sessions.in_flight.values()):
+    calls = list(sessions.in_flight.values())
+    with anyio.move_on_after(max(bound for _, bound in calls) + RECORD_BOUND_S):
+        for done, _ in calls:
             await done.wait()

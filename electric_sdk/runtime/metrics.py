@@ -44,7 +44,9 @@ __all__ = ["MetricsServer", "WorkerMetrics"]
 RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 # A handler should return within its grace (30 s by default); past that it is news.
 HANDLER_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0)
-_ENDS = frozenset({pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_FAILED, pb.RUN_STATUS_ABORTED})
+_ENDS = frozenset(
+    {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_FAILED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_INPUT_REQUIRED}
+)
 
 
 class WorkerMetrics:

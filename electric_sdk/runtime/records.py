@@ -10,11 +10,13 @@ shapes). After a state write, once the policy says so, a snapshot follows.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
 import anyio
 
+from .. import busy
 from .._proto.electric.v1 import runtime_service_pb2 as rt
 from .._wire.json_values import json_to_value
 from ..durable_state import (
@@ -22,14 +24,18 @@ from ..durable_state import (
     SNAPSHOT_EVENT,
     STATE_EVENT,
     STEP_EVENT,
+    Collections,
     Op,
     SnapshotPolicy,
     StateError,
+    apply_all,
+    restore_ops,
 )
 from ..models import EventPage
 from ..state_read import load_state, read_range
 from .context import Context, Message
 from .fenced import Fenced
+from .run_in_flight import RunInFlight
 from .state import LeaseState
 from .steps import FINAL_OUTCOMES, RunSteps
 
@@ -84,26 +90,36 @@ class LeaseRecords:
         if message.retry_of is None:
             return RunSteps(own)
         retried = message.retry_of
+        reply = message.reply is not None
         return RunSteps(
-            await self._retried(retried.key, retried.offset, retried.from_step, message.offset) + own
+            await self._retried(retried.key, retried.offset, retried.from_step, message.offset, reply) + own
         )
 
-    async def _retried(self, key: str, offset: int, upto: int, end: int) -> list[tuple[str, dict[str, Any]]]:
+    async def _retried(
+        self, key: str, offset: int, upto: int, end: int, reply: bool = False
+    ) -> list[tuple[str, dict[str, Any]]]:
         """Run ``key``'s records of steps before ``upto``, written between its message at ``offset``
         and ``end``. A retried run that was itself a retry recorded only the steps it executed:
-        those before its own from-step come from the run it retried, and so on down the chain."""
-        if upto <= 0:
+        those before its own from-step come from the run it retried, and so on down the chain.
+        ``reply``: the run asked at step ``upto`` (``ctx.ask``) and this resumes it, so the state
+        changes it made before asking (segment ``upto``) are its too, not to be made again."""
+        if upto <= 0 and not reply:
             return []
         found = await read_range(self._page, offset, offset + 1)
         below: list[tuple[str, dict[str, Any]]] = []
         retry = found[0].value.get("retry") if found and found[0].type == "message" else None
         if isinstance(retry, dict):
             from_step = min(upto, int(retry["from_step"]))
+            asked = "reply" in found[0].value and from_step == int(retry["from_step"])
             below = await self._retried(
-                str(retry["message_key"]), int(retry["message_offset"]), from_step, offset
+                str(retry["message_key"]), int(retry["message_offset"]), from_step, offset, asked
             )
         events = await read_range(self._page, offset + 1, end)
-        return below + [r for r in RunSteps.records(key, events) if _segment(r) < upto]
+        return below + [
+            r
+            for r in RunSteps.records(key, events)
+            if _segment(r) < upto or (reply and r[0] == STATE_EVENT and _segment(r) == upto)
+        ]
 
     async def write_step(self, ctx: Context, data: dict[str, Any]) -> None:
         # Only a step's outcome carries the run's changes: a replay skips the changes of a segment
@@ -116,6 +132,31 @@ class LeaseRecords:
         or by SIGKILL too, they land before the stream closes."""
         if ctx.pending_ops:
             await self._write(ctx, STATE_EVENT, {"run": run_key, "seg": ctx.steps.index})
+
+    def state_copy(self) -> Collections | None:
+        """The state now (a run's start: what a rollback restores), if the entity keeps one."""
+        return copy.deepcopy(self.state.live) if self.state is not None else None
+
+    async def restore(self, run: RunInFlight) -> None:
+        """A run a rollback policy's SIGINT aborted (``busy.rollback_requested``): the state is
+        restored to its copy from the run's start by a visible restore record, an
+        ``electric.state`` whose ``restore`` names the policy and the signal (after the run's own
+        changes: the stream keeps both). A closing record, written before the run's end."""
+        info, state, before = run.stopped_by, self.state, run.state_before
+        if info is None or not busy.rollback_requested(info.payload) or state is None or before is None:
+            return
+        ops = restore_ops(state.live, before)
+        apply_all(state.live, ops)
+        data: dict[str, Any] = {"run": run.message.key, "restore": {"policy": "rollback", "signal": info.key}}
+        data.update({"ops": ops, "snap": state.snapshot})
+        custom = rt.CustomEvent(type=STATE_EVENT, data=json_to_value(data))
+        state.inflight += 1
+        try:
+            result = await self._fenced.write(retry=True, custom=custom)
+        finally:
+            state.inflight -= 1
+        if result is not None and result.applied:
+            state.committed_write(ops, result.entity.head_offset - 1, custom.ByteSize())
 
     async def _write(self, ctx: Context, kind: str, data: dict[str, Any], *, with_ops: bool = True) -> None:
         ops: list[Op] = []

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..client import AsyncClient
 from ..state_read import Loaded, load_state
 from .app import App
-from .context import Context, Message
+from .context import Context, InputRequired, Message
 from .entity_type import EntityType
 from .exec.spec import ExecType
 from .fenced import message_of
@@ -63,7 +63,7 @@ __all__ = [
 
 # How long the code of one run may wait between two steps before it is reported unchecked.
 DEFAULT_RUN_TIMEOUT_S = 10.0
-_ENDED = (pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED)
+_ENDED = (pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED, pb.RUN_STATUS_INPUT_REQUIRED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +254,8 @@ async def _replay_run(
                 pass  # host.mismatch holds what it was recorded as
             except StepFailed:
                 pass  # a failure replayed from its record: the old code met it too
+            except InputRequired:
+                pass  # it reached its ctx.ask, where its record ends (input_required)
             except Exception as exc:
                 raised = exc
     ctx.close()

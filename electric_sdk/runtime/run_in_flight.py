@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
 from .._proto.electric.v1 import types_pb2 as pb
-from .context import Context, Message, SignalInfo
+from ..durable_state import Collections
+from .context import Context, InputRequired, Message, SignalInfo
 
 __all__ = ["RunInFlight"]
 
@@ -32,8 +34,18 @@ class RunInFlight:
     outcome_pending: bool = False
     # How the signal stopped it, when not in the signal's usual way (its record's error says so).
     how: str = ""
+    # The state at the run's start, for a type whose messages may roll it back (records.restore).
+    state_before: Collections | None = None
+    # How its ``ctx.ask`` ended it (None: it asked nothing).
+    asked: InputRequired | None = None
     # Run-dependent signals delivered before the STARTED record's offset was known.
     deferred: list[pb.Event] = field(default_factory=list)
+
+    def asked_fields(self) -> dict[str, Any]:
+        """Its end record's question and the ask's step, if it ended asking (RUN_STATUS_INPUT_REQUIRED)."""
+        if self.asked is None:
+            return {}
+        return {"question": self.asked.question, "ask_step": self.asked.step}
 
     def abort(self, info: SignalInfo, pending: bool, abandon: bool = True) -> None:
         """Abort the run now: its scope is cancelled and (``abandon``) the host stops waiting for

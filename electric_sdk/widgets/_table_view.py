@@ -177,8 +177,12 @@ def header_html() -> str:
 
 
 def state_html(entity: Entity) -> str:
-    """The state's badge, and the code version its run waits for while it does."""
+    """The state's badge, and the code version its run waits for while it does (or the question
+    its last run asked, while it awaits the reply)."""
     waiting = entity.waiting_for_code
+    if not waiting and entity.awaiting_input is not None:
+        question = html.escape(entity.awaiting_input.question)
+        return f"{badge_html(entity.state)} <span style='font-size:11px;color:#6c757d'>awaiting input: {question}</span>"
     if not waiting:
         return badge_html(entity.state)
     return (

@@ -43,7 +43,7 @@ BADGE_COLOURS: dict[State, tuple[str, str]] = {
 }
 
 _RUN_OPEN = frozenset({"started", "step"})
-_RUN_CLOSED = frozenset({"completed", "aborted", "failed"})
+_RUN_CLOSED = frozenset({"completed", "aborted", "failed", "input_required"})
 
 
 def runs_possible(state: State | None) -> bool:
@@ -156,12 +156,15 @@ class EntityView:
     error: str | None = None
     # The code version its run waits for (no worker of it is connected), as the entity said last.
     waiting_for_code: str | None = None
+    # The question its last run asked (ctx.ask), while no reply came: the next message answers it.
+    awaiting_input: str | None = None
 
     def with_entity(self, entity: Entity) -> EntityView:
         return replace(
             self,
             state=entity.state,
             waiting_for_code=entity.waiting_for_code,
+            awaiting_input=entity.awaiting_input.question if entity.awaiting_input else None,
             stopping_deadline=entity.stopping_deadline,
             closed=entity.closed,
             run_in_progress=self.run_in_progress and runs_possible(entity.state),
@@ -173,9 +176,9 @@ class EntityView:
         if event.type == "run":
             status = event.value.get("status")
             if status in _RUN_OPEN and runs_possible(view.state):
-                view = replace(view, run_in_progress=True)
+                view = replace(view, run_in_progress=True, awaiting_input=None)
             elif status in _RUN_CLOSED:
-                view = replace(view, run_in_progress=False)
+                view = replace(view, run_in_progress=False, awaiting_input=event.value.get("question"))
         elif event.type == "state" and event.state is not None:
             state = event.state
             view = replace(
@@ -209,6 +212,8 @@ class EntityView:
             return "stream closed"
         if self.waiting_for_code:
             return f"waiting for code {self.waiting_for_code}"
+        if self.awaiting_input is not None:
+            return f"awaiting input: {self.awaiting_input}"
         if self.run_in_progress and runs_possible(self.state):
             return "run in progress"
         return ""

@@ -1,7 +1,9 @@
 """A real MCP server (the official SDK) for tests/runtime/test_mcp_calls.py and the bench.
 
 ``python mcp_server_app.py stdio REPORT_PORT`` or ``... http PORT REPORT_PORT``. Tools: ``fast``
-answers at once; ``slow`` reports progress until it is cancelled. Each sighting is sent as one
+answers at once; ``slow`` reports progress until it is cancelled; ``stall`` ignores its cancel
+(it blocks the server's event loop, so nothing more is read: ``<tag> full`` once its input pipe
+has filled up behind it); ``sink`` takes a large argument. Each sighting is sent as one
 line to the test's listener on loopback ``REPORT_PORT``: ``<tag> started``, and ``<tag>
 cancelled <time.time_ns()>`` when the server saw the cancel, ``reason <reason>`` for each
 ``notifications/cancelled`` (its spaces as ``_``).
@@ -9,8 +11,11 @@ cancelled <time.time_ns()>`` when the server saw the cancel, ``reason <reason>``
 
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
 import sys
+import termios
 import time
 
 import anyio
@@ -19,6 +24,9 @@ from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("electric-test")
 REPORT_PORT = int(sys.argv[-1])
+# The input pipe, kept before the SDK takes fd 0 over (it diverts it so that tools cannot read it).
+INPUT = os.dup(0)
+PAGE = 4096
 
 
 def _report(line: str) -> None:
@@ -42,6 +50,29 @@ async def slow(tag: str, ctx: Context) -> str:
         _report(f"{tag} cancelled {time.time_ns()}")
         raise
     return "done"
+
+
+@server.tool()
+async def stall(tag: str, release: str) -> str:
+    """A tool that ignores cancellation the bluntest way: it blocks the event loop (a sync wait in
+    an async tool), so the server reads neither the cancel nor anything else until ``release``
+    exists (the test creates it at its end, so that the server can be shut down as usual)."""
+    _report(f"{tag} started")
+    if os.fstat(INPUT).st_mode & 0o170000 == 0o010000:  # a pipe (stdio): say when it is full
+        size = fcntl.fcntl(INPUT, fcntl.F_GETPIPE_SZ)
+        pending = bytearray(4)
+        while int.from_bytes(pending, sys.byteorder) < size - PAGE:
+            fcntl.ioctl(INPUT, termios.FIONREAD, pending)
+            time.sleep(0.001)  # noqa: ASYNC251 - blocking the loop is what this tool is for
+        _report(f"{tag} full")
+    while not os.path.exists(release):  # noqa: ASYNC240 - blocking, on purpose
+        time.sleep(0.01)  # noqa: ASYNC251 - the loop stays blocked: the cancel is never read
+    return "released"
+
+
+@server.tool()
+async def sink(data: str) -> int:
+    return len(data)
 
 
 async def _cancelled(ctx: object, params: types.CancelledNotificationParams) -> None:

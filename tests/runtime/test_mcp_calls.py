@@ -5,6 +5,10 @@ those reports and on the stream."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import anyio
 import pytest
 from conftest import Leases
 
@@ -123,6 +127,77 @@ async def test_a_finished_call_gets_no_cancel(electric: TestServer, client: Asyn
         # The same session's next slow call is cut: a cancel for the finished one would come first.
         await _cut(client, found, "agent/f2", "SIGINT")
     assert [what for (tag, what) in found.seen if what == "cancelled"] == ["cancelled"]
+
+
+# Two of these fill a server's input pipe (64 KiB) behind a tool that stopped its reading.
+BIG = "x" * 512 * 1024
+
+
+def _stalling_app(found: Sightings, stalled: anyio.Event, release: Path) -> App:
+    app = App("mcp-stall", code_version="t")
+    tools = app.mcp_server("tools", command=stdio_command(found), cancel_bound="300ms")
+
+    @app.entity("staller", grace_period="20s", idle_timeout="1h")
+    class Staller:
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            async def fill() -> None:
+                await stalled.wait()  # the server's loop is blocked: these two are never read
+                await asyncio.gather(
+                    ctx.call_tool(tools, "fast", {"text": BIG}), ctx.call_tool(tools, "sink", {"data": BIG})
+                )
+
+            stall = ctx.call_tool(tools, "stall", {"tag": message.text, "release": str(release)})
+            await asyncio.gather(stall, fill())
+
+    return app
+
+
+async def test_a_call_whose_server_does_not_take_the_cancel_passes_its_bound(
+    electric: TestServer, client: AsyncClient, tmp_path: Path
+) -> None:
+    """A tool ignores its cancel by blocking its server, whose input fills up: the cancels cannot
+    be written. Each cut call is given up on at its server's cancel bound (300 ms, not the SDK's
+    own 5 s), recorded ``bound_passed``, and ``downstream`` reports each one."""
+    stalled, release = anyio.Event(), tmp_path / "release"
+    async with sightings() as found, running_worker(_stalling_app(found, stalled, release), electric.address):
+        try:
+            await client.spawn("staller/s1")
+            await client.send("staller/s1", "s1")
+            await found.wait("s1", "started")
+            stalled.set()
+            await found.wait("s1", "full")  # the SDK's writer is now blocked behind the full pipe
+            result = await client.signal("staller/s1", "SIGINT", wait="downstream", timeout="30s")
+            records = [
+                e
+                for e in (await client.events("staller/s1", 0, 500)).events
+                if e.type == "electric.mcp" and e.value["data"]["phase"] != "started"
+            ]
+        finally:
+            release.touch()  # the server reads again, and its session closes as usual
+    assert result.reached("unwound")
+    assert sorted((e.value["data"]["tool"], e.value["data"]["phase"]) for e in records) == [
+        ("fast", "bound_passed"),
+        ("sink", "bound_passed"),
+        ("stall", "bound_passed"),
+    ]
+    for record in records:
+        assert record.value["data"]["reason"] == "SIGINT; the server did not take the cancel within 0.3s"
+        waited_ms = (record.timestamp - result.created_at).total_seconds() * 1000
+        # The bound was waited for, and no longer than the SDK's own bound on its cancel write.
+        assert 300 <= waited_ms < 5000, waited_ms
+    detail = _downstream(result)
+    for tool in ("stall", "fast", "sink"):
+        assert f"tools/{tool} bound_passed (SIGINT; the server did not take the cancel" in detail
+    assert ("s1", "cancelled") not in found.seen  # the server never saw it
+
+
+def test_a_cancel_bound_is_positive_and_short() -> None:
+    app = App("t")
+    assert app.mcp_server("a", command=["a"]).cancel_bound_s == 1.0
+    assert app.mcp_server("b", command=["b"], cancel_bound="250ms").cancel_bound_s == 0.25
+    for bad in ("0s", "2m"):
+        with pytest.raises(ValueError, match="cancel_bound"):
+            app.mcp_server(f"c{bad}", command=["c"], cancel_bound=bad)
 
 
 def test_a_server_is_stdio_or_http() -> None:

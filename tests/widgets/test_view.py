@@ -37,6 +37,16 @@ def test_a_run_opens_and_closes() -> None:
     assert view.enabled() == frozenset(valid_signals(State.RUNNING, False))
 
 
+def test_a_run_that_asks_shows_its_question_until_the_next_run() -> None:
+    view = EntityView(REF, state=State.RUNNING).apply(run(1, pb.RUN_STATUS_STARTED))
+    asked = pb.RunValue(status=pb.RUN_STATUS_INPUT_REQUIRED, question="which city?", ask_step=1)
+    view = view.apply(Event.from_pb(pb.Event(offset=2, type="run", key="msg_1", run=asked)))
+    assert not view.run_in_progress
+    assert view.status_text() == "awaiting input: which city?"
+    view = view.apply(run(3, pb.RUN_STATUS_STARTED))  # the reply's run
+    assert view.status_text() == "run in progress"
+
+
 def test_a_log_that_starts_mid_run_sees_the_run_from_a_step() -> None:
     assert EntityView(REF, state=State.RUNNING).apply(run(7, pb.RUN_STATUS_STEP)).run_in_progress
 

@@ -49,6 +49,8 @@ export interface Entity {
   stopping_deadline: string | null;
   /** A string: a JSON number loses 64-bit integers. */
   txid: string;
+  /** Its last run asked for input (`ctx.ask`): that run's message key and question; the next message sent is the reply. */
+  awaiting_input?: { run: string; question: string } | null;
 }
 
 export interface EntityPage {
@@ -127,9 +129,14 @@ export interface SignalManyResponse {
   created_at: number;
 }
 
+/** What a message does if a run is in progress (docs/double-texting.md). */
+export type BusyPolicy = "enqueue" | "reject" | "interrupt" | "rollback" | "steer";
+
 export interface MessageRequest {
   text?: string;
   data?: Json;
+  /** Default: the entity type's policy; `reject` while a run is in progress is a 409 ENTITY_BUSY. */
+  policy?: BusyPolicy;
 }
 
 export interface MessageReceipt {
@@ -139,10 +146,22 @@ export interface MessageReceipt {
   txid: string;
   created_at: number;
   state: StateName;
+  /** The policy applied (`enqueue` when no run was in progress). */
+  policy?: BusyPolicy;
+  /** `interrupt`, `rollback`: the SIGINT it appended. */
+  signal_key?: string;
 }
 
 /** Where a message's run is: `queued` or `started` until it ends, then how it ended. */
-export type RunStatus = "queued" | "started" | "completed" | "failed" | "aborted" | "cancelled";
+export type RunStatus =
+  | "queued"
+  | "started"
+  | "completed"
+  | "failed"
+  | "aborted"
+  | "cancelled"
+  | "input_required"
+  | "steered";
 
 /** How the run a message started ended (`send(..., { wait: "run" })`). */
 export interface RunOutcome {
@@ -155,6 +174,8 @@ export interface RunOutcome {
   attempt: number;
   output: string | null;
   error: string | null;
+  /** `input_required`: what the run asked (`ctx.ask`); the next message sent is the reply. */
+  question?: string;
   entity_state: StateName | null;
 }
 

@@ -20,6 +20,7 @@ receipt, written once by ``Enforcer.settle``) only when the group is empty.
 from __future__ import annotations
 
 import contextlib
+import functools
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -213,12 +214,16 @@ class Enforcer:
         group = child.backend == "posix"
         issued = await self.act(child, "force", force, group=group, reason=reason, signal_key=signal_key)
         if issued is not None:
-            await self._receipts.write(
-                "force", "issued", evidence=child.evidence, name=force, group=group, issued_at=issued,
-                deadline=deadline, escalated=True, reason=reason, signal_key=signal_key,
-            )  # fmt: skip
-            with anyio.move_on_after(FORCE_WAIT_S):
-                await child.wait_done()
+            # The receipt's commit overlaps the wait for the death (which a SIGKILL makes short):
+            # the exit receipt (settle) waits for both, so it still lands after this one.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(
+                    self._receipts.write, "force", "issued", evidence=child.evidence, name=force,
+                    group=group, issued_at=issued, deadline=deadline, escalated=True, reason=reason,
+                    signal_key=signal_key,
+                ))  # fmt: skip
+                with anyio.move_on_after(FORCE_WAIT_S):
+                    await child.wait_done()
         if child.done():
             await self.settle(child, reason, escalated=issued is not None, signal_key=signal_key)
 

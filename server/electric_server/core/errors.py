@@ -75,6 +75,26 @@ def not_found(type_: str, id_: str) -> ApiError:
     return ApiError(grpc.StatusCode.NOT_FOUND, "ENTITY_NOT_FOUND", f"No entity {url}", {"entity": url})
 
 
+def entity_busy(url: str, run_key: str, policy: str) -> ApiError:
+    """A message refused by a ``reject`` double-texting policy (electric_sdk/busy.py)."""
+    return ApiError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ENTITY_BUSY",
+        f"Entity {url} is busy: a run is in progress and this message's policy is {policy}",
+        {"entity": url, "run": run_key, "policy": policy},
+    )
+
+
+def busy_policy_not_allowed(url: str, policy: str, message: str) -> ApiError:
+    """A message chose a double-texting policy its entity's type does not let it choose."""
+    return ApiError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "BUSY_POLICY_NOT_ALLOWED",
+        message,
+        {"entity": url, "policy": policy},
+    )
+
+
 def to_api_error(exc: BaseException) -> ApiError | None:
     """Map a domain exception to its wire error; None for unexpected ones."""
     if isinstance(exc, ApiError):

@@ -114,13 +114,15 @@ def progress(record: EntityRecord, located: Located) -> MessageProgress:
 
 def forked(record: EntityRecord, offset: int) -> EntityRecord:
     """A fork's new record, whose stream holds its origin's events before ``offset``: none of
-    their messages is its to run (core/forks.py), so its cursor starts there, with none waiting."""
-    return record.replace(message_cursor=offset, cursor_attempt=0, last_message_offset=-1)
+    their messages is its to run (core/forks.py), so its cursor starts there, with none waiting
+    and no question of theirs awaiting a reply."""
+    return record.replace(message_cursor=offset, cursor_attempt=0, last_message_offset=-1, awaiting_run="")
 
 
-def sent(record: EntityRecord) -> EntityRecord:
-    """A message is about to be appended (it gets the head offset)."""
-    return record.replace(last_message_offset=record.head_offset)
+def sent(record: EntityRecord, events_before: int = 0) -> EntityRecord:
+    """A message is about to be appended, after ``events_before`` other events of its write (it
+    gets the head offset plus those)."""
+    return record.replace(last_message_offset=record.head_offset + events_before)
 
 
 def started(

@@ -388,28 +388,46 @@ class EntityService(api_grpc.EntityServiceServicer):
         data = v.json_value(request.data, request.HasField("data"), "data")
         if not text and data is None:
             raise invalid_argument("EMPTY_MESSAGE", "a message needs text or data", field="text")
+        policy = v.busy_policy(request.policy)
         sender = current_principal.get().name
 
         def build(c: Commit) -> api.SendMessageResponse:
             assert c.after is not None
+            sent: entity_writes.Sent = c.result
             return api.SendMessageResponse(
-                key=c.result,
-                offset=c.events[0].offset,
+                key=sent.key,
+                offset=c.events[-1].offset,
                 txid=c.txid,
                 created_at=timestamp_from_ms(c.timestamp_ms),
                 state=STATE_TO_PB[c.after.state],
+                policy=sent.policy.value,
+                signal_key=sent.signal_key,
             )
 
-        response = await _write(
-            self.store,
-            ref,
-            entity_writes.send_message(ref, text, data, sender),
-            _idempotency("SendMessage", request),
-            build,
-            api.SendMessageResponse,
-        )
+        asked: tuple[str, pb.MessageValue] | None = None
+        while True:
+            try:
+                response = await _write(
+                    self.store,
+                    ref,
+                    entity_writes.send_message(ref, text, data, sender, policy, asked),
+                    _idempotency("SendMessage", request),
+                    build,
+                    api.SendMessageResponse,
+                )
+                break
+            except entity_writes.NeedsAsk as needs:
+                # A reply to a run awaiting input: its message is read, then the write is judged again.
+                asked = await self._asking_message(ref, needs.offset)
         await self.presence.arrived(ref[0], "a message")
         return response
+
+    async def _asking_message(self, ref: Ref, offset: int) -> tuple[str, pb.MessageValue]:
+        """The asking run's message (its key "" if there is none at ``offset``)."""
+        found = await self.store.read_events(ref, offset, 1)
+        if not found or found[0].kind != "message":
+            return "", pb.MessageValue()
+        return found[0].key, pb.Event.FromString(found[0].body).message
 
     # -- fork and retry ---------------------------------------------------------------
 

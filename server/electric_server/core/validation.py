@@ -30,6 +30,7 @@ from collections.abc import Iterable
 
 from google.protobuf import json_format, struct_pb2
 
+from electric_sdk import busy
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import PB_TO_SIGNAL, PB_TO_STATE
 from electric_sdk._wire.json_values import MAX_JSON_DEPTH
@@ -206,6 +207,14 @@ def json_data(value: struct_pb2.Value, present: bool, field: str) -> None:
     """A runtime's custom event data: JSON, at most MAX_JSON_DEPTH deep (no size limit of its own)."""
     if present:
         _check_json(value, field)
+
+
+def busy_policy(value: str, field: str = "policy") -> busy.BusyPolicy | None:
+    """A message's double-texting policy ("" None: its type's; electric_sdk/busy.py)."""
+    try:
+        return busy.parse(value)
+    except ValueError as exc:
+        raise invalid_argument("INVALID_BUSY_POLICY", str(exc), field=field) from None
 
 
 def text(value: str) -> str:

@@ -18,6 +18,7 @@ from importlib.metadata import version
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._wire.enums import OPERATION_NAMES
 from electric_sdk._wire.run_outcome import RUN_ENDS
+from electric_sdk.busy import BusyPolicy
 from electric_sdk.lifecycle import (
     Outcome,
     Signal,
@@ -40,7 +41,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
         "INVALID_SELECTOR", "PAGE_TOO_LARGE", "INVALID_PAGE_TOKEN", "VALUE_OUT_OF_RANGE",
         "REASON_TOO_LONG", "MESSAGE_KEY_NOT_ALLOWED", "CORS_REFUSED", "INVALID_OFFSET",
         "INVALID_FORK_ORIGIN", "INVALID_STEP", "INTERRUPT_NOT_ALLOWED", "UNKNOWN_WAIT",
-        "INVALID_CODE_VERSION", "INVALID_RAMP",
+        "INVALID_CODE_VERSION", "INVALID_RAMP", "INVALID_BUSY_POLICY",
     ),
     401: ("UNAUTHENTICATED", "DUPLICATE_AUTHORIZATION"),
     403: ("MISSING_SCOPE", "TYPE_NOT_ALLOWED"),
@@ -48,7 +49,7 @@ ERROR_CODES: dict[int, tuple[str, ...]] = {
     405: ("METHOD_NOT_ALLOWED",),
     409: (
         "ENTITY_EXISTS", "INVALID_SIGNAL", "ENTITY_TERMINAL", "INVALID_TRANSITION", "RUN_NOT_RETRYABLE",
-        "INVALID_OFFSET", "INVALID_STEP", "VERSION_NOT_ANNOUNCED",
+        "INVALID_OFFSET", "INVALID_STEP", "VERSION_NOT_ANNOUNCED", "ENTITY_BUSY", "BUSY_POLICY_NOT_ALLOWED",
     ),
     413: ("BODY_TOO_LARGE", "PAYLOAD_TOO_LARGE", "MESSAGE_TOO_LARGE"),
     415: ("UNSUPPORTED_MEDIA_TYPE",),
@@ -136,6 +137,7 @@ def _schemas() -> dict[str, Schema]:
                 "bound_code_version",
                 "waiting_since",
                 "parent",
+                "awaiting_input",
             ],
             {
                 "url": {"type": "string"},
@@ -168,6 +170,14 @@ def _schemas() -> dict[str, Schema]:
                 "parent": {
                     "type": ["string", "null"],
                     "description": "the entity it was spawned as a child of (/{type}/{id}); null for a root",
+                },
+                "awaiting_input": {
+                    "description": "its last run asked for input (ctx.ask): that run's message key and "
+                    "question; the next message sent is the reply. null: nothing is asked",
+                    "anyOf": [
+                        obj(["run", "question"], {"run": {"type": "string"}, "question": {"type": "string"}}),
+                        {"type": "null"},
+                    ],
                 },
                 "holder": {
                     "description": "the worker holding the entity's lease while it is live (GetEntity, "
@@ -292,6 +302,14 @@ def _schemas() -> dict[str, Schema]:
                 "txid": txid,
                 "created_at": epoch_ms,
                 "state": _nullable_enum(states),
+                "policy": {
+                    "enum": [p.value for p in BusyPolicy],
+                    "description": "the double-texting policy applied",
+                },
+                "signal_key": {
+                    "type": "string",
+                    "description": "interrupt, rollback: the SIGINT it appended",
+                },
                 "run": {"$ref": "#/components/schemas/RunOutcome"},
             },
         ),

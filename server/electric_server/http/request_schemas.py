@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from electric_sdk.busy import BusyPolicy
 from electric_sdk.lifecycle import MESSAGE_SCOPED_SIGNALS, OPT_IN_TIMING, PAYLOAD_SIGNALS, Signal, State
 
 from ..core.validation import (
@@ -184,7 +185,18 @@ def request_schemas() -> dict[str, Schema]:
             ]
         },
         "MessageRequest": {
-            **obj([], {"text": {"type": "string", "maxLength": MAX_TEXT_CHARS}, "data": JSON_VALUE}),
+            **obj(
+                [],
+                {
+                    "text": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+                    "data": JSON_VALUE,
+                    "policy": {
+                        "enum": [p.value for p in BusyPolicy],
+                        "description": "what it does if a run is in progress (docs/double-texting.md); "
+                        "default: its entity type's policy",
+                    },
+                },
+            ),
             "anyOf": [
                 {"required": ["text"], "properties": {"text": {"minLength": 1}}},
                 {"required": ["data"]},

@@ -50,8 +50,10 @@ MAX_WAIT_MS = 3_600_000
 
 def send_request(request: Request, query: Query, obj: body.JsonObject) -> Message:
     """The SendMessage of ``POST /{type}/{id}/messages``, with or without a wait."""
-    body.fields(obj, {"text", "data"})
-    message = api.SendMessageRequest(ref=path_ref(request), text=body.text(obj))
+    body.fields(obj, {"text", "data", "policy"})
+    message = api.SendMessageRequest(
+        ref=path_ref(request), text=body.text(obj), policy=body.string(obj, "policy")
+    )
     if "data" in obj:
         message.data.CopyFrom(body.json_value(obj, "data"))
     return message

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from electric_sdk import busy
 from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.versions import VERSIONING_FROM_PB
@@ -19,7 +20,7 @@ from ..core import validation as v
 from ..core.auth import Principal
 from ..core.errors import ApiError, invalid_argument
 
-__all__ = ["check_hosting", "versioning"]
+__all__ = ["busy_policy", "check_hosting", "versioning"]
 
 
 def check_hosting(
@@ -36,6 +37,7 @@ def check_hosting(
         if hosted_type_.HasField("profile"):  # checked here, so a lease never trips over it later
             v.profile_ms(hosted_type_.profile, f"{where}.types.profile")
         versioning(hosted_type_, where)
+        busy_policy(hosted_type_, where)
     if not types:
         raise invalid_argument(
             "NO_TYPES", f"{where} must name at least one entity type", field=f"{where}.types"
@@ -65,3 +67,14 @@ def versioning(hosted: rt.HostedType, where: str) -> tuple[str, int | None]:
         )
     d = hosted.upgrade_after
     return VERSIONING_FROM_PB[hosted.versioning], v.duration_ms(d.seconds, d.nanos, True, 0, field)
+
+
+def busy_policy(hosted: rt.HostedType, where: str) -> tuple[str, str]:
+    """A hosted type's double-texting policy and its messages' extra choices, as an entity's
+    record keeps them (``EntityRecord.on_busy``; electric_sdk/busy.py)."""
+    try:
+        policy = busy.parse(hosted.on_busy)
+        choices = busy.parse_choices(hosted.on_busy_choices)
+    except ValueError as exc:
+        raise invalid_argument("INVALID_BUSY_POLICY", str(exc), field=f"{where}.types.on_busy") from None
+    return (policy.value if policy else ""), busy.choices_text(choices)

@@ -34,7 +34,7 @@ from ..lifetime import Component, TaskGroup
 from ..settings import POLL, SETTLE, UPGRADE_AFTER
 from ..store.base import Commit, EntityRecord, Ref, StorageFault, Store, StoredEvent, VersionChoice, Write
 from ..store.sessions import SessionRow
-from .announcements import versioning
+from .announcements import busy_policy, versioning
 from .lease_sweep import LeaseSweep
 from .local_leases import Lease, WorkerSession, owe
 from .profiles import TypeProfiles
@@ -187,6 +187,7 @@ class Runtime(Component):
             capacity=hello.capacity,
             last_seen=self.clock.monotonic(),
             principal=principal,
+            busy={t.type: busy_policy(t, "hello") for t in hello.types},
         )
         # Its worker's other session, on any replica, ends now: its leases are no longer live.
         row = SessionRow(
@@ -222,6 +223,7 @@ class Runtime(Component):
         before = session.code_version
         session.code_version = announce.code_version
         session.types = frozenset(t.type for t in announce.types)
+        session.busy = {t.type: busy_policy(t, "announce") for t in announce.types}
         session.announced = next(self._announcements)
         await self.store.sessions.announce(session.id, tuple(sorted(session.types)), session.code_version)
         if before != session.code_version:
@@ -324,7 +326,12 @@ class Runtime(Component):
             try:
                 default = self.type_profiles.default(ref[0])
                 decide = grant(
-                    ref, record.lease_epoch, session.id, default, message_cursor.bound_version(record)
+                    ref,
+                    record.lease_epoch,
+                    session.id,
+                    default,
+                    message_cursor.bound_version(record),
+                    session.busy.get(ref[0], ("", "")),
                 )
                 outcome = await self.store.write(Write(ref, decide))
             except Refused:

@@ -39,6 +39,9 @@ class WorkerSession:
     tails: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
     # Who opened it: an announce (the worker's code changed) is checked against what it may host.
     principal: Principal = ANONYMOUS
+    # Per hosted type, its double-texting policy and choices (announcements.busy_policy): each
+    # lease granted to this session sets them on the entity's record.
+    busy: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def send(self, message: rt.ConnectResponse) -> None:
         if not self.closed:

@@ -16,7 +16,7 @@ decide function the inserts of the signals the lease was given (``Inserts``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from electric_sdk import lifecycle
@@ -39,7 +39,12 @@ from .profiles import resolve
 
 # An exec entity's output chunk: the worker bounds chunks far below this; the server enforces it.
 MAX_OUTPUT_CHARS = 64 * 1024
-_TERMINAL_RUNS = {pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_ABORTED, pb.RUN_STATUS_FAILED}
+_TERMINAL_RUNS = {
+    pb.RUN_STATUS_COMPLETED,
+    pb.RUN_STATUS_ABORTED,
+    pb.RUN_STATUS_FAILED,
+    pb.RUN_STATUS_INPUT_REQUIRED,
+}
 # Outcomes a runtime may report: not `pending` (what it settles) nor none at all.
 _UNREPORTABLE = {pb.SIGNAL_OUTCOME_UNSPECIFIED, pb.SIGNAL_OUTCOME_PENDING}
 
@@ -68,13 +73,15 @@ def grant(
     session: str,
     type_default: TypeProfile | None = None,
     seen_bound: str = "",
+    busy: tuple[str, str] = ("", ""),
 ) -> Decide:
     """Take a new lease for worker session ``session``: granted if the epoch is the one seen and
     no live runtime holds the entity (a holder whose session ended loses its lease here first,
     as ``end_lease`` with runtime_lost). The epoch grows, so every older holder is fenced off.
     The first lease fixes the profile values the spawn left to the type (``type_default``).
     ``seen_bound``: the code version the run in flight was bound to when the session was chosen
-    for it (binding.py); refused if that changed meanwhile."""
+    for it (binding.py); refused if that changed meanwhile. ``busy``: the session's type's
+    double-texting policy and choices, which the entity's messages are judged by from now on."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or current.closed or current.lease_epoch != seen_epoch:
@@ -96,7 +103,13 @@ def grant(
         epoch = base.lease_epoch + 1
         # No run is in progress under a new lease (one lost with a restart is delivered again).
         record = resolve(base, type_default).replace(
-            lease_epoch=epoch, reload_pending=False, lease_session=session, run_key="", waiting_since_ms=None
+            lease_epoch=epoch,
+            reload_pending=False,
+            lease_session=session,
+            run_key="",
+            waiting_since_ms=None,
+            on_busy=busy[0],
+            on_busy_choices=busy[1],
         )
         return Mutation(events, record, Granted(epoch))
 
@@ -298,6 +311,17 @@ _RECORDS = {
 }
 
 
+def _steered(current: EntityRecord, run: pb.RunValue, earlier: Sequence[int]) -> EntityRecord:
+    """A steering message taken by the run in progress (``ctx.take_steer``): done, never run on
+    its own, as a cancelled one (``earlier``: the messages before it still to run)."""
+    offset = run.message_offset
+    if not message_cursor.deliverable(current, offset) or offset == current.message_cursor:
+        raise Refused("MESSAGE_DONE", f"the message at offset {offset} is done or running", current)
+    if (none := message_cursor.beyond(current, offset)) is not None:
+        raise Refused("INVALID_MESSAGE_OFFSET", none, current)
+    return message_cursor.cancelled(current, message_cursor.Located(run.message_key, offset, tuple(earlier)))
+
+
 def runtime_write(
     ref: Ref, write: rt.RuntimeWrite, inserts: Inserts, unsettled: Inserts | None = None
 ) -> Decide:
@@ -367,6 +391,8 @@ def runtime_write(
                     record, run.message_offset, run.attempt, abortable, run.code_version
                 )
                 record = delegations.started(record, run.message_key)
+            elif run.status == pb.RUN_STATUS_STEERED:
+                record = _steered(current, run, write.earlier_messages)
             elif run.status in _TERMINAL_RUNS:
                 if run.status != pb.RUN_STATUS_ABORTED and _awaited(run, current):
                     run = _aborted_after_all(run)
@@ -374,8 +400,19 @@ def runtime_write(
                 # A delegating run cut short: its children are due their signal (and told so).
                 aborted = run.status == pb.RUN_STATUS_ABORTED
                 record, events = delegations.run_ended(record, run.message_key, aborted)
+                if run.status == pb.RUN_STATUS_INPUT_REQUIRED:  # the next message is its reply
+                    if len(run.question) > MAX_OUTPUT_CHARS:
+                        raise Refused(
+                            "OUTPUT_TOO_LARGE", f"a question holds at most {MAX_OUTPUT_CHARS} characters"
+                        )
+                    record = record.replace(
+                        awaiting_run=run.message_key,
+                        awaiting_offset=run.message_offset,
+                        awaiting_question=run.question,
+                        awaiting_step=run.ask_step,
+                    )
             run_key = f"run_{run.message_key}" if run.message_key else key
-            operation = INSERT if run.status == pb.RUN_STATUS_STARTED else UPDATE
+            operation = INSERT if run.status in (pb.RUN_STATUS_STARTED, pb.RUN_STATUS_STEERED) else UPDATE
             events.append(NewEvent("run", run_key, operation, event_body(pb.Event(run=run))))
             return Mutation(events, record)
         if op == "signal_outcome":

@@ -127,6 +127,18 @@ class EntityRecord(NamedTuple):
     # Runs of other entities it asked to be woken by the end of ("type/id@key@offset" of each
     # message it sent them with ``wake``), space-separated; "" none (core/child_wakes.py).
     awaited_runs: str = ""
+    # What a message does while a run is in progress (electric_sdk/busy.py), as the type of the
+    # lease's worker announced it at the last grant ("" none yet: enqueue), and the policies its
+    # messages may also choose (comma-joined): the message's own write judges it, on any replica.
+    on_busy: str = ""
+    on_busy_choices: str = ""
+    # Its last run asked for input (``ctx.ask``; a RUN_STATUS_INPUT_REQUIRED end) and no reply came
+    # yet: that run's message key ("" none) and offset, its question, and the ask's step index
+    # (where the reply's run resumes). The next message sent is the reply (entity_writes.reply).
+    awaiting_run: str = ""
+    awaiting_offset: int = 0
+    awaiting_question: str = ""
+    awaiting_step: int = 0
 
     @property
     def ref(self) -> Ref:

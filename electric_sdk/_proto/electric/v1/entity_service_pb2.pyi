@@ -404,8 +404,16 @@ class SendMessageRequest(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     idempotency_key: _builtins.str
+    policy: _builtins.str
+    """What this message does if a run of the entity is in progress: "enqueue",
+    "reject", "interrupt", "rollback" or "steer" (docs/double-texting.md);
+    unset: the entity type's policy. A type lets its messages choose "enqueue",
+    "reject" and its own policy, and any it lists in on_busy_choices; another
+    is refused with BUSY_POLICY_NOT_ALLOWED.
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     @_builtins.property
@@ -419,10 +427,11 @@ class SendMessageRequest(_message.Message):
         text: _builtins.str = ...,
         data: _struct_pb2.Value | None = ...,
         idempotency_key: _builtins.str = ...,
+        policy: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "idempotency_key", b"idempotency_key", "ref", b"ref", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "idempotency_key", b"idempotency_key", "policy", b"policy", "ref", b"ref", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,11 +446,21 @@ class SendMessageResponse(_message.Message):
     TXID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    POLICY_FIELD_NUMBER: _builtins.int
+    SIGNAL_KEY_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """The message record's key; a scoped SIGINT names it."""
     offset: _builtins.int
     txid: _builtins.int
     state: _types_pb2.State.ValueType
+    policy: _builtins.str
+    """The policy the server applied: "enqueue" when no run was in progress, else
+    the message's (or its type's) policy. A "reject" is an ENTITY_BUSY error.
+    """
+    signal_key: _builtins.str
+    """"interrupt" and "rollback": the key of the SIGINT they appended (sender:
+    the message's, reason naming the policy).
+    """
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -452,10 +471,12 @@ class SendMessageResponse(_message.Message):
         txid: _builtins.int = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         state: _types_pb2.State.ValueType = ...,
+        policy: _builtins.str = ...,
+        signal_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "offset", b"offset", "state", b"state", "txid", b"txid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "offset", b"offset", "policy", b"policy", "signal_key", b"signal_key", "state", b"state", "txid", b"txid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

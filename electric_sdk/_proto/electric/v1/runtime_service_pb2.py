@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!electric/v1/runtime_service.proto\x12\x0b\x65lectric.v1\x1a\x17\x65lectric/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n\nHostedType\x12\x0c\n\x04type\x18\x01 \x01(\t\x12%\n\x07profile\x18\x02 \x01(\x0b\x32\x14.electric.v1.Profile\x12+\n\nversioning\x18\x03 \x01(\x0e\x32\x17.electric.v1.Versioning\x12\x30\n\rupgrade_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0f\x64\x65tach_children\x18\x05 \x01(\x08\"\x83\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12&\n\x05types\x18\x02 \x03(\x0b\x32\x17.electric.v1.HostedType\x12\x14\n\x0c\x63ode_version\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pts_batches\x18\x05 \x01(\x08\"/\n\tHeartbeat\x12\"\n\x06leases\x18\x01 \x03(\x0b\x32\x12.electric.v1.Lease\"I\n\x03\x41\x63k\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"=\n\x07Release\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"o\n\nTransition\x12\x1e\n\x02to\x18\x01 \x01(\x0e\x32\x12.electric.v1.State\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\x12\x32\n\x08outcomes\x18\x03 \x03(\x0b\x32 .electric.v1.SignalOutcomeUpdate\"\x8b\x01\n\x13SignalOutcomeUpdate\x12\x12\n\nsignal_key\x18\x01 \x01(\t\x12+\n\x07outcome\x18\x02 \x01(\x0e\x32\x1a.electric.v1.SignalOutcome\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12#\n\x06signal\x18\x04 \x01(\x0e\x32\x13.electric.v1.Signal\"A\n\x0b\x43ustomEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12$\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\"\xc3\x03\n\x0cRuntimeWrite\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12#\n\x03ref\x18\x02 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12(\n\x0c\x65xpect_state\x18\x04 \x01(\x0e\x32\x12.electric.v1.State\x12\x0f\n\x07release\x18\x05 \x01(\x08\x12\x18\n\x10server_may_abort\x18\x06 \x01(\x08\x12-\n\ntransition\x18\n \x01(\x0b\x32\x17.electric.v1.TransitionH\x00\x12$\n\x03run\x18\x0b \x01(\x0b\x32\x15.electric.v1.RunValueH\x00\x12:\n\x0esignal_outcome\x18\x0c \x01(\x0b\x32 .electric.v1.SignalOutcomeUpdateH\x00\x12*\n\x06\x63ustom\x18\r \x01(\x0b\x32\x18.electric.v1.CustomEventH\x00\x12(\n\x04\x65xec\x18\x0e \x01(\x0b\x32\x18.electric.v1.ExecReceiptH\x00\x12)\n\x06output\x18\x0f \x01(\x0b\x32\x17.electric.v1.ExecOutputH\x00\x42\x04\n\x02op\"\x07\n\x05\x44rain\"=\n\x0cRequestBatch\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.electric.v1.ConnectRequest\"\xdb\x02\n\x0e\x43onnectRequest\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.electric.v1.HelloH\x00\x12+\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.electric.v1.HeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x10.electric.v1.AckH\x00\x12*\n\x05write\x18\x04 \x01(\x0b\x32\x19.electric.v1.RuntimeWriteH\x00\x12\'\n\x07release\x18\x05 \x01(\x0b\x32\x14.electric.v1.ReleaseH\x00\x12#\n\x05\x64rain\x18\x06 \x01(\x0b\x32\x12.electric.v1.DrainH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x01(\x0b\x32\x19.electric.v1.RequestBatchH\x00\x12)\n\x08\x61nnounce\x18\x08 \x01(\x0b\x32\x15.electric.v1.AnnounceH\x00\x42\x05\n\x03msg\"H\n\x08\x41nnounce\x12&\n\x05types\x18\x01 \x03(\x0b\x32\x17.electric.v1.HostedType\x12\x14\n\x0c\x63ode_version\x18\x02 \x01(\t\"n\n\x07Welcome\x12,\n\tlease_ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\";\n\x05Lease\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"m\n\x0cLeaseGranted\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12#\n\x06\x65ntity\x18\x02 \x01(\x0b\x32\x13.electric.v1.Entity\x12\x15\n\rresume_offset\x18\x03 \x01(\x04\"a\n\x08\x44\x65livery\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12!\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x12.electric.v1.Event\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\"\xb6\x01\n\x0bWriteResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12#\n\x06\x65ntity\x18\x05 \x01(\x0b\x32\x13.electric.v1.Entity\x12\x0c\n\x04txid\x18\x06 \x01(\x04\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x0cLeaseRevoked\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12\x0e\n\x06reason\x18\x02 \x01(\t\"@\n\rResponseBatch\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.electric.v1.ConnectResponse\"\xb3\x02\n\x0f\x43onnectResponse\x12\'\n\x07welcome\x18\x01 \x01(\x0b\x32\x14.electric.v1.WelcomeH\x00\x12\x32\n\rlease_granted\x18\x02 \x01(\x0b\x32\x19.electric.v1.LeaseGrantedH\x00\x12)\n\x08\x64\x65livery\x18\x03 \x01(\x0b\x32\x15.electric.v1.DeliveryH\x00\x12\x30\n\x0cwrite_result\x18\x04 \x01(\x0b\x32\x18.electric.v1.WriteResultH\x00\x12\x32\n\rlease_revoked\x18\x05 \x01(\x0b\x32\x19.electric.v1.LeaseRevokedH\x00\x12+\n\x05\x62\x61tch\x18\x06 \x01(\x0b\x32\x1a.electric.v1.ResponseBatchH\x00\x42\x05\n\x03msg2Z\n\x0eRuntimeService\x12H\n\x07\x43onnect\x12\x1b.electric.v1.ConnectRequest\x1a\x1c.electric.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!electric/v1/runtime_service.proto\x12\x0b\x65lectric.v1\x1a\x17\x65lectric/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x01\n\nHostedType\x12\x0c\n\x04type\x18\x01 \x01(\t\x12%\n\x07profile\x18\x02 \x01(\x0b\x32\x14.electric.v1.Profile\x12+\n\nversioning\x18\x03 \x01(\x0e\x32\x17.electric.v1.Versioning\x12\x30\n\rupgrade_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\x0f\x64\x65tach_children\x18\x05 \x01(\x08\x12\x0f\n\x07on_busy\x18\x06 \x01(\t\x12\x17\n\x0fon_busy_choices\x18\x07 \x03(\t\"\x83\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12&\n\x05types\x18\x02 \x03(\x0b\x32\x17.electric.v1.HostedType\x12\x14\n\x0c\x63ode_version\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pts_batches\x18\x05 \x01(\x08\"/\n\tHeartbeat\x12\"\n\x06leases\x18\x01 \x03(\x0b\x32\x12.electric.v1.Lease\"I\n\x03\x41\x63k\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"=\n\x07Release\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"o\n\nTransition\x12\x1e\n\x02to\x18\x01 \x01(\x0e\x32\x12.electric.v1.State\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\x12\x32\n\x08outcomes\x18\x03 \x03(\x0b\x32 .electric.v1.SignalOutcomeUpdate\"\x8b\x01\n\x13SignalOutcomeUpdate\x12\x12\n\nsignal_key\x18\x01 \x01(\t\x12+\n\x07outcome\x18\x02 \x01(\x0e\x32\x1a.electric.v1.SignalOutcome\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12#\n\x06signal\x18\x04 \x01(\x0e\x32\x13.electric.v1.Signal\"A\n\x0b\x43ustomEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12$\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\"\xdd\x03\n\x0cRuntimeWrite\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12#\n\x03ref\x18\x02 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12(\n\x0c\x65xpect_state\x18\x04 \x01(\x0e\x32\x12.electric.v1.State\x12\x0f\n\x07release\x18\x05 \x01(\x08\x12\x18\n\x10server_may_abort\x18\x06 \x01(\x08\x12\x18\n\x10\x65\x61rlier_messages\x18\x07 \x03(\x04\x12-\n\ntransition\x18\n \x01(\x0b\x32\x17.electric.v1.TransitionH\x00\x12$\n\x03run\x18\x0b \x01(\x0b\x32\x15.electric.v1.RunValueH\x00\x12:\n\x0esignal_outcome\x18\x0c \x01(\x0b\x32 .electric.v1.SignalOutcomeUpdateH\x00\x12*\n\x06\x63ustom\x18\r \x01(\x0b\x32\x18.electric.v1.CustomEventH\x00\x12(\n\x04\x65xec\x18\x0e \x01(\x0b\x32\x18.electric.v1.ExecReceiptH\x00\x12)\n\x06output\x18\x0f \x01(\x0b\x32\x17.electric.v1.ExecOutputH\x00\x42\x04\n\x02op\"\x07\n\x05\x44rain\"=\n\x0cRequestBatch\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.electric.v1.ConnectRequest\"\xdb\x02\n\x0e\x43onnectRequest\x12#\n\x05hello\x18\x01 \x01(\x0b\x32\x12.electric.v1.HelloH\x00\x12+\n\theartbeat\x18\x02 \x01(\x0b\x32\x16.electric.v1.HeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x10.electric.v1.AckH\x00\x12*\n\x05write\x18\x04 \x01(\x0b\x32\x19.electric.v1.RuntimeWriteH\x00\x12\'\n\x07release\x18\x05 \x01(\x0b\x32\x14.electric.v1.ReleaseH\x00\x12#\n\x05\x64rain\x18\x06 \x01(\x0b\x32\x12.electric.v1.DrainH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x01(\x0b\x32\x19.electric.v1.RequestBatchH\x00\x12)\n\x08\x61nnounce\x18\x08 \x01(\x0b\x32\x15.electric.v1.AnnounceH\x00\x42\x05\n\x03msg\"H\n\x08\x41nnounce\x12&\n\x05types\x18\x01 \x03(\x0b\x32\x17.electric.v1.HostedType\x12\x14\n\x0c\x63ode_version\x18\x02 \x01(\t\"n\n\x07Welcome\x12,\n\tlease_ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\";\n\x05Lease\x12#\n\x03ref\x18\x01 \x01(\x0b\x32\x16.electric.v1.EntityRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"m\n\x0cLeaseGranted\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12#\n\x06\x65ntity\x18\x02 \x01(\x0b\x32\x13.electric.v1.Entity\x12\x15\n\rresume_offset\x18\x03 \x01(\x04\"a\n\x08\x44\x65livery\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12!\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x12.electric.v1.Event\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\"\xb6\x01\n\x0bWriteResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0f\n\x07\x61pplied\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12#\n\x06\x65ntity\x18\x05 \x01(\x0b\x32\x13.electric.v1.Entity\x12\x0c\n\x04txid\x18\x06 \x01(\x04\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x0cLeaseRevoked\x12!\n\x05lease\x18\x01 \x01(\x0b\x32\x12.electric.v1.Lease\x12\x0e\n\x06reason\x18\x02 \x01(\t\"@\n\rResponseBatch\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.electric.v1.ConnectResponse\"\xb3\x02\n\x0f\x43onnectResponse\x12\'\n\x07welcome\x18\x01 \x01(\x0b\x32\x14.electric.v1.WelcomeH\x00\x12\x32\n\rlease_granted\x18\x02 \x01(\x0b\x32\x19.electric.v1.LeaseGrantedH\x00\x12)\n\x08\x64\x65livery\x18\x03 \x01(\x0b\x32\x15.electric.v1.DeliveryH\x00\x12\x30\n\x0cwrite_result\x18\x04 \x01(\x0b\x32\x18.electric.v1.WriteResultH\x00\x12\x32\n\rlease_revoked\x18\x05 \x01(\x0b\x32\x19.electric.v1.LeaseRevokedH\x00\x12+\n\x05\x62\x61tch\x18\x06 \x01(\x0b\x32\x1a.electric.v1.ResponseBatchH\x00\x42\x05\n\x03msg2Z\n\x0eRuntimeService\x12H\n\x07\x43onnect\x12\x1b.electric.v1.ConnectRequest\x1a\x1c.electric.v1.ConnectResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,47 +36,47 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'electric.v1.runtime_service
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HOSTEDTYPE']._serialized_start=171
-  _globals['_HOSTEDTYPE']._serialized_end=356
-  _globals['_HELLO']._serialized_start=359
-  _globals['_HELLO']._serialized_end=490
-  _globals['_HEARTBEAT']._serialized_start=492
-  _globals['_HEARTBEAT']._serialized_end=539
-  _globals['_ACK']._serialized_start=541
-  _globals['_ACK']._serialized_end=614
-  _globals['_RELEASE']._serialized_start=616
-  _globals['_RELEASE']._serialized_end=677
-  _globals['_TRANSITION']._serialized_start=679
-  _globals['_TRANSITION']._serialized_end=790
-  _globals['_SIGNALOUTCOMEUPDATE']._serialized_start=793
-  _globals['_SIGNALOUTCOMEUPDATE']._serialized_end=932
-  _globals['_CUSTOMEVENT']._serialized_start=934
-  _globals['_CUSTOMEVENT']._serialized_end=999
-  _globals['_RUNTIMEWRITE']._serialized_start=1002
-  _globals['_RUNTIMEWRITE']._serialized_end=1453
-  _globals['_DRAIN']._serialized_start=1455
-  _globals['_DRAIN']._serialized_end=1462
-  _globals['_REQUESTBATCH']._serialized_start=1464
-  _globals['_REQUESTBATCH']._serialized_end=1525
-  _globals['_CONNECTREQUEST']._serialized_start=1528
-  _globals['_CONNECTREQUEST']._serialized_end=1875
-  _globals['_ANNOUNCE']._serialized_start=1877
-  _globals['_ANNOUNCE']._serialized_end=1949
-  _globals['_WELCOME']._serialized_start=1951
-  _globals['_WELCOME']._serialized_end=2061
-  _globals['_LEASE']._serialized_start=2063
-  _globals['_LEASE']._serialized_end=2122
-  _globals['_LEASEGRANTED']._serialized_start=2124
-  _globals['_LEASEGRANTED']._serialized_end=2233
-  _globals['_DELIVERY']._serialized_start=2235
-  _globals['_DELIVERY']._serialized_end=2332
-  _globals['_WRITERESULT']._serialized_start=2335
-  _globals['_WRITERESULT']._serialized_end=2517
-  _globals['_LEASEREVOKED']._serialized_start=2519
-  _globals['_LEASEREVOKED']._serialized_end=2584
-  _globals['_RESPONSEBATCH']._serialized_start=2586
-  _globals['_RESPONSEBATCH']._serialized_end=2650
-  _globals['_CONNECTRESPONSE']._serialized_start=2653
-  _globals['_CONNECTRESPONSE']._serialized_end=2960
-  _globals['_RUNTIMESERVICE']._serialized_start=2962
-  _globals['_RUNTIMESERVICE']._serialized_end=3052
+  _globals['_HOSTEDTYPE']._serialized_end=398
+  _globals['_HELLO']._serialized_start=401
+  _globals['_HELLO']._serialized_end=532
+  _globals['_HEARTBEAT']._serialized_start=534
+  _globals['_HEARTBEAT']._serialized_end=581
+  _globals['_ACK']._serialized_start=583
+  _globals['_ACK']._serialized_end=656
+  _globals['_RELEASE']._serialized_start=658
+  _globals['_RELEASE']._serialized_end=719
+  _globals['_TRANSITION']._serialized_start=721
+  _globals['_TRANSITION']._serialized_end=832
+  _globals['_SIGNALOUTCOMEUPDATE']._serialized_start=835
+  _globals['_SIGNALOUTCOMEUPDATE']._serialized_end=974
+  _globals['_CUSTOMEVENT']._serialized_start=976
+  _globals['_CUSTOMEVENT']._serialized_end=1041
+  _globals['_RUNTIMEWRITE']._serialized_start=1044
+  _globals['_RUNTIMEWRITE']._serialized_end=1521
+  _globals['_DRAIN']._serialized_start=1523
+  _globals['_DRAIN']._serialized_end=1530
+  _globals['_REQUESTBATCH']._serialized_start=1532
+  _globals['_REQUESTBATCH']._serialized_end=1593
+  _globals['_CONNECTREQUEST']._serialized_start=1596
+  _globals['_CONNECTREQUEST']._serialized_end=1943
+  _globals['_ANNOUNCE']._serialized_start=1945
+  _globals['_ANNOUNCE']._serialized_end=2017
+  _globals['_WELCOME']._serialized_start=2019
+  _globals['_WELCOME']._serialized_end=2129
+  _globals['_LEASE']._serialized_start=2131
+  _globals['_LEASE']._serialized_end=2190
+  _globals['_LEASEGRANTED']._serialized_start=2192
+  _globals['_LEASEGRANTED']._serialized_end=2301
+  _globals['_DELIVERY']._serialized_start=2303
+  _globals['_DELIVERY']._serialized_end=2400
+  _globals['_WRITERESULT']._serialized_start=2403
+  _globals['_WRITERESULT']._serialized_end=2585
+  _globals['_LEASEREVOKED']._serialized_start=2587
+  _globals['_LEASEREVOKED']._serialized_end=2652
+  _globals['_RESPONSEBATCH']._serialized_start=2654
+  _globals['_RESPONSEBATCH']._serialized_end=2718
+  _globals['_CONNECTRESPONSE']._serialized_start=2721
+  _globals['_CONNECTRESPONSE']._serialized_end=3028
+  _globals['_RUNTIMESERVICE']._serialized_start=3030
+  _globals['_RUNTIMESERVICE']._serialized_end=3120
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,8 @@ class HostedType(_message.Message):
     VERSIONING_FIELD_NUMBER: _builtins.int
     UPGRADE_AFTER_FIELD_NUMBER: _builtins.int
     DETACH_CHILDREN_FIELD_NUMBER: _builtins.int
+    ON_BUSY_FIELD_NUMBER: _builtins.int
+    ON_BUSY_CHOICES_FIELD_NUMBER: _builtins.int
     type: _builtins.str
     versioning: _types_pb2.Versioning.ValueType
     """What happens to a run bound to this code version (it started on it)
@@ -42,6 +44,11 @@ class HostedType(_message.Message):
     stops or is killed (App.entity(children="detach")); unset: its SIGTERM and
     SIGKILL cascade to them (docs/runtime.md, Child entities).
     """
+    on_busy: _builtins.str
+    """What a message does while a run of an entity of this type is in progress
+    (App.entity(on_busy=...): "enqueue", "reject", "interrupt", "rollback"
+    or "steer"); unset: "enqueue", the RFC's rule (docs/double-texting.md).
+    """
     @_builtins.property
     def profile(self) -> _types_pb2.Profile:
         """Defaults for entities of this type spawned without a profile."""
@@ -52,6 +59,12 @@ class HostedType(_message.Message):
         replayed on the version selected for new wakes; unset: it waits for good.
         """
 
+    @_builtins.property
+    def on_busy_choices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The policies a message may choose for itself besides "enqueue", "reject"
+        and on_busy (App.entity(on_busy_choices=...)).
+        """
+
     def __init__(
         self,
         *,
@@ -60,10 +73,12 @@ class HostedType(_message.Message):
         versioning: _types_pb2.Versioning.ValueType = ...,
         upgrade_after: _duration_pb2.Duration | None = ...,
         detach_children: _builtins.bool = ...,
+        on_busy: _builtins.str = ...,
+        on_busy_choices: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["profile", b"profile", "upgrade_after", b"upgrade_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach_children", b"detach_children", "profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach_children", b"detach_children", "on_busy", b"on_busy", "on_busy_choices", b"on_busy_choices", "profile", b"profile", "type", b"type", "upgrade_after", b"upgrade_after", "versioning", b"versioning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -276,6 +291,7 @@ class RuntimeWrite(_message.Message):
     EXPECT_STATE_FIELD_NUMBER: _builtins.int
     RELEASE_FIELD_NUMBER: _builtins.int
     SERVER_MAY_ABORT_FIELD_NUMBER: _builtins.int
+    EARLIER_MESSAGES_FIELD_NUMBER: _builtins.int
     TRANSITION_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
     SIGNAL_OUTCOME_FIELD_NUMBER: _builtins.int
@@ -303,6 +319,13 @@ class RuntimeWrite(_message.Message):
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     @_builtins.property
+    def earlier_messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """With a RUN_STATUS_STEERED record: the offsets of the messages before the
+        steering one that are still to run (the run in progress's among them), so
+        the server knows which message waits newest once it is taken.
+        """
+
+    @_builtins.property
     def transition(self) -> Global___Transition: ...
     @_builtins.property
     def run(self) -> _types_pb2.RunValue: ...
@@ -323,6 +346,7 @@ class RuntimeWrite(_message.Message):
         expect_state: _types_pb2.State.ValueType = ...,
         release: _builtins.bool = ...,
         server_may_abort: _builtins.bool = ...,
+        earlier_messages: _abc.Iterable[_builtins.int] | None = ...,
         transition: Global___Transition | None = ...,
         run: _types_pb2.RunValue | None = ...,
         signal_outcome: Global___SignalOutcomeUpdate | None = ...,
@@ -332,7 +356,7 @@ class RuntimeWrite(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "exec", b"exec", "op", b"op", "output", b"output", "ref", b"ref", "run", b"run", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "release", b"release", "request_id", b"request_id", "run", b"run", "server_may_abort", b"server_may_abort", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["custom", b"custom", "earlier_messages", b"earlier_messages", "epoch", b"epoch", "exec", b"exec", "expect_state", b"expect_state", "op", b"op", "output", b"output", "ref", b"ref", "release", b"release", "request_id", b"request_id", "run", b"run", "server_may_abort", b"server_may_abort", "signal_outcome", b"signal_outcome", "transition", b"transition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["transition", "run", "signal_outcome", "custom", "exec", "output"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015

@@ -156,6 +156,15 @@ class _RunStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunStatus.V
     RUN_STATUS_COMPLETED: _RunStatus.ValueType  # 3
     RUN_STATUS_ABORTED: _RunStatus.ValueType  # 4
     RUN_STATUS_FAILED: _RunStatus.ValueType  # 5
+    RUN_STATUS_INPUT_REQUIRED: _RunStatus.ValueType  # 6
+    """The run ended asking for input (`await ctx.ask(question)`): its state and
+    steps are kept, and the next message sent to the entity is the reply, which
+    runs the same code again, replaying its steps (docs/double-texting.md).
+    """
+    RUN_STATUS_STEERED: _RunStatus.ValueType  # 7
+    """A steering message (policy "steer") taken by the run in progress through
+    ctx.take_steer: done, never run on its own (RunValue.steered_into, steered_step).
+    """
 
 class RunStatus(_RunStatus, metaclass=_RunStatusEnumTypeWrapper):
     """The status a run event reports."""
@@ -166,6 +175,15 @@ RUN_STATUS_STEP: RunStatus.ValueType  # 2
 RUN_STATUS_COMPLETED: RunStatus.ValueType  # 3
 RUN_STATUS_ABORTED: RunStatus.ValueType  # 4
 RUN_STATUS_FAILED: RunStatus.ValueType  # 5
+RUN_STATUS_INPUT_REQUIRED: RunStatus.ValueType  # 6
+"""The run ended asking for input (`await ctx.ask(question)`): its state and
+steps are kept, and the next message sent to the entity is the reply, which
+runs the same code again, replaying its steps (docs/double-texting.md).
+"""
+RUN_STATUS_STEERED: RunStatus.ValueType  # 7
+"""A steering message (policy "steer") taken by the run in progress through
+ctx.take_steer: done, never run on its own (RunValue.steered_into, steered_step).
+"""
 Global___RunStatus: _TypeAlias = RunStatus  # noqa: Y015
 
 class _ProfileField:
@@ -359,6 +377,7 @@ class Entity(_message.Message):
     BOUND_CODE_VERSION_FIELD_NUMBER: _builtins.int
     WAITING_SINCE_FIELD_NUMBER: _builtins.int
     PARENT_FIELD_NUMBER: _builtins.int
+    AWAITING_INPUT_FIELD_NUMBER: _builtins.int
     state: Global___State.ValueType
     head_offset: _builtins.int
     """The offset the next event will get; equals the number of events."""
@@ -411,6 +430,10 @@ class Entity(_message.Message):
     def parent(self) -> Global___EntityRef:
         """The entity it was spawned as a child of; unset for a root."""
 
+    @_builtins.property
+    def awaiting_input(self) -> Global___AwaitingInput:
+        """Set while the entity's last run asked for input and no reply came yet."""
+
     def __init__(
         self,
         *,
@@ -429,14 +452,40 @@ class Entity(_message.Message):
         bound_code_version: _builtins.str = ...,
         waiting_since: _timestamp_pb2.Timestamp | None = ...,
         parent: Global___EntityRef | None = ...,
+        awaiting_input: Global___AwaitingInput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "holder", b"holder", "parent", b"parent", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["awaiting_input", b"awaiting_input", "created_at", b"created_at", "holder", b"holder", "parent", b"parent", "profile", b"profile", "ref", b"ref", "stopping_deadline", b"stopping_deadline", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bound_code_version", b"bound_code_version", "closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "parent", b"parent", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["awaiting_input", b"awaiting_input", "bound_code_version", b"bound_code_version", "closed", b"closed", "created_at", b"created_at", "head_offset", b"head_offset", "holder", b"holder", "message_waiting", b"message_waiting", "parent", b"parent", "pending_profile", b"pending_profile", "profile", b"profile", "ref", b"ref", "state", b"state", "stopping_deadline", b"stopping_deadline", "txid", b"txid", "updated_at", b"updated_at", "waiting_since", b"waiting_since"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Entity: _TypeAlias = Entity  # noqa: Y015
+
+@_typing.final
+class AwaitingInput(_message.Message):
+    """A run that ended asking for input (RUN_STATUS_INPUT_REQUIRED)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_FIELD_NUMBER: _builtins.int
+    QUESTION_FIELD_NUMBER: _builtins.int
+    run: _builtins.str
+    """The asking run's message key."""
+    question: _builtins.str
+    def __init__(
+        self,
+        *,
+        run: _builtins.str = ...,
+        question: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["question", b"question", "run", b"run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AwaitingInput: _TypeAlias = AwaitingInput  # noqa: Y015
 
 @_typing.final
 class LeaseHolder(_message.Message):
@@ -600,8 +649,15 @@ class MessageValue(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    REPLY_FIELD_NUMBER: _builtins.int
+    STEER_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     sender: _builtins.str
+    steer: _builtins.bool
+    """Sent with the "steer" policy while a run was in progress: offered to that
+    run (ctx.take_steer); if the run ends without taking it, it runs as any
+    other message.
+    """
     @_builtins.property
     def data(self) -> _struct_pb2.Value:
         """Optional structured content, any JSON value."""
@@ -610,6 +666,13 @@ class MessageValue(_message.Message):
     def retry(self) -> Global___RunRetry:
         """Set on a message that runs a failed or aborted run again (RetryRun)."""
 
+    @_builtins.property
+    def reply(self) -> Global___InputReply:
+        """Set on the reply to a run that asked for input: text, data and retry are
+        then the asking run's message and where its steps resume (retry.from_step:
+        the ask's step), and this is what was sent.
+        """
+
     def __init__(
         self,
         *,
@@ -617,14 +680,43 @@ class MessageValue(_message.Message):
         data: _struct_pb2.Value | None = ...,
         sender: _builtins.str = ...,
         retry: Global___RunRetry | None = ...,
+        reply: Global___InputReply | None = ...,
+        steer: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "retry", b"retry", "sender", b"sender", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry", "sender", b"sender", "steer", b"steer", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MessageValue: _TypeAlias = MessageValue  # noqa: Y015
+
+@_typing.final
+class InputReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASK_KEY_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    ask_key: _builtins.str
+    """The asking run's message key."""
+    text: _builtins.str
+    @_builtins.property
+    def data(self) -> _struct_pb2.Value: ...
+    def __init__(
+        self,
+        *,
+        ask_key: _builtins.str = ...,
+        text: _builtins.str = ...,
+        data: _struct_pb2.Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask_key", b"ask_key", "data", b"data", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InputReply: _TypeAlias = InputReply  # noqa: Y015
 
 @_typing.final
 class RunValue(_message.Message):
@@ -638,6 +730,10 @@ class RunValue(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     MESSAGE_OFFSET_FIELD_NUMBER: _builtins.int
     CODE_VERSION_FIELD_NUMBER: _builtins.int
+    QUESTION_FIELD_NUMBER: _builtins.int
+    ASK_STEP_FIELD_NUMBER: _builtins.int
+    STEERED_INTO_FIELD_NUMBER: _builtins.int
+    STEERED_STEP_FIELD_NUMBER: _builtins.int
     message_key: _builtins.str
     """Key of the message event this run processes."""
     status: Global___RunStatus.ValueType
@@ -653,6 +749,16 @@ class RunValue(_message.Message):
     """RUN_STATUS_STARTED: the code version of the worker that started this attempt
     (the version its worker announced; empty from workers older than this field).
     """
+    question: _builtins.str
+    """RUN_STATUS_INPUT_REQUIRED: the question, and the ask's index among the
+    run's steps (where its reply's run resumes).
+    """
+    ask_step: _builtins.int
+    steered_into: _builtins.str
+    """RUN_STATUS_STEERED: the message key of the run that took this message, and
+    the step at which it did.
+    """
+    steered_step: _builtins.int
     def __init__(
         self,
         *,
@@ -664,10 +770,14 @@ class RunValue(_message.Message):
         error: _builtins.str = ...,
         message_offset: _builtins.int = ...,
         code_version: _builtins.str = ...,
+        question: _builtins.str = ...,
+        ask_step: _builtins.int = ...,
+        steered_into: _builtins.str = ...,
+        steered_step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "code_version", b"code_version", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "status", b"status", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ask_step", b"ask_step", "attempt", b"attempt", "code_version", b"code_version", "error", b"error", "message_key", b"message_key", "message_offset", b"message_offset", "output", b"output", "question", b"question", "status", b"status", "steered_into", b"steered_into", "steered_step", b"steered_step", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

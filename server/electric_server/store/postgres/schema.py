@@ -62,6 +62,12 @@ _ADDED_TYPES = {
     "parent_told": "boolean NOT NULL DEFAULT false",  # version 7
     "interrupted_runs": "text NOT NULL DEFAULT ''",  # version 8
     "awaited_runs": "text NOT NULL DEFAULT ''",  # version 8
+    "on_busy": "text NOT NULL DEFAULT ''",  # version 9
+    "on_busy_choices": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_run": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_offset": "bigint NOT NULL DEFAULT 0",  # version 9
+    "awaiting_question": "text NOT NULL DEFAULT ''",  # version 9
+    "awaiting_step": "bigint NOT NULL DEFAULT 0",  # version 9
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -273,6 +279,30 @@ ALTER TABLE entities ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN awaited_runs text NOT NULL DEFAULT '';
 ALTER TABLE commit_feed ADD COLUMN b_awaited_runs text;
 CREATE INDEX entities_awaiting ON entities (type, id) WHERE awaited_runs <> '';
+""",
+    # Each entity's double-texting policy (EntityRecord.on_busy, electric_sdk/busy.py), set at
+    # its lease grants, and the run awaiting input (EntityRecord.awaiting_run, ctx.ask).
+    # Expand-only: a replica of version 8 runs beside it (its statements name their columns;
+    # its grants leave the policy as it was, its sends enqueue).
+    9: """
+ALTER TABLE entities ADD COLUMN on_busy text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN on_busy text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN on_busy_choices text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN b_on_busy text;
+ALTER TABLE commit_feed ADD COLUMN b_on_busy_choices text;
+ALTER TABLE entities ADD COLUMN awaiting_run text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN awaiting_offset bigint NOT NULL DEFAULT 0;
+ALTER TABLE entities ADD COLUMN awaiting_question text NOT NULL DEFAULT '';
+ALTER TABLE entities ADD COLUMN awaiting_step bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN awaiting_run text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaiting_offset bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN awaiting_question text NOT NULL DEFAULT '';
+ALTER TABLE commit_feed ADD COLUMN awaiting_step bigint NOT NULL DEFAULT 0;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_run text;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_offset bigint;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_question text;
+ALTER TABLE commit_feed ADD COLUMN b_awaiting_step bigint;
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

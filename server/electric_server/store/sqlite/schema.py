@@ -77,6 +77,12 @@ _ENTITY_DEFINITIONS = {
     "parent_told": "INTEGER NOT NULL DEFAULT 0",
     "interrupted_runs": "TEXT NOT NULL DEFAULT ''",
     "awaited_runs": "TEXT NOT NULL DEFAULT ''",
+    "on_busy": "TEXT NOT NULL DEFAULT ''",
+    "on_busy_choices": "TEXT NOT NULL DEFAULT ''",
+    "awaiting_run": "TEXT NOT NULL DEFAULT ''",
+    "awaiting_offset": "INTEGER NOT NULL DEFAULT 0",
+    "awaiting_question": "TEXT NOT NULL DEFAULT ''",
+    "awaiting_step": "INTEGER NOT NULL DEFAULT 0",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)

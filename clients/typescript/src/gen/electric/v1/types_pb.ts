@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/types.proto.
  */
 export const file_electric_v1_types: GenFile = /*@__PURE__*/
-  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIq8ECgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEEjIKD3BlbmRpbmdfcHJvZmlsZRgKIAMoDjIZLmVsZWN0cmljLnYxLlByb2ZpbGVGaWVsZBIXCg9tZXNzYWdlX3dhaXRpbmcYCyABKAgSKAoGaG9sZGVyGAwgASgLMhguZWxlY3RyaWMudjEuTGVhc2VIb2xkZXISGgoSYm91bmRfY29kZV92ZXJzaW9uGA0gASgJEjEKDXdhaXRpbmdfc2luY2UYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBhcmVudBgPIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiJRCgtMZWFzZUhvbGRlchIRCgl3b3JrZXJfaWQYASABKAkSDwoHc2Vzc2lvbhgCIAEoCRIPCgdyZXBsaWNhGAMgASgJEg0KBWVwb2NoGAQgASgEInYKDEV2ZW50SGVhZGVycxIpCglvcGVyYXRpb24YASABKA4yFi5lbGVjdHJpYy52MS5PcGVyYXRpb24SLQoJdGltZXN0YW1wGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAMgASgEIrMCCgtTaWduYWxWYWx1ZRIjCgZzaWduYWwYASABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGc2VuZGVyGAIgASgJEg4KBnJlYXNvbhgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEisKB291dGNvbWUYBSABKA4yGi5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lEg4KBmRldGFpbBgGIAEoCRIqCg5wcmV2aW91c19zdGF0ZRgHIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEiUKCW5ld19zdGF0ZRgIIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEhMKC21lc3NhZ2Vfa2V5GAkgASgJEhEKCWludGVycnVwdBgKIAEoCCKsAQoKU3RhdGVWYWx1ZRIhCgVzdGF0ZRgBIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEioKDnByZXZpb3VzX3N0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDQoFY2F1c2UYAyABKAkSEgoKc2lnbmFsX2tleRgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieAoMTWVzc2FnZVZhbHVlEgwKBHRleHQYASABKAkSJAoEZGF0YRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIOCgZzZW5kZXIYAyABKAkSJAoFcmV0cnkYBCABKAsyFS5lbGVjdHJpYy52MS5SdW5SZXRyeSKzAQoIUnVuVmFsdWUSEwoLbWVzc2FnZV9rZXkYASABKAkSJgoGc3RhdHVzGAIgASgOMhYuZWxlY3RyaWMudjEuUnVuU3RhdHVzEgwKBHN0ZXAYAyABKAkSDgoGb3V0cHV0GAQgASgJEg8KB2F0dGVtcHQYBSABKA0SDQoFZXJyb3IYBiABKAkSFgoObWVzc2FnZV9vZmZzZXQYByABKAQSFAoMY29kZV92ZXJzaW9uGAggASgJIjMKC0N1c3RvbVZhbHVlEiQKBGRhdGEYASABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUifQoRUHJvY2Vzc0dlbmVyYXRpb24SDwoHdGFza19pZBgBIAEoCRISCgpnZW5lcmF0aW9uGAIgASgEEgsKA3BpZBgDIAEoBRISCgpzdGFydF90aW1lGAQgASgEEg8KB2Jvb3RfaWQYBSABKAkSEQoJd29ya2VyX2lkGAYgASgJItsDCgtFeGVjUmVjZWlwdBIPCgd0YXNrX2lkGAEgASgJEjIKCmdlbmVyYXRpb24YAiABKAsyHi5lbGVjdHJpYy52MS5Qcm9jZXNzR2VuZXJhdGlvbhInCgZhY3Rpb24YAyABKA4yFy5lbGVjdHJpYy52MS5FeGVjQWN0aW9uEhMKC2FjdGlvbl9uYW1lGAQgASgJEjEKC2Rpc3Bvc2l0aW9uGAUgASgOMhwuZWxlY3RyaWMudjEuRXhlY0Rpc3Bvc2l0aW9uEi0KCWlzc3VlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWVzY2FsYXRlZBgIIAEoCBIOCgZyZWFzb24YCSABKAkSDwoHYmFja2VuZBgKIAEoCRISCgpzaWduYWxfa2V5GAsgASgJEhgKC2V4aXRfc3RhdHVzGAwgASgFSACIAQESKgoHdGltZW91dBgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgVncm91cBgOIAEoCBIMCgR0YWdzGA8gAygJQg4KDF9leGl0X3N0YXR1cyJ5CgpFeGVjT3V0cHV0Eg8KB3Rhc2tfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoBBIOCgZzdHJlYW0YAyABKAkSDAoEdGV4dBgEIAEoCRIRCgl0cnVuY2F0ZWQYBSABKAgSFQoNZHJvcHBlZF9ieXRlcxgGIAEoBCKSAwoFRXZlbnQSDgoGb2Zmc2V0GAEgASgEEgwKBHR5cGUYAiABKAkSCwoDa2V5GAMgASgJEioKB2hlYWRlcnMYBCABKAsyGS5lbGVjdHJpYy52MS5FdmVudEhlYWRlcnMSKgoGc2lnbmFsGAogASgLMhguZWxlY3RyaWMudjEuU2lnbmFsVmFsdWVIABIoCgVzdGF0ZRgLIAEoCzIXLmVsZWN0cmljLnYxLlN0YXRlVmFsdWVIABIsCgdtZXNzYWdlGAwgASgLMhkuZWxlY3RyaWMudjEuTWVzc2FnZVZhbHVlSAASJAoDcnVuGA0gASgLMhUuZWxlY3RyaWMudjEuUnVuVmFsdWVIABIqCgZjdXN0b20YDiABKAsyGC5lbGVjdHJpYy52MS5DdXN0b21WYWx1ZUgAEigKBGV4ZWMYDyABKAsyGC5lbGVjdHJpYy52MS5FeGVjUmVjZWlwdEgAEikKBm91dHB1dBgQIAEoCzIXLmVsZWN0cmljLnYxLkV4ZWNPdXRwdXRIAEIHCgV2YWx1ZSJqCghSdW5SZXRyeRITCgttZXNzYWdlX2tleRgBIAEoCRIWCg5tZXNzYWdlX29mZnNldBgCIAEoBBIRCglmcm9tX3N0ZXAYAyABKA0SDgoGc2VuZGVyGAQgASgJEg4KBnJlYXNvbhgFIAEoCSqpAQoGU2lnbmFsEhYKElNJR05BTF9VTlNQRUNJRklFRBAAEhEKDVNJR05BTF9TSUdJTlQQARIRCg1TSUdOQUxfU0lHSFVQEAISEgoOU0lHTkFMX1NJR1RFUk0QAxISCg5TSUdOQUxfU0lHS0lMTBAEEhIKDlNJR05BTF9TSUdTVE9QEAUSEgoOU0lHTkFMX1NJR0NPTlQQBhIRCg1TSUdOQUxfU0lHVVNSEAcqoAEKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASEgoOU1RBVEVfU1BBV05JTkcQARIRCg1TVEFURV9SVU5OSU5HEAISDgoKU1RBVEVfSURMRRADEhAKDFNUQVRFX1BBVVNFRBAEEhIKDlNUQVRFX1NUT1BQSU5HEAUSEQoNU1RBVEVfU1RPUFBFRBAGEhAKDFNUQVRFX0tJTExFRBAHKoQCCg1TaWduYWxPdXRjb21lEh4KGlNJR05BTF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGgoWU0lHTkFMX09VVENPTUVfUEVORElORxABEh8KG1NJR05BTF9PVVRDT01FX1RSQU5TSVRJT05FRBACEhoKFlNJR05BTF9PVVRDT01FX0lHTk9SRUQQAxIcChhTSUdOQUxfT1VUQ09NRV9ERUxJVkVSRUQQBBIaChZTSUdOQUxfT1VUQ09NRV9BQk9SVEVEEAUSJQohU0lHTkFMX09VVENPTUVfU0hVVERPV05fUkVRVUVTVEVEEAYSGQoVU0lHTkFMX09VVENPTUVfRkFJTEVEEAcqaAoJT3BlcmF0aW9uEhkKFU9QRVJBVElPTl9VTlNQRUNJRklFRBAAEhQKEE9QRVJBVElPTl9JTlNFUlQQARIUChBPUEVSQVRJT05fVVBEQVRFEAISFAoQT1BFUkFUSU9OX0RFTEVURRADKp0BCglSdW5TdGF0dXMSGgoWUlVOX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKElJVTl9TVEFUVVNfU1RBUlRFRBABEhMKD1JVTl9TVEFUVVNfU1RFUBACEhgKFFJVTl9TVEFUVVNfQ09NUExFVEVEEAMSFgoSUlVOX1NUQVRVU19BQk9SVEVEEAQSFQoRUlVOX1NUQVRVU19GQUlMRUQQBSptCgxQcm9maWxlRmllbGQSHQoZUFJPRklMRV9GSUVMRF9VTlNQRUNJRklFRBAAEh4KGlBST0ZJTEVfRklFTERfR1JBQ0VfUEVSSU9EEAESHgoaUFJPRklMRV9GSUVMRF9JRExFX1RJTUVPVVQQAiq5AQoKRXhlY0FjdGlvbhIbChdFWEVDX0FDVElPTl9VTlNQRUNJRklFRBAAEhUKEUVYRUNfQUNUSU9OX1NUQVJUEAESGAoURVhFQ19BQ1RJT05fR1JBQ0VGVUwQAhIVChFFWEVDX0FDVElPTl9GT1JDRRADEhcKE0VYRUNfQUNUSU9OX0ZPUldBUkQQBBIUChBFWEVDX0FDVElPTl9FWElUEAUSFwoTRVhFQ19BQ1RJT05fUkVDT1ZFUhAGKqgBCg9FeGVjRGlzcG9zaXRpb24SIAocRVhFQ19ESVNQT1NJVElPTl9VTlNQRUNJRklFRBAAEhsKF0VYRUNfRElTUE9TSVRJT05fSVNTVUVEEAESGQoVRVhFQ19ESVNQT1NJVElPTl9IRUxEEAISHAoYRVhFQ19ESVNQT1NJVElPTl9SRUZVU0VEEAMSHQoZRVhFQ19ESVNQT1NJVElPTl9PQlNFUlZFRBAEKlwKClZlcnNpb25pbmcSGgoWVkVSU0lPTklOR19VTlNQRUNJRklFRBAAEhUKEVZFUlNJT05JTkdfUElOTkVEEAESGwoXVkVSU0lPTklOR19BVVRPX1VQR1JBREUQAmIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChdlbGVjdHJpYy92MS90eXBlcy5wcm90bxILZWxlY3RyaWMudjEiJQoJRW50aXR5UmVmEgwKBHR5cGUYASABKAkSCgoCaWQYAiABKAkiawoHUHJvZmlsZRIvCgxncmFjZV9wZXJpb2QYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLwoMaWRsZV90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIuMECgZFbnRpdHkSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEiEKBXN0YXRlGAIgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoHcHJvZmlsZRgDIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLaGVhZF9vZmZzZXQYBiABKAQSDgoGY2xvc2VkGAcgASgIEjUKEXN0b3BwaW5nX2RlYWRsaW5lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgR0eGlkGAkgASgEEjIKD3BlbmRpbmdfcHJvZmlsZRgKIAMoDjIZLmVsZWN0cmljLnYxLlByb2ZpbGVGaWVsZBIXCg9tZXNzYWdlX3dhaXRpbmcYCyABKAgSKAoGaG9sZGVyGAwgASgLMhguZWxlY3RyaWMudjEuTGVhc2VIb2xkZXISGgoSYm91bmRfY29kZV92ZXJzaW9uGA0gASgJEjEKDXdhaXRpbmdfc2luY2UYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKBnBhcmVudBgPIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIyCg5hd2FpdGluZ19pbnB1dBgQIAEoCzIaLmVsZWN0cmljLnYxLkF3YWl0aW5nSW5wdXQiLgoNQXdhaXRpbmdJbnB1dBILCgNydW4YASABKAkSEAoIcXVlc3Rpb24YAiABKAkiUQoLTGVhc2VIb2xkZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3Nlc3Npb24YAiABKAkSDwoHcmVwbGljYRgDIAEoCRINCgVlcG9jaBgEIAEoBCJ2CgxFdmVudEhlYWRlcnMSKQoJb3BlcmF0aW9uGAEgASgOMhYuZWxlY3RyaWMudjEuT3BlcmF0aW9uEi0KCXRpbWVzdGFtcBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEdHhpZBgDIAEoBCKzAgoLU2lnbmFsVmFsdWUSIwoGc2lnbmFsGAEgASgOMhMuZWxlY3RyaWMudjEuU2lnbmFsEg4KBnNlbmRlchgCIAEoCRIOCgZyZWFzb24YAyABKAkSJwoHcGF5bG9hZBgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIrCgdvdXRjb21lGAUgASgOMhouZWxlY3RyaWMudjEuU2lnbmFsT3V0Y29tZRIOCgZkZXRhaWwYBiABKAkSKgoOcHJldmlvdXNfc3RhdGUYByABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIlCgluZXdfc3RhdGUYCCABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRITCgttZXNzYWdlX2tleRgJIAEoCRIRCglpbnRlcnJ1cHQYCiABKAgirAEKClN0YXRlVmFsdWUSIQoFc3RhdGUYASABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEg0KBWNhdXNlGAMgASgJEhIKCnNpZ25hbF9rZXkYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIq8BCgxNZXNzYWdlVmFsdWUSDAoEdGV4dBgBIAEoCRIkCgRkYXRhGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEg4KBnNlbmRlchgDIAEoCRIkCgVyZXRyeRgEIAEoCzIVLmVsZWN0cmljLnYxLlJ1blJldHJ5EiYKBXJlcGx5GAUgASgLMhcuZWxlY3RyaWMudjEuSW5wdXRSZXBseRINCgVzdGVlchgGIAEoCCJRCgpJbnB1dFJlcGx5Eg8KB2Fza19rZXkYASABKAkSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIoMCCghSdW5WYWx1ZRITCgttZXNzYWdlX2tleRgBIAEoCRImCgZzdGF0dXMYAiABKA4yFi5lbGVjdHJpYy52MS5SdW5TdGF0dXMSDAoEc3RlcBgDIAEoCRIOCgZvdXRwdXQYBCABKAkSDwoHYXR0ZW1wdBgFIAEoDRINCgVlcnJvchgGIAEoCRIWCg5tZXNzYWdlX29mZnNldBgHIAEoBBIUCgxjb2RlX3ZlcnNpb24YCCABKAkSEAoIcXVlc3Rpb24YCSABKAkSEAoIYXNrX3N0ZXAYCiABKA0SFAoMc3RlZXJlZF9pbnRvGAsgASgJEhQKDHN0ZWVyZWRfc3RlcBgMIAEoDSIzCgtDdXN0b21WYWx1ZRIkCgRkYXRhGAEgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIn0KEVByb2Nlc3NHZW5lcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEgoKZ2VuZXJhdGlvbhgCIAEoBBILCgNwaWQYAyABKAUSEgoKc3RhcnRfdGltZRgEIAEoBBIPCgdib290X2lkGAUgASgJEhEKCXdvcmtlcl9pZBgGIAEoCSLbAwoLRXhlY1JlY2VpcHQSDwoHdGFza19pZBgBIAEoCRIyCgpnZW5lcmF0aW9uGAIgASgLMh4uZWxlY3RyaWMudjEuUHJvY2Vzc0dlbmVyYXRpb24SJwoGYWN0aW9uGAMgASgOMhcuZWxlY3RyaWMudjEuRXhlY0FjdGlvbhITCgthY3Rpb25fbmFtZRgEIAEoCRIxCgtkaXNwb3NpdGlvbhgFIAEoDjIcLmVsZWN0cmljLnYxLkV4ZWNEaXNwb3NpdGlvbhItCglpc3N1ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCgllc2NhbGF0ZWQYCCABKAgSDgoGcmVhc29uGAkgASgJEg8KB2JhY2tlbmQYCiABKAkSEgoKc2lnbmFsX2tleRgLIAEoCRIYCgtleGl0X3N0YXR1cxgMIAEoBUgAiAEBEioKB3RpbWVvdXQYDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFZ3JvdXAYDiABKAgSDAoEdGFncxgPIAMoCUIOCgxfZXhpdF9zdGF0dXMieQoKRXhlY091dHB1dBIPCgd0YXNrX2lkGAEgASgJEhIKCmdlbmVyYXRpb24YAiABKAQSDgoGc3RyZWFtGAMgASgJEgwKBHRleHQYBCABKAkSEQoJdHJ1bmNhdGVkGAUgASgIEhUKDWRyb3BwZWRfYnl0ZXMYBiABKAQikgMKBUV2ZW50Eg4KBm9mZnNldBgBIAEoBBIMCgR0eXBlGAIgASgJEgsKA2tleRgDIAEoCRIqCgdoZWFkZXJzGAQgASgLMhkuZWxlY3RyaWMudjEuRXZlbnRIZWFkZXJzEioKBnNpZ25hbBgKIAEoCzIYLmVsZWN0cmljLnYxLlNpZ25hbFZhbHVlSAASKAoFc3RhdGUYCyABKAsyFy5lbGVjdHJpYy52MS5TdGF0ZVZhbHVlSAASLAoHbWVzc2FnZRgMIAEoCzIZLmVsZWN0cmljLnYxLk1lc3NhZ2VWYWx1ZUgAEiQKA3J1bhgNIAEoCzIVLmVsZWN0cmljLnYxLlJ1blZhbHVlSAASKgoGY3VzdG9tGA4gASgLMhguZWxlY3RyaWMudjEuQ3VzdG9tVmFsdWVIABIoCgRleGVjGA8gASgLMhguZWxlY3RyaWMudjEuRXhlY1JlY2VpcHRIABIpCgZvdXRwdXQYECABKAsyFy5lbGVjdHJpYy52MS5FeGVjT3V0cHV0SABCBwoFdmFsdWUiagoIUnVuUmV0cnkSEwoLbWVzc2FnZV9rZXkYASABKAkSFgoObWVzc2FnZV9vZmZzZXQYAiABKAQSEQoJZnJvbV9zdGVwGAMgASgNEg4KBnNlbmRlchgEIAEoCRIOCgZyZWFzb24YBSABKAkqqQEKBlNpZ25hbBIWChJTSUdOQUxfVU5TUEVDSUZJRUQQABIRCg1TSUdOQUxfU0lHSU5UEAESEQoNU0lHTkFMX1NJR0hVUBACEhIKDlNJR05BTF9TSUdURVJNEAMSEgoOU0lHTkFMX1NJR0tJTEwQBBISCg5TSUdOQUxfU0lHU1RPUBAFEhIKDlNJR05BTF9TSUdDT05UEAYSEQoNU0lHTkFMX1NJR1VTUhAHKqABCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhIKDlNUQVRFX1NQQVdOSU5HEAESEQoNU1RBVEVfUlVOTklORxACEg4KClNUQVRFX0lETEUQAxIQCgxTVEFURV9QQVVTRUQQBBISCg5TVEFURV9TVE9QUElORxAFEhEKDVNUQVRFX1NUT1BQRUQQBhIQCgxTVEFURV9LSUxMRUQQByqEAgoNU2lnbmFsT3V0Y29tZRIeChpTSUdOQUxfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhoKFlNJR05BTF9PVVRDT01FX1BFTkRJTkcQARIfChtTSUdOQUxfT1VUQ09NRV9UUkFOU0lUSU9ORUQQAhIaChZTSUdOQUxfT1VUQ09NRV9JR05PUkVEEAMSHAoYU0lHTkFMX09VVENPTUVfREVMSVZFUkVEEAQSGgoWU0lHTkFMX09VVENPTUVfQUJPUlRFRBAFEiUKIVNJR05BTF9PVVRDT01FX1NIVVRET1dOX1JFUVVFU1RFRBAGEhkKFVNJR05BTF9PVVRDT01FX0ZBSUxFRBAHKmgKCU9wZXJhdGlvbhIZChVPUEVSQVRJT05fVU5TUEVDSUZJRUQQABIUChBPUEVSQVRJT05fSU5TRVJUEAESFAoQT1BFUkFUSU9OX1VQREFURRACEhQKEE9QRVJBVElPTl9ERUxFVEUQAyrUAQoJUnVuU3RhdHVzEhoKFlJVTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIWChJSVU5fU1RBVFVTX1NUQVJURUQQARITCg9SVU5fU1RBVFVTX1NURVAQAhIYChRSVU5fU1RBVFVTX0NPTVBMRVRFRBADEhYKElJVTl9TVEFUVVNfQUJPUlRFRBAEEhUKEVJVTl9TVEFUVVNfRkFJTEVEEAUSHQoZUlVOX1NUQVRVU19JTlBVVF9SRVFVSVJFRBAGEhYKElJVTl9TVEFUVVNfU1RFRVJFRBAHKm0KDFByb2ZpbGVGaWVsZBIdChlQUk9GSUxFX0ZJRUxEX1VOU1BFQ0lGSUVEEAASHgoaUFJPRklMRV9GSUVMRF9HUkFDRV9QRVJJT0QQARIeChpQUk9GSUxFX0ZJRUxEX0lETEVfVElNRU9VVBACKrkBCgpFeGVjQWN0aW9uEhsKF0VYRUNfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFQoRRVhFQ19BQ1RJT05fU1RBUlQQARIYChRFWEVDX0FDVElPTl9HUkFDRUZVTBACEhUKEUVYRUNfQUNUSU9OX0ZPUkNFEAMSFwoTRVhFQ19BQ1RJT05fRk9SV0FSRBAEEhQKEEVYRUNfQUNUSU9OX0VYSVQQBRIXChNFWEVDX0FDVElPTl9SRUNPVkVSEAYqqAEKD0V4ZWNEaXNwb3NpdGlvbhIgChxFWEVDX0RJU1BPU0lUSU9OX1VOU1BFQ0lGSUVEEAASGwoXRVhFQ19ESVNQT1NJVElPTl9JU1NVRUQQARIZChVFWEVDX0RJU1BPU0lUSU9OX0hFTEQQAhIcChhFWEVDX0RJU1BPU0lUSU9OX1JFRlVTRUQQAxIdChlFWEVDX0RJU1BPU0lUSU9OX09CU0VSVkVEEAQqXAoKVmVyc2lvbmluZxIaChZWRVJTSU9OSU5HX1VOU1BFQ0lGSUVEEAASFQoRVkVSU0lPTklOR19QSU5ORUQQARIbChdWRVJTSU9OSU5HX0FVVE9fVVBHUkFERRACYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * `{entity_type}/{instance_id}`. Both parts match [A-Za-z0-9_.-]{1,128}.
@@ -175,6 +175,13 @@ export type Entity = Message<"electric.v1.Entity"> & {
    * @generated from field: electric.v1.EntityRef parent = 15;
    */
   parent?: EntityRef | undefined;
+
+  /**
+   * Set while the entity's last run asked for input and no reply came yet.
+   *
+   * @generated from field: electric.v1.AwaitingInput awaiting_input = 16;
+   */
+  awaitingInput?: AwaitingInput | undefined;
 };
 
 /**
@@ -183,6 +190,32 @@ export type Entity = Message<"electric.v1.Entity"> & {
  */
 export const EntitySchema: GenMessage<Entity> = /*@__PURE__*/
   messageDesc(file_electric_v1_types, 2);
+
+/**
+ * A run that ended asking for input (RUN_STATUS_INPUT_REQUIRED).
+ *
+ * @generated from message electric.v1.AwaitingInput
+ */
+export type AwaitingInput = Message<"electric.v1.AwaitingInput"> & {
+  /**
+   * The asking run's message key.
+   *
+   * @generated from field: string run = 1;
+   */
+  run: string;
+
+  /**
+   * @generated from field: string question = 2;
+   */
+  question: string;
+};
+
+/**
+ * Describes the message electric.v1.AwaitingInput.
+ * Use `create(AwaitingInputSchema)` to create a new message.
+ */
+export const AwaitingInputSchema: GenMessage<AwaitingInput> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 3);
 
 /**
  * Who holds an entity's lease: the worker runtime that hosts it now.
@@ -225,7 +258,7 @@ export type LeaseHolder = Message<"electric.v1.LeaseHolder"> & {
  * Use `create(LeaseHolderSchema)` to create a new message.
  */
 export const LeaseHolderSchema: GenMessage<LeaseHolder> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 3);
+  messageDesc(file_electric_v1_types, 4);
 
 /**
  * @generated from message electric.v1.EventHeaders
@@ -254,7 +287,7 @@ export type EventHeaders = Message<"electric.v1.EventHeaders"> & {
  * Use `create(EventHeadersSchema)` to create a new message.
  */
 export const EventHeadersSchema: GenMessage<EventHeaders> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 4);
+  messageDesc(file_electric_v1_types, 5);
 
 /**
  * @generated from message electric.v1.SignalValue
@@ -330,7 +363,7 @@ export type SignalValue = Message<"electric.v1.SignalValue"> & {
  * Use `create(SignalValueSchema)` to create a new message.
  */
 export const SignalValueSchema: GenMessage<SignalValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 5);
+  messageDesc(file_electric_v1_types, 6);
 
 /**
  * @generated from message electric.v1.StateValue
@@ -373,7 +406,7 @@ export type StateValue = Message<"electric.v1.StateValue"> & {
  * Use `create(StateValueSchema)` to create a new message.
  */
 export const StateValueSchema: GenMessage<StateValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 6);
+  messageDesc(file_electric_v1_types, 7);
 
 /**
  * @generated from message electric.v1.MessageValue
@@ -402,6 +435,24 @@ export type MessageValue = Message<"electric.v1.MessageValue"> & {
    * @generated from field: electric.v1.RunRetry retry = 4;
    */
   retry?: RunRetry | undefined;
+
+  /**
+   * Set on the reply to a run that asked for input: text, data and retry are
+   * then the asking run's message and where its steps resume (retry.from_step:
+   * the ask's step), and this is what was sent.
+   *
+   * @generated from field: electric.v1.InputReply reply = 5;
+   */
+  reply?: InputReply | undefined;
+
+  /**
+   * Sent with the "steer" policy while a run was in progress: offered to that
+   * run (ctx.take_steer); if the run ends without taking it, it runs as any
+   * other message.
+   *
+   * @generated from field: bool steer = 6;
+   */
+  steer: boolean;
 };
 
 /**
@@ -409,7 +460,36 @@ export type MessageValue = Message<"electric.v1.MessageValue"> & {
  * Use `create(MessageValueSchema)` to create a new message.
  */
 export const MessageValueSchema: GenMessage<MessageValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 7);
+  messageDesc(file_electric_v1_types, 8);
+
+/**
+ * @generated from message electric.v1.InputReply
+ */
+export type InputReply = Message<"electric.v1.InputReply"> & {
+  /**
+   * The asking run's message key.
+   *
+   * @generated from field: string ask_key = 1;
+   */
+  askKey: string;
+
+  /**
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * @generated from field: google.protobuf.Value data = 3;
+   */
+  data?: Value | undefined;
+};
+
+/**
+ * Describes the message electric.v1.InputReply.
+ * Use `create(InputReplySchema)` to create a new message.
+ */
+export const InputReplySchema: GenMessage<InputReply> = /*@__PURE__*/
+  messageDesc(file_electric_v1_types, 9);
 
 /**
  * @generated from message electric.v1.RunValue
@@ -465,6 +545,32 @@ export type RunValue = Message<"electric.v1.RunValue"> & {
    * @generated from field: string code_version = 8;
    */
   codeVersion: string;
+
+  /**
+   * RUN_STATUS_INPUT_REQUIRED: the question, and the ask's index among the
+   * run's steps (where its reply's run resumes).
+   *
+   * @generated from field: string question = 9;
+   */
+  question: string;
+
+  /**
+   * @generated from field: uint32 ask_step = 10;
+   */
+  askStep: number;
+
+  /**
+   * RUN_STATUS_STEERED: the message key of the run that took this message, and
+   * the step at which it did.
+   *
+   * @generated from field: string steered_into = 11;
+   */
+  steeredInto: string;
+
+  /**
+   * @generated from field: uint32 steered_step = 12;
+   */
+  steeredStep: number;
 };
 
 /**
@@ -472,7 +578,7 @@ export type RunValue = Message<"electric.v1.RunValue"> & {
  * Use `create(RunValueSchema)` to create a new message.
  */
 export const RunValueSchema: GenMessage<RunValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 8);
+  messageDesc(file_electric_v1_types, 10);
 
 /**
  * An entity-defined event; `Event.type` carries its type name.
@@ -491,7 +597,7 @@ export type CustomValue = Message<"electric.v1.CustomValue"> & {
  * Use `create(CustomValueSchema)` to create a new message.
  */
 export const CustomValueSchema: GenMessage<CustomValue> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 9);
+  messageDesc(file_electric_v1_types, 11);
 
 /**
  * The evidence that pins one generation of an exec entity's process.
@@ -547,7 +653,7 @@ export type ProcessGeneration = Message<"electric.v1.ProcessGeneration"> & {
  * Use `create(ProcessGenerationSchema)` to create a new message.
  */
 export const ProcessGenerationSchema: GenMessage<ProcessGeneration> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 10);
+  messageDesc(file_electric_v1_types, 12);
 
 /**
  * One act on (or observation of) an exec entity's process.
@@ -656,7 +762,7 @@ export type ExecReceipt = Message<"electric.v1.ExecReceipt"> & {
  * Use `create(ExecReceiptSchema)` to create a new message.
  */
 export const ExecReceiptSchema: GenMessage<ExecReceipt> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 11);
+  messageDesc(file_electric_v1_types, 13);
 
 /**
  * A bounded chunk of an exec entity's stdout or stderr.
@@ -706,7 +812,7 @@ export type ExecOutput = Message<"electric.v1.ExecOutput"> & {
  * Use `create(ExecOutputSchema)` to create a new message.
  */
 export const ExecOutputSchema: GenMessage<ExecOutput> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 12);
+  messageDesc(file_electric_v1_types, 14);
 
 /**
  * One record of an entity's stream, in the RFC's shape plus its offset.
@@ -793,7 +899,7 @@ export type Event = Message<"electric.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 13);
+  messageDesc(file_electric_v1_types, 15);
 
 /**
  * What a retried run's message names: the run it runs again, from which step.
@@ -838,7 +944,7 @@ export type RunRetry = Message<"electric.v1.RunRetry"> & {
  * Use `create(RunRetrySchema)` to create a new message.
  */
 export const RunRetrySchema: GenMessage<RunRetry> = /*@__PURE__*/
-  messageDesc(file_electric_v1_types, 14);
+  messageDesc(file_electric_v1_types, 16);
 
 /**
  * The seven lifecycle signals of the `signal` verb RFC.
@@ -1083,6 +1189,23 @@ export enum RunStatus {
    * @generated from enum value: RUN_STATUS_FAILED = 5;
    */
   FAILED = 5,
+
+  /**
+   * The run ended asking for input (`await ctx.ask(question)`): its state and
+   * steps are kept, and the next message sent to the entity is the reply, which
+   * runs the same code again, replaying its steps (docs/double-texting.md).
+   *
+   * @generated from enum value: RUN_STATUS_INPUT_REQUIRED = 6;
+   */
+  INPUT_REQUIRED = 6,
+
+  /**
+   * A steering message (policy "steer") taken by the run in progress through
+   * ctx.take_steer: done, never run on its own (RunValue.steered_into, steered_step).
+   *
+   * @generated from enum value: RUN_STATUS_STEERED = 7;
+   */
+  STEERED = 7,
 }
 
 /**
