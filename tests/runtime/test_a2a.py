@@ -23,6 +23,7 @@ from a2a.utils.errors import (
     InvalidParamsError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
+    TaskNotFoundError,
     UnsupportedOperationError,
 )
 
@@ -65,6 +66,10 @@ def _app() -> App:
                 ctx.output.write("thinking")
                 await ctx.emit("in_step", None)
                 await ctx.step("model", anyio.sleep, 3600)
+            if message.text == "ask":
+                name = await ctx.ask("your name?")
+                ctx.output.write(f"hello {name}")
+                return
             ctx.output.write(f"echo: {message.text}")
 
     return app
@@ -98,9 +103,13 @@ async def _client(
             yield client
 
 
-def _message(text: str, context_id: str = "") -> a2a.SendMessageRequest:
+def _message(text: str, context_id: str = "", task_id: str = "") -> a2a.SendMessageRequest:
     message = a2a.Message(
-        message_id=uuid.uuid4().hex, role=a2a.ROLE_USER, parts=[a2a.Part(text=text)], context_id=context_id
+        message_id=uuid.uuid4().hex,
+        role=a2a.ROLE_USER,
+        parts=[a2a.Part(text=text)],
+        context_id=context_id,
+        task_id=task_id,
     )
     return a2a.SendMessageRequest(message=message)
 
@@ -305,3 +314,52 @@ def test_a2a_needs_the_http_door(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="--a2a needs --http"):
         ElectricServer(ServerConfig(data_dir=tmp_path, a2a=True))
+
+
+async def test_a_busy_entitys_reject_policy_answers_a_rejected_task(
+    a2a_server: TestServer, native: AsyncClient
+) -> None:
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        _client(a2a_server, streaming=False) as client,
+    ):
+        request = _message("hold", "r1")
+        request.configuration.return_immediately = True
+        (busy,) = [r async for r in client.send_message(request)]
+        await until(native, "agent/r1", lambda e: e.type == "in_step")
+        before = len((await native.events("agent/r1", 0, 100)).events)
+        second = _message("me too", "r1")
+        second.message.metadata.update({"policy": "reject"})
+        (answer,) = [r async for r in client.send_message(second)]
+        assert answer.task.status.state == a2a.TASK_STATE_REJECTED
+        assert "busy" in answer.task.status.message.parts[0].text, answer.task.status
+        assert answer.task.id != busy.task.id
+        # Nothing was written, and no task of that id is found.
+        assert len((await native.events("agent/r1", 0, 100)).events) == before
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(a2a.GetTaskRequest(id=answer.task.id))
+        await client.cancel_task(a2a.CancelTaskRequest(id=busy.task.id))
+
+
+async def test_input_required_and_its_reply_carry_one_task_on(
+    a2a_server: TestServer, native: AsyncClient
+) -> None:
+    async with running_worker(_app(), a2a_server.address, token=ALL), _client(a2a_server) as client:
+        task, states = await _last_task(client.send_message(_message("ask", "q1")))
+        # The stream ends where the run asked: the task waits, its question the status message.
+        assert states[-1] == a2a.TASK_STATE_INPUT_REQUIRED
+        assert task.status.message.parts[0].text == "your name?"
+        got = await client.get_task(a2a.GetTaskRequest(id=task.id))
+        assert got.status.state == a2a.TASK_STATE_INPUT_REQUIRED
+        # The reply names the task: the same task goes on to its end.
+        replied, states = await _last_task(client.send_message(_message("Ada", "q1", task.id)))
+        assert replied.id == task.id
+        assert states[-1] == a2a.TASK_STATE_COMPLETED
+        assert replied.artifacts[0].parts[0].text == "hello Ada"
+        got = await client.get_task(a2a.GetTaskRequest(id=task.id))
+        assert got.status.state == a2a.TASK_STATE_COMPLETED
+        # A task that does not wait for input takes no reply, and nothing is written.
+        before = len((await native.events("agent/q1", 0, 100)).events)
+        with pytest.raises(InvalidParamsError, match="not input-required"):
+            await _last_task(client.send_message(_message("again", "q1", task.id)))
+        assert len((await native.events("agent/q1", 0, 100)).events) == before

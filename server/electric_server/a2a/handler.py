@@ -41,7 +41,17 @@ from electric_sdk.lifecycle import Stage
 from ..core.errors import ApiError
 from ..core.service import EntityService
 from ..core.validation import IDEMPOTENCY_KEY_RE, NAME_RE
-from .tasks import TaskFold, TaskRef, door_context, follow, new_context_id, read_on, read_task, task_ref
+from .tasks import (
+    TaskFold,
+    TaskRef,
+    door_context,
+    follow,
+    new_context_id,
+    read_on,
+    read_task,
+    rejected,
+    task_ref,
+)
 
 __all__ = ["AGENT_TYPE", "EntityAgents"]
 
@@ -111,10 +121,20 @@ class EntityAgents(RequestHandler):
     async def _send(self, params: a2a.SendMessageRequest, call: ServerCallContext) -> TaskFold:
         """The message written to its entity (spawned first if absent); the task it starts."""
         message = params.message
+        asking: TaskFold | None = None
         if message.task_id:
-            # Each message is its own task. A reply to an input-required task (ctx.ask) is
-            # where a message will continue one; until then a task id here is refused.
-            raise InvalidParamsError("taskId: each message starts its own task; send without a taskId")
+            # A message with a taskId answers that task's question (ctx.ask): it is the reply,
+            # and the task goes on. Any other task takes no more messages.
+            asking = await self._read(call, self._task(call, message.task_id))
+            if asking.state != "input-required":
+                raise InvalidParamsError(
+                    f"taskId: task {message.task_id[:200]!r} is {asking.state}, not input-required: "
+                    "only a task waiting for input takes a reply; send without a taskId"
+                )
+            if message.context_id and message.context_id != asking.context_id:
+                raise InvalidParamsError(
+                    f"contextId: task {asking.where.task_id!r} is in {asking.context_id!r}"
+                )
         texts: list[str] = []
         data: Any = None
         for part in message.parts:
@@ -125,8 +145,16 @@ class EntityAgents(RequestHandler):
                 data = part.data
             else:
                 raise ContentTypeNotSupportedError(f"a {kind} part: text parts and one data part are served")
-        type_, id_ = self._entity(call, message.context_id or new_context_id())
+        if asking is not None:
+            type_, id_ = asking.where.type, asking.where.id
+        else:
+            type_, id_ = self._entity(call, message.context_id or new_context_id())
         request = api.SendMessageRequest(ref=pb.EntityRef(type=type_, id=id_), text="\n".join(texts))
+        # What the message does while a run is busy (docs/double-texting.md): the message's
+        # metadata may choose, as electric's own send's `policy`, within what its type allows.
+        policy = message.metadata.fields.get("policy")
+        if policy is not None:
+            request.policy = policy.string_value
         if data is not None:
             request.data.CopyFrom(data)
         # The A2A message id keys the write: a client's retry of the same message writes once.
@@ -152,9 +180,15 @@ class EntityAgents(RequestHandler):
                             raise
                 sent = await self.service.SendMessage(request, door_context())
         except ApiError as exc:
-            # The hook of states.py's `reject` row: a message a double-texting `reject` policy
-            # refuses (ENTITY_BUSY, nothing written) is to be answered here as a `rejected` task.
+            if exc.reason == "ENTITY_BUSY" and asking is None:
+                # A double-texting `reject` policy refused it (nothing written): a rejected task.
+                return rejected(
+                    type_, id_, self._context_id(call, TaskRef(type_, id_, 0)), message, exc.message
+                )
             raise _refused(exc) from None
+        if asking is not None:
+            # The reply's record carries the task on (TaskFold.see): its run is the task's now.
+            return await read_on(self.service, asking)
         where = TaskRef(type_, id_, sent.offset)
         fold = TaskFold(where, self._context_id(call, where), next_offset=where.offset)
         # The message's own record, as the stream has it (a replayed send's too).

@@ -9,6 +9,7 @@ renders the SDK's ``Task``; the same fold feeds a stream's updates.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -25,9 +26,9 @@ from electric_sdk._wire.enums import PB_TO_STATE
 from ..core.errors import ApiError, DoorContext
 from ..core.service import EntityService
 from ..core.validation import NAME_RE
-from .states import ENDED, state_of
+from .states import ENDED, INTERRUPTED, refused_state, state_of
 
-__all__ = ["TaskFold", "TaskRef", "door_context", "follow", "read_on", "read_task", "task_ref"]
+__all__ = ["TaskFold", "TaskRef", "door_context", "follow", "read_on", "read_task", "rejected", "task_ref"]
 
 SEP = "~"
 _PAGE = 1000
@@ -46,6 +47,31 @@ class TaskRef:
     @property
     def ref(self) -> pb.EntityRef:
         return pb.EntityRef(type=self.type, id=self.id)
+
+
+@dataclass(frozen=True)
+class RefusedRef(TaskRef):
+    """A task whose message was refused: never in the stream, so no offset names it; its id
+    names the refused message instead (GetTask finds no such task: nothing was written)."""
+
+    message_id: str = ""
+
+    @property
+    def task_id(self) -> str:
+        digest = hashlib.sha256(self.message_id.encode()).hexdigest()[:16]
+        return f"{self.type}{SEP}{self.id}{SEP}rejected-{digest}"
+
+
+def rejected(type_: str, id_: str, context_id: str, message: a2a.Message, why: str) -> TaskFold:
+    """A message a double-texting ``reject`` policy refused: a rejected task, the refusal's
+    text as its status message."""
+    fold = TaskFold(RefusedRef(type_, id_, 0, message.message_id), context_id)
+    fold.key, fold.state, fold.detail = message.message_id, refused_state("reject"), why
+    fold.at.GetCurrentTime()
+    fold.user = a2a.Message()
+    fold.user.CopyFrom(message)
+    fold.user.task_id, fold.user.context_id = fold.where.task_id, context_id
+    return fold
 
 
 def task_ref(task_id: str) -> TaskRef:
@@ -83,6 +109,11 @@ class TaskFold:
     def ended(self) -> bool:
         return self.state in ENDED
 
+    @property
+    def waiting(self) -> bool:
+        """Ended or waiting for its client (input-required): a stream of it ends here."""
+        return self.state in ENDED or self.state in INTERRUPTED
+
     def see(self, event: pb.Event) -> bool:
         """Fold ``event``: True when the task's state or status message changed."""
         self.next_offset = event.offset + 1
@@ -95,11 +126,19 @@ class TaskFold:
             self.key = event.key
             self.user = self._user_message(event.message)
             return self._to(state_of("message", ""), "", event)
+        if kind == "message" and event.message.reply.ask_key == self.key and self.key:
+            # The reply to the task's question: its run resumes the asking run, under its key.
+            self.key = event.key
+            return self._to(state_of("reply", ""), "", event)
         if kind == "run" and event.run.message_key == self.key:
             status = _run_status(event.run)
             if event.run.output:
                 self.output = event.run.output
             detail = event.run.step if status == "step" else event.run.error
+            if status == "input_required":
+                detail = event.run.question
+            elif status == "steered":
+                detail = f"steered the run of {event.run.steered_into} at its step {event.run.steered_step}"
             return self._to(state_of("run", status), detail, event)
         if kind == "state":
             name = PB_TO_STATE[event.state.state].value
@@ -204,9 +243,9 @@ async def follow(
     service: EntityService, fold: TaskFold, *, until_ended: bool = True
 ) -> AsyncIterator[tuple[pb.Event, bool]]:
     """The entity's records from ``fold.next_offset`` on, live, each folded before it is yielded
-    with whether it changed the task; ends once the task ended (``until_ended``) or the stream
-    closed."""
-    if fold.ended and until_ended:
+    with whether it changed the task; ends once the task ended or waits for its client
+    (``until_ended``; input-required), or the stream closed."""
+    if fold.waiting and until_ended:
         return
     request = api.WatchEventsRequest(ref=fold.where.ref, from_offset=fold.next_offset, accepts_batches=True)
     stream = cast(AsyncGenerator[Any, None], service.WatchEvents(request, door_context()))
@@ -219,7 +258,7 @@ async def follow(
             for event in message.events.events if kind == "events" else [message.event]:
                 changed = fold.see(event)
                 yield event, changed
-                if fold.ended and until_ended:
+                if fold.waiting and until_ended:
                     return
     finally:
         await stream.aclose()
