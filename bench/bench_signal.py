@@ -311,17 +311,21 @@ def raw_commit_latency(path: Path, count: int) -> dict[str, float]:
     the same statements the store runs for one SignalEntity, with no Python around them."""
     import sqlite3
 
+    from electric_server.store.base import EntityRecord
+    from electric_server.store.rows import entity_row
     from electric_server.store.sqlite import SCHEMA, now_ms
+    from electric_server.store.sqlite.schema import UPSERT_ENTITY
+
+    from electric_sdk.lifecycle import State
 
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.executescript(SCHEMA)
     conn.execute("INSERT INTO meta VALUES ('next_txid', 1)")
-    conn.execute(
-        "INSERT INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, 0, 0, 0, NULL, 0, "
-        "0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0, '', '')"
-    )
+    # The store's own row for the entity: a column added to the record lands here too.
+    entity = EntityRecord("bench", "e00000", State.SPAWNING, 30000, 60000, 0, 0, 0, False, None, 0)
+    conn.execute(UPSERT_ENTITY, entity_row(entity))
     body = b"x" * 40
     lat = []
     for i in range(count):
@@ -332,11 +336,8 @@ def raw_commit_latency(path: Path, count: int) -> dict[str, float]:
             "INSERT INTO events VALUES ('bench', 'e00000', ?, 'signal', ?, 1, ?, ?, ?)",
             (i, f"sig_{i}", now_ms(), i, body),
         )
-        conn.execute(
-            "INSERT OR REPLACE INTO entities VALUES ('bench', 'e00000', 'spawning', 30000, 60000, 0, ?, ?, 0, "
-            "NULL, ?, 0, 0, 0, -1, 0, 0, 0, '', '', 0, '', '', NULL, '', 0, '', '')",
-            (now_ms(), i + 1, i),
-        )
+        entity = entity._replace(updated_at_ms=now_ms(), head_offset=i + 1, txid=i)
+        conn.execute(UPSERT_ENTITY, entity_row(entity))
         conn.execute("UPDATE meta SET value = ? WHERE name = 'next_txid'", (i + 2,))
         conn.execute("COMMIT")
         lat.append((time.perf_counter_ns() - t0) / 1e6)

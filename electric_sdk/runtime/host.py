@@ -54,6 +54,7 @@ from .fenced import (
     message_of,
 )
 from .host_base import HostBase
+from .loop_callback import in_loop_callback
 from .mcp import settle
 from .records import LeaseRecords
 from .run_in_flight import RunInFlight
@@ -527,17 +528,17 @@ class EntityHost(HostBase):
             gate.set()
 
     def _start_owed(self, term: SignalInfo | None, pending: bool, gate: anyio.Event) -> None:
-        """``_owed_before_cleanup`` in its own task; if the hosting ended meanwhile, nothing is
-        owed any more and the handler's writes are let go (they find the entity ended)."""
+        """``_owed_before_cleanup`` in its own task (from a loop callback); if the hosting ended,
+        nothing is owed any more and the handler's writes are let go (they find it ended)."""
         try:
             assert self._tg is not None
-            self._tg.start_soon(self._owed_before_cleanup, term, pending, gate)
+            with in_loop_callback():
+                self._tg.start_soon(self._owed_before_cleanup, term, pending, gate)
         except RuntimeError:  # the task group has closed
             gate.set()
 
     def _interrupts(self, term: SignalInfo | None = None) -> bool:
-        """Whether SIGTERM interrupts the step in progress (``lifecycle.OPT_IN_TIMING``): the
-        type opted in, or ``term`` asked to."""
+        """Whether SIGTERM interrupts the step in progress (``OPT_IN_TIMING``): opted in, or asked."""
         option, timing = OPT_IN_TIMING[Signal.SIGTERM]
         asked = term is not None and term.interrupt
         return timing is Timing.AT_ONCE and (asked or bool(getattr(self.etype, option)))
@@ -581,10 +582,9 @@ class EntityHost(HostBase):
             else:
                 while self._run is not None:  # the run stops at its next step boundary
                     await self._bell.wait()
-            # The handler starts now, beside the records owed first (so an interrupted step's
-            # cleanup starts about as soon as a SIGUSR handler would); its writes wait for them.
-            # Their task is started once the handler has begun, from a loop callback: starting it
-            # first put a task's creation on the handler's path.
+            # The handler starts now, beside the records owed first (an interrupted step's cleanup
+            # starts about as soon as a SIGUSR handler would); its writes wait for them. Their task
+            # starts from a loop callback once the handler has begun: not on the handler's path.
             gate = self._handler_writes = anyio.Event()
             asyncio.get_running_loop().call_soon(self._start_owed, term, pending, gate)
             handler = self.etype.handler_for(Signal.SIGTERM)

@@ -21,7 +21,7 @@ from google.protobuf import timestamp_pb2
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk._wire.enums import PB_TO_STATE
+from electric_sdk._wire.enums import PB_TO_STATE, RUN_STATUS_NAMES
 
 from ..core.errors import ApiError, DoorContext
 from ..core.service import EntityService
@@ -88,7 +88,7 @@ def a2a_state(name: str) -> a2a.TaskState:
 
 
 def _run_status(run: pb.RunValue) -> str:
-    return pb.RunStatus.Name(run.status).removeprefix("RUN_STATUS_").lower()
+    return RUN_STATUS_NAMES.get(run.status, "unspecified")
 
 
 @dataclass
