@@ -22,6 +22,7 @@ from typing import Any
 
 from .._wire.stop_stages import StageFollow
 from .._wire.times import to_iso
+from ..client._stages import follow_result
 from ..lifecycle import Signal, Stage, stages_of
 from ..models import Event, SignalResult
 from . import console
@@ -69,19 +70,9 @@ class Receipts:
 
     def add(self, result: SignalResult, message_key: str) -> None:
         """An interrupt's answer (without a wait): its fold, fed what the watch already showed."""
-        raw = result.raw
-        follow = StageFollow(
-            result.signal,
-            result.key,
-            raw.offset,
-            to_iso(result.created_at),
-            self.wait,
-            run_message_key=raw.run_message_key,
-            process_running=raw.process_running,
-            message_key=message_key,
-        )
+        follow = follow_result(result, self.wait, message_key)
         for seen in self._seen or ():
-            if seen[3] > raw.offset and not follow.done:
+            if seen[3] > result.raw.offset and not follow.done:
                 follow.see(*seen)
         self._receipts.append(_Receipt(result, follow))
 

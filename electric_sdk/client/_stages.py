@@ -29,7 +29,7 @@ from ..lifecycle import Signal, Stage, StageUnavailable
 from ..models import Event, SignalResult
 from ._options import DurationLike, to_duration
 
-__all__ = ["stage_wait", "wait_stages"]
+__all__ = ["follow_result", "stage_wait", "wait_stages"]
 
 
 def stage_wait(
@@ -54,17 +54,11 @@ def stage_wait(
         raise errors.InvalidArgument(f"timeout: {exc}", code="INVALID_DURATION") from None
 
 
-async def wait_stages(
-    events: AsyncIterator[Event],
-    result: SignalResult,
-    stage: Stage,
-    timeout_s: float | None,
-    message_key: str = "",
-) -> SignalResult:
-    """Fold ``events`` (a watch from just after the signal's record) until ``stage`` is settled,
-    or ``timeout_s`` passes; ``result`` with its stages. ``message_key``: a scoped SIGINT's."""
+def follow_result(result: SignalResult, stage: Stage, message_key: str = "") -> StageFollow:
+    """The stage fold of a signal's answer (``message_key``: a scoped SIGINT's), fed the events
+    after its record by whoever watches the stream."""
     raw = result.raw
-    follow = StageFollow(
+    return StageFollow(
         result.signal,
         result.key,
         raw.offset,
@@ -74,6 +68,18 @@ async def wait_stages(
         process_running=raw.process_running,
         message_key=message_key,
     )
+
+
+async def wait_stages(
+    events: AsyncIterator[Event],
+    result: SignalResult,
+    stage: Stage,
+    timeout_s: float | None,
+    message_key: str = "",
+) -> SignalResult:
+    """Fold ``events`` (a watch from just after the signal's record) until ``stage`` is settled,
+    or ``timeout_s`` passes; ``result`` with its stages. ``message_key``: a scoped SIGINT's."""
+    follow = follow_result(result, stage, message_key)
     watch = cast(AsyncGenerator[Event, None], events)
     with anyio.move_on_after(timeout_s) as bound:
         if not follow.done:
