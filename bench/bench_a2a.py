@@ -20,10 +20,8 @@ Each row is the round of the median ratio (p50 / p50); every round's ratio is pr
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-import tempfile
 import time
 import uuid
 from contextlib import aclosing
@@ -215,19 +213,14 @@ def main() -> None:
         args.samples = common.scale(args.samples, True, 3)
         args.rounds = min(args.rounds, 3)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-a2a-") as tmp_:
-        tmp = Path(tmp_)
-        http = f"{common.HOST}:{common.free_port()}"
-        server = common.start_electric(tmp / "data", "--http", http, "--a2a")
-        try:
-            out = asyncio.run(client_main(server, f"http://{http}", tmp, args))
-        except BaseException:
-            log = tmp / "worker.log"
-            if log.exists():
-                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
-            raise
-        finally:
-            server.stop()
+    http = f"{common.HOST}:{common.free_port()}"
+    out = common.run_beside_server(
+        "bench-a2a-",
+        lambda server, tmp: client_main(server, f"http://{http}", tmp, args),
+        "--http",
+        http,
+        "--a2a",
+    )
     elapsed = time.perf_counter() - started
     s, send_ratios = _median_round(out, "a2a_send", "native_send")
     c, cancel_ratios = _median_round(out, "a2a_cancel", "door_cancel")

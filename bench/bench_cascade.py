@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -110,18 +109,7 @@ def main() -> None:
     if args.quick:
         args.rounds = min(args.rounds, 3)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-cascade-") as tmp_:
-        tmp = Path(tmp_)
-        server = common.start_electric(tmp / "data")
-        try:
-            out = asyncio.run(client_main(server, tmp, args))
-        except BaseException:
-            log = tmp / "worker.log"
-            if log.exists():
-                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
-            raise
-        finally:
-            server.stop()
+    out = common.run_beside_server("bench-cascade-", lambda server, tmp: client_main(server, tmp, args))
     elapsed = time.perf_counter() - started
     p99 = common.percentile(out["children_ms"], 99)
     root_p50 = common.percentile(out["roots_ms"], 50)

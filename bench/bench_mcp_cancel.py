@@ -18,10 +18,8 @@ printed. Target: ratio ≤ 1.2 (issue 48).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -107,18 +105,7 @@ def main() -> None:
         args.samples = common.scale(args.samples, True, 4)
         args.rounds = min(args.rounds, 3)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-mcp-cancel-") as tmp_:
-        tmp = Path(tmp_)
-        server = common.start_electric(tmp / "data")
-        try:
-            out = asyncio.run(client_main(server, tmp, args))
-        except BaseException:
-            log = tmp / "worker.log"
-            if log.exists():
-                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
-            raise
-        finally:
-            server.stop()
+    out = common.run_beside_server("bench-mcp-cancel-", lambda server, tmp: client_main(server, tmp, args))
     elapsed = time.perf_counter() - started
     cancel_p50 = [s["p50"] for s in out["cancel"]]
     unwound_p50 = [s["p50"] for s in out["unwound"]]

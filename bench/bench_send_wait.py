@@ -23,11 +23,9 @@ and every round's ratio is printed. Target: ratio ≤ 1.1 (issue 46).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -138,18 +136,7 @@ def main() -> None:
         args.messages = common.scale(args.messages, True, BLOCK)
         args.rounds = min(args.rounds, 3)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-send-wait-") as tmp_:
-        tmp = Path(tmp_)
-        server = common.start_electric(tmp / "data")
-        try:
-            out = asyncio.run(client_main(server, tmp, args))
-        except BaseException:
-            log = tmp / "worker.log"
-            if log.exists():
-                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
-            raise
-        finally:
-            server.stop()
+    out = common.run_beside_server("bench-send-wait-", lambda server, tmp: client_main(server, tmp, args))
     elapsed = time.perf_counter() - started
     wait_p50 = [s["p50"] for s in out["wait"]]
     hand_p50 = [s["p50"] for s in out["hand"]]

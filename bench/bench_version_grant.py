@@ -53,7 +53,6 @@ import contextlib
 import dataclasses
 import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -338,18 +337,7 @@ def main() -> None:
         args.rounds = min(args.rounds, 3)
     started = time.perf_counter()
     pick_us = pick_cost_us(2_000 if args.quick else 20_000)
-    with tempfile.TemporaryDirectory(prefix="bench-version-grant-") as tmp_:
-        tmp = Path(tmp_)
-        server = common.start_electric(tmp / "data")
-        try:
-            out = asyncio.run(client_main(server, tmp, args))
-        except BaseException:
-            log = tmp / "worker.log"
-            if log.exists():
-                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
-            raise
-        finally:
-            server.stop()
+    out = common.run_beside_server("bench-version-grant-", lambda server, tmp: client_main(server, tmp, args))
     elapsed = time.perf_counter() - started
 
     one, ten = out["one"], out["ten"]

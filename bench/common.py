@@ -199,6 +199,26 @@ def start_electric(
     return spawn_server(cmd, "electric", log or data_dir.parent / f"{data_dir.name}.server.log", timeout)
 
 
+def run_beside_server(prefix: str, client: Callable[[ServerProc, Path], Any], *server_args: str) -> Any:
+    """``asyncio.run(client(server, tmp))`` against ``electric server`` (``server_args``) in a fresh
+    temporary directory ``tmp``, then the server stopped; on a failure the tail of the worker's
+    log (``tmp/worker.log``, where the benches' workers write) is printed first."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_:
+        tmp = Path(tmp_)
+        server = start_electric(tmp / "data", *server_args)
+        try:
+            return asyncio.run(client(server, tmp))
+        except BaseException:
+            log = tmp / "worker.log"
+            if log.exists():
+                print(f"--- worker log:\n{log.read_text()[-2000:]}", file=sys.stderr)
+            raise
+        finally:
+            server.stop()
+
+
 def start_worker(
     address: str, log: Path, *worker_args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
