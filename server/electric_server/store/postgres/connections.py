@@ -24,6 +24,7 @@ import asyncpg
 
 from ...lifetime import TaskGroup
 from ..base import DatabaseUnavailable, WritesRefused
+from .cancelled_connects import quiet_cancelled_connects
 from .faults import LOST, REFUSED, RefusedLog, lost_reason, refusal, unreachable_reason
 from .statements import SELECT_BACKEND_START, SESSION_SETTINGS
 
@@ -75,6 +76,8 @@ class Connections:
         """Open the pool; returns it. Raises ``ValueError`` for a URL PostgreSQL does not take, and
         ``DatabaseUnavailable`` saying why for a database that refuses."""
         self._tasks = TaskGroup("the database connections")
+        # Every connect of this store (pool, feed, probe) runs on this loop.
+        quiet_cancelled_connects()
         try:
             return await asyncpg.create_pool(
                 self.url,
