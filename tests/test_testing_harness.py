@@ -244,6 +244,9 @@ async def test_the_harness_the_client_and_the_http_stream_give_one_event_shape(t
             await until(client, "talker/t1", run_status(COMPLETED))
             await client.signal("talker/t1", "SIGUSR", payload={"tone": "short"})
             steered = await until(client, "talker/t1", lambda e: e.type == "steered")
+            # The signal's outcome is written after the handler's event: every read below waits
+            # for it, so that each sees the same stream.
+            await until(client, "talker/t1", lambda e: e.type == "signal" and e.operation == "update")
             page = await client.events("talker/t1", 0, limit=1000)
             watched = []
             async for event in client.watch("talker/t1"):
