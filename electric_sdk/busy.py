@@ -62,7 +62,7 @@ POLICIES: dict[BusyPolicy, tuple[str, str]] = {
         "nothing",
     ),
     BusyPolicy.INTERRUPT: (
-        "a SIGINT aborts the run in progress, then the message is queued",
+        "a SIGINT aborts the run in progress; the message runs next, ahead of any queued",
         "the SIGINT (inserted and settled `aborted`), then the message, in one commit",
     ),
     BusyPolicy.ROLLBACK: (

@@ -116,3 +116,87 @@ def test_a_run_started_without_the_flag_is_never_the_servers_to_abort() -> None:
     assert not mc.awaiting_record(record)
     record = mc.ended(record, 2, "msg_2")
     assert not mc.waiting(record)
+
+
+# -- messages sent ahead of the queue (an aborting policy's, a reply) ---------------------------
+
+
+def sent_ahead(record: EntityRecord, offset: int) -> EntityRecord:
+    return mc.sent(record.replace(head_offset=offset), 0, ahead=True).replace(head_offset=offset + 1)
+
+
+def interrupted() -> EntityRecord:
+    """A run of 2 in progress, 4 and 5 queued behind it, then the run aborted (an interrupt)."""
+    return mc.aborted(mc.started(sent(BLANK, 2, 4, 5), 2, 1, "msg_2"))
+
+
+def test_a_message_sent_ahead_runs_first_then_the_queue_it_passed_in_order() -> None:
+    record = sent_ahead(interrupted(), 7)
+    assert mc.sent_ahead(record)
+    assert mc.behind(record, 4) is not None
+    assert mc.behind(record, 5) is not None
+    assert mc.behind(record, 7) is None
+    record = mc.started(record, 7, 1)
+    assert (record.message_cursor, mc.floor(record)) == (7, 3)
+    # The queue it passed still waits: delivered to a new lease, queued, refused until it is done.
+    assert mc.deliverable(record, 4)
+    assert mc.deliverable(record, 5)
+    assert mc.progress(record, located(4)) is MessageProgress.QUEUED
+    assert mc.refuses_start(record, 4) is None
+    assert mc.behind(record, 4) is not None
+    record = mc.ended(record, 7)
+    assert (record.message_cursor, record.cancelled_messages) == (3, (7,))
+    assert mc.progress(record, located(7, 4, 5)) is MessageProgress.ENDED
+    assert not mc.deliverable(record, 7)
+    assert mc.behind(record, 4) is None
+    for offset in (4, 5):
+        assert mc.waiting(record)
+        record = mc.ended(mc.started(record, offset, 1), offset)
+    assert not mc.waiting(record)  # the one sent ahead is done: nothing wakes an idle entity
+    assert (record.message_cursor, record.cancelled_messages) == (8, ())
+
+
+def test_a_message_sent_while_the_one_ahead_runs_waits_behind_the_queue_it_passed() -> None:
+    record = mc.started(sent_ahead(interrupted(), 7), 7, 1)
+    record = sent(record, 9)
+    assert mc.behind(record, 9) is not None
+    record = mc.ended(record, 7)
+    for offset in (4, 5, 9):
+        record = mc.ended(mc.started(record, offset, 1), offset)
+    assert not mc.waiting(record)
+
+
+def test_its_second_attempt_keeps_the_queue_it_passed() -> None:
+    record = mc.started(sent_ahead(interrupted(), 7), 7, 1)
+    record = mc.cancelled(record, located(4))  # a scoped SIGINT for a passed one
+    record = mc.started(record, 7, 2)  # its lease was lost: delivered again
+    assert (record.message_cursor, mc.floor(record), record.cancelled_messages) == (7, 3, (4,))
+    record = mc.ended(record, 7)
+    assert not mc.deliverable(record, 4)
+    assert mc.deliverable(record, 5)
+
+
+def test_the_newest_passed_message_cancelled_while_the_one_ahead_runs() -> None:
+    record = mc.started(sent_ahead(interrupted(), 7), 7, 1)
+    record = mc.cancelled(record, located(5, 4))
+    record = mc.ended(record, 7)
+    assert mc.waiting(record)
+    record = mc.ended(mc.started(record, 4, 1), 4)
+    assert not mc.waiting(record)  # 5 was cancelled, 7 is done
+
+
+def test_a_message_sent_ahead_cancelled_before_its_run_frees_the_queue() -> None:
+    record = sent_ahead(interrupted(), 7)
+    record = mc.cancelled(record, located(7, 4, 5))
+    assert record.ahead_offset == -1
+    assert mc.behind(record, 4) is None
+    assert record.last_message_offset == 5
+
+
+def test_ahead_with_nothing_queued_or_while_one_ahead_runs_changes_nothing() -> None:
+    record = sent_ahead(mc.aborted(mc.started(sent(BLANK, 2), 2, 1, "msg_2")), 4)
+    assert not mc.sent_ahead(record)  # nothing waited before it: it is next anyway
+    record = mc.started(sent_ahead(interrupted(), 7), 7, 1)
+    record = sent_ahead(record, 9)
+    assert not mc.sent_ahead(record)  # one sent ahead runs: this one goes to the back
+    assert mc.behind(record, 9) is not None

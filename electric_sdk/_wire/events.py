@@ -118,6 +118,8 @@ def event_value_json(m: pb.Event) -> dict[str, Any]:
             }
         if msg.steer:
             out["steer"] = True
+        if msg.ahead:
+            out["ahead"] = True
         if msg.HasField("reply"):
             reply: dict[str, Any] = {"ask_key": msg.reply.ask_key, "text": msg.reply.text}
             if msg.reply.HasField("data"):

@@ -64,6 +64,8 @@ class Message:
     reply: Reply | None = None
     # Sent with the "steer" policy while a run was in progress: offered to it (``ctx.take_steer``).
     steer: bool = False
+    # Sent ahead of the queue (an interrupt or rollback, a reply): it runs before those queued.
+    ahead: bool = False
 
 
 @dataclass(frozen=True, slots=True)

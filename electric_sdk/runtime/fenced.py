@@ -304,7 +304,9 @@ def message_of(event: pb.Event, attempt: int) -> Message:
     if m.HasField("reply"):
         reply_data = value_to_json(m.reply.data) if m.reply.HasField("data") else None
         reply = Reply(m.reply.ask_key, m.reply.text, reply_data)
-    return Message(event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of, reply, m.steer)
+    return Message(
+        event.key, event.offset, m.text, data, m.sender, attempt or 1, retry_of, reply, m.steer, m.ahead
+    )
 
 
 def signal_info(event: pb.Event, entity: Entity) -> SignalInfo:

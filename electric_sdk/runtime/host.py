@@ -144,7 +144,7 @@ class EntityHost(HostBase):
             if self._draining and not rules.cleanup:
                 self.end("drained")
                 return
-            if rules.starts_runs and self._queue:
+            if rules.starts_runs and self._runnable():
                 await self._run_message(self._queue.pop(0))
                 continue
             timeout = math.inf
@@ -354,7 +354,7 @@ class EntityHost(HostBase):
             self._recent.append(event.key)
             if len(self._recent) > _RECENT:
                 del self._recent[0]
-            self._queue.append(message_of(event, attempt))
+            self._enqueue(message_of(event, attempt))
             if self._scoped:
                 self._settle_scoped(event)
             self._bell.ring()

@@ -39,7 +39,15 @@ _CLEANING_UP = lifecycle.runtime_outcome(Action.CLEANUP, Effect.ACTED)
 
 
 class HostBase(Lifetime):
-    __slots__ = ("_cleanup_started", "_idle_since", "_queue", "_term", "grace_deadline")
+    __slots__ = (
+        "_behind",
+        "_cleanup_started",
+        "_deliveries",
+        "_idle_since",
+        "_queue",
+        "_term",
+        "grace_deadline",
+    )
 
     # Whether the server may abort this host's runs in a SIGINT's own commit
     # (RuntimeWrite.server_may_abort): a host whose SIGINT cancels the run itself.
@@ -50,6 +58,10 @@ class HostBase(Lifetime):
         # Messages delivered and not yet run (a list: a worker may host ten thousand entities,
         # most with nothing queued).
         self._queue: list[Message] = []
+        # Deliveries so far, and their count when the server last refused a run because a message
+        # sent ahead of the queue runs first (-1 none since): no run starts until one more arrives.
+        self._deliveries = 0
+        self._behind = -1
         # When the host was last busy: the idle timeout counts from then.
         self._idle_since = 0.0
         self._cleanup_started = False
@@ -116,7 +128,25 @@ class HostBase(Lifetime):
             return started
         if started is not None and not STATE_RULES[self.state].starts_runs:
             self._queue.insert(0, message)
+        elif started is not None and started.reason == "MESSAGE_BEHIND":
+            # A message sent ahead of the queue runs first, and this host has not seen it yet: it
+            # goes back behind those this host has, and waits for it (or for its cancel).
+            at = next((i for i, m in enumerate(self._queue) if not m.ahead), len(self._queue))
+            self._queue.insert(at, message)
+            self._behind = self._deliveries
         return None
+
+    def _enqueue(self, message: Message) -> None:
+        """A delivered message joins the queue: at the back, or, sent ahead of the queue, in front
+        of every message not started (the server refuses their runs until its run is done)."""
+        if message.ahead:
+            self._queue.insert(0, message)
+        else:
+            self._queue.append(message)
+
+    def _runnable(self) -> bool:
+        """Whether a queued message may start now (see ``_started`` for the wait)."""
+        return bool(self._queue) and (self._behind != self._deliveries or self._queue[0].ahead)
 
     async def take_steer(self, run: Message, step: int, wait: bool = False) -> Message | None:
         """``ctx.take_steer`` of ``run`` at ``step``: the oldest steering message queued (``wait``:
@@ -145,6 +175,9 @@ class HostBase(Lifetime):
     # -- deliveries ---------------------------------------------------------------------------
 
     def _on_delivery(self, event: pb.Event, attempt: int) -> None:
+        self._deliveries += 1
+        if self._behind >= 0:
+            self._bell.ring()  # a run waiting for a message sent ahead may start now
         kind = event.WhichOneof("value")
         if kind == "message":
             self._on_message(event, attempt)  # acknowledged once its run has ended

@@ -367,6 +367,8 @@ def send_message(
         events: list[NewEvent] = []
         record = current
         signal_key = ""
+        # An aborting policy's message, and a reply, run next: ahead of any queued (message_cursor).
+        ahead = False
         if applied is _ENQUEUE:
             pass  # the hot path: no run in progress, or the RFC's rule
         elif applied is _REJECT:
@@ -380,6 +382,7 @@ def send_message(
             assert aborted.entity is not None
             assert isinstance(aborted.result, Signalled)
             events, record, signal_key = list(aborted.events), aborted.entity, aborted.result.key
+            ahead = True
         elif applied in busy.ABORTS_RUN or (
             applied is _STEER and not message_cursor.run_in_progress(current, live)
         ):
@@ -389,6 +392,7 @@ def send_message(
             raise NeedsAsk(current.awaiting_offset)
         if current.awaiting_run and asked is not None and asked[0] == current.awaiting_run:
             value, record = _reply(current, asked[1], text, data, sender), record.replace(awaiting_run="")
+            ahead = True
         else:
             if current.awaiting_run:
                 # What was read is not the asking message (a question asked since the read; a
@@ -399,7 +403,9 @@ def send_message(
                 value.steer = True
             if data is not None:
                 value.data.CopyFrom(data)
-        record = message_cursor.sent(record, len(events))
+        record = message_cursor.sent(record, len(events), ahead)
+        if ahead and message_cursor.sent_ahead(record):
+            value.ahead = True
         events.append(NewEvent("message", key, INSERT, event_body(pb.Event(message=value))))
         return Mutation(events, record, Sent(key, applied, signal_key))
 

@@ -1,6 +1,7 @@
 """Which of an entity's messages are done and which wait: the record's message bookkeeping.
 
-Messages run one at a time, in stream order. The entity's record (store/base.py) keeps
+Messages run one at a time, in stream order, except one sent ahead of the queue. The entity's
+record (store/base.py) keeps
 
 - ``message_cursor``: the offset from which messages are not yet done, and
   ``cursor_attempt``: how many runs were started for the message at the cursor;
@@ -17,7 +18,15 @@ Messages run one at a time, in stream order. The entity's record (store/base.py)
   with its partial output (``awaiting_record``), or the lease ends;
 - ``run_version``: the code version the run at the cursor started on, while it is in
   flight (``bound_version``); an attempt delivered again is bound to it, and while no lease
-  holds the entity the run waits for a worker of that version (``waiting_for``).
+  holds the entity the run waits for a worker of that version (``waiting_for``);
+- ``ahead_offset``: a message sent ahead of the queue (``sent_ahead``: an ``interrupt`` or
+  ``rollback`` that aborted the run in progress, a reply to ``ctx.ask``) whose run has not
+  started. Until it starts, no other message's run may (``behind``). Its start moves the cursor
+  to it and keeps where the queue it passed resumes (``resume_offset``); once its run is done,
+  it joins the done-past-the-cursor offsets (``cancelled_messages``) and the cursor goes back
+  there. So the cursor is always the message in flight or next, and the ones between
+  ``resume_offset`` and the cursor still wait (``floor``). ``resume_last`` is the newest of
+  them (``last_message_offset`` again once the one sent ahead is done, if it was the newest).
 
 Every write that moves them goes through this module; nothing else does arithmetic on them.
 """
@@ -35,17 +44,20 @@ __all__ = [
     "aborted",
     "at_cursor",
     "awaiting_record",
+    "behind",
     "beyond",
     "bound_version",
     "cancelled",
     "deliverable",
     "ended",
+    "floor",
     "forked",
     "locate",
     "progress",
     "refuses_start",
     "run_in_progress",
     "sent",
+    "sent_ahead",
     "started",
     "waiting",
     "waiting_for",
@@ -75,7 +87,7 @@ async def locate(store: Store, ref: Ref, key: str) -> Located:
     if record is None:
         return Located(key, None)
     earlier: list[int] = []
-    offset = record.message_cursor
+    offset = floor(record)
     while offset < record.head_offset:
         page = await store.read_events(ref, offset, _PAGE)
         for event in page:
@@ -105,7 +117,7 @@ async def at_cursor(store: Store, ref: Ref) -> Located | None:
 def progress(record: EntityRecord, located: Located) -> MessageProgress:
     """How far the located message has got, by the record as it is now."""
     offset = located.offset
-    if offset is None or offset < record.message_cursor or offset in record.cancelled_messages:
+    if offset is None or offset < floor(record) or offset in record.cancelled_messages:
         return MessageProgress.ENDED
     if offset == record.message_cursor and record.cursor_attempt > 0:
         return MessageProgress.STARTED
@@ -116,25 +128,54 @@ def forked(record: EntityRecord, offset: int) -> EntityRecord:
     """A fork's new record, whose stream holds its origin's events before ``offset``: none of
     their messages is its to run (core/forks.py), so its cursor starts there, with none waiting
     and no question of theirs awaiting a reply."""
-    return record.replace(message_cursor=offset, cursor_attempt=0, last_message_offset=-1, awaiting_run="")
+    return record.replace(
+        message_cursor=offset,
+        cursor_attempt=0,
+        last_message_offset=-1,
+        awaiting_run="",
+        ahead_offset=-1,
+        resume_offset=-1,
+        resume_last=-1,
+    )
 
 
-def sent(record: EntityRecord, events_before: int = 0) -> EntityRecord:
+def sent(record: EntityRecord, events_before: int = 0, ahead: bool = False) -> EntityRecord:
     """A message is about to be appended, after ``events_before`` other events of its write (it
-    gets the head offset plus those)."""
-    return record.replace(last_message_offset=record.head_offset + events_before)
+    gets the head offset plus those); ``ahead``: ahead of the queue (see the module docstring),
+    which changes nothing when none waits, and is refused while a message sent ahead runs (it
+    goes to the back: the order stays one a reader can tell from the stream)."""
+    offset = record.head_offset + events_before
+    if ahead and record.message_waiting and record.resume_offset < 0:
+        record = record.replace(ahead_offset=offset, resume_last=record.last_message_offset)
+    return record.replace(last_message_offset=offset)
+
+
+def sent_ahead(record: EntityRecord) -> bool:
+    """Whether the message just ``sent`` went ahead of the queue."""
+    return record.ahead_offset == record.last_message_offset
 
 
 def started(
     record: EntityRecord, offset: int, attempt: int, abortable_key: str = "", code_version: str = ""
 ) -> EntityRecord:
-    """A run of the message at ``offset`` started (``refuses_start`` said yes): the cursor moves to it.
-    Messages run in order, so any between the old cursor and it were cancelled. ``abortable_key``:
+    """A run of the message at ``offset`` started (``refuses_start`` and ``behind`` said yes): the
+    cursor moves to it. Messages run in order, so any between the old cursor and it were cancelled,
+    unless it was sent ahead of them (they then wait for its run to be done). ``abortable_key``:
     its message's key, if the server may abort the run (else ""); ``code_version``: the version this
     attempt started on, which binds the run (one replayed on newer code is bound to that)."""
     if offset < record.message_cursor:
         return record
-    kept = tuple(o for o in record.cancelled_messages if o > offset)
+    if offset == record.ahead_offset and offset > record.message_cursor:
+        # It goes ahead of the messages from the cursor on: they, and which of them are done,
+        # wait until its run is.
+        record = record.replace(resume_offset=record.message_cursor, ahead_offset=-1)
+        kept = record.cancelled_messages
+    elif record.resume_offset >= 0:  # the one sent ahead, again (its lease was lost): as it was
+        kept = record.cancelled_messages
+    else:
+        kept = tuple(o for o in record.cancelled_messages if o > offset)
+        if offset == record.ahead_offset:
+            record = record.replace(ahead_offset=-1, resume_last=-1)
     return record.replace(
         message_cursor=offset,
         cursor_attempt=attempt,
@@ -167,7 +208,7 @@ def ended(record: EntityRecord, offset: int, key: str = "") -> EntityRecord:
         record = record.replace(run_key="")
     if offset != record.message_cursor:
         return record
-    return _tidy(record.replace(message_cursor=offset + 1, cursor_attempt=0))
+    return _tidy(_past_cursor(record))
 
 
 def run_in_progress(record: EntityRecord, live: bool) -> bool:
@@ -179,7 +220,7 @@ def run_in_progress(record: EntityRecord, live: bool) -> bool:
 def aborted(record: EntityRecord) -> EntityRecord:
     """A SIGINT aborted the run in progress (``run_in_progress``): its message, at the cursor, is
     done; ``run_key`` stays until the runtime records the run's end (``awaiting_record``)."""
-    return _tidy(record.replace(message_cursor=record.message_cursor + 1, cursor_attempt=0))
+    return _tidy(_past_cursor(record))
 
 
 def awaiting_record(record: EntityRecord) -> bool:
@@ -192,16 +233,42 @@ def cancelled(record: EntityRecord, located: Located) -> EntityRecord:
     offset = located.offset
     assert offset is not None
     if offset == record.message_cursor:
-        record = record.replace(message_cursor=offset + 1, cursor_attempt=0)
+        record = _past_cursor(record)
     else:
         record = record.replace(cancelled_messages=tuple(sorted({*record.cancelled_messages, offset})))
+    lowest = floor(record)
+    waiting_before = [o for o in located.earlier if o >= lowest and o not in record.cancelled_messages]
     if record.last_message_offset == offset:
         # The newest message waiting is now the newest earlier one not done; none: nothing waits.
-        waiting_before = [
-            o for o in located.earlier if o >= record.message_cursor and o not in record.cancelled_messages
-        ]
         record = record.replace(last_message_offset=max(waiting_before, default=record.message_cursor - 1))
+    if record.resume_last == offset:  # the same, for the queue a message sent ahead passed
+        record = record.replace(resume_last=max(waiting_before, default=-1))
     return _tidy(record)
+
+
+def _past_cursor(record: EntityRecord) -> EntityRecord:
+    """The message at the cursor is done: the cursor moves on, or back to the queue a message
+    sent ahead of it passed (that message is then done past the cursor)."""
+    if record.resume_offset < 0:
+        return record.replace(message_cursor=record.message_cursor + 1, cursor_attempt=0)
+    done = tuple(sorted({*record.cancelled_messages, record.message_cursor}))
+    last = record.last_message_offset
+    if last == record.message_cursor:  # it was the newest: the newest of the queue it passed waits
+        last = record.resume_last
+    return record.replace(
+        message_cursor=record.resume_offset,
+        resume_offset=-1,
+        resume_last=-1,
+        last_message_offset=last,
+        cursor_attempt=0,
+        cancelled_messages=done,
+    )
+
+
+def floor(record: EntityRecord) -> int:
+    """The offset from which messages may still wait: the cursor's, or, while a message sent
+    ahead of the queue runs, where the queue it passed resumes."""
+    return record.resume_offset if record.resume_offset >= 0 else record.message_cursor
 
 
 def _tidy(record: EntityRecord) -> EntityRecord:
@@ -209,8 +276,13 @@ def _tidy(record: EntityRecord) -> EntityRecord:
     the cursor was cancelled, and the cursor moves past them all."""
     if record.cursor_attempt == 0 and (record.run_version or record.waiting_since_ms is not None):
         record = record.replace(run_version="", waiting_since_ms=None)  # no run is in flight: none binds
-    kept = tuple(o for o in record.cancelled_messages if o >= record.message_cursor)
-    if kept and not waiting(record):
+    lowest = floor(record)
+    if record.ahead_offset >= 0 and (
+        record.ahead_offset < lowest or record.ahead_offset in record.cancelled_messages
+    ):
+        record = record.replace(ahead_offset=-1, resume_last=-1)  # it was cancelled
+    kept = tuple(o for o in record.cancelled_messages if o >= lowest)
+    if kept and not waiting(record) and record.resume_offset < 0:
         return record.replace(message_cursor=kept[-1] + 1, cursor_attempt=0, cancelled_messages=())
     if kept != record.cancelled_messages:
         return record.replace(cancelled_messages=kept)
@@ -221,8 +293,18 @@ def refuses_start(record: EntityRecord, offset: int) -> str | None:
     """Why a run of the message at ``offset`` may not start (it is done, or was cancelled); None: it may."""
     if offset in record.cancelled_messages:
         return f"the message at offset {offset} was cancelled before its run started"
-    if offset < record.message_cursor:
+    if offset < floor(record):
         return f"the message at offset {offset} is done (its run ended, or it was cancelled)"
+    return None
+
+
+def behind(record: EntityRecord, offset: int) -> str | None:
+    """Why a run of the message at ``offset`` (not done) may not start yet: a message sent ahead of
+    the queue runs first, or runs now. None: it may."""
+    if record.ahead_offset >= 0 and offset != record.ahead_offset:
+        return f"the message at offset {record.ahead_offset} was sent ahead of it and runs first"
+    if record.resume_offset >= 0 and offset != record.message_cursor:
+        return f"the message at offset {record.message_cursor} was sent ahead of it and runs now"
     return None
 
 
@@ -238,7 +320,7 @@ def beyond(record: EntityRecord, offset: int) -> str | None:
 
 def deliverable(record: EntityRecord, offset: int) -> bool:
     """Whether the message at ``offset`` is to be delivered (it is not done)."""
-    return offset >= record.message_cursor and offset not in record.cancelled_messages
+    return offset >= floor(record) and offset not in record.cancelled_messages
 
 
 def waiting(record: EntityRecord) -> bool:

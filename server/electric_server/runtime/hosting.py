@@ -343,7 +343,7 @@ class Runtime(Component):
                 ref,
                 outcome.commit.result.epoch,
                 session,
-                next_message=after.message_cursor,
+                next_message=message_cursor.floor(after),
                 first_attempt=after.cursor_attempt + 1,
                 cursor=after.message_cursor,
             )

@@ -384,6 +384,8 @@ def runtime_write(
                     raise Refused("MESSAGE_DONE", done, current)
                 if (none := message_cursor.beyond(current, run.message_offset)) is not None:
                     raise Refused("INVALID_MESSAGE_OFFSET", none, current)  # a broken worker's
+                if (first := message_cursor.behind(current, run.message_offset)) is not None:
+                    raise Refused("MESSAGE_BEHIND", first, current)  # its runtime waits for that one
                 if message_cursor.awaiting_record(current):
                     record, events = _unrecorded_abort(current, "its runtime started the next run")
                 abortable = run.message_key if write.server_may_abort else ""

@@ -40,7 +40,6 @@ from __future__ import annotations
 import abc
 import copy
 import logging
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from electric_sdk.lifecycle import State
 
 if TYPE_CHECKING:
+    from .hub import Hub
     from .sessions import SessionBook
 
 Ref = tuple[str, str]  # (entity type, instance id)
@@ -139,6 +139,13 @@ class EntityRecord(NamedTuple):
     awaiting_offset: int = 0
     awaiting_question: str = ""
     awaiting_step: int = 0
+    # A message sent ahead of the queue (an ``interrupt`` or ``rollback`` that aborted the run in
+    # progress, or the reply to ``ctx.ask``) whose run has not started (-1 none); and, while its
+    # run is at the cursor, where the queue it passed resumes (-1 none). message_cursor.py.
+    ahead_offset: int = -1
+    resume_offset: int = -1
+    # The newest message waiting before that one (-1 none): the newest again once it is done.
+    resume_last: int = -1
 
     @property
     def ref(self) -> Ref:
@@ -517,84 +524,3 @@ class Store(abc.ABC):
     def subscribe_faults(self, callback: FaultListener) -> Callable[[], None]:
         """Call ``callback`` on the loop when writes stop (with the fault that stopped
         them) and when they resume (with None); returns the unsubscribe."""
-
-
-# A committed batch: its commits, how many writes it held (refused and replayed ones too), and
-# the seconds from the start of its commit to its acknowledgement.
-BatchListener = Callable[[Sequence[Commit], int, float], None]
-
-
-class Hub:
-    """In-process fan-out of commits to live subscribers (a doorbell).
-
-    Subscribers are plain callables run on the event loop after a commit;
-    they must not block (they put into their own queues).
-    """
-
-    def __init__(self) -> None:
-        self._entity: dict[Ref, set[Callable[[Commit], None]]] = {}
-        self._all: set[Callable[[Commit], None]] = set()
-        self._batches: set[BatchListener] = set()
-
-    def subscribe(self, ref: Ref, callback: Callable[[Commit], None]) -> Callable[[], None]:
-        self._entity.setdefault(ref, set()).add(callback)
-
-        def unsubscribe() -> None:
-            subs = self._entity.get(ref)
-            if subs is not None:
-                subs.discard(callback)
-                if not subs:
-                    del self._entity[ref]
-
-        return unsubscribe
-
-    def subscribers(self, ref: Ref) -> int:
-        """How many callbacks follow ``ref``'s commits (for tests: watchers share one feed)."""
-        return len(self._entity.get(ref, ()))
-
-    def subscribe_all(self, callback: Callable[[Commit], None]) -> Callable[[], None]:
-        self._all.add(callback)
-        return lambda: self._all.discard(callback)
-
-    def subscribe_batches(self, callback: BatchListener) -> Callable[[], None]:
-        self._batches.add(callback)
-        return lambda: self._batches.discard(callback)
-
-    def committed(self, commits: Sequence[Commit], writes: int, started: float) -> None:
-        """A batch the store acknowledged, whose commit began at ``started`` (``perf_counter``):
-        told to the batch listeners, then its commits published."""
-        self.acknowledged(commits, writes, started)
-        self.publish_many(commits)
-
-    def acknowledged(self, commits: Sequence[Commit], writes: int, started: float) -> None:
-        """A batch the store acknowledged, told to the batch listeners only (a store that
-        orders its commits with other replicas' publishes them itself)."""
-        if self._batches:
-            seconds = time.perf_counter() - started
-            for listener in tuple(self._batches):
-                try:
-                    listener(commits, writes, seconds)
-                except Exception:
-                    log.exception("a batch listener failed")
-
-    def publish(self, commit: Commit) -> None:
-        self.publish_many((commit,))
-
-    def publish_many(self, commits: Sequence[Commit]) -> None:
-        """A batch's commits, in order (subscribers are looked up once per commit, not copied)."""
-        everyone = tuple(self._all)
-        by_entity = self._entity
-        # A subscriber's bug must not stop the others, nor the writer that
-        # publishes (the commits are acknowledged already): it is logged.
-        for commit in commits:
-            if by_entity:
-                for callback in tuple(by_entity.get(commit.ref, ())):
-                    try:
-                        callback(commit)
-                    except Exception:
-                        log.exception("a subscriber to %s/%s failed on txid %d", *commit.ref, commit.txid)
-            for callback in everyone:
-                try:
-                    callback(commit)
-                except Exception:
-                    log.exception("a subscriber to every commit failed on txid %d", commit.txid)

@@ -651,12 +651,18 @@ class MessageValue(_message.Message):
     RETRY_FIELD_NUMBER: _builtins.int
     REPLY_FIELD_NUMBER: _builtins.int
     STEER_FIELD_NUMBER: _builtins.int
+    AHEAD_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     sender: _builtins.str
     steer: _builtins.bool
     """Sent with the "steer" policy while a run was in progress: offered to that
     run (ctx.take_steer); if the run ends without taking it, it runs as any
     other message.
+    """
+    ahead: _builtins.bool
+    """Sent ahead of the queue: it runs before the messages sent before it that
+    have not run yet (an interrupt or rollback policy that aborted the run in
+    progress, or the reply to a run that asked for input).
     """
     @_builtins.property
     def data(self) -> _struct_pb2.Value:
@@ -682,10 +688,11 @@ class MessageValue(_message.Message):
         retry: Global___RunRetry | None = ...,
         reply: Global___InputReply | None = ...,
         steer: _builtins.bool = ...,
+        ahead: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reply", b"reply", "retry", b"retry", "sender", b"sender", "steer", b"steer", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "data", b"data", "reply", b"reply", "retry", b"retry", "sender", b"sender", "steer", b"steer", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from ..base import REMOTE_COMMIT, Commit, Hub
+from ..base import REMOTE_COMMIT, Commit
 from ..feed_order import FeedOrder
+from ..hub import Hub
 from .known import Known
 
 __all__ = ["Publisher"]

@@ -68,6 +68,9 @@ _ADDED_TYPES = {
     "awaiting_offset": "bigint NOT NULL DEFAULT 0",  # version 9
     "awaiting_question": "text NOT NULL DEFAULT ''",  # version 9
     "awaiting_step": "bigint NOT NULL DEFAULT 0",  # version 9
+    "ahead_offset": "bigint NOT NULL DEFAULT -1",  # version 10
+    "resume_offset": "bigint NOT NULL DEFAULT -1",  # version 10
+    "resume_last": "bigint NOT NULL DEFAULT -1",  # version 10
 }
 # Every column's type, for the statements (the versions above keep each table as it was made).
 COLUMN_TYPES = {**_ENTITY_TYPES, **_ADDED_TYPES}
@@ -303,6 +306,20 @@ ALTER TABLE commit_feed ADD COLUMN b_awaiting_run text;
 ALTER TABLE commit_feed ADD COLUMN b_awaiting_offset bigint;
 ALTER TABLE commit_feed ADD COLUMN b_awaiting_question text;
 ALTER TABLE commit_feed ADD COLUMN b_awaiting_step bigint;
+""",
+    # A message sent ahead of the queue, and where the queue it passed resumes
+    # (EntityRecord.ahead_offset, resume_offset; core/message_cursor.py). Expand-only: a replica
+    # of version 9 beside it sends every message to the back of the queue.
+    10: """
+ALTER TABLE entities ADD COLUMN ahead_offset bigint NOT NULL DEFAULT -1;
+ALTER TABLE entities ADD COLUMN resume_offset bigint NOT NULL DEFAULT -1;
+ALTER TABLE commit_feed ADD COLUMN ahead_offset bigint NOT NULL DEFAULT -1;
+ALTER TABLE commit_feed ADD COLUMN resume_offset bigint NOT NULL DEFAULT -1;
+ALTER TABLE commit_feed ADD COLUMN b_ahead_offset bigint;
+ALTER TABLE commit_feed ADD COLUMN b_resume_offset bigint;
+ALTER TABLE entities ADD COLUMN resume_last bigint NOT NULL DEFAULT -1;
+ALTER TABLE commit_feed ADD COLUMN resume_last bigint NOT NULL DEFAULT -1;
+ALTER TABLE commit_feed ADD COLUMN b_resume_last bigint;
 """,
 }
 SCHEMA_VERSION = max(VERSIONS)

@@ -47,7 +47,6 @@ from ..base import (
     DatabaseUnavailable,
     EntityRecord,
     FaultListener,
-    Hub,
     Ref,
     StoreCounter,
     StoredEvent,
@@ -61,6 +60,7 @@ from ..committer import GroupCommitter, Outcome
 from ..database_url import DEFAULT_DATABASE_POOL, DEFAULT_DATABASE_TIMEOUT_MS, redacted
 from ..faults import Faults
 from ..feed_order import FeedOrder
+from ..hub import Hub
 from ..rows import entity_from_row, event_from_row
 from ..sql_reads import SQLReads, cascades_due_sql
 from .connections import Connections

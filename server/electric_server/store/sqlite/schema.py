@@ -83,6 +83,9 @@ _ENTITY_DEFINITIONS = {
     "awaiting_offset": "INTEGER NOT NULL DEFAULT 0",
     "awaiting_question": "TEXT NOT NULL DEFAULT ''",
     "awaiting_step": "INTEGER NOT NULL DEFAULT 0",
+    "ahead_offset": "INTEGER NOT NULL DEFAULT -1",
+    "resume_offset": "INTEGER NOT NULL DEFAULT -1",
+    "resume_last": "INTEGER NOT NULL DEFAULT -1",
 }
 if tuple(_ENTITY_DEFINITIONS) != ENTITY_COLUMNS:
     # A field added to EntityRecord without its column (or the other way round)

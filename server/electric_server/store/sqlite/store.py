@@ -43,7 +43,6 @@ from ..base import (
     DiskFull,
     EntityRecord,
     FaultListener,
-    Hub,
     Ref,
     StoredEvent,
     TypeProfile,
@@ -53,6 +52,7 @@ from ..base import (
 )
 from ..committer import GroupCommitter, Outcome
 from ..faults import DISK_FULL_RETRY_S, Faults
+from ..hub import Hub
 from ..outcome import now_ms
 from ..rows import entity_from_row, event_from_row
 from ..sessions import MemorySessions

@@ -15,7 +15,8 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
-from ..base import Commit, EntityRecord, Hub, Ref, Write, WriteContext
+from ..base import Commit, EntityRecord, Ref, Write, WriteContext
+from ..hub import Hub
 from ..outcome import Applied
 from ..rows import ENTITY_VALUE_INDEXES, entity_from_row, entity_row
 from .faults import roll_back

@@ -35,8 +35,9 @@ from types import TracebackType
 from typing import TypeVar
 
 from ...clock import Clock
-from ..base import DamagedStore, Hub, Write
+from ..base import DamagedStore, Write
 from ..faults import Faults
+from ..hub import Hub
 from .damage import inspect_files, keep_damaged_wal
 from .faults import DAMAGED_REMEDY, roll_back
 from .schema import SELECT_NEXT_TXID, SET_NEXT_TXID, migrate
