@@ -330,6 +330,7 @@ class ElectricServer:
         )
         self._grpc = await stack.enter_async_context(door)
         self.port, self.acceptors = door.port, door.acceptors
+        grpc_services: list[Callable[[grpc.aio.Server], None]] = []  # the optional faces' (A2A)
         if config.http:
             streams = await stack.enter_async_context(
                 EntityStreams(
@@ -354,13 +355,17 @@ class ElectricServer:
             if config.a2a:
                 from .a2a.face import A2AFace  # the [a2a] extra: imported only with --a2a
 
-                http.app = A2AFace(http.app, entities, self.tokens)
+                a2a_face = A2AFace(http.app, entities, self.tokens, _host(config.listen), door.port)
+                http.app = a2a_face
+                grpc_services.append(a2a_face.serve_grpc)
             self.http = await stack.enter_async_context(http)
         runtime = RuntimeService(self.runtime, self.caps, config.hello_timeout_ms)
 
         def services(server: grpc.aio.Server) -> None:
             api_grpc.add_EntityServiceServicer_to_server(entities, server)
             rt_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
+            for add in grpc_services:
+                add(server)
             add_health_and_reflection(server, self.health, (SERVICE_NAME,))
 
         await door.serve(services)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import grpc
 import httpx
 import pytest
 from a2a.client import ClientConfig, create_client
@@ -96,11 +97,35 @@ async def native(a2a_server: TestServer) -> AsyncIterator[AsyncClient]:
 async def _client(
     server: TestServer, token: str = ALL, streaming: bool = True, binding: str = "JSONRPC"
 ) -> AsyncIterator[Any]:
-    """The official client of the type's agent, found by its card, with ``token``."""
+    """The official client of the type's agent, found by its card, with ``token`` (on the gRPC
+    binding too: as each call's metadata)."""
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        config = ClientConfig(
+            streaming=streaming,
+            httpx_client=http,
+            supported_protocol_bindings=[binding],
+            grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=_bearer(token)),
+        )
         async with await create_client(server.http_address + AGENT, client_config=config) as client:
             yield client
+
+
+def _bearer(token: str) -> list[Any]:
+    """grpc.aio client interceptors that add ``authorization: Bearer token`` to each call."""
+
+    def with_token(details: Any) -> Any:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), ("authorization", f"Bearer {token}"))
+        return details._replace(metadata=metadata)
+
+    class Unary(grpc.aio.UnaryUnaryClientInterceptor):
+        async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            return await continuation(with_token(details), request)
+
+    class Stream(grpc.aio.UnaryStreamClientInterceptor):
+        async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+            return await continuation(with_token(details), request)
+
+    return [Unary(), Stream()]
 
 
 def _message(text: str, context_id: str = "", task_id: str = "") -> a2a.SendMessageRequest:
@@ -142,15 +167,19 @@ async def test_cards_name_the_agents_and_what_is_not_served(a2a_server: TestServ
         card = await A2ACardResolver(http, a2a_server.http_address + AGENT).get_agent_card()
     assert [s.id for s in root.skills] == ["agent"]
     assert root.supported_interfaces[0].url == a2a_server.http_address + "/_electric/a2a"
-    assert {i.protocol_binding for i in card.supported_interfaces} == {"JSONRPC", "HTTP+JSON"}
+    assert {i.protocol_binding for i in card.supported_interfaces} == {"JSONRPC", "HTTP+JSON", "GRPC"}
     assert card.supported_interfaces[0].url == a2a_server.http_address + AGENT
+    # gRPC: the door's own port, the type's agent named as the requests' tenant.
+    (over_grpc,) = [i for i in card.supported_interfaces if i.protocol_binding == "GRPC"]
+    assert (over_grpc.url, over_grpc.tenant) == (a2a_server.address, "agent")
+    assert [i.tenant for i in root.supported_interfaces if i.protocol_binding == "GRPC"] == [""]
     assert card.capabilities.streaming
     assert not card.capabilities.push_notifications
     assert "push notifications" in card.description
     assert "bearer" in card.security_schemes
 
 
-@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"])
 async def test_send_and_stream_a_message_to_an_entity(
     a2a_server: TestServer, native: AsyncClient, binding: str
 ) -> None:
@@ -175,12 +204,13 @@ async def test_send_and_stream_a_message_to_an_entity(
         assert [m.value["sender"] for m in messages] == ["a2a-caller", "a2a-caller"]
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "GRPC"])
 async def test_cancel_mid_step_is_a_sigint_answered_once_unwound(
-    a2a_server: TestServer, native: AsyncClient
+    a2a_server: TestServer, native: AsyncClient, binding: str
 ) -> None:
     async with (
         running_worker(_app(), a2a_server.address, token=ALL),
-        _client(a2a_server, streaming=False) as client,
+        _client(a2a_server, streaming=False, binding=binding) as client,
     ):
         request = _message("hold", "c1")
         request.configuration.return_immediately = True
@@ -267,6 +297,19 @@ async def test_a_token_without_its_scope_is_refused_nothing_written(
             )
             assert answer.status_code == 403
             assert answer.json()["error"]["code"] == "TYPE_NOT_ALLOWED"
+    # The gRPC binding: the same tokens, scopes and types, by the gRPC door's interceptor.
+    async with _client(a2a_server, token="read-only", streaming=False, binding="GRPC") as client:
+        with pytest.raises(A2AClientError, match="PERMISSION_DENIED"):
+            _ = [r async for r in client.send_message(_message("hi", "a1"))]
+    async with _client(a2a_server, token="other-type", streaming=False, binding="GRPC") as client:
+        with pytest.raises(A2AClientError, match="PERMISSION_DENIED"):  # the card's tenant: agent
+            await client.get_task(a2a.GetTaskRequest(id="agent~a1~1"))
+        with pytest.raises(TaskNotFoundError):  # its own type's agent has no task of another's
+            await client.get_task(a2a.GetTaskRequest(id="agent~a1~1", tenant="other"))
+    async with grpc.aio.insecure_channel(a2a_server.address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await channel.unary_unary("/lf.a2a.v1.A2AService/GetTask")(b"")
+        assert unknown.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert await native.list() == []
 
 

@@ -9,7 +9,10 @@ A2A paths and hands every other request to the door unchanged.
 | ``…/.well-known/agent-card.json`` under either | that agent's card |
 
 The bindings are the SDK's own routes (``create_jsonrpc_routes``, ``create_rest_routes``) over
-``handler.EntityAgents``. The door's bearer tokens apply before the SDK reads anything: a card
+``handler.EntityAgents``, and its gRPC servicer (``GrpcHandler``) over the same, served on the
+gRPC door's port beside electric's services (``serve_grpc``): there a request's ``tenant`` names
+the type's agent ("" the root's), as each card's gRPC interface says. The gRPC door's
+interceptor applies the tokens to it (core/auth.py's ``A2A_METHOD_SCOPES``). The door's bearer tokens apply before the SDK reads anything: a card
 needs a known token; an operation needs its scope (``SCOPES``: JSON-RPC's method is read from
 the body, HTTP+JSON's from the path) and, for a token limited to types, the agent of one of
 them. A refusal is the door's error body and status (401, 403), as on every other route.
@@ -21,9 +24,11 @@ import json
 
 import grpc
 from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import GrpcHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes, create_rest_routes
 from a2a.types import a2a_pb2 as a2a
+from a2a.types import a2a_pb2_grpc
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_CURRENT
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -53,6 +58,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "CancelTask": ("signal", "read"),
 }
 _READ = ("read",)
+_WILDCARDS = ("", "0.0.0.0", "::")
 
 
 def _rest_scopes(method: str, sub: str) -> tuple[str, ...]:
@@ -77,16 +83,24 @@ class _Calls(DefaultServerCallContextBuilder):
 class A2AFace:
     """An ASGI app: the A2A paths served here, every other request by ``door``."""
 
-    def __init__(self, door: ASGIApp, service: EntityService, tokens: TokenTable | None) -> None:
+    def __init__(
+        self, door: ASGIApp, service: EntityService, tokens: TokenTable | None, grpc_host: str, grpc_port: int
+    ) -> None:
         self.door = door
         self.service = service
         self.tokens = tokens
-        handler = EntityAgents(service)
+        # Where the gRPC binding is served (a card names it; a wildcard host: the card's request's).
+        self.grpc_host, self.grpc_port = grpc_host, grpc_port
+        self.handler = handler = EntityAgents(service)
         calls = _Calls()
         # JSON-RPC at the agent's URL itself; HTTP+JSON's paths (/message:send, /tasks/…) under it.
         routes: list[BaseRoute] = [*create_jsonrpc_routes(handler, "/", context_builder=calls)]
         routes += create_rest_routes(handler, context_builder=calls)
         self.sdk = Starlette(routes=routes)
+
+    def serve_grpc(self, server: grpc.aio.Server) -> None:
+        """Add A2A's gRPC binding to the gRPC door's ``server``."""
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(self.handler), server)  # type: ignore[no-untyped-call]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"] if scope["type"] == "http" else ""
@@ -129,7 +143,9 @@ class A2AFace:
             return  # gone before its body arrived: nothing to answer, nothing done
         if card:
             root = str(request.base_url).rstrip("/")
-            content = agent_card_to_dict(await self._card(type_, root + base, principal))
+            content = agent_card_to_dict(
+                await self._card(type_, root + base, self._grpc_url(request), principal)
+            )
             return await JSONResponse(content)(scope, receive, send)
         inner = dict(scope, root_path=scope.get("root_path", "") + base, path=base + (sub or "/"))
         inner[AGENT_TYPE] = type_
@@ -166,12 +182,24 @@ class A2AFace:
                 {"types": type_ or "*"},
             )
 
-    async def _card(self, type_: str, url: str, principal: Principal) -> a2a.AgentCard:
-        """The card of ``type_``'s agent (the root's: each type a skill) served at ``url``."""
+    def _grpc_url(self, request: Request) -> str:
+        host = self.grpc_host
+        if host in _WILDCARDS:  # bound to every address: the one the card was asked at
+            host = request.url.hostname or "localhost"
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
+
+    async def _card(self, type_: str, url: str, grpc_url: str, principal: Principal) -> a2a.AgentCard:
+        """The card of ``type_``'s agent (the root's: each type a skill) served at ``url``, and by
+        gRPC at ``grpc_url`` with the type as its tenant."""
         interfaces = [
             a2a.AgentInterface(url=url, protocol_binding=binding, protocol_version=PROTOCOL_VERSION_CURRENT)
             for binding in ("JSONRPC", "HTTP+JSON")
         ]
+        interfaces.append(
+            a2a.AgentInterface(
+                url=grpc_url, protocol_binding="GRPC", tenant=type_, protocol_version=PROTOCOL_VERSION_CURRENT
+            )
+        )
         card = a2a.AgentCard(
             name=f"electric: {type_}" if type_ else "electric",
             description=(

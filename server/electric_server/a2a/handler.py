@@ -62,7 +62,12 @@ CANCEL_WAIT_S = 600.0
 
 
 def _agent_type(call: ServerCallContext) -> str:
-    return str(call.state.get(AGENT_TYPE, ""))
+    """The type whose agent is called: the face's (the HTTP path's), else the request's tenant (the
+    gRPC binding's; a card's interfaces name it); "" the root agent."""
+    agent = str(call.state.get(AGENT_TYPE, "")) or call.tenant or ""
+    if agent and not NAME_RE.fullmatch(agent):
+        raise InvalidParamsError(f"tenant must name an entity type: [A-Za-z0-9_.-], got {agent[:140]!r}")
+    return agent
 
 
 def _refused(exc: ApiError) -> A2AError:

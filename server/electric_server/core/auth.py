@@ -70,6 +70,35 @@ METHOD_SCOPES = {
     f"{_SERVICE}RetryRun": "send",
     "/electric.v1.RuntimeService/Connect": "runtime",
 }
+# A2A's gRPC binding (``--a2a``, docs/a2a.md), served beside these on the same port: the scopes of
+# its HTTP bindings (a2a/face.py's SCOPES). CancelTask also reads the stream, to answer once the
+# run unwound. A token limited to types names its type as the request's ``tenant``.
+_A2A = "/lf.a2a.v1.A2AService/"
+A2A_METHOD_SCOPES: dict[str, tuple[str, ...]] = {
+    f"{_A2A}SendMessage": ("send",),
+    f"{_A2A}SendStreamingMessage": ("send",),
+    f"{_A2A}CancelTask": ("signal", "read"),
+    **{
+        f"{_A2A}{method}": ("read",)
+        for method in (
+            "GetTask",
+            "ListTasks",
+            "SubscribeToTask",
+            "GetExtendedAgentCard",
+            "CreateTaskPushNotificationConfig",
+            "GetTaskPushNotificationConfig",
+            "ListTaskPushNotificationConfigs",
+            "DeleteTaskPushNotificationConfig",
+        )
+    },
+}
+
+
+def method_scopes(method: str) -> tuple[str, ...] | None:
+    """The scopes a gRPC method (its full name) needs; None: none (health, reflection, unknown)."""
+    if (scope := METHOD_SCOPES.get(method)) is not None:
+        return (scope,)
+    return A2A_METHOD_SCOPES.get(method)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +239,8 @@ def _types_named(request: Any) -> list[str]:
             return sorted({r.type for r in selector.refs})
         return [selector.type] if selector.type else []
     type_ = getattr(request, "type", "")
+    if not type_:
+        type_ = getattr(request, "tenant", "")  # an A2A request: its agent's type
     return [type_] if type_ else []
 
 

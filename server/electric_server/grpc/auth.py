@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 
 from ..core.auth import (
-    METHOD_SCOPES,
     Principal,
     TokenTable,
     current_principal,
+    method_scopes,
     principal_of,
     refusal_of,
     type_denial,
@@ -38,8 +38,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> Any:
         handler = await continuation(details)
-        scope = METHOD_SCOPES.get(details.method)
-        if handler is None or scope is None:
+        scopes = method_scopes(details.method)
+        if handler is None or scopes is None:
             return handler  # health, reflection, unknown methods: no token needed
         values = [
             value
@@ -47,9 +47,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             if key == "authorization" and isinstance(value, str)
         ]
         principal = principal_of(self.tokens, values)
-        refused = refusal_of(principal, scope)
-        if refused is not None:
-            return refusal(handler, refused, details.method)
+        for scope in scopes:
+            if (refused := refusal_of(principal, scope)) is not None:
+                return refusal(handler, refused, details.method)
         assert isinstance(principal, Principal)
         return _wrap(handler, principal, details.method)
 
