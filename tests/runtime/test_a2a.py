@@ -313,6 +313,45 @@ async def test_a_token_without_its_scope_is_refused_nothing_written(
     assert await native.list() == []
 
 
+@pytest.mark.parametrize("binding", ["JSONRPC", "GRPC"])
+async def test_list_tasks_without_a_context_goes_through_every_entity(
+    a2a_server: TestServer, native: AsyncClient, binding: str
+) -> None:
+    """ListTasks without a contextId: every entity of the agent's type, a page at a time, the
+    token going on where the last page stopped; the root agent's lists every type's."""
+    await native.spawn("other/o1")  # another type's entity: not the type agent's to list
+    async with (
+        running_worker(_app(), a2a_server.address, token=ALL),
+        _client(a2a_server, streaming=False, binding=binding) as client,
+    ):
+        sent = []
+        for context, text in (("l1", "one"), ("l2", "two"), ("l1", "three")):
+            (reply,) = [r async for r in client.send_message(_message(text, context))]
+            sent.append(reply.task.id)
+        listed: list[a2a.Task] = []
+        token = ""
+        pages = 0
+        while True:
+            page = await client.list_tasks(a2a.ListTasksRequest(page_size=2, page_token=token))
+            listed += page.tasks
+            pages += 1
+            token = page.next_page_token
+            if not token:
+                break
+        assert sorted(t.id for t in listed) == sorted(sent)
+        assert pages >= 2
+        assert {t.context_id for t in listed} == {"l1", "l2"}
+        done = await client.list_tasks(a2a.ListTasksRequest(status=a2a.TASK_STATE_COMPLETED))
+        assert len(done.tasks) == 3
+        with pytest.raises(InvalidParamsError, match="pageToken"):
+            await client.list_tasks(a2a.ListTasksRequest(page_token="not-a-token"))
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {ALL}"}, timeout=30) as http:
+        config = ClientConfig(streaming=False, httpx_client=http)
+        async with await create_client(a2a_server.http_address, client_config=config) as root:
+            everything = await root.list_tasks(a2a.ListTasksRequest())
+    assert {t.context_id for t in everything.tasks} == {"agent/l1", "agent/l2"}
+
+
 async def test_the_root_agent_takes_type_and_id_and_serves_no_push(
     a2a_server: TestServer, native: AsyncClient
 ) -> None:

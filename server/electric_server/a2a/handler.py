@@ -8,7 +8,9 @@ the SIGINT's sender as for any other door. What each operation does is docs/a2a.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -79,6 +81,29 @@ def _refused(exc: ApiError) -> A2AError:
     if exc.code is grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidParamsError(text, data)
     return InvalidRequestError(text, data)
+
+
+class _AllTasks:
+    """The page token of ``ListTasks`` without a contextId: the entities' page it goes on in, the
+    entity (``TYPE/ID``) and the offset there. Opaque to the caller."""
+
+    @staticmethod
+    def token(entities_token: str, entity: str, offset: int) -> str:
+        raw = json.dumps([entities_token, entity, offset], separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @staticmethod
+    def parse(token: str) -> tuple[str, str, int]:
+        if not token:
+            return "", "", 0
+        try:
+            found = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            entities_token, entity, offset = found
+            if isinstance(entities_token, str) and isinstance(entity, str) and isinstance(offset, int):
+                return entities_token, entity, max(offset, 0)
+        except (ValueError, TypeError):
+            pass
+        raise InvalidParamsError("pageToken: not one this server gave (pass next_page_token as it came)")
 
 
 class EntityAgents(RequestHandler):
@@ -242,17 +267,53 @@ class EntityAgents(RequestHandler):
     async def on_list_tasks(
         self, params: a2a.ListTasksRequest, context: ServerCallContext
     ) -> a2a.ListTasksResponse:
-        if not params.context_id:
-            raise InvalidParamsError("contextId is required: the tasks of one entity are listed")
-        type_, id_ = self._entity(context, params.context_id)
-        start = int(params.page_token) if params.page_token.isdigit() else 0
         size = min(params.page_size or 50, 100)
-        folds = await self._messages(type_, id_, start, size, context)
+        if not params.context_id:
+            folds, token = await self._all_messages(params.page_token, size, context)
+        else:
+            type_, id_ = self._entity(context, params.context_id)
+            if params.page_token and not params.page_token.isdigit():
+                raise InvalidParamsError("pageToken: not one this server gave (pass next_page_token as it came)")
+            start = int(params.page_token or 0)
+            folds = await self._messages(type_, id_, start, size, context)
+            token = str(folds[-1].where.offset + 1) if len(folds) == size else ""
         wanted = params.status if params.status else None
         tasks = [f.task(params.history_length if params.HasField("history_length") else None) for f in folds]
         tasks = [t for t in tasks if wanted is None or t.status.state == wanted]
-        token = str(folds[-1].where.offset + 1) if len(folds) == size else ""
         return a2a.ListTasksResponse(tasks=tasks, next_page_token=token, page_size=size)
+
+    async def _all_messages(
+        self, page_token: str, size: int, call: ServerCallContext
+    ) -> tuple[list[TaskFold], str]:
+        """Without a contextId: the tasks of every entity of the agent's type (the root agent's:
+        of every type), entity by entity as ``ListEntities`` orders them, each in stream order;
+        and the next page's token ("" none), which says where it goes on."""
+        entities_token, resume, offset = _AllTasks.parse(page_token)
+        folds: list[TaskFold] = []
+        while True:
+            request = api.ListEntitiesRequest(
+                type=_agent_type(call), page_size=100, page_token=entities_token
+            )
+            try:
+                page = await self.service.ListEntities(request, door_context())
+            except ApiError as exc:
+                raise _refused(exc) from None
+            for entity in page.entities:
+                name = f"{entity.ref.type}/{entity.ref.id}"
+                if resume:  # the page goes on at this entity (past those listed before it)
+                    if name != resume:
+                        continue
+                    resume = ""
+                else:
+                    offset = 0
+                left = size - len(folds)
+                found = await self._messages(entity.ref.type, entity.ref.id, offset, left, call)
+                folds += found
+                if len(found) == left:
+                    return folds, _AllTasks.token(entities_token, name, found[-1].where.offset + 1)
+            if not page.next_page_token:
+                return folds, ""
+            entities_token = page.next_page_token
 
     async def _messages(
         self, type_: str, id_: str, start: int, size: int, call: ServerCallContext
