@@ -31,6 +31,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2
+from starlette.types import ASGIApp
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
@@ -340,6 +341,16 @@ class ElectricServer:
                     long_poll_s=config.http_long_poll_ms / 1000,
                 )
             )
+            faces: list[Callable[[ASGIApp], ASGIApp]] = []  # in front of the door's routes, inside its CORS
+            if config.a2a:
+                from .a2a.face import A2AFace  # the [a2a] extra: imported only with --a2a
+
+                def a2a(routes: ASGIApp) -> ASGIApp:
+                    face = A2AFace(routes, entities, self.tokens, _host(config.listen), door.port)
+                    grpc_services.append(face.serve_grpc)
+                    return face
+
+                faces.append(a2a)
             http = HttpDoor(
                 entities,
                 self.tokens,
@@ -351,13 +362,8 @@ class ElectricServer:
                 cors_origins=config.cors_origins,
                 streams=streams,
                 mcp=config.mcp,
+                faces=faces,
             )
-            if config.a2a:
-                from .a2a.face import A2AFace  # the [a2a] extra: imported only with --a2a
-
-                a2a_face = A2AFace(http.app, entities, self.tokens, _host(config.listen), door.port)
-                http.app = a2a_face
-                grpc_services.append(a2a_face.serve_grpc)
             self.http = await stack.enter_async_context(http)
         runtime = RuntimeService(self.runtime, self.caps, config.hello_timeout_ms)
 

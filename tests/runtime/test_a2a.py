@@ -390,6 +390,38 @@ async def test_cancel_of_a_queued_task_skips_its_message(a2a_server: TestServer,
         assert running.status.state == a2a.TASK_STATE_WORKING
 
 
+async def test_a_page_of_an_allowed_origin_reaches_the_agents(tmp_path: Path) -> None:
+    """--cors-origin reaches the A2A paths: the preflight of a JSON-RPC call is answered, and the
+    card and the call's answer carry the allow header; another origin's preflight is refused."""
+    page = "http://app.example"
+    with TestServer(tmp_path / "electric", http="127.0.0.1:0", a2a=True, cors_origins=(page,)) as server:
+        async with httpx.AsyncClient(base_url=server.http_address, timeout=30) as http:
+            preflight = await http.options(
+                AGENT,
+                headers={
+                    "Origin": page,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "content-type, a2a-version",
+                },
+            )
+            assert preflight.status_code == 200, preflight.text
+            assert preflight.headers["access-control-allow-origin"] == page
+            card = await http.get(AGENT + "/.well-known/agent-card.json", headers={"Origin": page})
+            assert card.status_code == 200
+            assert card.headers["access-control-allow-origin"] == page
+            call = await http.post(
+                AGENT,
+                json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "agent~a1~1"}},
+                headers={"Origin": page, "A2A-Version": "1.0"},
+            )
+            assert call.headers["access-control-allow-origin"] == page
+            assert "error" in call.json()  # no such task: the agent answered it
+            elsewhere = await http.options(
+                AGENT, headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+            )
+            assert elsewhere.status_code == 400
+
+
 def test_a2a_needs_the_http_door(tmp_path: Path) -> None:
     from electric_server import ElectricServer, ServerConfig
     from electric_server.config_error import ConfigError

@@ -273,7 +273,9 @@ class EntityAgents(RequestHandler):
         else:
             type_, id_ = self._entity(context, params.context_id)
             if params.page_token and not params.page_token.isdigit():
-                raise InvalidParamsError("pageToken: not one this server gave (pass next_page_token as it came)")
+                raise InvalidParamsError(
+                    "pageToken: not one this server gave (pass next_page_token as it came)"
+                )
             start = int(params.page_token or 0)
             folds = await self._messages(type_, id_, start, size, context)
             token = str(folds[-1].where.offset + 1) if len(folds) == size else ""

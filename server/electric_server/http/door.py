@@ -32,7 +32,7 @@ import contextlib
 import logging
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -84,6 +84,8 @@ CORS_ALLOW_HEADERS = [
     "Last-Event-ID",
     "Stream-Forked-From",
     "Stream-Fork-Offset",
+    "A2A-Version",  # the A2A face's (--a2a)
+    "X-A2A-Extensions",
 ]
 CORS_EXPOSE_HEADERS = [
     "Stream-Next-Offset",
@@ -126,6 +128,7 @@ class HttpDoor(Component):
         streams: EntityStreams | None = None,
         cors_origins: tuple[str, ...] = (),
         mcp: bool = False,
+        faces: Sequence[Callable[[ASGIApp], ASGIApp]] = (),
     ) -> None:
         self.service = service
         self.tokens = tokens
@@ -160,6 +163,8 @@ class HttpDoor(Component):
             endpoints = {r.operation: e for r in ROUTES if r.call is not None and (e := self._endpoint(r))}
             self.mcp = McpDoor(endpoints, service, tokens)
             router = with_mcp(router, self.mcp)
+        for face in faces:  # another protocol's paths in front of the routes (the A2A face)
+            router = face(router)
         # CORS outermost, so the table's answers and Starlette's get its headers alike.
         app: ASGIApp = _Cors(router, **cors) if cors_origins else router
         # Outermost: a request uvicorn has answered itself (broken framing) gets nothing more.
