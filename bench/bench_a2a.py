@@ -14,6 +14,9 @@ neither side is always the warm one.
   answer. Both wait, server-side, for the run's aborted end record. Target: ratio ≤ 1.2. An
   info row compares it with the SDK's ``interrupt(ref, wait="unwound")`` over gRPC too (gRPC's
   own round trip is the cheaper transport, not A2A's to match).
+- cancel over gRPC: the same A2A ``CancelTask`` through A2A's gRPC binding (the official client's
+  gRPC transport, on the server's gRPC port), vs the SDK's ``interrupt(ref, wait="unwound")``
+  over gRPC: each door against electric's own on that door. Target: ratio ≤ 1.2.
 
 Each row is the round of the median ratio (p50 / p50); every round's ratio is printed.
 """
@@ -140,12 +143,13 @@ async def door_cancel(pool: Any, http: str, client: Any, entity: str, tag: str) 
 
 
 async def client_main(server: common.ServerProc, http: str, tmp: Path, args: Any) -> dict[str, Any]:
+    import grpc
     import httpx
     from a2a.client import ClientConfig, create_client
 
     from electric_sdk import AsyncClient
 
-    kinds = ("a2a_send", "native_send", "a2a_cancel", "door_cancel", "native_cancel")
+    kinds = ("a2a_send", "native_send", "a2a_cancel", "door_cancel", "native_cancel", "grpc_cancel")
     out: dict[str, Any] = {k: [] for k in kinds}
     (tmp / "bencha2a_app.py").write_text(APP_MODULE)
     env = os.environ | {
@@ -162,6 +166,15 @@ async def client_main(server: common.ServerProc, http: str, tmp: Path, args: Any
                 url, client_config=ClientConfig(streaming=True, httpx_client=pool)
             )
             polling = await create_client(url, client_config=ClientConfig(streaming=False, httpx_client=pool))
+            over_grpc = await create_client(
+                url,
+                client_config=ClientConfig(
+                    streaming=False,
+                    httpx_client=pool,
+                    supported_protocol_bindings=["GRPC"],
+                    grpc_channel_factory=grpc.aio.insecure_channel,
+                ),
+            )
             for entity in IDS:
                 await client.spawn(f"ab/{entity}")
                 await client.wait_for_state(f"ab/{entity}", "running", WAIT_S)
@@ -170,9 +183,10 @@ async def client_main(server: common.ServerProc, http: str, tmp: Path, args: Any
                 await a2a_cancel(polling, client, entity, f"hold-warm-a-{entity}")
                 await native_cancel(client, entity, f"hold-warm-n-{entity}")
                 await door_cancel(pool, http, client, entity, f"hold-warm-d-{entity}")
+                await a2a_cancel(over_grpc, client, entity, f"hold-warm-g-{entity}")
             for r in range(args.rounds):
                 sends: dict[str, list[float]] = {"a2a": [], "native": []}
-                cancels: dict[str, list[float]] = {"a2a": [], "door": [], "native": []}
+                cancels: dict[str, list[float]] = {"a2a": [], "door": [], "native": [], "grpc": []}
                 for i in range(args.samples):
                     entity = IDS[(i + r) % 2]
                     first = (i + r) % 2 == 0  # which side goes first this time
@@ -181,10 +195,14 @@ async def client_main(server: common.ServerProc, http: str, tmp: Path, args: Any
                             sends["a2a"].append(await a2a_send(streaming, entity))
                         else:
                             sends["native"].append(await native_send(client, entity))
-                    for side in ("a2a", "door", "native") if first else ("native", "door", "a2a"):
+                    for side in (
+                        ("a2a", "door", "native", "grpc") if first else ("grpc", "native", "door", "a2a")
+                    ):
                         tag = f"hold-{r}-{i}-{side}"
                         if side == "a2a":
                             cancels["a2a"].append(await a2a_cancel(polling, client, entity, tag))
+                        elif side == "grpc":
+                            cancels["grpc"].append(await a2a_cancel(over_grpc, client, entity, tag))
                         elif side == "door":
                             cancels["door"].append(await door_cancel(pool, http, client, entity, tag))
                         else:
@@ -194,6 +212,7 @@ async def client_main(server: common.ServerProc, http: str, tmp: Path, args: Any
                 out["a2a_cancel"].append(common.summarize(cancels["a2a"]))
                 out["door_cancel"].append(common.summarize(cancels["door"]))
                 out["native_cancel"].append(common.summarize(cancels["native"]))
+                out["grpc_cancel"].append(common.summarize(cancels["grpc"]))
     finally:
         common.stop_worker(worker)
     return out
@@ -224,6 +243,7 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     s, send_ratios = _median_round(out, "a2a_send", "native_send")
     c, cancel_ratios = _median_round(out, "a2a_cancel", "door_cancel")
+    g, grpc_ratios = _median_round(out, "grpc_cancel", "native_cancel")
     rows = [
         common.ratio_row(
             "A2A SendStreamingMessage → first event, p50, vs native send + watch",
@@ -253,11 +273,29 @@ def main() -> None:
             out["native_cancel"][c]["p50"],
             "ms",
         ),
+        common.ratio_row(
+            "A2A CancelTask over gRPC → canceled task, p50, vs the SDK's interrupt(wait=unwound)",
+            out["grpc_cancel"][g]["p50"],
+            out["native_cancel"][g]["p50"],
+            "ms",
+            "<=",
+            CANCEL_TARGET,
+        ),
+        common.value_row(
+            "info: the same, p90", out["grpc_cancel"][g]["p90"], out["native_cancel"][g]["p90"], "ms"
+        ),
     ]
-    info = {"args": vars(args), "send_ratios": send_ratios, "cancel_ratios": cancel_ratios, **out}
+    info = {
+        "args": vars(args),
+        "send_ratios": send_ratios,
+        "cancel_ratios": cancel_ratios,
+        "grpc_cancel_ratios": grpc_ratios,
+        **out,
+    }
     common.report("bench_a2a", rows, info, elapsed, args.quick)
     print(f"  rounds' send ratios: {', '.join(f'{r:.2f}' for r in send_ratios)}")
     print(f"  rounds' cancel ratios: {', '.join(f'{r:.2f}' for r in cancel_ratios)}")
+    print(f"  rounds' gRPC cancel ratios: {', '.join(f'{r:.2f}' for r in grpc_ratios)}")
 
 
 if __name__ == "__main__":
