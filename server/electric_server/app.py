@@ -331,7 +331,8 @@ class ElectricServer:
         )
         self._grpc = await stack.enter_async_context(door)
         self.port, self.acceptors = door.port, door.acceptors
-        grpc_services: list[Callable[[grpc.aio.Server], None]] = []  # the optional faces' (A2A)
+        # The optional faces' gRPC services (A2A's): each adds its own, and names it for reflection.
+        grpc_services: list[Callable[[grpc.aio.Server], str]] = []
         if config.http:
             streams = await stack.enter_async_context(
                 EntityStreams(
@@ -370,9 +371,8 @@ class ElectricServer:
         def services(server: grpc.aio.Server) -> None:
             api_grpc.add_EntityServiceServicer_to_server(entities, server)
             rt_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
-            for add in grpc_services:
-                add(server)
-            add_health_and_reflection(server, self.health, (SERVICE_NAME,))
+            faces = [add(server) for add in grpc_services]
+            add_health_and_reflection(server, self.health, (SERVICE_NAME, *faces))
 
         await door.serve(services)
         # Writes refused from the start (a full disk at the store's opening): reads serve, writes do not.

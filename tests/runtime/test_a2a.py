@@ -27,6 +27,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from electric_sdk import AsyncClient
 from electric_sdk.runtime import App, Context, Message
@@ -310,6 +311,16 @@ async def test_a_token_without_its_scope_is_refused_nothing_written(
         with pytest.raises(grpc.aio.AioRpcError) as unknown:
             await channel.unary_unary("/lf.a2a.v1.A2AService/GetTask")(b"")
         assert unknown.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        # Reflection (no token needed) lists and describes it, as tools find it.
+        call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo()
+        await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+        await call.write(
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="lf.a2a.v1.A2AService")
+        )
+        listed, described = await call.read(), await call.read()
+        await call.done_writing()
+        assert "lf.a2a.v1.A2AService" in [s.name for s in listed.list_services_response.service]
+        assert described.file_descriptor_response.file_descriptor_proto
     assert await native.list() == []
 
 

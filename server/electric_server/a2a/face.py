@@ -98,9 +98,11 @@ class A2AFace:
         routes += create_rest_routes(handler, context_builder=calls)
         self.sdk = Starlette(routes=routes)
 
-    def serve_grpc(self, server: grpc.aio.Server) -> None:
-        """Add A2A's gRPC binding to the gRPC door's ``server``."""
+    def serve_grpc(self, server: grpc.aio.Server) -> str:
+        """Add A2A's gRPC binding to the gRPC door's ``server``; its service's name (reflection
+        lists it, so grpcurl and buf curl find it)."""
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(self.handler), server)  # type: ignore[no-untyped-call]
+        return str(a2a.DESCRIPTOR.services_by_name["A2AService"].full_name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"] if scope["type"] == "http" else ""
