@@ -10,9 +10,10 @@ stream, and delivers it to the sender as a message: sender ``electric:child``,
 data ``{"child", "message", "status", "output", "error"}`` (the run's end as
 recorded; ``status`` "not run" when the child ended first, "lost" when it is
 gone), under an idempotency key named for the child and the message in the
-sender's scope, so it is delivered once, across replicas and restarts. That
-message starts a run of the sender like any other (it wakes an idle entity).
-An ended sender gets none. Then the run is cleared from its awaited runs.
+sender's scope, so it is delivered once, across replicas and restarts; the
+same commit clears the run from its awaited runs. That message starts a run of
+the sender like any other (it wakes an idle entity). An ended sender gets none,
+and its wait is dropped.
 """
 
 from __future__ import annotations
@@ -62,12 +63,18 @@ def awaiting(record: EntityRecord, data: dict[str, Any]) -> EntityRecord:
     return record if entry in runs else record.replace(awaited_runs=" ".join([*runs, entry]))
 
 
+def _without(record: EntityRecord, entry: str) -> EntityRecord:
+    return record.replace(awaited_runs=" ".join(r for r in record.awaited_runs.split() if r != entry))
+
+
 def _cleared(entry: str) -> Decide:
+    """The wait ``entry`` dropped: its sender ended, or its delivery was a retry the store answered
+    from its idempotency key (the first, which cleared it too, may not have)."""
+
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None or entry not in current.awaited_runs.split():
             return Mutation()
-        runs = [r for r in current.awaited_runs.split() if r != entry]
-        return Mutation([], current.replace(awaited_runs=" ".join(runs)))
+        return Mutation([], _without(current, entry))
 
     return decide
 
@@ -94,15 +101,23 @@ async def _run_end(store: Store, child: Ref, key: str, offset: int) -> dict[str,
     return None
 
 
-async def _deliver(store: Store, sender: Ref, child: Ref, key: str, end: dict[str, str]) -> int:
-    """The run's ``end`` as a message to ``sender``, once; 1 if it took it (0: it has ended)."""
+async def _deliver(store: Store, sender: Ref, entry: str, child: Ref, key: str, end: dict[str, str]) -> int:
+    """The run's ``end`` as a message to ``sender``, once, its wait (``entry``) cleared in the
+    same commit; 1 if it took it (0: it has ended)."""
     url = entity_url(*child)
     data = {"child": url, "message": key, **end}
     text = f"{url} ended its run of {key}: {end['status']}"
     idem_key = f"wake-{child[0]}.{child[1]}-{key}"
     idem = Idem(idem_key, hashlib.sha256(f"wake\0{idem_key}".encode()).digest())
     send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER)
-    [sent] = await store.write_many([Write(sender, send, idem, lambda _c: b"")])
+
+    def delivered(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
+        mutation = send(current, ctx)
+        if mutation.entity is None:
+            return mutation
+        return Mutation(mutation.events, _without(mutation.entity, entry), mutation.result)
+
+    [sent] = await store.write_many([Write(sender, delivered, idem, lambda _c: b"")])
     if isinstance(sent, StorageFault):
         raise sent
     return 0 if isinstance(sent, BaseException) else 1  # an ended sender refuses it
@@ -125,7 +140,7 @@ async def wake_senders(store: Store, senders: list[EntityRecord]) -> int:
             if end is None and not sender.state.terminal:
                 continue
             if end is not None:
-                delivered += await _deliver(store, sender.ref, (child_type, child_id), key, end)
+                delivered += await _deliver(store, sender.ref, entry, (child_type, child_id), key, end)
             [cleared] = await store.write_many([Write(sender.ref, _cleared(entry))])
             if isinstance(cleared, BaseException):
                 raise cleared
