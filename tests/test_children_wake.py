@@ -37,9 +37,15 @@ def waking_app() -> App:
 
     @app.entity("boss", idle_timeout="1h")
     async def boss(ctx: Context, message: Message) -> str:
-        if message.sender == "electric:child":
+        if message.sender == "electric:child" and message.reply is None:
             end = message.data
             return f"woken by {end['child']}: {end['status']} {end['output']}"
+        if message.text == "ask":  # delegates, then asks: the child's end is the reply
+            slow = await ctx.spawn(f"slow/{ctx.ref.id}")
+            await ctx.send(slow, "hold", wake=True)
+            answer = await ctx.ask("what did the child do?")
+            assert message.reply is not None
+            return f"replied: {answer} ({message.reply.data['status']})"
         child = await ctx.spawn(f"worker/{ctx.ref.id}")
         if message.text == "both":
             with pytest.raises(errors.InvalidArgument, match="wake"):
@@ -52,6 +58,20 @@ def waking_app() -> App:
         if message.text == "fail":
             raise RuntimeError("no sources")
         return f"did {message.text}"
+
+    @app.entity("slow", idle_timeout="1h")
+    class Slow:
+        go: anyio.Event | None = None
+
+        async def on_message(self, ctx: Context, message: Message) -> str:
+            self.go = anyio.Event()
+            await ctx.emit("holding", None)
+            await self.go.wait()
+            return "did it slowly"
+
+        async def on_signal(self, ctx: Context, signal: Any) -> None:
+            if self.go is not None:
+                self.go.set()
 
     return app
 
@@ -99,6 +119,30 @@ async def test_a_failed_run_wakes_its_parent_and_wake_refuses_a_wait(
         assert both.output == "delegated"  # the refused call sent nothing: one send, one wake
         [_, woken] = await runs(client, "boss/b3", 2)
         assert woken["output"] == "woken by /worker/b3: completed did both"
+        await hosted.shutdown(0)
+
+
+async def test_a_wake_to_a_parent_awaiting_input_is_its_reply(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """The parent asked (ctx.ask) after delegating; the child's end comes while it awaits input:
+    as any next message, the wake is the reply, and the asking run resumes with it (it was
+    once dropped unread, since its write needs the asking message first)."""
+    hosted = Worker(waking_app(), [electric.address], worker_id="w-wake-ask")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await client.spawn("boss/q1")
+        asked = await client.send("boss/q1", "ask", wait="run", timeout=WAIT_S)
+        assert asked.status == "input_required"
+        with anyio.fail_after(WAIT_S):
+            async for event in client.watch("slow/q1", 0):
+                if event.type == "holding":
+                    break
+        await client.signal("slow/q1", "SIGUSR")
+        [done] = await runs(client, "boss/q1", 1)
+        sent = [e for e in (await client.events("slow/q1", 0, limit=100)).events if e.type == "message"]
+        assert done["output"] == f"replied: /slow/q1 ended its run of {sent[0].key}: completed (completed)"
+        assert (await client.get("boss/q1")).awaiting_input is None
         await hosted.shutdown(0)
 
 

@@ -109,15 +109,21 @@ async def _deliver(store: Store, sender: Ref, entry: str, child: Ref, key: str, 
     text = f"{url} ended its run of {key}: {end['status']}"
     idem_key = f"wake-{child[0]}.{child[1]}-{key}"
     idem = Idem(idem_key, hashlib.sha256(f"wake\0{idem_key}".encode()).digest())
-    send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER)
+    asked: tuple[str, pb.MessageValue] | None = None
+    while True:
+        send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER, asked=asked)
 
-    def delivered(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
-        mutation = send(current, ctx)
-        if mutation.entity is None:
-            return mutation
-        return Mutation(mutation.events, _without(mutation.entity, entry), mutation.result)
+        def delivered(current: EntityRecord | None, ctx: WriteContext, send: Decide = send) -> Mutation:
+            mutation = send(current, ctx)
+            if mutation.entity is None:
+                return mutation
+            return Mutation(mutation.events, _without(mutation.entity, entry), mutation.result)
 
-    [sent] = await store.write_many([Write(sender, delivered, idem, lambda _c: b"")])
+        [sent] = await store.write_many([Write(sender, delivered, idem, lambda _c: b"")])
+        if not isinstance(sent, entity_writes.NeedsAsk):
+            break
+        # The sender awaits input (ctx.ask): the wake is its reply, as any next message is.
+        asked = await entity_writes.asking_message(store, sender, sent.offset)
     if isinstance(sent, StorageFault):
         raise sent
     return 0 if isinstance(sent, BaseException) else 1  # an ended sender refuses it

@@ -34,7 +34,7 @@ from electric_sdk.lifecycle import (
     State,
 )
 
-from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, WriteContext
+from ..store.base import Decide, EntityRecord, Mutation, NewEvent, Ref, Store, WriteContext
 from ..store.sessions import holds_lease
 from . import delegations, message_cursor
 from .errors import ApiError, busy_policy_not_allowed, entity_busy, not_found
@@ -331,6 +331,15 @@ class NeedsAsk(Exception):
     def __init__(self, offset: int) -> None:
         super().__init__(f"the asking message at offset {offset} is needed")
         self.offset = offset
+
+
+async def asking_message(store: Store, ref: Ref, offset: int) -> tuple[str, pb.MessageValue]:
+    """What ``NeedsAsk`` asks for: the asking run's message at ``offset`` (its key "" if there is
+    none there), for ``send_message``'s ``asked``."""
+    found = await store.read_events(ref, offset, 1)
+    if not found or found[0].kind != "message":
+        return "", pb.MessageValue()
+    return found[0].key, pb.Event.FromString(found[0].body).message
 
 
 def send_message(

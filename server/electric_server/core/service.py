@@ -418,16 +418,9 @@ class EntityService(api_grpc.EntityServiceServicer):
                 break
             except entity_writes.NeedsAsk as needs:
                 # A reply to a run awaiting input: its message is read, then the write is judged again.
-                asked = await self._asking_message(ref, needs.offset)
+                asked = await entity_writes.asking_message(self.store, ref, needs.offset)
         await self.presence.arrived(ref[0], "a message")
         return response
-
-    async def _asking_message(self, ref: Ref, offset: int) -> tuple[str, pb.MessageValue]:
-        """The asking run's message (its key "" if there is none at ``offset``)."""
-        found = await self.store.read_events(ref, offset, 1)
-        if not found or found[0].kind != "message":
-            return "", pb.MessageValue()
-        return found[0].key, pb.Event.FromString(found[0].body).message
 
     # -- fork and retry ---------------------------------------------------------------
 
