@@ -59,6 +59,26 @@ def waking_app() -> App:
             raise RuntimeError("no sources")
         return f"did {message.text}"
 
+    @app.entity("strict", idle_timeout="1h", on_busy="reject")
+    class Strict:  # refuses a message while busy; a wake is owed all the same
+        go: anyio.Event | None = None
+
+        async def on_message(self, ctx: Context, message: Message) -> str:
+            if message.sender == "electric:child":
+                return f"woken: {message.data['status']}"
+            if message.text == "hold":
+                self.go = anyio.Event()
+                await ctx.emit("holding", None)
+                await self.go.wait()
+                return "held"
+            slow = await ctx.spawn(f"slow/{ctx.ref.id}")
+            await ctx.send(slow, "hold", wake=True)
+            return "delegated"
+
+        async def on_signal(self, ctx: Context, signal: Any) -> None:
+            if self.go is not None:
+                self.go.set()
+
     @app.entity("slow", idle_timeout="1h")
     class Slow:
         go: anyio.Event | None = None
@@ -143,6 +163,38 @@ async def test_a_wake_to_a_parent_awaiting_input_is_its_reply(
         sent = [e for e in (await client.events("slow/q1", 0, limit=100)).events if e.type == "message"]
         assert done["output"] == f"replied: /slow/q1 ended its run of {sent[0].key}: completed (completed)"
         assert (await client.get("boss/q1")).awaiting_input is None
+        await hosted.shutdown(0)
+
+
+async def holding(client: AsyncClient, ref: str) -> None:
+    with anyio.fail_after(WAIT_S):
+        async for event in client.watch(ref, 0):
+            if event.type == "holding":
+                return
+
+
+async def test_a_wake_to_a_busy_parent_that_rejects_messages_queues(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """A type whose policy rejects a message while busy still gets its wake: it queues behind
+    the run in progress (it was once refused ENTITY_BUSY and dropped)."""
+    hosted = Worker(waking_app(), [electric.address], worker_id="w-wake-busy")
+    async with anyio.create_task_group() as tg:
+        await tg.start(hosted.run)
+        await client.spawn("strict/s1")
+        first = await client.send("strict/s1", "go", wait="run", timeout=WAIT_S)
+        assert first.output == "delegated"
+        await client.send("strict/s1", "hold")
+        await holding(client, "strict/s1")
+        await holding(client, "slow/s1")
+        await client.signal("slow/s1", "SIGUSR")  # the child's end comes while the parent holds
+        with anyio.fail_after(WAIT_S):
+            async for event in client.watch("strict/s1", 0):
+                if event.type == "message" and event.value["sender"] == "electric:child":
+                    break
+        await client.signal("strict/s1", "SIGUSR")
+        [_, _, woken] = await runs(client, "strict/s1", 3)
+        assert woken["output"] == "woken: completed"
         await hosted.shutdown(0)
 
 

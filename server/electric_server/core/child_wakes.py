@@ -24,6 +24,7 @@ from typing import Any
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.json_values import json_to_value
+from electric_sdk.busy import BusyPolicy
 
 from ..store.base import (
     Decide,
@@ -42,6 +43,7 @@ __all__ = ["WAKE_SENDER", "awaiting", "wake_senders"]
 
 WAKE_SENDER = "electric:child"
 _PAGE = 256
+ENQUEUE = BusyPolicy.ENQUEUE
 _ENDS = {
     pb.RUN_STATUS_COMPLETED: "completed",
     pb.RUN_STATUS_FAILED: "failed",
@@ -111,7 +113,8 @@ async def _deliver(store: Store, sender: Ref, entry: str, child: Ref, key: str, 
     idem = Idem(idem_key, hashlib.sha256(f"wake\0{idem_key}".encode()).digest())
     asked: tuple[str, pb.MessageValue] | None = None
     while True:
-        send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER, asked=asked)
+        # Enqueued whatever the sender's double-texting policy: a wake is owed, never refused as busy.
+        send = entity_writes.send_message(sender, text, json_to_value(data), WAKE_SENDER, ENQUEUE, asked)
 
         def delivered(current: EntityRecord | None, ctx: WriteContext, send: Decide = send) -> Mutation:
             mutation = send(current, ctx)
