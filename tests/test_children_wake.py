@@ -154,10 +154,7 @@ async def test_a_wake_to_a_parent_awaiting_input_is_its_reply(
         await client.spawn("boss/q1")
         asked = await client.send("boss/q1", "ask", wait="run", timeout=WAIT_S)
         assert asked.status == "input_required"
-        with anyio.fail_after(WAIT_S):
-            async for event in client.watch("slow/q1", 0):
-                if event.type == "holding":
-                    break
+        await holding(client, "slow/q1")
         await client.signal("slow/q1", "SIGUSR")
         [done] = await runs(client, "boss/q1", 1)
         sent = [e for e in (await client.events("slow/q1", 0, limit=100)).events if e.type == "message"]
