@@ -31,7 +31,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -121,22 +120,12 @@ def main() -> None:
     if args.quick:
         args.runs = common.scale(args.runs, True, 10)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-exec-") as tmp:
-        tmpdir = Path(tmp)
-        tasks = tmpdir / "tasks.toml"
-        tasks_file(tasks, args.timeout_ms)
-        server = common.start_electric(tmpdir / "data")
-        worker_log = tmpdir / "worker.log"
-        worker = common.start_worker(server.address, worker_log, "--exec", str(tasks))
-        try:
-            ours = asyncio.run(electric_runs(server.address, args.runs))
-        except BaseException:
-            print(worker_log.read_text()[-3000:], file=sys.stderr)
-            raise
-        finally:
-            common.stop_worker(worker)
-            server.stop()
-        theirs = timeout_runs(args.runs, args.timeout_ms)
+    ours = common.run_beside_exec_worker(
+        "bench-exec-",
+        lambda tasks: tasks_file(tasks, args.timeout_ms),
+        lambda address: electric_runs(address, args.runs),
+    )
+    theirs = timeout_runs(args.runs, args.timeout_ms)
     elapsed = time.perf_counter() - started
 
     force = common.summarize(ours["force_ms"])

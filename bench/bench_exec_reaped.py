@@ -36,7 +36,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -150,21 +149,11 @@ def main() -> None:
     if args.quick:
         args.runs = common.scale(args.runs, True, 10)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-exec-reaped-") as tmp:
-        tmpdir = Path(tmp)
-        tasks = tmpdir / "tasks.toml"
-        tasks_file(tasks, args.timeout_ms)
-        server = common.start_electric(tmpdir / "data")
-        worker_log = tmpdir / "worker.log"
-        worker = common.start_worker(server.address, worker_log, "--exec", str(tasks))
-        try:
-            raw = asyncio.run(runs(server.address, args.runs, args.timeout_ms))
-        except BaseException:
-            print(worker_log.read_text()[-3000:], file=sys.stderr)
-            raise
-        finally:
-            common.stop_worker(worker)
-            server.stop()
+    raw = common.run_beside_exec_worker(
+        "bench-exec-reaped-",
+        lambda tasks: tasks_file(tasks, args.timeout_ms),
+        lambda address: runs(address, args.runs, args.timeout_ms),
+    )
     elapsed = time.perf_counter() - started
 
     ours = common.summarize(raw["electric_ms"])

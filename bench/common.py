@@ -219,6 +219,24 @@ def run_beside_server(prefix: str, client: Callable[[ServerProc, Path], Any], *s
             server.stop()
 
 
+def run_beside_exec_worker(
+    prefix: str, write_tasks: Callable[[Path], None], client: Callable[[str], Any]
+) -> Any:
+    """``asyncio.run(client(address))`` against ``electric server`` and an ``electric worker --exec
+    TASKS`` (the file ``write_tasks`` writes), as ``run_beside_server`` runs them."""
+
+    async def beside(server: ServerProc, tmp: Path) -> Any:
+        tasks = tmp / "tasks.toml"
+        write_tasks(tasks)
+        worker = start_worker(server.address, tmp / "worker.log", "--exec", str(tasks))
+        try:
+            return await client(server.address)
+        finally:
+            stop_worker(worker)
+
+    return run_beside_server(prefix, beside)
+
+
 def start_worker(
     address: str, log: Path, *worker_args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
