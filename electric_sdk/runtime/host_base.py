@@ -41,6 +41,7 @@ _CLEANING_UP = lifecycle.runtime_outcome(Action.CLEANUP, Effect.ACTED)
 class HostBase(Lifetime):
     __slots__ = (
         "_behind",
+        "_behind_key",
         "_cleanup_started",
         "_deliveries",
         "_idle_since",
@@ -59,9 +60,11 @@ class HostBase(Lifetime):
         # most with nothing queued).
         self._queue: list[Message] = []
         # Deliveries so far, and their count when the server last refused a run because a message
-        # sent ahead of the queue runs first (-1 none since): no run starts until one more arrives.
+        # sent ahead of the queue runs first (-1 none since), with the refused message's key: it
+        # starts again once one more delivery came, or once another message is at the front.
         self._deliveries = 0
         self._behind = -1
+        self._behind_key = ""
         # When the host was last busy: the idle timeout counts from then.
         self._idle_since = 0.0
         self._cleanup_started = False
@@ -133,7 +136,7 @@ class HostBase(Lifetime):
             # goes back behind those this host has, and waits for it (or for its cancel).
             at = next((i for i, m in enumerate(self._queue) if not m.ahead), len(self._queue))
             self._queue.insert(at, message)
-            self._behind = self._deliveries
+            self._behind, self._behind_key = self._deliveries, message.key
         return None
 
     def _enqueue(self, message: Message) -> None:
@@ -146,7 +149,9 @@ class HostBase(Lifetime):
 
     def _runnable(self) -> bool:
         """Whether a queued message may start now (see ``_started`` for the wait)."""
-        return bool(self._queue) and (self._behind != self._deliveries or self._queue[0].ahead)
+        return bool(self._queue) and (
+            self._behind != self._deliveries or self._queue[0].key != self._behind_key
+        )
 
     async def take_steer(self, run: Message, step: int, wait: bool = False) -> Message | None:
         """``ctx.take_steer`` of ``run`` at ``step``: the oldest steering message queued (``wait``:
