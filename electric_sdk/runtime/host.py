@@ -556,11 +556,15 @@ class EntityHost(HostBase):
             and run.stopped_by is None
             and self._interrupts(term)
         ):
-            # The type opted in: the step is cut now, as by SIGINT (in the delivery itself, so the run
-            # unwinds while the cleanup's task starts; not waking the run's task: the cleanup's, queued
-            # behind the body's unwinding, runs next), and the cleanup gets the partial output in time.
-            run.abort(term, False, abandon=False)
+            # The type opted in: the step is cut at once, as by SIGINT. The cleanup's task is queued
+            # before the cut's cancel, so its handler starts while the body unwinds, with the output
+            # the run had written when it was cut (what the body writes unwinding is in the run's
+            # record); the handler's writes wait for the run's end (``_owed_before_cleanup``).
             run.how = "interrupted mid-step"
+            self._term_output = run.ctx.output.text
+            super()._start_cleanup(info, pending)
+            run.cut_soon(term)
+            return
         super()._start_cleanup(info, pending)
 
     async def _clean_up(self, info: SignalInfo | None, pending: bool) -> bool:
@@ -573,14 +577,8 @@ class EntityHost(HostBase):
         cleaned = False
         with anyio.CancelScope(deadline=loop_deadline(deadline)) as scope:
             self._cleanup_scope = scope
-            run = self._run
-            cut = run is not None and run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM
-            if run is not None and cut and run.abandon_if_stuck():
-                # Interrupted, and its body has unwound: its partial output is final now, while
-                # the run's own task is yet to write its end (the handler's writes wait for it).
-                self._term_output = run.ctx.output.text
-            else:
-                while self._run is not None:  # the run stops at its next step boundary
+            if self._term_output is None:  # not cut (``_start_cleanup``): it stops at its next step boundary
+                while self._run is not None:
                     await self._bell.wait()
             # The handler starts now, beside the records owed first (an interrupted step's cleanup
             # starts about as soon as a SIGUSR handler would); its writes wait for them. Their task

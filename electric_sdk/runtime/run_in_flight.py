@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +48,27 @@ class RunInFlight:
             return {}
         return {"question": self.asked.question, "ask_step": self.asked.step}
 
-    def abort(self, info: SignalInfo, pending: bool, abandon: bool = True) -> None:
-        """Abort the run now: its scope is cancelled and (``abandon``) the host stops waiting for
-        it; else whoever aborted it abandons it, if need be (``abandon_if_stuck``)."""
+    def abort(self, info: SignalInfo, pending: bool) -> None:
+        """Abort the run now: its scope is cancelled and the host stops waiting for it."""
         self.stopped_by, self.outcome_pending = info, pending
         self.scope.cancel()
-        if abandon:
-            self.wake.set()
+        self.wake.set()
+
+    def cut_soon(self, info: SignalInfo) -> None:
+        """Abort the run for a SIGTERM that interrupts (its outcome is the cleanup's to write): it
+        is stopped now, for every other path, and its scope is cancelled from the loop's next pass.
+        Whatever was queued before it runs first (the cleanup's task, whose handler so starts as
+        soon as a SIGUSR's would), and a cancel from a loop callback formats no task's repr into
+        its reason (anyio does for a cancel from a task: a tenth of a millisecond). One pass after
+        the cancel, a body that has not unwound (blocked in a thread) is abandoned."""
+        self.stopped_by, self.outcome_pending = info, False
+        loop = asyncio.get_running_loop()
+
+        def cut() -> None:
+            self.scope.cancel()
+            loop.call_soon(self.abandon_if_stuck)
+
+        loop.call_soon(cut)
 
     def abandon_if_stuck(self) -> bool:
         """After one pass of the loop since its cancel: a body that has not unwound (blocked in a

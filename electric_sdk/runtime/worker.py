@@ -31,7 +31,6 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -46,7 +45,6 @@ from .._proto.electric.v1 import types_pb2 as pb
 from ..channels import open_channel
 from ..client import AsyncClient, ClientOptions
 from ..client._options import DurationLike
-from ..durations import parse_ms
 from ..models import Event, EventPage
 from ..runtime_session import SESSION_ACCEPTED
 from ..stream_batches import EMPTY, Empty, coalesce
@@ -57,6 +55,7 @@ from .exec.spec import ExecType
 from .fenced import SessionLost
 from .host import EntityHost
 from .lifetime import Lifetime
+from .steps import seconds
 
 if TYPE_CHECKING:  # prometheus-client is imported only by a worker that counts
     from .metrics import WorkerMetrics
@@ -71,14 +70,6 @@ MAX_CAPACITY = 2**32 - 1
 # A session's keepalive: a replica that stops answering is given up on within 1.5 s at most.
 KEEPALIVE_MS = 1000
 KEEPALIVE_TIMEOUT_MS = 500
-
-
-def _seconds(value: DurationLike) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, str):
-        return parse_ms(value) / 1000
-    return float(value)
 
 
 # An exec type's entities are OS processes (exec/host.py); the rest run Python code (host.py).
@@ -393,11 +384,13 @@ class Worker:
             response = await call.read()
             if not isinstance(response, rt.ConnectResponse):  # grpc.aio.EOF
                 return
-            if response.WhichOneof("msg") == "batch":
-                for item in response.batch.responses:
-                    await self._handle(item)
-            else:
-                await self._handle(response)
+            batch = response.batch.responses if response.WhichOneof("msg") == "batch" else (response,)
+            for n, item in enumerate(batch, 1):
+                await self._handle(item)
+                if n < len(batch) and item.delivery.event.HasField("signal"):
+                    # What a signal started (its handler, a SIGTERM's cleanup) runs before the rest
+                    # of its batch is handled (a SIGTERM's `stopping` comes right behind it).
+                    await anyio.lowlevel.checkpoint()
 
     async def _handle(self, response: rt.ConnectResponse) -> None:
         kind = response.WhichOneof("msg")
@@ -536,7 +529,7 @@ class Worker:
 
         A second call waits for the first to finish; ``grace=0`` cancels the runs at once.
         """
-        grace_s = _seconds(grace)
+        grace_s = seconds(grace)
         if self._draining:
             if grace_s <= 0:
                 for host in list(self._hosts.values()):

@@ -25,6 +25,7 @@ import pytest
 
 from electric_sdk import AsyncClient
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
+from electric_sdk.durable_state import STATE_EVENT
 from electric_sdk.errors import InvalidArgument
 from electric_sdk.testing import TestServer
 
@@ -85,6 +86,15 @@ APP = textwrap.dedent(
     @app.entity("cutter", grace_period="5s", idle_timeout="60s", state=True, sigterm_interrupts=True)
     class Cutter(Agent):
         pass
+
+
+    @app.entity("unwinder", grace_period="5s", idle_timeout="60s", state=True, sigterm_interrupts=True)
+    class Unwinder(Agent):
+        async def on_message(self, ctx: Context, message: Message) -> None:
+            try:
+                await turn(ctx, message)
+            finally:
+                ctx.output.write(" (cut)")  # written while the cut run unwinds
     """
 )
 
@@ -210,6 +220,28 @@ async def test_sigterm_that_interrupts_runs_the_cleanup(
             state = cli_state(server.address, "cutter/c1")
             assert state["history"] == [USER_TURN]
             assert state["summary"] == {"signal": "SIGTERM", "partial": "thinking"}
+
+
+async def test_an_interrupted_cleanup_gets_the_output_at_the_cut(
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    """The cleanup starts while the cut run unwinds: its partial output is the run's output when
+    the SIGTERM cut it, and what the body writes unwinding is in the run's record, which the
+    stream has before the cleanup's writes."""
+    with TestServer(tmp_path / "electric") as server:
+        async with server.async_client() as client:
+            start_worker(server.address)
+            key = await _in_the_long_step(client, "unwinder/u1")
+            await client.terminate("unwinder/u1", reason="shutdown")
+            await until(client, "unwinder/u1", state_is("stopped", "cleanup_complete"))
+            events = (await client.events("unwinder/u1", 0, 1000)).events
+            end = next(e for e in events if run_end(key)(e))
+            assert (end.raw.run.status, end.raw.run.output) == (pb.RUN_STATUS_ABORTED, "thinking (cut)")
+            summary = [e for e in events if e.type == STATE_EVENT and "summary" in repr(e.value)]
+            assert summary
+            assert all(e.offset > end.offset for e in summary)
+            state = cli_state(server.address, "unwinder/u1")
+            assert state == {"history": [USER_TURN], "summary": {"signal": "SIGTERM", "partial": "thinking"}}
 
 
 async def test_a_sigterm_asked_to_interrupt_runs_the_cleanup(

@@ -65,6 +65,11 @@ __all__ = ["CHILD_EVENT", "Cascade", "cascade_key"]
 CHILD_EVENT = child_interrupts.CHILD_EVENT
 
 PAGE = 256  # children signalled per pass
+# How long a woken sweep waits before it reads. The commit that woke it (a parent's SIGTERM) has
+# its deliveries and its answer to send: the sweep's reads run on the same loop, and so would hold
+# the signal's way to the parent's worker up by a quarter of a millisecond. Commits landing
+# meanwhile are swept together. It costs a cascade this much per level of the tree.
+SETTLE_S = 0.002
 CASCADE_SENDER = "electric:cascade"
 
 
@@ -138,6 +143,7 @@ class Cascade(Component):
                 continue  # more wait: the next page at once
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self.poll_s)
+            await asyncio.sleep(SETTLE_S)
 
     async def _signal(self, found: list[CascadeFind]) -> None:
         writes = [
