@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,26 +50,25 @@ class RunInFlight:
         return {"question": self.asked.question, "ask_step": self.asked.step}
 
     def abort(self, info: SignalInfo, pending: bool) -> None:
-        """Abort the run now: its scope is cancelled and the host stops waiting for it."""
+        """Abort the run: it is stopped now, for every other path; from the loop's next pass its
+        scope is cancelled and the host stops waiting for it (the body's unwinding is queued
+        first, so what its ``finally`` writes counts). From a loop callback, because a cancel from
+        a task formats that task's repr into its reason (anyio): a tenth of a millisecond on a
+        SIGINT's way to the run's end record."""
         self.stopped_by, self.outcome_pending = info, pending
-        self.scope.cancel()
-        self.wake.set()
+        asyncio.get_running_loop().call_soon(self._cancel, self.wake.set)
 
     def cut_soon(self, info: SignalInfo) -> None:
-        """Abort the run for a SIGTERM that interrupts (its outcome is the cleanup's to write): it
-        is stopped now, for every other path, and its scope is cancelled from the loop's next pass.
-        Whatever was queued before it runs first (the cleanup's task, whose handler so starts as
-        soon as a SIGUSR's would), and a cancel from a loop callback formats no task's repr into
-        its reason (anyio does for a cancel from a task: a tenth of a millisecond). One pass after
+        """Abort the run for a SIGTERM that interrupts (its outcome is the cleanup's to write), as
+        ``abort`` does, but not waking the host: what was queued before the cancel runs first
+        (the cleanup's task, whose handler so starts as soon as a SIGUSR's would). One pass after
         the cancel, a body that has not unwound (blocked in a thread) is abandoned."""
         self.stopped_by, self.outcome_pending = info, False
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop().call_soon(self._cancel, self.abandon_if_stuck)
 
-        def cut() -> None:
-            self.scope.cancel()
-            loop.call_soon(self.abandon_if_stuck)
-
-        loop.call_soon(cut)
+    def _cancel(self, then: Callable[[], object]) -> None:
+        self.scope.cancel()
+        asyncio.get_running_loop().call_soon(then)
 
     def abandon_if_stuck(self) -> bool:
         """After one pass of the loop since its cancel: a body that has not unwound (blocked in a

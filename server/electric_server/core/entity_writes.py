@@ -157,14 +157,24 @@ def _transition(
     return event, record
 
 
+class NeedsInFlight(Exception):
+    """An unscoped SIGINT found the entity's run waiting for a worker of its code version, and the
+    write was not given that run's message (read it, ``message_cursor.at_cursor``, then write
+    again with it). Read only then: a runtime that holds the run records its end itself, so the
+    common SIGINT costs no read before its write."""
+
+
 def signal(
     ref: Ref,
     spec: SignalSpec,
     located: message_cursor.Located | None = None,
     in_flight: message_cursor.Located | None = None,
+    *,
+    in_flight_read: bool = True,
 ) -> Decide:
     """``located``: the message a scoped signal names (``message_cursor.locate``), required then;
-    ``in_flight``: an unscoped SIGINT's, the message whose run was in flight (``at_cursor``)."""
+    ``in_flight``: an unscoped SIGINT's, the message whose run was in flight (``at_cursor``), if
+    ``in_flight_read``; else the write raises ``NeedsInFlight`` where it needs it."""
 
     def decide(current: EntityRecord | None, ctx: WriteContext) -> Mutation:
         if current is None:
@@ -177,6 +187,9 @@ def signal(
         waiting = message_cursor.waiting_for(current, holds_lease(current, ctx))
         if waiting and progress in (None, MessageProgress.STARTED):
             # No runtime holds the run: the server decides alone (lifecycle.decide_waiting).
+            needs_read = spec.signal in SERVER_ABORTED_SIGNALS and not spec.message_key
+            if needs_read and not in_flight_read and current.cursor_attempt > 0:
+                raise NeedsInFlight(f"the message in flight on {ref[0]}/{ref[1]} is needed")
             return _signal_waiting(current, ctx, spec, waiting, located or in_flight)
         aborts = _aborts_run(current, ctx, spec.signal, located, progress)
         decision = lifecycle.decide(current.state, spec.signal, True if aborts else None, message=progress)

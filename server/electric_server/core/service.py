@@ -26,7 +26,6 @@ from electric_sdk.lifecycle import (
     MESSAGE_SCOPED_SIGNALS,
     OPT_IN_TIMING,
     PAYLOAD_SIGNALS,
-    SERVER_ABORTED_SIGNALS,
     Outcome,
     Signal,
     SignalRejected,
@@ -248,23 +247,25 @@ class EntityService(api_grpc.EntityServiceServicer):
     ) -> api.SignalEntityResponse:
         # A scoped signal's message, looked up before the write (a decide function reads nothing).
         located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
-        # A SIGINT may abort a run waiting for its code version, with no runtime to record its
-        # end: the server records it, under its message's key, looked up here.
-        in_flight = None
-        if spec.signal in SERVER_ABORTED_SIGNALS and not spec.message_key:
-            in_flight = await message_cursor.at_cursor(self.store, ref)
-        try:
-            return await _write(
-                self.store,
-                ref,
-                entity_writes.signal(ref, spec, located, in_flight),
-                idem,
-                lambda c: _signal_response(ref, spec.signal, c),
-                api.SignalEntityResponse,
-            )
-        except SignalRejected:
-            self.signal_rejected(spec.signal)
-            raise
+        in_flight: message_cursor.Located | None = None
+        read = False
+        while True:
+            try:
+                return await _write(
+                    self.store,
+                    ref,
+                    entity_writes.signal(ref, spec, located, in_flight, in_flight_read=read),
+                    idem,
+                    lambda c: _signal_response(ref, spec.signal, c),
+                    api.SignalEntityResponse,
+                )
+            except entity_writes.NeedsInFlight:
+                # A SIGINT that aborts a run waiting for its code version, with no runtime to
+                # record its end: the server records it, under its message's key, read now.
+                in_flight, read = await message_cursor.at_cursor(self.store, ref), True
+            except SignalRejected:
+                self.signal_rejected(spec.signal)
+                raise
 
     @translate
     async def DeleteEntity(self, request: api.DeleteEntityRequest, context: Ctx) -> api.DeleteEntityResponse:
