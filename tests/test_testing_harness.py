@@ -38,11 +38,15 @@ def agent_app(g: Gates, *, sigterm_interrupts: bool = False) -> App:
     class Agent:
         async def on_message(self, ctx: Context, message: Message) -> str:
             ctx.state["history"].append(message.text)
-            if message.text == "hold":
+            if message.text in ("hold", "unwind"):
                 ctx.output.write("partial")
-                async with ctx.step("tool:hold"):
-                    g.entered.set()
-                    await g.release.wait()
+                try:
+                    async with ctx.step("tool:hold"):
+                        g.entered.set()
+                        await g.release.wait()
+                finally:
+                    if message.text == "unwind":
+                        ctx.output.write(" (cut)")  # written while a cut run unwinds
                 async with ctx.step("tool:after"):
                     ctx.output.write(" after")
                 return ""
@@ -185,6 +189,21 @@ async def test_a_sigterm_that_interrupts_cuts_the_step_and_the_cleanup_gets_its_
         assert h.causes[-1] == "cleanup_complete"
         assert g.signals[-1].partial_output == "partial"
         assert h.state == {"history": ["hold"]}
+
+
+async def test_an_interrupted_cleanup_gets_the_output_at_the_cut_as_on_a_worker() -> None:
+    """As tests/runtime/test_state_at_the_end.py shows on a worker: the cleanup's partial output
+    is the run's output when the SIGTERM cut it; the run's record has what it wrote unwinding."""
+    g = Gates()
+    async with EntityHarness(agent_app(g, sigterm_interrupts=True), "agent") as h:
+        run = h.start("unwind")
+        await g.entered.wait()
+        await h.signal("SIGTERM")
+        ended = await run.wait()
+        assert (ended.status, ended.output) == ("aborted", "partial (cut)")
+        g.release.set()  # the cleanup's own wait
+        await h.wait_lifecycle(State.STOPPED)
+        assert g.signals[-1].partial_output == "partial"
 
 
 async def test_the_idle_timeout_counts_on_the_clock_and_a_message_wakes_it() -> None:

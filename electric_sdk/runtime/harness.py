@@ -287,8 +287,12 @@ class EntityHarness:
         if run.stopped_by is not None and not run.status:
             run.status, run.error = "aborted", run.stopped_by.signal.value
         run.output = run.ctx.output.text
-        if run.stopped_by is not None and run.stopped_by.signal is Signal.SIGTERM:
-            self._term_output = run.output
+        if (
+            run.stopped_by is not None
+            and run.stopped_by.signal is Signal.SIGTERM
+            and self._term_output is None
+        ):
+            self._term_output = run.output  # stopped at a step boundary (a cut took it at the cut)
         if run.stopped_by is None or run.stopped_by.reason != "crash":  # a dead worker writes nothing
             await self._flush(run.ctx, run.message.key)
             self._run_event(run, _RUN_STATUS[run.status])
@@ -377,6 +381,9 @@ class EntityHarness:
             option, timing = OPT_IN_TIMING[Signal.SIGTERM]
             if run is not None and timing is Timing.AT_ONCE and getattr(self.etype, option):
                 run.stopped_by = info  # the type opted in: the step in progress is cut now
+                # The cleanup gets the output at the cut, as a worker's does (what the body
+                # writes unwinding is in the run's record only).
+                self._term_output = run.ctx.output.text
                 run.scope.cancel()
             assert self._tg is not None
             self._tg.start_soon(self._cleanup, info)

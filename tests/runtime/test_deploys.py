@@ -274,7 +274,7 @@ async def test_the_servers_upgrade_after_bounds_a_type_that_chose_nothing(
 async def test_each_signal_reaches_a_run_waiting_for_its_version(
     electric: TestServer, client: AsyncClient, worker: Start, app_dir: Path
 ) -> None:
-    refs = [f"pinned/{name}" for name in ("int", "term", "stop", "hup", "kill", "none")]
+    refs = [f"pinned/{name}" for name in ("int", "bulkint", "term", "stop", "hup", "kill", "none")]
     lost = await crash_mid_run(client, electric.address, worker, refs, renamed=True)
     for ref in refs:
         assert (await client.get(ref)).waiting_for_code == "v1", ref
@@ -286,6 +286,14 @@ async def test_each_signal_reaches_a_run_waiting_for_its_version(
     aborted = await watch_for(client, "pinned/int", run_status(pb.RUN_STATUS_ABORTED), lost["pinned/int"])
     assert "waited for a worker of code version v1" in aborted.raw.run.error
     assert (await client.get("pinned/int")).waiting_for_code is None
+    # The same by SignalEntities (a SIGINT to many): each waiting run is aborted alike.
+    bulk = await client.signal_many("SIGINT", refs=["pinned/bulkint"], reason="stop them all")
+    assert bulk.signalled == 1
+    aborted = await watch_for(
+        client, "pinned/bulkint", run_status(pb.RUN_STATUS_ABORTED), lost["pinned/bulkint"]
+    )
+    assert "waited for a worker of code version v1" in aborted.raw.run.error
+    assert (await client.get("pinned/bulkint")).waiting_for_code is None
 
     # SIGTERM: → stopping; the cleanup runs on the version new wakes get (v2), within the grace.
     term = await client.signal("pinned/term", "SIGTERM")

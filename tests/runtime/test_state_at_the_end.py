@@ -205,42 +205,27 @@ async def test_lost_lease_makes_the_turn_once(
             assert cli_state(server.address, "bare/l1")["history"] == [USER_TURN]
 
 
+@pytest.mark.parametrize(("ref", "recorded"), [("cutter/c1", "thinking"), ("unwinder/u1", "thinking (cut)")])
 async def test_sigterm_that_interrupts_runs_the_cleanup(
-    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
+    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]], ref: str, recorded: str
 ) -> None:
+    """The step is cut and the cleanup runs with the run's partial output. The cleanup starts
+    while the cut run unwinds: its partial output is the run's output when the SIGTERM cut it,
+    and what the body writes unwinding (``unwinder``'s ``finally``) is in the run's record, which
+    the stream has before the cleanup's writes."""
     with TestServer(tmp_path / "electric") as server:
         async with server.async_client() as client:
             start_worker(server.address)
-            key = await _in_the_long_step(client, "cutter/c1")
-            await client.terminate("cutter/c1", reason="shutdown")
-            await until(client, "cutter/c1", state_is("stopped", "cleanup_complete"))
-            end = await until(client, "cutter/c1", run_end(key))
-            assert end.raw.run.status == pb.RUN_STATUS_ABORTED
-            assert end.raw.run.output == "thinking"
-            state = cli_state(server.address, "cutter/c1")
-            assert state["history"] == [USER_TURN]
-            assert state["summary"] == {"signal": "SIGTERM", "partial": "thinking"}
-
-
-async def test_an_interrupted_cleanup_gets_the_output_at_the_cut(
-    tmp_path: Path, start_worker: Callable[..., subprocess.Popen[bytes]]
-) -> None:
-    """The cleanup starts while the cut run unwinds: its partial output is the run's output when
-    the SIGTERM cut it, and what the body writes unwinding is in the run's record, which the
-    stream has before the cleanup's writes."""
-    with TestServer(tmp_path / "electric") as server:
-        async with server.async_client() as client:
-            start_worker(server.address)
-            key = await _in_the_long_step(client, "unwinder/u1")
-            await client.terminate("unwinder/u1", reason="shutdown")
-            await until(client, "unwinder/u1", state_is("stopped", "cleanup_complete"))
-            events = (await client.events("unwinder/u1", 0, 1000)).events
+            key = await _in_the_long_step(client, ref)
+            await client.terminate(ref, reason="shutdown")
+            await until(client, ref, state_is("stopped", "cleanup_complete"))
+            events = (await client.events(ref, 0, 1000)).events
             end = next(e for e in events if run_end(key)(e))
-            assert (end.raw.run.status, end.raw.run.output) == (pb.RUN_STATUS_ABORTED, "thinking (cut)")
+            assert (end.raw.run.status, end.raw.run.output) == (pb.RUN_STATUS_ABORTED, recorded)
             summary = [e for e in events if e.type == STATE_EVENT and "summary" in repr(e.value)]
             assert summary
             assert all(e.offset > end.offset for e in summary)
-            state = cli_state(server.address, "unwinder/u1")
+            state = cli_state(server.address, ref)
             assert state == {"history": [USER_TURN], "summary": {"signal": "SIGTERM", "partial": "thinking"}}
 
 

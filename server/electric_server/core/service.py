@@ -342,26 +342,43 @@ class EntityService(api_grpc.EntityServiceServicer):
         def category(result: entity_writes.Signalled) -> bytes:
             return b"i" if result.decision.outcome is Outcome.IGNORED else b"s"
 
+        in_flight: dict[Ref, message_cursor.Located | None] = {}
         for start in range(0, len(targets), BULK_CHUNK):
-            writes = [
-                Write(
-                    ref,
-                    entity_writes.signal(ref, spec),
-                    idem,
-                    lambda c: category(c.result),
-                )
-                for ref in targets[start : start + BULK_CHUNK]
-            ]
-            for outcome in await self.store.write_many(writes):
-                if isinstance(outcome, ApiError) and outcome.code is grpc.StatusCode.NOT_FOUND:
-                    counts["not_found"] += 1
-                elif isinstance(outcome, SignalRejected):
-                    # Became terminal since it was listed: judged like any other terminal entity.
-                    counts["skipped"] += 1
-                elif isinstance(outcome, BaseException):
-                    raise outcome
-                else:
-                    counts["ignored" if outcome.response == b"i" else "signalled"] += 1
+            chunk = targets[start : start + BULK_CHUNK]
+            while chunk:
+                # As SignalEntity: a SIGINT's run waiting for its code version is read, then written again.
+                writes = [
+                    Write(
+                        ref,
+                        entity_writes.signal(
+                            ref, spec, None, in_flight.get(ref), in_flight_read=ref in in_flight
+                        ),
+                        idem,
+                        lambda c: category(c.result),
+                    )
+                    for ref in chunk
+                ]
+                outcomes = await self.store.write_many(writes)
+                again = [
+                    ref
+                    for ref, o in zip(chunk, outcomes, strict=True)
+                    if isinstance(o, entity_writes.NeedsInFlight)
+                ]
+                for ref in again:
+                    in_flight[ref] = await message_cursor.at_cursor(self.store, ref)
+                for outcome in outcomes:
+                    if isinstance(outcome, entity_writes.NeedsInFlight):
+                        continue  # written again next
+                    if isinstance(outcome, ApiError) and outcome.code is grpc.StatusCode.NOT_FOUND:
+                        counts["not_found"] += 1
+                    elif isinstance(outcome, SignalRejected):
+                        # Became terminal since it was listed: judged like any other terminal entity.
+                        counts["skipped"] += 1
+                    elif isinstance(outcome, BaseException):
+                        raise outcome
+                    else:
+                        counts["ignored" if outcome.response == b"i" else "signalled"] += 1
+                chunk = again
 
         response = api.SignalEntitiesResponse(
             signalled=counts["signalled"],
