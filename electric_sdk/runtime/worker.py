@@ -151,6 +151,7 @@ class Worker:
         self._pending: dict[int, _Pending] = {}
         self._next_request_id = 0
         self._outbox: MemoryObjectSendStream[rt.ConnectRequest | None] | None = None
+        self._acks: list[rt.ConnectRequest] = []  # to go with the next request (``ack``)
         self._session_scope: anyio.CancelScope | None = None
         self._client: AsyncClient | None = None
         self._draining = False
@@ -273,7 +274,7 @@ class Worker:
             self.lease_ttl_s = welcome.welcome.lease_ttl.ToTimedelta().total_seconds()
             interval = welcome.welcome.heartbeat_interval.ToTimedelta().total_seconds()
             self.heartbeat_interval_s = interval if interval > 0 else 1.0
-            self._outbox = send
+            self._outbox, self._acks = send, []  # an old session's acks are its own
             self.connected.set()
             # The line `make run` and `electric worker` show once the server has it: from here
             # `electric workers` lists it, and entities of its types get leased.
@@ -377,6 +378,9 @@ class Worker:
         if self._outbox is not None:
             # A closed outbox: the session is ending, and the server forgets its leases with it.
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                for ack in self._acks:
+                    self._outbox.send_nowait(ack)
+                self._acks.clear()
                 self._outbox.send_nowait(request)
 
     async def _receive(self, call: Any, tg: TaskGroup) -> None:
@@ -487,7 +491,9 @@ class Worker:
         return pending.result
 
     def ack(self, lease: rt.Lease, offset: int) -> None:
-        self._send(rt.ConnectRequest(ack=rt.Ack(ref=lease.ref, epoch=lease.epoch, offset=offset)))
+        # The server takes an ack as a sign of life: it goes in the batch of the next request (a
+        # write, a heartbeat), not as a message of its own read ahead of a SIGINT's run end.
+        self._acks.append(rt.ConnectRequest(ack=rt.Ack(ref=lease.ref, epoch=lease.epoch, offset=offset)))
 
     def client(self) -> AsyncClient:
         """The worker's client to the server (made at first use; closed with the worker)."""

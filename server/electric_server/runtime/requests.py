@@ -137,7 +137,10 @@ class WorkerRequests:
         if staged:
             outcomes: list[WriteOutcome | BaseException]
             try:
-                outcomes = await store.write_many([w for _, w in staged])
+                if len(staged) == 1:  # alone: committed in this task when the store is idle
+                    outcomes = [await store.write(staged[0][1])]
+                else:
+                    outcomes = await store.write_many([w for _, w in staged])
             except Exception as exc:  # e.g. the store is closing: every write says so
                 outcomes = [exc] * len(staged)
             for (result, _), outcome in zip(staged, outcomes, strict=True):
