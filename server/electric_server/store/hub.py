@@ -27,17 +27,23 @@ class Hub:
     """
 
     def __init__(self) -> None:
-        self._entity: dict[Ref, set[Callable[[Commit], None]]] = {}
+        # Per entity, in the order they are called (a dict as an ordered set).
+        self._entity: dict[Ref, dict[Callable[[Commit], None], None]] = {}
         self._all: set[Callable[[Commit], None]] = set()
         self._batches: set[BatchListener] = set()
 
-    def subscribe(self, ref: Ref, callback: Callable[[Commit], None]) -> Callable[[], None]:
-        self._entity.setdefault(ref, set()).add(callback)
+    def subscribe(
+        self, ref: Ref, callback: Callable[[Commit], None], first: bool = False
+    ) -> Callable[[], None]:
+        """``callback`` on each of ``ref``'s commits; ``first``: before the others (a call that
+        waits on the commit to answer, ahead of the watches it would queue behind)."""
+        subs = self._entity.get(ref, {})
+        self._entity[ref] = {callback: None, **subs} if first else {**subs, callback: None}
 
         def unsubscribe() -> None:
             subs = self._entity.get(ref)
             if subs is not None:
-                subs.discard(callback)
+                subs.pop(callback, None)
                 if not subs:
                     del self._entity[ref]
 
@@ -82,14 +88,16 @@ class Hub:
         # A subscriber's bug must not stop the others, nor the writer that
         # publishes (the commits are acknowledged already): it is logged.
         for commit in commits:
+            # Every commit's subscribers first: the runtime's, which sends a worker the signal
+            # it is to act on, queue their sends ahead of the watches an entity's commit wakes.
+            for callback in everyone:
+                try:
+                    callback(commit)
+                except Exception:
+                    log.exception("a subscriber to every commit failed on txid %d", commit.txid)
             if by_entity:
                 for callback in tuple(by_entity.get(commit.ref, ())):
                     try:
                         callback(commit)
                     except Exception:
                         log.exception("a subscriber to %s/%s failed on txid %d", *commit.ref, commit.txid)
-            for callback in everyone:
-                try:
-                    callback(commit)
-                except Exception:
-                    log.exception("a subscriber to every commit failed on txid %d", commit.txid)
