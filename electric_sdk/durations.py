@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_ms", "parse_ms"]
+__all__ = ["MAX_WAIT_MS", "format_ms", "parse_ms"]
+
+# The longest the server holds an answer (a signal's stage, HTTP's message run), and how long
+# one with neither a timeout nor a call deadline waits: a call open longer is more likely an
+# intermediary's casualty than a caller's wish. The SDK waits on past it by itself.
+MAX_WAIT_MS = 3_600_000
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}

@@ -21,7 +21,7 @@ from ._wire.entities import entity_url, profile_from_pb
 from ._wire.enums import OPERATION_NAMES, outcome_from_pb, signal_from_pb, state_from_pb
 from ._wire.events import event_value_json
 from ._wire.rendering import entity_json, event_json, signal_json
-from ._wire.stop_stages import StageReport
+from ._wire.stop_stages import StageReport, report_from_pb
 from ._wire.times import datetime_to_ms, timedelta_to_ms, timestamp_to_datetime, to_iso
 from .lifecycle import Outcome, Signal, Stage, State
 
@@ -301,6 +301,7 @@ class SignalResult:
             key=m.key,
             outcome=outcome_from_pb(m.outcome),
             raw=m,
+            stages=tuple(report_from_pb(r) for r in m.stages),
         )
 
     @property

@@ -265,6 +265,22 @@ async def test_principal_is_the_sender(secured: tuple[ElectricServer, Stub]) -> 
     assert (sig.signal, sig.sender, msg.sender) == (pb.SIGNAL_SIGSTOP, "tess", "root")
 
 
+async def test_a_signal_answered_at_a_stage_needs_read_too(secured: tuple[ElectricServer, Stub]) -> None:
+    """The stages are read from the entity's stream: `signal` alone may not wait (nothing is
+    written); `read` and `signal` together may."""
+    _, stub = secured
+    head = (await stub.ReadEvents(api.ReadEventsRequest(ref=A1), metadata=auth("admin"))).head_offset
+    waited = api.SignalEntityRequest(ref=A1, signal=pb.SIGNAL_SIGSTOP, wait="accepted")
+    assert await denied(stub.SignalEntity(waited, metadata=auth("signaller"))) == (
+        Code.PERMISSION_DENIED,
+        "MISSING_SCOPE",
+    )
+    after = (await stub.ReadEvents(api.ReadEventsRequest(ref=A1), metadata=auth("admin"))).head_offset
+    assert after == head
+    answer = await stub.SignalEntity(waited, metadata=auth("typed"))
+    assert [(s.stage, s.reached) for s in answer.stages] == [("accepted", True)]
+
+
 async def test_sender_is_anonymous_without_tokens(stub: Stub) -> None:
     await stub.SpawnEntity(api.SpawnEntityRequest(ref=A1))
     await stub.SignalEntity(api.SignalEntityRequest(ref=A1, signal=pb.SIGNAL_SIGSTOP))

@@ -2,11 +2,13 @@
 staged answer (issue 48, "Staged receipts").
 
 Which signal has which stage is ``lifecycle.STAGES``; this module says how the
-stream shows each one. Every door folds the same way: the SDK
-(``signal(..., wait=STAGE, timeout=...)``) and the CLI fold their watch, the
-HTTP door folds the service's own watch. Each feeds the events after the
+stream shows each one. Every door folds the same way: the server folds the
+entity's commits for ``SignalEntity``'s ``wait`` (gRPC's and HTTP's; server
+core/signal_answers.py), and the SDK folds its own watch where it goes on
+past the server's answer (client/_stages.py). Each feeds the events after the
 signal's record, in order, to ``StageFollow.see`` until ``done``; a watch that
-resumes after a reconnect goes on feeding the same fold.
+resumes after a reconnect goes on feeding the same fold. ``report_to_pb`` and
+``report_from_pb`` are a stage's gRPC form (``SignalEntityResponse.stages``).
 
 What each stage is, in the stream (the signal's answer says what was in
 progress when it landed: ``run_message_key``, ``process_running``):
@@ -45,14 +47,27 @@ wait's timeout passed first (``StageFollow.timed_out``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._proto.electric.v1 import entity_service_pb2 as api
 from ..lifecycle import TERMINAL_STATES, Signal, Stage, check_stage, stages_of
+from .times import from_iso, set_timestamp_ms, timestamp_to_datetime, to_iso
 
-__all__ = ["StageFollow", "StageReport", "parse_stage"]
+__all__ = [
+    "NOT_WITHIN",
+    "StageFollow",
+    "StageReport",
+    "bound_passed",
+    "parse_stage",
+    "report_from_pb",
+    "report_to_pb",
+]
 
 _RUN_ENDS = ("completed", "failed", "aborted")
+# What a stage not reached says when the wait's bound passed first.
+NOT_WITHIN = "not reached within "
 _MCP_EVENT = "electric.mcp"  # runtime/mcp.py's records
 _A2A_EVENT = "electric.a2a"  # runtime/a2a_calls.py's, in the same phases
 _MCP_ENDS = ("ended", "cancelled", "bound_passed")
@@ -92,6 +107,32 @@ class StageReport:
             "at": self.at,
             "detail": self.detail,
         }
+
+
+def bound_passed(reports: Iterable[StageReport]) -> bool:
+    """Whether a wait's bound ended it with a stage still to come (not ruled out)."""
+    return any(not r.reached and r.detail.startswith(NOT_WITHIN) for r in reports)
+
+
+def report_to_pb(report: StageReport) -> api.StageReport:
+    """The gRPC form of a stage (``SignalEntityResponse.stages``)."""
+    message = api.StageReport(stage=report.stage.value, reached=report.reached, detail=report.detail)
+    if report.offset is not None:
+        message.offset = report.offset
+    if report.at is not None:
+        set_timestamp_ms(message.at, round(from_iso(report.at).timestamp() * 1000))
+    return message
+
+
+def report_from_pb(message: api.StageReport) -> StageReport:
+    """A stage as the gRPC door answered it (a stage this SDK does not know is refused)."""
+    return StageReport(
+        Stage(message.stage),
+        message.reached,
+        message.offset if message.HasField("offset") else None,
+        to_iso(timestamp_to_datetime(message.at)) if message.HasField("at") else None,
+        message.detail,
+    )
 
 
 @dataclass
@@ -193,7 +234,7 @@ class StageFollow:
         """The wait's timeout passed: the stages not reached say so."""
         for report in self.reports.values():
             if not report.reached and not report.detail:
-                report.detail = f"not reached within {bound}"
+                report.detail = NOT_WITHIN + bound
 
     def finish(self) -> None:
         """The wait is over: a later stage neither reached nor ruled out by then says so."""

@@ -152,17 +152,18 @@ class AsyncClient(SendCalls, SignalCalls, VersionCalls):
         assert self._stub is not None
         return self._stub
 
-    async def _call(self, rpc: str, request: Any) -> Any:
-        """One unary call: deadline, metadata, retries, and error translation."""
+    async def _call(self, rpc: str, request: Any, wait_s: float = 0.0) -> Any:
+        """One unary call: deadline, metadata, retries, and error translation. ``wait_s``: how long
+        the server may hold the answer on purpose (a signal's stage), added to each deadline."""
         method = getattr(self._stub_for_this_loop(), rpc)
         policy = self.options.retry
         loop = asyncio.get_running_loop()
         # Every attempt's deadline ends by the policy's total: one that started late does not run
         # a whole timeout past it (a database that stops answering costs total_s, not more).
-        ends = loop.time() + max(policy.total_s, self.options.timeout_s)
+        ends = loop.time() + max(policy.total_s, self.options.timeout_s) + wait_s
 
         async def attempt() -> Any:
-            timeout = max(0.001, min(self.options.timeout_s, ends - loop.time()))
+            timeout = max(0.001, min(self.options.timeout_s + wait_s, ends - loop.time()))
             try:
                 return await method(request, timeout=timeout, metadata=self.options.metadata)
             except grpc.aio.AioRpcError as exc:

@@ -3,14 +3,17 @@ one signal (and its wait for a stop stage, _stages.py), the named shortcuts, one
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._wire.enums import signal_to_pb, state_to_pb
-from .._wire.times import timestamp_to_datetime
+from .._wire.stop_stages import bound_passed
+from .._wire.times import duration_from_ms, timestamp_to_datetime
 from ..arguments import RefLike, SignalLike, StateLike, json_argument, parse_ref, parse_signal, parse_states
+from ..durations import MAX_WAIT_MS
 from ..lifecycle import Signal, Stage
 from ..models import SignalManyResult, SignalResult
 from ._caller import Caller
@@ -55,11 +58,26 @@ class SignalCalls:
         )
         if payload is not None:
             request.payload.CopyFrom(json_argument(payload, "payload"))
-        response: api.SignalEntityResponse = await cast(Caller, self)._call("SignalEntity", request)
+        server_s = None if timeout_s is None else min(timeout_s, MAX_WAIT_MS / 1000)
+        if stage is not None:  # the server answers at the stage (one call), or by the bound
+            request.wait = stage.value
+            if server_s is not None:
+                request.timeout.CopyFrom(duration_from_ms(round(server_s * 1000)))
+        started = time.monotonic()
+        response: api.SignalEntityResponse = await cast(Caller, self)._call(
+            "SignalEntity", request, wait_s=server_s or 0.0
+        )
         result = SignalResult.from_pb(response)
         if stage is None:
             return result
-        return await self.wait_signal(result, stage, timeout_s, message_key=message_key)
+        shorter = timeout_s is None or server_s != timeout_s  # the server's bound, not the caller's
+        if not result.stages or (shorter and bound_passed(result.stages)):
+            # A server that answers at once whatever the wait (from before waits over gRPC), or
+            # whose answer a shorter bound than the caller's ended (the call's deadline, the
+            # server's longest): this client folds the stream itself, for what is left.
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+            return await self.wait_signal(result, stage, left, message_key=message_key)
+        return result
 
     async def wait_signal(
         self,

@@ -1,15 +1,20 @@
 """A signal's answer that waits for a stage (issue 48, "Staged receipts").
 
-``signal(ref, sig, wait="unwound", timeout="5s")`` sends the signal, then
-watches the entity's stream from the signal's record, folding it with
-``_wire.stop_stages.StageFollow`` (the fold every door shares), until the
-stage waited for and every one before it is settled. The watch reconnects and
-resumes like any other, so a broken connection or a replica's death costs
-nothing. When the timeout (from the signal's acceptance) passes first, the
-answer still comes: the stages not reached say "not reached within …", as a
-stage the worker's loss made unreachable says so. Which signal has which stage
-is ``lifecycle.STAGES``; a stage a signal does not have, or a timeout with
-nothing to wait for, is refused before anything is sent.
+``signal(ref, sig, wait="unwound", timeout="5s")`` asks the server to answer
+at the stage (``SignalEntityRequest.wait``: the server folds the stream,
+server core/signal_answers.py). This module is the client's own fold, for
+what the server's answer leaves open: a wait without a timeout that outlasts
+the call's deadline, a server from before these fields, and ``wait_signal``
+for a signal already sent. It watches the entity's stream from the signal's
+record, folding it with ``_wire.stop_stages.StageFollow`` (the fold every
+door shares), until the stage waited for and every one before it is settled.
+The watch reconnects and resumes like any other, so a broken connection or a
+replica's death costs nothing. When the timeout (from the signal's
+acceptance) passes first, the answer still comes: the stages not reached say
+"not reached within …", as a stage the worker's loss made unreachable says
+so. Which signal has which stage is ``lifecycle.STAGES``; a stage a signal
+does not have, or a timeout with nothing to wait for, is refused before
+anything is sent.
 """
 
 from __future__ import annotations

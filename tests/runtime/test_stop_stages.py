@@ -35,6 +35,7 @@ SOURCE = textwrap.dedent(
     from electric_sdk.runtime import App, Context, Message, SignalInfo
 
     app = App("stages", code_version="t")
+    SLOW_S = 1.5
 
 
     @app.entity("agent", grace_period="20s", idle_timeout="1h")
@@ -48,6 +49,8 @@ SOURCE = textwrap.dedent(
             if signal.signal.value == "SIGUSR" and signal.payload == "block":
                 await ctx.emit("blocking", None)
                 await anyio.sleep(3600)
+            if signal.payload == "slow":  # outlasts test_stage_answers' short calls: its work
+                await anyio.sleep(SLOW_S)
             await ctx.emit("handler", signal.signal.value)
 
 

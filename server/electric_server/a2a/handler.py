@@ -34,10 +34,7 @@ from a2a.utils.errors import (
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
-from electric_sdk._wire.enums import signal_from_pb
-from electric_sdk._wire.events import event_value_json
-from electric_sdk._wire.stop_stages import StageFollow
-from electric_sdk._wire.times import timestamp_to_datetime, to_iso
+from electric_sdk._wire.times import duration_from_ms
 from electric_sdk.lifecycle import Stage
 
 from ..core.errors import ApiError
@@ -347,36 +344,20 @@ class EntityAgents(RequestHandler):
         fold = await self._read(context, where)
         if fold.ended:
             raise TaskNotCancelableError(f"task {params.id!r} has ended: {fold.state}")
+        # Answered once the run is unwound ("Stopped means stopped"): the service's own wait
+        # (core/signal_answers.py), then the task read on from where its read stopped.
         request = api.SignalEntityRequest(
-            ref=where.ref, signal=pb.SIGNAL_SIGINT, message_key=fold.key, reason="A2A CancelTask"
+            ref=where.ref,
+            signal=pb.SIGNAL_SIGINT,
+            message_key=fold.key,
+            reason="A2A CancelTask",
+            wait=Stage.UNWOUND.value,
+            timeout=duration_from_ms(round(CANCEL_WAIT_S * 1000)),
         )
         try:
-            signalled = await self.service.SignalEntity(request, door_context())
+            await self.service.SignalEntity(request, door_context())
         except ApiError as exc:
             raise _refused(exc) from None
-        stages = StageFollow(
-            signal_from_pb(signalled.signal),
-            signalled.key,
-            signalled.offset,
-            to_iso(timestamp_to_datetime(signalled.created_at)),
-            Stage.UNWOUND,
-            run_message_key=signalled.run_message_key,
-            process_running=signalled.process_running,
-            message_key=fold.key,
-        )
-        # Answered once the run is unwound ("Stopped means stopped"): the stages are folded from
-        # the records after the signal's, the task from where its read stopped (no read again).
-        with anyio.move_on_after(CANCEL_WAIT_S):
-            if not stages.done:
-                async for event, _changed in follow(self.service, fold, until_ended=False):
-                    if event.offset <= signalled.offset:
-                        continue
-                    at = to_iso(timestamp_to_datetime(event.headers.timestamp))
-                    stages.see(event.type, event.key, event_value_json(event), event.offset, at)
-                    if stages.done:
-                        break
-        # A stage reached by the signal's own record (a queued message's cancel) may leave records
-        # of the same write unseen by the fold.
         return (await read_on(self.service, fold)).task()
 
     async def on_subscribe_to_task(

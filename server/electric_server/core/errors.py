@@ -237,6 +237,10 @@ class DoorContext:
     def peer(self) -> str:
         return self._peer
 
+    def time_remaining(self) -> float | None:
+        """No deadline: a request waits as long as its own bound says (a stage's wait)."""
+        return None
+
 
 async def abort_with(
     context: grpc.aio.ServicerContext[Any, Any] | DoorContext, error: ApiError, method: str

@@ -18,7 +18,7 @@ from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import entity_service_pb2_grpc as api_grpc
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_to_pb, entity_url, parent_key
-from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB
+from electric_sdk._wire.enums import STATE_TO_PB
 from electric_sdk._wire.events import event_to_pb
 from electric_sdk._wire.limits import PAGE_BYTES
 from electric_sdk._wire.times import set_timestamp_ms, timestamp_from_ms
@@ -33,7 +33,7 @@ from electric_sdk.lifecycle import (
 
 from ..settings import LEASE_TTL
 from ..store.base import Commit, Decide, EntityRecord, Idempotency, Mutation, Ref, Store, Write, WriteOutcome
-from . import entity_writes, forks, message_cursor
+from . import entity_writes, forks, message_cursor, signal_answers
 from . import validation as v
 from .auth import current_principal
 from .caps import Caps
@@ -75,6 +75,7 @@ async def _write(
     idem: Idempotency | None,
     build: Callable[[Commit], M],
     cls: type[M],
+    replayed: Callable[[bool], object] = bool,
 ) -> M:
     """One write; the response is built from its commit, or replayed for a retried key.
 
@@ -90,32 +91,11 @@ async def _write(
         return built[0].SerializeToString()
 
     outcome = await store.write(Write(ref, decide, idem, encode if idem is not None else None))
+    replayed(outcome.replayed)
     if outcome.replayed:
         return _response(outcome, cls)
     assert outcome.commit is not None
     return built[0] if built else build(outcome.commit)
-
-
-def _signal_response(ref: Ref, signal: Signal, commit: Commit) -> api.SignalEntityResponse:
-    commit_result: entity_writes.Signalled = commit.result
-    d = commit_result.decision
-    before = commit.before
-    response = api.SignalEntityResponse(
-        url=entity_url(*ref),
-        signal=SIGNAL_TO_PB[signal],
-        previous_state=STATE_TO_PB[d.previous_state],
-        new_state=STATE_TO_PB[d.new_state],
-        txid=commit.txid,
-        key=commit_result.key,
-        outcome=OUTCOME_TO_PB[d.outcome],
-        # What a wait for the signal's stages needs to know (_wire/stop_stages.py): where its
-        # record is, and what was in progress when it landed.
-        offset=next((e.offset for e in commit.events if e.key == commit_result.key), 0),
-        run_message_key=before.run_key if before is not None else "",
-        process_running=before is not None and before.process_running,
-    )
-    set_timestamp_ms(response.created_at, commit.timestamp_ms)  # in place: no Timestamp to copy
-    return response
 
 
 class EntityService(api_grpc.EntityServiceServicer):
@@ -240,10 +220,20 @@ class EntityService(api_grpc.EntityServiceServicer):
     async def SignalEntity(self, request: api.SignalEntityRequest, context: Ctx) -> api.SignalEntityResponse:
         ref = v.ref(request.ref)
         spec = self._signal_spec(request)
-        return await self._signal(ref, spec, _idempotency("SignalEntity", request))
+        idem = _idempotency("SignalEntity", request)
+        if (wait := signal_answers.requested(request)) is None:
+            return await self._signal(ref, spec, idem)
+        return await signal_answers.answer_at_stage(
+            self.store, self.watches, ref, wait, spec.message_key, context.time_remaining(),
+            lambda replayed: self._signal(ref, spec, idem, replayed),
+        )  # fmt: skip
 
     async def _signal(
-        self, ref: Ref, spec: entity_writes.SignalSpec, idem: Idempotency | None
+        self,
+        ref: Ref,
+        spec: entity_writes.SignalSpec,
+        idem: Idempotency | None,
+        replayed: Callable[[bool], object] = bool,
     ) -> api.SignalEntityResponse:
         # A scoped signal's message, looked up before the write (a decide function reads nothing).
         located = await message_cursor.locate(self.store, ref, spec.message_key) if spec.message_key else None
@@ -256,8 +246,9 @@ class EntityService(api_grpc.EntityServiceServicer):
                     ref,
                     entity_writes.signal(ref, spec, located, in_flight, in_flight_read=read),
                     idem,
-                    lambda c: _signal_response(ref, spec.signal, c),
+                    lambda c: signal_answers.signal_response(ref, spec.signal, c),
                     api.SignalEntityResponse,
+                    replayed,
                 )
             except entity_writes.NeedsInFlight:
                 # A SIGINT that aborts a run waiting for its code version, with no runtime to

@@ -2,37 +2,33 @@
 
 The HTTP door's form of the SDK's ``signal(..., wait=STAGE, timeout=...)``
 (issue 48, "Staged receipts"): the signal is sent as ``signalEntity`` sends it
-(the same builder, the same ``SignalEntity``), then the service's own
-``WatchEvents`` from just after the signal's record is folded by
-``_wire.stop_stages.StageFollow`` (the fold every door shares) until the stage
-waited for, and each before it, is settled, or ``timeout`` passes. The answer
-is the signal's result plus ``stages``: each stage the signal has, reached
+(the same builder, the same ``SignalEntity``), with the request's ``wait`` and
+``timeout``, and the service answers at that stage as it does over gRPC
+(core/signal_answers.py: the stream after the signal's record, folded by
+``_wire.stop_stages.StageFollow``, the fold every door shares). The answer is
+the signal's result plus ``stages``: each stage the signal has, reached
 (``offset``, ``at``) or not (``detail``: the worker was lost, not reached
 within the timeout, not waited for). A stage the signal does not have, or an
 unknown one, is refused before anything is sent (400 ``STAGE_NOT_AVAILABLE``,
-``UNKNOWN_WAIT``).
+``UNKNOWN_WAIT``); so is a wait without the ``read`` scope.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-import anyio
 from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
-from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.enums import signal_from_pb
-from electric_sdk._wire.events import event_value_json
 from electric_sdk._wire.rendering import signal_json
-from electric_sdk._wire.stop_stages import StageFollow, parse_stage
-from electric_sdk._wire.times import timestamp_to_datetime, to_iso
-from electric_sdk.durations import format_ms
+from electric_sdk._wire.stop_stages import parse_stage, report_from_pb
+from electric_sdk._wire.times import duration_from_ms
 from electric_sdk.lifecycle import Stage, StageUnavailable
 
-from ..core.auth import current_principal, denial, entity_scope
+from ..core.auth import entity_scope
 from ..core.errors import DoorContext, invalid_argument
 from . import body
 from .admission import Endpoint, JSONResponse, admitted_endpoint
@@ -82,34 +78,14 @@ def signal_and_wait(build: Build) -> Handler:
         async def respond(request: Request, message: Message, context: DoorContext) -> Response:
             assert isinstance(message, api.SignalEntityRequest)
             stage, wait_ms = _stage_of(_query(request), message)
-            # The stages are read from the stream: waiting needs `read` (refused, nothing sent).
-            if (
-                stage is not None
-                and parts.tokens is not None
-                and (refused := denial(current_principal.get(), "read"))
-            ):
-                raise refused
+            if stage is not None:  # the service waits (core/signal_answers.py), as over gRPC
+                message.wait = stage.value
+                message.timeout.CopyFrom(duration_from_ms(wait_ms))
             response = await service.SignalEntity(message, cast(Any, context))
             answer = signal_json(response)
             if stage is None:
                 return JSONResponse(answer)
-            follow = StageFollow(
-                signal_from_pb(response.signal),
-                response.key,
-                response.offset,
-                to_iso(timestamp_to_datetime(response.created_at)),
-                stage,
-                run_message_key=response.run_message_key,
-                process_running=response.process_running,
-                message_key=message.message_key,
-            )
-            with anyio.move_on_after(wait_ms / 1000) as bound:
-                if not follow.done:
-                    await _follow(service, message.ref, follow, context)
-            if bound.cancelled_caught:
-                follow.timed_out(format_ms(wait_ms))
-            follow.finish()
-            return JSONResponse(answer | {"stages": follow.to_json()})
+            return JSONResponse(answer | {"stages": [report_from_pb(r).to_json() for r in response.stages]})
 
         method = "SignalEntity"
         return admitted_endpoint(
@@ -117,24 +93,3 @@ def signal_and_wait(build: Build) -> Handler:
         )
 
     return endpoint
-
-
-async def _follow(service: Any, ref: pb.EntityRef, follow: StageFollow, context: DoorContext) -> None:
-    """Fold the entity's watch from just after the signal's record until ``follow`` is done."""
-    watch = api.WatchEventsRequest(ref=ref, from_offset=follow.offset + 1, accepts_batches=True)
-    stream = service.WatchEvents(watch, cast(Any, context))
-    try:
-        async for item in stream:
-            m = api.WatchEventsResponse.FromString(item) if isinstance(item, bytes) else item
-            kind = m.WhichOneof("item")
-            if kind == "end_of_stream":
-                follow.stream_closed()
-                return
-            events: list[pb.Event] = list(m.events.events) if kind == "events" else [m.event]
-            for event in events:
-                at = to_iso(timestamp_to_datetime(event.headers.timestamp))
-                follow.see(event.type, event.key, event_value_json(event), event.offset, at)
-                if follow.done:
-                    return
-    finally:
-        await stream.aclose()

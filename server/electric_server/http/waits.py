@@ -32,6 +32,7 @@ from electric_sdk._wire.entities import entity_url
 from electric_sdk._wire.events import event_value_json
 from electric_sdk._wire.rendering import message_receipt_json
 from electric_sdk._wire.run_outcome import WAIT_KINDS, RunFollow
+from electric_sdk.durations import MAX_WAIT_MS
 
 from ..core.auth import current_principal, denial, entity_scope
 from ..core.errors import DoorContext, invalid_argument
@@ -42,10 +43,6 @@ from .query import Query, query_duration, query_one
 from .query import ref as path_ref
 
 __all__ = ["MAX_WAIT_MS", "send_and_wait", "send_request"]
-
-# The longest a request may wait for its run (and how long one without ``timeout`` waits): a
-# request open longer than this is more likely an intermediary's casualty than a caller's wish.
-MAX_WAIT_MS = 3_600_000
 
 
 def send_request(request: Request, query: Query, obj: body.JsonObject) -> Message:

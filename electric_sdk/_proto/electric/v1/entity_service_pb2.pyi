@@ -195,6 +195,8 @@ class SignalEntityRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     MESSAGE_KEY_FIELD_NUMBER: _builtins.int
     INTERRUPT_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
     signal: _types_pb2.Signal.ValueType
     reason: _builtins.str
     """At most 1 KiB."""
@@ -205,11 +207,24 @@ class SignalEntityRequest(_message.Message):
     """SIGTERM only: interrupt the step in progress at once, as SIGINT does, so the cleanup runs
     within the grace with the run's partial output (default: at the run's next step boundary).
     """
+    wait: _builtins.str
+    """A stage to answer at ("Stopped means stopped"): "unwound", "terminal", ... (the signal's
+    stages: docs/stopping.md); empty: at once, once committed ("accepted"). The answer then
+    comes once that stage and every one before it is settled, or `timeout` passes, with each
+    stage reached or not in `stages`. A stage the signal does not have is INVALID_ARGUMENT /
+    STAGE_NOT_AVAILABLE, an unknown one UNKNOWN_WAIT; waiting needs the `read` scope.
+    """
     @_builtins.property
     def ref(self) -> _types_pb2.EntityRef: ...
     @_builtins.property
     def payload(self) -> _struct_pb2.Value:
         """SIGUSR only: any JSON value, at most 64 KiB encoded."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """The wait's bound, from the signal's acceptance; unset: until the call's deadline. Only
+        with `wait` (else INVALID_ARGUMENT / USAGE).
+        """
 
     def __init__(
         self,
@@ -221,14 +236,56 @@ class SignalEntityRequest(_message.Message):
         idempotency_key: _builtins.str = ...,
         message_key: _builtins.str = ...,
         interrupt: _builtins.bool = ...,
+        wait: _builtins.str = ...,
+        timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "ref", b"ref"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "ref", b"ref", "timeout", b"timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "interrupt", b"interrupt", "message_key", b"message_key", "payload", b"payload", "reason", b"reason", "ref", b"ref", "signal", b"signal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idempotency_key", b"idempotency_key", "interrupt", b"interrupt", "message_key", b"message_key", "payload", b"payload", "reason", b"reason", "ref", b"ref", "signal", b"signal", "timeout", b"timeout", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SignalEntityRequest: _TypeAlias = SignalEntityRequest  # noqa: Y015
+
+@_typing.final
+class StageReport(_message.Message):
+    """One stage of a signal's answer: reached (at which record of the entity's stream, when), or
+    not, and why (the worker was lost, not reached within the timeout, not waited for).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    REACHED_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """"accepted", "handled", "unwound", "downstream", "reaped", "terminal"."""
+    reached: _builtins.bool
+    offset: _builtins.int
+    """The record that showed it reached (unset: not reached)."""
+    detail: _builtins.str
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        reached: _builtins.bool = ...,
+        offset: _builtins.int | None = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "at", b"at", "offset", b"offset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_offset", b"_offset", "at", b"at", "detail", b"detail", "offset", b"offset", "reached", b"reached", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__offset: _TypeAlias = _typing.Literal["offset"]  # noqa: Y015
+    _WhichOneofArgType__offset: _TypeAlias = _typing.Literal["_offset", b"_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__offset) -> _WhichOneofReturnType__offset | None: ...
+
+Global___StageReport: _TypeAlias = StageReport  # noqa: Y015
 
 @_typing.final
 class SignalEntityResponse(_message.Message):
@@ -247,6 +304,7 @@ class SignalEntityResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     RUN_MESSAGE_KEY_FIELD_NUMBER: _builtins.int
     PROCESS_RUNNING_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
     url: _builtins.str
     """"/{type}/{id}" """
     signal: _types_pb2.Signal.ValueType
@@ -266,6 +324,10 @@ class SignalEntityResponse(_message.Message):
     """Whether an exec process was running when the signal was accepted: what `reaped` waits for."""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageReport]:
+        """With a `wait`: each stage the signal has, in order, reached or not."""
+
     def __init__(
         self,
         *,
@@ -280,10 +342,11 @@ class SignalEntityResponse(_message.Message):
         offset: _builtins.int = ...,
         run_message_key: _builtins.str = ...,
         process_running: _builtins.bool = ...,
+        stages: _abc.Iterable[Global___StageReport] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "new_state", b"new_state", "offset", b"offset", "outcome", b"outcome", "previous_state", b"previous_state", "process_running", b"process_running", "run_message_key", b"run_message_key", "signal", b"signal", "txid", b"txid", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "key", b"key", "new_state", b"new_state", "offset", b"offset", "outcome", b"outcome", "previous_state", b"previous_state", "process_running", b"process_running", "run_message_key", b"run_message_key", "signal", b"signal", "stages", b"stages", "txid", b"txid", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file electric/v1/entity_service.proto.
  */
 export const file_electric_v1_entity_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEioQEKElNwYXduRW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSJQoHcHJvZmlsZRgCIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEiYKBnBhcmVudBgEIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiI6ChNTcGF3bkVudGl0eVJlc3BvbnNlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eSI3ChBHZXRFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiI4ChFHZXRFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkilgEKE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCRImCgZwYXJlbnQYBSABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiVgoUTGlzdEVudGl0aWVzUmVzcG9uc2USJQoIZW50aXRpZXMYASADKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJItkBChNTaWduYWxFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGcmVhc29uGAMgASgJEicKB3BheWxvYWQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEhMKC21lc3NhZ2Vfa2V5GAYgASgJEhEKCWludGVycnVwdBgHIAEoCCLVAgoUU2lnbmFsRW50aXR5UmVzcG9uc2USCwoDdXJsGAEgASgJEiMKBnNpZ25hbBgCIAEoDjITLmVsZWN0cmljLnYxLlNpZ25hbBIqCg5wcmV2aW91c19zdGF0ZRgDIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEiUKCW5ld19zdGF0ZRgEIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBHR4aWQYBiABKAQSCwoDa2V5GAcgASgJEisKB291dGNvbWUYCCABKA4yGi5lbGVjdHJpYy52MS5TaWduYWxPdXRjb21lEg4KBm9mZnNldBgJIAEoBBIXCg9ydW5fbWVzc2FnZV9rZXkYCiABKAkSFwoPcHJvY2Vzc19ydW5uaW5nGAsgASgIImgKDkVudGl0eVNlbGVjdG9yEgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSJAoEcmVmcxgDIAMoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiLQAQoVU2lnbmFsRW50aXRpZXNSZXF1ZXN0Ei0KCHNlbGVjdG9yGAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U2VsZWN0b3ISIwoGc2lnbmFsGAIgASgOMhMuZWxlY3RyaWMudjEuU2lnbmFsEg4KBnJlYXNvbhgDIAEoCRInCgdwYXlsb2FkGAQgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCRIRCglpbnRlcnJ1cHQYBiABKAgikAEKFlNpZ25hbEVudGl0aWVzUmVzcG9uc2USEQoJc2lnbmFsbGVkGAEgASgNEg8KB2lnbm9yZWQYAiABKA0SDwoHc2tpcHBlZBgDIAEoDRIRCglub3RfZm91bmQYBCABKA0SLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgEKElNlbmRNZXNzYWdlUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSDAoEdGV4dBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIOCgZwb2xpY3kYBSABKAkitwEKE1NlbmRNZXNzYWdlUmVzcG9uc2USCwoDa2V5GAEgASgJEg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAUgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSDgoGcG9saWN5GAYgASgJEhIKCnNpZ25hbF9rZXkYByABKAkiUwoTRGVsZXRlRW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSFwoPaWRlbXBvdGVuY3lfa2V5GAIgASgJIkkKFERlbGV0ZUVudGl0eVJlc3BvbnNlEjEKBnJlc3VsdBgBIAEoCzIhLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlc3BvbnNlIlwKEVJlYWRFdmVudHNSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhITCgtmcm9tX29mZnNldBgCIAEoBBINCgVsaW1pdBgDIAEoDSJ5ChJSZWFkRXZlbnRzUmVzcG9uc2USIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQSEwoLbmV4dF9vZmZzZXQYAiABKAQSEwoLaGVhZF9vZmZzZXQYAyABKAQSFQoNZW5kX29mX3N0cmVhbRgEIAEoCCJnChJXYXRjaEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEhcKD2FjY2VwdHNfYmF0Y2hlcxgDIAEoCCIwCgpFdmVudEJhdGNoEiIKBmV2ZW50cxgBIAMoCzISLmVsZWN0cmljLnYxLkV2ZW50IiIKC0VuZE9mU3RyZWFtEhMKC2hlYWRfb2Zmc2V0GAEgASgEIqABChNXYXRjaEV2ZW50c1Jlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhIuZWxlY3RyaWMudjEuRXZlbnRIABIxCg1lbmRfb2Zfc3RyZWFtGAIgASgLMhguZWxlY3RyaWMudjEuRW5kT2ZTdHJlYW1IABIpCgZldmVudHMYAyABKAsyFy5lbGVjdHJpYy52MS5FdmVudEJhdGNoSABCBgoEaXRlbSJhChRXYXRjaEVudGl0aWVzUmVxdWVzdBIMCgR0eXBlGAEgASgJEiIKBnN0YXRlcxgCIAMoDjISLmVsZWN0cmljLnYxLlN0YXRlEhcKD2FjY2VwdHNfYmF0Y2hlcxgDIAEoCCI3Cg5FbnRpdHlTbmFwc2hvdBIlCghlbnRpdGllcxgBIAMoCzITLmVsZWN0cmljLnYxLkVudGl0eSIgChBTbmFwc2hvdENvbXBsZXRlEgwKBHR4aWQYASABKAQijwEKDEVudGl0eUNoYW5nZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSKgoOcHJldmlvdXNfc3RhdGUYAiABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIuCgpjaGFuZ2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7Cg1FbnRpdHlDaGFuZ2VzEioKB2NoYW5nZXMYASADKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2Ui6AEKFVdhdGNoRW50aXRpZXNSZXNwb25zZRIvCghzbmFwc2hvdBgBIAEoCzIbLmVsZWN0cmljLnYxLkVudGl0eVNuYXBzaG90SAASOgoRc25hcHNob3RfY29tcGxldGUYAiABKAsyHS5lbGVjdHJpYy52MS5TbmFwc2hvdENvbXBsZXRlSAASKwoGY2hhbmdlGAMgASgLMhkuZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlSAASLQoHY2hhbmdlcxgEIAEoCzIaLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZXNIAEIGCgRpdGVtIhQKEkxpc3RXb3JrZXJzUmVxdWVzdCKsAQoGV29ya2VyEhEKCXdvcmtlcl9pZBgBIAEoCRIPCgdyZXBsaWNhGAIgASgJEg0KBXR5cGVzGAMgAygJEhQKDGNvZGVfdmVyc2lvbhgEIAEoCRIQCghjYXBhY2l0eRgFIAEoDRITCgtsZWFzZXNfaGVsZBgGIAEoDRIyCg5sYXN0X2hlYXJ0YmVhdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiOwoTTGlzdFdvcmtlcnNSZXNwb25zZRIkCgd3b3JrZXJzGAEgAygLMhMuZWxlY3RyaWMudjEuV29ya2VyIiMKE0xpc3RWZXJzaW9uc1JlcXVlc3QSDAoEdHlwZRgBIAEoCSLYAQoLQ29kZVZlcnNpb24SFAoMY29kZV92ZXJzaW9uGAEgASgJEg8KB3dvcmtlcnMYAiADKAkSFgoOcnVuc19pbl9mbGlnaHQYAyABKA0SFAoMcnVuc193YWl0aW5nGAQgASgNEisKCnZlcnNpb25pbmcYBSABKA4yFy5lbGVjdHJpYy52MS5WZXJzaW9uaW5nEjAKDXVwZ3JhZGVfYWZ0ZXIYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoNYW5ub3VuY2VkX3NlcRgHIAEoBCKXAQoMVHlwZVZlcnNpb25zEgwKBHR5cGUYASABKAkSKgoIdmVyc2lvbnMYAiADKAsyGC5lbGVjdHJpYy52MS5Db2RlVmVyc2lvbhIQCghzZWxlY3RlZBgDIAEoCRIPCgdjdXJyZW50GAQgASgJEhQKDHJhbXBfdmVyc2lvbhgFIAEoCRIUCgxyYW1wX3BlcmNlbnQYBiABKA0iQAoUTGlzdFZlcnNpb25zUmVzcG9uc2USKAoFdHlwZXMYASADKAsyGS5lbGVjdHJpYy52MS5UeXBlVmVyc2lvbnMicwoRU2V0VmVyc2lvblJlcXVlc3QSDAoEdHlwZRgBIAEoCRIUCgxjb2RlX3ZlcnNpb24YAiABKAkSFAoMcmFtcF92ZXJzaW9uGAMgASgJEhQKDHJhbXBfcGVyY2VudBgEIAEoDRIOCgZyZWFzb24YBSABKAkiQQoSU2V0VmVyc2lvblJlc3BvbnNlEisKCHZlcnNpb25zGAEgASgLMhkuZWxlY3RyaWMudjEuVHlwZVZlcnNpb25zIpABChFGb3JrRW50aXR5UmVxdWVzdBImCgZvcmlnaW4YASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSCgoCaWQYAiABKAkSEwoGb2Zmc2V0GAMgASgDSACIAQESDgoGcmVhc29uGAQgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCUIJCgdfb2Zmc2V0IocBChJGb3JrRW50aXR5UmVzcG9uc2USIwoGZW50aXR5GAEgASgLMhMuZWxlY3RyaWMudjEuRW50aXR5Eg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn8KD1JldHJ5UnVuUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSCwoDcnVuGAIgASgJEhEKCWZyb21fc3RlcBgDIAEoAxIOCgZyZWFzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJIqMBChBSZXRyeVJ1blJlc3BvbnNlEgsKA2tleRgBIAEoCRIOCgZvZmZzZXQYAiABKAQSDAoEdHhpZBgDIAEoBBIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIhCgVzdGF0ZRgFIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEhEKCWZyb21fc3RlcBgGIAEoDTLpCQoNRW50aXR5U2VydmljZRJQCgtTcGF3bkVudGl0eRIfLmVsZWN0cmljLnYxLlNwYXduRW50aXR5UmVxdWVzdBogLmVsZWN0cmljLnYxLlNwYXduRW50aXR5UmVzcG9uc2USSgoJR2V0RW50aXR5Eh0uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVxdWVzdBoeLmVsZWN0cmljLnYxLkdldEVudGl0eVJlc3BvbnNlElMKDExpc3RFbnRpdGllcxIgLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1JlcXVlc3QaIS5lbGVjdHJpYy52MS5MaXN0RW50aXRpZXNSZXNwb25zZRJTCgxTaWduYWxFbnRpdHkSIC5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXF1ZXN0GiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2USWQoOU2lnbmFsRW50aXRpZXMSIi5lbGVjdHJpYy52MS5TaWduYWxFbnRpdGllc1JlcXVlc3QaIy5lbGVjdHJpYy52MS5TaWduYWxFbnRpdGllc1Jlc3BvbnNlElAKC1NlbmRNZXNzYWdlEh8uZWxlY3RyaWMudjEuU2VuZE1lc3NhZ2VSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU2VuZE1lc3NhZ2VSZXNwb25zZRJYCgxEZWxldGVFbnRpdHkSIC5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXF1ZXN0GiEuZWxlY3RyaWMudjEuRGVsZXRlRW50aXR5UmVzcG9uc2UiA4gCARJNCgpSZWFkRXZlbnRzEh4uZWxlY3RyaWMudjEuUmVhZEV2ZW50c1JlcXVlc3QaHy5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVzcG9uc2USUgoLV2F0Y2hFdmVudHMSHy5lbGVjdHJpYy52MS5XYXRjaEV2ZW50c1JlcXVlc3QaIC5lbGVjdHJpYy52MS5XYXRjaEV2ZW50c1Jlc3BvbnNlMAESWAoNV2F0Y2hFbnRpdGllcxIhLmVsZWN0cmljLnYxLldhdGNoRW50aXRpZXNSZXF1ZXN0GiIuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1Jlc3BvbnNlMAESUAoLTGlzdFdvcmtlcnMSHy5lbGVjdHJpYy52MS5MaXN0V29ya2Vyc1JlcXVlc3QaIC5lbGVjdHJpYy52MS5MaXN0V29ya2Vyc1Jlc3BvbnNlElMKDExpc3RWZXJzaW9ucxIgLmVsZWN0cmljLnYxLkxpc3RWZXJzaW9uc1JlcXVlc3QaIS5lbGVjdHJpYy52MS5MaXN0VmVyc2lvbnNSZXNwb25zZRJNCgpTZXRWZXJzaW9uEh4uZWxlY3RyaWMudjEuU2V0VmVyc2lvblJlcXVlc3QaHy5lbGVjdHJpYy52MS5TZXRWZXJzaW9uUmVzcG9uc2USTQoKRm9ya0VudGl0eRIeLmVsZWN0cmljLnYxLkZvcmtFbnRpdHlSZXF1ZXN0Gh8uZWxlY3RyaWMudjEuRm9ya0VudGl0eVJlc3BvbnNlEkcKCFJldHJ5UnVuEhwuZWxlY3RyaWMudjEuUmV0cnlSdW5SZXF1ZXN0Gh0uZWxlY3RyaWMudjEuUmV0cnlSdW5SZXNwb25zZWIGcHJvdG8z", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiBlbGVjdHJpYy92MS9lbnRpdHlfc2VydmljZS5wcm90bxILZWxlY3RyaWMudjEioQEKElNwYXduRW50aXR5UmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSJQoHcHJvZmlsZRgCIAEoCzIULmVsZWN0cmljLnYxLlByb2ZpbGUSFwoPaWRlbXBvdGVuY3lfa2V5GAMgASgJEiYKBnBhcmVudBgEIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiI6ChNTcGF3bkVudGl0eVJlc3BvbnNlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eSI3ChBHZXRFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZiI4ChFHZXRFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkilgEKE0xpc3RFbnRpdGllc1JlcXVlc3QSDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCRImCgZwYXJlbnQYBSABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYiVgoUTGlzdEVudGl0aWVzUmVzcG9uc2USJQoIZW50aXRpZXMYASADKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpMCChNTaWduYWxFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGcmVhc29uGAMgASgJEicKB3BheWxvYWQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEhMKC21lc3NhZ2Vfa2V5GAYgASgJEhEKCWludGVycnVwdBgHIAEoCBIMCgR3YWl0GAggASgJEioKB3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ihQEKC1N0YWdlUmVwb3J0Eg0KBXN0YWdlGAEgASgJEg8KB3JlYWNoZWQYAiABKAgSEwoGb2Zmc2V0GAMgASgESACIAQESJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmRldGFpbBgFIAEoCUIJCgdfb2Zmc2V0Iv8CChRTaWduYWxFbnRpdHlSZXNwb25zZRILCgN1cmwYASABKAkSIwoGc2lnbmFsGAIgASgOMhMuZWxlY3RyaWMudjEuU2lnbmFsEioKDnByZXZpb3VzX3N0YXRlGAMgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSJQoJbmV3X3N0YXRlGAQgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEdHhpZBgGIAEoBBILCgNrZXkYByABKAkSKwoHb3V0Y29tZRgIIAEoDjIaLmVsZWN0cmljLnYxLlNpZ25hbE91dGNvbWUSDgoGb2Zmc2V0GAkgASgEEhcKD3J1bl9tZXNzYWdlX2tleRgKIAEoCRIXCg9wcm9jZXNzX3J1bm5pbmcYCyABKAgSKAoGc3RhZ2VzGAwgAygLMhguZWxlY3RyaWMudjEuU3RhZ2VSZXBvcnQiaAoORW50aXR5U2VsZWN0b3ISDAoEdHlwZRgBIAEoCRIiCgZzdGF0ZXMYAiADKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIkCgRyZWZzGAMgAygLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmItABChVTaWduYWxFbnRpdGllc1JlcXVlc3QSLQoIc2VsZWN0b3IYASABKAsyGy5lbGVjdHJpYy52MS5FbnRpdHlTZWxlY3RvchIjCgZzaWduYWwYAiABKA4yEy5lbGVjdHJpYy52MS5TaWduYWwSDgoGcmVhc29uGAMgASgJEicKB3BheWxvYWQYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEhEKCWludGVycnVwdBgGIAEoCCKQAQoWU2lnbmFsRW50aXRpZXNSZXNwb25zZRIRCglzaWduYWxsZWQYASABKA0SDwoHaWdub3JlZBgCIAEoDRIPCgdza2lwcGVkGAMgASgNEhEKCW5vdF9mb3VuZBgEIAEoDRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKWAQoSU2VuZE1lc3NhZ2VSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIMCgR0ZXh0GAIgASgJEiQKBGRhdGEYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEg4KBnBvbGljeRgFIAEoCSK3AQoTU2VuZE1lc3NhZ2VSZXNwb25zZRILCgNrZXkYASABKAkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYBSABKA4yEi5lbGVjdHJpYy52MS5TdGF0ZRIOCgZwb2xpY3kYBiABKAkSEgoKc2lnbmFsX2tleRgHIAEoCSJTChNEZWxldGVFbnRpdHlSZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIXCg9pZGVtcG90ZW5jeV9rZXkYAiABKAkiSQoURGVsZXRlRW50aXR5UmVzcG9uc2USMQoGcmVzdWx0GAEgASgLMiEuZWxlY3RyaWMudjEuU2lnbmFsRW50aXR5UmVzcG9uc2UiXAoRUmVhZEV2ZW50c1JlcXVlc3QSIwoDcmVmGAEgASgLMhYuZWxlY3RyaWMudjEuRW50aXR5UmVmEhMKC2Zyb21fb2Zmc2V0GAIgASgEEg0KBWxpbWl0GAMgASgNInkKElJlYWRFdmVudHNSZXNwb25zZRIiCgZldmVudHMYASADKAsyEi5lbGVjdHJpYy52MS5FdmVudBITCgtuZXh0X29mZnNldBgCIAEoBBITCgtoZWFkX29mZnNldBgDIAEoBBIVCg1lbmRfb2Zfc3RyZWFtGAQgASgIImcKEldhdGNoRXZlbnRzUmVxdWVzdBIjCgNyZWYYASABKAsyFi5lbGVjdHJpYy52MS5FbnRpdHlSZWYSEwoLZnJvbV9vZmZzZXQYAiABKAQSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjAKCkV2ZW50QmF0Y2gSIgoGZXZlbnRzGAEgAygLMhIuZWxlY3RyaWMudjEuRXZlbnQiIgoLRW5kT2ZTdHJlYW0SEwoLaGVhZF9vZmZzZXQYASABKAQioAEKE1dhdGNoRXZlbnRzUmVzcG9uc2USIwoFZXZlbnQYASABKAsyEi5lbGVjdHJpYy52MS5FdmVudEgAEjEKDWVuZF9vZl9zdHJlYW0YAiABKAsyGC5lbGVjdHJpYy52MS5FbmRPZlN0cmVhbUgAEikKBmV2ZW50cxgDIAEoCzIXLmVsZWN0cmljLnYxLkV2ZW50QmF0Y2hIAEIGCgRpdGVtImEKFFdhdGNoRW50aXRpZXNSZXF1ZXN0EgwKBHR5cGUYASABKAkSIgoGc3RhdGVzGAIgAygOMhIuZWxlY3RyaWMudjEuU3RhdGUSFwoPYWNjZXB0c19iYXRjaGVzGAMgASgIIjcKDkVudGl0eVNuYXBzaG90EiUKCGVudGl0aWVzGAEgAygLMhMuZWxlY3RyaWMudjEuRW50aXR5IiAKEFNuYXBzaG90Q29tcGxldGUSDAoEdHhpZBgBIAEoBCKPAQoMRW50aXR5Q2hhbmdlEiMKBmVudGl0eRgBIAEoCzITLmVsZWN0cmljLnYxLkVudGl0eRIqCg5wcmV2aW91c19zdGF0ZRgCIAEoDjISLmVsZWN0cmljLnYxLlN0YXRlEi4KCmNoYW5nZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjsKDUVudGl0eUNoYW5nZXMSKgoHY2hhbmdlcxgBIAMoCzIZLmVsZWN0cmljLnYxLkVudGl0eUNoYW5nZSLoAQoVV2F0Y2hFbnRpdGllc1Jlc3BvbnNlEi8KCHNuYXBzaG90GAEgASgLMhsuZWxlY3RyaWMudjEuRW50aXR5U25hcHNob3RIABI6ChFzbmFwc2hvdF9jb21wbGV0ZRgCIAEoCzIdLmVsZWN0cmljLnYxLlNuYXBzaG90Q29tcGxldGVIABIrCgZjaGFuZ2UYAyABKAsyGS5lbGVjdHJpYy52MS5FbnRpdHlDaGFuZ2VIABItCgdjaGFuZ2VzGAQgASgLMhouZWxlY3RyaWMudjEuRW50aXR5Q2hhbmdlc0gAQgYKBGl0ZW0iFAoSTGlzdFdvcmtlcnNSZXF1ZXN0IqwBCgZXb3JrZXISEQoJd29ya2VyX2lkGAEgASgJEg8KB3JlcGxpY2EYAiABKAkSDQoFdHlwZXMYAyADKAkSFAoMY29kZV92ZXJzaW9uGAQgASgJEhAKCGNhcGFjaXR5GAUgASgNEhMKC2xlYXNlc19oZWxkGAYgASgNEjIKDmxhc3RfaGVhcnRiZWF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI7ChNMaXN0V29ya2Vyc1Jlc3BvbnNlEiQKB3dvcmtlcnMYASADKAsyEy5lbGVjdHJpYy52MS5Xb3JrZXIiIwoTTGlzdFZlcnNpb25zUmVxdWVzdBIMCgR0eXBlGAEgASgJItgBCgtDb2RlVmVyc2lvbhIUCgxjb2RlX3ZlcnNpb24YASABKAkSDwoHd29ya2VycxgCIAMoCRIWCg5ydW5zX2luX2ZsaWdodBgDIAEoDRIUCgxydW5zX3dhaXRpbmcYBCABKA0SKwoKdmVyc2lvbmluZxgFIAEoDjIXLmVsZWN0cmljLnYxLlZlcnNpb25pbmcSMAoNdXBncmFkZV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1hbm5vdW5jZWRfc2VxGAcgASgEIpcBCgxUeXBlVmVyc2lvbnMSDAoEdHlwZRgBIAEoCRIqCgh2ZXJzaW9ucxgCIAMoCzIYLmVsZWN0cmljLnYxLkNvZGVWZXJzaW9uEhAKCHNlbGVjdGVkGAMgASgJEg8KB2N1cnJlbnQYBCABKAkSFAoMcmFtcF92ZXJzaW9uGAUgASgJEhQKDHJhbXBfcGVyY2VudBgGIAEoDSJAChRMaXN0VmVyc2lvbnNSZXNwb25zZRIoCgV0eXBlcxgBIAMoCzIZLmVsZWN0cmljLnYxLlR5cGVWZXJzaW9ucyJzChFTZXRWZXJzaW9uUmVxdWVzdBIMCgR0eXBlGAEgASgJEhQKDGNvZGVfdmVyc2lvbhgCIAEoCRIUCgxyYW1wX3ZlcnNpb24YAyABKAkSFAoMcmFtcF9wZXJjZW50GAQgASgNEg4KBnJlYXNvbhgFIAEoCSJBChJTZXRWZXJzaW9uUmVzcG9uc2USKwoIdmVyc2lvbnMYASABKAsyGS5lbGVjdHJpYy52MS5UeXBlVmVyc2lvbnMikAEKEUZvcmtFbnRpdHlSZXF1ZXN0EiYKBm9yaWdpbhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhIKCgJpZBgCIAEoCRITCgZvZmZzZXQYAyABKANIAIgBARIOCgZyZWFzb24YBCABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJQgkKB19vZmZzZXQihwEKEkZvcmtFbnRpdHlSZXNwb25zZRIjCgZlbnRpdHkYASABKAsyEy5lbGVjdHJpYy52MS5FbnRpdHkSDgoGb2Zmc2V0GAIgASgEEgwKBHR4aWQYAyABKAQSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifwoPUmV0cnlSdW5SZXF1ZXN0EiMKA3JlZhgBIAEoCzIWLmVsZWN0cmljLnYxLkVudGl0eVJlZhILCgNydW4YAiABKAkSEQoJZnJvbV9zdGVwGAMgASgDEg4KBnJlYXNvbhgEIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkiowEKEFJldHJ5UnVuUmVzcG9uc2USCwoDa2V5GAEgASgJEg4KBm9mZnNldBgCIAEoBBIMCgR0eGlkGAMgASgEEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAUgASgOMhIuZWxlY3RyaWMudjEuU3RhdGUSEQoJZnJvbV9zdGVwGAYgASgNMukJCg1FbnRpdHlTZXJ2aWNlElAKC1NwYXduRW50aXR5Eh8uZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXF1ZXN0GiAuZWxlY3RyaWMudjEuU3Bhd25FbnRpdHlSZXNwb25zZRJKCglHZXRFbnRpdHkSHS5lbGVjdHJpYy52MS5HZXRFbnRpdHlSZXF1ZXN0Gh4uZWxlY3RyaWMudjEuR2V0RW50aXR5UmVzcG9uc2USUwoMTGlzdEVudGl0aWVzEiAuZWxlY3RyaWMudjEuTGlzdEVudGl0aWVzUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RFbnRpdGllc1Jlc3BvbnNlElMKDFNpZ25hbEVudGl0eRIgLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5TaWduYWxFbnRpdHlSZXNwb25zZRJZCg5TaWduYWxFbnRpdGllcxIiLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVxdWVzdBojLmVsZWN0cmljLnYxLlNpZ25hbEVudGl0aWVzUmVzcG9uc2USUAoLU2VuZE1lc3NhZ2USHy5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaIC5lbGVjdHJpYy52MS5TZW5kTWVzc2FnZVJlc3BvbnNlElgKDERlbGV0ZUVudGl0eRIgLmVsZWN0cmljLnYxLkRlbGV0ZUVudGl0eVJlcXVlc3QaIS5lbGVjdHJpYy52MS5EZWxldGVFbnRpdHlSZXNwb25zZSIDiAIBEk0KClJlYWRFdmVudHMSHi5lbGVjdHJpYy52MS5SZWFkRXZlbnRzUmVxdWVzdBofLmVsZWN0cmljLnYxLlJlYWRFdmVudHNSZXNwb25zZRJSCgtXYXRjaEV2ZW50cxIfLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVxdWVzdBogLmVsZWN0cmljLnYxLldhdGNoRXZlbnRzUmVzcG9uc2UwARJYCg1XYXRjaEVudGl0aWVzEiEuZWxlY3RyaWMudjEuV2F0Y2hFbnRpdGllc1JlcXVlc3QaIi5lbGVjdHJpYy52MS5XYXRjaEVudGl0aWVzUmVzcG9uc2UwARJQCgtMaXN0V29ya2VycxIfLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVxdWVzdBogLmVsZWN0cmljLnYxLkxpc3RXb3JrZXJzUmVzcG9uc2USUwoMTGlzdFZlcnNpb25zEiAuZWxlY3RyaWMudjEuTGlzdFZlcnNpb25zUmVxdWVzdBohLmVsZWN0cmljLnYxLkxpc3RWZXJzaW9uc1Jlc3BvbnNlEk0KClNldFZlcnNpb24SHi5lbGVjdHJpYy52MS5TZXRWZXJzaW9uUmVxdWVzdBofLmVsZWN0cmljLnYxLlNldFZlcnNpb25SZXNwb25zZRJNCgpGb3JrRW50aXR5Eh4uZWxlY3RyaWMudjEuRm9ya0VudGl0eVJlcXVlc3QaHy5lbGVjdHJpYy52MS5Gb3JrRW50aXR5UmVzcG9uc2USRwoIUmV0cnlSdW4SHC5lbGVjdHJpYy52MS5SZXRyeVJ1blJlcXVlc3QaHS5lbGVjdHJpYy52MS5SZXRyeVJ1blJlc3BvbnNlYgZwcm90bzM", [file_electric_v1_types, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message electric.v1.SpawnEntityRequest
@@ -223,6 +223,25 @@ export type SignalEntityRequest = Message<"electric.v1.SignalEntityRequest"> & {
    * @generated from field: bool interrupt = 7;
    */
   interrupt: boolean;
+
+  /**
+   * A stage to answer at ("Stopped means stopped"): "unwound", "terminal", ... (the signal's
+   * stages: docs/stopping.md); empty: at once, once committed ("accepted"). The answer then
+   * comes once that stage and every one before it is settled, or `timeout` passes, with each
+   * stage reached or not in `stages`. A stage the signal does not have is INVALID_ARGUMENT /
+   * STAGE_NOT_AVAILABLE, an unknown one UNKNOWN_WAIT; waiting needs the `read` scope.
+   *
+   * @generated from field: string wait = 8;
+   */
+  wait: string;
+
+  /**
+   * The wait's bound, from the signal's acceptance; unset: until the call's deadline. Only
+   * with `wait` (else INVALID_ARGUMENT / USAGE).
+   *
+   * @generated from field: google.protobuf.Duration timeout = 9;
+   */
+  timeout?: Duration | undefined;
 };
 
 /**
@@ -231,6 +250,50 @@ export type SignalEntityRequest = Message<"electric.v1.SignalEntityRequest"> & {
  */
 export const SignalEntityRequestSchema: GenMessage<SignalEntityRequest> = /*@__PURE__*/
   messageDesc(file_electric_v1_entity_service, 6);
+
+/**
+ * One stage of a signal's answer: reached (at which record of the entity's stream, when), or
+ * not, and why (the worker was lost, not reached within the timeout, not waited for).
+ *
+ * @generated from message electric.v1.StageReport
+ */
+export type StageReport = Message<"electric.v1.StageReport"> & {
+  /**
+   * "accepted", "handled", "unwound", "downstream", "reaped", "terminal".
+   *
+   * @generated from field: string stage = 1;
+   */
+  stage: string;
+
+  /**
+   * @generated from field: bool reached = 2;
+   */
+  reached: boolean;
+
+  /**
+   * The record that showed it reached (unset: not reached).
+   *
+   * @generated from field: optional uint64 offset = 3;
+   */
+  offset?: bigint | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 4;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string detail = 5;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message electric.v1.StageReport.
+ * Use `create(StageReportSchema)` to create a new message.
+ */
+export const StageReportSchema: GenMessage<StageReport> = /*@__PURE__*/
+  messageDesc(file_electric_v1_entity_service, 7);
 
 /**
  * The RFC's signal response.
@@ -303,6 +366,13 @@ export type SignalEntityResponse = Message<"electric.v1.SignalEntityResponse"> &
    * @generated from field: bool process_running = 11;
    */
   processRunning: boolean;
+
+  /**
+   * With a `wait`: each stage the signal has, in order, reached or not.
+   *
+   * @generated from field: repeated electric.v1.StageReport stages = 12;
+   */
+  stages: StageReport[];
 };
 
 /**
@@ -310,7 +380,7 @@ export type SignalEntityResponse = Message<"electric.v1.SignalEntityResponse"> &
  * Use `create(SignalEntityResponseSchema)` to create a new message.
  */
 export const SignalEntityResponseSchema: GenMessage<SignalEntityResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 7);
+  messageDesc(file_electric_v1_entity_service, 8);
 
 /**
  * @generated from message electric.v1.EntitySelector
@@ -343,7 +413,7 @@ export type EntitySelector = Message<"electric.v1.EntitySelector"> & {
  * Use `create(EntitySelectorSchema)` to create a new message.
  */
 export const EntitySelectorSchema: GenMessage<EntitySelector> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 8);
+  messageDesc(file_electric_v1_entity_service, 9);
 
 /**
  * @generated from message electric.v1.SignalEntitiesRequest
@@ -389,7 +459,7 @@ export type SignalEntitiesRequest = Message<"electric.v1.SignalEntitiesRequest">
  * Use `create(SignalEntitiesRequestSchema)` to create a new message.
  */
 export const SignalEntitiesRequestSchema: GenMessage<SignalEntitiesRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 9);
+  messageDesc(file_electric_v1_entity_service, 10);
 
 /**
  * @generated from message electric.v1.SignalEntitiesResponse
@@ -434,7 +504,7 @@ export type SignalEntitiesResponse = Message<"electric.v1.SignalEntitiesResponse
  * Use `create(SignalEntitiesResponseSchema)` to create a new message.
  */
 export const SignalEntitiesResponseSchema: GenMessage<SignalEntitiesResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 10);
+  messageDesc(file_electric_v1_entity_service, 11);
 
 /**
  * @generated from message electric.v1.SendMessageRequest
@@ -479,7 +549,7 @@ export type SendMessageRequest = Message<"electric.v1.SendMessageRequest"> & {
  * Use `create(SendMessageRequestSchema)` to create a new message.
  */
 export const SendMessageRequestSchema: GenMessage<SendMessageRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 11);
+  messageDesc(file_electric_v1_entity_service, 12);
 
 /**
  * @generated from message electric.v1.SendMessageResponse
@@ -534,7 +604,7 @@ export type SendMessageResponse = Message<"electric.v1.SendMessageResponse"> & {
  * Use `create(SendMessageResponseSchema)` to create a new message.
  */
 export const SendMessageResponseSchema: GenMessage<SendMessageResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 12);
+  messageDesc(file_electric_v1_entity_service, 13);
 
 /**
  * @generated from message electric.v1.DeleteEntityRequest
@@ -556,7 +626,7 @@ export type DeleteEntityRequest = Message<"electric.v1.DeleteEntityRequest"> & {
  * Use `create(DeleteEntityRequestSchema)` to create a new message.
  */
 export const DeleteEntityRequestSchema: GenMessage<DeleteEntityRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 13);
+  messageDesc(file_electric_v1_entity_service, 14);
 
 /**
  * @generated from message electric.v1.DeleteEntityResponse
@@ -573,7 +643,7 @@ export type DeleteEntityResponse = Message<"electric.v1.DeleteEntityResponse"> &
  * Use `create(DeleteEntityResponseSchema)` to create a new message.
  */
 export const DeleteEntityResponseSchema: GenMessage<DeleteEntityResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 14);
+  messageDesc(file_electric_v1_entity_service, 15);
 
 /**
  * @generated from message electric.v1.ReadEventsRequest
@@ -605,7 +675,7 @@ export type ReadEventsRequest = Message<"electric.v1.ReadEventsRequest"> & {
  * Use `create(ReadEventsRequestSchema)` to create a new message.
  */
 export const ReadEventsRequestSchema: GenMessage<ReadEventsRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 15);
+  messageDesc(file_electric_v1_entity_service, 16);
 
 /**
  * @generated from message electric.v1.ReadEventsResponse
@@ -643,7 +713,7 @@ export type ReadEventsResponse = Message<"electric.v1.ReadEventsResponse"> & {
  * Use `create(ReadEventsResponseSchema)` to create a new message.
  */
 export const ReadEventsResponseSchema: GenMessage<ReadEventsResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 16);
+  messageDesc(file_electric_v1_entity_service, 17);
 
 /**
  * @generated from message electric.v1.WatchEventsRequest
@@ -676,7 +746,7 @@ export type WatchEventsRequest = Message<"electric.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 17);
+  messageDesc(file_electric_v1_entity_service, 18);
 
 /**
  * Consecutive events of one stream, in offset order.
@@ -695,7 +765,7 @@ export type EventBatch = Message<"electric.v1.EventBatch"> & {
  * Use `create(EventBatchSchema)` to create a new message.
  */
 export const EventBatchSchema: GenMessage<EventBatch> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 18);
+  messageDesc(file_electric_v1_entity_service, 19);
 
 /**
  * @generated from message electric.v1.EndOfStream
@@ -714,7 +784,7 @@ export type EndOfStream = Message<"electric.v1.EndOfStream"> & {
  * Use `create(EndOfStreamSchema)` to create a new message.
  */
 export const EndOfStreamSchema: GenMessage<EndOfStream> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 19);
+  messageDesc(file_electric_v1_entity_service, 20);
 
 /**
  * @generated from message electric.v1.WatchEventsResponse
@@ -751,7 +821,7 @@ export type WatchEventsResponse = Message<"electric.v1.WatchEventsResponse"> & {
  * Use `create(WatchEventsResponseSchema)` to create a new message.
  */
 export const WatchEventsResponseSchema: GenMessage<WatchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 20);
+  messageDesc(file_electric_v1_entity_service, 21);
 
 /**
  * @generated from message electric.v1.WatchEntitiesRequest
@@ -785,7 +855,7 @@ export type WatchEntitiesRequest = Message<"electric.v1.WatchEntitiesRequest"> &
  * Use `create(WatchEntitiesRequestSchema)` to create a new message.
  */
 export const WatchEntitiesRequestSchema: GenMessage<WatchEntitiesRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 21);
+  messageDesc(file_electric_v1_entity_service, 22);
 
 /**
  * @generated from message electric.v1.EntitySnapshot
@@ -802,7 +872,7 @@ export type EntitySnapshot = Message<"electric.v1.EntitySnapshot"> & {
  * Use `create(EntitySnapshotSchema)` to create a new message.
  */
 export const EntitySnapshotSchema: GenMessage<EntitySnapshot> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 22);
+  messageDesc(file_electric_v1_entity_service, 23);
 
 /**
  * @generated from message electric.v1.SnapshotComplete
@@ -821,7 +891,7 @@ export type SnapshotComplete = Message<"electric.v1.SnapshotComplete"> & {
  * Use `create(SnapshotCompleteSchema)` to create a new message.
  */
 export const SnapshotCompleteSchema: GenMessage<SnapshotComplete> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 23);
+  messageDesc(file_electric_v1_entity_service, 24);
 
 /**
  * @generated from message electric.v1.EntityChange
@@ -848,7 +918,7 @@ export type EntityChange = Message<"electric.v1.EntityChange"> & {
  * Use `create(EntityChangeSchema)` to create a new message.
  */
 export const EntityChangeSchema: GenMessage<EntityChange> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 24);
+  messageDesc(file_electric_v1_entity_service, 25);
 
 /**
  * Several changes, in commit order (only to a watcher that set `accepts_batches`).
@@ -867,7 +937,7 @@ export type EntityChanges = Message<"electric.v1.EntityChanges"> & {
  * Use `create(EntityChangesSchema)` to create a new message.
  */
 export const EntityChangesSchema: GenMessage<EntityChanges> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 25);
+  messageDesc(file_electric_v1_entity_service, 26);
 
 /**
  * @generated from message electric.v1.WatchEntitiesResponse
@@ -908,7 +978,7 @@ export type WatchEntitiesResponse = Message<"electric.v1.WatchEntitiesResponse">
  * Use `create(WatchEntitiesResponseSchema)` to create a new message.
  */
 export const WatchEntitiesResponseSchema: GenMessage<WatchEntitiesResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 26);
+  messageDesc(file_electric_v1_entity_service, 27);
 
 /**
  * @generated from message electric.v1.ListWorkersRequest
@@ -921,7 +991,7 @@ export type ListWorkersRequest = Message<"electric.v1.ListWorkersRequest"> & {
  * Use `create(ListWorkersRequestSchema)` to create a new message.
  */
 export const ListWorkersRequestSchema: GenMessage<ListWorkersRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 27);
+  messageDesc(file_electric_v1_entity_service, 28);
 
 /**
  * A connected worker session.
@@ -980,7 +1050,7 @@ export type Worker = Message<"electric.v1.Worker"> & {
  * Use `create(WorkerSchema)` to create a new message.
  */
 export const WorkerSchema: GenMessage<Worker> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 28);
+  messageDesc(file_electric_v1_entity_service, 29);
 
 /**
  * @generated from message electric.v1.ListWorkersResponse
@@ -997,7 +1067,7 @@ export type ListWorkersResponse = Message<"electric.v1.ListWorkersResponse"> & {
  * Use `create(ListWorkersResponseSchema)` to create a new message.
  */
 export const ListWorkersResponseSchema: GenMessage<ListWorkersResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 29);
+  messageDesc(file_electric_v1_entity_service, 30);
 
 /**
  * @generated from message electric.v1.ListVersionsRequest
@@ -1016,7 +1086,7 @@ export type ListVersionsRequest = Message<"electric.v1.ListVersionsRequest"> & {
  * Use `create(ListVersionsRequestSchema)` to create a new message.
  */
 export const ListVersionsRequestSchema: GenMessage<ListVersionsRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 30);
+  messageDesc(file_electric_v1_entity_service, 31);
 
 /**
  * One code version of an entity type.
@@ -1075,7 +1145,7 @@ export type CodeVersion = Message<"electric.v1.CodeVersion"> & {
  * Use `create(CodeVersionSchema)` to create a new message.
  */
 export const CodeVersionSchema: GenMessage<CodeVersion> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 31);
+  messageDesc(file_electric_v1_entity_service, 32);
 
 /**
  * @generated from message electric.v1.TypeVersions
@@ -1126,7 +1196,7 @@ export type TypeVersions = Message<"electric.v1.TypeVersions"> & {
  * Use `create(TypeVersionsSchema)` to create a new message.
  */
 export const TypeVersionsSchema: GenMessage<TypeVersions> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 32);
+  messageDesc(file_electric_v1_entity_service, 33);
 
 /**
  * @generated from message electric.v1.ListVersionsResponse
@@ -1143,7 +1213,7 @@ export type ListVersionsResponse = Message<"electric.v1.ListVersionsResponse"> &
  * Use `create(ListVersionsResponseSchema)` to create a new message.
  */
 export const ListVersionsResponseSchema: GenMessage<ListVersionsResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 33);
+  messageDesc(file_electric_v1_entity_service, 34);
 
 /**
  * @generated from message electric.v1.SetVersionRequest
@@ -1186,7 +1256,7 @@ export type SetVersionRequest = Message<"electric.v1.SetVersionRequest"> & {
  * Use `create(SetVersionRequestSchema)` to create a new message.
  */
 export const SetVersionRequestSchema: GenMessage<SetVersionRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 34);
+  messageDesc(file_electric_v1_entity_service, 35);
 
 /**
  * @generated from message electric.v1.SetVersionResponse
@@ -1203,7 +1273,7 @@ export type SetVersionResponse = Message<"electric.v1.SetVersionResponse"> & {
  * Use `create(SetVersionResponseSchema)` to create a new message.
  */
 export const SetVersionResponseSchema: GenMessage<SetVersionResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 35);
+  messageDesc(file_electric_v1_entity_service, 36);
 
 /**
  * @generated from message electric.v1.ForkEntityRequest
@@ -1249,7 +1319,7 @@ export type ForkEntityRequest = Message<"electric.v1.ForkEntityRequest"> & {
  * Use `create(ForkEntityRequestSchema)` to create a new message.
  */
 export const ForkEntityRequestSchema: GenMessage<ForkEntityRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 36);
+  messageDesc(file_electric_v1_entity_service, 37);
 
 /**
  * @generated from message electric.v1.ForkEntityResponse
@@ -1285,7 +1355,7 @@ export type ForkEntityResponse = Message<"electric.v1.ForkEntityResponse"> & {
  * Use `create(ForkEntityResponseSchema)` to create a new message.
  */
 export const ForkEntityResponseSchema: GenMessage<ForkEntityResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 37);
+  messageDesc(file_electric_v1_entity_service, 38);
 
 /**
  * @generated from message electric.v1.RetryRunRequest
@@ -1329,7 +1399,7 @@ export type RetryRunRequest = Message<"electric.v1.RetryRunRequest"> & {
  * Use `create(RetryRunRequestSchema)` to create a new message.
  */
 export const RetryRunRequestSchema: GenMessage<RetryRunRequest> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 38);
+  messageDesc(file_electric_v1_entity_service, 39);
 
 /**
  * @generated from message electric.v1.RetryRunResponse
@@ -1375,7 +1445,7 @@ export type RetryRunResponse = Message<"electric.v1.RetryRunResponse"> & {
  * Use `create(RetryRunResponseSchema)` to create a new message.
  */
 export const RetryRunResponseSchema: GenMessage<RetryRunResponse> = /*@__PURE__*/
-  messageDesc(file_electric_v1_entity_service, 39);
+  messageDesc(file_electric_v1_entity_service, 40);
 
 /**
  * The control plane's entity API. Errors are gRPC status codes with a
