@@ -126,6 +126,7 @@ class HostBase(Lifetime):
     async def _started(self, message: Message) -> rt.WriteResult | None:
         """The run's STARTED record, if it applied. A message refused because the entity stopped
         starting runs meanwhile (e.g. paused) goes back to the head of the queue: it runs later."""
+        seen = self._deliveries  # a delivery while the write is out may be the one it waits for
         started = await self._fenced.run(message, pb.RUN_STATUS_STARTED, self.SERVER_MAY_ABORT)
         if started is not None and started.applied:
             return started
@@ -136,7 +137,7 @@ class HostBase(Lifetime):
             # goes back behind those this host has, and waits for it (or for its cancel).
             at = next((i for i, m in enumerate(self._queue) if not m.ahead), len(self._queue))
             self._queue.insert(at, message)
-            self._behind, self._behind_key = self._deliveries, message.key
+            self._behind, self._behind_key = seen, message.key
         return None
 
     def _enqueue(self, message: Message) -> None:

@@ -121,8 +121,11 @@ def worker_processes(cwd: Path, target: str, *args: str) -> Iterator[Callable[..
 
 
 @asynccontextmanager
-async def running_worker(app: App, address: str, **kw: Any) -> AsyncIterator[Worker]:
-    worker = Worker(app, address, **kw)
+async def running_worker(
+    app: App, address: str, worker: Worker | None = None, **kw: Any
+) -> AsyncIterator[Worker]:
+    """A worker hosting ``app`` on the test's loop (``worker``: one made already, e.g. a subclass)."""
+    worker = worker or Worker(app, address, **kw)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(TIMEOUT_S):
             await tg.start(worker.run)

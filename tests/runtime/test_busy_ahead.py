@@ -13,12 +13,24 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from electric_sdk import AsyncClient, Event
+from electric_sdk._proto.electric.v1 import runtime_service_pb2 as rt
+from electric_sdk.runtime import App, Worker
 from electric_sdk.testing import TestServer
 
-from .rt_support import COMPLETED, STEP, app_module, run_status, until, worker_processes
+from .rt_support import (
+    COMPLETED,
+    STARTED,
+    STEP,
+    app_module,
+    run_status,
+    running_worker,
+    until,
+    worker_processes,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.both_stores]
 
@@ -185,3 +197,58 @@ async def test_a_reply_runs_ahead_of_the_messages_queued_before_it(
     assert sent[reply.key]["ahead"] is True
     outputs = {e.value["message_key"]: e.value.get("output") for e in events if e.type == "run"}
     assert outputs[reply.key] == "answered blue"
+
+
+class AheadInFlight(Worker):
+    """A real worker whose delivery of a message sent ahead is held until it has chosen the run
+    of ``first`` and sends its STARTED: the ahead message then lands while that write is out, and
+    the server refuses it (MESSAGE_BEHIND) for the message this host has by then."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.first = ""
+        self.held: list[rt.ConnectResponse] = []
+        self.raced = anyio.Event()
+
+    async def _handle(self, response: rt.ConnectResponse) -> None:
+        event = response.delivery.event if response.WhichOneof("msg") == "delivery" else None
+        if event is not None and event.message.ahead and not self.raced.is_set():
+            self.held.append(response)
+            return
+        await super()._handle(response)
+
+    async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult:
+        op = request.run if request.WhichOneof("op") == "run" else None
+        if op is not None and op.status == STARTED and op.message_key == self.first and self.held:
+            self.raced.set()
+            for response in self.held:
+                await super()._handle(response)
+        return await super().write(request)
+
+
+async def test_an_ahead_message_delivered_while_a_refused_start_is_out_runs_then_the_queue(
+    electric: TestServer, client: AsyncClient, tmp_path: Path
+) -> None:
+    """The worker starts `first` as the message sent ahead of it arrives; the server refuses that
+    start (MESSAGE_BEHIND) for the message the worker now has: it runs that one, then the queue,
+    rather than waiting for yet another delivery that never comes."""
+    namespace: dict[str, Any] = {}
+    exec(compile(APP, "ahead_app.py", "exec"), namespace)
+    app = namespace["app"]
+    assert isinstance(app, App)
+    worker = AheadInFlight(app, electric.address)
+    async with running_worker(app, electric.address, worker=worker):
+        ref = "interrupting/race"
+        await client.spawn(ref)
+        held = await client.send(ref, "hold")
+        await holds(client, ref, held.key, held.offset)
+        queued = [await client.send(ref, text, policy="enqueue") for text in ("first", "second")]
+        worker.first = queued[0].key
+        jump = await client.send(ref, "jump")
+        await until(client, ref, run_status(COMPLETED, queued[-1].key), jump.offset)
+        assert worker.raced.is_set(), "the ahead message was not held: the race was not run"
+        assert [key for key, _ in await started_order(client, ref)] == [
+            held.key,
+            jump.key,
+            *(q.key for q in queued),
+        ]
