@@ -3,11 +3,13 @@ one signal (and its wait for a stop stage, _stages.py), the named shortcuts, one
 
 from __future__ import annotations
 
+import asyncio
 import time
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
+from .. import errors
 from .._proto.electric.v1 import entity_service_pb2 as api
 from .._wire.enums import signal_to_pb, state_to_pb
 from .._wire.stop_stages import bound_passed
@@ -58,26 +60,45 @@ class SignalCalls:
         )
         if payload is not None:
             request.payload.CopyFrom(json_argument(payload, "payload"))
-        server_s = None if timeout_s is None else min(timeout_s, MAX_WAIT_MS / 1000)
-        if stage is not None:  # the server answers at the stage (one call), or by the bound
-            request.wait = stage.value
-            if server_s is not None:
-                request.timeout.CopyFrom(duration_from_ms(round(server_s * 1000)))
+        caller = cast(Caller, self)
         started = time.monotonic()
-        response: api.SignalEntityResponse = await cast(Caller, self)._call(
-            "SignalEntity", request, wait_s=server_s or 0.0
-        )
-        result = SignalResult.from_pb(response)
         if stage is None:
-            return result
-        shorter = timeout_s is None or server_s != timeout_s  # the server's bound, not the caller's
-        if not result.stages or (shorter and bound_passed(result.stages)):
+            response: api.SignalEntityResponse = await caller._call("SignalEntity", request)
+            return SignalResult.from_pb(response)
+        request.wait = stage.value  # the server answers at the stage (one call), or by its bound
+        response, capped = await self._waiting_call(request, timeout_s, started)
+        result = SignalResult.from_pb(response)
+        if not result.stages or (capped and bound_passed(result.stages)):
             # A server that answers at once whatever the wait (from before waits over gRPC), or
             # whose answer a shorter bound than the caller's ended (the call's deadline, the
             # server's longest): this client folds the stream itself, for what is left.
             left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
             return await self.wait_signal(result, stage, left, message_key=message_key)
         return result
+
+    async def _waiting_call(
+        self, request: api.SignalEntityRequest, timeout_s: float | None, started: float
+    ) -> tuple[api.SignalEntityResponse, bool]:
+        """The signal with its wait, and whether the server's bound was shorter than the caller's.
+        A call cut past its retries (its replica lost, the channel not yet on another) is made
+        again with the same key, as patiently as a watch reconnects: the server replays the
+        signal's answer and waits on from its record, for what is left of the timeout."""
+        caller = cast(Caller, self)
+        patience = timeout_s if timeout_s is not None else caller.options.reconnect_s
+        while True:
+            left = None if timeout_s is None else max(0.001, timeout_s - (time.monotonic() - started))
+            server_s = None if left is None else min(left, MAX_WAIT_MS / 1000)
+            request.ClearField("timeout")
+            if server_s is not None:
+                request.timeout.CopyFrom(duration_from_ms(max(1, round(server_s * 1000))))
+            try:
+                response = await caller._call("SignalEntity", request, wait_s=server_s or 0.0)
+            except (errors.Unavailable, errors.DeadlineExceeded):
+                if time.monotonic() - started >= patience:
+                    raise
+                await asyncio.sleep(caller.options.retry.max_backoff_s)  # the channel reconnects
+                continue
+            return response, server_s is None or server_s != left
 
     async def wait_signal(
         self,

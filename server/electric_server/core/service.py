@@ -52,6 +52,11 @@ BULK_SCOPE: Ref = ("", "")
 BULK_CHUNK = 2000
 
 
+# Fields that change only when the answer comes, so a retry with the same key may change them
+# (the SDK's own fold after a waiting call was cut re-sends the signal without its wait).
+_ANSWER_ONLY = {"SignalEntity": ("wait", "timeout")}
+
+
 def _idempotency(method: str, request: Message) -> Idempotency | None:
     key = v.idempotency_key(getattr(request, "idempotency_key", ""))
     if key is None:
@@ -59,6 +64,8 @@ def _idempotency(method: str, request: Message) -> Idempotency | None:
     body = type(request)()
     body.CopyFrom(request)
     body.ClearField("idempotency_key")
+    for name in _ANSWER_ONLY.get(method, ()):  # how to answer, not what to write
+        body.ClearField(name)
     digest = hashlib.sha256(method.encode() + b"\0" + body.SerializeToString(deterministic=True)).digest()
     return Idempotency(key, digest)
 

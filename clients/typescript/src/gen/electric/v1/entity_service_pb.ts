@@ -229,7 +229,9 @@ export type SignalEntityRequest = Message<"electric.v1.SignalEntityRequest"> & {
    * stages: docs/stopping.md); empty: at once, once committed ("accepted"). The answer then
    * comes once that stage and every one before it is settled, or `timeout` passes, with each
    * stage reached or not in `stages`. A stage the signal does not have is INVALID_ARGUMENT /
-   * STAGE_NOT_AVAILABLE, an unknown one UNKNOWN_WAIT; waiting needs the `read` scope.
+   * STAGE_NOT_AVAILABLE, an unknown one UNKNOWN_WAIT; waiting needs the `read` scope. `wait`
+   * and `timeout` say how to answer, not what to write: a retry with the same idempotency key
+   * may change them (its answer is replayed, then waited on).
    *
    * @generated from field: string wait = 8;
    */
