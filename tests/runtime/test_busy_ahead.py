@@ -25,6 +25,7 @@ from .rt_support import (
     COMPLETED,
     STARTED,
     STEP,
+    TIMEOUT_S,
     app_module,
     run_status,
     running_worker,
@@ -200,26 +201,36 @@ async def test_a_reply_runs_ahead_of_the_messages_queued_before_it(
 
 
 class AheadInFlight(Worker):
-    """A real worker whose delivery of a message sent ahead is held until it has chosen the run
-    of ``first`` and sends its STARTED: the ahead message then lands while that write is out, and
-    the server refuses it (MESSAGE_BEHIND) for the message this host has by then."""
+    """A real worker whose delivery of a message sent ahead is held, and whose STARTED for
+    ``first`` waits until that delivery is here, then lets it in just as the write goes out: the
+    ahead message lands while that write is out, and the server refuses it (MESSAGE_BEHIND) for
+    the message this host has by then."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.first = ""
         self.held: list[rt.ConnectResponse] = []
+        self.ahead_held = anyio.Event()
         self.raced = anyio.Event()
 
     async def _handle(self, response: rt.ConnectResponse) -> None:
         event = response.delivery.event if response.WhichOneof("msg") == "delivery" else None
         if event is not None and event.message.ahead and not self.raced.is_set():
             self.held.append(response)
+            self.ahead_held.set()
             return
         await super()._handle(response)
 
     async def write(self, request: rt.RuntimeWrite) -> rt.WriteResult:
         op = request.run if request.WhichOneof("op") == "run" else None
-        if op is not None and op.status == STARTED and op.message_key == self.first and self.held:
+        if (
+            op is not None
+            and op.status == STARTED
+            and op.message_key == self.first
+            and not self.raced.is_set()
+        ):
+            with anyio.fail_after(TIMEOUT_S):
+                await self.ahead_held.wait()
             self.raced.set()
             for response in self.held:
                 await super()._handle(response)
@@ -246,7 +257,7 @@ async def test_an_ahead_message_delivered_while_a_refused_start_is_out_runs_then
         worker.first = queued[0].key
         jump = await client.send(ref, "jump")
         await until(client, ref, run_status(COMPLETED, queued[-1].key), jump.offset)
-        assert worker.raced.is_set(), "the ahead message was not held: the race was not run"
+        assert worker.raced.is_set()
         assert [key for key, _ in await started_order(client, ref)] == [
             held.key,
             jump.key,
