@@ -16,6 +16,7 @@ import os
 import socket
 import sys
 import termios
+import threading
 import time
 
 import anyio
@@ -52,6 +53,21 @@ async def slow(tag: str, ctx: Context) -> str:
     return "done"
 
 
+def _reading_input() -> bool:
+    """Whether another thread of this server is inside a call anyio handed it: the SDK reads its
+    input a line at a time in anyio's worker threads, and a thread in that C readline shows
+    anyio's own frame on top (an idle one waits in ``threading``)."""
+    me = threading.get_ident()
+    return any(
+        frame.f_code.co_name == "run" and frame.f_code.co_filename.endswith(_ANYIO_WORKER)
+        for ident, frame in sys._current_frames().items()
+        if ident != me
+    )
+
+
+_ANYIO_WORKER = os.path.join("anyio", "_backends", "_asyncio.py")
+
+
 @server.tool()
 async def stall(tag: str, release: str) -> str:
     """A tool that ignores cancellation the bluntest way: it blocks the event loop (a sync wait in
@@ -61,7 +77,10 @@ async def stall(tag: str, release: str) -> str:
     if os.fstat(INPUT).st_mode & 0o170000 == 0o010000:  # a pipe (stdio): say when it is full
         size = fcntl.fcntl(INPUT, fcntl.F_GETPIPE_SZ)
         pending = bytearray(4)
-        while int.from_bytes(pending, sys.byteorder) < size - PAGE:
+        # Full, and for good: a line the SDK's reader thread is still taking in (it may have
+        # started before the loop blocked) would drain the pipe after "full" was said, and the
+        # client's cancels would then find room. Once that thread is idle, nothing reads again.
+        while int.from_bytes(pending, sys.byteorder) < size - PAGE or _reading_input():
             fcntl.ioctl(INPUT, termios.FIONREAD, pending)
             time.sleep(0.001)  # noqa: ASYNC251 - blocking the loop is what this tool is for
         _report(f"{tag} full")
