@@ -825,7 +825,8 @@ async def test_what_the_openapi_document_bounds_the_door_refuses(
 ) -> None:
     """The document's limits are the door's (docs/http.md, "What the document promises"): an
     Idempotency-Key outside 1-128 printable ASCII (an empty or blank one is no "no key"), a
-    text or reason past the document's maxLength in characters, a null data or payload; each
+    text or reason past the document's maxLength in characters, a null data or payload, an
+    empty message_key; each
     refused with its reason, writing nothing."""
     assert (await http.put("/agent/lim")).status_code == 201
     before = read_database(door.config.data_dir / "electric.db")
@@ -845,6 +846,9 @@ async def test_what_the_openapi_document_bounds_the_door_refuses(
         ("/agent/lim/messages", {"text": "hi", "data": None}, (400, "INVALID_FIELD")),
         ("/agent/lim/signal", {"signal": "SIGTERM", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
         ("/agent/lim/signal", {"signal": "SIGUSR", "payload": None}, (400, "INVALID_FIELD")),
+        # A key given is a key: an empty one is no "no key", with any signal.
+        ("/agent/lim/signal", {"signal": "SIGINT", "message_key": ""}, (400, "INVALID_NAME")),
+        ("/agent/lim/signal", {"signal": "SIGUSR", "message_key": ""}, (400, "INVALID_NAME")),
         ("/agent/lim/fork", {"id": "f", "reason": "r" * 257}, (400, "REASON_TOO_LONG")),
     ):
         assert error_of(await http.post(path, json=body)) == expected, (path, body)

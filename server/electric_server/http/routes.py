@@ -211,9 +211,19 @@ def _list(request: Request, query: Query, obj: body.JsonObject) -> Message:
 
 def _signal(request: Request, query: Query, obj: body.JsonObject) -> Message:
     body.fields(obj, {"signal", "reason", "payload", "message_key", "interrupt"})
+    message_key = body.string(obj, "message_key")
+    if "message_key" in obj and not message_key:
+        # Over gRPC an empty key is no key (proto3); here a key given is one (the document's
+        # pattern), so an empty one is refused, not taken for a signal to the whole entity.
+        raise invalid_argument(
+            "INVALID_NAME",
+            "message_key must be 1-128 characters of [A-Za-z0-9_.-], got ''; leave it out to signal "
+            "the entity, not one message",
+            field="message_key",
+        )
     message = api.SignalEntityRequest(
         ref=_ref(request),
-        message_key=body.string(obj, "message_key"),
+        message_key=message_key,
         interrupt=body.boolean(obj, "interrupt"),
     )
     _signal_fields(obj, message)
