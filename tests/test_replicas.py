@@ -244,8 +244,7 @@ async def test_a_hello_on_another_replica_ends_the_old_session_at_once(replica: 
         assert granted.ref == ref
         assert granted.epoch > lease.epoch
         with anyio.fail_after(10):
-            while (await old.call.read()) is not grpc.aio.EOF:
-                pass
+            await old.until_ended()  # heartbeating still: it is the hello on B that ends it
         stale = await new.write(
             ref, lease.epoch, pb.STATE_IDLE, transition=rt.Transition(to=pb.STATE_RUNNING, cause="woke")
         )

@@ -100,6 +100,19 @@ class RawWorker:
         if self._beating is not None:
             self._beating.cancel()
 
+    async def until_ended(self) -> None:
+        """Read until the server ends the session (its status OK). A heartbeat grpc was writing
+        as the server ended the call fails on this side, and grpc.aio then reports that write's
+        failure (INTERNAL, a failed SendMessageOperation) instead of the end: an end all the
+        same, and the heartbeats go on until then, so no lease expires meanwhile."""
+        try:
+            while (await self.call.read()) is not grpc.aio.EOF:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            failed_send = "SendMessageOperation" in (exc.debug_error_string() or "")
+            if exc.code() != grpc.StatusCode.INTERNAL or not failed_send:
+                raise
+
     def close(self) -> None:
         self.stop_heartbeats()
         # End the request stream too: once the call is over, cancel() no longer
