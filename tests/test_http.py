@@ -826,8 +826,7 @@ async def test_what_the_openapi_document_bounds_the_door_refuses(
     """The document's limits are the door's (docs/http.md, "What the document promises"): an
     Idempotency-Key outside 1-128 printable ASCII (an empty or blank one is no "no key"), a
     text or reason past the document's maxLength in characters, a null data or payload, an
-    empty message_key; each
-    refused with its reason, writing nothing."""
+    empty message_key; each refused with its reason, writing nothing."""
     assert (await http.put("/agent/lim")).status_code == 201
     before = read_database(door.config.data_dir / "electric.db")
     sigterm = {"signal": "SIGTERM"}

@@ -53,6 +53,9 @@ async def slow(tag: str, ctx: Context) -> str:
     return "done"
 
 
+_ANYIO_WORKER = os.path.join("anyio", "_backends", "_asyncio.py")
+
+
 def _reading_input() -> bool:
     """Whether another thread of this server is inside a call anyio handed it: the SDK reads its
     input a line at a time in anyio's worker threads, and a thread in that C readline shows
@@ -63,9 +66,6 @@ def _reading_input() -> bool:
         for ident, frame in sys._current_frames().items()
         if ident != me
     )
-
-
-_ANYIO_WORKER = os.path.join("anyio", "_backends", "_asyncio.py")
 
 
 @server.tool()

@@ -51,6 +51,7 @@ from ..core.auth import entity_scope
 from ..core.errors import invalid_argument
 from ..core.service import EntityService
 from ..core.validation import MAX_INT64, MAX_PAGE, NAME_RE
+from ..core.validation import name as valid_name
 from . import body, forking, handlers, signal_waits, streams, waits
 from .admission import Build
 from .handlers import Handler
@@ -212,15 +213,11 @@ def _list(request: Request, query: Query, obj: body.JsonObject) -> Message:
 def _signal(request: Request, query: Query, obj: body.JsonObject) -> Message:
     body.fields(obj, {"signal", "reason", "payload", "message_key", "interrupt"})
     message_key = body.string(obj, "message_key")
-    if "message_key" in obj and not message_key:
+    if "message_key" in obj:
         # Over gRPC an empty key is no key (proto3); here a key given is one (the document's
-        # pattern), so an empty one is refused, not taken for a signal to the whole entity.
-        raise invalid_argument(
-            "INVALID_NAME",
-            "message_key must be 1-128 characters of [A-Za-z0-9_.-], got ''; leave it out to signal "
-            "the entity, not one message",
-            field="message_key",
-        )
+        # pattern), so an empty one is refused (the name rule's INVALID_NAME), not taken for a
+        # signal to the whole entity.
+        valid_name(message_key, "message_key")
     message = api.SignalEntityRequest(
         ref=_ref(request),
         message_key=message_key,
