@@ -37,6 +37,10 @@ ends the run costs at least one durable commit and one round trip between
 processes (client → server → client); the run's own ABORTED record, written by
 the runtime, costs at least two of each.
 
+An informational row gives the floor of SIGINT → ``unwound`` in electric's own shape with none of
+its code (chain_floor.py: three processes, a unary gRPC call, a gRPC stream to the worker and back,
+two commits): the figure less that floor is what electric's code costs on this machine.
+
 Figures: electric's p50 and p99, each with DBOS's as its ceiling; the
 issue's goal is electric ≤ 0.5× DBOS (a ratio of at most 0.5) on all four.
 The two sides are not the same shape: DBOS's sender and workflow share a
@@ -58,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chain_floor
 import common
 import pg_common
 from bench_runtime import APP_MODULE
@@ -332,9 +337,11 @@ def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: f
             )
             if url:
                 result |= common.run_in_process(floor_main, server.address, url, timeout=budget, name="floor")
-            return result
         finally:
             common.stop_worker(worker, 5)
+    if url:  # once electric's processes are gone: the chain's three have the cores electric's had
+        result["chain_ms"] = chain_floor.measure(url, max(params["cancels"], FLOOR_SAMPLES), budget)
+    return result
 
 
 def resampled_p99_ratios(mine: list[list[float]], theirs: list[list[float]]) -> tuple[float, float]:
@@ -380,7 +387,7 @@ def main() -> None:
     got: dict[str, list[float]] = {
         k: []
         for k in (
-            "dbos_send", "dbos_cancel", "usr", "int", "int_run", "int_call", "unwound", "folded", "usr_lite", "int_lite", "commit", "rtt", "read"
+            "dbos_send", "dbos_cancel", "usr", "int", "int_run", "int_call", "unwound", "folded", "usr_lite", "int_lite", "commit", "rtt", "read", "chain"
         )
     }  # fmt: skip
     # Each round's p99s, beside the whole run's: a miss made by one round's stall shows as such.
@@ -409,6 +416,7 @@ def main() -> None:
         got["commit"] += e["commit_ms"]
         got["rtt"] += e["grpc_rtt_ms"]
         got["read"] += e["read_ms"]
+        got["chain"] += e["chain_ms"]
         for key, samples in (
             ("int", e["int_ms"]),
             ("dbos_cancel", d["cancel_ms"]),
@@ -440,15 +448,15 @@ def main() -> None:
         )
         for p in ("p50", "p99")
     ]
-    rows += [
-        common.value_row(
-            f"  (info) SIGINT → `unwound`, folded by the client's own watch, {p}",
-            s["folded"][p],
-            s["dbos_cancel"][p],
-            "ms",
-        )
-        for p in ("p50", "p99")
-    ]
+
+    def beside_cancel(what: str, key: str) -> list[dict[str, Any]]:
+        """Informational rows: p50 and p99 of ``key`` beside DBOS's cancel."""
+        return [
+            common.value_row(f"  (info) {what}, {p}", s[key][p], s["dbos_cancel"][p], "ms")
+            for p in ("p50", "p99")
+        ]
+
+    rows += beside_cancel("SIGINT → `unwound`, folded by the client's own watch", "folded")
     rows += [  # electric's embedded default, beside the same DBOS figures
         common.value_row(
             f"  (info) on SQLite: {figure.split(' vs ')[0]}, {p}", s[f"{mine}_lite"][p], s[theirs][p], "ms"
@@ -484,17 +492,22 @@ def main() -> None:
             "ms",
         ),
     ]
+    # The same trip in electric's shape with none of its code (chain_floor.py): what the
+    # architecture costs, so the rest of the figure is electric's own code.
+    rows += beside_cancel("SIGINT → `unwound`'s floor in electric's shape, no electric code", "chain")
+    rows.append(
+        common.value_row(
+            "  (info) electric's own code in SIGINT → `unwound` (the figure less that floor), p50",
+            s["unwound"]["p50"] - s["chain"]["p50"],
+            None,
+            "ms",
+        )
+    )
     # The SIGINT's answer already says `aborted` (it is sent once the commit is durable); the
     # run's own record, with its partial output, is written by the runtime once it has
     # cancelled the run (ARCHITECTURE §3), and seen by the same watch.
-    rows += [
-        common.value_row(f"  (info) SIGINT → {what}, {p}", s[key][p], s["dbos_cancel"][p], "ms")
-        for what, key in (
-            ("its answer, which says `aborted`", "int_call"),
-            ("the run's ABORTED record, with its partial output", "int_run"),
-        )
-        for p in ("p50", "p99")
-    ]
+    rows += beside_cancel("SIGINT → its answer, which says `aborted`", "int_call")
+    rows += beside_cancel("SIGINT → the run's ABORTED record, with its partial output", "int_run")
     if rounds > 1:
         low, high = resampled_p99_ratios(round_samples["int"], round_samples["dbos_cancel"])
         rows += [

@@ -38,3 +38,12 @@ def test_restart_dataset(tmp_path: Path) -> None:
 def test_pg_store_ceiling(postgres_url: str) -> None:
     """The PostgreSQL store bench's raw asyncpg ceiling writes the store's own events table."""
     assert postgres_dbs.run(lambda: bench_pg_store.raw_run(postgres_url, [2, 3]))["events"] == 5
+
+
+def test_chain_floor(postgres_url: str) -> None:
+    """bench_dbos's floor of SIGINT → `unwound` (three processes, gRPC, two commits) makes its trips."""
+    import chain_floor
+
+    ms = chain_floor.measure(postgres_url, 5, timeout=120)
+    assert len(ms) == 5
+    assert all(x > 0 for x in ms)
