@@ -47,6 +47,30 @@ def test_a_scoped_sigint_to_a_queued_message_is_unwound_at_once() -> None:
     )
     assert follow.done
     assert follow.reports[Stage.UNWOUND].offset == 9
+    assert follow.reports[Stage.UNWOUND].detail == "message msg_4 was not the run in progress"
+
+
+def test_a_signal_that_found_no_run_says_so_where_it_is_unwound() -> None:
+    idle = StageFollow(Signal.SIGINT, "sig_3", 3, AT, Stage.UNWOUND)
+    assert idle.done
+    assert (idle.reports[Stage.UNWOUND].offset, idle.reports[Stage.UNWOUND].detail) == (
+        3,
+        "no run was in progress",
+    )
+    scoped = StageFollow(Signal.SIGINT, "sig_4", 4, AT, Stage.UNWOUND, message_key="msg_2")
+    assert scoped.reports[Stage.UNWOUND].detail == "message msg_2 was not running"
+    # SIGTERM with no run: unwound once the cleanup ended (stopped), still saying no run ran.
+    term = StageFollow(Signal.SIGTERM, "sig_5", 5, AT, Stage.UNWOUND)
+    assert not term.done
+    term.see("state", "st_6", {"state": "stopped"}, 6, AT)
+    assert (term.reports[Stage.UNWOUND].offset, term.reports[Stage.UNWOUND].detail) == (
+        6,
+        "no run was in progress",
+    )
+    # A run in progress: its end record, with nothing to explain.
+    running = StageFollow(Signal.SIGINT, "sig_7", 7, AT, Stage.UNWOUND, run_message_key="msg_1")
+    running.see("run", "run_8", {"message_key": "msg_1", "status": "aborted"}, 8, AT)
+    assert (running.reports[Stage.UNWOUND].offset, running.reports[Stage.UNWOUND].detail) == (8, "")
 
 
 def test_an_undelivered_sigusr_is_never_handled_and_a_lost_worker_is_named() -> None:

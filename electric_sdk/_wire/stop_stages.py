@@ -19,7 +19,9 @@ progress when it landed: ``run_message_key``, ``process_running``):
   was not delivered (``ignored``) means it never will be;
 - ``unwound``: the end record of the run in progress (a scoped SIGINT: of its
   message's run, if that one was running); none in progress: the signal's own
-  settling. For SIGTERM also the end of the cleanup: the entity `stopped`;
+  settling, and the detail says so ("no run was in progress"; a scoped SIGINT's
+  "message M was not running"). For SIGTERM also the end of the cleanup: the
+  entity `stopped`;
 - ``downstream``: every MCP call, A2A call and child entity of that run told, and
   each ended or past its bound: each call cut shows as an ``electric.mcp`` (or
   ``electric.a2a``) record of that run (``cancelled``, ``ended``, ``bound_passed``;
@@ -151,6 +153,7 @@ class StageFollow:
     reports: dict[Stage, StageReport] = field(default_factory=dict)
     next_offset: int = 0
     _run_end: tuple[int, str] | None = None
+    _unwound_detail: str = ""  # why unwound came with the signal's own record: nothing ran
     _stopped: tuple[int, str] | None = None
     # The run's MCP calls seen after the signal: call id -> (what, its end's offset and time).
     _calls: dict[str, tuple[str, tuple[int, str] | None]] = field(default_factory=dict)
@@ -170,6 +173,15 @@ class StageFollow:
         self._reach(Stage.ACCEPTED, self.offset, self.at)
         if not self._watches_run:
             self._run_end = (self.offset, self.at)  # nothing to unwind but the signal's settling
+            # Said, as reaped's "no process was running" is: an answer of unwound at the signal's
+            # own offset is otherwise indistinguishable from a run that ended in that instant.
+            self._unwound_detail = (
+                f"message {self.message_key} was not the run in progress"
+                if self.message_key and self.run_message_key
+                else f"message {self.message_key} was not running"
+                if self.message_key
+                else "no run was in progress"
+            )
         if not self.process_running:
             self._reach(Stage.REAPED, self.offset, self.at, "no process was running")
         self._judge_unwound()
@@ -263,7 +275,7 @@ class StageFollow:
             if self._stopped is None:
                 return
             end = max(end, self._stopped)
-        self._reach(Stage.UNWOUND, *end)
+        self._reach(Stage.UNWOUND, *end, self._unwound_detail)
         self._judge_downstream(end)
 
     def _mcp(self, value: dict[str, Any], offset: int, at: str) -> None:
