@@ -112,9 +112,8 @@ def get(ctx: Invocation, args: argparse.Namespace) -> int:
             | presence
         )
     else:
-        sections = [console.entity_detail(entity)]
-        if children:
-            sections.append(children_line(entity, children))
+        extra = [("children", children_text(entity, children))] if children else []
+        sections = [console.entity_detail(entity, extra)]
         if process:
             sections.append(process_lines(process))
         if "warning" in presence:
@@ -134,11 +133,11 @@ def children_json(children: list[Entity]) -> dict[str, Any]:
     return {"children": shown, "children_truncated": len(children) > SHOWN_CHILDREN}
 
 
-def children_line(entity: Entity, children: list[Entity]) -> str:
-    """``  children  /team/a (running), /team/b (stopped)``, and how to list them all if more."""
+def children_text(entity: Entity, children: list[Entity]) -> str:
+    """``/team/a (running), /team/b (stopped)``, and how to list them all if more."""
     named = ", ".join(f"{c.ref.url} ({c.state.value})" for c in children[:SHOWN_CHILDREN])
     more = f", ... (all: electric ls --parent {entity.ref})" if len(children) > SHOWN_CHILDREN else ""
-    return f"  children  {named}{more}"
+    return named + more
 
 
 # How far back `get` looks for an exec entity's receipts.

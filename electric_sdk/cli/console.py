@@ -247,8 +247,9 @@ def entity_table(entities: Sequence[Entity]) -> str:
     return table(ENTITY_HEADERS, [entity_row(e) for e in entities], _ENTITY_RIGHT)
 
 
-def entity_detail(entity: Entity) -> str:
-    """The entity as an aligned list of fields, its URL first."""
+def entity_detail(entity: Entity, extra: Sequence[tuple[str, str]] = ()) -> str:
+    """The entity as an aligned list of fields, its URL first; ``extra``: more fields, last
+    (what `get` reads beside the entity, e.g. its children), aligned with the rest."""
     fields = [
         ("state", state_text(entity)),
         ("grace period", duration(entity.grace_period)),
@@ -272,6 +273,7 @@ def entity_detail(entity: Entity) -> str:
         if entity.waiting_since is not None:  # its run waits for a worker of its version
             bound += f", waiting for a worker of it since {when(entity.waiting_since, ms=True)}"
         fields.insert(1, ("run on code", bound))
+    fields += extra
     width = max(len(name) for name, _ in fields)
     return "\n".join([entity.ref.url, *(f"  {name.ljust(width)}  {value}" for name, value in fields)])
 
