@@ -449,7 +449,7 @@ def main() -> None:
         for p in ("p50", "p99")
     ]
 
-    def beside_cancel(what: str, key: str) -> list[dict[str, Any]]:
+    def beside_cancel(what: str, key: str) -> list[common.Row]:
         """Informational rows: p50 and p99 of ``key`` beside DBOS's cancel."""
         return [
             common.value_row(f"  (info) {what}, {p}", s[key][p], s["dbos_cancel"][p], "ms")

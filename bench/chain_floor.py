@@ -42,7 +42,11 @@ def server_main(url: str, port_out: Any, stop: Any) -> None:
     import grpc
 
     async def main() -> None:
-        conn = await asyncpg.connect(url, server_settings={"synchronous_commit": "on"})
+        try:
+            conn = await asyncpg.connect(url, server_settings={"synchronous_commit": "on"})
+        except BaseException as exc:
+            port_out.put(f"cannot connect to {url}: {exc!r}")  # measure() raises it
+            raise
         await conn.execute("CREATE TABLE IF NOT EXISTS chain_floor (n bigserial PRIMARY KEY, body bytea)")
         lock = asyncio.Lock()  # one connection, one statement at a time (the calls come one by one)
         outbox: asyncio.Queue[bytes] = asyncio.Queue()
@@ -149,6 +153,8 @@ def measure(url: str, samples: int, timeout: float = 300.0) -> list[float]:
     worker = None
     try:
         port = port_q.get(timeout=60)
+        if isinstance(port, str):
+            raise RuntimeError(f"the chain floor's server failed: {port}")
         worker = ctx.Process(target=worker_main, args=(port,), daemon=True)
         worker.start()
         result = common.run_in_process(client_main, port, samples, timeout=timeout, name="chain floor")

@@ -175,13 +175,12 @@ class StageFollow:
             self._run_end = (self.offset, self.at)  # nothing to unwind but the signal's settling
             # Said, as reaped's "no process was running" is: an answer of unwound at the signal's
             # own offset is otherwise indistinguishable from a run that ended in that instant.
-            self._unwound_detail = (
-                f"message {self.message_key} was not the run in progress"
-                if self.message_key and self.run_message_key
-                else f"message {self.message_key} was not running"
-                if self.message_key
-                else "no run was in progress"
-            )
+            if not self.message_key:
+                self._unwound_detail = "no run was in progress"
+            elif self.run_message_key:
+                self._unwound_detail = f"message {self.message_key} was not the run in progress"
+            else:
+                self._unwound_detail = f"message {self.message_key} was not running"
         if not self.process_running:
             self._reach(Stage.REAPED, self.offset, self.at, "no process was running")
         self._judge_unwound()
