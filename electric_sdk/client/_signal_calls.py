@@ -86,11 +86,12 @@ class SignalCalls:
         caller = cast(Caller, self)
         patience = timeout_s if timeout_s is not None else caller.options.reconnect_s
         while True:
-            left = None if timeout_s is None else max(0.001, timeout_s - (time.monotonic() - started))
+            # A bound already spent is 0: the server answers at once with what is reached.
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
             server_s = None if left is None else min(left, MAX_WAIT_MS / 1000)
             request.ClearField("timeout")
             if server_s is not None:
-                request.timeout.CopyFrom(duration_from_ms(max(1, round(server_s * 1000))))
+                request.timeout.CopyFrom(duration_from_ms(round(server_s * 1000)))
             try:
                 response = await caller._call("SignalEntity", request, wait_s=server_s or 0.0)
             except (errors.Unavailable, errors.DeadlineExceeded):

@@ -104,6 +104,31 @@ async def test_the_grpc_door_refuses_a_bad_wait_and_writes_nothing(
     assert (await client.get("agent/bad")).state.value != "stopping"
 
 
+async def test_a_timeout_of_zero_answers_at_once_with_what_is_reached(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """`timeout` 0 is "now", as a send's `wait=run` takes it: the answer comes once the signal is
+    committed, each stage reached by then said so and the rest "not reached within 0s"; the SDK's
+    `timeout=0` is that same bound."""
+    async with running_worker(_app(), electric.address), grpc.aio.insecure_channel(electric.address) as ch:
+        await _in_step(client, "agent/z1")
+        stub = api_grpc.EntityServiceStub(ch)
+        request = api.SignalEntityRequest(ref=_ref("agent/z1"), signal=pb.SIGNAL_SIGUSR, wait="handled")
+        request.payload.string_value = "block"  # its handler never returns
+        request.timeout.SetInParent()  # present, and 0
+        stages = _stages(await stub.SignalEntity(request, timeout=30))
+        assert stages["accepted"].reached
+        assert not stages["handled"].reached
+        assert stages["handled"].detail == "not reached within 0s"
+        answer = await client.usr("agent/z1", "block", wait="handled", timeout=0)
+        assert answer.reached("accepted")
+        (report,) = [r for r in answer.stages if r.stage is Stage.HANDLED]
+        assert report.detail == "not reached within 0s"
+        await client.spawn("agent/z2")  # no run in progress: nothing left to unwind
+        idle = await client.interrupt("agent/z2", wait="unwound", timeout=0)
+        assert idle.reached("unwound"), idle.stages
+
+
 async def test_a_wait_the_timeout_cuts_says_so(electric: TestServer, client: AsyncClient) -> None:
     async with running_worker(_app(), electric.address):
         await _in_step(client, "agent/t1")

@@ -262,3 +262,16 @@ async def test_the_http_door_waits_for_a_stage_too(tmp_path: Path) -> None:
             )
             assert stages["unwound"]["reached"] is True
             assert stages["unwound"]["offset"] == ended
+            async with httpx.AsyncClient(timeout=60) as http:
+                # timeout=0ms is "now", as a send's ?wait=run takes it: a stage reached already
+                # (no run left to unwind) says so, one still to come says it was not reached.
+                idle = await http.post(f"{base}?wait=unwound&timeout=0ms", json={"signal": "SIGINT"})
+                blocked = await http.post(
+                    f"{base}?wait=handled&timeout=0ms", json={"signal": "SIGUSR", "payload": "block"}
+                )
+            assert idle.status_code == 200, idle.text
+            assert {s["stage"]: s["reached"] for s in idle.json()["stages"]}["unwound"] is True
+            assert blocked.status_code == 200, blocked.text
+            handled = {s["stage"]: s for s in blocked.json()["stages"]}["handled"]
+            assert handled["reached"] is False
+            assert handled["detail"] == "not reached within 0s"

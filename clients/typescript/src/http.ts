@@ -370,7 +370,8 @@ export class ElectricHttpClient {
     let backoffMs = 0;
     for (;;) {
       const query = new URLSearchParams({ wait: call.wait });
-      if (timeoutMs !== undefined) query.set("timeout", `${Math.max(1, timeoutMs - (Date.now() - started))}ms`);
+      // A bound already spent is 0: the server answers at once with what is reached by then.
+      if (timeoutMs !== undefined) query.set("timeout", `${Math.max(0, timeoutMs - (Date.now() - started))}ms`);
       try {
         return await this.json<T>("POST", withQuery(path, query), message, keyed);
       } catch (error) {

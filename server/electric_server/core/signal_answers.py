@@ -82,7 +82,8 @@ def requested(request: api.SignalEntityRequest) -> StageWait | None:
     bound = None
     if has_timeout:
         d = request.timeout
-        bound = min(v.duration_ms(d.seconds, d.nanos, True, 0, "timeout"), MAX_WAIT_MS)
+        # 0 answers at once with the stages reached by then, as a send's `wait=run` does.
+        bound = min(v.duration_ms(d.seconds, d.nanos, True, 0, "timeout", minimum_ms=0), MAX_WAIT_MS)
     if (refused := denial(current_principal.get(), "read")) is not None:
         raise refused
     return StageWait(stage, bound)

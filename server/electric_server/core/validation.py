@@ -235,13 +235,25 @@ def idempotency_key(value: str) -> str | None:
     return value
 
 
-def duration_ms(seconds: int, nanos: int, present: bool, default_ms: int, field: str) -> int:
+def duration_ms(
+    seconds: int, nanos: int, present: bool, default_ms: int, field: str, minimum_ms: int = 1
+) -> int:
+    """Whole milliseconds from ``minimum_ms`` to 24 h (0 only where it means "now", as a wait's
+    bound does: answer with what is reached already)."""
     if not present:
         return default_ms
     ms = seconds * 1000 + nanos // 1_000_000
-    if seconds < 0 or not 0 <= nanos < 1_000_000_000 or nanos % 1_000_000 or ms < 1 or ms > MAX_DURATION_MS:
+    if (
+        seconds < 0
+        or not 0 <= nanos < 1_000_000_000
+        or nanos % 1_000_000
+        or ms < minimum_ms
+        or ms > MAX_DURATION_MS
+    ):
         raise invalid_argument(
-            "INVALID_DURATION", f"{field} must be whole milliseconds between 1 ms and 24 h", field=field
+            "INVALID_DURATION",
+            f"{field} must be whole milliseconds between {minimum_ms} ms and 24 h",
+            field=field,
         )
     return ms
 

@@ -484,7 +484,8 @@ ROUTES: tuple[HttpRoute, ...] = (
                 "timeout",
                 f"with wait: how long to wait, e.g. 500ms or 30s (default and maximum "
                 f"{format_ms(waits.MAX_WAIT_MS)}); the stages not reached by then say so and the "
-                "signal stays sent. Without wait, checked and unused",
+                "signal stays sent; 0ms answers at once with what is reached. Without wait, checked "
+                "and unused",
                 DURATION_SCHEMA, handler=_SIGNAL_WAIT,
             ),
         ),

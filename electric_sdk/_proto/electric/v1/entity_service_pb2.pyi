@@ -224,8 +224,9 @@ class SignalEntityRequest(_message.Message):
 
     @_builtins.property
     def timeout(self) -> _duration_pb2.Duration:
-        """The wait's bound, from the signal's acceptance; unset: until the call's deadline. Only
-        with `wait` (else INVALID_ARGUMENT / USAGE).
+        """The wait's bound, from the signal's acceptance: whole milliseconds up to 24 h; 0 answers
+        at once with the stages reached by then; unset: until the call's deadline. Only with
+        `wait` (else INVALID_ARGUMENT / USAGE).
         """
 
     def __init__(

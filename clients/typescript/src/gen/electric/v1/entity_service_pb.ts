@@ -238,8 +238,9 @@ export type SignalEntityRequest = Message<"electric.v1.SignalEntityRequest"> & {
   wait: string;
 
   /**
-   * The wait's bound, from the signal's acceptance; unset: until the call's deadline. Only
-   * with `wait` (else INVALID_ARGUMENT / USAGE).
+   * The wait's bound, from the signal's acceptance: whole milliseconds up to 24 h; 0 answers
+   * at once with the stages reached by then; unset: until the call's deadline. Only with
+   * `wait` (else INVALID_ARGUMENT / USAGE).
    *
    * @generated from field: google.protobuf.Duration timeout = 9;
    */
