@@ -37,7 +37,7 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
     that broke keeps reconnecting longer (STREAM_RECONNECT_S, or ``--timeout``
     if longer): a server restart should not end ``events --follow``.
     """
-    timeout_s = duration_s(args.timeout or DEFAULT_TIMEOUT, "--timeout")
+    timeout_s = duration_s(_call_timeout(args), "--timeout")
     return ClientOptions(
         address=args.address or os.environ.get("ELECTRIC_ADDRESS") or DEFAULT_ADDRESS,
         token=args.token or os.environ.get("ELECTRIC_TOKEN") or None,
@@ -45,6 +45,22 @@ def client_options(args: argparse.Namespace) -> ClientOptions:
         retry=RetryPolicy(total_s=timeout_s),
         reconnect_s=max(timeout_s, STREAM_RECONNECT_S),
     )
+
+
+def _call_timeout(args: argparse.Namespace) -> str:
+    """The calls' deadline: ``--timeout``, unless it bounds a ``--wait`` and is 0 (answer at once
+    with what is reached, as the SDK's ``timeout=0``): a call needs time to be answered at all."""
+    text: str = args.timeout or DEFAULT_TIMEOUT
+    if getattr(args, "wait", None) is not None and _is_zero(text):
+        return DEFAULT_TIMEOUT
+    return text
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return parse_ms(text) == 0
+    except ValueError:
+        return False  # refused, with its flag named, where it is read
 
 
 def duration_s(text: str, flag: str, *, zero: bool = False) -> float:
@@ -222,10 +238,11 @@ def kill(ctx: Invocation, args: argparse.Namespace) -> int:
 
 
 def _stage_wait(args: argparse.Namespace) -> tuple[str | None, float | None]:
-    """``--wait STAGE``, bounded by ``--timeout`` (from the signal's acceptance) when given."""
+    """``--wait STAGE``, bounded by ``--timeout`` (from the signal's acceptance) when given; 0
+    answers at once with the stages reached by then."""
     wait: str | None = getattr(args, "wait", None)
     limit = getattr(args, "timeout", None)
-    return wait, duration_s(limit, "--timeout") if wait is not None and limit else None
+    return wait, duration_s(limit, "--timeout", zero=True) if wait is not None and limit else None
 
 
 def _print_signal(ctx: Invocation, result: SignalResult, wait: str | None = None) -> int:
@@ -255,7 +272,7 @@ def send(ctx: Invocation, args: argparse.Namespace) -> int:
             ctx.out.line(console.receipt_line(receipt))
         return 0
     limit = getattr(args, "timeout", None)
-    timeout_s = duration_s(limit, "--timeout") if limit else None
+    timeout_s = duration_s(limit, "--timeout", zero=True) if limit else None
     try:
         result = ctx.client.send(
             args.ref, args.text, data=data, wait=args.wait, timeout=timeout_s, policy=args.policy

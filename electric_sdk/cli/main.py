@@ -120,7 +120,7 @@ def _stage_wait(p: argparse.ArgumentParser) -> None:
         metavar="STAGE",
         help="answer once the signal reached this stage and print each stage (accepted, handled, "
         "unwound, downstream, reaped, terminal; which a signal has: docs/signals.md); exit 124 past "
-        "--timeout, 10 when it cannot be reached any more",
+        "--timeout (0: answer at once with what is reached), 10 when it cannot be reached any more",
     )
 
 
@@ -216,8 +216,8 @@ def _client_commands(sub: Subparsers) -> None:
         "reject refused exits 4 with ENTITY_BUSY; docs/double-texting.md)",
     )
     p.epilog = (
-        "With --wait, --timeout bounds the wait from the message's acceptance (default none; exit 124 "
-        "when it passes: the message stays delivered)."
+        "With --wait, --timeout bounds the wait from the message's acceptance (default none; 0 answers "
+        "at once; exit 124 when it passes: the message stays delivered)."
     )
 
     p = add("fork", commands.fork, "create an entity whose stream starts as another's, up to an offset")

@@ -213,6 +213,14 @@ def test_cli_send_wait_run(server: TestServer, ref: str, tmp_path: Path) -> None
     record = json.loads(late.stdout)
     assert record["ended"] is False
     assert "RUN_NOT_ENDED" in late.stderr
+    # --timeout 0 with --wait answers at once with how far the run got, as the SDK's timeout=0;
+    # the call itself keeps its default deadline. Without --wait, 0 is no deadline: refused.
+    now = cli(server, "send", ref, f"hold {gate}", "--wait", "run", "--timeout", "0", "--json")
+    assert now.returncode == exit_codes.TIMEOUT, now.stderr
+    assert json.loads(now.stdout)["ended"] is False
+    refused = cli(server, "get", ref, "--timeout", "0ms")
+    assert refused.returncode == exit_codes.USAGE, refused.stderr
+    assert "--timeout must be more than 0" in refused.stderr
     gate.touch()
 
 

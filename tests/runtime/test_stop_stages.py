@@ -229,6 +229,24 @@ async def test_the_cli_waits_for_a_stage_and_says_each(electric: TestServer, cli
         )
         assert blocked.returncode == 124
         assert "handled not reached: not reached within 200ms" in blocked.stderr.decode()
+        at_once = await anyio.run_process(
+            [
+                *cli,
+                "signal",
+                "agent/c1",
+                "USR",
+                "--payload",
+                '"block"',
+                "--wait",
+                "handled",
+                "--timeout",
+                "0",
+            ],
+            check=False,
+        )
+        assert at_once.returncode == 124, at_once.stderr
+        assert at_once.stdout.decode().splitlines()[1].split()[:2] == ["accepted", "reached"]
+        assert "handled not reached: not reached within 0s" in at_once.stderr.decode()
         refused = await anyio.run_process([*cli, "kill", "agent/c1", "--wait", "handled"], check=False)
         assert refused.returncode == 2
         assert "STAGE_NOT_AVAILABLE" in refused.stderr.decode()
