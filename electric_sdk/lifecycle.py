@@ -390,6 +390,13 @@ def runtime_outcome(action: Action, effect: Effect) -> Outcome:
     return RUNTIME_OUTCOMES[action][effect]
 
 
+def ignored_stops_nothing(state: State, signal: Signal) -> bool:
+    """Whether a signal the table ignored in ``state`` leaves its later stages to nothing: what
+    only it would have brought about never comes, and its answer says so at once. A SIGTERM to
+    an entity already ``stopping`` is the one exception: the stop under way brings its stages."""
+    return not (signal is Signal.SIGTERM and state is State.STOPPING)
+
+
 def cell(state: State, signal: Signal) -> Cell:
     """The table cell for a state and signal; terminal states raise SignalRejected."""
     if state in TERMINAL_STATES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from electric_sdk._wire.stop_stages import StageFollow, parse_stage
-from electric_sdk.lifecycle import STAGES, Signal, Stage, StageUnavailable, check_stage, stages_of
+from electric_sdk.lifecycle import STAGES, Signal, Stage, StageUnavailable, State, check_stage, stages_of
 
 AT = "2026-12-06T00:00:00.000Z"
 
@@ -177,3 +177,58 @@ def test_a_sigkills_children_are_said_killed_by_the_cascade_when_unrecorded() ->
     follow.see("run", "run_7", {"message_key": "msg_1", "status": "aborted"}, 7, AT)
     assert follow.reports[Stage.DOWNSTREAM].reached
     assert "killed by the server's cascade" in follow.reports[Stage.DOWNSTREAM].detail
+
+
+def test_a_signal_the_table_ignored_is_settled_at_once() -> None:
+    """Its own record says `ignored`: what only it would have brought about never comes, so the
+    answer says so at once instead of waiting out its bound (or, with none, forever)."""
+    term = StageFollow(
+        Signal.SIGTERM, "sig_1", 1, AT, Stage.TERMINAL, outcome="ignored", state=State.SPAWNING
+    )
+    assert term.done
+    assert not term.reached
+    assert term.reports[Stage.TERMINAL].detail == "SIGTERM in spawning is ignored"
+    assert term.reports[Stage.UNWOUND].detail == "SIGTERM in spawning is ignored"
+    assert term.reports[Stage.REAPED].reached  # no process was running: that much is true
+    usr = StageFollow(Signal.SIGUSR, "sig_2", 2, AT, Stage.HANDLED, outcome="ignored", state=State.IDLE)
+    assert usr.done
+    assert not usr.reached
+    assert usr.reports[Stage.HANDLED].detail == "not delivered: SIGUSR in idle is ignored (not processing)"
+    # A SIGINT to a cleanup in progress is ignored: the run's end, when it comes, is not its doing.
+    cleanup = StageFollow(
+        Signal.SIGINT,
+        "sig_3",
+        3,
+        AT,
+        Stage.UNWOUND,
+        run_message_key="msg_1",
+        outcome="ignored",
+        state=State.STOPPING,
+    )
+    assert cleanup.done
+    assert not cleanup.reached
+    assert cleanup.reports[Stage.UNWOUND].detail == "SIGINT in stopping is ignored"
+    # With no run in progress an ignored SIGINT has nothing to unwind: reached, as before.
+    idle = StageFollow(Signal.SIGINT, "sig_4", 4, AT, Stage.DOWNSTREAM, outcome="ignored", state=State.IDLE)
+    assert idle.done
+    assert idle.reached
+    assert idle.reports[Stage.UNWOUND].detail == "no run was in progress"
+
+
+def test_a_sigterm_to_an_entity_already_stopping_follows_the_stop_under_way() -> None:
+    follow = StageFollow(
+        Signal.SIGTERM,
+        "sig_5",
+        5,
+        AT,
+        Stage.TERMINAL,
+        run_message_key="msg_1",
+        outcome="ignored",
+        state=State.STOPPING,
+    )
+    assert not follow.done
+    follow.see("run", "run_6", {"message_key": "msg_1", "status": "aborted"}, 6, AT)
+    follow.see("state", "st_7", {"state": "stopped", "cause": "cleanup_done"}, 7, AT)
+    assert follow.done
+    assert follow.reached
+    assert follow.reports[Stage.UNWOUND].offset == 7

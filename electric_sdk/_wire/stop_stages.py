@@ -43,8 +43,10 @@ progress when it landed: ``run_message_key``, ``process_running``):
 - ``terminal``: the entity's `stopped` or `killed` state record.
 
 A stage that cannot be reached any more says why (``detail``): the worker was
-lost (the entity went `idle` with ``runtime_lost``), the stream closed, or the
-wait's timeout passed first (``StageFollow.timed_out``).
+lost (the entity went `idle` with ``runtime_lost``), the stream closed, the
+signal's own record says the table ignored it (at once: nothing comes of it;
+``lifecycle.ignored_stops_nothing`` names the exception), or the wait's timeout
+passed first (``StageFollow.timed_out``).
 """
 
 from __future__ import annotations
@@ -54,7 +56,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._proto.electric.v1 import entity_service_pb2 as api
-from ..lifecycle import TERMINAL_STATES, Signal, Stage, check_stage, stages_of
+from ..lifecycle import (
+    TERMINAL_STATES,
+    Signal,
+    Stage,
+    State,
+    cell,
+    check_stage,
+    ignored_stops_nothing,
+    stages_of,
+)
 from .times import from_iso, set_timestamp_ms, timestamp_to_datetime, to_iso
 
 __all__ = [
@@ -150,6 +161,10 @@ class StageFollow:
     run_message_key: str = ""  # the run in progress when it landed
     process_running: bool = False
     message_key: str = ""  # a scoped SIGINT's message
+    # The signal's outcome in its own record, and the entity's state it landed in: a signal the
+    # table ignored is settled at once (``_ignored``).
+    outcome: str = ""
+    state: State | None = None
     reports: dict[Stage, StageReport] = field(default_factory=dict)
     next_offset: int = 0
     _run_end: tuple[int, str] | None = None
@@ -184,6 +199,8 @@ class StageFollow:
         if not self.process_running:
             self._reach(Stage.REAPED, self.offset, self.at, "no process was running")
         self._judge_unwound()
+        if self.outcome == "ignored" and self.state is not None:
+            self._ignored(self.state)
 
     @property
     def _watches_run(self) -> bool:
@@ -276,6 +293,17 @@ class StageFollow:
             end = max(end, self._stopped)
         self._reach(Stage.UNWOUND, *end, self._unwound_detail)
         self._judge_downstream(end)
+
+    def _ignored(self, state: State) -> None:
+        """The table ignored the signal in ``state`` (its record says so as it lands): what is not
+        reached by now never comes of it (``lifecycle.ignored_stops_nothing``), so the answer does
+        not wait out its bound for it."""
+        if state.terminal or not ignored_stops_nothing(state, self.signal):
+            return
+        why = f"{self.signal.value} in {state.value} is {cell(state, self.signal).text}"
+        for stage, report in self.reports.items():
+            if not report.reached and not report.detail:
+                report.detail = f"not delivered: {why}" if stage is Stage.HANDLED else why
 
     def _mcp(self, value: dict[str, Any], offset: int, at: str) -> None:
         call, phase = str(value.get("call", "")), value.get("phase")

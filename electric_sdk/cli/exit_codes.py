@@ -96,7 +96,7 @@ MEANINGS: dict[int, tuple[str, str]] = {
     STAGE_NOT_REACHED: (
         "stage not reached",
         "`signal --wait`, `kill --wait`: the stage waited for cannot be reached any more (the "
-        "worker was lost, the stream closed, the signal was not delivered); the answer's stages "
+        "worker was lost, the stream closed, the signal was ignored or not delivered); the answer's stages "
         "say why",
     ),
     DATA_DAMAGED: (

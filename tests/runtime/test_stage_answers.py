@@ -164,3 +164,31 @@ async def test_the_call_deadline_bounds_the_answer_and_the_sdk_waits_on(
         answer = await short.usr("agent/d1", "slow", wait="handled")
         assert answer.reached("handled"), answer.stages
         assert anyio.current_time() - started >= SLOW_S  # past the 0.5 s call: the SDK waited on
+
+
+async def test_a_signal_the_entity_ignores_is_answered_at_once(
+    electric: TestServer, client: AsyncClient
+) -> None:
+    """A SIGUSR or SIGTERM to an entity still `spawning` (no worker hosts its type) is ignored by
+    the table: its answer says what never comes of it at once, over gRPC and in the SDK's own
+    fold alike, rather than waiting out a 30 s bound (or, with none, for ever)."""
+    await client.spawn("unhosted/i1")
+    usr = await client.usr("unhosted/i1", "x", wait="handled", timeout="30s")
+    (handled,) = [r for r in usr.stages if r.stage is Stage.HANDLED]
+    assert not handled.reached
+    assert handled.detail == "not delivered: SIGUSR in spawning is ignored"
+    term = await client.terminate("unhosted/i1", wait="terminal", timeout="30s")
+    stages = {r.stage: r for r in term.stages}
+    assert stages[Stage.REAPED].reached  # no process was running
+    for stage in (Stage.UNWOUND, Stage.DOWNSTREAM, Stage.TERMINAL):
+        assert not stages[stage].reached
+        assert stages[stage].detail == "SIGTERM in spawning is ignored", stages[stage]
+    # The SDK's own fold (its continuation past a call's deadline) settles it the same way.
+    accepted = await client.usr("unhosted/i1", "y")
+    again = await client.wait_signal(accepted, "handled", 30)
+    assert [r.detail for r in again.stages if r.stage is Stage.HANDLED] == [handled.detail]
+    async with grpc.aio.insecure_channel(electric.address) as ch:
+        request = api.SignalEntityRequest(ref=_ref("unhosted/i1"), signal=pb.SIGNAL_SIGTERM, wait="terminal")
+        response = await api_grpc.EntityServiceStub(ch).SignalEntity(request, timeout=30)
+    assert _stages(response)["terminal"].detail == "SIGTERM in spawning is ignored"
+    assert (await client.get("unhosted/i1")).state.value == "spawning"

@@ -37,7 +37,14 @@ import anyio
 from electric_sdk._proto.electric.v1 import entity_service_pb2 as api
 from electric_sdk._proto.electric.v1 import types_pb2 as pb
 from electric_sdk._wire.entities import entity_url
-from electric_sdk._wire.enums import OUTCOME_TO_PB, SIGNAL_TO_PB, STATE_TO_PB, signal_from_pb
+from electric_sdk._wire.enums import (
+    OUTCOME_TO_PB,
+    SIGNAL_TO_PB,
+    STATE_TO_PB,
+    outcome_from_pb,
+    signal_from_pb,
+    state_from_pb,
+)
 from electric_sdk._wire.events import event_to_pb, event_value_json
 from electric_sdk._wire.stop_stages import StageFollow, parse_stage, report_to_pb
 from electric_sdk._wire.times import set_timestamp_ms, timestamp_to_datetime, to_iso
@@ -115,6 +122,8 @@ async def answer_at_stage(
             run_message_key=response.run_message_key,
             process_running=response.process_running,
             message_key=message_key,
+            outcome=_outcome_name(response.outcome),
+            state=state_from_pb(response.new_state),
         )
         bound_s, bound_text = _bound(wait, deadline_s)
         with anyio.move_on_after(bound_s) as scope:
@@ -127,6 +136,11 @@ async def answer_at_stage(
         follower.close()
     response.stages.extend(report_to_pb(report) for report in follow.reports.values())
     return response
+
+
+def _outcome_name(value: int) -> str:
+    outcome = outcome_from_pb(value)
+    return outcome.value if outcome is not None else ""
 
 
 def _bound(wait: StageWait, deadline_s: float | None) -> tuple[float, str]:
