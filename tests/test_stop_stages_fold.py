@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from electric_sdk._wire.stop_stages import StageFollow, parse_stage
-from electric_sdk.lifecycle import STAGES, Signal, Stage, StageUnavailable, State, check_stage, stages_of
+from electric_sdk.lifecycle import (
+    STAGES,
+    Outcome,
+    Signal,
+    Stage,
+    StageUnavailable,
+    State,
+    check_stage,
+    stages_of,
+)
 
 AT = "2026-12-06T00:00:00.000Z"
 
@@ -183,14 +192,14 @@ def test_a_signal_the_table_ignored_is_settled_at_once() -> None:
     """Its own record says `ignored`: what only it would have brought about never comes, so the
     answer says so at once instead of waiting out its bound (or, with none, forever)."""
     term = StageFollow(
-        Signal.SIGTERM, "sig_1", 1, AT, Stage.TERMINAL, outcome="ignored", state=State.SPAWNING
+        Signal.SIGTERM, "sig_1", 1, AT, Stage.TERMINAL, outcome=Outcome.IGNORED, state=State.SPAWNING
     )
     assert term.done
     assert not term.reached
     assert term.reports[Stage.TERMINAL].detail == "SIGTERM in spawning is ignored"
     assert term.reports[Stage.UNWOUND].detail == "SIGTERM in spawning is ignored"
     assert term.reports[Stage.REAPED].reached  # no process was running: that much is true
-    usr = StageFollow(Signal.SIGUSR, "sig_2", 2, AT, Stage.HANDLED, outcome="ignored", state=State.IDLE)
+    usr = StageFollow(Signal.SIGUSR, "sig_2", 2, AT, Stage.HANDLED, outcome=Outcome.IGNORED, state=State.IDLE)
     assert usr.done
     assert not usr.reached
     assert usr.reports[Stage.HANDLED].detail == "not delivered: SIGUSR in idle is ignored (not processing)"
@@ -202,14 +211,16 @@ def test_a_signal_the_table_ignored_is_settled_at_once() -> None:
         AT,
         Stage.UNWOUND,
         run_message_key="msg_1",
-        outcome="ignored",
+        outcome=Outcome.IGNORED,
         state=State.STOPPING,
     )
     assert cleanup.done
     assert not cleanup.reached
     assert cleanup.reports[Stage.UNWOUND].detail == "SIGINT in stopping is ignored"
     # With no run in progress an ignored SIGINT has nothing to unwind: reached, as before.
-    idle = StageFollow(Signal.SIGINT, "sig_4", 4, AT, Stage.DOWNSTREAM, outcome="ignored", state=State.IDLE)
+    idle = StageFollow(
+        Signal.SIGINT, "sig_4", 4, AT, Stage.DOWNSTREAM, outcome=Outcome.IGNORED, state=State.IDLE
+    )
     assert idle.done
     assert idle.reached
     assert idle.reports[Stage.UNWOUND].detail == "no run was in progress"
@@ -223,7 +234,7 @@ def test_a_sigterm_to_an_entity_already_stopping_follows_the_stop_under_way() ->
         AT,
         Stage.TERMINAL,
         run_message_key="msg_1",
-        outcome="ignored",
+        outcome=Outcome.IGNORED,
         state=State.STOPPING,
     )
     assert not follow.done

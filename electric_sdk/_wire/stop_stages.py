@@ -58,6 +58,7 @@ from typing import Any
 from .._proto.electric.v1 import entity_service_pb2 as api
 from ..lifecycle import (
     TERMINAL_STATES,
+    Outcome,
     Signal,
     Stage,
     State,
@@ -163,7 +164,7 @@ class StageFollow:
     message_key: str = ""  # a scoped SIGINT's message
     # The signal's outcome in its own record, and the entity's state it landed in: a signal the
     # table ignored is settled at once (``_ignored``).
-    outcome: str = ""
+    outcome: Outcome | None = None
     state: State | None = None
     reports: dict[Stage, StageReport] = field(default_factory=dict)
     next_offset: int = 0
@@ -199,7 +200,7 @@ class StageFollow:
         if not self.process_running:
             self._reach(Stage.REAPED, self.offset, self.at, "no process was running")
         self._judge_unwound()
-        if self.outcome == "ignored" and self.state is not None:
+        if self.outcome is Outcome.IGNORED and self.state is not None:
             self._ignored(self.state)
 
     @property
@@ -299,7 +300,7 @@ class StageFollow:
         reached by now never comes of it (``lifecycle.ignored_stops_nothing``), so the answer does
         not wait out its bound for it."""
         if state.terminal or not ignored_stops_nothing(state, self.signal):
-            return
+            return  # (a terminal state has no cell: its signals are refused, never ignored)
         why = f"{self.signal.value} in {state.value} is {cell(state, self.signal).text}"
         for stage, report in self.reports.items():
             if not report.reached and not report.detail:

@@ -72,7 +72,7 @@ def follow_result(result: SignalResult, stage: Stage, message_key: str = "") -> 
         run_message_key=raw.run_message_key,
         process_running=raw.process_running,
         message_key=message_key,
-        outcome=result.outcome.value if result.outcome is not None else "",
+        outcome=result.outcome,
         state=result.new_state,
     )
 

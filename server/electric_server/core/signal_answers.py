@@ -122,7 +122,7 @@ async def answer_at_stage(
             run_message_key=response.run_message_key,
             process_running=response.process_running,
             message_key=message_key,
-            outcome=_outcome_name(response.outcome),
+            outcome=outcome_from_pb(response.outcome),
             state=state_from_pb(response.new_state),
         )
         bound_s, bound_text = _bound(wait, deadline_s)
@@ -136,11 +136,6 @@ async def answer_at_stage(
         follower.close()
     response.stages.extend(report_to_pb(report) for report in follow.reports.values())
     return response
-
-
-def _outcome_name(value: int) -> str:
-    outcome = outcome_from_pb(value)
-    return outcome.value if outcome is not None else ""
 
 
 def _bound(wait: StageWait, deadline_s: float | None) -> tuple[float, str]:
