@@ -41,6 +41,9 @@ An informational row gives the floor of SIGINT → ``unwound`` in electric's own
 its code (chain_floor.py: three processes, a unary gRPC call, a gRPC stream to the worker and back,
 two commits): the figure less that floor is what electric's code costs on this machine.
 
+Informational rows give what each process (server, worker, client, PostgreSQL) spends in CPU per
+SIGINT → ``unwound`` trip, beside the same for that floor, from trips of their own (trip_cpu.py).
+
 Figures: electric's p50 and p99, each with DBOS's as its ceiling; the
 issue's goal is electric ≤ 0.5× DBOS (a ratio of at most 0.5) on all four.
 The two sides are not the same shape: DBOS's sender and workflow share a
@@ -65,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chain_floor
 import common
 import pg_common
+import trip_cpu
 from bench_runtime import APP_MODULE
 
 WAIT_S = 30.0
@@ -152,8 +156,10 @@ def _put_result(main: Any, out: Any) -> None:
         raise
 
 
-def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
-    """In its own process: the client of an electric server with a worker hosting bench_runtime's app."""
+def electric_main(address: str, params: dict[str, Any], cpu: dict[str, Any] | None, out: Any) -> None:
+    """In its own process: the client of an electric server with a worker hosting bench_runtime's
+    app. ``cpu``: then ``trips`` more SIGINT → `unwound`, each read for the CPU it cost the
+    ``groups`` of processes and the database's backends at ``url`` (trip_cpu.py)."""
 
     async def main() -> dict[str, Any]:
         from electric_sdk.client import AsyncClient
@@ -261,8 +267,21 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
                 await until("ABORTED", receipt.key)
                 if i >= params["cancel_warmup"]:
                     folded_ms.append((answered - sent) / 1e6)
+            cpu_result = None
+            if cpu is not None:  # in a loop of its own: the reads load the machine, not the window
+                meter = trip_cpu.TripCPU(cpu["groups"] | {"PostgreSQL": await trip_cpu.backends(cpu["url"])})
+                for i in range(cpu["trips"]):
+                    receipt = await c.send("lat/int", f"c{i}")
+                    await until("STEP", receipt.key)
+                    meter.before()
+                    staged = await c.interrupt("lat/int", reason=f"c{i}", wait="unwound", timeout=WAIT_S)
+                    meter.after()
+                    assert staged.reached("unwound"), staged.stages
+                    await until("ABORTED", receipt.key)
+                cpu_result = meter.result()
             watcher.cancel()
             return {
+                "cpu": cpu_result,
                 "folded_ms": folded_ms,
                 "usr_ms": usr_ms,
                 "int_ms": int_ms,
@@ -277,6 +296,9 @@ def electric_main(address: str, params: dict[str, Any], out: Any) -> None:
 
 
 FLOOR_SAMPLES = 300
+# SIGINT → `unwound` trips read for their CPU by process, per round, after the figure's own (and as
+# many of the bare chain's): on two cores the trip is bounded by what four processes spend in it.
+CPU_TRIPS = 100
 
 
 def floor_main(address: str, url: str, out: Any) -> None:
@@ -331,16 +353,22 @@ def electric_round(url: str | None, tmp: Path, params: dict[str, Any], budget: f
     }
     with common.start_electric(tmp / "electric", *(["--database", url] if url else [])) as server:
         worker = common.start_worker(server.address, tmp / "worker.log", "benchrt_app:app", env=env)
+        cpu = None
+        if url and trip_cpu.available():
+            groups = {"server": [server.pid], "worker": [worker.pid]}
+            cpu = {"groups": groups, "url": url, "trips": params["cpu_trips"]}
         try:
             result = common.run_in_process(
-                electric_main, server.address, params, timeout=budget, name="electric client"
+                electric_main, server.address, params, cpu, timeout=budget, name="electric client"
             )
             if url:
                 result |= common.run_in_process(floor_main, server.address, url, timeout=budget, name="floor")
         finally:
             common.stop_worker(worker, 5)
     if url:  # once electric's processes are gone: the chain's three have the cores electric's had
-        result["chain_ms"] = chain_floor.measure(url, max(params["cancels"], FLOOR_SAMPLES), budget)
+        result["chain_ms"], result["chain_cpu"] = chain_floor.measure_with_cpu(
+            url, max(params["cancels"], FLOOR_SAMPLES), params["cpu_trips"], budget
+        )
     return result
 
 
@@ -381,6 +409,7 @@ def main() -> None:
         "signals": common.scale(args.signals, args.quick, 20) // rounds,
         "cancel_warmup": 5,
         "cancels": common.scale(args.cancels, args.quick, 10) // rounds,
+        "cpu_trips": CPU_TRIPS,
     }
     budget = 600.0
     t_start = time.perf_counter()
@@ -393,6 +422,7 @@ def main() -> None:
     # Each round's p99s, beside the whole run's: a miss made by one round's stall shows as such.
     per_round: dict[str, list[float]] = {"int": [], "dbos_cancel": [], "usr": [], "dbos_send": []}
     round_samples: dict[str, list[list[float]]] = {"int": [], "dbos_cancel": []}
+    cpu_reads: dict[str, list[Any]] = {"electric": [], "chain": []}
     for r in range(rounds):
         with pg_common.fresh_database(f"electric_bench_dbos_{r}") as url:
             d = common.run_in_process(dbos_main, url, params, timeout=budget, name="DBOS")
@@ -417,6 +447,8 @@ def main() -> None:
         got["rtt"] += e["grpc_rtt_ms"]
         got["read"] += e["read_ms"]
         got["chain"] += e["chain_ms"]
+        cpu_reads["electric"].append(e["cpu"])
+        cpu_reads["chain"].append(e["chain_cpu"])
         for key, samples in (
             ("int", e["int_ms"]),
             ("dbos_cancel", d["cancel_ms"]),
@@ -503,6 +535,25 @@ def main() -> None:
             "ms",
         )
     )
+    # What bounds it: the CPU each process spends in one trip, electric's beside the bare chain's
+    # (in the ceiling's column, as a ratio), read in loops of their own (trip_cpu.py).
+    cpu = {side: trip_cpu.per_trip_ms(reads) for side, reads in cpu_reads.items()}
+    rows += [
+        common.value_row(
+            f"  (info) CPU per SIGINT → `unwound`, {what} (beside it: the bare chain's)",
+            cpu["electric"][group],
+            cpu["chain"].get(group),
+            "ms",
+        )
+        for group, what in (
+            ("server", "the server"),
+            ("worker", "the worker"),
+            (trip_cpu.SELF, "the client"),
+            ("PostgreSQL", "PostgreSQL (backends, WAL writer)"),
+            ("all", "all four"),
+        )
+        if group in cpu["electric"]
+    ]
     # The SIGINT's answer already says `aborted` (it is sent once the commit is durable); the
     # run's own record, with its partial output, is written by the runtime once it has
     # cancelled the run (ARCHITECTURE §3), and seen by the same watch.
@@ -516,7 +567,7 @@ def main() -> None:
             )
             for q, r in ((5, low), (95, high))
         ]
-    info = {"dbos_version": version("dbos"), "params": params, "rounds": rounds, "summary": s}
+    info = {"dbos_version": version("dbos"), "params": params, "rounds": rounds, "summary": s, "cpu_ms": cpu}
     info["p99_per_round"] = per_round
     # The raw samples behind the p99 that decides most runs, round by round, so its spread can
     # be judged again later; about 60 kB of the JSON line.

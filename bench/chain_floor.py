@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import pg_common
+import trip_cpu
 
 SERVICE = "electric.bench.ChainFloor"
 WARMUP = 50
@@ -121,11 +122,13 @@ def worker_main(port: int) -> None:
     asyncio.run(main())
 
 
-def client_main(port: int, samples: int, out: Any) -> None:
-    """The client: one call at a time, each timed from the call to its answer."""
+def client_main(port: int, samples: int, cpu: dict[str, Any] | None, out: Any) -> None:
+    """The client: one call at a time, each timed from the call to its answer. ``cpu``: then as
+    many more (``trips``), each read for the CPU it cost (trip_cpu.py) the ``groups`` of
+    processes and the database's backends at ``url``, in a loop of their own."""
     import grpc
 
-    async def main() -> list[float]:
+    async def main() -> dict[str, Any]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             call = channel.unary_unary(f"/{SERVICE}/Call", _identity, _identity)
             ms: list[float] = []
@@ -135,10 +138,19 @@ def client_main(port: int, samples: int, out: Any) -> None:
                 if i >= WARMUP:
                     ms.append((time.perf_counter() - t0) * 1e3)
                 assert answer.endswith(b"|aborted"), answer
-            return ms
+            result: dict[str, Any] = {"chain_ms": ms}
+            if cpu is not None:
+                meter = trip_cpu.TripCPU(cpu["groups"] | {"PostgreSQL": await trip_cpu.backends(cpu["url"])})
+                for i in range(cpu["trips"]):
+                    meter.before()
+                    answer = await call(f"c{i}".encode())
+                    meter.after()
+                    assert answer.endswith(b"|aborted"), answer
+                result["cpu"] = meter.result()
+            return result
 
     try:
-        out.put({"chain_ms": asyncio.run(main())})
+        out.put(asyncio.run(main()))
     except BaseException as exc:
         out.put({"error": repr(exc)})
         raise
@@ -146,6 +158,14 @@ def client_main(port: int, samples: int, out: Any) -> None:
 
 def measure(url: str, samples: int, timeout: float = 300.0) -> list[float]:
     """``samples`` trips of the chain on the database at ``url`` (its table is made there)."""
+    return measure_with_cpu(url, samples, 0, timeout)[0]
+
+
+def measure_with_cpu(
+    url: str, samples: int, cpu_trips: int, timeout: float = 300.0
+) -> tuple[list[float], dict[str, Any] | None]:
+    """``measure``'s trips, then ``cpu_trips`` more read for their CPU by process (trip_cpu.py:
+    ``TripCPU.result()``; None when there are none, or the platform cannot read it)."""
     ctx = mp.get_context("spawn")
     port_q, stop = ctx.Queue(), ctx.Event()
     server = ctx.Process(target=server_main, args=(url, port_q, stop), daemon=True)
@@ -157,9 +177,12 @@ def measure(url: str, samples: int, timeout: float = 300.0) -> list[float]:
             raise RuntimeError(f"the chain floor's server failed: {port}")
         worker = ctx.Process(target=worker_main, args=(port,), daemon=True)
         worker.start()
-        result = common.run_in_process(client_main, port, samples, timeout=timeout, name="chain floor")
-        chain: list[float] = result["chain_ms"]
-        return chain
+        cpu = None
+        if cpu_trips and trip_cpu.available():
+            groups = {"server": [server.pid], "worker": [worker.pid]}
+            cpu = {"groups": groups, "url": url, "trips": cpu_trips}
+        result = common.run_in_process(client_main, port, samples, cpu, timeout=timeout, name="chain floor")
+        return result["chain_ms"], result.get("cpu")
     finally:
         if worker is not None:  # first, or its channel logs the server's GOAWAY
             worker.kill()
