@@ -5,10 +5,10 @@ server, a worker and PostgreSQL on two cores), a trip's latency is bounded by th
 spend in the same milliseconds as much as by any one part that waits. These readings say how
 much, per process, beside the same trip built bare (chain_floor.py), in the same run.
 
-Each trip is read before and after: the other processes' CPU from ``/proc/PID/task/*/schedstat``
-(nanoseconds on a CPU, every thread, which the scheduler keeps exactly), the caller's own from
-``getrusage``, read last before the trip and first after it, so that reading the others is not
-charged to it. A reading of the others lands just after the trip's end: it includes what each does
+Each trip is read before and after: the other processes' CPU from ``common.proc_cpu_ns`` (the
+scheduler's exact count, every thread: a trip is far shorter than a clock tick), the caller's own
+from ``getrusage``, read last before the trip and first after it, so that reading the others is
+not charged to it. A reading of the others lands just after the trip's end: it includes what each does
 right behind the answer (an acknowledgement, a watch's copy), which is that trip's cost too. The
 reads add nothing to a trip's window, but do to the machine: take them in a loop of their own, not
 in one whose latency is the figure. Linux only: elsewhere ``available()`` is False and a bench
@@ -17,11 +17,15 @@ leaves its CPU rows out.
 
 from __future__ import annotations
 
-import glob
 import os
 import resource
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
 
 SELF = "client"  # the group the caller's own process is read as
 
@@ -54,17 +58,6 @@ def _own_ns() -> int:
     return round((r.ru_utime + r.ru_stime) * 1e9)
 
 
-def _process_ns(pid: int) -> int:
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):  # a thread that ended between glob and open
-            continue
-    return total
-
-
 class TripCPU:
     """CPU per trip of the processes in ``groups`` (name → pids) and of the caller (``SELF``)."""
 
@@ -75,7 +68,7 @@ class TripCPU:
         self._before: dict[str, int] = {}
 
     def _others(self) -> dict[str, int]:
-        return {name: sum(_process_ns(p) for p in pids) for name, pids in self.groups.items()}
+        return {name: sum(common.proc_cpu_ns(p) for p in pids) for name, pids in self.groups.items()}
 
     def before(self) -> None:
         self._before = self._others()
